@@ -1,0 +1,62 @@
+//! Command-line definitions and dispatch, one file per command group.
+
+mod daemon;
+mod output;
+mod run;
+mod shim;
+mod workflow;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use lachesis::settings::Settings;
+
+pub type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+#[derive(Parser)]
+#[command(name = "lachesis", version, about = "Queue, start and supervise RL training runs (Atropos + Tinker), restart-safe")]
+pub struct Cli {
+    /// State directory: the SQLite store, run directories, workflows [default: ~/.lachesis]
+    #[arg(long, global = true, env = "LACHESIS_HOME")]
+    home: Option<PathBuf>,
+    /// Use this database instead of the embedded SQLite file (postgres://… or sqlite://PATH)
+    #[arg(long, global = true, env = "LACHESIS_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the supervisor: claims queued runs, starts and watches their stages
+    Daemon(daemon::DaemonArgs),
+    /// Start, list, inspect and stop runs
+    #[command(subcommand)]
+    Run(run::RunCommand),
+    /// List and show workflows
+    #[command(subcommand)]
+    Workflow(workflow::WorkflowCommand),
+    /// (internal) Parent of one stage process; started by the daemon
+    #[command(hide = true)]
+    Shim(shim::ShimCommand),
+}
+
+pub fn dispatch(cli: Cli) -> CliResult {
+    if let Command::Shim(args) = cli.command {
+        // No runtime, no store: the shim must start fast and depend on nothing.
+        return Ok(shim::run(args));
+    }
+    let settings = Settings::new(cli.home, cli.database_url);
+    match cli.command {
+        Command::Daemon(args) => daemon::run(settings, args),
+        Command::Run(command) => current_thread()?.block_on(run::run(settings, command)),
+        Command::Workflow(command) => workflow::run(settings, command),
+        Command::Shim(_) => unreachable!("handled above"),
+    }
+}
+
+/// CLI commands do a few queries: one thread starts fastest.
+fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}

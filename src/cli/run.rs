@@ -1,0 +1,315 @@
+//! `lachesis run …`: start, list, status, stop, logs, events.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lachesis::model::{Event, RunState, Stage, now_millis, short_id};
+use lachesis::service::{RunStatus, Service, ServiceError, SubmitRequest};
+use lachesis::settings::Settings;
+use lachesis::store::RunFilter;
+
+use super::CliResult;
+use super::output::{duration, is_tty, print_json, stage_state, table, time};
+
+#[derive(clap::Subcommand)]
+pub enum RunCommand {
+    /// Queue a run; prints its id
+    Start {
+        /// Workflow name [default: the default workflow]
+        #[arg(long, short)]
+        workflow: Option<String>,
+        /// Environment to train (name from `lachesis env list`)
+        #[arg(long)]
+        env: Option<String>,
+        /// Config field for this run (repeatable): --set group_size=16
+        #[arg(long = "set", value_name = "FIELD=VALUE")]
+        set: Vec<String>,
+        /// Workflow variable for this run (repeatable): --var steps=3
+        #[arg(long = "var", value_name = "NAME=VALUE")]
+        var: Vec<String>,
+        /// Higher runs first
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i64,
+        /// Wait for the run to end, showing its progress; exit non-zero unless it completed
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List runs, newest first (pending runs in queue order)
+    List {
+        #[arg(long)]
+        state: Option<RunState>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run and its stages
+    Status {
+        /// Run id or a unique prefix of it
+        id: String,
+        /// Keep showing progress until the run ends
+        #[arg(long)]
+        watch: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a run (a pending one is cancelled)
+    Stop {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's stage logs
+    Logs {
+        id: String,
+        /// Only this stage
+        #[arg(long)]
+        stage: Option<String>,
+        /// Keep printing until the run ends
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// The run's event history
+    Events {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
+    let service = Service::open(settings).await?;
+    match command {
+        RunCommand::Start { workflow, env, set, var, priority, wait, json } => {
+            let request = SubmitRequest {
+                workflow,
+                env_name: env,
+                vars: assignments("--var", &var)?,
+                config: assignments("--set", &set)?.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect(),
+                priority,
+                ..SubmitRequest::default()
+            };
+            let run = service.submit(request).await?;
+            if json && !wait {
+                print_json(&lachesis::service::RunSummary::from(&run))?;
+            } else if !json {
+                println!("{}", run.id);
+            }
+            if wait {
+                return follow_progress(&service, &run.id.to_string(), json).await;
+            }
+        }
+        RunCommand::List { state, limit, json } => {
+            let runs = service.list(&RunFilter { state, limit: Some(limit) }).await?;
+            if json {
+                print_json(&runs)?;
+            } else if runs.is_empty() {
+                println!("no runs");
+            } else {
+                let mut t = table(["ID", "WORKFLOW", "ENV", "STATE", "PRIO", "CREATED", "DURATION", "REASON"]);
+                for r in &runs {
+                    let end = r.ended_at.or(r.started_at.map(|_| now_millis()));
+                    t.add_row([
+                        short_id(&r.id),
+                        r.workflow.clone(),
+                        r.env_name.clone().unwrap_or_else(|| "-".into()),
+                        r.state.to_string(),
+                        r.priority.to_string(),
+                        time(Some(r.created_at)),
+                        duration(r.started_at, end),
+                        r.reason.clone().unwrap_or_default(),
+                    ]);
+                }
+                println!("{t}");
+            }
+        }
+        RunCommand::Status { id, watch, json } => {
+            if watch {
+                return follow_progress(&service, &id, json).await;
+            }
+            let status = service.status(&id).await?;
+            if json {
+                print_json(&status)?;
+            } else {
+                print_status(&status);
+            }
+        }
+        RunCommand::Stop { id, json } => {
+            let run = service.stop(&id).await?;
+            if json {
+                print_json(&lachesis::service::RunSummary::from(&run))?;
+            } else {
+                println!("{} {}", run.id, run.state);
+            }
+        }
+        RunCommand::Logs { id, stage, follow } => return logs(&service, &id, stage.as_deref(), follow).await,
+        RunCommand::Events { id, json } => {
+            let (_, events) = service.events(&id).await?;
+            if json {
+                print_json(&events)?;
+            } else {
+                for event in &events {
+                    println!("{}", event_line(event));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn assignments(flag: &'static str, items: &[String]) -> Result<BTreeMap<String, String>, ServiceError> {
+    items
+        .iter()
+        .map(|item| match item.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+            _ => Err(ServiceError::BadAssignment { what: flag, text: item.clone() }),
+        })
+        .collect()
+}
+
+fn print_status(status: &RunStatus) {
+    let r = &status.run;
+    println!("run       {}", r.id);
+    println!("workflow  {}{}", r.workflow, r.env_name.as_ref().map(|e| format!(" (env {e})")).unwrap_or_default());
+    println!("state     {}{}", r.state, r.reason.as_ref().map(|e| format!(": {e}")).unwrap_or_default());
+    println!("created   {}", time(Some(r.created_at)));
+    if r.started_at.is_some() {
+        println!("started   {}", time(r.started_at));
+    }
+    if r.ended_at.is_some() {
+        println!("ended     {} (after {})", time(r.ended_at), duration(r.started_at, r.ended_at));
+    }
+    println!("directory {}", r.run_dir.display());
+    let mut t = table(["STAGE", "STATE", "PID", "STARTED", "UP AFTER", "RAN FOR", "LOG"]);
+    for s in &status.stages {
+        t.add_row([
+            s.name.clone(),
+            stage_state(s),
+            s.process.as_ref().map_or_else(|| "-".into(), |p| p.pid.to_string()),
+            time(s.started_at),
+            duration(s.started_at, s.ready_at),
+            duration(s.started_at, s.ended_at.or(s.started_at.map(|_| now_millis()))),
+            s.log_path.display().to_string(),
+        ]);
+    }
+    println!("{t}");
+}
+
+fn event_line(event: &Event) -> String {
+    let subject = match (&event.stage, event.from_state, event.to_state) {
+        (Some(stage), _, _) => format!("stage {stage}"),
+        (None, Some(from), Some(to)) => format!("{from} -> {to}"),
+        _ => event.kind.as_str().to_string(),
+    };
+    format!("{}  {:<22} {}", time(Some(event.at)), subject, event.message)
+}
+
+/// True once nothing more will happen to the run.
+fn settled(status: &RunStatus) -> bool {
+    status.run.state.is_terminal() && !status.stages.iter().any(|s| s.state.is_live())
+}
+
+/// Prints events as they happen until the run has ended; on a terminal, a live line with each
+/// stage's state. Exit status: success only for a completed run.
+async fn follow_progress(service: &Service, id: &str, json: bool) -> CliResult {
+    let run = service.resolve(id).await?;
+    let tty = is_tty() && !json;
+    let bar = tty.then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let mut last_event = 0;
+    loop {
+        let status = service.status(&run.id.to_string()).await?;
+        for event in service.store.events(run.id, last_event).await? {
+            last_event = event.id;
+            if json {
+                continue;
+            }
+            match &bar {
+                Some(bar) => bar.println(event_line(&event)),
+                None => println!("{}", event_line(&event)),
+            }
+        }
+        if let Some(bar) = &bar {
+            bar.set_message(progress_line(&status.run.state, &status.stages));
+        }
+        if settled(&status) {
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+            if json {
+                print_json(&status)?;
+            } else {
+                print_status(&status);
+            }
+            let ok = status.run.state == RunState::Completed;
+            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn progress_line(state: &RunState, stages: &[Stage]) -> String {
+    let parts: Vec<String> = stages.iter().map(|s| format!("{} {}", s.name, stage_state(s))).collect();
+    format!("{state}: {}", parts.join(" · "))
+}
+
+/// Prints stage logs; with `follow`, keeps reading until the run has ended.
+async fn logs(service: &Service, id: &str, only: Option<&str>, follow: bool) -> CliResult {
+    let status = service.status(id).await?;
+    let stages: Vec<&Stage> = status.stages.iter().filter(|s| only.is_none_or(|name| s.name == name)).collect();
+    if let Some(name) = only
+        && stages.is_empty()
+    {
+        let names: Vec<&str> = status.stages.iter().map(|s| s.name.as_str()).collect();
+        return Err(format!("run {} has no stage '{name}' (stages: {})", short_id(&status.run.id), names.join(", ")).into());
+    }
+    let prefix = stages.len() > 1;
+    let mut tails: Vec<LogTail> =
+        stages.iter().map(|s| LogTail { stage: s.name.clone(), path: s.log_path.clone(), offset: 0 }).collect();
+    loop {
+        // While following, only whole lines: a line being written is printed once complete.
+        let done = !follow || settled(&service.status(id).await?);
+        for tail in &mut tails {
+            tail.print_new(prefix, !done)?;
+        }
+        if done {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+struct LogTail {
+    stage: String,
+    path: PathBuf,
+    offset: u64,
+}
+
+impl LogTail {
+    /// Prints what was appended since the last call (only complete lines if `whole_lines`).
+    fn print_new(&mut self, prefix: bool, whole_lines: bool) -> std::io::Result<()> {
+        let Ok(mut file) = std::fs::File::open(&self.path) else { return Ok(()) };
+        let mut text = String::new();
+        file.seek(SeekFrom::Start(self.offset))?;
+        file.read_to_string(&mut text)?;
+        let end = if whole_lines { text.rfind('\n').map_or(0, |i| i + 1) } else { text.len() };
+        let mut out = std::io::stdout().lock();
+        for line in text[..end].lines() {
+            if prefix {
+                writeln!(out, "[{}] {line}", self.stage)?;
+            } else {
+                writeln!(out, "{line}")?;
+            }
+        }
+        self.offset += end as u64;
+        Ok(())
+    }
+}

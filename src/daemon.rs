@@ -1,0 +1,77 @@
+//! `lachesis daemon`: takes the store's daemon lock, listens for wake-ups and runs the
+//! reconciler. Stopping the daemon leaves stages running under their shims; the next daemon
+//! re-attaches them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tracing::info;
+
+use crate::reconciler::{Msg, Reconciler, ReconcilerConfig};
+use crate::service::{Service, ServiceError};
+use crate::settings::Settings;
+
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    pub max_parallel: usize,
+    pub stop_grace: Duration,
+    pub scan_interval: Duration,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions { max_parallel: 8, stop_grace: Duration::from_secs(10), scan_interval: Duration::from_secs(2) }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("cannot listen on {path}: {source}")]
+    Socket { path: String, source: std::io::Error },
+    #[error("cannot find the lachesis binary to start shims: {0}")]
+    Exe(std::io::Error),
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), DaemonError> {
+    let service = Service::open(settings.clone()).await?;
+    let _lock = service.store.lock_daemon().await?;
+    let socket_path = settings.socket_path();
+    let socket = crate::wake::listen(&socket_path)
+        .map_err(|source| DaemonError::Socket { path: socket_path.display().to_string(), source })?;
+    let exe = std::env::current_exe().map_err(DaemonError::Exe)?;
+    info!(home = %settings.home.display(), store = service.store.backend(), pid = std::process::id(), "daemon started");
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let wake_tx = tx.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 16];
+        while socket.recv(&mut buf).await.is_ok() {
+            if wake_tx.send(Msg::Wake).is_err() {
+                break;
+            }
+        }
+    });
+    let config = ReconcilerConfig {
+        exe,
+        max_parallel: options.max_parallel.max(1),
+        stop_grace: options.stop_grace,
+        scan_interval: options.scan_interval,
+    };
+    let reconciler = Reconciler::new(Arc::clone(&service.store), config, tx);
+    let mut term = signal(SignalKind::terminate()).map_err(|source| DaemonError::Socket { path: "SIGTERM".into(), source })?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|source| DaemonError::Socket { path: "SIGINT".into(), source })?;
+    tokio::select! {
+        result = reconciler.run(rx) => result?,
+        _ = term.recv() => info!("SIGTERM: daemon exits; stages keep running under their shims"),
+        _ = int.recv() => info!("SIGINT: daemon exits; stages keep running under their shims"),
+    }
+    let _ = std::fs::remove_file(&socket_path);
+    Ok(())
+}

@@ -1,0 +1,7 @@
+//! Starting, watching and stopping stage processes on this machine.
+
+pub mod probe;
+pub mod process;
+pub mod shim;
+pub mod spawn;
+pub mod status;

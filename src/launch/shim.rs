@@ -1,0 +1,107 @@
+//! `lachesis shim`: the small parent that outlives the daemon. It starts the stage in its own
+//! process group with output appended to the stage log, reports who it started, waits, and
+//! records the exit status atomically (the conmon / containerd-shim pattern).
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use super::process::identity_of;
+use super::status::{Finished, StageFiles, Started, write_atomic};
+use crate::model::{ExitStatus, now_millis};
+
+/// What the shim tells the daemon on its stdout, one JSON line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShimReport {
+    Started(Started),
+    Failed(String),
+}
+
+pub struct ShimArgs {
+    pub files: StageFiles,
+    pub log: PathBuf,
+    pub cwd: PathBuf,
+    pub argv: Vec<String>,
+}
+
+/// Runs the shim to the end; the process exit code is the shim's own health, not the stage's.
+pub fn run(args: ShimArgs) -> i32 {
+    match supervise(&args) {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("lachesis shim: {message}");
+            1
+        }
+    }
+}
+
+fn report(line: &ShimReport) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, line);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+fn supervise(args: &ShimArgs) -> Result<(), String> {
+    let me = identity_of(std::process::id() as i32).map_err(|e| format!("cannot read own identity: {e}"))?;
+    let fail = |reason: String| -> Result<(), String> {
+        let started = Started { shim: me.clone(), process: None, started_at: now_millis() };
+        write_atomic(&args.files.started, &started).map_err(|e| e.to_string())?;
+        let finished = Finished { exit: None, spawn_error: Some(reason.clone()), ended_at: now_millis() };
+        write_atomic(&args.files.exit, &finished).map_err(|e| e.to_string())?;
+        report(&ShimReport::Failed(reason));
+        Ok(())
+    };
+
+    if !args.cwd.is_dir() {
+        return fail(format!("working directory {} does not exist", args.cwd.display()));
+    }
+    let log = match OpenOptions::new().create(true).append(true).open(&args.log) {
+        Ok(log) => log,
+        Err(e) => return fail(format!("cannot open log {}: {e}", args.log.display())),
+    };
+    let Some((program, rest)) = args.argv.split_first() else {
+        return fail("empty argv".into());
+    };
+    let stderr = log.try_clone().map_err(|e| e.to_string())?;
+    let spawned = Command::new(program)
+        .args(rest)
+        .current_dir(&args.cwd)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(stderr)
+        // Its own group, so a stop signal reaches the stage and all its children, not the shim.
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => return fail(format!("cannot start '{program}': {}", plain_io_error(&e))),
+    };
+    let process = identity_of(child.id() as i32).ok();
+    let started = Started { shim: me, process, started_at: now_millis() };
+    write_atomic(&args.files.started, &started).map_err(|e| format!("cannot record start: {e}"))?;
+    report(&ShimReport::Started(started));
+
+    let status = child.wait().map_err(|e| format!("cannot wait for the stage: {e}"))?;
+    let exit = match (status.code(), status.signal()) {
+        (Some(code), _) => ExitStatus::Code(code),
+        (None, Some(signal)) => ExitStatus::Signal(signal),
+        (None, None) => ExitStatus::Code(-1),
+    };
+    let finished = Finished { exit: Some(exit), spawn_error: None, ended_at: now_millis() };
+    write_atomic(&args.files.exit, &finished).map_err(|e| format!("cannot record exit: {e}"))
+}
+
+/// `No such file or directory` rather than `No such file or directory (os error 2)`.
+fn plain_io_error(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    match text.find(" (os error") {
+        Some(pos) => text[..pos].to_lowercase(),
+        None => text,
+    }
+}

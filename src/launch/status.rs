@@ -1,0 +1,91 @@
+//! The files a shim leaves behind for a stage: `started` (who runs) and `exit` (how it ended).
+//! Both are written atomically, so a reader sees a whole file or none.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ExitStatus, Millis, ProcessIdentity};
+
+/// Written by the shim once the stage process exists (or failed to).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Started {
+    pub shim: ProcessIdentity,
+    /// The stage process; its pid is also its process group id. None if it could not start.
+    pub process: Option<ProcessIdentity>,
+    pub started_at: Millis,
+}
+
+/// Written by the shim after the stage process is gone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finished {
+    pub exit: Option<ExitStatus>,
+    /// Why the process never started (missing program, bad working directory).
+    pub spawn_error: Option<String>,
+    pub ended_at: Millis,
+}
+
+/// Where one stage's status files are.
+#[derive(Clone, Debug)]
+pub struct StageFiles {
+    pub started: PathBuf,
+    pub exit: PathBuf,
+}
+
+impl StageFiles {
+    pub fn new(run_dir: &Path, stage: &str) -> StageFiles {
+        let dir = run_dir.join(".status");
+        StageFiles { started: dir.join(format!("{stage}.started.json")), exit: dir.join(format!("{stage}.exit.json")) }
+    }
+
+    pub fn read_started(&self) -> io::Result<Option<Started>> {
+        read_json(&self.started)
+    }
+
+    pub fn read_finished(&self) -> io::Result<Option<Finished>> {
+        read_json(&self.exit)
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Write to a temporary file, fsync, rename over `path`, fsync the directory: after a crash the
+/// file is either absent or complete.
+pub fn write_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let mut file = File::create(&tmp)?;
+    serde_json::to_writer(&mut file, value)?;
+    file.write_all(b"\n")?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_round_trips_and_missing_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = StageFiles::new(dir.path(), "env");
+        assert_eq!(files.read_finished().unwrap(), None);
+        let done = Finished { exit: Some(ExitStatus::Signal(15)), spawn_error: None, ended_at: 7 };
+        write_atomic(&files.exit, &done).unwrap();
+        assert_eq!(files.read_finished().unwrap(), Some(done));
+        let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+}

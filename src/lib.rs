@@ -1,0 +1,14 @@
+//! lachesis: a restart-safe supervisor and queue for reinforcement-learning training runs on
+//! the Atropos + Tinker stack. See DESIGN in the README for the concepts.
+
+pub mod daemon;
+pub mod launch;
+pub mod model;
+pub mod reconciler;
+pub mod service;
+pub mod settings;
+pub mod store;
+pub mod transitions;
+pub mod wake;
+pub mod workflow;
+pub mod yaml;

@@ -1,0 +1,497 @@
+//! The one loop that owns run state in the daemon. Workers (spawners, exit watchers, probes,
+//! timers) report here over a channel and never touch state; the loop commits each decision
+//! to the store before acting on it, so a crash between the two is repaired on restart.
+
+mod recover;
+mod supervised;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustix::process::Signal;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use crate::launch::probe::{NotReady, ReadyHow, wait_ready};
+use crate::launch::process::{ExitWatch, signal_group};
+use crate::launch::spawn::{SpawnError, spawn_stage};
+use crate::launch::status::{Finished, StageFiles, Started};
+use crate::model::{ExitStatus, NewEvent, Run, RunState, StageState, now_millis};
+use crate::store::{Store, StoreError};
+use crate::transitions::RunEvent;
+pub use supervised::ports_of;
+use supervised::{StopStep, Supervised};
+
+#[derive(Clone, Debug)]
+pub struct ReconcilerConfig {
+    /// The lachesis binary, started again as `lachesis shim`.
+    pub exe: PathBuf,
+    /// Runs started at once at most, whatever their resources.
+    pub max_parallel: usize,
+    /// SIGTERM-to-SIGKILL grace when a workflow sets none.
+    pub stop_grace: Duration,
+    /// Fallback store scan, for changes whose wake-up was lost.
+    pub scan_interval: Duration,
+}
+
+/// How a stage's process ended, as far as the daemon can tell.
+#[derive(Debug)]
+pub enum StageEnd {
+    Finished(Finished),
+    /// Gone without a recorded status.
+    Vanished(String),
+}
+
+#[derive(Debug)]
+pub enum Msg {
+    /// The store changed (a CLI wrote something) or the fallback timer fired.
+    Wake,
+    Spawned { run: Uuid, idx: usize, result: std::result::Result<Started, SpawnError> },
+    Ready { run: Uuid, idx: usize, how: ReadyHow },
+    NotReady { run: Uuid, idx: usize, error: NotReady },
+    Ended { run: Uuid, idx: usize, end: StageEnd },
+    GraceElapsed { run: Uuid, idx: usize },
+}
+
+pub struct Reconciler {
+    store: Arc<dyn Store>,
+    config: ReconcilerConfig,
+    tx: UnboundedSender<Msg>,
+    runs: HashMap<Uuid, Supervised>,
+    http: reqwest::Client,
+}
+
+type Result<T = ()> = std::result::Result<T, StoreError>;
+
+impl Reconciler {
+    pub fn new(store: Arc<dyn Store>, config: ReconcilerConfig, tx: UnboundedSender<Msg>) -> Reconciler {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
+        Reconciler { store, config, tx, runs: HashMap::new(), http }
+    }
+
+    /// Repairs what the store says is in flight, then serves messages until the channel closes.
+    pub async fn run(mut self, mut rx: UnboundedReceiver<Msg>) -> Result {
+        self.recover().await?;
+        self.schedule().await?;
+        let mut scan = tokio::time::interval(self.config.scan_interval);
+        scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let first = tokio::select! {
+                msg = rx.recv() => match msg { Some(msg) => msg, None => return Ok(()) },
+                _ = scan.tick() => Msg::Wake,
+            };
+            // Handle everything already queued before rescanning the store once.
+            let mut rescan = false;
+            let mut next = Some(first);
+            while let Some(msg) = next {
+                match msg {
+                    Msg::Wake => rescan = true,
+                    msg => {
+                        if let Err(err) = self.handle(msg).await {
+                            warn!("reconciler: {err}");
+                            rescan = true;
+                        }
+                    }
+                }
+                next = rx.try_recv().ok();
+            }
+            if rescan {
+                if let Err(err) = self.sync_from_store().await {
+                    warn!("reconciler: cannot read the store: {err}");
+                }
+            }
+            if let Err(err) = self.schedule().await {
+                warn!("reconciler: cannot schedule: {err}");
+            }
+        }
+    }
+
+    async fn handle(&mut self, msg: Msg) -> Result {
+        match msg {
+            Msg::Wake => Ok(()),
+            Msg::Spawned { run, idx, result } => self.on_spawned(run, idx, result).await,
+            Msg::Ready { run, idx, how } => self.on_ready(run, idx, how).await,
+            Msg::NotReady { run, idx, error } => self.on_not_ready(run, idx, error).await,
+            Msg::Ended { run, idx, end } => self.on_ended(run, idx, end).await,
+            Msg::GraceElapsed { run, idx } => self.on_grace_elapsed(run, idx).await,
+        }
+    }
+
+    /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
+    async fn sync_from_store(&mut self) -> Result {
+        for run in self.store.supervised_runs().await? {
+            let changed = match self.runs.get(&run.id) {
+                Some(sup) => sup.run.version < run.version,
+                None => false,
+            };
+            if changed {
+                let id = run.id;
+                if let Some(sup) = self.runs.get_mut(&id) {
+                    sup.run = run;
+                }
+                self.drive(id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims pending runs in queue order while slots and their resources are free.
+    async fn schedule(&mut self) -> Result {
+        let free = self.config.max_parallel.saturating_sub(self.runs.len());
+        if free == 0 {
+            return Ok(());
+        }
+        let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
+        let mut claimed = 0;
+        // Look past runs blocked on resources so unrelated work can go ahead (backfill).
+        for run in self.store.pending_runs(256).await? {
+            if claimed == free {
+                break;
+            }
+            let mut params = run.params.clone();
+            let ports = match allocate_ports(&run, &held) {
+                Some(ports) => ports,
+                None => continue,
+            };
+            for (name, port) in &ports {
+                params.resolved.insert(format!("port.{name}"), port.to_string());
+            }
+            let resources = run.spec.resources(&ports);
+            if !resources.is_disjoint(&held) {
+                continue;
+            }
+            if self.claim(run, params).await? {
+                held.extend(resources);
+                claimed += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves a pending run to starting and begins its first stage. False if someone else
+    /// moved it first (cancelled meanwhile).
+    async fn claim(&mut self, run: Run, params: crate::model::RunParams) -> Result<bool> {
+        let run = match self.store.transition(&run, RunEvent::Claim, None, Some(&params)).await {
+            Ok(run) => run,
+            Err(StoreError::Conflict { .. }) => return Ok(false),
+            Err(err) => return Err(err),
+        };
+        info!(run = %run.short_id(), workflow = %run.workflow, "claimed");
+        let stages = self.store.stages(run.id).await?;
+        let id = run.id;
+        let missing: Vec<&str> =
+            run.spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).map(String::as_str).collect();
+        let problem = if !missing.is_empty() {
+            Some(format!("the daemon's environment lacks {}", missing.join(", ")))
+        } else {
+            std::fs::create_dir_all(&run.run_dir).err().map(|e| format!("cannot create {}: {e}", run.run_dir.display()))
+        };
+        match Supervised::new(run.clone(), stages) {
+            Ok(sup) => {
+                self.runs.insert(id, sup);
+                if let Some(problem) = problem {
+                    self.fail(id, &problem).await?;
+                }
+            }
+            Err(err) => {
+                // The run can't be planned, so it never starts: fail it without supervising it.
+                let reason = format!("cannot start: {err}");
+                self.store.transition(&run, RunEvent::Fail, Some(&reason), None).await?;
+                return Ok(true);
+            }
+        }
+        self.drive(id).await?;
+        Ok(true)
+    }
+
+    /// Does whatever the run's current state asks for next. Safe to call at any time.
+    async fn drive(&mut self, id: Uuid) -> Result {
+        loop {
+            let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+            match sup.run.state {
+                RunState::Pending | RunState::Running => {}
+                RunState::Starting => match sup.stages.iter().position(|s| s.state != StageState::Up) {
+                    None => {
+                        self.transition(id, RunEvent::AllStagesUp, None).await?;
+                        continue;
+                    }
+                    Some(idx) if sup.stages[idx].state == StageState::Pending => self.spawn(id, idx).await?,
+                    Some(_) => {}
+                },
+                RunState::Stopping | RunState::Stopped | RunState::Completed | RunState::Failed => {
+                    sup.cancel_all_readiness();
+                    if sup.stages.iter().any(|s| s.state == StageState::Spawning) {
+                        // A stage is being started: stop it once we know who it is.
+                    } else if let Some(idx) = sup.next_to_stop() {
+                        self.stop_stage(id, idx).await?;
+                    } else if sup.run.state == RunState::Stopping {
+                        self.transition(id, RunEvent::AllStagesGone, None).await?;
+                        continue;
+                    } else {
+                        debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
+                        self.runs.remove(&id);
+                    }
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// Applies `event` to a supervised run; on a conflict, adopts what the store holds instead.
+    async fn transition(&mut self, id: Uuid, event: RunEvent, reason: Option<&str>) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        match self.store.transition(&sup.run, event, reason, None).await {
+            Ok(run) => {
+                info!(run = %run.short_id(), state = %run.state, reason = reason.unwrap_or(""), "transition");
+                sup.run = run;
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. }) => {
+                if let Some(run) = self.store.run(id).await? {
+                    sup.run = run;
+                }
+                Ok(())
+            }
+            Err(StoreError::Illegal(err)) => {
+                // Our view was stale in a way a re-read explains (e.g. already stopping).
+                debug!("ignored: {err}");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn fail(&mut self, id: Uuid, reason: &str) -> Result {
+        let state = self.runs.get(&id).map(|s| s.run.state);
+        if matches!(state, Some(RunState::Starting | RunState::Running)) {
+            self.transition(id, RunEvent::Fail, Some(reason)).await?;
+        }
+        Ok(())
+    }
+
+    async fn spawn(&mut self, id: Uuid, idx: usize) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let stage = &mut sup.stages[idx];
+        stage.state = StageState::Spawning;
+        // Committed before the shim exists: after a crash, "spawning" means "look for its files".
+        self.store.update_stage(stage, None).await?;
+        let plan = sup.plans[idx].clone();
+        let files = sup.files[idx].clone();
+        let exe = self.config.exe.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            match spawn_stage(&exe, &plan, &files).await {
+                Ok(mut spawned) => {
+                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Ok(spawned.started) });
+                    // The shim writes the exit file before it exits, so its exit means "read it".
+                    let _ = spawned.shim.wait().await;
+                    let _ = tx.send(Msg::Ended { run: id, idx, end: read_end(&files, "its shim exited without recording a status") });
+                }
+                Err(err) => {
+                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Err(err) });
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn on_spawned(&mut self, id: Uuid, idx: usize, result: std::result::Result<Started, SpawnError>) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let name = sup.stages[idx].name.clone();
+        match result {
+            Ok(started) => {
+                let stage = &mut sup.stages[idx];
+                stage.state = StageState::Starting;
+                stage.started_at = Some(started.started_at);
+                stage.shim = Some(started.shim);
+                stage.process = started.process;
+                let pid = stage.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
+                let event = NewEvent::stage(&name, format!("started (pid {pid}): {}", sup.plans[idx].argv.join(" ")));
+                self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
+                if sup.run.state == RunState::Starting {
+                    self.start_readiness(id, idx, Duration::ZERO);
+                }
+            }
+            Err(err) => {
+                let stage = &mut sup.stages[idx];
+                stage.state = StageState::Exited;
+                stage.ended_at = Some(now_millis());
+                let event = NewEvent::stage(&name, format!("failed to start: {err}"));
+                self.store.update_stage(stage, Some(&event)).await?;
+                self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;
+            }
+        }
+        self.drive(id).await
+    }
+
+    fn start_readiness(&mut self, id: Uuid, idx: usize, elapsed: Duration) {
+        let Some(sup) = self.runs.get_mut(&id) else { return };
+        let plan = sup.plans[idx].clone();
+        let tx = self.tx.clone();
+        let http = self.http.clone();
+        let task = tokio::spawn(async move {
+            let msg = match wait_ready(&plan, elapsed, &http).await {
+                Ok(how) => Msg::Ready { run: id, idx, how },
+                Err(error) => Msg::NotReady { run: id, idx, error },
+            };
+            let _ = tx.send(msg);
+        });
+        sup.readiness[idx] = Some(task.abort_handle());
+    }
+
+    async fn on_ready(&mut self, id: Uuid, idx: usize, how: ReadyHow) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        sup.readiness[idx] = None;
+        let stage = &mut sup.stages[idx];
+        if stage.state != StageState::Starting {
+            return Ok(());
+        }
+        stage.state = StageState::Up;
+        stage.ready_at = Some(now_millis());
+        let event = NewEvent::stage(&stage.name, format!("up ({how})"));
+        self.store.update_stage(stage, Some(&event)).await?;
+        self.drive(id).await
+    }
+
+    async fn on_not_ready(&mut self, id: Uuid, idx: usize, error: NotReady) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        sup.readiness[idx] = None;
+        let name = sup.stages[idx].name.clone();
+        self.store.add_event(id, &NewEvent::stage(&name, error.to_string())).await?;
+        self.fail(id, &format!("stage '{name}' {error}")).await?;
+        self.drive(id).await
+    }
+
+    async fn on_ended(&mut self, id: Uuid, idx: usize, end: StageEnd) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        sup.cancel_readiness(idx);
+        let stage = &mut sup.stages[idx];
+        if !stage.state.is_live() {
+            return Ok(()); // already recorded (a repair and a watcher both reported it)
+        }
+        let name = stage.name.clone();
+        let (what, exit) = match &end {
+            StageEnd::Finished(finished) => {
+                stage.state = StageState::Exited;
+                stage.exit = finished.exit;
+                stage.ended_at = Some(finished.ended_at);
+                match (&finished.exit, &finished.spawn_error) {
+                    (Some(exit), _) => (format!("exited with {exit}"), finished.exit),
+                    (None, Some(error)) => (format!("failed to start: {error}"), None),
+                    (None, None) => ("exited".to_string(), None),
+                }
+            }
+            StageEnd::Vanished(why) => {
+                stage.state = StageState::Lost;
+                stage.ended_at = Some(now_millis());
+                (format!("lost: {why}"), None)
+            }
+        };
+        self.store.update_stage(stage, Some(&NewEvent::stage(&name, what.clone()))).await?;
+
+        let state = sup.run.state;
+        let deciding = sup.run.spec.deciding_stages().contains(&name.as_str());
+        match state {
+            RunState::Starting => {
+                let reason = match exit {
+                    Some(_) => format!("stage '{name}' {what} during start-up"),
+                    None => format!("stage '{name}' {what}"),
+                };
+                self.fail(id, &reason).await?;
+            }
+            RunState::Running if deciding && exit.is_some_and(ExitStatus::success) => {
+                self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished"))).await?;
+            }
+            RunState::Running if deciding => self.fail(id, &format!("stage '{name}' {what}")).await?,
+            RunState::Running => self.fail(id, &format!("stage '{name}' {what} while the run was running")).await?,
+            _ => {}
+        }
+        self.drive(id).await
+    }
+
+    /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.
+    async fn stop_stage(&mut self, id: Uuid, idx: usize) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        if sup.stop[idx] != StopStep::Running {
+            return Ok(()); // signalled already; its exit or the grace timer comes next
+        }
+        sup.stop[idx] = StopStep::Termed;
+        let stage = &sup.stages[idx];
+        let sent = stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
+        let grace = sup.run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        let message = if sent {
+            format!("sent SIGTERM to its process group; SIGKILL in {}", crate::workflow::Dur(grace))
+        } else {
+            "already exiting; waiting for its status".to_string()
+        };
+        self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = tx.send(Msg::GraceElapsed { run: id, idx });
+        });
+        Ok(())
+    }
+
+    async fn on_grace_elapsed(&mut self, id: Uuid, idx: usize) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let stage = &sup.stages[idx];
+        if !stage.state.is_live() || sup.stop[idx] != StopStep::Termed {
+            return Ok(());
+        }
+        sup.stop[idx] = StopStep::Killed;
+        if stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::KILL)) {
+            let event = NewEvent::stage(&stage.name, "grace period over: sent SIGKILL to its process group");
+            self.store.add_event(id, &event).await?;
+        }
+        Ok(())
+    }
+
+    /// Watches a stage process we did not start (after a restart) through a pidfd on its shim.
+    fn watch_reattached(&self, id: Uuid, idx: usize, watch: ExitWatch, files: StageFiles) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let end = match watch.exited().await {
+                Ok(()) => read_end(&files, "its shim exited without recording a status"),
+                Err(err) => StageEnd::Vanished(format!("cannot watch its shim: {err}")),
+            };
+            let _ = tx.send(Msg::Ended { run: id, idx, end });
+        });
+    }
+}
+
+/// The recorded end of a stage whose shim is gone.
+fn read_end(files: &StageFiles, otherwise: &str) -> StageEnd {
+    match files.read_finished() {
+        Ok(Some(finished)) => StageEnd::Finished(finished),
+        Ok(None) => StageEnd::Vanished(otherwise.to_string()),
+        Err(err) => StageEnd::Vanished(format!("unreadable status file {}: {err}", files.exit.display())),
+    }
+}
+
+/// Fixed ports as declared; `auto` ports picked free and outside `held`. None if no free port.
+fn allocate_ports(run: &Run, held: &BTreeSet<String>) -> Option<std::collections::BTreeMap<String, u16>> {
+    use crate::workflow::PortSpec;
+    let already = ports_of(&run.params.resolved);
+    let mut ports = std::collections::BTreeMap::new();
+    for (name, spec) in &run.spec.ports {
+        let port = match (already.get(name), spec) {
+            (Some(port), _) => *port,
+            (None, PortSpec::Fixed(port)) => *port,
+            (None, PortSpec::Auto(_)) => free_port(held, &ports)?,
+        };
+        ports.insert(name.clone(), port);
+    }
+    Some(ports)
+}
+
+fn free_port(held: &BTreeSet<String>, taken: &std::collections::BTreeMap<String, u16>) -> Option<u16> {
+    (0..20).find_map(|_| {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let clash = held.contains(&format!("port:{port}")) || taken.values().any(|p| *p == port);
+        (!clash).then_some(port)
+    })
+}

@@ -1,0 +1,274 @@
+//! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
+//! print; they decide nothing.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::model::{Event, Run, RunParams, RunState, Stage, StageState, now_millis};
+use crate::settings::Settings;
+use crate::store::{RunFilter, Store, StoreError};
+use crate::transitions::RunEvent;
+use crate::workflow::{CatalogError, Workflow};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("no run matches '{0}'")]
+    UnknownRun(String),
+    #[error("'{prefix}' matches several runs: {} (give more of the id)", candidates.join(", "))]
+    AmbiguousRun { prefix: String, candidates: Vec<String> },
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("workflow '{workflow}' needs {} in the environment (not set: {})", wanted.join(", "), missing.join(", "))]
+    MissingCredentials { workflow: String, wanted: Vec<String>, missing: Vec<String> },
+    #[error("workflow '{0}' runs an environment: pass --env NAME (or select one)")]
+    NeedsEnvironment(String),
+    #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
+    UnknownVar { name: String, workflow: String, known: String },
+    #[error("invalid {what} '{text}': expected NAME=VALUE")]
+    BadAssignment { what: &'static str, text: String },
+    #[error("workflow '{workflow}': {problem}")]
+    Unplannable { workflow: String, problem: String },
+    #[error("run {id} has already ended ({state})")]
+    AlreadyEnded { id: String, state: RunState },
+}
+
+pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// What a surface asks for when it starts a run.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitRequest {
+    /// The default workflow when absent.
+    pub workflow: Option<String>,
+    pub env_name: Option<String>,
+    /// The environment file, when the caller resolved the name already.
+    pub env_file: Option<PathBuf>,
+    pub vars: BTreeMap<String, String>,
+    pub config: BTreeMap<String, serde_json::Value>,
+    pub priority: i64,
+}
+
+/// A run with its stages, as status commands show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunStatus {
+    #[serde(flatten)]
+    pub run: RunSummary,
+    pub stages: Vec<Stage>,
+}
+
+/// A run as listings show it (without the workflow snapshot).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    pub id: Uuid,
+    pub workflow: String,
+    pub env_name: Option<String>,
+    pub state: RunState,
+    pub priority: i64,
+    pub attempt: i64,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub reason: Option<String>,
+    pub run_dir: PathBuf,
+}
+
+impl From<&Run> for RunSummary {
+    fn from(run: &Run) -> Self {
+        RunSummary {
+            id: run.id,
+            workflow: run.workflow.clone(),
+            env_name: run.env_name.clone(),
+            state: run.state,
+            priority: run.priority,
+            attempt: run.attempt,
+            created_at: run.created_at,
+            started_at: run.started_at,
+            ended_at: run.ended_at,
+            reason: run.reason.clone(),
+            run_dir: run.run_dir.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Service {
+    pub settings: Settings,
+    pub store: Arc<dyn Store>,
+}
+
+impl Service {
+    pub async fn open(settings: Settings) -> Result<Service> {
+        let store = crate::store::open(&settings.store_location()?).await?;
+        Ok(Service { settings, store: Arc::new(store) })
+    }
+
+    /// Validates everything a run needs, then writes it as pending in one transaction and
+    /// wakes the daemon. Nothing is written when anything is wrong.
+    pub async fn submit(&self, request: SubmitRequest) -> Result<Run> {
+        let catalog = self.settings.catalog()?;
+        let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
+        let spec = catalog.load(&name)?;
+        let missing: Vec<String> = spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).cloned().collect();
+        if !missing.is_empty() {
+            return Err(ServiceError::MissingCredentials { workflow: name, wanted: spec.credentials.clone(), missing });
+        }
+        if spec.uses_var("env_file") && request.env_file.is_none() {
+            return Err(ServiceError::NeedsEnvironment(name));
+        }
+        let id = Uuid::now_v7();
+        let run_dir = self.settings.run_dir(&id);
+        let resolved = self.resolve_vars(&spec, &request, &id, &run_dir, catalog.dir())?;
+        // A dry run of the expansion with stand-in ports, so a template problem is caught now.
+        let mut trial = resolved.clone();
+        for port in spec.ports.keys() {
+            trial.insert(format!("port.{port}"), "0".into());
+        }
+        for stage in &spec.stages {
+            stage.plan(&trial, &run_dir).map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
+        }
+        let now = now_millis();
+        let run = Run {
+            id,
+            workflow: name,
+            env_name: request.env_name,
+            state: RunState::Pending,
+            version: 0,
+            priority: request.priority,
+            attempt: 1,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            ended_at: None,
+            reason: None,
+            run_dir: run_dir.clone(),
+            params: RunParams { vars: request.vars, config: request.config, resolved },
+            spec,
+        };
+        let stages: Vec<Stage> = run
+            .spec
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(idx, s)| Stage {
+                run_id: id,
+                idx: idx as i64,
+                name: s.name.clone(),
+                state: StageState::Pending,
+                shim: None,
+                process: None,
+                started_at: None,
+                ready_at: None,
+                ended_at: None,
+                exit: None,
+                log_path: run_dir.join(s.log.clone().unwrap_or_else(|| format!("{}.log", s.name))),
+            })
+            .collect();
+        self.store.insert_run(&run, &stages).await?;
+        crate::wake::notify(&self.settings.socket_path());
+        Ok(run)
+    }
+
+    /// Every template value of a run except its ports (those are picked when it is claimed).
+    fn resolve_vars(
+        &self,
+        spec: &Workflow,
+        request: &SubmitRequest,
+        id: &Uuid,
+        run_dir: &std::path::Path,
+        workflow_dir: &std::path::Path,
+    ) -> Result<BTreeMap<String, String>> {
+        let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let mut builtins = BTreeMap::from([
+            ("run_id".to_string(), id.to_string()),
+            ("run_dir".to_string(), path(run_dir)),
+            ("config_path".to_string(), path(&run_dir.join("config.yaml"))),
+            ("env_file".to_string(), request.env_file.as_deref().map(path).unwrap_or_default()),
+            ("env_name".to_string(), request.env_name.clone().unwrap_or_default()),
+            ("python".to_string(), self.settings.python.clone()),
+            ("workflow_dir".to_string(), path(workflow_dir)),
+            ("home".to_string(), path(&self.settings.home)),
+        ]);
+        for name in request.vars.keys() {
+            if !spec.vars.contains_key(name) && name != "python" {
+                let known = spec.vars.keys().cloned().collect::<Vec<_>>().join(", ");
+                return Err(ServiceError::UnknownVar { name: name.clone(), workflow: spec.name.clone(), known });
+            }
+        }
+        if let Some(python) = request.vars.get("python") {
+            builtins.insert("python".into(), python.clone());
+        }
+        let mut resolved = builtins.clone();
+        for (name, default) in &spec.vars {
+            let raw = request.vars.get(name).unwrap_or(default);
+            let value = crate::workflow::template::expand(raw, &builtins)
+                .map_err(|e| ServiceError::Unplannable { workflow: spec.name.clone(), problem: format!("vars.{name}: {e}") })?;
+            resolved.insert(name.clone(), value);
+        }
+        Ok(resolved)
+    }
+
+    /// Finds a run by its full id or a unique prefix of it.
+    pub async fn resolve(&self, prefix: &str) -> Result<Run> {
+        let prefix = prefix.trim();
+        if let Ok(id) = Uuid::parse_str(prefix)
+            && let Some(run) = self.store.run(id).await?
+        {
+            return Ok(run);
+        }
+        let mut matches = self.store.runs_by_prefix(prefix, 6).await?;
+        match matches.len() {
+            0 => Err(ServiceError::UnknownRun(prefix.to_string())),
+            1 => Ok(matches.remove(0)),
+            _ => Err(ServiceError::AmbiguousRun {
+                prefix: prefix.to_string(),
+                candidates: matches.iter().map(|r| r.id.to_string()).collect(),
+            }),
+        }
+    }
+
+    pub async fn status(&self, prefix: &str) -> Result<RunStatus> {
+        let run = self.resolve(prefix).await?;
+        let stages = self.store.stages(run.id).await?;
+        Ok(RunStatus { run: RunSummary::from(&run), stages })
+    }
+
+    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
+        Ok(self.store.list_runs(filter).await?.iter().map(RunSummary::from).collect())
+    }
+
+    pub async fn events(&self, prefix: &str) -> Result<(Run, Vec<Event>)> {
+        let run = self.resolve(prefix).await?;
+        let events = self.store.events(run.id, 0).await?;
+        Ok((run, events))
+    }
+
+    /// Cancels a pending run or asks a started one to stop; stopping twice is not an error.
+    pub async fn stop(&self, prefix: &str) -> Result<Run> {
+        let mut run = self.resolve(prefix).await?;
+        loop {
+            let event = match run.state {
+                RunState::Pending => RunEvent::Cancel,
+                RunState::Starting | RunState::Running => RunEvent::Stop,
+                RunState::Stopping => return Ok(run),
+                state => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state }),
+            };
+            let reason = if event == RunEvent::Cancel { "cancelled before it started" } else { "stop requested" };
+            match self.store.transition(&run, event, Some(reason), None).await {
+                Ok(moved) => {
+                    crate::wake::notify(&self.settings.socket_path());
+                    return Ok(moved);
+                }
+                // The daemon moved it meanwhile: look again and decide on what is there now.
+                Err(StoreError::Conflict { .. }) => {
+                    run = self.store.run(run.id).await?.ok_or_else(|| ServiceError::UnknownRun(prefix.to_string()))?;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Where lachesis keeps things, from flags, environment variables and defaults.
+
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use crate::store::{StoreLocation, StoreResult};
+use crate::workflow::Catalog;
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `$LACHESIS_HOME`, default `~/.lachesis`: the SQLite store, run directories, workflows.
+    pub home: PathBuf,
+    /// `--database-url` / `LACHESIS_DATABASE_URL`; the SQLite file in `home` when absent.
+    pub database_url: Option<String>,
+    /// `LACHESIS_WORKFLOWS`, default `$LACHESIS_HOME/workflows`.
+    pub workflows_dir: PathBuf,
+    /// The Python interpreter for `{python}` (`LACHESIS_PYTHON`, default `python3`).
+    pub python: String,
+}
+
+impl Settings {
+    pub fn new(home: Option<PathBuf>, database_url: Option<String>) -> Settings {
+        let home = home
+            .or_else(|| std::env::var_os("LACHESIS_HOME").map(PathBuf::from))
+            .unwrap_or_else(|| crate::workflow::expand_home("~/.lachesis"));
+        let home = std::path::absolute(&home).unwrap_or(home);
+        let workflows_dir =
+            std::env::var_os("LACHESIS_WORKFLOWS").map(PathBuf::from).unwrap_or_else(|| home.join("workflows"));
+        let workflows_dir = std::path::absolute(&workflows_dir).unwrap_or(workflows_dir);
+        let python = std::env::var("LACHESIS_PYTHON").unwrap_or_else(|_| "python3".to_string());
+        Settings { home, database_url, workflows_dir, python }
+    }
+
+    pub fn store_location(&self) -> StoreResult<StoreLocation> {
+        StoreLocation::resolve(self.database_url.as_deref(), &self.home)
+    }
+
+    pub fn run_dir(&self, id: &Uuid) -> PathBuf {
+        self.home.join("runs").join(id.to_string())
+    }
+
+    /// The unix socket a daemon listens on for wake-ups.
+    pub fn socket_path(&self) -> PathBuf {
+        self.home.join("daemon.sock")
+    }
+
+    /// The workflow catalog, with the bundled workflows installed into the default directory.
+    pub fn catalog(&self) -> Result<Catalog, crate::workflow::CatalogError> {
+        let catalog = Catalog::new(&self.workflows_dir);
+        if self.workflows_dir == self.home.join("workflows") {
+            catalog.install_bundled()?;
+        }
+        Ok(catalog)
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+}

@@ -1,0 +1,122 @@
+//! Persistence of runs, stages and events. `Store` is what the rest of lachesis sees; SQLite
+//! (the embedded default) and PostgreSQL sit behind it.
+//!
+//! Both backends share one SQL implementation (`sql.rs`, over sqlx's `Any` driver, in the SQL
+//! both dialects accept); what really differs — connecting, migrations, the daemon lock — lives
+//! in `sqlite.rs` and `postgres.rs`.
+
+mod postgres;
+mod sql;
+mod sqlite;
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::model::{Event, NewEvent, Run, RunState, Stage};
+use crate::transitions::{IllegalTransition, RunEvent};
+
+pub use sql::SqlStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the store at {target}: {source}")]
+    Open { target: String, source: sqlx::Error },
+    #[error("cannot migrate the store: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Someone else moved the run first; re-read it and decide again.
+    #[error("run {id} changed concurrently (expected {expected} at version {version})")]
+    Conflict { id: Uuid, expected: RunState, version: i64 },
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+    #[error("corrupt row in the store: {0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Locked(String),
+    #[error("cannot use {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("unsupported database url '{0}' (use sqlite://PATH or postgres://…)")]
+    UnsupportedUrl(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+pub use Result as StoreResult;
+
+/// Which runs `list_runs` returns.
+#[derive(Clone, Debug, Default)]
+pub struct RunFilter {
+    pub state: Option<RunState>,
+    pub limit: Option<i64>,
+}
+
+/// Held while a daemon owns the store; dropping it lets another daemon start.
+pub struct DaemonLock {
+    _held: Box<dyn std::any::Any + Send + Sync>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// `sqlite` or `postgres`, for messages.
+    fn backend(&self) -> &'static str;
+
+    /// Inserts a pending run with its (pending) stages and a `submitted` event.
+    async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()>;
+    async fn run(&self, id: Uuid) -> Result<Option<Run>>;
+    /// Runs whose id starts with `prefix` (hex digits and dashes only), at most `limit`.
+    async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;
+    /// Runs newest first, or pending runs in queue order when filtering on `pending`.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>>;
+    /// Runs a daemon must look after: not terminal, or with a stage that may still be alive.
+    async fn supervised_runs(&self) -> Result<Vec<Run>>;
+    /// Pending runs in claim order: priority (highest first), then submission.
+    async fn pending_runs(&self, limit: i64) -> Result<Vec<Run>>;
+
+    /// Moves `run` by `event` if it is still in the state and version it was read at, writing
+    /// the event row in the same transaction. `params` replaces the run's params when given.
+    async fn transition(&self, run: &Run, event: RunEvent, reason: Option<&str>, params: Option<&crate::model::RunParams>) -> Result<Run>;
+
+    async fn stages(&self, run_id: Uuid) -> Result<Vec<Stage>>;
+    /// Writes a stage's row (and an event about it, in the same transaction).
+    async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()>;
+
+    async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()>;
+    /// Events of a run with id greater than `after`, oldest first.
+    async fn events(&self, run_id: Uuid, after: i64) -> Result<Vec<Event>>;
+
+    /// Takes the store's daemon lock, or says who holds it.
+    async fn lock_daemon(&self) -> Result<DaemonLock>;
+}
+
+/// Where the store is: the embedded default, or a database URL.
+#[derive(Clone, Debug)]
+pub enum StoreLocation {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// `url` when given (`sqlite://PATH`, `postgres://…`), else the SQLite file in `home`.
+    pub fn resolve(url: Option<&str>, home: &Path) -> Result<StoreLocation> {
+        match url {
+            None => Ok(StoreLocation::Sqlite(home.join("lachesis.db"))),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(StoreLocation::Postgres(url.to_string()))
+            }
+            Some(url) => match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+                Some(path) if !path.is_empty() => Ok(StoreLocation::Sqlite(PathBuf::from(path))),
+                _ => Err(StoreError::UnsupportedUrl(url.to_string())),
+            },
+        }
+    }
+}
+
+/// Opens (creating and migrating if needed) the store at `location`.
+pub async fn open(location: &StoreLocation) -> Result<SqlStore> {
+    match location {
+        StoreLocation::Sqlite(path) => sqlite::open(path).await,
+        StoreLocation::Postgres(url) => postgres::open(url).await,
+    }
+}

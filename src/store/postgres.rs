@@ -1,0 +1,52 @@
+//! PostgreSQL, for a store shared beyond one machine. The daemon lock is a session-level
+//! advisory lock held on a connection of its own, so it goes away with the daemon's session.
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, Connection, Row};
+
+use super::sql::{Backend, SqlStore};
+use super::{DaemonLock, Result, StoreError};
+
+/// Arbitrary but fixed: the advisory lock key that means "a lachesis daemon owns this database".
+const DAEMON_LOCK_KEY: i64 = 0x6c61_6368_6573_6973; // "lachesis"
+
+pub(super) async fn open(url: &str) -> Result<SqlStore> {
+    sqlx::any::install_default_drivers();
+    let target = redact(url);
+    let options: AnyConnectOptions =
+        url.parse().map_err(|source| StoreError::Open { target: target.clone(), source })?;
+    let pool = AnyPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(std::time::Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .map_err(|source| StoreError::Open { target, source })?;
+    // sqlx takes an advisory lock of its own around PostgreSQL migrations.
+    sqlx::migrate!("migrations/postgres").run(&pool).await?;
+    Ok(SqlStore::new(pool, Backend::Postgres))
+}
+
+pub(super) async fn lock_daemon(pool: &AnyPool) -> Result<DaemonLock> {
+    // Detached from the pool: returning it would hand the lock to whoever borrows it next.
+    let mut conn = pool.acquire().await?.detach();
+    let row = sqlx::query("SELECT pg_try_advisory_lock($1) AS locked").bind(DAEMON_LOCK_KEY).fetch_one(&mut conn).await?;
+    if !row.try_get::<bool, _>("locked")? {
+        let _ = conn.close().await;
+        return Err(StoreError::Locked("another lachesis daemon is already running on this PostgreSQL database".into()));
+    }
+    Ok(DaemonLock { _held: Box::new(std::sync::Mutex::new(conn)) })
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

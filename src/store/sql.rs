@@ -1,0 +1,376 @@
+//! The queries, once, in SQL that SQLite and PostgreSQL both accept (`$N` parameters,
+//! `RETURNING`, integers for times).
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row};
+use uuid::Uuid;
+
+use super::{DaemonLock, Result, RunFilter, Store, StoreError, postgres, sqlite};
+use crate::model::{
+    Event, EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, now_millis,
+};
+use crate::transitions::{self, RunEvent};
+
+pub(super) enum Backend {
+    Sqlite { lock_path: PathBuf },
+    Postgres,
+}
+
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// `SELECT <every run column> FROM runs <rest>`, as a `'static` string: sqlx 0.9 takes dynamic
+/// SQL only wrapped in `AssertSqlSafe`, and these never need to be dynamic.
+macro_rules! select_runs {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, ",
+            "started_at, ended_at, reason, run_dir, spec, params FROM runs ",
+            $rest
+        )
+    };
+}
+
+impl SqlStore {
+    pub(super) fn new(pool: AnyPool, backend: Backend) -> SqlStore {
+        SqlStore { pool, backend }
+    }
+
+    async fn query_runs(&self, sql: &'static str, binds: &[&str], limit: i64) -> Result<Vec<Run>> {
+        let mut query = sqlx::query(sql);
+        for bind in binds {
+            query = query.bind(*bind);
+        }
+        let rows = query.bind(limit).fetch_all(&self.pool).await?;
+        rows.iter().map(run_from_row).collect()
+    }
+}
+
+fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("store values serialize")
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+fn run_from_row(row: &AnyRow) -> Result<Run> {
+    let id: String = row.try_get("id")?;
+    let state: String = row.try_get("state")?;
+    let spec: String = row.try_get("spec")?;
+    let params: String = row.try_get("params")?;
+    Ok(Run {
+        id: Uuid::parse_str(&id).map_err(|e| corrupt(format!("run id {id}: {e}")))?,
+        workflow: row.try_get("workflow")?,
+        env_name: row.try_get("env_name")?,
+        state: state.parse().map_err(corrupt)?,
+        version: row.try_get("version")?,
+        priority: row.try_get("priority")?,
+        attempt: row.try_get("attempt")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        reason: row.try_get("reason")?,
+        run_dir: PathBuf::from(row.try_get::<String, _>("run_dir")?),
+        spec: from_json(&spec, "workflow snapshot")?,
+        params: from_json(&params, "run params")?,
+    })
+}
+
+fn stage_from_row(row: &AnyRow) -> Result<Stage> {
+    let run_id: String = row.try_get("run_id")?;
+    let state: String = row.try_get("state")?;
+    let identity = |column: &str| -> Result<Option<ProcessIdentity>> {
+        row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
+    };
+    let exit = match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
+        (Some(code), _) => Some(ExitStatus::Code(code as i32)),
+        (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
+        (None, None) => None,
+    };
+    Ok(Stage {
+        run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
+        idx: row.try_get("idx")?,
+        name: row.try_get("name")?,
+        state: state.parse().map_err(corrupt)?,
+        shim: identity("shim")?,
+        process: identity("process")?,
+        started_at: row.try_get("started_at")?,
+        ready_at: row.try_get("ready_at")?,
+        ended_at: row.try_get("ended_at")?,
+        exit,
+        log_path: PathBuf::from(row.try_get::<String, _>("log_path")?),
+    })
+}
+
+fn event_from_row(row: &AnyRow) -> Result<Event> {
+    let run_id: String = row.try_get("run_id")?;
+    let kind: String = row.try_get("kind")?;
+    let state = |column: &str| -> Result<Option<RunState>> {
+        row.try_get::<Option<String>, _>(column)?.map(|s| s.parse().map_err(corrupt)).transpose()
+    };
+    Ok(Event {
+        id: row.try_get("id")?,
+        run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
+        at: row.try_get("at")?,
+        kind: kind.parse().map_err(corrupt)?,
+        from_state: state("from_state")?,
+        to_state: state("to_state")?,
+        stage: row.try_get("stage")?,
+        message: row.try_get("message")?,
+    })
+}
+
+const INSERT_EVENT: &str =
+    "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+async fn insert_event<'c, E>(
+    executor: E,
+    run_id: Uuid,
+    kind: EventKind,
+    states: Option<(RunState, RunState)>,
+    stage: Option<&str>,
+    message: &str,
+) -> Result<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    sqlx::query(INSERT_EVENT)
+        .bind(run_id.to_string())
+        .bind(now_millis())
+        .bind(kind.as_str())
+        .bind(states.map(|s| s.0.as_str()))
+        .bind(states.map(|s| s.1.as_str()))
+        .bind(stage)
+        .bind(message)
+        .execute(executor)
+        .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite { .. } => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO runs (id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, \
+             started_at, ended_at, reason, run_dir, spec, params) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        )
+        .bind(run.id.to_string())
+        .bind(&run.workflow)
+        .bind(run.env_name.as_deref())
+        .bind(run.state.as_str())
+        .bind(run.version)
+        .bind(run.priority)
+        .bind(run.attempt)
+        .bind(run.created_at)
+        .bind(run.updated_at)
+        .bind(run.started_at)
+        .bind(run.ended_at)
+        .bind(run.reason.as_deref())
+        .bind(run.run_dir.to_string_lossy().into_owned())
+        .bind(json(&run.spec))
+        .bind(json(&run.params))
+        .execute(&mut *tx)
+        .await?;
+        for stage in stages {
+            sqlx::query(
+                "INSERT INTO stages (run_id, idx, name, state, log_path) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(stage.run_id.to_string())
+            .bind(stage.idx)
+            .bind(&stage.name)
+            .bind(stage.state.as_str())
+            .bind(stage.log_path.to_string_lossy().into_owned())
+            .execute(&mut *tx)
+            .await?;
+        }
+        let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
+        insert_event(&mut *tx, run.id, EventKind::Note, None, None, &message).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn run(&self, id: Uuid) -> Result<Option<Run>> {
+        let row = sqlx::query(select_runs!("WHERE id = $1"))
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>> {
+        // Only hex and dashes reach LIKE, so `%` and `_` in the input can't widen the match.
+        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Ok(Vec::new());
+        }
+        let pattern = format!("{}%", prefix.to_ascii_lowercase());
+        self.query_runs(select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), &[&pattern], limit)
+            .await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>> {
+        let limit = filter.limit.unwrap_or(i64::MAX);
+        match filter.state {
+            Some(RunState::Pending) => self.pending_runs(limit).await,
+            Some(state) => {
+                self.query_runs(
+                    select_runs!("WHERE state = $1 ORDER BY seq DESC LIMIT $2"),
+                    &[state.as_str()],
+                    limit,
+                )
+                .await
+            }
+            None => self.query_runs(select_runs!("ORDER BY seq DESC LIMIT $1"), &[], limit).await,
+        }
+    }
+
+    async fn supervised_runs(&self) -> Result<Vec<Run>> {
+        self.query_runs(
+            select_runs!("WHERE state IN ('starting', 'running', 'stopping') \
+                 OR (state IN ('stopped', 'completed', 'failed') AND EXISTS (SELECT 1 FROM stages \
+                 WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up'))) \
+                 ORDER BY seq LIMIT $1"),
+            &[],
+            i64::MAX,
+        )
+        .await
+    }
+
+    async fn pending_runs(&self, limit: i64) -> Result<Vec<Run>> {
+        self.query_runs(
+            select_runs!("WHERE state = 'pending' ORDER BY priority DESC, seq LIMIT $1"),
+            &[],
+            limit,
+        )
+        .await
+    }
+
+    async fn transition(&self, run: &Run, event: RunEvent, reason: Option<&str>, params: Option<&RunParams>) -> Result<Run> {
+        let to = transitions::next(run.state, event)?;
+        let now = now_millis();
+        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
+        let ended_at = if to.is_terminal() { Some(now) } else { run.ended_at };
+        let reason = reason.map(str::to_string).or_else(|| run.reason.clone());
+        let params = params.unwrap_or(&run.params);
+
+        let mut tx = self.pool.begin().await?;
+        // The update comes first, so SQLite takes its write lock before reading anything.
+        let updated = sqlx::query(
+            "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
+             reason = $5, params = $6 WHERE id = $7 AND state = $8 AND version = $9",
+        )
+        .bind(to.as_str())
+        .bind(now)
+        .bind(started_at)
+        .bind(ended_at)
+        .bind(reason.as_deref())
+        .bind(json(params))
+        .bind(run.id.to_string())
+        .bind(run.state.as_str())
+        .bind(run.version)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            return Err(StoreError::Conflict { id: run.id, expected: run.state, version: run.version });
+        }
+        let message = match &reason {
+            Some(reason) if to != RunState::Starting && to != RunState::Running => format!("{event}: {reason}"),
+            _ => event.to_string(),
+        };
+        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
+        tx.commit().await?;
+        Ok(Run {
+            state: to,
+            version: run.version + 1,
+            updated_at: now,
+            started_at,
+            ended_at,
+            reason,
+            params: params.clone(),
+            ..run.clone()
+        })
+    }
+
+    async fn stages(&self, run_id: Uuid) -> Result<Vec<Stage>> {
+        let rows = sqlx::query(
+            "SELECT run_id, idx, name, state, shim, process, started_at, ready_at, ended_at, exit_code, exit_signal, \
+             log_path FROM stages WHERE run_id = $1 ORDER BY idx",
+        )
+        .bind(run_id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(stage_from_row).collect()
+    }
+
+    async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()> {
+        let (code, signal) = match stage.exit {
+            Some(ExitStatus::Code(code)) => (Some(code as i64), None),
+            Some(ExitStatus::Signal(signal)) => (None, Some(signal as i64)),
+            None => (None, None),
+        };
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
+             exit_code = $7, exit_signal = $8 WHERE run_id = $9 AND idx = $10",
+        )
+        .bind(stage.state.as_str())
+        .bind(stage.shim.as_ref().map(json))
+        .bind(stage.process.as_ref().map(json))
+        .bind(stage.started_at)
+        .bind(stage.ready_at)
+        .bind(stage.ended_at)
+        .bind(code)
+        .bind(signal)
+        .bind(stage.run_id.to_string())
+        .bind(stage.idx)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(event) = event {
+            insert_event(&mut *tx, stage.run_id, event.kind, None, event.stage.as_deref(), &event.message).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()> {
+        insert_event(&self.pool, run_id, event.kind, None, event.stage.as_deref(), &event.message).await
+    }
+
+    async fn events(&self, run_id: Uuid, after: i64) -> Result<Vec<Event>> {
+        let rows = sqlx::query(
+            "SELECT id, run_id, at, kind, from_state, to_state, stage, message FROM events \
+             WHERE run_id = $1 AND id > $2 ORDER BY id",
+        )
+        .bind(run_id.to_string())
+        .bind(after)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn lock_daemon(&self) -> Result<DaemonLock> {
+        match &self.backend {
+            Backend::Sqlite { lock_path } => sqlite::lock_daemon(lock_path),
+            Backend::Postgres => postgres::lock_daemon(&self.pool).await,
+        }
+    }
+}

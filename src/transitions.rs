@@ -1,0 +1,173 @@
+//! The run state machine: the one table of legal moves. Pure; the store applies a move with a
+//! conditional write, so this module decides *whether*, never *when*.
+//!
+//! ```text
+//! pending ──claim──▶ starting ──all stages up──▶ running ──complete──▶ completed
+//!    │                  │  │                       │  └──fail──▶ failed
+//!    │                  │  └──fail──▶ failed       │
+//!    │                  └──stop──▶ stopping ◀──stop──┘
+//!    └──cancel──▶ stopped            stopping ──all stages gone──▶ stopped
+//! ```
+
+use std::fmt;
+
+use crate::model::RunState;
+
+/// What can happen to a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunEvent {
+    /// A daemon took a pending run and is about to start its first stage.
+    Claim,
+    /// A pending run was stopped before it started.
+    Cancel,
+    /// The last stage came up.
+    AllStagesUp,
+    /// The completion rule says the run succeeded.
+    Complete,
+    /// A stage failed to start, exited when it should not have, or vanished.
+    Fail,
+    /// Someone asked a started run to stop.
+    Stop,
+    /// Every stage of a stopping run is gone.
+    AllStagesGone,
+}
+
+impl RunEvent {
+    pub const ALL: [RunEvent; 7] = [
+        RunEvent::Claim,
+        RunEvent::Cancel,
+        RunEvent::AllStagesUp,
+        RunEvent::Complete,
+        RunEvent::Fail,
+        RunEvent::Stop,
+        RunEvent::AllStagesGone,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunEvent::Claim => "claim",
+            RunEvent::Cancel => "cancel",
+            RunEvent::AllStagesUp => "all stages up",
+            RunEvent::Complete => "complete",
+            RunEvent::Fail => "fail",
+            RunEvent::Stop => "stop",
+            RunEvent::AllStagesGone => "all stages gone",
+        }
+    }
+}
+
+impl fmt::Display for RunEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a {from} run cannot {event}")]
+pub struct IllegalTransition {
+    pub from: RunState,
+    pub event: RunEvent,
+}
+
+/// The state `event` moves a run in state `from` to, or why it can't.
+pub fn next(from: RunState, event: RunEvent) -> Result<RunState, IllegalTransition> {
+    use RunEvent as E;
+    use RunState as S;
+    let to = match (from, event) {
+        (S::Pending, E::Claim) => S::Starting,
+        (S::Pending, E::Cancel) => S::Stopped,
+        (S::Starting, E::AllStagesUp) => S::Running,
+        (S::Starting | S::Running, E::Fail) => S::Failed,
+        (S::Running, E::Complete) => S::Completed,
+        (S::Starting | S::Running, E::Stop) => S::Stopping,
+        (S::Stopping, E::AllStagesGone) => S::Stopped,
+        _ => return Err(IllegalTransition { from, event }),
+    };
+    Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use RunEvent as E;
+    use RunState as S;
+
+    /// The whole table, written out: every (state, event) pair not listed here must be refused.
+    const LEGAL: [(RunState, RunEvent, RunState); 9] = [
+        (S::Pending, E::Claim, S::Starting),
+        (S::Pending, E::Cancel, S::Stopped),
+        (S::Starting, E::AllStagesUp, S::Running),
+        (S::Starting, E::Fail, S::Failed),
+        (S::Starting, E::Stop, S::Stopping),
+        (S::Running, E::Complete, S::Completed),
+        (S::Running, E::Fail, S::Failed),
+        (S::Running, E::Stop, S::Stopping),
+        (S::Stopping, E::AllStagesGone, S::Stopped),
+    ];
+
+    #[test]
+    fn every_pair_is_either_listed_or_refused() {
+        for from in RunState::ALL {
+            for event in RunEvent::ALL {
+                let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == event).map(|t| t.2);
+                match (next(from, event), expected) {
+                    (Ok(to), Some(want)) => assert_eq!(to, want, "{from} --{event}-->"),
+                    (Err(err), None) => assert_eq!(err, IllegalTransition { from, event }),
+                    (got, want) => panic!("{from} --{event}--> gave {got:?}, table says {want:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_states_accept_nothing() {
+        for from in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for event in RunEvent::ALL {
+                assert!(next(from, event).is_err(), "{from} accepted {event}");
+            }
+        }
+    }
+
+    #[test]
+    fn illegal_transition_reads_after_failed_to() {
+        let err = next(S::Completed, E::Stop).unwrap_err();
+        assert_eq!(err.to_string(), "a completed run cannot stop");
+    }
+
+    fn any_event() -> impl Strategy<Value = RunEvent> {
+        prop::sample::select(RunEvent::ALL.to_vec())
+    }
+
+    proptest! {
+        /// Random event sequences: a run only ever moves forward, reaches at most one terminal
+        /// state and never leaves it, and refused events leave the state unchanged.
+        #[test]
+        fn random_sequences_respect_the_lifecycle(events in prop::collection::vec(any_event(), 0..40)) {
+            let rank = |s: RunState| match s {
+                S::Pending => 0,
+                S::Starting => 1,
+                S::Running => 2,
+                S::Stopping => 3,
+                S::Stopped | S::Completed | S::Failed => 4,
+            };
+            let mut state = S::Pending;
+            let mut visited = vec![state];
+            for event in events {
+                match next(state, event) {
+                    Ok(to) => {
+                        prop_assert!(!state.is_terminal());
+                        prop_assert!(rank(to) > rank(state), "{} -> {} went backwards", state, to);
+                        state = to;
+                        visited.push(state);
+                    }
+                    Err(err) => prop_assert_eq!(err.from, state),
+                }
+            }
+            prop_assert!(visited.iter().filter(|s| s.is_terminal()).count() <= 1);
+            // Reaching `running` always went through `starting`; `stopping` through a started state.
+            if visited.contains(&S::Running) { prop_assert!(visited.contains(&S::Starting)); }
+            if visited.contains(&S::Completed) { prop_assert!(visited.contains(&S::Running)); }
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! Workflows: the YAML that says which processes a run starts, in which order, how to tell they
+//! are up, what they hold exclusively and when the run is over.
+
+mod catalog;
+pub mod template;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use catalog::{Catalog, CatalogError};
+use template::TemplateError;
+
+/// Template variables every workflow may use, filled in by lachesis.
+pub const BUILTIN_VARS: &[&str] =
+    &["run_id", "run_dir", "config_path", "env_file", "env_name", "python", "workflow_dir", "home"];
+
+/// Default wait for a stage with a probe and no delay.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workflow {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// The workflow used when a surface names none.
+    #[serde(default)]
+    pub default: bool,
+    /// Environment variables a run needs (API keys); never stored, only checked for presence.
+    #[serde(default)]
+    pub credentials: Vec<String>,
+    /// Exclusive resources beyond the fixed ports (e.g. `gpu:0`).
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Named ports: a number is fixed and held exclusively; `auto` picks a free one per run.
+    #[serde(default)]
+    pub ports: BTreeMap<String, PortSpec>,
+    /// Variables with defaults, overridable per run with `--var name=value`.
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+    pub stages: Vec<StageSpec>,
+    #[serde(default)]
+    pub completion: Completion,
+    /// SIGTERM-to-SIGKILL grace when stopping a stage; the daemon's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_grace: Option<Dur>,
+    /// Infrastructure settings tools and agents may not change (the locked profile).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub locked: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PortSpec {
+    Fixed(u16),
+    Auto(AutoPort),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoPort {
+    Auto,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    pub name: String,
+    /// Program and arguments; no shell is involved.
+    pub argv: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Log file, relative to the run directory; `{name}.log` by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+    /// The stage counts as up after this long, unless its probe answers first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_delay: Option<Dur>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Probe>,
+    /// How long a probe may take to answer when there is no delay to fall back on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timeout: Option<Dur>,
+}
+
+/// Written `{http: URL}` or `{tcp: HOST:PORT}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum Probe {
+    /// GET this URL; any 2xx answer means up.
+    Http { http: String },
+    /// Connect to this `host:port`.
+    Tcp { tcp: String },
+}
+
+/// Which stage exits decide the run. When one of `stages` exits, the run completes (exit 0) or
+/// fails (anything else); any other stage exiting while the run is up fails it. Empty means the
+/// last stage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Completion {
+    #[serde(default)]
+    pub stages: Vec<String>,
+}
+
+/// A duration written as `500ms`, `5s`, `2m`, `1h`, or a number of seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        if ms % 1000 != 0 {
+            write!(f, "{ms}ms")
+        } else {
+            write!(f, "{}s", ms / 1000)
+        }
+    }
+}
+
+impl std::str::FromStr for Dur {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+        let (number, unit) = s.split_at(split);
+        let value: f64 = number.parse().map_err(|_| format!("'{s}' is not a duration (e.g. 500ms, 5s, 2m)"))?;
+        let scale = match unit.trim() {
+            "ms" => 0.001,
+            "" | "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            other => return Err(format!("unknown duration unit '{other}' in '{s}' (use ms, s, m or h)")),
+        };
+        Ok(Dur(Duration::from_secs_f64(value * scale)))
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Seconds(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Seconds(secs) if secs >= 0.0 && secs.is_finite() => Ok(Dur(Duration::from_secs_f64(secs))),
+            Raw::Seconds(secs) => Err(serde::de::Error::custom(format!("{secs} is not a duration"))),
+            Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A workflow file that can't be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {field}: {problem}", file.display())]
+pub struct InvalidWorkflow {
+    pub file: PathBuf,
+    /// Where in the file, e.g. `stages[1].argv` or `line 4`.
+    pub field: String,
+    pub problem: String,
+}
+
+impl Workflow {
+    /// Parses and validates one workflow file's text.
+    pub fn parse(file: &Path, text: &str) -> Result<Workflow, InvalidWorkflow> {
+        let workflow: Workflow = crate::yaml::from_str(text).map_err(|err| InvalidWorkflow {
+            file: file.to_path_buf(),
+            field: err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}")),
+            problem: err.message,
+        })?;
+        workflow.validate().map_err(|(field, problem)| InvalidWorkflow { file: file.to_path_buf(), field, problem })?;
+        Ok(workflow)
+    }
+
+    /// Every placeholder a template of this workflow may use.
+    pub fn known_vars(&self) -> Vec<String> {
+        let mut known: Vec<String> = BUILTIN_VARS.iter().map(|s| s.to_string()).collect();
+        known.extend(self.vars.keys().cloned());
+        known.extend(self.ports.keys().map(|p| format!("port.{p}")));
+        known
+    }
+
+    /// Checks everything that can be checked before a run exists; errors are (field, problem).
+    fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |field: &str, problem: String| Err((field.to_string(), problem));
+        if !is_simple_name(&self.name) {
+            return bad("name", format!("'{}' must be letters, digits, '-' or '_'", self.name));
+        }
+        if self.stages.is_empty() {
+            return bad("stages", "a workflow needs at least one stage".into());
+        }
+        for cred in &self.credentials {
+            if cred.is_empty() || !cred.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return bad("credentials", format!("'{cred}' is not an environment variable name"));
+            }
+        }
+        for (name, port) in &self.ports {
+            if !is_simple_name(name) {
+                return bad(&format!("ports.{name}"), "port names must be letters, digits, '-' or '_'".into());
+            }
+            if *port == PortSpec::Fixed(0) {
+                return bad(&format!("ports.{name}"), "port 0 is not a port (use `auto` to pick a free one)".into());
+            }
+        }
+        for (name, value) in &self.vars {
+            if BUILTIN_VARS.contains(&name.as_str()) {
+                return bad(&format!("vars.{name}"), "this name is set by lachesis and can't be redefined".into());
+            }
+            if let Err(err) = template::variables(value) {
+                return bad(&format!("vars.{name}"), err.to_string());
+            }
+        }
+        let known = self.known_vars();
+        let mut names = BTreeSet::new();
+        for (i, stage) in self.stages.iter().enumerate() {
+            let at = |field: &str| format!("stages[{i}]{field}");
+            if !is_simple_name(&stage.name) {
+                return bad(&at(".name"), format!("'{}' must be letters, digits, '-' or '_'", stage.name));
+            }
+            if !names.insert(stage.name.as_str()) {
+                return bad(&at(".name"), format!("another stage is already called '{}'", stage.name));
+            }
+            if stage.argv.first().is_none_or(|program| program.trim().is_empty()) {
+                return bad(&at(".argv"), "must name a program to run".into());
+            }
+            for (j, arg) in stage.argv.iter().enumerate() {
+                template::check(arg, &known).or_else(|e| bad(&at(&format!(".argv[{j}]")), e.to_string()))?;
+            }
+            for (field, text) in [("cwd", &stage.cwd), ("log", &stage.log)] {
+                if let Some(text) = text {
+                    template::check(text, &known).or_else(|e| bad(&at(&format!(".{field}")), e.to_string()))?;
+                }
+            }
+            for (key, value) in &stage.env {
+                template::check(value, &known).or_else(|e| bad(&at(&format!(".env.{key}")), e.to_string()))?;
+            }
+            match &stage.probe {
+                Some(Probe::Http { http: url }) => {
+                    template::check(url, &known).or_else(|e| bad(&at(".probe.http"), e.to_string()))?;
+                    if !url.starts_with("http://") {
+                        return bad(&at(".probe.http"), format!("'{url}' must be an http:// URL"));
+                    }
+                }
+                Some(Probe::Tcp { tcp: addr }) => {
+                    template::check(addr, &known).or_else(|e| bad(&at(".probe.tcp"), e.to_string()))?;
+                    if !addr.contains(':') {
+                        return bad(&at(".probe.tcp"), format!("'{addr}' must be host:port"));
+                    }
+                }
+                None => {}
+            }
+            if let (Some(delay), Some(timeout)) = (stage.start_delay, stage.start_timeout)
+                && delay > timeout
+            {
+                return bad(&at(".start_timeout"), format!("{timeout} is shorter than the start delay {delay}"));
+            }
+        }
+        for name in &self.completion.stages {
+            if !names.contains(name.as_str()) {
+                return bad("completion.stages", format!("no stage is called '{name}'"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The stages whose exit decides the run.
+    pub fn deciding_stages(&self) -> Vec<&str> {
+        if self.completion.stages.is_empty() {
+            self.stages.last().map(|s| vec![s.name.as_str()]).unwrap_or_default()
+        } else {
+            self.completion.stages.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// Whether any template of this workflow refers to `var`.
+    pub fn uses_var(&self, var: &str) -> bool {
+        let mentions = |text: &str| template::variables(text).is_ok_and(|vars| vars.contains(&var));
+        self.stages.iter().any(|stage| {
+            stage.argv.iter().any(|a| mentions(a))
+                || stage.cwd.as_deref().is_some_and(mentions)
+                || stage.env.values().any(|v| mentions(v))
+        }) || self.vars.values().any(|v| mentions(v))
+    }
+
+    /// The exclusive resources a run holds, given its resolved ports.
+    pub fn resources(&self, ports: &BTreeMap<String, u16>) -> BTreeSet<String> {
+        let mut held: BTreeSet<String> = self.resources.iter().cloned().collect();
+        held.extend(ports.values().map(|p| format!("port:{p}")));
+        held
+    }
+}
+
+fn is_simple_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
+/// A stage with every placeholder filled in: what the launcher needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StagePlan {
+    pub name: String,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub log_path: PathBuf,
+    pub start_delay: Option<Duration>,
+    pub probe: Option<Probe>,
+    pub start_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("stage '{stage}': {source}")]
+pub struct PlanError {
+    pub stage: String,
+    #[source]
+    pub source: TemplateError,
+}
+
+impl StageSpec {
+    /// Fills the placeholders with `vars` (which must already hold every variable's value).
+    pub fn plan(&self, vars: &BTreeMap<String, String>, run_dir: &Path) -> Result<StagePlan, PlanError> {
+        let fill = |text: &str| {
+            template::expand(text, vars).map_err(|source| PlanError { stage: self.name.clone(), source })
+        };
+        let argv = self.argv.iter().map(|a| fill(a)).collect::<Result<Vec<_>, _>>()?;
+        let cwd = match &self.cwd {
+            Some(cwd) => expand_home(&fill(cwd)?),
+            None => run_dir.to_path_buf(),
+        };
+        let env = self.env.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
+        let log = match &self.log {
+            Some(log) => fill(log)?,
+            None => format!("{}.log", self.name),
+        };
+        let probe = match &self.probe {
+            Some(Probe::Http { http }) => Some(Probe::Http { http: fill(http)? }),
+            Some(Probe::Tcp { tcp }) => Some(Probe::Tcp { tcp: fill(tcp)? }),
+            None => None,
+        };
+        Ok(StagePlan {
+            name: self.name.clone(),
+            argv,
+            cwd,
+            env,
+            log_path: run_dir.join(log),
+            start_delay: self.start_delay.map(|d| d.0),
+            probe,
+            start_timeout: self.start_timeout.map_or(DEFAULT_START_TIMEOUT, |d| d.0),
+        })
+    }
+}
+
+/// `~/x` → `$HOME/x`; workflow paths are written for people.
+pub fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Workflow, InvalidWorkflow> {
+        Workflow::parse(Path::new("workflows/t.yaml"), text)
+    }
+
+    const MINIMAL: &str = "name: t\nstages:\n  - name: main\n    argv: [\"true\"]\n";
+
+    #[test]
+    fn parses_a_minimal_workflow_with_defaults() {
+        let wf = parse(MINIMAL).unwrap();
+        assert_eq!(wf.deciding_stages(), vec!["main"]);
+        assert!(wf.resources(&BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn durations_accept_units_and_numbers() {
+        assert_eq!("500ms".parse::<Dur>().unwrap().0, Duration::from_millis(500));
+        assert_eq!("2m".parse::<Dur>().unwrap().0, Duration::from_secs(120));
+        assert_eq!("1.5s".parse::<Dur>().unwrap().0, Duration::from_millis(1500));
+        assert!("5 days".parse::<Dur>().is_err());
+        let wf = parse("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 5}\n").unwrap();
+        assert_eq!(wf.stages[0].start_delay, Some(Dur(Duration::from_secs(5))));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        let cases = [
+            ("name: t\nstages: []\n", "workflows/t.yaml: stages: a workflow needs at least one stage"),
+            ("name: t\nstages:\n  - {name: a, argv: []}\n", "workflows/t.yaml: stages[0].argv: must name a program to run"),
+            (
+                "name: t\nstages:\n  - {name: a, argv: [x, \"{nope}\"]}\n",
+                "workflows/t.yaml: stages[0].argv[1]: unknown variable '{nope}'",
+            ),
+            ("name: t\nstages:\n  - {name: a, argv: [x]}\n  - {name: a, argv: [y]}\n", "stages[1].name: another stage is already called 'a'"),
+            ("name: t\nstages:\n  - {name: a, argv: [x]}\ncompletion: {stages: [b]}\n", "completion.stages: no stage is called 'b'"),
+            ("name: t\nstages:\n  - {name: a, argv: [x], probe: {http: \"localhost:1\"}}\n", "stages[0].probe.http: 'localhost:1' must be an http:// URL"),
+            ("name: t\nports: {api: 0}\nstages:\n  - {name: a, argv: [x]}\n", "ports.api: port 0 is not a port"),
+            ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 10s, start_timeout: 1s}\n", "stages[0].start_timeout: 1s is shorter"),
+        ];
+        for (text, want) in cases {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{err:?} does not contain {want:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_yaml_reports_a_line() {
+        let err = parse("name: t\nstages:\n  - name: a\n   argv: [x\n").unwrap_err();
+        assert!(err.field.starts_with("line "), "{err}");
+        let err = parse("name: t\nstages:\n  - {name: a, arg: [x]}\n").unwrap_err();
+        assert!(err.problem.contains("unknown field `arg`"), "{err}");
+    }
+
+    #[test]
+    fn plans_expand_every_field_and_ports_become_resources() {
+        let wf = parse(
+            "name: t\nports: {api: 8000, other: auto}\nvars: {root: /srv}\nstages:\n  - name: api\n    argv: [run-api, --port, \"{port.api}\"]\n    cwd: \"{root}\"\n    env: {RUN: \"{run_id}\"}\n    probe: {http: \"http://127.0.0.1:{port.api}/\"}\n",
+        )
+        .unwrap();
+        let vars: BTreeMap<String, String> =
+            [("root", "/srv"), ("run_id", "r1"), ("port.api", "8000")].into_iter().map(|(a, b)| (a.into(), b.into())).collect();
+        let plan = wf.stages[0].plan(&vars, Path::new("/runs/r1")).unwrap();
+        assert_eq!(plan.argv, ["run-api", "--port", "8000"]);
+        assert_eq!(plan.cwd, PathBuf::from("/srv"));
+        assert_eq!(plan.env["RUN"], "r1");
+        assert_eq!(plan.log_path, PathBuf::from("/runs/r1/api.log"));
+        assert_eq!(plan.probe, Some(Probe::Http { http: "http://127.0.0.1:8000/".into() }));
+        let ports = BTreeMap::from([("api".to_string(), 8000u16), ("other".to_string(), 40123u16)]);
+        assert_eq!(wf.resources(&ports), BTreeSet::from(["port:8000".to_string(), "port:40123".to_string()]));
+    }
+
+    #[test]
+    fn snapshots_round_trip_through_json() {
+        let wf = parse("name: t\nstop_grace: 3s\nports: {a: auto, b: 9}\nstages:\n  - {name: a, argv: [x], start_delay: 250ms, probe: {tcp: \"127.0.0.1:9\"}}\n").unwrap();
+        let json = serde_json::to_string(&wf).unwrap();
+        assert_eq!(serde_json::from_str::<Workflow>(&json).unwrap(), wf);
+    }
+}
