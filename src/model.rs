@@ -54,7 +54,10 @@ impl RunState {
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, RunState::Stopped | RunState::Completed | RunState::Failed)
+        matches!(
+            self,
+            RunState::Stopped | RunState::Completed | RunState::Failed
+        )
     }
 }
 
@@ -65,7 +68,9 @@ impl fmt::Display for RunState {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown state '{0}' (expected one of: pending, starting, running, stopping, stopped, completed, failed)")]
+#[error(
+    "unknown state '{0}' (expected one of: pending, starting, running, stopping, stopped, completed, failed)"
+)]
 pub struct UnknownState(pub String);
 
 impl FromStr for RunState {
@@ -164,7 +169,10 @@ impl StageState {
 
     /// A process may exist for this stage (or is about to).
     pub fn is_live(self) -> bool {
-        matches!(self, StageState::Spawning | StageState::Starting | StageState::Up)
+        matches!(
+            self,
+            StageState::Spawning | StageState::Starting | StageState::Up
+        )
     }
 }
 
@@ -302,10 +310,18 @@ pub struct NewEvent {
 
 impl NewEvent {
     pub fn stage(stage: &str, message: impl Into<String>) -> Self {
-        NewEvent { kind: EventKind::Stage, stage: Some(stage.to_string()), message: message.into() }
+        NewEvent {
+            kind: EventKind::Stage,
+            stage: Some(stage.to_string()),
+            message: message.into(),
+        }
     }
 
     pub fn note(message: impl Into<String>) -> Self {
-        NewEvent { kind: EventKind::Note, stage: None, message: message.into() }
+        NewEvent {
+            kind: EventKind::Note,
+            stage: None,
+            message: message.into(),
+        }
     }
 }

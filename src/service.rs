@@ -19,17 +19,28 @@ pub enum ServiceError {
     #[error("no run matches '{0}'")]
     UnknownRun(String),
     #[error("'{prefix}' matches several runs: {} (give more of the id)", candidates.join(", "))]
-    AmbiguousRun { prefix: String, candidates: Vec<String> },
+    AmbiguousRun {
+        prefix: String,
+        candidates: Vec<String>,
+    },
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("workflow '{workflow}' needs {} in the environment (not set: {})", wanted.join(", "), missing.join(", "))]
-    MissingCredentials { workflow: String, wanted: Vec<String>, missing: Vec<String> },
+    MissingCredentials {
+        workflow: String,
+        wanted: Vec<String>,
+        missing: Vec<String>,
+    },
     #[error("workflow '{0}' runs an environment: pass --env NAME (or select one)")]
     NeedsEnvironment(String),
     #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
-    UnknownVar { name: String, workflow: String, known: String },
+    UnknownVar {
+        name: String,
+        workflow: String,
+        known: String,
+    },
     #[error("invalid {what} '{text}': expected NAME=VALUE")]
     BadAssignment { what: &'static str, text: String },
     #[error("workflow '{workflow}': {problem}")]
@@ -104,18 +115,33 @@ pub struct Service {
 impl Service {
     pub async fn open(settings: Settings) -> Result<Service> {
         let store = crate::store::open(&settings.store_location()?).await?;
-        Ok(Service { settings, store: Arc::new(store) })
+        Ok(Service {
+            settings,
+            store: Arc::new(store),
+        })
     }
 
     /// Validates everything a run needs, then writes it as pending in one transaction and
     /// wakes the daemon. Nothing is written when anything is wrong.
     pub async fn submit(&self, request: SubmitRequest) -> Result<Run> {
         let catalog = self.settings.catalog()?;
-        let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
+        let name = request
+            .workflow
+            .clone()
+            .unwrap_or_else(|| catalog.default_name());
         let spec = catalog.load(&name)?;
-        let missing: Vec<String> = spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).cloned().collect();
+        let missing: Vec<String> = spec
+            .credentials
+            .iter()
+            .filter(|c| std::env::var_os(c).is_none())
+            .cloned()
+            .collect();
         if !missing.is_empty() {
-            return Err(ServiceError::MissingCredentials { workflow: name, wanted: spec.credentials.clone(), missing });
+            return Err(ServiceError::MissingCredentials {
+                workflow: name,
+                wanted: spec.credentials.clone(),
+                missing,
+            });
         }
         if spec.uses_var("env_file") && request.env_file.is_none() {
             return Err(ServiceError::NeedsEnvironment(name));
@@ -129,7 +155,12 @@ impl Service {
             trial.insert(format!("port.{port}"), "0".into());
         }
         for stage in &spec.stages {
-            stage.plan(&trial, &run_dir).map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
+            stage
+                .plan(&trial, &run_dir)
+                .map_err(|e| ServiceError::Unplannable {
+                    workflow: name.clone(),
+                    problem: e.to_string(),
+                })?;
         }
         let now = now_millis();
         let run = Run {
@@ -146,7 +177,11 @@ impl Service {
             ended_at: None,
             reason: None,
             run_dir: run_dir.clone(),
-            params: RunParams { vars: request.vars, config: request.config, resolved },
+            params: RunParams {
+                vars: request.vars,
+                config: request.config,
+                resolved,
+            },
             spec,
         };
         let stages: Vec<Stage> = run
@@ -186,9 +221,18 @@ impl Service {
         let mut builtins = BTreeMap::from([
             ("run_id".to_string(), id.to_string()),
             ("run_dir".to_string(), path(run_dir)),
-            ("config_path".to_string(), path(&run_dir.join("config.yaml"))),
-            ("env_file".to_string(), request.env_file.as_deref().map(path).unwrap_or_default()),
-            ("env_name".to_string(), request.env_name.clone().unwrap_or_default()),
+            (
+                "config_path".to_string(),
+                path(&run_dir.join("config.yaml")),
+            ),
+            (
+                "env_file".to_string(),
+                request.env_file.as_deref().map(path).unwrap_or_default(),
+            ),
+            (
+                "env_name".to_string(),
+                request.env_name.clone().unwrap_or_default(),
+            ),
             ("python".to_string(), self.settings.python.clone()),
             ("workflow_dir".to_string(), path(workflow_dir)),
             ("home".to_string(), path(&self.settings.home)),
@@ -196,7 +240,11 @@ impl Service {
         for name in request.vars.keys() {
             if !spec.vars.contains_key(name) && name != "python" {
                 let known = spec.vars.keys().cloned().collect::<Vec<_>>().join(", ");
-                return Err(ServiceError::UnknownVar { name: name.clone(), workflow: spec.name.clone(), known });
+                return Err(ServiceError::UnknownVar {
+                    name: name.clone(),
+                    workflow: spec.name.clone(),
+                    known,
+                });
             }
         }
         if let Some(python) = request.vars.get("python") {
@@ -205,8 +253,12 @@ impl Service {
         let mut resolved = builtins.clone();
         for (name, default) in &spec.vars {
             let raw = request.vars.get(name).unwrap_or(default);
-            let value = crate::workflow::template::expand(raw, &builtins)
-                .map_err(|e| ServiceError::Unplannable { workflow: spec.name.clone(), problem: format!("vars.{name}: {e}") })?;
+            let value = crate::workflow::template::expand(raw, &builtins).map_err(|e| {
+                ServiceError::Unplannable {
+                    workflow: spec.name.clone(),
+                    problem: format!("vars.{name}: {e}"),
+                }
+            })?;
             resolved.insert(name.clone(), value);
         }
         Ok(resolved)
@@ -234,11 +286,20 @@ impl Service {
     pub async fn status(&self, prefix: &str) -> Result<RunStatus> {
         let run = self.resolve(prefix).await?;
         let stages = self.store.stages(run.id).await?;
-        Ok(RunStatus { run: RunSummary::from(&run), stages })
+        Ok(RunStatus {
+            run: RunSummary::from(&run),
+            stages,
+        })
     }
 
     pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
-        Ok(self.store.list_runs(filter).await?.iter().map(RunSummary::from).collect())
+        Ok(self
+            .store
+            .list_runs(filter)
+            .await?
+            .iter()
+            .map(RunSummary::from)
+            .collect())
     }
 
     pub async fn events(&self, prefix: &str) -> Result<(Run, Vec<Event>)> {
@@ -255,9 +316,18 @@ impl Service {
                 RunState::Pending => RunEvent::Cancel,
                 RunState::Starting | RunState::Running => RunEvent::Stop,
                 RunState::Stopping => return Ok(run),
-                state => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state }),
+                state => {
+                    return Err(ServiceError::AlreadyEnded {
+                        id: run.id.to_string(),
+                        state,
+                    });
+                }
             };
-            let reason = if event == RunEvent::Cancel { "cancelled before it started" } else { "stop requested" };
+            let reason = if event == RunEvent::Cancel {
+                "cancelled before it started"
+            } else {
+                "stop requested"
+            };
             match self.store.transition(&run, event, Some(reason), None).await {
                 Ok(moved) => {
                     crate::wake::notify(&self.settings.socket_path());
@@ -265,7 +335,11 @@ impl Service {
                 }
                 // The daemon moved it meanwhile: look again and decide on what is there now.
                 Err(StoreError::Conflict { .. }) => {
-                    run = self.store.run(run.id).await?.ok_or_else(|| ServiceError::UnknownRun(prefix.to_string()))?;
+                    run = self
+                        .store
+                        .run(run.id)
+                        .await?
+                        .ok_or_else(|| ServiceError::UnknownRun(prefix.to_string()))?;
                 }
                 Err(err) => return Err(err.into()),
             }

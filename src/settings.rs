@@ -25,11 +25,17 @@ impl Settings {
             .or_else(|| std::env::var_os("LACHESIS_HOME").map(PathBuf::from))
             .unwrap_or_else(|| crate::workflow::expand_home("~/.lachesis"));
         let home = std::path::absolute(&home).unwrap_or(home);
-        let workflows_dir =
-            std::env::var_os("LACHESIS_WORKFLOWS").map(PathBuf::from).unwrap_or_else(|| home.join("workflows"));
+        let workflows_dir = std::env::var_os("LACHESIS_WORKFLOWS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join("workflows"));
         let workflows_dir = std::path::absolute(&workflows_dir).unwrap_or(workflows_dir);
         let python = std::env::var("LACHESIS_PYTHON").unwrap_or_else(|_| "python3".to_string());
-        Settings { home, database_url, workflows_dir, python }
+        Settings {
+            home,
+            database_url,
+            workflows_dir,
+            python,
+        }
     }
 
     pub fn store_location(&self) -> StoreResult<StoreLocation> {

@@ -89,9 +89,9 @@ pub fn next(from: RunState, event: RunEvent) -> Result<RunState, IllegalTransiti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
     use RunEvent as E;
     use RunState as S;
+    use proptest::prelude::*;
 
     /// The whole table, written out: every (state, event) pair not listed here must be refused.
     const LEGAL: [(RunState, RunEvent, RunState); 9] = [
@@ -110,7 +110,10 @@ mod tests {
     fn every_pair_is_either_listed_or_refused() {
         for from in RunState::ALL {
             for event in RunEvent::ALL {
-                let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == event).map(|t| t.2);
+                let expected = LEGAL
+                    .iter()
+                    .find(|(f, e, _)| *f == from && *e == event)
+                    .map(|t| t.2);
                 match (next(from, event), expected) {
                     (Ok(to), Some(want)) => assert_eq!(to, want, "{from} --{event}-->"),
                     (Err(err), None) => assert_eq!(err, IllegalTransition { from, event }),

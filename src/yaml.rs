@@ -20,5 +20,8 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
 }
 
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, YamlError> {
-    serde_yaml::to_string(value).map_err(|err| YamlError { line: None, message: err.to_string() })
+    serde_yaml::to_string(value).map_err(|err| YamlError {
+        line: None,
+        message: err.to_string(),
+    })
 }

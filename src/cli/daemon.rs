@@ -27,9 +27,15 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         )
         .with_writer(std::io::stderr)
         .init();
-    let options =
-        DaemonOptions { max_parallel: args.max_parallel, stop_grace: args.stop_grace.0, scan_interval: args.scan_interval.0 };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let options = DaemonOptions {
+        max_parallel: args.max_parallel,
+        stop_grace: args.stop_grace.0,
+        scan_interval: args.scan_interval.0,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     runtime.block_on(daemon::run(settings, options))?;
     Ok(ExitCode::SUCCESS)
 }

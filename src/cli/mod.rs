@@ -15,13 +15,22 @@ use lachesis::settings::Settings;
 pub type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
 
 #[derive(Parser)]
-#[command(name = "lachesis", version, about = "Queue, start and supervise RL training runs (Atropos + Tinker), restart-safe")]
+#[command(
+    name = "lachesis",
+    version,
+    about = "Queue, start and supervise RL training runs (Atropos + Tinker), restart-safe"
+)]
 pub struct Cli {
     /// State directory: the SQLite store, run directories, workflows [default: ~/.lachesis]
     #[arg(long, global = true, env = "LACHESIS_HOME")]
     home: Option<PathBuf>,
     /// Use this database instead of the embedded SQLite file (postgres://… or sqlite://PATH)
-    #[arg(long, global = true, env = "LACHESIS_DATABASE_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "LACHESIS_DATABASE_URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -58,5 +67,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
 
 /// CLI commands do a few queries: one thread starts fastest.
 fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }

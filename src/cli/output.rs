@@ -17,7 +17,10 @@ pub fn is_tty() -> bool {
 
 pub fn table<const N: usize>(header: [&str; N]) -> Table {
     let mut table = Table::new();
-    table.load_style(presets::NOTHING).set_content_arrangement(ContentArrangement::Dynamic).set_header(header);
+    table
+        .load_style(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header);
     table
 }
 
@@ -31,14 +34,20 @@ pub fn time(ms: Option<Millis>) -> String {
 }
 
 pub fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
-    let (Some(from), Some(to)) = (from, to) else { return "-".into() };
+    let (Some(from), Some(to)) = (from, to) else {
+        return "-".into();
+    };
     let secs = (to - from).max(0) as f64 / 1000.0;
     if secs < 60.0 {
         format!("{secs:.1}s")
     } else if secs < 3600.0 {
         format!("{}m{:02}s", (secs / 60.0) as u64, secs as u64 % 60)
     } else {
-        format!("{}h{:02}m", (secs / 3600.0) as u64, (secs as u64 % 3600) / 60)
+        format!(
+            "{}h{:02}m",
+            (secs / 3600.0) as u64,
+            (secs as u64 % 3600) / 60
+        )
     }
 }
 

@@ -23,12 +23,19 @@ pub struct NotReady {
 
 /// Waits until the stage counts as up. `elapsed` is how long it has already been starting (a
 /// daemon that restarts mid-start resumes rather than starts over).
-pub async fn wait_ready(plan: &StagePlan, elapsed: Duration, client: &reqwest::Client) -> Result<ReadyHow, NotReady> {
+pub async fn wait_ready(
+    plan: &StagePlan,
+    elapsed: Duration,
+    client: &reqwest::Client,
+) -> Result<ReadyHow, NotReady> {
     let begun = Instant::now() - elapsed.min(Duration::from_secs(86_400));
     let Some(probe) = &plan.probe else {
         if let Some(delay) = plan.start_delay {
             tokio::time::sleep_until(begun + delay).await;
-            return Ok(format!("start delay of {} elapsed", crate::workflow::Dur(delay)));
+            return Ok(format!(
+                "start delay of {} elapsed",
+                crate::workflow::Dur(delay)
+            ));
         }
         return Ok("no delay or probe".into());
     };
@@ -40,8 +47,14 @@ pub async fn wait_ready(plan: &StagePlan, elapsed: Duration, client: &reqwest::C
         if Instant::now() + PROBE_INTERVAL >= deadline {
             sleep(deadline.saturating_duration_since(Instant::now())).await;
             return match plan.start_delay {
-                Some(delay) => Ok(format!("start delay of {} elapsed", crate::workflow::Dur(delay))),
-                None => Err(NotReady { waited: plan.start_timeout, probe: describe(probe) }),
+                Some(delay) => Ok(format!(
+                    "start delay of {} elapsed",
+                    crate::workflow::Dur(delay)
+                )),
+                None => Err(NotReady {
+                    waited: plan.start_timeout,
+                    probe: describe(probe),
+                }),
             };
         }
         sleep(PROBE_INTERVAL).await;
@@ -61,6 +74,8 @@ async fn answers(probe: &Probe, client: &reqwest::Client) -> bool {
             let response = client.get(http).timeout(PROBE_TIMEOUT).send().await;
             response.is_ok_and(|r| r.status().is_success())
         }
-        Probe::Tcp { tcp } => timeout(PROBE_TIMEOUT, TcpStream::connect(tcp.as_str())).await.is_ok_and(|r| r.is_ok()),
+        Probe::Tcp { tcp } => timeout(PROBE_TIMEOUT, TcpStream::connect(tcp.as_str()))
+            .await
+            .is_ok_and(|r| r.is_ok()),
     }
 }

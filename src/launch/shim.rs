@@ -48,18 +48,30 @@ fn report(line: &ShimReport) {
 }
 
 fn supervise(args: &ShimArgs) -> Result<(), String> {
-    let me = identity_of(std::process::id() as i32).map_err(|e| format!("cannot read own identity: {e}"))?;
+    let me = identity_of(std::process::id() as i32)
+        .map_err(|e| format!("cannot read own identity: {e}"))?;
     let fail = |reason: String| -> Result<(), String> {
-        let started = Started { shim: me.clone(), process: None, started_at: now_millis() };
+        let started = Started {
+            shim: me.clone(),
+            process: None,
+            started_at: now_millis(),
+        };
         write_atomic(&args.files.started, &started).map_err(|e| e.to_string())?;
-        let finished = Finished { exit: None, spawn_error: Some(reason.clone()), ended_at: now_millis() };
+        let finished = Finished {
+            exit: None,
+            spawn_error: Some(reason.clone()),
+            ended_at: now_millis(),
+        };
         write_atomic(&args.files.exit, &finished).map_err(|e| e.to_string())?;
         report(&ShimReport::Failed(reason));
         Ok(())
     };
 
     if !args.cwd.is_dir() {
-        return fail(format!("working directory {} does not exist", args.cwd.display()));
+        return fail(format!(
+            "working directory {} does not exist",
+            args.cwd.display()
+        ));
     }
     let log = match OpenOptions::new().create(true).append(true).open(&args.log) {
         Ok(log) => log,
@@ -83,17 +95,27 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
         Err(e) => return fail(format!("cannot start '{program}': {}", plain_io_error(&e))),
     };
     let process = identity_of(child.id() as i32).ok();
-    let started = Started { shim: me, process, started_at: now_millis() };
+    let started = Started {
+        shim: me,
+        process,
+        started_at: now_millis(),
+    };
     write_atomic(&args.files.started, &started).map_err(|e| format!("cannot record start: {e}"))?;
     report(&ShimReport::Started(started));
 
-    let status = child.wait().map_err(|e| format!("cannot wait for the stage: {e}"))?;
+    let status = child
+        .wait()
+        .map_err(|e| format!("cannot wait for the stage: {e}"))?;
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ExitStatus::Code(code),
         (None, Some(signal)) => ExitStatus::Signal(signal),
         (None, None) => ExitStatus::Code(-1),
     };
-    let finished = Finished { exit: Some(exit), spawn_error: None, ended_at: now_millis() };
+    let finished = Finished {
+        exit: Some(exit),
+        spawn_error: None,
+        ended_at: now_millis(),
+    };
     write_atomic(&args.files.exit, &finished).map_err(|e| format!("cannot record exit: {e}"))
 }
 

@@ -30,12 +30,18 @@ pub struct Spawned {
 
 const SHIM_REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn spawn_stage(exe: &Path, plan: &StagePlan, files: &StageFiles) -> Result<Spawned, SpawnError> {
+pub async fn spawn_stage(
+    exe: &Path,
+    plan: &StagePlan,
+    files: &StageFiles,
+) -> Result<Spawned, SpawnError> {
     if let Some(dir) = files.started.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| SpawnError::Shim(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SpawnError::Shim(format!("{}: {e}", dir.display())))?;
     }
     if let Some(dir) = plan.log_path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| SpawnError::Stage(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SpawnError::Stage(format!("cannot create {}: {e}", dir.display())))?;
     }
     let mut command = Command::new(exe);
     command
@@ -56,17 +62,35 @@ pub async fn spawn_stage(exe: &Path, plan: &StagePlan, files: &StageFiles) -> Re
         .stderr(Stdio::null());
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {
-        command.pre_exec(|| rustix::process::setsid().map(drop).map_err(std::io::Error::from));
+        command.pre_exec(|| {
+            rustix::process::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
     }
-    let mut shim = command.spawn().map_err(|e| SpawnError::Shim(e.to_string()))?;
-    let stdout = shim.stdout.take().ok_or_else(|| SpawnError::Shim("no stdout".into()))?;
+    let mut shim = command
+        .spawn()
+        .map_err(|e| SpawnError::Shim(e.to_string()))?;
+    let stdout = shim
+        .stdout
+        .take()
+        .ok_or_else(|| SpawnError::Shim("no stdout".into()))?;
     let mut line = String::new();
-    let read = tokio::time::timeout(SHIM_REPORT_TIMEOUT, BufReader::new(stdout).read_line(&mut line)).await;
+    let read = tokio::time::timeout(
+        SHIM_REPORT_TIMEOUT,
+        BufReader::new(stdout).read_line(&mut line),
+    )
+    .await;
     match read {
         Ok(Ok(n)) if n > 0 => {}
         Ok(Ok(_)) => return Err(SpawnError::Shim("it exited without reporting".into())),
         Ok(Err(e)) => return Err(SpawnError::Shim(e.to_string())),
-        Err(_) => return Err(SpawnError::Shim(format!("no report within {}s", SHIM_REPORT_TIMEOUT.as_secs()))),
+        Err(_) => {
+            return Err(SpawnError::Shim(format!(
+                "no report within {}s",
+                SHIM_REPORT_TIMEOUT.as_secs()
+            )));
+        }
     }
     match serde_json::from_str::<ShimReport>(&line) {
         Ok(ShimReport::Started(started)) => Ok(Spawned { shim, started }),

@@ -37,7 +37,10 @@ pub struct StageFiles {
 impl StageFiles {
     pub fn new(run_dir: &Path, stage: &str) -> StageFiles {
         let dir = run_dir.join(".status");
-        StageFiles { started: dir.join(format!("{stage}.started.json")), exit: dir.join(format!("{stage}.exit.json")) }
+        StageFiles {
+            started: dir.join(format!("{stage}.started.json")),
+            exit: dir.join(format!("{stage}.exit.json")),
+        }
     }
 
     pub fn read_started(&self) -> io::Result<Option<Started>> {
@@ -51,7 +54,9 @@ impl StageFiles {
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
@@ -82,10 +87,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = StageFiles::new(dir.path(), "env");
         assert_eq!(files.read_finished().unwrap(), None);
-        let done = Finished { exit: Some(ExitStatus::Signal(15)), spawn_error: None, ended_at: 7 };
+        let done = Finished {
+            exit: Some(ExitStatus::Signal(15)),
+            spawn_error: None,
+            ended_at: 7,
+        };
         write_atomic(&files.exit, &done).unwrap();
         assert_eq!(files.read_finished().unwrap(), Some(done));
-        let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap()).unwrap().collect();
+        let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap())
+            .unwrap()
+            .collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
     }
 }

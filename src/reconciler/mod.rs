@@ -49,11 +49,30 @@ pub enum StageEnd {
 pub enum Msg {
     /// The store changed (a CLI wrote something) or the fallback timer fired.
     Wake,
-    Spawned { run: Uuid, idx: usize, result: std::result::Result<Started, SpawnError> },
-    Ready { run: Uuid, idx: usize, how: ReadyHow },
-    NotReady { run: Uuid, idx: usize, error: NotReady },
-    Ended { run: Uuid, idx: usize, end: StageEnd },
-    GraceElapsed { run: Uuid, idx: usize },
+    Spawned {
+        run: Uuid,
+        idx: usize,
+        result: std::result::Result<Started, SpawnError>,
+    },
+    Ready {
+        run: Uuid,
+        idx: usize,
+        how: ReadyHow,
+    },
+    NotReady {
+        run: Uuid,
+        idx: usize,
+        error: NotReady,
+    },
+    Ended {
+        run: Uuid,
+        idx: usize,
+        end: StageEnd,
+    },
+    GraceElapsed {
+        run: Uuid,
+        idx: usize,
+    },
 }
 
 pub struct Reconciler {
@@ -67,9 +86,22 @@ pub struct Reconciler {
 type Result<T = ()> = std::result::Result<T, StoreError>;
 
 impl Reconciler {
-    pub fn new(store: Arc<dyn Store>, config: ReconcilerConfig, tx: UnboundedSender<Msg>) -> Reconciler {
-        let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
-        Reconciler { store, config, tx, runs: HashMap::new(), http }
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: ReconcilerConfig,
+        tx: UnboundedSender<Msg>,
+    ) -> Reconciler {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap_or_default();
+        Reconciler {
+            store,
+            config,
+            tx,
+            runs: HashMap::new(),
+            http,
+        }
     }
 
     /// Repairs what the store says is in flight, then serves messages until the channel closes.
@@ -157,7 +189,9 @@ impl Reconciler {
                 None => continue,
             };
             for (name, port) in &ports {
-                params.resolved.insert(format!("port.{name}"), port.to_string());
+                params
+                    .resolved
+                    .insert(format!("port.{name}"), port.to_string());
             }
             let resources = run.spec.resources(&ports);
             if !resources.is_disjoint(&held) {
@@ -174,7 +208,11 @@ impl Reconciler {
     /// Moves a pending run to starting and begins its first stage. False if someone else
     /// moved it first (cancelled meanwhile).
     async fn claim(&mut self, run: Run, params: crate::model::RunParams) -> Result<bool> {
-        let run = match self.store.transition(&run, RunEvent::Claim, None, Some(&params)).await {
+        let run = match self
+            .store
+            .transition(&run, RunEvent::Claim, None, Some(&params))
+            .await
+        {
             Ok(run) => run,
             Err(StoreError::Conflict { .. }) => return Ok(false),
             Err(err) => return Err(err),
@@ -182,12 +220,22 @@ impl Reconciler {
         info!(run = %run.short_id(), workflow = %run.workflow, "claimed");
         let stages = self.store.stages(run.id).await?;
         let id = run.id;
-        let missing: Vec<&str> =
-            run.spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).map(String::as_str).collect();
+        let missing: Vec<&str> = run
+            .spec
+            .credentials
+            .iter()
+            .filter(|c| std::env::var_os(c).is_none())
+            .map(String::as_str)
+            .collect();
         let problem = if !missing.is_empty() {
-            Some(format!("the daemon's environment lacks {}", missing.join(", ")))
+            Some(format!(
+                "the daemon's environment lacks {}",
+                missing.join(", ")
+            ))
         } else {
-            std::fs::create_dir_all(&run.run_dir).err().map(|e| format!("cannot create {}: {e}", run.run_dir.display()))
+            std::fs::create_dir_all(&run.run_dir)
+                .err()
+                .map(|e| format!("cannot create {}: {e}", run.run_dir.display()))
         };
         match Supervised::new(run.clone(), stages) {
             Ok(sup) => {
@@ -199,7 +247,9 @@ impl Reconciler {
             Err(err) => {
                 // The run can't be planned, so it never starts: fail it without supervising it.
                 let reason = format!("cannot start: {err}");
-                self.store.transition(&run, RunEvent::Fail, Some(&reason), None).await?;
+                self.store
+                    .transition(&run, RunEvent::Fail, Some(&reason), None)
+                    .await?;
                 return Ok(true);
             }
         }
@@ -210,17 +260,23 @@ impl Reconciler {
     /// Does whatever the run's current state asks for next. Safe to call at any time.
     async fn drive(&mut self, id: Uuid) -> Result {
         loop {
-            let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+            let Some(sup) = self.runs.get_mut(&id) else {
+                return Ok(());
+            };
             match sup.run.state {
                 RunState::Pending | RunState::Running => {}
-                RunState::Starting => match sup.stages.iter().position(|s| s.state != StageState::Up) {
-                    None => {
-                        self.transition(id, RunEvent::AllStagesUp, None).await?;
-                        continue;
+                RunState::Starting => {
+                    match sup.stages.iter().position(|s| s.state != StageState::Up) {
+                        None => {
+                            self.transition(id, RunEvent::AllStagesUp, None).await?;
+                            continue;
+                        }
+                        Some(idx) if sup.stages[idx].state == StageState::Pending => {
+                            self.spawn(id, idx).await?
+                        }
+                        Some(_) => {}
                     }
-                    Some(idx) if sup.stages[idx].state == StageState::Pending => self.spawn(id, idx).await?,
-                    Some(_) => {}
-                },
+                }
                 RunState::Stopping | RunState::Stopped | RunState::Completed | RunState::Failed => {
                     sup.cancel_all_readiness();
                     if sup.stages.iter().any(|s| s.state == StageState::Spawning) {
@@ -242,7 +298,9 @@ impl Reconciler {
 
     /// Applies `event` to a supervised run; on a conflict, adopts what the store holds instead.
     async fn transition(&mut self, id: Uuid, event: RunEvent, reason: Option<&str>) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         match self.store.transition(&sup.run, event, reason, None).await {
             Ok(run) => {
                 info!(run = %run.short_id(), state = %run.state, reason = reason.unwrap_or(""), "transition");
@@ -273,7 +331,9 @@ impl Reconciler {
     }
 
     async fn spawn(&mut self, id: Uuid, idx: usize) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         let stage = &mut sup.stages[idx];
         stage.state = StageState::Spawning;
         // Committed before the shim exists: after a crash, "spawning" means "look for its files".
@@ -285,21 +345,40 @@ impl Reconciler {
         tokio::spawn(async move {
             match spawn_stage(&exe, &plan, &files).await {
                 Ok(mut spawned) => {
-                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Ok(spawned.started) });
+                    let _ = tx.send(Msg::Spawned {
+                        run: id,
+                        idx,
+                        result: Ok(spawned.started),
+                    });
                     // The shim writes the exit file before it exits, so its exit means "read it".
                     let _ = spawned.shim.wait().await;
-                    let _ = tx.send(Msg::Ended { run: id, idx, end: read_end(&files, "its shim exited without recording a status") });
+                    let _ = tx.send(Msg::Ended {
+                        run: id,
+                        idx,
+                        end: read_end(&files, "its shim exited without recording a status"),
+                    });
                 }
                 Err(err) => {
-                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Err(err) });
+                    let _ = tx.send(Msg::Spawned {
+                        run: id,
+                        idx,
+                        result: Err(err),
+                    });
                 }
             }
         });
         Ok(())
     }
 
-    async fn on_spawned(&mut self, id: Uuid, idx: usize, result: std::result::Result<Started, SpawnError>) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+    async fn on_spawned(
+        &mut self,
+        id: Uuid,
+        idx: usize,
+        result: std::result::Result<Started, SpawnError>,
+    ) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         let name = sup.stages[idx].name.clone();
         match result {
             Ok(started) => {
@@ -308,9 +387,17 @@ impl Reconciler {
                 stage.started_at = Some(started.started_at);
                 stage.shim = Some(started.shim);
                 stage.process = started.process;
-                let pid = stage.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
-                let event = NewEvent::stage(&name, format!("started (pid {pid}): {}", sup.plans[idx].argv.join(" ")));
-                self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
+                let pid = stage
+                    .process
+                    .as_ref()
+                    .map_or_else(|| "?".into(), |p| p.pid.to_string());
+                let event = NewEvent::stage(
+                    &name,
+                    format!("started (pid {pid}): {}", sup.plans[idx].argv.join(" ")),
+                );
+                self.store
+                    .update_stage(&sup.stages[idx], Some(&event))
+                    .await?;
                 if sup.run.state == RunState::Starting {
                     self.start_readiness(id, idx, Duration::ZERO);
                 }
@@ -321,21 +408,28 @@ impl Reconciler {
                 stage.ended_at = Some(now_millis());
                 let event = NewEvent::stage(&name, format!("failed to start: {err}"));
                 self.store.update_stage(stage, Some(&event)).await?;
-                self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;
+                self.fail(id, &format!("stage '{name}' failed to start: {err}"))
+                    .await?;
             }
         }
         self.drive(id).await
     }
 
     fn start_readiness(&mut self, id: Uuid, idx: usize, elapsed: Duration) {
-        let Some(sup) = self.runs.get_mut(&id) else { return };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return;
+        };
         let plan = sup.plans[idx].clone();
         let tx = self.tx.clone();
         let http = self.http.clone();
         let task = tokio::spawn(async move {
             let msg = match wait_ready(&plan, elapsed, &http).await {
                 Ok(how) => Msg::Ready { run: id, idx, how },
-                Err(error) => Msg::NotReady { run: id, idx, error },
+                Err(error) => Msg::NotReady {
+                    run: id,
+                    idx,
+                    error,
+                },
             };
             let _ = tx.send(msg);
         });
@@ -343,7 +437,9 @@ impl Reconciler {
     }
 
     async fn on_ready(&mut self, id: Uuid, idx: usize, how: ReadyHow) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         sup.readiness[idx] = None;
         let stage = &mut sup.stages[idx];
         if stage.state != StageState::Starting {
@@ -357,16 +453,22 @@ impl Reconciler {
     }
 
     async fn on_not_ready(&mut self, id: Uuid, idx: usize, error: NotReady) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         sup.readiness[idx] = None;
         let name = sup.stages[idx].name.clone();
-        self.store.add_event(id, &NewEvent::stage(&name, error.to_string())).await?;
+        self.store
+            .add_event(id, &NewEvent::stage(&name, error.to_string()))
+            .await?;
         self.fail(id, &format!("stage '{name}' {error}")).await?;
         self.drive(id).await
     }
 
     async fn on_ended(&mut self, id: Uuid, idx: usize, end: StageEnd) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         sup.cancel_readiness(idx);
         let stage = &mut sup.stages[idx];
         if !stage.state.is_live() {
@@ -390,7 +492,9 @@ impl Reconciler {
                 (format!("lost: {why}"), None)
             }
         };
-        self.store.update_stage(stage, Some(&NewEvent::stage(&name, what.clone()))).await?;
+        self.store
+            .update_stage(stage, Some(&NewEvent::stage(&name, what.clone())))
+            .await?;
 
         let state = sup.run.state;
         let deciding = sup.run.spec.deciding_stages().contains(&name.as_str());
@@ -403,10 +507,23 @@ impl Reconciler {
                 self.fail(id, &reason).await?;
             }
             RunState::Running if deciding && exit.is_some_and(ExitStatus::success) => {
-                self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished"))).await?;
+                self.transition(
+                    id,
+                    RunEvent::Complete,
+                    Some(&format!("stage '{name}' finished")),
+                )
+                .await?;
             }
-            RunState::Running if deciding => self.fail(id, &format!("stage '{name}' {what}")).await?,
-            RunState::Running => self.fail(id, &format!("stage '{name}' {what} while the run was running")).await?,
+            RunState::Running if deciding => {
+                self.fail(id, &format!("stage '{name}' {what}")).await?
+            }
+            RunState::Running => {
+                self.fail(
+                    id,
+                    &format!("stage '{name}' {what} while the run was running"),
+                )
+                .await?
+            }
             _ => {}
         }
         self.drive(id).await
@@ -414,20 +531,34 @@ impl Reconciler {
 
     /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.
     async fn stop_stage(&mut self, id: Uuid, idx: usize) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         if sup.stop[idx] != StopStep::Running {
             return Ok(()); // signalled already; its exit or the grace timer comes next
         }
         sup.stop[idx] = StopStep::Termed;
         let stage = &sup.stages[idx];
-        let sent = stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
-        let grace = sup.run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        let sent = stage
+            .process
+            .as_ref()
+            .is_some_and(|p| signal_group(p, Signal::TERM));
+        let grace = sup
+            .run
+            .spec
+            .stop_grace
+            .map_or(self.config.stop_grace, |d| d.0);
         let message = if sent {
-            format!("sent SIGTERM to its process group; SIGKILL in {}", crate::workflow::Dur(grace))
+            format!(
+                "sent SIGTERM to its process group; SIGKILL in {}",
+                crate::workflow::Dur(grace)
+            )
         } else {
             "already exiting; waiting for its status".to_string()
         };
-        self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
+        self.store
+            .add_event(id, &NewEvent::stage(&stage.name, message))
+            .await?;
         let tx = self.tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
@@ -437,14 +568,23 @@ impl Reconciler {
     }
 
     async fn on_grace_elapsed(&mut self, id: Uuid, idx: usize) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
         let stage = &sup.stages[idx];
         if !stage.state.is_live() || sup.stop[idx] != StopStep::Termed {
             return Ok(());
         }
         sup.stop[idx] = StopStep::Killed;
-        if stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::KILL)) {
-            let event = NewEvent::stage(&stage.name, "grace period over: sent SIGKILL to its process group");
+        if stage
+            .process
+            .as_ref()
+            .is_some_and(|p| signal_group(p, Signal::KILL))
+        {
+            let event = NewEvent::stage(
+                &stage.name,
+                "grace period over: sent SIGKILL to its process group",
+            );
             self.store.add_event(id, &event).await?;
         }
         Ok(())
@@ -468,12 +608,18 @@ fn read_end(files: &StageFiles, otherwise: &str) -> StageEnd {
     match files.read_finished() {
         Ok(Some(finished)) => StageEnd::Finished(finished),
         Ok(None) => StageEnd::Vanished(otherwise.to_string()),
-        Err(err) => StageEnd::Vanished(format!("unreadable status file {}: {err}", files.exit.display())),
+        Err(err) => StageEnd::Vanished(format!(
+            "unreadable status file {}: {err}",
+            files.exit.display()
+        )),
     }
 }
 
 /// Fixed ports as declared; `auto` ports picked free and outside `held`. None if no free port.
-fn allocate_ports(run: &Run, held: &BTreeSet<String>) -> Option<std::collections::BTreeMap<String, u16>> {
+fn allocate_ports(
+    run: &Run,
+    held: &BTreeSet<String>,
+) -> Option<std::collections::BTreeMap<String, u16>> {
     use crate::workflow::PortSpec;
     let already = ports_of(&run.params.resolved);
     let mut ports = std::collections::BTreeMap::new();
@@ -488,9 +634,16 @@ fn allocate_ports(run: &Run, held: &BTreeSet<String>) -> Option<std::collections
     Some(ports)
 }
 
-fn free_port(held: &BTreeSet<String>, taken: &std::collections::BTreeMap<String, u16>) -> Option<u16> {
+fn free_port(
+    held: &BTreeSet<String>,
+    taken: &std::collections::BTreeMap<String, u16>,
+) -> Option<u16> {
     (0..20).find_map(|_| {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
         let clash = held.contains(&format!("port:{port}")) || taken.values().any(|p| *p == port);
         (!clash).then_some(port)
     })

@@ -40,7 +40,11 @@ impl Reconciler {
             reattached += self.recover_run(id).await?;
         }
         if !self.runs.is_empty() {
-            info!(runs = self.runs.len(), stages = reattached, "recovered in-flight runs");
+            info!(
+                runs = self.runs.len(),
+                stages = reattached,
+                "recovered in-flight runs"
+            );
         }
         Ok(())
     }
@@ -50,7 +54,9 @@ impl Reconciler {
         let mut reattached = 0;
         let count = self.runs.get(&id).map_or(0, |s| s.stages.len());
         for idx in 0..count {
-            let Some(sup) = self.runs.get_mut(&id) else { break };
+            let Some(sup) = self.runs.get_mut(&id) else {
+                break;
+            };
             if !sup.stages[idx].state.is_live() {
                 continue;
             }
@@ -66,13 +72,17 @@ impl Reconciler {
                     }
                     let starting = stage.state == StageState::Starting;
                     let since = stage.started_at.unwrap_or_else(now_millis);
-                    let event = NewEvent::stage(&stage.name, format!("re-attached after a daemon restart (pid {pid})"));
+                    let event = NewEvent::stage(
+                        &stage.name,
+                        format!("re-attached after a daemon restart (pid {pid})"),
+                    );
                     self.store.update_stage(stage, Some(&event)).await?;
                     let files = sup.files[idx].clone();
                     let run_starting = sup.run.state == RunState::Starting;
                     self.watch_reattached(id, idx, watch, files);
                     if starting && run_starting {
-                        let elapsed = Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
+                        let elapsed =
+                            Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
                         self.start_readiness(id, idx, elapsed);
                     }
                 }
@@ -98,7 +108,9 @@ fn examine(sup: &mut Supervised, idx: usize) -> Found {
         stage.started_at = Some(started.started_at);
     }
     let Some(shim) = stage.shim.clone() else {
-        return Found::Ended(StageEnd::Vanished("the daemon stopped while starting it, and it never ran".into()));
+        return Found::Ended(StageEnd::Vanished(
+            "the daemon stopped while starting it, and it never ran".into(),
+        ));
     };
     match liveness(&shim) {
         Liveness::Alive => match ExitWatch::open(&shim) {
@@ -113,16 +125,27 @@ fn examine(sup: &mut Supervised, idx: usize) -> Found {
         StageEnd::Finished(finished) => Found::Ended(StageEnd::Finished(finished)),
         StageEnd::Vanished(_) => {
             // The stage process may outlive its shim; it is ours only if its identity matches.
-            let orphan = stage.process.as_ref().filter(|p| liveness(p) == Liveness::Alive);
+            let orphan = stage
+                .process
+                .as_ref()
+                .filter(|p| liveness(p) == Liveness::Alive);
             let why = match orphan {
                 Some(process) => {
                     signal_group(process, Signal::KILL);
-                    format!("its shim vanished; killed the orphaned process group {}", process.pid)
+                    format!(
+                        "its shim vanished; killed the orphaned process group {}",
+                        process.pid
+                    )
                 }
                 None if liveness(&shim) == Liveness::Reused => {
-                    format!("process vanished while the daemon was down (pid {} now belongs to another process)", shim.pid)
+                    format!(
+                        "process vanished while the daemon was down (pid {} now belongs to another process)",
+                        shim.pid
+                    )
                 }
-                None => "process vanished while the daemon was down, leaving no exit status".to_string(),
+                None => {
+                    "process vanished while the daemon was down, leaving no exit status".to_string()
+                }
             };
             Found::Ended(StageEnd::Vanished(why))
         }

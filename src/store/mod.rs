@@ -29,7 +29,11 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     /// Someone else moved the run first; re-read it and decide again.
     #[error("run {id} changed concurrently (expected {expected} at version {version})")]
-    Conflict { id: Uuid, expected: RunState, version: i64 },
+    Conflict {
+        id: Uuid,
+        expected: RunState,
+        version: i64,
+    },
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),
     #[error("corrupt row in the store: {0}")]
@@ -37,7 +41,10 @@ pub enum StoreError {
     #[error("{0}")]
     Locked(String),
     #[error("cannot use {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("unsupported database url '{0}' (use sqlite://PATH or postgres://…)")]
     UnsupportedUrl(String),
 }
@@ -76,7 +83,13 @@ pub trait Store: Send + Sync {
 
     /// Moves `run` by `event` if it is still in the state and version it was read at, writing
     /// the event row in the same transaction. `params` replaces the run's params when given.
-    async fn transition(&self, run: &Run, event: RunEvent, reason: Option<&str>, params: Option<&crate::model::RunParams>) -> Result<Run>;
+    async fn transition(
+        &self,
+        run: &Run,
+        event: RunEvent,
+        reason: Option<&str>,
+        params: Option<&crate::model::RunParams>,
+    ) -> Result<Run>;
 
     async fn stages(&self, run_id: Uuid) -> Result<Vec<Stage>>;
     /// Writes a stage's row (and an event about it, in the same transaction).
@@ -105,7 +118,10 @@ impl StoreLocation {
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
                 Ok(StoreLocation::Postgres(url.to_string()))
             }
-            Some(url) => match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+            Some(url) => match url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"))
+            {
                 Some(path) if !path.is_empty() => Ok(StoreLocation::Sqlite(PathBuf::from(path))),
                 _ => Err(StoreError::UnsupportedUrl(url.to_string())),
             },

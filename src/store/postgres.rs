@@ -13,8 +13,10 @@ const DAEMON_LOCK_KEY: i64 = 0x6c61_6368_6573_6973; // "lachesis"
 pub(super) async fn open(url: &str) -> Result<SqlStore> {
     sqlx::any::install_default_drivers();
     let target = redact(url);
-    let options: AnyConnectOptions =
-        url.parse().map_err(|source| StoreError::Open { target: target.clone(), source })?;
+    let options: AnyConnectOptions = url.parse().map_err(|source| StoreError::Open {
+        target: target.clone(),
+        source,
+    })?;
     let pool = AnyPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(std::time::Duration::from_secs(10))
@@ -29,12 +31,19 @@ pub(super) async fn open(url: &str) -> Result<SqlStore> {
 pub(super) async fn lock_daemon(pool: &AnyPool) -> Result<DaemonLock> {
     // Detached from the pool: returning it would hand the lock to whoever borrows it next.
     let mut conn = pool.acquire().await?.detach();
-    let row = sqlx::query("SELECT pg_try_advisory_lock($1) AS locked").bind(DAEMON_LOCK_KEY).fetch_one(&mut conn).await?;
+    let row = sqlx::query("SELECT pg_try_advisory_lock($1) AS locked")
+        .bind(DAEMON_LOCK_KEY)
+        .fetch_one(&mut conn)
+        .await?;
     if !row.try_get::<bool, _>("locked")? {
         let _ = conn.close().await;
-        return Err(StoreError::Locked("another lachesis daemon is already running on this PostgreSQL database".into()));
+        return Err(StoreError::Locked(
+            "another lachesis daemon is already running on this PostgreSQL database".into(),
+        ));
     }
-    Ok(DaemonLock { _held: Box::new(std::sync::Mutex::new(conn)) })
+    Ok(DaemonLock {
+        _held: Box::new(std::sync::Mutex::new(conn)),
+    })
 }
 
 /// The URL without its password, for messages.
@@ -43,7 +52,9 @@ pub(crate) fn redact(url: &str) -> String {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
             match userinfo.split_once(':') {
-                Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                Some((user, _password)) => {
+                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+                }
                 None => url.to_string(),
             }
         }

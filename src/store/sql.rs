@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use super::{DaemonLock, Result, RunFilter, Store, StoreError, postgres, sqlite};
 use crate::model::{
-    Event, EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, now_millis,
+    Event, EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage,
+    now_millis,
 };
 use crate::transitions::{self, RunEvent};
 
@@ -91,9 +92,14 @@ fn stage_from_row(row: &AnyRow) -> Result<Stage> {
     let run_id: String = row.try_get("run_id")?;
     let state: String = row.try_get("state")?;
     let identity = |column: &str| -> Result<Option<ProcessIdentity>> {
-        row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
+        row.try_get::<Option<String>, _>(column)?
+            .map(|text| from_json(&text, column))
+            .transpose()
     };
-    let exit = match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
+    let exit = match (
+        row.try_get::<Option<i64>, _>("exit_code")?,
+        row.try_get::<Option<i64>, _>("exit_signal")?,
+    ) {
         (Some(code), _) => Some(ExitStatus::Code(code as i32)),
         (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
         (None, None) => None,
@@ -117,7 +123,9 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
     let run_id: String = row.try_get("run_id")?;
     let kind: String = row.try_get("kind")?;
     let state = |column: &str| -> Result<Option<RunState>> {
-        row.try_get::<Option<String>, _>(column)?.map(|s| s.parse().map_err(corrupt)).transpose()
+        row.try_get::<Option<String>, _>(column)?
+            .map(|s| s.parse().map_err(corrupt))
+            .transpose()
     };
     Ok(Event {
         id: row.try_get("id")?,
@@ -131,8 +139,7 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
     })
 }
 
-const INSERT_EVENT: &str =
-    "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+const INSERT_EVENT: &str = "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 async fn insert_event<'c, E>(
     executor: E,
@@ -203,7 +210,10 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await?;
         }
-        let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
+        let message = format!(
+            "submitted (workflow {}, priority {})",
+            run.workflow, run.priority
+        );
         insert_event(&mut *tx, run.id, EventKind::Note, None, None, &message).await?;
         tx.commit().await?;
         Ok(())
@@ -223,8 +233,12 @@ impl Store for SqlStore {
             return Ok(Vec::new());
         }
         let pattern = format!("{}%", prefix.to_ascii_lowercase());
-        self.query_runs(select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), &[&pattern], limit)
-            .await
+        self.query_runs(
+            select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"),
+            &[&pattern],
+            limit,
+        )
+        .await
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>> {
@@ -239,7 +253,10 @@ impl Store for SqlStore {
                 )
                 .await
             }
-            None => self.query_runs(select_runs!("ORDER BY seq DESC LIMIT $1"), &[], limit).await,
+            None => {
+                self.query_runs(select_runs!("ORDER BY seq DESC LIMIT $1"), &[], limit)
+                    .await
+            }
         }
     }
 
@@ -264,11 +281,25 @@ impl Store for SqlStore {
         .await
     }
 
-    async fn transition(&self, run: &Run, event: RunEvent, reason: Option<&str>, params: Option<&RunParams>) -> Result<Run> {
+    async fn transition(
+        &self,
+        run: &Run,
+        event: RunEvent,
+        reason: Option<&str>,
+        params: Option<&RunParams>,
+    ) -> Result<Run> {
         let to = transitions::next(run.state, event)?;
         let now = now_millis();
-        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
-        let ended_at = if to.is_terminal() { Some(now) } else { run.ended_at };
+        let started_at = if to == RunState::Starting {
+            Some(now)
+        } else {
+            run.started_at
+        };
+        let ended_at = if to.is_terminal() {
+            Some(now)
+        } else {
+            run.ended_at
+        };
         let reason = reason.map(str::to_string).or_else(|| run.reason.clone());
         let params = params.unwrap_or(&run.params);
 
@@ -290,13 +321,27 @@ impl Store for SqlStore {
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() == 0 {
-            return Err(StoreError::Conflict { id: run.id, expected: run.state, version: run.version });
+            return Err(StoreError::Conflict {
+                id: run.id,
+                expected: run.state,
+                version: run.version,
+            });
         }
         let message = match &reason {
-            Some(reason) if to != RunState::Starting && to != RunState::Running => format!("{event}: {reason}"),
+            Some(reason) if to != RunState::Starting && to != RunState::Running => {
+                format!("{event}: {reason}")
+            }
             _ => event.to_string(),
         };
-        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
+        insert_event(
+            &mut *tx,
+            run.id,
+            EventKind::State,
+            Some((run.state, to)),
+            None,
+            &message,
+        )
+        .await?;
         tx.commit().await?;
         Ok(Run {
             state: to,
@@ -345,14 +390,30 @@ impl Store for SqlStore {
         .execute(&mut *tx)
         .await?;
         if let Some(event) = event {
-            insert_event(&mut *tx, stage.run_id, event.kind, None, event.stage.as_deref(), &event.message).await?;
+            insert_event(
+                &mut *tx,
+                stage.run_id,
+                event.kind,
+                None,
+                event.stage.as_deref(),
+                &event.message,
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
     async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()> {
-        insert_event(&self.pool, run_id, event.kind, None, event.stage.as_deref(), &event.message).await
+        insert_event(
+            &self.pool,
+            run_id,
+            event.kind,
+            None,
+            event.stage.as_deref(),
+            &event.message,
+        )
+        .await
     }
 
     async fn events(&self, run_id: Uuid, after: i64) -> Result<Vec<Event>> {

@@ -1,1 +1,6 @@
-fn main(){}
+//! One integration test binary (as pueue does): helpers in `support`, one module per area.
+
+mod cli;
+mod store;
+mod supervisor;
+mod support;

@@ -30,6 +30,7 @@ cleanup() {
   if ((ok)); then rm -rf "$work"; else echo "smoke: logs kept in $work" >&2; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # run the EXIT trap on a signal too
 
 log() { echo "smoke: $*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }

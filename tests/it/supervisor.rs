@@ -1,0 +1,482 @@
+//! The daemon as users meet it: runs complete, survive a killed supervisor, queue in order,
+//! and never signal a process that isn't theirs.
+
+use std::time::Duration;
+
+use lachesis::launch::process::{Liveness, identity_of, liveness};
+use lachesis::model::{ExitStatus, RunState, StageState};
+
+use crate::support::{TestHome, assert_no_stage_alive, processes_mentioning, stderr, wait_for};
+
+const T: Duration = Duration::from_secs(30);
+
+/// `a` holds the run up (a long-lived server); `b` decides it by exiting with `code`.
+fn two_stage(name: &str, a_delay: &str, b_script: &str) -> String {
+    format!(
+        "name: {name}\nstages:\n  - name: a\n    argv: [sleep, \"60\"]\n    start_delay: {a_delay}\n  - name: b\n    argv: [sh, -c, \"{b_script}\"]\ncompletion: {{stages: [b]}}\nstop_grace: 3s\n"
+    )
+}
+
+#[tokio::test]
+async fn demo_workflow_completes_and_records_every_exit() {
+    let mut home = TestHome::new();
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "demo", "--var", "steps=2"]);
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    assert_eq!(run.reason.as_deref(), Some("stage 'trainer' finished"));
+    assert!(
+        stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))),
+        "{stages:?}"
+    );
+    let trainer_log = std::fs::read_to_string(&stages[1].log_path).unwrap();
+    assert!(
+        trainer_log.contains("Step 2/2") && trainer_log.contains("Training complete!"),
+        "{trainer_log}"
+    );
+    let events: Vec<String> = home
+        .events(id)
+        .await
+        .iter()
+        .map(|e| e.message.clone())
+        .collect();
+    for want in [
+        "claim",
+        "all stages up",
+        "complete: stage 'trainer' finished",
+        "exited with code 0",
+    ] {
+        assert!(
+            events.iter().any(|e| e.contains(want)),
+            "no event {want:?} in {events:#?}"
+        );
+    }
+    // env and api were stopped after the trainer finished, in reverse start order.
+    let sigterm: Vec<_> = home
+        .events(id)
+        .await
+        .into_iter()
+        .filter(|e| e.message.starts_with("sent SIGTERM"))
+        .collect();
+    assert_eq!(
+        sigterm
+            .iter()
+            .map(|e| e.stage.clone().unwrap())
+            .collect::<Vec<_>>(),
+        ["env", "api"]
+    );
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn daemon_killed_while_starting_resumes_the_start() {
+    let mut home = TestHome::new();
+    home.workflow("chain", &two_stage("chain", "2s", "sleep 0.5; exit 0"));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "chain"]);
+    let store = home.store().await;
+    wait_for("stage a to be starting", T, || {
+        let store = store.clone();
+        async move { (store.stages(id).await.unwrap()[0].state == StageState::Starting).then_some(()) }
+    })
+    .await;
+    home.kill_daemon();
+    assert_eq!(home.run(id).await.state, RunState::Starting);
+    home.start_daemon();
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(
+        run.state,
+        RunState::Completed,
+        "{:?}\n{}",
+        run.reason,
+        home.daemon_log()
+    );
+    assert_eq!(
+        stages[0].exit,
+        Some(ExitStatus::Signal(15)),
+        "a is stopped with SIGTERM after b finished"
+    );
+    assert_eq!(stages[1].exit, Some(ExitStatus::Code(0)));
+    let messages: Vec<String> = home
+        .events(id)
+        .await
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("re-attached after a daemon restart")),
+        "{messages:#?}"
+    );
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn daemon_killed_while_running_still_learns_the_exit_code() {
+    let mut home = TestHome::new();
+    home.workflow("chain", &two_stage("chain", "100ms", "sleep 1.5; exit 3"));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "chain"]);
+    home.wait_state(id, RunState::Running, T).await;
+    home.kill_daemon();
+    home.start_daemon();
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Failed);
+    assert_eq!(run.reason.as_deref(), Some("stage 'b' exited with code 3"));
+    assert_eq!(stages[1].exit, Some(ExitStatus::Code(3)));
+    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)));
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn stage_killed_while_the_daemon_is_down_is_reported_with_its_signal() {
+    let mut home = TestHome::new();
+    home.workflow("chain", &two_stage("chain", "100ms", "sleep 60"));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "chain"]);
+    home.wait_state(id, RunState::Running, T).await;
+    home.kill_daemon();
+    let b = home.stages(id).await[1].process.clone().unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(b.pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let exit_file = home.run(id).await.run_dir.join(".status/b.exit.json");
+    wait_for("the shim to record b's exit", T, || {
+        let exists = exit_file.exists();
+        async move { exists.then_some(()) }
+    })
+    .await;
+    home.start_daemon();
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Failed);
+    assert_eq!(
+        run.reason.as_deref(),
+        Some("stage 'b' exited with signal 9 (SIGKILL)")
+    );
+    assert_eq!(stages[1].exit, Some(ExitStatus::Signal(9)));
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn daemon_killed_while_stopping_finishes_the_stop() {
+    let mut home = TestHome::new();
+    // A stage that ignores SIGTERM, so stopping it takes the whole grace and ends in SIGKILL.
+    home.workflow(
+        "stubborn",
+        "name: stubborn\nstop_grace: 2s\nstages:\n  - name: server\n    argv: [sh, -c, \"trap '' TERM; sleep 60\"]\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "stubborn"]);
+    home.wait_state(id, RunState::Running, T).await;
+    home.cli_ok(&["run", "stop", &id.to_string()]);
+    home.wait_state(id, RunState::Stopping, T).await;
+    let store = home.store().await;
+    wait_for("the SIGTERM event", T, || {
+        let store = store.clone();
+        async move {
+            store
+                .events(id, 0)
+                .await
+                .unwrap()
+                .iter()
+                .any(|e| e.message.starts_with("sent SIGTERM"))
+                .then_some(())
+        }
+    })
+    .await;
+    home.kill_daemon();
+    assert_eq!(home.run(id).await.state, RunState::Stopping);
+    home.start_daemon();
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Stopped);
+    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(9)));
+    let messages: Vec<String> = home
+        .events(id)
+        .await
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.contains("sent SIGKILL")),
+        "{messages:#?}"
+    );
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
+    let mut home = TestHome::new();
+    home.workflow("chain", &two_stage("chain", "100ms", "sleep 60"));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "chain"]);
+    home.wait_state(id, RunState::Running, T).await;
+    home.kill_daemon();
+
+    // Make stage b's recorded pids belong to an unrelated process: kill b's shim and process,
+    // start a stranger, and write the stranger's pid with b's old start time into the store.
+    let store = home.store().await;
+    let mut b = store.stages(id).await.unwrap().remove(1);
+    let (shim, process) = (b.shim.clone().unwrap(), b.process.clone().unwrap());
+    for pid in [shim.pid, process.pid] {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    std::fs::remove_file(home.run(id).await.run_dir.join(".status/b.exit.json")).ok();
+    let mut stranger = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let stranger_id = identity_of(stranger.id() as i32).unwrap();
+    b.shim = Some(lachesis::model::ProcessIdentity {
+        pid: stranger_id.pid,
+        ..shim
+    });
+    b.process = Some(lachesis::model::ProcessIdentity {
+        pid: stranger_id.pid,
+        ..process
+    });
+    store.update_stage(&b, None).await.unwrap();
+
+    home.start_daemon();
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Failed);
+    let reason = run.reason.unwrap();
+    assert!(
+        reason.starts_with("stage 'b' lost: ") && reason.contains("belongs to another process"),
+        "{reason}"
+    );
+    assert_eq!(stages[1].state, StageState::Lost);
+    assert_eq!(
+        liveness(&stranger_id),
+        Liveness::Alive,
+        "the stranger must not have been signalled"
+    );
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
+}
+
+/// Each run's (claimed, settled) times from its events and stages.
+async fn span(home: &mut TestHome, id: uuid::Uuid) -> (i64, i64) {
+    let claimed = home
+        .events(id)
+        .await
+        .iter()
+        .find(|e| e.message == "claim")
+        .unwrap()
+        .at;
+    let ended = home
+        .stages(id)
+        .await
+        .iter()
+        .filter_map(|s| s.ended_at)
+        .max()
+        .unwrap();
+    (claimed, ended)
+}
+
+#[tokio::test]
+async fn runs_holding_the_same_resource_never_overlap_and_go_in_priority_order() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "gpu",
+        "name: gpu\nresources: [\"gpu:0\"]\nstages:\n  - {name: main, argv: [sleep, \"0.3\"]}\n",
+    );
+    // Queued while no daemon runs, so the order is decided by priority alone.
+    let low = home.submit(&["--workflow", "gpu", "--priority", "1"]);
+    let high = home.submit(&["--workflow", "gpu", "--priority", "5"]);
+    let mid = home.submit(&["--workflow", "gpu", "--priority", "3"]);
+    let listed = home.cli_ok(&["run", "list", "--state", "pending", "--json"]);
+    let order: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(&listed)
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(order, [high, mid, low].map(|id| id.to_string()));
+
+    home.start_daemon();
+    for id in [low, high, mid] {
+        let (run, _) = home.wait_settled(id, T).await;
+        assert_eq!(run.state, RunState::Completed);
+    }
+    let spans = [
+        span(&mut home, high).await,
+        span(&mut home, mid).await,
+        span(&mut home, low).await,
+    ];
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "runs overlapped or ran out of priority order: {spans:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn runs_with_auto_ports_run_side_by_side() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "served",
+        "name: served\nports: {http: auto}\nstages:\n  - name: main\n    argv: [sh, -c, \"echo {port.http} > port; sleep 1\"]\n",
+    );
+    home.start_daemon();
+    let ids = [
+        home.submit(&["--workflow", "served"]),
+        home.submit(&["--workflow", "served"]),
+    ];
+    for id in ids {
+        home.wait_settled(id, T).await;
+    }
+    let (a, b) = (span(&mut home, ids[0]).await, span(&mut home, ids[1]).await);
+    assert!(
+        b.0 < a.1,
+        "runs without a shared resource should overlap: {a:?} {b:?}"
+    );
+    let ports: Vec<String> = futures_ports(&mut home, &ids).await;
+    assert_ne!(ports[0], ports[1], "each run gets its own port");
+}
+
+async fn futures_ports(home: &mut TestHome, ids: &[uuid::Uuid]) -> Vec<String> {
+    let mut ports = Vec::new();
+    for id in ids {
+        let dir = home.run(*id).await.run_dir;
+        ports.push(
+            std::fs::read_to_string(dir.join("port"))
+                .unwrap()
+                .trim()
+                .to_string(),
+        );
+    }
+    ports
+}
+
+#[tokio::test]
+async fn a_missing_stage_binary_fails_the_run_naming_stage_and_cause() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "broken",
+        "name: broken\nstages:\n  - {name: api, argv: [sleep, \"60\"]}\n  - {name: trainer, argv: [/no/such/trainer, --config, x]}\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "broken"]);
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Failed);
+    assert_eq!(
+        run.reason.as_deref(),
+        Some(
+            "stage 'trainer' failed to start: cannot start '/no/such/trainer': no such file or directory"
+        )
+    );
+    // The stage already started was stopped.
+    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)));
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn a_stage_exiting_during_start_up_fails_the_run() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "early",
+        "name: early\nstages:\n  - {name: api, argv: [sh, -c, \"exit 7\"], start_delay: 5s}\n  - {name: env, argv: [\"true\"]}\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "early"]);
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(
+        run.reason.as_deref(),
+        Some("stage 'api' exited with code 7 during start-up")
+    );
+}
+
+#[tokio::test]
+async fn a_probe_that_never_answers_times_out() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "deaf",
+        "name: deaf\nstages:\n  - name: api\n    argv: [sleep, \"60\"]\n    probe: {tcp: \"127.0.0.1:9\"}\n    start_timeout: 1s\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "deaf"]);
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(
+        run.reason.as_deref(),
+        Some("stage 'api' not up after 1s (tcp 127.0.0.1:9 never answered)")
+    );
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn a_probe_ends_the_start_delay_early() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "probed",
+        "name: probed\nports: {http: auto}\nstages:\n  - name: api\n    argv: [python3, -m, http.server, --bind, 127.0.0.1, \"{port.http}\"]\n    start_delay: 60s\n    probe: {http: \"http://127.0.0.1:{port.http}/\"}\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "probed"]);
+    home.wait_state(id, RunState::Running, Duration::from_secs(20))
+        .await;
+    let stage = home.stages(id).await.remove(0);
+    assert!(stage.ready_at.unwrap() - stage.started_at.unwrap() < 10_000);
+    home.cli_ok(&["run", "stop", &id.to_string()]);
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Stopped);
+}
+
+#[tokio::test]
+async fn stopping_a_pending_run_cancels_it() {
+    let mut home = TestHome::new();
+    let id = home.submit(&["--workflow", "demo"]);
+    let out = home.cli_ok(&["run", "stop", &id.to_string()[..13]]);
+    assert!(out.contains("stopped"), "{out}");
+    assert_eq!(
+        home.run(id).await.reason.as_deref(),
+        Some("cancelled before it started")
+    );
+    let again = home.cli(&["run", "stop", &id.to_string()]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("has already ended (stopped)"),
+        "{}",
+        stderr(&again)
+    );
+}
+
+#[tokio::test]
+async fn a_second_daemon_refuses_to_start() {
+    let mut home = TestHome::new();
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "demo", "--var", "steps=1"]);
+    home.wait_settled(id, T).await; // the first daemon is up and working
+    let out = home.cli(&["daemon"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("another lachesis daemon is already running"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
+async fn the_daemon_leaves_nothing_behind_after_stopping_runs() {
+    let mut home = TestHome::new();
+    home.workflow("chain", &two_stage("chain", "100ms", "sleep 60"));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "chain"]);
+    home.wait_state(id, RunState::Running, T).await;
+    home.cli_ok(&["run", "stop", &id.to_string()]);
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Stopped);
+    assert!(
+        stages
+            .iter()
+            .all(|s| s.exit == Some(ExitStatus::Signal(15))),
+        "{stages:?}"
+    );
+    home.kill_daemon();
+    assert_eq!(processes_mentioning(home.path()), Vec::<i32>::new());
+}

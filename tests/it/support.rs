@@ -1,0 +1,270 @@
+//! Helpers: a temporary home with its own daemon process, the CLI, and waiting with deadlines.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lachesis::launch::process::{Liveness, liveness};
+use lachesis::model::{Event, Run, RunState, Stage};
+use lachesis::service::Service;
+use lachesis::settings::Settings;
+use lachesis::store::Store;
+use uuid::Uuid;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_lachesis");
+
+/// Polls `check` until it returns Some, or panics with `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub struct TestHome {
+    pub dir: tempfile::TempDir,
+    pub database_url: Option<String>,
+    daemon: Option<Child>,
+    service: Option<Service>,
+}
+
+impl TestHome {
+    pub fn new() -> TestHome {
+        TestHome {
+            dir: tempfile::tempdir().unwrap(),
+            database_url: None,
+            daemon: None,
+            service: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn workflows(&self) -> PathBuf {
+        self.path().join("workflows")
+    }
+
+    pub fn settings(&self) -> Settings {
+        Settings::new(Some(self.path().to_path_buf()), self.database_url.clone())
+    }
+
+    /// Writes `workflows/NAME.yaml`.
+    pub fn workflow(&self, name: &str, yaml: &str) {
+        std::fs::create_dir_all(self.workflows()).unwrap();
+        std::fs::write(self.workflows().join(format!("{name}.yaml")), yaml).unwrap();
+    }
+
+    pub async fn service(&mut self) -> Service {
+        if self.service.is_none() {
+            self.service = Some(Service::open(self.settings()).await.unwrap());
+        }
+        self.service.clone().unwrap()
+    }
+
+    pub async fn store(&mut self) -> Arc<dyn Store> {
+        self.service().await.store
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("LACHESIS_HOME", self.path())
+            .env_remove("LACHESIS_WORKFLOWS")
+            .env("NO_COLOR", "1");
+        match &self.database_url {
+            Some(url) => cmd.env("LACHESIS_DATABASE_URL", url),
+            None => cmd.env_remove("LACHESIS_DATABASE_URL"),
+        };
+        cmd
+    }
+
+    /// Runs the CLI to the end.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.command(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// Runs the CLI and returns its stdout, failing the test if it failed.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "lachesis {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Queues a run through the CLI and returns its id.
+    pub fn submit(&self, args: &[&str]) -> Uuid {
+        let mut all = vec!["run", "start"];
+        all.extend_from_slice(args);
+        Uuid::parse_str(self.cli_ok(&all).trim()).unwrap()
+    }
+
+    pub fn start_daemon(&mut self) {
+        self.start_daemon_with(&[]);
+    }
+
+    pub fn start_daemon_with(&mut self, extra: &[&str]) {
+        assert!(self.daemon.is_none(), "daemon already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path().join("daemon.log"))
+            .unwrap();
+        let mut args = vec!["daemon", "--stop-grace", "3s", "--scan-interval", "500ms"];
+        args.extend_from_slice(extra);
+        let child = self
+            .command(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill_daemon(&mut self) {
+        let mut child = self.daemon.take().expect("no daemon running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    pub fn daemon_log(&self) -> String {
+        std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    pub async fn run(&mut self, id: Uuid) -> Run {
+        self.store().await.run(id).await.unwrap().unwrap()
+    }
+
+    pub async fn stages(&mut self, id: Uuid) -> Vec<Stage> {
+        self.store().await.stages(id).await.unwrap()
+    }
+
+    pub async fn events(&mut self, id: Uuid) -> Vec<Event> {
+        self.store().await.events(id, 0).await.unwrap()
+    }
+
+    pub async fn wait_state(&mut self, id: Uuid, state: RunState, timeout: Duration) -> Run {
+        let store = self.store().await;
+        let log = self.path().join("daemon.log");
+        let what = format!("run {id} to be {state}");
+        let run = wait_for(&what, timeout, || {
+            let store = Arc::clone(&store);
+            async move {
+                let run = store.run(id).await.unwrap().unwrap();
+                (run.state == state || run.state.is_terminal()).then_some(run)
+            }
+        })
+        .await;
+        assert_eq!(
+            run.state,
+            state,
+            "run ended {} ({:?}) instead; daemon log:\n{}",
+            run.state,
+            run.reason,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        run
+    }
+
+    /// Waits until the run is terminal and none of its stages may still be alive.
+    pub async fn wait_settled(&mut self, id: Uuid, timeout: Duration) -> (Run, Vec<Stage>) {
+        let store = self.store().await;
+        wait_for(&format!("run {id} to settle"), timeout, || {
+            let store = Arc::clone(&store);
+            async move {
+                let run = store.run(id).await.unwrap().unwrap();
+                let stages = store.stages(id).await.unwrap();
+                (run.state.is_terminal() && stages.iter().all(|s| !s.state.is_live()))
+                    .then_some((run, stages))
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for TestHome {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Leave no stage behind even when a test fails half-way.
+        kill_processes_mentioning(self.path());
+    }
+}
+
+/// Every process whose command line or environment mentions `needle` (the test's home).
+pub fn processes_mentioning(needle: &Path) -> Vec<i32> {
+    let needle = needle.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = state
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        let mentions = |bytes: &[u8]| String::from_utf8_lossy(bytes).contains(&needle);
+        if !zombie && (mentions(&cmdline) || mentions(&environ)) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn kill_processes_mentioning(needle: &Path) {
+    for pid in processes_mentioning(needle) {
+        unsafe_kill(pid);
+    }
+}
+
+fn unsafe_kill(pid: i32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Asserts that no process recorded for these stages (shim or stage) is still alive.
+pub fn assert_no_stage_alive(stages: &[Stage]) {
+    for stage in stages {
+        for id in [&stage.shim, &stage.process].into_iter().flatten() {
+            let state = liveness(id);
+            assert!(
+                matches!(state, Liveness::Gone | Liveness::Zombie),
+                "stage {} pid {} is still {:?}",
+                stage.name,
+                id.pid,
+                state
+            );
+        }
+    }
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
