@@ -37,10 +37,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error("cannot listen on {path}: {source}")]
-    Socket {
-        path: String,
-        source: std::io::Error,
-    },
+    Socket { path: String, source: std::io::Error },
     #[error("cannot find the lachesis binary to start shims: {0}")]
     Exe(std::io::Error),
 }
@@ -50,10 +47,8 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     let service = Service::open(settings.clone()).await?;
     let _lock = service.store.lock_daemon().await?;
     let socket_path = settings.socket_path();
-    let socket = crate::wake::listen(&socket_path).map_err(|source| DaemonError::Socket {
-        path: socket_path.display().to_string(),
-        source,
-    })?;
+    let socket = crate::wake::listen(&socket_path)
+        .map_err(|source| DaemonError::Socket { path: socket_path.display().to_string(), source })?;
     let exe = std::env::current_exe().map_err(DaemonError::Exe)?;
     info!(home = %settings.home.display(), store = service.store.backend(), pid = std::process::id(), "daemon started");
 
@@ -74,14 +69,10 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         scan_interval: options.scan_interval,
     };
     let reconciler = Reconciler::new(Arc::clone(&service.store), config, tx);
-    let mut term = signal(SignalKind::terminate()).map_err(|source| DaemonError::Socket {
-        path: "SIGTERM".into(),
-        source,
-    })?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|source| DaemonError::Socket {
-        path: "SIGINT".into(),
-        source,
-    })?;
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|source| DaemonError::Socket { path: "SIGTERM".into(), source })?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|source| DaemonError::Socket { path: "SIGINT".into(), source })?;
     tokio::select! {
         result = reconciler.run(rx) => result?,
         _ = term.recv() => info!("SIGTERM: daemon exits; stages keep running under their shims"),

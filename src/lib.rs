@@ -1,7 +1,9 @@
 //! lachesis: a restart-safe supervisor and queue for reinforcement-learning training runs on
 //! the Atropos + Tinker stack. See DESIGN in the README for the concepts.
 
+pub mod bench;
 pub mod daemon;
+pub mod environments;
 pub mod launch;
 pub mod model;
 pub mod reconciler;

@@ -54,10 +54,7 @@ impl RunState {
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            RunState::Stopped | RunState::Completed | RunState::Failed
-        )
+        matches!(self, RunState::Stopped | RunState::Completed | RunState::Failed)
     }
 }
 
@@ -76,10 +73,7 @@ pub struct UnknownState(pub String);
 impl FromStr for RunState {
     type Err = UnknownState;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| UnknownState(s.to_string()))
+        RunState::ALL.into_iter().find(|state| state.as_str() == s).ok_or_else(|| UnknownState(s.to_string()))
     }
 }
 
@@ -169,10 +163,7 @@ impl StageState {
 
     /// A process may exist for this stage (or is about to).
     pub fn is_live(self) -> bool {
-        matches!(
-            self,
-            StageState::Spawning | StageState::Starting | StageState::Up
-        )
+        matches!(self, StageState::Spawning | StageState::Starting | StageState::Up)
     }
 }
 
@@ -310,18 +301,10 @@ pub struct NewEvent {
 
 impl NewEvent {
     pub fn stage(stage: &str, message: impl Into<String>) -> Self {
-        NewEvent {
-            kind: EventKind::Stage,
-            stage: Some(stage.to_string()),
-            message: message.into(),
-        }
+        NewEvent { kind: EventKind::Stage, stage: Some(stage.to_string()), message: message.into() }
     }
 
     pub fn note(message: impl Into<String>) -> Self {
-        NewEvent {
-            kind: EventKind::Note,
-            stage: None,
-            message: message.into(),
-        }
+        NewEvent { kind: EventKind::Note, stage: None, message: message.into() }
     }
 }

@@ -15,8 +15,13 @@ pub struct Settings {
     pub database_url: Option<String>,
     /// `LACHESIS_WORKFLOWS`, default `$LACHESIS_HOME/workflows`.
     pub workflows_dir: PathBuf,
-    /// The Python interpreter for `{python}` (`LACHESIS_PYTHON`, default `python3`).
+    /// The Python interpreter for `{python}` and introspection (`LACHESIS_PYTHON`, default `python3`).
     pub python: String,
+    /// The tinker-atropos checkout (`LACHESIS_TINKER_ATROPOS`, default `~/tinker-atropos`).
+    pub tinker_atropos: PathBuf,
+    /// Where environments are discovered: the checkout's `tinker_atropos/environments`, then
+    /// the directories in `LACHESIS_ENV_DIRS` (colon-separated).
+    pub environment_dirs: Vec<PathBuf>,
 }
 
 impl Settings {
@@ -30,12 +35,14 @@ impl Settings {
             .unwrap_or_else(|| home.join("workflows"));
         let workflows_dir = std::path::absolute(&workflows_dir).unwrap_or(workflows_dir);
         let python = std::env::var("LACHESIS_PYTHON").unwrap_or_else(|_| "python3".to_string());
-        Settings {
-            home,
-            database_url,
-            workflows_dir,
-            python,
+        let tinker_atropos = std::env::var_os("LACHESIS_TINKER_ATROPOS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::workflow::expand_home("~/tinker-atropos"));
+        let mut environment_dirs = vec![tinker_atropos.join("tinker_atropos").join("environments")];
+        if let Some(extra) = std::env::var_os("LACHESIS_ENV_DIRS") {
+            environment_dirs.extend(std::env::split_paths(&extra).filter(|p| !p.as_os_str().is_empty()));
         }
+        Settings { home, database_url, workflows_dir, python, tinker_atropos, environment_dirs }
     }
 
     pub fn store_location(&self) -> StoreResult<StoreLocation> {

@@ -110,10 +110,7 @@ mod tests {
     fn every_pair_is_either_listed_or_refused() {
         for from in RunState::ALL {
             for event in RunEvent::ALL {
-                let expected = LEGAL
-                    .iter()
-                    .find(|(f, e, _)| *f == from && *e == event)
-                    .map(|t| t.2);
+                let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == event).map(|t| t.2);
                 match (next(from, event), expected) {
                     (Ok(to), Some(want)) => assert_eq!(to, want, "{from} --{event}-->"),
                     (Err(err), None) => assert_eq!(err, IllegalTransition { from, event }),

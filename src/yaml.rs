@@ -13,15 +13,10 @@ pub struct YamlError {
 }
 
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
-    serde_yaml::from_str(text).map_err(|err| YamlError {
-        line: err.location().map(|loc| loc.line()),
-        message: err.to_string(),
-    })
+    serde_yaml::from_str(text)
+        .map_err(|err| YamlError { line: err.location().map(|loc| loc.line()), message: err.to_string() })
 }
 
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, YamlError> {
-    serde_yaml::to_string(value).map_err(|err| YamlError {
-        line: None,
-        message: err.to_string(),
-    })
+    serde_yaml::to_string(value).map_err(|err| YamlError { line: None, message: err.to_string() })
 }

@@ -32,10 +32,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         stop_grace: args.stop_grace.0,
         scan_interval: args.scan_interval.0,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon::run(settings, options))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,9 @@
 //! Command-line definitions and dispatch, one file per command group.
 
+mod bench;
+mod config;
 mod daemon;
+mod env;
 mod output;
 mod run;
 mod shim;
@@ -25,12 +28,7 @@ pub struct Cli {
     #[arg(long, global = true, env = "LACHESIS_HOME")]
     home: Option<PathBuf>,
     /// Use this database instead of the embedded SQLite file (postgres://… or sqlite://PATH)
-    #[arg(
-        long,
-        global = true,
-        env = "LACHESIS_DATABASE_URL",
-        hide_env_values = true
-    )]
+    #[arg(long, global = true, env = "LACHESIS_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -40,12 +38,20 @@ pub struct Cli {
 enum Command {
     /// Run the supervisor: claims queued runs, starts and watches their stages
     Daemon(daemon::DaemonArgs),
+    /// Discover and select Atropos environments
+    #[command(subcommand)]
+    Env(env::EnvCommand),
+    /// Show and edit the selected environment's configuration
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Start, list, inspect and stop runs
     #[command(subcommand)]
     Run(run::RunCommand),
     /// List and show workflows
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
+    /// Measure the supervisor: exit detection, recovery, throughput, idle memory
+    Bench(bench::BenchArgs),
     /// (internal) Parent of one stage process; started by the daemon
     #[command(hide = true)]
     Shim(shim::ShimCommand),
@@ -60,14 +66,15 @@ pub fn dispatch(cli: Cli) -> CliResult {
     match cli.command {
         Command::Daemon(args) => daemon::run(settings, args),
         Command::Run(command) => current_thread()?.block_on(run::run(settings, command)),
+        Command::Env(command) => current_thread()?.block_on(env::run(settings, command)),
+        Command::Config(command) => current_thread()?.block_on(config::run(settings, command)),
         Command::Workflow(command) => workflow::run(settings, command),
+        Command::Bench(args) => bench::run(args),
         Command::Shim(_) => unreachable!("handled above"),
     }
 }
 
 /// CLI commands do a few queries: one thread starts fastest.
 fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
 }

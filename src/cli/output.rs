@@ -43,11 +43,7 @@ pub fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
     } else if secs < 3600.0 {
         format!("{}m{:02}s", (secs / 60.0) as u64, secs as u64 % 60)
     } else {
-        format!(
-            "{}h{:02}m",
-            (secs / 3600.0) as u64,
-            (secs as u64 % 3600) / 60
-        )
+        format!("{}h{:02}m", (secs / 3600.0) as u64, (secs as u64 % 3600) / 60)
     }
 }
 

@@ -85,25 +85,13 @@ pub enum RunCommand {
 pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
-        RunCommand::Start {
-            workflow,
-            env,
-            set,
-            var,
-            priority,
-            wait,
-            json,
-        } => {
+        RunCommand::Start { workflow, env, set, var, priority, wait, json } => {
             let request = SubmitRequest {
                 workflow,
                 env_name: env,
                 vars: assignments("--var", &var)?,
-                config: assignments("--set", &set)?
-                    .into_iter()
-                    .map(|(k, v)| (k, serde_json::Value::String(v)))
-                    .collect(),
+                set: assignments("--set", &set)?,
                 priority,
-                ..SubmitRequest::default()
             };
             let run = service.submit(request).await?;
             if json && !wait {
@@ -116,20 +104,14 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
             }
         }
         RunCommand::List { state, limit, json } => {
-            let runs = service
-                .list(&RunFilter {
-                    state,
-                    limit: Some(limit),
-                })
-                .await?;
+            let runs = service.list(&RunFilter { state, limit: Some(limit) }).await?;
             if json {
                 print_json(&runs)?;
             } else if runs.is_empty() {
                 println!("no runs");
             } else {
-                let mut t = table([
-                    "ID", "WORKFLOW", "ENV", "STATE", "PRIO", "CREATED", "DURATION", "REASON",
-                ]);
+                let mut t =
+                    table(["ID", "WORKFLOW", "ENV", "STATE", "PRIO", "CREATED", "DURATION", "REASON"]);
                 for r in &runs {
                     let end = r.ended_at.or(r.started_at.map(|_| now_millis()));
                     t.add_row([
@@ -182,18 +164,12 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn assignments(
-    flag: &'static str,
-    items: &[String],
-) -> Result<BTreeMap<String, String>, ServiceError> {
+fn assignments(flag: &'static str, items: &[String]) -> Result<BTreeMap<String, String>, ServiceError> {
     items
         .iter()
         .map(|item| match item.split_once('=') {
             Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-            _ => Err(ServiceError::BadAssignment {
-                what: flag,
-                text: item.clone(),
-            }),
+            _ => Err(ServiceError::BadAssignment { what: flag, text: item.clone() }),
         })
         .collect()
 }
@@ -204,47 +180,26 @@ fn print_status(status: &RunStatus) {
     println!(
         "workflow  {}{}",
         r.workflow,
-        r.env_name
-            .as_ref()
-            .map(|e| format!(" (env {e})"))
-            .unwrap_or_default()
+        r.env_name.as_ref().map(|e| format!(" (env {e})")).unwrap_or_default()
     );
-    println!(
-        "state     {}{}",
-        r.state,
-        r.reason
-            .as_ref()
-            .map(|e| format!(": {e}"))
-            .unwrap_or_default()
-    );
+    println!("state     {}{}", r.state, r.reason.as_ref().map(|e| format!(": {e}")).unwrap_or_default());
     println!("created   {}", time(Some(r.created_at)));
     if r.started_at.is_some() {
         println!("started   {}", time(r.started_at));
     }
     if r.ended_at.is_some() {
-        println!(
-            "ended     {} (after {})",
-            time(r.ended_at),
-            duration(r.started_at, r.ended_at)
-        );
+        println!("ended     {} (after {})", time(r.ended_at), duration(r.started_at, r.ended_at));
     }
     println!("directory {}", r.run_dir.display());
-    let mut t = table([
-        "STAGE", "STATE", "PID", "STARTED", "UP AFTER", "RAN FOR", "LOG",
-    ]);
+    let mut t = table(["STAGE", "STATE", "PID", "STARTED", "UP AFTER", "RAN FOR", "LOG"]);
     for s in &status.stages {
         t.add_row([
             s.name.clone(),
             stage_state(s),
-            s.process
-                .as_ref()
-                .map_or_else(|| "-".into(), |p| p.pid.to_string()),
+            s.process.as_ref().map_or_else(|| "-".into(), |p| p.pid.to_string()),
             time(s.started_at),
             duration(s.started_at, s.ready_at),
-            duration(
-                s.started_at,
-                s.ended_at.or(s.started_at.map(|_| now_millis())),
-            ),
+            duration(s.started_at, s.ended_at.or(s.started_at.map(|_| now_millis()))),
             s.log_path.display().to_string(),
         ]);
     }
@@ -257,12 +212,7 @@ fn event_line(event: &Event) -> String {
         (None, Some(from), Some(to)) => format!("{from} -> {to}"),
         _ => event.kind.as_str().to_string(),
     };
-    format!(
-        "{}  {:<22} {}",
-        time(Some(event.at)),
-        subject,
-        event.message
-    )
+    format!("{}  {:<22} {}", time(Some(event.at)), subject, event.message)
 }
 
 /// True once nothing more will happen to the run.
@@ -306,32 +256,22 @@ async fn follow_progress(service: &Service, id: &str, json: bool) -> CliResult {
                 print_status(&status);
             }
             let ok = status.run.state == RunState::Completed;
-            return Ok(if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            });
+            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 fn progress_line(state: &RunState, stages: &[Stage]) -> String {
-    let parts: Vec<String> = stages
-        .iter()
-        .map(|s| format!("{} {}", s.name, stage_state(s)))
-        .collect();
+    let parts: Vec<String> = stages.iter().map(|s| format!("{} {}", s.name, stage_state(s))).collect();
     format!("{state}: {}", parts.join(" · "))
 }
 
 /// Prints stage logs; with `follow`, keeps reading until the run has ended.
 async fn logs(service: &Service, id: &str, only: Option<&str>, follow: bool) -> CliResult {
     let status = service.status(id).await?;
-    let stages: Vec<&Stage> = status
-        .stages
-        .iter()
-        .filter(|s| only.is_none_or(|name| s.name == name))
-        .collect();
+    let stages: Vec<&Stage> =
+        status.stages.iter().filter(|s| only.is_none_or(|name| s.name == name)).collect();
     if let Some(name) = only
         && stages.is_empty()
     {
@@ -346,11 +286,7 @@ async fn logs(service: &Service, id: &str, only: Option<&str>, follow: bool) -> 
     let prefix = stages.len() > 1;
     let mut tails: Vec<LogTail> = stages
         .iter()
-        .map(|s| LogTail {
-            stage: s.name.clone(),
-            path: s.log_path.clone(),
-            offset: 0,
-        })
+        .map(|s| LogTail { stage: s.name.clone(), path: s.log_path.clone(), offset: 0 })
         .collect();
     loop {
         // While following, only whole lines: a line being written is printed once complete.
@@ -380,11 +316,7 @@ impl LogTail {
         let mut text = String::new();
         file.seek(SeekFrom::Start(self.offset))?;
         file.read_to_string(&mut text)?;
-        let end = if whole_lines {
-            text.rfind('\n').map_or(0, |i| i + 1)
-        } else {
-            text.len()
-        };
+        let end = if whole_lines { text.rfind('\n').map_or(0, |i| i + 1) } else { text.len() };
         let mut out = std::io::stdout().lock();
         for line in text[..end].lines() {
             if prefix {

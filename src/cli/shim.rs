@@ -20,10 +20,7 @@ pub struct ShimCommand {
 
 pub fn run(args: ShimCommand) -> ExitCode {
     let code = shim::run(ShimArgs {
-        files: StageFiles {
-            started: args.started,
-            exit: args.exit,
-        },
+        files: StageFiles { started: args.started, exit: args.exit },
         log: args.log,
         cwd: args.cwd,
         argv: args.argv,

@@ -42,25 +42,14 @@ pub fn run(settings: Settings, command: WorkflowCommand) -> CliResult {
                 let mut t = table(["WORKFLOW", "STAGES", "NEEDS", "DESCRIPTION"]);
                 for row in &rows {
                     let name = row["name"].as_str().unwrap_or_default();
-                    let mark = if row["default"].as_bool() == Some(true) {
-                        " (default)"
-                    } else {
-                        ""
-                    };
+                    let mark = if row["default"].as_bool() == Some(true) { " (default)" } else { "" };
                     let list = |v: &serde_json::Value| {
                         v.as_array()
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(|x| x.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            })
+                            .map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
                             .unwrap_or_default()
                     };
-                    let description = row["description"]
-                        .as_str()
-                        .or(row["error"].as_str())
-                        .unwrap_or_default();
+                    let description =
+                        row["description"].as_str().or(row["error"].as_str()).unwrap_or_default();
                     t.add_row([
                         format!("{name}{mark}"),
                         list(&row["stages"]),

@@ -32,10 +32,7 @@ pub async fn wait_ready(
     let Some(probe) = &plan.probe else {
         if let Some(delay) = plan.start_delay {
             tokio::time::sleep_until(begun + delay).await;
-            return Ok(format!(
-                "start delay of {} elapsed",
-                crate::workflow::Dur(delay)
-            ));
+            return Ok(format!("start delay of {} elapsed", crate::workflow::Dur(delay)));
         }
         return Ok("no delay or probe".into());
     };
@@ -47,14 +44,8 @@ pub async fn wait_ready(
         if Instant::now() + PROBE_INTERVAL >= deadline {
             sleep(deadline.saturating_duration_since(Instant::now())).await;
             return match plan.start_delay {
-                Some(delay) => Ok(format!(
-                    "start delay of {} elapsed",
-                    crate::workflow::Dur(delay)
-                )),
-                None => Err(NotReady {
-                    waited: plan.start_timeout,
-                    probe: describe(probe),
-                }),
+                Some(delay) => Ok(format!("start delay of {} elapsed", crate::workflow::Dur(delay))),
+                None => Err(NotReady { waited: plan.start_timeout, probe: describe(probe) }),
             };
         }
         sleep(PROBE_INTERVAL).await;
@@ -74,8 +65,8 @@ async fn answers(probe: &Probe, client: &reqwest::Client) -> bool {
             let response = client.get(http).timeout(PROBE_TIMEOUT).send().await;
             response.is_ok_and(|r| r.status().is_success())
         }
-        Probe::Tcp { tcp } => timeout(PROBE_TIMEOUT, TcpStream::connect(tcp.as_str()))
-            .await
-            .is_ok_and(|r| r.is_ok()),
+        Probe::Tcp { tcp } => {
+            timeout(PROBE_TIMEOUT, TcpStream::connect(tcp.as_str())).await.is_ok_and(|r| r.is_ok())
+        }
     }
 }

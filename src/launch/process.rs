@@ -16,9 +16,7 @@ pub fn boot_id() -> io::Result<String> {
     if let Some(id) = BOOT_ID.get() {
         return Ok(id.clone());
     }
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
-        .trim()
-        .to_string();
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_string();
     Ok(BOOT_ID.get_or_init(|| id).clone())
 }
 
@@ -32,11 +30,7 @@ fn stat(pid: i32) -> io::Result<(u64, char)> {
 
 pub fn identity_of(pid: i32) -> io::Result<ProcessIdentity> {
     let (start_time, _) = stat(pid)?;
-    Ok(ProcessIdentity {
-        pid,
-        start_time,
-        boot_id: boot_id()?,
-    })
+    Ok(ProcessIdentity { pid, start_time, boot_id: boot_id()? })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,10 +100,7 @@ impl ExitWatch {
 
     /// Resolves when the process has exited (readable pidfd).
     pub async fn exited(&self) -> io::Result<()> {
-        self.fd
-            .readable()
-            .await
-            .map(|mut guard| guard.retain_ready())
+        self.fd.readable().await.map(|mut guard| guard.retain_ready())
     }
 }
 
@@ -121,31 +112,19 @@ mod tests {
     fn identity_tells_a_live_process_from_a_reused_pid() {
         let me = identity_of(std::process::id() as i32).unwrap();
         assert_eq!(liveness(&me), Liveness::Alive);
-        let stranger = ProcessIdentity {
-            start_time: me.start_time + 1,
-            ..me.clone()
-        };
+        let stranger = ProcessIdentity { start_time: me.start_time + 1, ..me.clone() };
         assert_eq!(liveness(&stranger), Liveness::Reused);
-        let other_boot = ProcessIdentity {
-            boot_id: "not-this-boot".into(),
-            ..me
-        };
+        let other_boot = ProcessIdentity { boot_id: "not-this-boot".into(), ..me };
         assert_eq!(liveness(&other_boot), Liveness::Reused);
         assert!(!signal_group(&stranger, Signal::TERM));
     }
 
     #[tokio::test]
     async fn zombies_count_as_exited_and_pidfd_sees_the_exit() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("0.2")
-            .spawn()
-            .unwrap();
+        let mut child = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
         let id = identity_of(child.id() as i32).unwrap();
         let watch = ExitWatch::open(&id).unwrap().unwrap();
-        tokio::time::timeout(std::time::Duration::from_secs(5), watch.exited())
-            .await
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), watch.exited()).await.unwrap().unwrap();
         // Exited but not reaped yet: a zombie, which is not alive.
         assert_eq!(liveness(&id), Liveness::Zombie);
         child.wait().unwrap();

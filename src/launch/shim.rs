@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use super::process::identity_of;
-use super::status::{Finished, StageFiles, Started, write_atomic};
+use super::status::{Durability, Finished, StageFiles, Started, write_atomic};
 use crate::model::{ExitStatus, now_millis};
 
 /// What the shim tells the daemon on its stdout, one JSON line.
@@ -48,30 +48,21 @@ fn report(line: &ShimReport) {
 }
 
 fn supervise(args: &ShimArgs) -> Result<(), String> {
-    let me = identity_of(std::process::id() as i32)
-        .map_err(|e| format!("cannot read own identity: {e}"))?;
+    // First, leave the daemon's session and process group: its death or a Ctrl-C aimed at it
+    // must not reach us. (Fails only for a group leader, which a freshly spawned shim is not.)
+    let _ = rustix::process::setsid();
+    let me = identity_of(std::process::id() as i32).map_err(|e| format!("cannot read own identity: {e}"))?;
     let fail = |reason: String| -> Result<(), String> {
-        let started = Started {
-            shim: me.clone(),
-            process: None,
-            started_at: now_millis(),
-        };
-        write_atomic(&args.files.started, &started).map_err(|e| e.to_string())?;
-        let finished = Finished {
-            exit: None,
-            spawn_error: Some(reason.clone()),
-            ended_at: now_millis(),
-        };
-        write_atomic(&args.files.exit, &finished).map_err(|e| e.to_string())?;
+        let started = Started { shim: me.clone(), process: None, started_at: now_millis() };
+        write_atomic(&args.files.started, &started, Durability::Cached).map_err(|e| e.to_string())?;
+        let finished = Finished { exit: None, spawn_error: Some(reason.clone()), ended_at: now_millis() };
+        write_atomic(&args.files.exit, &finished, Durability::Synced).map_err(|e| e.to_string())?;
         report(&ShimReport::Failed(reason));
         Ok(())
     };
 
     if !args.cwd.is_dir() {
-        return fail(format!(
-            "working directory {} does not exist",
-            args.cwd.display()
-        ));
+        return fail(format!("working directory {} does not exist", args.cwd.display()));
     }
     let log = match OpenOptions::new().create(true).append(true).open(&args.log) {
         Ok(log) => log,
@@ -95,28 +86,20 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
         Err(e) => return fail(format!("cannot start '{program}': {}", plain_io_error(&e))),
     };
     let process = identity_of(child.id() as i32).ok();
-    let started = Started {
-        shim: me,
-        process,
-        started_at: now_millis(),
-    };
-    write_atomic(&args.files.started, &started).map_err(|e| format!("cannot record start: {e}"))?;
+    let started = Started { shim: me, process, started_at: now_millis() };
+    write_atomic(&args.files.started, &started, Durability::Cached)
+        .map_err(|e| format!("cannot record start: {e}"))?;
     report(&ShimReport::Started(started));
 
-    let status = child
-        .wait()
-        .map_err(|e| format!("cannot wait for the stage: {e}"))?;
+    let status = child.wait().map_err(|e| format!("cannot wait for the stage: {e}"))?;
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ExitStatus::Code(code),
         (None, Some(signal)) => ExitStatus::Signal(signal),
         (None, None) => ExitStatus::Code(-1),
     };
-    let finished = Finished {
-        exit: Some(exit),
-        spawn_error: None,
-        ended_at: now_millis(),
-    };
-    write_atomic(&args.files.exit, &finished).map_err(|e| format!("cannot record exit: {e}"))
+    let finished = Finished { exit: Some(exit), spawn_error: None, ended_at: now_millis() };
+    write_atomic(&args.files.exit, &finished, Durability::Synced)
+        .map_err(|e| format!("cannot record exit: {e}"))
 }
 
 /// `No such file or directory` rather than `No such file or directory (os error 2)`.

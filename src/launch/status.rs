@@ -62,9 +62,18 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T
     }
 }
 
-/// Write to a temporary file, fsync, rename over `path`, fsync the directory: after a crash the
-/// file is either absent or complete.
-pub fn write_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
+/// Whether a file must survive an operating-system crash, or only a process crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync the file and its directory: the exit status outlives a power cut.
+    Synced,
+    /// The page cache is enough: a `started` file names processes that a reboot ends anyway.
+    Cached,
+}
+
+/// Write to a temporary file, rename over `path` (with `Synced`, fsync both file and directory):
+/// a reader sees the file absent or complete, never half-written.
+pub fn write_atomic(path: &Path, value: &impl Serialize, durability: Durability) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
@@ -73,9 +82,14 @@ pub fn write_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
     let mut file = File::create(&tmp)?;
     serde_json::to_writer(&mut file, value)?;
     file.write_all(b"\n")?;
-    file.sync_all()?;
+    if durability == Durability::Synced {
+        file.sync_all()?;
+    }
     std::fs::rename(&tmp, path)?;
-    File::open(dir)?.sync_all()
+    if durability == Durability::Synced {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -87,16 +101,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = StageFiles::new(dir.path(), "env");
         assert_eq!(files.read_finished().unwrap(), None);
-        let done = Finished {
-            exit: Some(ExitStatus::Signal(15)),
-            spawn_error: None,
-            ended_at: 7,
-        };
-        write_atomic(&files.exit, &done).unwrap();
+        let done = Finished { exit: Some(ExitStatus::Signal(15)), spawn_error: None, ended_at: 7 };
+        write_atomic(&files.exit, &done, Durability::Synced).unwrap();
         assert_eq!(files.read_finished().unwrap(), Some(done));
-        let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap())
-            .unwrap()
-            .collect();
+        let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
     }
 }

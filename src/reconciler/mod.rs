@@ -25,6 +25,10 @@ use crate::transitions::RunEvent;
 pub use supervised::ports_of;
 use supervised::{StopStep, Supervised};
 
+/// Queue rows read per scheduling page, and how deep the scheduler looks for runs it can start.
+const SCHEDULE_PAGE: i64 = 32;
+const SCHEDULE_PAGES: i64 = 16;
+
 #[derive(Clone, Debug)]
 pub struct ReconcilerConfig {
     /// The lachesis binary, started again as `lachesis shim`.
@@ -86,22 +90,9 @@ pub struct Reconciler {
 type Result<T = ()> = std::result::Result<T, StoreError>;
 
 impl Reconciler {
-    pub fn new(
-        store: Arc<dyn Store>,
-        config: ReconcilerConfig,
-        tx: UnboundedSender<Msg>,
-    ) -> Reconciler {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .unwrap_or_default();
-        Reconciler {
-            store,
-            config,
-            tx,
-            runs: HashMap::new(),
-            http,
-        }
+    pub fn new(store: Arc<dyn Store>, config: ReconcilerConfig, tx: UnboundedSender<Msg>) -> Reconciler {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
+        Reconciler { store, config, tx, runs: HashMap::new(), http }
     }
 
     /// Repairs what the store says is in flight, then serves messages until the channel closes.
@@ -117,6 +108,7 @@ impl Reconciler {
             };
             // Handle everything already queued before rescanning the store once.
             let mut rescan = false;
+            let supervised_before = self.runs.len();
             let mut next = Some(first);
             while let Some(msg) = next {
                 match msg {
@@ -135,7 +127,10 @@ impl Reconciler {
                     warn!("reconciler: cannot read the store: {err}");
                 }
             }
-            if let Err(err) = self.schedule().await {
+            // The queue only needs a look when work may have arrived or a slot came free.
+            if (rescan || self.runs.len() < supervised_before)
+                && let Err(err) = self.schedule().await
+            {
                 warn!("reconciler: cannot schedule: {err}");
             }
         }
@@ -154,7 +149,8 @@ impl Reconciler {
 
     /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
     async fn sync_from_store(&mut self) -> Result {
-        for run in self.store.supervised_runs().await? {
+        // Others only ever move started runs (a stop request); ended runs are ours alone.
+        for run in self.store.active_runs().await? {
             let changed = match self.runs.get(&run.id) {
                 Some(sup) => sup.run.version < run.version,
                 None => false,
@@ -178,28 +174,31 @@ impl Reconciler {
         }
         let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
         let mut claimed = 0;
-        // Look past runs blocked on resources so unrelated work can go ahead (backfill).
-        for run in self.store.pending_runs(256).await? {
-            if claimed == free {
+        // Read the queue a page at a time (each row carries a workflow snapshot to parse), and
+        // look past runs blocked on resources so unrelated work can go ahead (backfill).
+        for page in 0..SCHEDULE_PAGES {
+            let pending = self.store.pending_runs(SCHEDULE_PAGE, page * SCHEDULE_PAGE).await?;
+            let last_page = (pending.len() as i64) < SCHEDULE_PAGE;
+            for run in pending {
+                if claimed == free {
+                    return Ok(());
+                }
+                let Some(ports) = allocate_ports(&run, &held) else { continue };
+                let resources = run.spec.resources(&ports);
+                if !resources.is_disjoint(&held) {
+                    continue;
+                }
+                let mut params = run.params.clone();
+                for (name, port) in &ports {
+                    params.resolved.insert(format!("port.{name}"), port.to_string());
+                }
+                if self.claim(run, params).await? {
+                    held.extend(resources);
+                    claimed += 1;
+                }
+            }
+            if last_page {
                 break;
-            }
-            let mut params = run.params.clone();
-            let ports = match allocate_ports(&run, &held) {
-                Some(ports) => ports,
-                None => continue,
-            };
-            for (name, port) in &ports {
-                params
-                    .resolved
-                    .insert(format!("port.{name}"), port.to_string());
-            }
-            let resources = run.spec.resources(&ports);
-            if !resources.is_disjoint(&held) {
-                continue;
-            }
-            if self.claim(run, params).await? {
-                held.extend(resources);
-                claimed += 1;
             }
         }
         Ok(())
@@ -208,11 +207,7 @@ impl Reconciler {
     /// Moves a pending run to starting and begins its first stage. False if someone else
     /// moved it first (cancelled meanwhile).
     async fn claim(&mut self, run: Run, params: crate::model::RunParams) -> Result<bool> {
-        let run = match self
-            .store
-            .transition(&run, RunEvent::Claim, None, Some(&params))
-            .await
-        {
+        let run = match self.store.transition(&run, RunEvent::Claim, None, Some(&params)).await {
             Ok(run) => run,
             Err(StoreError::Conflict { .. }) => return Ok(false),
             Err(err) => return Err(err),
@@ -228,14 +223,9 @@ impl Reconciler {
             .map(String::as_str)
             .collect();
         let problem = if !missing.is_empty() {
-            Some(format!(
-                "the daemon's environment lacks {}",
-                missing.join(", ")
-            ))
+            Some(format!("the daemon's environment lacks {}", missing.join(", ")))
         } else {
-            std::fs::create_dir_all(&run.run_dir)
-                .err()
-                .map(|e| format!("cannot create {}: {e}", run.run_dir.display()))
+            prepare_run_dir(&run).err()
         };
         match Supervised::new(run.clone(), stages) {
             Ok(sup) => {
@@ -247,9 +237,7 @@ impl Reconciler {
             Err(err) => {
                 // The run can't be planned, so it never starts: fail it without supervising it.
                 let reason = format!("cannot start: {err}");
-                self.store
-                    .transition(&run, RunEvent::Fail, Some(&reason), None)
-                    .await?;
+                self.store.transition(&run, RunEvent::Fail, Some(&reason), None).await?;
                 return Ok(true);
             }
         }
@@ -265,18 +253,14 @@ impl Reconciler {
             };
             match sup.run.state {
                 RunState::Pending | RunState::Running => {}
-                RunState::Starting => {
-                    match sup.stages.iter().position(|s| s.state != StageState::Up) {
-                        None => {
-                            self.transition(id, RunEvent::AllStagesUp, None).await?;
-                            continue;
-                        }
-                        Some(idx) if sup.stages[idx].state == StageState::Pending => {
-                            self.spawn(id, idx).await?
-                        }
-                        Some(_) => {}
+                RunState::Starting => match sup.stages.iter().position(|s| s.state != StageState::Up) {
+                    None => {
+                        self.transition(id, RunEvent::AllStagesUp, None).await?;
+                        continue;
                     }
-                }
+                    Some(idx) if sup.stages[idx].state == StageState::Pending => self.spawn(id, idx).await?,
+                    Some(_) => {}
+                },
                 RunState::Stopping | RunState::Stopped | RunState::Completed | RunState::Failed => {
                     sup.cancel_all_readiness();
                     if sup.stages.iter().any(|s| s.state == StageState::Spawning) {
@@ -345,11 +329,7 @@ impl Reconciler {
         tokio::spawn(async move {
             match spawn_stage(&exe, &plan, &files).await {
                 Ok(mut spawned) => {
-                    let _ = tx.send(Msg::Spawned {
-                        run: id,
-                        idx,
-                        result: Ok(spawned.started),
-                    });
+                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Ok(spawned.started) });
                     // The shim writes the exit file before it exits, so its exit means "read it".
                     let _ = spawned.shim.wait().await;
                     let _ = tx.send(Msg::Ended {
@@ -359,11 +339,7 @@ impl Reconciler {
                     });
                 }
                 Err(err) => {
-                    let _ = tx.send(Msg::Spawned {
-                        run: id,
-                        idx,
-                        result: Err(err),
-                    });
+                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Err(err) });
                 }
             }
         });
@@ -387,18 +363,16 @@ impl Reconciler {
                 stage.started_at = Some(started.started_at);
                 stage.shim = Some(started.shim);
                 stage.process = started.process;
-                let pid = stage
-                    .process
-                    .as_ref()
-                    .map_or_else(|| "?".into(), |p| p.pid.to_string());
-                let event = NewEvent::stage(
-                    &name,
-                    format!("started (pid {pid}): {}", sup.plans[idx].argv.join(" ")),
-                );
-                self.store
-                    .update_stage(&sup.stages[idx], Some(&event))
-                    .await?;
+                let pid = stage.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
+                let event =
+                    NewEvent::stage(&name, format!("started (pid {pid}): {}", sup.plans[idx].argv.join(" ")));
+                self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
                 if sup.run.state == RunState::Starting {
+                    let plan = &sup.plans[idx];
+                    if plan.start_delay.is_none() && plan.probe.is_none() {
+                        // Up at once, decided here: a task would race the stage's own exit.
+                        return self.on_ready(id, idx, "no start delay or probe".into()).await;
+                    }
                     self.start_readiness(id, idx, Duration::ZERO);
                 }
             }
@@ -408,8 +382,7 @@ impl Reconciler {
                 stage.ended_at = Some(now_millis());
                 let event = NewEvent::stage(&name, format!("failed to start: {err}"));
                 self.store.update_stage(stage, Some(&event)).await?;
-                self.fail(id, &format!("stage '{name}' failed to start: {err}"))
-                    .await?;
+                self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;
             }
         }
         self.drive(id).await
@@ -425,11 +398,7 @@ impl Reconciler {
         let task = tokio::spawn(async move {
             let msg = match wait_ready(&plan, elapsed, &http).await {
                 Ok(how) => Msg::Ready { run: id, idx, how },
-                Err(error) => Msg::NotReady {
-                    run: id,
-                    idx,
-                    error,
-                },
+                Err(error) => Msg::NotReady { run: id, idx, error },
             };
             let _ = tx.send(msg);
         });
@@ -458,9 +427,7 @@ impl Reconciler {
         };
         sup.readiness[idx] = None;
         let name = sup.stages[idx].name.clone();
-        self.store
-            .add_event(id, &NewEvent::stage(&name, error.to_string()))
-            .await?;
+        self.store.add_event(id, &NewEvent::stage(&name, error.to_string())).await?;
         self.fail(id, &format!("stage '{name}' {error}")).await?;
         self.drive(id).await
     }
@@ -492,9 +459,7 @@ impl Reconciler {
                 (format!("lost: {why}"), None)
             }
         };
-        self.store
-            .update_stage(stage, Some(&NewEvent::stage(&name, what.clone())))
-            .await?;
+        self.store.update_stage(stage, Some(&NewEvent::stage(&name, what.clone()))).await?;
 
         let state = sup.run.state;
         let deciding = sup.run.spec.deciding_stages().contains(&name.as_str());
@@ -507,22 +472,11 @@ impl Reconciler {
                 self.fail(id, &reason).await?;
             }
             RunState::Running if deciding && exit.is_some_and(ExitStatus::success) => {
-                self.transition(
-                    id,
-                    RunEvent::Complete,
-                    Some(&format!("stage '{name}' finished")),
-                )
-                .await?;
+                self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished"))).await?;
             }
-            RunState::Running if deciding => {
-                self.fail(id, &format!("stage '{name}' {what}")).await?
-            }
+            RunState::Running if deciding => self.fail(id, &format!("stage '{name}' {what}")).await?,
             RunState::Running => {
-                self.fail(
-                    id,
-                    &format!("stage '{name}' {what} while the run was running"),
-                )
-                .await?
+                self.fail(id, &format!("stage '{name}' {what} while the run was running")).await?
             }
             _ => {}
         }
@@ -539,26 +493,14 @@ impl Reconciler {
         }
         sup.stop[idx] = StopStep::Termed;
         let stage = &sup.stages[idx];
-        let sent = stage
-            .process
-            .as_ref()
-            .is_some_and(|p| signal_group(p, Signal::TERM));
-        let grace = sup
-            .run
-            .spec
-            .stop_grace
-            .map_or(self.config.stop_grace, |d| d.0);
+        let sent = stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
+        let grace = sup.run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
         let message = if sent {
-            format!(
-                "sent SIGTERM to its process group; SIGKILL in {}",
-                crate::workflow::Dur(grace)
-            )
+            format!("sent SIGTERM to its process group; SIGKILL in {}", crate::workflow::Dur(grace))
         } else {
             "already exiting; waiting for its status".to_string()
         };
-        self.store
-            .add_event(id, &NewEvent::stage(&stage.name, message))
-            .await?;
+        self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
         let tx = self.tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
@@ -576,15 +518,8 @@ impl Reconciler {
             return Ok(());
         }
         sup.stop[idx] = StopStep::Killed;
-        if stage
-            .process
-            .as_ref()
-            .is_some_and(|p| signal_group(p, Signal::KILL))
-        {
-            let event = NewEvent::stage(
-                &stage.name,
-                "grace period over: sent SIGKILL to its process group",
-            );
+        if stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::KILL)) {
+            let event = NewEvent::stage(&stage.name, "grace period over: sent SIGKILL to its process group");
             self.store.add_event(id, &event).await?;
         }
         Ok(())
@@ -603,23 +538,47 @@ impl Reconciler {
     }
 }
 
+/// Creates the run directory and, for workflows that read one, the run's config file: the
+/// locked profile with the run's configured values, readable by the owner only (it may name
+/// endpoints and keys of the infrastructure).
+fn prepare_run_dir(run: &Run) -> std::result::Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(&run.run_dir)
+        .map_err(|e| format!("cannot create {}: {e}", run.run_dir.display()))?;
+    if !run.spec.uses_var("config_path") {
+        return Ok(());
+    }
+    let doc = crate::environments::run_config(
+        &run.spec.locked,
+        &run.params.config,
+        run.env_name.as_deref().unwrap_or("run"),
+        &run.short_id(),
+        &run.params.resolved,
+    );
+    let text = crate::yaml::to_string(&doc).map_err(|e| format!("cannot write the run config: {e}"))?;
+    let path = run.run_dir.join("config.yaml");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
 /// The recorded end of a stage whose shim is gone.
 fn read_end(files: &StageFiles, otherwise: &str) -> StageEnd {
     match files.read_finished() {
         Ok(Some(finished)) => StageEnd::Finished(finished),
         Ok(None) => StageEnd::Vanished(otherwise.to_string()),
-        Err(err) => StageEnd::Vanished(format!(
-            "unreadable status file {}: {err}",
-            files.exit.display()
-        )),
+        Err(err) => StageEnd::Vanished(format!("unreadable status file {}: {err}", files.exit.display())),
     }
 }
 
 /// Fixed ports as declared; `auto` ports picked free and outside `held`. None if no free port.
-fn allocate_ports(
-    run: &Run,
-    held: &BTreeSet<String>,
-) -> Option<std::collections::BTreeMap<String, u16>> {
+fn allocate_ports(run: &Run, held: &BTreeSet<String>) -> Option<std::collections::BTreeMap<String, u16>> {
     use crate::workflow::PortSpec;
     let already = ports_of(&run.params.resolved);
     let mut ports = std::collections::BTreeMap::new();
@@ -634,16 +593,9 @@ fn allocate_ports(
     Some(ports)
 }
 
-fn free_port(
-    held: &BTreeSet<String>,
-    taken: &std::collections::BTreeMap<String, u16>,
-) -> Option<u16> {
+fn free_port(held: &BTreeSet<String>, taken: &std::collections::BTreeMap<String, u16>) -> Option<u16> {
     (0..20).find_map(|_| {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
         let clash = held.contains(&format!("port:{port}")) || taken.values().any(|p| *p == port);
         (!clash).then_some(port)
     })

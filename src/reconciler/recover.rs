@@ -40,11 +40,7 @@ impl Reconciler {
             reattached += self.recover_run(id).await?;
         }
         if !self.runs.is_empty() {
-            info!(
-                runs = self.runs.len(),
-                stages = reattached,
-                "recovered in-flight runs"
-            );
+            info!(runs = self.runs.len(), stages = reattached, "recovered in-flight runs");
         }
         Ok(())
     }
@@ -81,8 +77,7 @@ impl Reconciler {
                     let run_starting = sup.run.state == RunState::Starting;
                     self.watch_reattached(id, idx, watch, files);
                     if starting && run_starting {
-                        let elapsed =
-                            Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
+                        let elapsed = Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
                         self.start_readiness(id, idx, elapsed);
                     }
                 }
@@ -125,17 +120,11 @@ fn examine(sup: &mut Supervised, idx: usize) -> Found {
         StageEnd::Finished(finished) => Found::Ended(StageEnd::Finished(finished)),
         StageEnd::Vanished(_) => {
             // The stage process may outlive its shim; it is ours only if its identity matches.
-            let orphan = stage
-                .process
-                .as_ref()
-                .filter(|p| liveness(p) == Liveness::Alive);
+            let orphan = stage.process.as_ref().filter(|p| liveness(p) == Liveness::Alive);
             let why = match orphan {
                 Some(process) => {
                     signal_group(process, Signal::KILL);
-                    format!(
-                        "its shim vanished; killed the orphaned process group {}",
-                        process.pid
-                    )
+                    format!("its shim vanished; killed the orphaned process group {}", process.pid)
                 }
                 None if liveness(&shim) == Liveness::Reused => {
                     format!(
@@ -143,9 +132,7 @@ fn examine(sup: &mut Supervised, idx: usize) -> Found {
                         shim.pid
                     )
                 }
-                None => {
-                    "process vanished while the daemon was down, leaving no exit status".to_string()
-                }
+                None => "process vanished while the daemon was down, leaving no exit status".to_string(),
             };
             Found::Ended(StageEnd::Vanished(why))
         }

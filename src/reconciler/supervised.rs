@@ -29,12 +29,7 @@ pub struct Supervised {
 impl Supervised {
     pub fn new(run: Run, stages: Vec<Stage>) -> Result<Supervised, PlanError> {
         let plans = plan_stages(&run)?;
-        let files = run
-            .spec
-            .stages
-            .iter()
-            .map(|s| StageFiles::new(&run.run_dir, &s.name))
-            .collect();
+        let files = run.spec.stages.iter().map(|s| StageFiles::new(&run.run_dir, &s.name)).collect();
         let n = stages.len();
         Ok(Supervised {
             run,
@@ -47,9 +42,7 @@ impl Supervised {
     }
 
     pub fn resources(&self) -> BTreeSet<String> {
-        self.run
-            .spec
-            .resources(&ports_of(&self.run.params.resolved))
+        self.run.spec.resources(&ports_of(&self.run.params.resolved))
     }
 
     pub fn cancel_readiness(&mut self, idx: usize) {
@@ -66,19 +59,13 @@ impl Supervised {
 
     /// The stage to stop next: the live one started last (env before trainer before api).
     pub fn next_to_stop(&self) -> Option<usize> {
-        self.stages
-            .iter()
-            .rposition(|s| matches!(s.state, StageState::Starting | StageState::Up))
+        self.stages.iter().rposition(|s| matches!(s.state, StageState::Starting | StageState::Up))
     }
 }
 
 /// Expands every stage of `run` with the values resolved at submission and claim.
 pub fn plan_stages(run: &Run) -> Result<Vec<StagePlan>, PlanError> {
-    run.spec
-        .stages
-        .iter()
-        .map(|stage| stage.plan(&run.params.resolved, &run.run_dir))
-        .collect()
+    run.spec.stages.iter().map(|stage| stage.plan(&run.params.resolved, &run.run_dir)).collect()
 }
 
 /// The `port.NAME` values among resolved variables.

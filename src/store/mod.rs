@@ -29,11 +29,7 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     /// Someone else moved the run first; re-read it and decide again.
     #[error("run {id} changed concurrently (expected {expected} at version {version})")]
-    Conflict {
-        id: Uuid,
-        expected: RunState,
-        version: i64,
-    },
+    Conflict { id: Uuid, expected: RunState, version: i64 },
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),
     #[error("corrupt row in the store: {0}")]
@@ -41,10 +37,7 @@ pub enum StoreError {
     #[error("{0}")]
     Locked(String),
     #[error("cannot use {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("unsupported database url '{0}' (use sqlite://PATH or postgres://…)")]
     UnsupportedUrl(String),
 }
@@ -76,10 +69,12 @@ pub trait Store: Send + Sync {
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;
     /// Runs newest first, or pending runs in queue order when filtering on `pending`.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>>;
+    /// Runs in `starting`, `running` or `stopping`.
+    async fn active_runs(&self) -> Result<Vec<Run>>;
     /// Runs a daemon must look after: not terminal, or with a stage that may still be alive.
     async fn supervised_runs(&self) -> Result<Vec<Run>>;
     /// Pending runs in claim order: priority (highest first), then submission.
-    async fn pending_runs(&self, limit: i64) -> Result<Vec<Run>>;
+    async fn pending_runs(&self, limit: i64, offset: i64) -> Result<Vec<Run>>;
 
     /// Moves `run` by `event` if it is still in the state and version it was read at, writing
     /// the event row in the same transaction. `params` replaces the run's params when given.
@@ -98,6 +93,10 @@ pub trait Store: Send + Sync {
     async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()>;
     /// Events of a run with id greater than `after`, oldest first.
     async fn events(&self, run_id: Uuid, after: i64) -> Result<Vec<Event>>;
+
+    /// The selected environment, if any.
+    async fn selection(&self) -> Result<Option<crate::environments::Selection>>;
+    async fn put_selection(&self, selection: &crate::environments::Selection) -> Result<()>;
 
     /// Takes the store's daemon lock, or says who holds it.
     async fn lock_daemon(&self) -> Result<DaemonLock>;
@@ -118,10 +117,7 @@ impl StoreLocation {
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
                 Ok(StoreLocation::Postgres(url.to_string()))
             }
-            Some(url) => match url
-                .strip_prefix("sqlite://")
-                .or_else(|| url.strip_prefix("sqlite:"))
-            {
+            Some(url) => match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
                 Some(path) if !path.is_empty() => Ok(StoreLocation::Sqlite(PathBuf::from(path))),
                 _ => Err(StoreError::UnsupportedUrl(url.to_string())),
             },

@@ -13,10 +13,8 @@ const DAEMON_LOCK_KEY: i64 = 0x6c61_6368_6573_6973; // "lachesis"
 pub(super) async fn open(url: &str) -> Result<SqlStore> {
     sqlx::any::install_default_drivers();
     let target = redact(url);
-    let options: AnyConnectOptions = url.parse().map_err(|source| StoreError::Open {
-        target: target.clone(),
-        source,
-    })?;
+    let options: AnyConnectOptions =
+        url.parse().map_err(|source| StoreError::Open { target: target.clone(), source })?;
     let pool = AnyPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(std::time::Duration::from_secs(10))
@@ -41,9 +39,7 @@ pub(super) async fn lock_daemon(pool: &AnyPool) -> Result<DaemonLock> {
             "another lachesis daemon is already running on this PostgreSQL database".into(),
         ));
     }
-    Ok(DaemonLock {
-        _held: Box::new(std::sync::Mutex::new(conn)),
-    })
+    Ok(DaemonLock { _held: Box::new(std::sync::Mutex::new(conn)) })
 }
 
 /// The URL without its password, for messages.

@@ -9,9 +9,9 @@ use sqlx::{AnyPool, Row};
 use uuid::Uuid;
 
 use super::{DaemonLock, Result, RunFilter, Store, StoreError, postgres, sqlite};
+use crate::environments::Selection;
 use crate::model::{
-    Event, EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage,
-    now_millis,
+    Event, EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, now_millis,
 };
 use crate::transitions::{self, RunEvent};
 
@@ -92,18 +92,14 @@ fn stage_from_row(row: &AnyRow) -> Result<Stage> {
     let run_id: String = row.try_get("run_id")?;
     let state: String = row.try_get("state")?;
     let identity = |column: &str| -> Result<Option<ProcessIdentity>> {
-        row.try_get::<Option<String>, _>(column)?
-            .map(|text| from_json(&text, column))
-            .transpose()
+        row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
     };
-    let exit = match (
-        row.try_get::<Option<i64>, _>("exit_code")?,
-        row.try_get::<Option<i64>, _>("exit_signal")?,
-    ) {
-        (Some(code), _) => Some(ExitStatus::Code(code as i32)),
-        (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
-        (None, None) => None,
-    };
+    let exit =
+        match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
+            (Some(code), _) => Some(ExitStatus::Code(code as i32)),
+            (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
+            (None, None) => None,
+        };
     Ok(Stage {
         run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
         idx: row.try_get("idx")?,
@@ -123,9 +119,7 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
     let run_id: String = row.try_get("run_id")?;
     let kind: String = row.try_get("kind")?;
     let state = |column: &str| -> Result<Option<RunState>> {
-        row.try_get::<Option<String>, _>(column)?
-            .map(|s| s.parse().map_err(corrupt))
-            .transpose()
+        row.try_get::<Option<String>, _>(column)?.map(|s| s.parse().map_err(corrupt)).transpose()
     };
     Ok(Event {
         id: row.try_get("id")?,
@@ -210,10 +204,7 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await?;
         }
-        let message = format!(
-            "submitted (workflow {}, priority {})",
-            run.workflow, run.priority
-        );
+        let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
         insert_event(&mut *tx, run.id, EventKind::Note, None, None, &message).await?;
         tx.commit().await?;
         Ok(())
@@ -233,18 +224,13 @@ impl Store for SqlStore {
             return Ok(Vec::new());
         }
         let pattern = format!("{}%", prefix.to_ascii_lowercase());
-        self.query_runs(
-            select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"),
-            &[&pattern],
-            limit,
-        )
-        .await
+        self.query_runs(select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), &[&pattern], limit).await
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>> {
         let limit = filter.limit.unwrap_or(i64::MAX);
         match filter.state {
-            Some(RunState::Pending) => self.pending_runs(limit).await,
+            Some(RunState::Pending) => self.pending_runs(limit, 0).await,
             Some(state) => {
                 self.query_runs(
                     select_runs!("WHERE state = $1 ORDER BY seq DESC LIMIT $2"),
@@ -253,32 +239,41 @@ impl Store for SqlStore {
                 )
                 .await
             }
-            None => {
-                self.query_runs(select_runs!("ORDER BY seq DESC LIMIT $1"), &[], limit)
-                    .await
-            }
+            None => self.query_runs(select_runs!("ORDER BY seq DESC LIMIT $1"), &[], limit).await,
         }
+    }
+
+    async fn active_runs(&self) -> Result<Vec<Run>> {
+        let rows =
+            sqlx::query(select_runs!("WHERE state IN ('starting', 'running', 'stopping') ORDER BY seq"))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(run_from_row).collect()
     }
 
     async fn supervised_runs(&self) -> Result<Vec<Run>> {
         self.query_runs(
-            select_runs!("WHERE state IN ('starting', 'running', 'stopping') \
+            select_runs!(
+                "WHERE state IN ('starting', 'running', 'stopping') \
                  OR (state IN ('stopped', 'completed', 'failed') AND EXISTS (SELECT 1 FROM stages \
                  WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up'))) \
-                 ORDER BY seq LIMIT $1"),
+                 ORDER BY seq LIMIT $1"
+            ),
             &[],
             i64::MAX,
         )
         .await
     }
 
-    async fn pending_runs(&self, limit: i64) -> Result<Vec<Run>> {
-        self.query_runs(
-            select_runs!("WHERE state = 'pending' ORDER BY priority DESC, seq LIMIT $1"),
-            &[],
-            limit,
-        )
-        .await
+    async fn pending_runs(&self, limit: i64, offset: i64) -> Result<Vec<Run>> {
+        let rows = sqlx::query(select_runs!(
+            "WHERE state = 'pending' ORDER BY priority DESC, seq LIMIT $1 OFFSET $2"
+        ))
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
     }
 
     async fn transition(
@@ -290,16 +285,8 @@ impl Store for SqlStore {
     ) -> Result<Run> {
         let to = transitions::next(run.state, event)?;
         let now = now_millis();
-        let started_at = if to == RunState::Starting {
-            Some(now)
-        } else {
-            run.started_at
-        };
-        let ended_at = if to.is_terminal() {
-            Some(now)
-        } else {
-            run.ended_at
-        };
+        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
+        let ended_at = if to.is_terminal() { Some(now) } else { run.ended_at };
         let reason = reason.map(str::to_string).or_else(|| run.reason.clone());
         let params = params.unwrap_or(&run.params);
 
@@ -321,11 +308,7 @@ impl Store for SqlStore {
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() == 0 {
-            return Err(StoreError::Conflict {
-                id: run.id,
-                expected: run.state,
-                version: run.version,
-            });
+            return Err(StoreError::Conflict { id: run.id, expected: run.state, version: run.version });
         }
         let message = match &reason {
             Some(reason) if to != RunState::Starting && to != RunState::Running => {
@@ -333,15 +316,7 @@ impl Store for SqlStore {
             }
             _ => event.to_string(),
         };
-        insert_event(
-            &mut *tx,
-            run.id,
-            EventKind::State,
-            Some((run.state, to)),
-            None,
-            &message,
-        )
-        .await?;
+        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
         tx.commit().await?;
         Ok(Run {
             state: to,
@@ -390,30 +365,15 @@ impl Store for SqlStore {
         .execute(&mut *tx)
         .await?;
         if let Some(event) = event {
-            insert_event(
-                &mut *tx,
-                stage.run_id,
-                event.kind,
-                None,
-                event.stage.as_deref(),
-                &event.message,
-            )
-            .await?;
+            insert_event(&mut *tx, stage.run_id, event.kind, None, event.stage.as_deref(), &event.message)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
     async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()> {
-        insert_event(
-            &self.pool,
-            run_id,
-            event.kind,
-            None,
-            event.stage.as_deref(),
-            &event.message,
-        )
-        .await
+        insert_event(&self.pool, run_id, event.kind, None, event.stage.as_deref(), &event.message).await
     }
 
     async fn events(&self, run_id: Uuid, after: i64) -> Result<Vec<Event>> {
@@ -426,6 +386,47 @@ impl Store for SqlStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    async fn selection(&self) -> Result<Option<Selection>> {
+        let row = sqlx::query(
+            "SELECT env_name, env_file, class_name, config_class, fields, config, updated_at FROM selection WHERE id = 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let fields: String = row.try_get("fields")?;
+        let config: String = row.try_get("config")?;
+        let (fell_back, fields) = from_json::<(Option<String>, _)>(&fields, "selection fields")?;
+        Ok(Some(Selection {
+            env_name: row.try_get("env_name")?,
+            env_file: PathBuf::from(row.try_get::<String, _>("env_file")?),
+            class_name: row.try_get("class_name")?,
+            config_class: row.try_get("config_class")?,
+            fell_back,
+            fields,
+            config: from_json(&config, "selection config")?,
+            updated_at: row.try_get("updated_at")?,
+        }))
+    }
+
+    async fn put_selection(&self, selection: &Selection) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO selection (id, env_name, env_file, class_name, config_class, fields, config, updated_at) \
+             VALUES (1, $1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET env_name = excluded.env_name, \
+             env_file = excluded.env_file, class_name = excluded.class_name, config_class = excluded.config_class, \
+             fields = excluded.fields, config = excluded.config, updated_at = excluded.updated_at",
+        )
+        .bind(&selection.env_name)
+        .bind(selection.env_file.to_string_lossy().into_owned())
+        .bind(&selection.class_name)
+        .bind(&selection.config_class)
+        .bind(json(&(&selection.fell_back, &selection.fields)))
+        .bind(json(&selection.config))
+        .bind(selection.updated_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn lock_daemon(&self) -> Result<DaemonLock> {

@@ -17,21 +17,16 @@ const PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
 
 pub(super) async fn open(path: &Path) -> Result<SqlStore> {
     sqlx::any::install_default_drivers();
-    let io_err = |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io_err = |source| StoreError::Io { path: path.to_path_buf(), source };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err)?;
     }
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let target = path.display().to_string();
-    let options: AnyConnectOptions = url.parse().map_err(|source| StoreError::Open {
-        target: target.clone(),
-        source,
-    })?;
+    let options: AnyConnectOptions =
+        url.parse().map_err(|source| StoreError::Open { target: target.clone(), source })?;
     let pool = AnyPoolOptions::new()
-        .max_connections(4)
+        .max_connections(1)
         .after_connect(|conn, _meta| {
             Box::pin(async move { conn.execute(sqlx::raw_sql(PRAGMAS)).await.map(drop) })
         })
@@ -42,21 +37,12 @@ pub(super) async fn open(path: &Path) -> Result<SqlStore> {
     // sqlx does not serialise migrations on SQLite: two processes opening a fresh home at once
     // would both try to create the tables. A file lock makes them take turns.
     let migrate_lock = sibling(path, "migrate.lock");
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&migrate_lock)
-        .map_err(io_err)?;
+    let file = OpenOptions::new().create(true).append(true).open(&migrate_lock).map_err(io_err)?;
     flock(&file, FlockOperation::LockExclusive).map_err(|e| io_err(e.into()))?;
     sqlx::migrate!("migrations/sqlite").run(&pool).await?;
     drop(file);
 
-    Ok(SqlStore::new(
-        pool,
-        Backend::Sqlite {
-            lock_path: sibling(path, "daemon.lock"),
-        },
-    ))
+    Ok(SqlStore::new(pool, Backend::Sqlite { lock_path: sibling(path, "daemon.lock") }))
 }
 
 fn sibling(db: &Path, suffix: &str) -> PathBuf {
@@ -68,10 +54,7 @@ fn sibling(db: &Path, suffix: &str) -> PathBuf {
 /// An exclusive `flock` on a file beside the database, released by the kernel when the daemon
 /// dies, holding the owner's pid for the message a second daemon prints.
 pub(super) fn lock_daemon(lock_path: &Path) -> Result<DaemonLock> {
-    let io_err = |source| StoreError::Io {
-        path: lock_path.to_path_buf(),
-        source,
-    };
+    let io_err = |source| StoreError::Io { path: lock_path.to_path_buf(), source };
     let mut file: File = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -83,11 +66,7 @@ pub(super) fn lock_daemon(lock_path: &Path) -> Result<DaemonLock> {
         let mut holder = String::new();
         let _ = file.read_to_string(&mut holder);
         let holder = holder.trim();
-        let who = if holder.is_empty() {
-            String::new()
-        } else {
-            format!(" (pid {holder})")
-        };
+        let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
         return Err(StoreError::Locked(format!(
             "another lachesis daemon is already running on {}{who}",
             lock_path.with_extension("").display()
@@ -96,7 +75,5 @@ pub(super) fn lock_daemon(lock_path: &Path) -> Result<DaemonLock> {
     file.set_len(0).map_err(io_err)?;
     file.rewind().map_err(io_err)?;
     write!(file, "{}", std::process::id()).map_err(io_err)?;
-    Ok(DaemonLock {
-        _held: Box::new(file),
-    })
+    Ok(DaemonLock { _held: Box::new(file) })
 }

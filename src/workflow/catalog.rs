@@ -8,16 +8,10 @@ use super::{InvalidWorkflow, Workflow};
 
 /// Files compiled into the binary and installed into an empty workflow directory.
 const BUNDLED: &[(&str, &str)] = &[
-    (
-        "tinker-atropos.yaml",
-        include_str!("../../workflows/tinker-atropos.yaml"),
-    ),
+    ("tinker-atropos.yaml", include_str!("../../workflows/tinker-atropos.yaml")),
     ("demo.yaml", include_str!("../../workflows/demo.yaml")),
     ("demo/api.sh", include_str!("../../workflows/demo/api.sh")),
-    (
-        "demo/trainer.sh",
-        include_str!("../../workflows/demo/trainer.sh"),
-    ),
+    ("demo/trainer.sh", include_str!("../../workflows/demo/trainer.sh")),
     ("demo/env.sh", include_str!("../../workflows/demo/env.sh")),
 ];
 
@@ -27,11 +21,7 @@ pub const FALLBACK_DEFAULT: &str = "tinker-atropos";
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
     #[error("unknown workflow '{name}' (available: {available}) in {}", dir.display())]
-    Unknown {
-        name: String,
-        available: String,
-        dir: PathBuf,
-    },
+    Unknown { name: String, available: String, dir: PathBuf },
     #[error(transparent)]
     Invalid(#[from] InvalidWorkflow),
     #[error("cannot read {}: {source}", path.display())]
@@ -58,10 +48,7 @@ impl Catalog {
             if path.exists() {
                 continue;
             }
-            let io_err = |source| CatalogError::Io {
-                path: path.clone(),
-                source,
-            };
+            let io_err = |source| CatalogError::Io { path: path.clone(), source };
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(io_err)?;
             }
@@ -79,8 +66,7 @@ impl Catalog {
             .filter_map(|entry| {
                 let path = entry.path();
                 let ext = path.extension()?.to_str()?;
-                (ext == "yaml" || ext == "yml")
-                    .then(|| path.file_stem()?.to_str().map(str::to_string))?
+                (ext == "yaml" || ext == "yml").then(|| path.file_stem()?.to_str().map(str::to_string))?
             })
             .collect();
         names.sort();
@@ -100,10 +86,8 @@ impl Catalog {
                 available: self.names().join(", "),
                 dir: self.dir.clone(),
             })?;
-        let text = std::fs::read_to_string(&path).map_err(|source| CatalogError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|source| CatalogError::Io { path: path.clone(), source })?;
         let workflow = Workflow::parse(&path, &text)?;
         if workflow.name != name {
             return Err(InvalidWorkflow {
@@ -136,9 +120,7 @@ mod tests {
         catalog.install_bundled().unwrap();
         assert_eq!(catalog.names(), vec!["demo", "tinker-atropos"]);
         for name in catalog.names() {
-            catalog
-                .load(&name)
-                .unwrap_or_else(|e| panic!("bundled {name}: {e}"));
+            catalog.load(&name).unwrap_or_else(|e| panic!("bundled {name}: {e}"));
         }
         assert_eq!(catalog.default_name(), "tinker-atropos");
         let edited = "name: demo\nstages:\n  - {name: only, argv: [\"true\"]}\n";
@@ -151,21 +133,11 @@ mod tests {
     fn unknown_and_mismatched_names_are_clear() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Catalog::new(dir.path());
-        std::fs::write(
-            dir.path().join("a.yaml"),
-            "name: b\nstages:\n  - {name: x, argv: [y]}\n",
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("a.yaml"), "name: b\nstages:\n  - {name: x, argv: [y]}\n").unwrap();
         let err = catalog.load("nope").unwrap_err().to_string();
-        assert!(
-            err.starts_with("unknown workflow 'nope' (available: a)"),
-            "{err}"
-        );
+        assert!(err.starts_with("unknown workflow 'nope' (available: a)"), "{err}");
         let err = catalog.load("a").unwrap_err().to_string();
-        assert!(
-            err.ends_with("a.yaml: name: 'b' does not match the file name 'a'"),
-            "{err}"
-        );
+        assert!(err.ends_with("a.yaml: name: 'b' does not match the file name 'a'"), "{err}");
         assert!(catalog.load("../a").is_err());
     }
 }

@@ -15,16 +15,8 @@ pub use catalog::{Catalog, CatalogError};
 use template::TemplateError;
 
 /// Template variables every workflow may use, filled in by lachesis.
-pub const BUILTIN_VARS: &[&str] = &[
-    "run_id",
-    "run_dir",
-    "config_path",
-    "env_file",
-    "env_name",
-    "python",
-    "workflow_dir",
-    "home",
-];
+pub const BUILTIN_VARS: &[&str] =
+    &["run_id", "run_dir", "config_path", "env_file", "env_name", "python", "workflow_dir", "home"];
 
 /// Default wait for a stage with a probe and no delay.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);
@@ -124,11 +116,7 @@ pub struct Dur(pub Duration);
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms % 1000 != 0 {
-            write!(f, "{ms}ms")
-        } else {
-            write!(f, "{}s", ms / 1000)
-        }
+        if ms % 1000 != 0 { write!(f, "{ms}ms") } else { write!(f, "{}s", ms / 1000) }
     }
 }
 
@@ -136,22 +124,17 @@ impl std::str::FromStr for Dur {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let split = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
+        let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
         let (number, unit) = s.split_at(split);
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("'{s}' is not a duration (e.g. 500ms, 5s, 2m)"))?;
+        let value: f64 =
+            number.parse().map_err(|_| format!("'{s}' is not a duration (e.g. 500ms, 5s, 2m)"))?;
         let scale = match unit.trim() {
             "ms" => 0.001,
             "" | "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
             other => {
-                return Err(format!(
-                    "unknown duration unit '{other}' in '{s}' (use ms, s, m or h)"
-                ));
+                return Err(format!("unknown duration unit '{other}' in '{s}' (use ms, s, m or h)"));
             }
         };
         Ok(Dur(Duration::from_secs_f64(value * scale)))
@@ -173,12 +156,8 @@ impl<'de> Deserialize<'de> for Dur {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Seconds(secs) if secs >= 0.0 && secs.is_finite() => {
-                Ok(Dur(Duration::from_secs_f64(secs)))
-            }
-            Raw::Seconds(secs) => Err(serde::de::Error::custom(format!(
-                "{secs} is not a duration"
-            ))),
+            Raw::Seconds(secs) if secs >= 0.0 && secs.is_finite() => Ok(Dur(Duration::from_secs_f64(secs))),
+            Raw::Seconds(secs) => Err(serde::de::Error::custom(format!("{secs} is not a duration"))),
             Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
         }
     }
@@ -199,18 +178,14 @@ impl Workflow {
     pub fn parse(file: &Path, text: &str) -> Result<Workflow, InvalidWorkflow> {
         let workflow: Workflow = crate::yaml::from_str(text).map_err(|err| InvalidWorkflow {
             file: file.to_path_buf(),
-            field: err
-                .line
-                .map_or_else(|| "yaml".to_string(), |line| format!("line {line}")),
+            field: err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}")),
             problem: err.message,
         })?;
-        workflow
-            .validate()
-            .map_err(|(field, problem)| InvalidWorkflow {
-                file: file.to_path_buf(),
-                field,
-                problem,
-            })?;
+        workflow.validate().map_err(|(field, problem)| InvalidWorkflow {
+            file: file.to_path_buf(),
+            field,
+            problem,
+        })?;
         Ok(workflow)
     }
 
@@ -226,20 +201,14 @@ impl Workflow {
     fn validate(&self) -> Result<(), (String, String)> {
         let bad = |field: &str, problem: String| Err((field.to_string(), problem));
         if !is_simple_name(&self.name) {
-            return bad(
-                "name",
-                format!("'{}' must be letters, digits, '-' or '_'", self.name),
-            );
+            return bad("name", format!("'{}' must be letters, digits, '-' or '_'", self.name));
         }
         if self.stages.is_empty() {
             return bad("stages", "a workflow needs at least one stage".into());
         }
         for cred in &self.credentials {
             if cred.is_empty() || !cred.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return bad(
-                    "credentials",
-                    format!("'{cred}' is not an environment variable name"),
-                );
+                return bad("credentials", format!("'{cred}' is not an environment variable name"));
             }
         }
         for (name, port) in &self.ports {
@@ -272,27 +241,16 @@ impl Workflow {
         for (i, stage) in self.stages.iter().enumerate() {
             let at = |field: &str| format!("stages[{i}]{field}");
             if !is_simple_name(&stage.name) {
-                return bad(
-                    &at(".name"),
-                    format!("'{}' must be letters, digits, '-' or '_'", stage.name),
-                );
+                return bad(&at(".name"), format!("'{}' must be letters, digits, '-' or '_'", stage.name));
             }
             if !names.insert(stage.name.as_str()) {
-                return bad(
-                    &at(".name"),
-                    format!("another stage is already called '{}'", stage.name),
-                );
+                return bad(&at(".name"), format!("another stage is already called '{}'", stage.name));
             }
-            if stage
-                .argv
-                .first()
-                .is_none_or(|program| program.trim().is_empty())
-            {
+            if stage.argv.first().is_none_or(|program| program.trim().is_empty()) {
                 return bad(&at(".argv"), "must name a program to run".into());
             }
             for (j, arg) in stage.argv.iter().enumerate() {
-                template::check(arg, &known)
-                    .or_else(|e| bad(&at(&format!(".argv[{j}]")), e.to_string()))?;
+                template::check(arg, &known).or_else(|e| bad(&at(&format!(".argv[{j}]")), e.to_string()))?;
             }
             for (field, text) in [("cwd", &stage.cwd), ("log", &stage.log)] {
                 if let Some(text) = text {
@@ -306,18 +264,13 @@ impl Workflow {
             }
             match &stage.probe {
                 Some(Probe::Http { http: url }) => {
-                    template::check(url, &known)
-                        .or_else(|e| bad(&at(".probe.http"), e.to_string()))?;
+                    template::check(url, &known).or_else(|e| bad(&at(".probe.http"), e.to_string()))?;
                     if !url.starts_with("http://") {
-                        return bad(
-                            &at(".probe.http"),
-                            format!("'{url}' must be an http:// URL"),
-                        );
+                        return bad(&at(".probe.http"), format!("'{url}' must be an http:// URL"));
                     }
                 }
                 Some(Probe::Tcp { tcp: addr }) => {
-                    template::check(addr, &known)
-                        .or_else(|e| bad(&at(".probe.tcp"), e.to_string()))?;
+                    template::check(addr, &known).or_else(|e| bad(&at(".probe.tcp"), e.to_string()))?;
                     if !addr.contains(':') {
                         return bad(&at(".probe.tcp"), format!("'{addr}' must be host:port"));
                     }
@@ -344,10 +297,7 @@ impl Workflow {
     /// The stages whose exit decides the run.
     pub fn deciding_stages(&self) -> Vec<&str> {
         if self.completion.stages.is_empty() {
-            self.stages
-                .last()
-                .map(|s| vec![s.name.as_str()])
-                .unwrap_or_default()
+            self.stages.last().map(|s| vec![s.name.as_str()]).unwrap_or_default()
         } else {
             self.completion.stages.iter().map(String::as_str).collect()
         }
@@ -372,10 +322,7 @@ impl Workflow {
 }
 
 fn is_simple_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
 /// A stage with every placeholder filled in: what the launcher needs.
@@ -401,31 +348,17 @@ pub struct PlanError {
 
 impl StageSpec {
     /// Fills the placeholders with `vars` (which must already hold every variable's value).
-    pub fn plan(
-        &self,
-        vars: &BTreeMap<String, String>,
-        run_dir: &Path,
-    ) -> Result<StagePlan, PlanError> {
+    pub fn plan(&self, vars: &BTreeMap<String, String>, run_dir: &Path) -> Result<StagePlan, PlanError> {
         let fill = |text: &str| {
-            template::expand(text, vars).map_err(|source| PlanError {
-                stage: self.name.clone(),
-                source,
-            })
+            template::expand(text, vars).map_err(|source| PlanError { stage: self.name.clone(), source })
         };
-        let argv = self
-            .argv
-            .iter()
-            .map(|a| fill(a))
-            .collect::<Result<Vec<_>, _>>()?;
+        let argv = self.argv.iter().map(|a| fill(a)).collect::<Result<Vec<_>, _>>()?;
         let cwd = match &self.cwd {
             Some(cwd) => expand_home(&fill(cwd)?),
             None => run_dir.to_path_buf(),
         };
-        let env = self
-            .env
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), fill(v)?)))
-            .collect::<Result<_, PlanError>>()?;
+        let env =
+            self.env.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
         let log = match &self.log {
             Some(log) => fill(log)?,
             None => format!("{}.log", self.name),
@@ -475,15 +408,9 @@ mod tests {
 
     #[test]
     fn durations_accept_units_and_numbers() {
-        assert_eq!(
-            "500ms".parse::<Dur>().unwrap().0,
-            Duration::from_millis(500)
-        );
+        assert_eq!("500ms".parse::<Dur>().unwrap().0, Duration::from_millis(500));
         assert_eq!("2m".parse::<Dur>().unwrap().0, Duration::from_secs(120));
-        assert_eq!(
-            "1.5s".parse::<Dur>().unwrap().0,
-            Duration::from_millis(1500)
-        );
+        assert_eq!("1.5s".parse::<Dur>().unwrap().0, Duration::from_millis(1500));
         assert!("5 days".parse::<Dur>().is_err());
         let wf = parse("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 5}\n").unwrap();
         assert_eq!(wf.stages[0].start_delay, Some(Dur(Duration::from_secs(5))));
@@ -492,10 +419,7 @@ mod tests {
     #[test]
     fn errors_name_the_file_and_the_field() {
         let cases = [
-            (
-                "name: t\nstages: []\n",
-                "workflows/t.yaml: stages: a workflow needs at least one stage",
-            ),
+            ("name: t\nstages: []\n", "workflows/t.yaml: stages: a workflow needs at least one stage"),
             (
                 "name: t\nstages:\n  - {name: a, argv: []}\n",
                 "workflows/t.yaml: stages[0].argv: must name a program to run",
@@ -545,30 +469,18 @@ mod tests {
             "name: t\nports: {api: 8000, other: auto}\nvars: {root: /srv}\nstages:\n  - name: api\n    argv: [run-api, --port, \"{port.api}\"]\n    cwd: \"{root}\"\n    env: {RUN: \"{run_id}\"}\n    probe: {http: \"http://127.0.0.1:{port.api}/\"}\n",
         )
         .unwrap();
-        let vars: BTreeMap<String, String> =
-            [("root", "/srv"), ("run_id", "r1"), ("port.api", "8000")]
-                .into_iter()
-                .map(|(a, b)| (a.into(), b.into()))
-                .collect();
+        let vars: BTreeMap<String, String> = [("root", "/srv"), ("run_id", "r1"), ("port.api", "8000")]
+            .into_iter()
+            .map(|(a, b)| (a.into(), b.into()))
+            .collect();
         let plan = wf.stages[0].plan(&vars, Path::new("/runs/r1")).unwrap();
         assert_eq!(plan.argv, ["run-api", "--port", "8000"]);
         assert_eq!(plan.cwd, PathBuf::from("/srv"));
         assert_eq!(plan.env["RUN"], "r1");
         assert_eq!(plan.log_path, PathBuf::from("/runs/r1/api.log"));
-        assert_eq!(
-            plan.probe,
-            Some(Probe::Http {
-                http: "http://127.0.0.1:8000/".into()
-            })
-        );
-        let ports = BTreeMap::from([
-            ("api".to_string(), 8000u16),
-            ("other".to_string(), 40123u16),
-        ]);
-        assert_eq!(
-            wf.resources(&ports),
-            BTreeSet::from(["port:8000".to_string(), "port:40123".to_string()])
-        );
+        assert_eq!(plan.probe, Some(Probe::Http { http: "http://127.0.0.1:8000/".into() }));
+        let ports = BTreeMap::from([("api".to_string(), 8000u16), ("other".to_string(), 40123u16)]);
+        assert_eq!(wf.resources(&ports), BTreeSet::from(["port:8000".to_string(), "port:40123".to_string()]));
     }
 
     #[test]

@@ -34,18 +34,12 @@ fn pieces(text: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
             out.push(Piece::Brace('}'));
             rest = &rest[pos + 2..];
         } else if rest.as_bytes()[pos] == b'}' {
-            return Err(TemplateError::Stray {
-                text: text.to_string(),
-            });
+            return Err(TemplateError::Stray { text: text.to_string() });
         } else {
-            let end = after.find('}').ok_or_else(|| TemplateError::Unclosed {
-                text: text.to_string(),
-            })?;
+            let end = after.find('}').ok_or_else(|| TemplateError::Unclosed { text: text.to_string() })?;
             let name = after[..end].trim();
             if name.is_empty() {
-                return Err(TemplateError::Empty {
-                    text: text.to_string(),
-                });
+                return Err(TemplateError::Empty { text: text.to_string() });
             }
             out.push(Piece::Var(name));
             rest = &after[end + 1..];
@@ -70,10 +64,7 @@ pub fn variables(text: &str) -> Result<Vec<&str>, TemplateError> {
 pub fn check(text: &str, known: &[String]) -> Result<(), TemplateError> {
     for name in variables(text)? {
         if !known.iter().any(|k| k == name) {
-            return Err(TemplateError::Unknown {
-                name: name.to_string(),
-                known: known.join(", "),
-            });
+            return Err(TemplateError::Unknown { name: name.to_string(), known: known.join(", ") });
         }
     }
     Ok(())
@@ -89,10 +80,7 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Tem
                 Some(value) => out.push_str(value),
                 None => {
                     let known = vars.keys().cloned().collect::<Vec<_>>().join(", ");
-                    return Err(TemplateError::Unknown {
-                        name: name.to_string(),
-                        known,
-                    });
+                    return Err(TemplateError::Unknown { name: name.to_string(), known });
                 }
             },
         }
@@ -105,22 +93,13 @@ mod tests {
     use super::*;
 
     fn vars() -> BTreeMap<String, String> {
-        [("run_id", "r1"), ("port.api", "8000")]
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect()
+        [("run_id", "r1"), ("port.api", "8000")].into_iter().map(|(k, v)| (k.into(), v.into())).collect()
     }
 
     #[test]
     fn expands_variables_and_escapes() {
-        assert_eq!(
-            expand("http://127.0.0.1:{port.api}/", &vars()).unwrap(),
-            "http://127.0.0.1:8000/"
-        );
-        assert_eq!(
-            expand("{{\"id\": \"{run_id}\"}}", &vars()).unwrap(),
-            "{\"id\": \"r1\"}"
-        );
+        assert_eq!(expand("http://127.0.0.1:{port.api}/", &vars()).unwrap(), "http://127.0.0.1:8000/");
+        assert_eq!(expand("{{\"id\": \"{run_id}\"}}", &vars()).unwrap(), "{\"id\": \"r1\"}");
         assert_eq!(expand("plain", &vars()).unwrap(), "plain");
         assert_eq!(expand("{ run_id }", &vars()).unwrap(), "r1");
     }
@@ -130,28 +109,16 @@ mod tests {
         assert!(
             matches!(expand("{nope}", &vars()), Err(TemplateError::Unknown { name, .. }) if name == "nope")
         );
-        assert!(matches!(
-            expand("{run_id", &vars()),
-            Err(TemplateError::Unclosed { .. })
-        ));
-        assert!(matches!(
-            expand("a}b", &vars()),
-            Err(TemplateError::Stray { .. })
-        ));
-        assert!(matches!(
-            expand("{}", &vars()),
-            Err(TemplateError::Empty { .. })
-        ));
+        assert!(matches!(expand("{run_id", &vars()), Err(TemplateError::Unclosed { .. })));
+        assert!(matches!(expand("a}b", &vars()), Err(TemplateError::Stray { .. })));
+        assert!(matches!(expand("{}", &vars()), Err(TemplateError::Empty { .. })));
     }
 
     #[test]
     fn check_lists_known_names() {
         let known = vec!["run_id".to_string()];
         let err = check("{run_dir}", &known).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "unknown variable '{run_dir}' (known: run_id)"
-        );
+        assert_eq!(err.to_string(), "unknown variable '{run_dir}' (known: run_id)");
         assert!(check("{run_id}/x", &known).is_ok());
     }
 }

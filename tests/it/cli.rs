@@ -3,12 +3,7 @@
 use crate::support::{TestHome, stderr};
 
 async fn run_count(home: &mut TestHome) -> usize {
-    home.service()
-        .await
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .len()
+    home.service().await.list(&Default::default()).await.unwrap().len()
 }
 
 #[tokio::test]
@@ -18,10 +13,7 @@ async fn malformed_workflow_yaml_is_refused_naming_file_and_line() {
     let out = home.cli(&["run", "start", "--workflow", "bad"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(
-        err.starts_with("lachesis: ") && err.contains("bad.yaml: line "),
-        "{err}"
-    );
+    assert!(err.starts_with("lachesis: ") && err.contains("bad.yaml: line "), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert_eq!(run_count(&mut home).await, 0);
 }
@@ -29,15 +21,9 @@ async fn malformed_workflow_yaml_is_refused_naming_file_and_line() {
 #[tokio::test]
 async fn invalid_workflows_name_the_field() {
     let mut home = TestHome::new();
-    home.workflow(
-        "bad",
-        "name: bad\nstages:\n  - {name: a, argv: [run, \"{nope}\"]}\n",
-    );
+    home.workflow("bad", "name: bad\nstages:\n  - {name: a, argv: [run, \"{nope}\"]}\n");
     let err = stderr(&home.cli(&["run", "start", "--workflow", "bad"]));
-    assert!(
-        err.contains("bad.yaml: stages[0].argv[1]: unknown variable '{nope}'"),
-        "{err}"
-    );
+    assert!(err.contains("bad.yaml: stages[0].argv[1]: unknown variable '{nope}'"), "{err}");
     assert_eq!(run_count(&mut home).await, 0);
 }
 
@@ -47,8 +33,7 @@ async fn unknown_workflow_lists_the_available_ones() {
     let out = home.cli(&["run", "start", "--workflow", "nope"]);
     assert!(!out.status.success());
     assert!(
-        stderr(&out)
-            .starts_with("lachesis: unknown workflow 'nope' (available: demo, tinker-atropos)"),
+        stderr(&out).starts_with("lachesis: unknown workflow 'nope' (available: demo, tinker-atropos)"),
         "{}",
         stderr(&out)
     );
@@ -61,10 +46,7 @@ async fn missing_credentials_are_listed_and_nothing_is_queued() {
     let out = home.cli(&["run", "start", "--workflow", "tinker-atropos", "--env", "x"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(
-        err.contains("needs TINKER_API_KEY, WANDB_API_KEY in the environment"),
-        "{err}"
-    );
+    assert!(err.contains("needs TINKER_API_KEY, WANDB_API_KEY in the environment"), "{err}");
     assert_eq!(run_count(&mut home).await, 0);
 }
 
@@ -72,15 +54,9 @@ async fn missing_credentials_are_listed_and_nothing_is_queued() {
 async fn unknown_variables_and_bad_assignments_are_refused() {
     let home = TestHome::new();
     let err = stderr(&home.cli(&["run", "start", "--workflow", "demo", "--var", "stepz=3"]));
-    assert!(
-        err.contains("unknown variable 'stepz' for workflow 'demo' (variables: steps)"),
-        "{err}"
-    );
+    assert!(err.contains("unknown variable 'stepz' for workflow 'demo' (variables: steps)"), "{err}");
     let err = stderr(&home.cli(&["run", "start", "--workflow", "demo", "--var", "steps"]));
-    assert!(
-        err.contains("invalid --var 'steps': expected NAME=VALUE"),
-        "{err}"
-    );
+    assert!(err.contains("invalid --var 'steps': expected NAME=VALUE"), "{err}");
 }
 
 #[tokio::test]
@@ -99,18 +75,11 @@ async fn unknown_and_ambiguous_run_ids() {
         .collect();
     let err = stderr(&home.cli(&["run", "status", &common]));
     assert!(
-        err.contains("matches several runs")
-            && err.contains(&a.to_string())
-            && err.contains(&b.to_string()),
+        err.contains("matches several runs") && err.contains(&a.to_string()) && err.contains(&b.to_string()),
         "{err}"
     );
     // A unique prefix works; so does a LIKE metacharacter, which must match nothing.
-    let out = home.cli_ok(&[
-        "run",
-        "status",
-        &a.to_string()[..common.len() + 1],
-        "--json",
-    ]);
+    let out = home.cli_ok(&["run", "status", &a.to_string()[..common.len() + 1], "--json"]);
     assert!(out.contains(&a.to_string()));
     assert!(stderr(&home.cli(&["run", "status", "%"])).contains("no run matches '%'"));
 }
@@ -119,8 +88,7 @@ async fn unknown_and_ambiguous_run_ids() {
 async fn read_commands_speak_json() {
     let home = TestHome::new();
     let id = home.submit(&["--workflow", "demo", "--priority", "2"]);
-    let list: serde_json::Value =
-        serde_json::from_str(&home.cli_ok(&["run", "list", "--json"])).unwrap();
+    let list: serde_json::Value = serde_json::from_str(&home.cli_ok(&["run", "list", "--json"])).unwrap();
     assert_eq!(list[0]["id"], id.to_string());
     assert_eq!(list[0]["state"], "pending");
     assert_eq!(list[0]["priority"], 2);
@@ -129,10 +97,7 @@ async fn read_commands_speak_json() {
     assert_eq!(status["stages"].as_array().unwrap().len(), 3);
     let events: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["run", "events", &id.to_string(), "--json"])).unwrap();
-    assert_eq!(
-        events[0]["message"],
-        "submitted (workflow demo, priority 2)"
-    );
+    assert_eq!(events[0]["message"], "submitted (workflow demo, priority 2)");
     let workflows: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["workflow", "list", "--json"])).unwrap();
     assert_eq!(workflows.as_array().unwrap().len(), 2);
@@ -142,40 +107,17 @@ async fn read_commands_speak_json() {
 async fn start_wait_shows_progress_and_logs_print_each_stage() {
     let mut home = TestHome::new();
     home.start_daemon();
-    let out = home.cli(&[
-        "run",
-        "start",
-        "--workflow",
-        "demo",
-        "--var",
-        "steps=2",
-        "--wait",
-    ]);
+    let out = home.cli(&["run", "start", "--workflow", "demo", "--var", "steps=2", "--wait"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", stderr(&out));
-    assert!(
-        text.contains("stage trainer") && text.contains("up (start delay of 500ms elapsed)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("state     completed: stage 'trainer' finished"),
-        "{text}"
-    );
+    assert!(text.contains("stage trainer") && text.contains("up (start delay of 500ms elapsed)"), "{text}");
+    assert!(text.contains("state     completed: stage 'trainer' finished"), "{text}");
     let id = text.lines().next().unwrap().trim().to_string();
     let logs = home.cli_ok(&["run", "logs", &id[..8]]);
-    assert!(
-        logs.contains("[trainer] Step 2/2") && logs.contains("[api] api: listening (demo)"),
-        "{logs}"
-    );
+    assert!(logs.contains("[trainer] Step 2/2") && logs.contains("[api] api: listening (demo)"), "{logs}");
     let trainer = home.cli_ok(&["run", "logs", &id, "--stage", "trainer", "--follow"]);
-    assert!(
-        trainer.starts_with("Loading model (demo)...\nStep 1/2"),
-        "{trainer}"
-    );
+    assert!(trainer.starts_with("Loading model (demo)...\nStep 1/2"), "{trainer}");
     let err = stderr(&home.cli(&["run", "logs", &id, "--stage", "nope"]));
-    assert!(
-        err.contains("has no stage 'nope' (stages: api, trainer, env)"),
-        "{err}"
-    );
+    assert!(err.contains("has no stage 'nope' (stages: api, trainer, env)"), "{err}");
     let _ = home.run(uuid::Uuid::parse_str(&id).unwrap()).await;
 }

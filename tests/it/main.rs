@@ -1,5 +1,6 @@
 //! One integration test binary (as pueue does): helpers in `support`, one module per area.
 
+mod atropos;
 mod cli;
 mod store;
 mod supervisor;

@@ -4,8 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use lachesis::model::{
-    EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, StageState,
-    now_millis,
+    EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, StageState, now_millis,
 };
 use lachesis::store::{RunFilter, Store, StoreError, StoreLocation};
 use lachesis::transitions::RunEvent;
@@ -22,7 +21,7 @@ fn workflow() -> Workflow {
 }
 
 fn new_run(priority: i64) -> (Run, Vec<Stage>) {
-    let id = Uuid::now_v7();
+    let id = Uuid::new_v4();
     let now = now_millis();
     let run = Run {
         id,
@@ -84,34 +83,12 @@ async fn round_trips_runs_and_orders_the_queue(store: &dyn Store) {
     assert_eq!(got.spec, low.spec);
     assert_eq!(got.env_name.as_deref(), Some("gsm8k"));
     assert_eq!(got.state, RunState::Pending);
-    let pending: Vec<Uuid> = store
-        .pending_runs(100)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.id)
-        .collect();
-    let mine: Vec<Uuid> = pending
-        .into_iter()
-        .filter(|id| [low.id, high.id, low2.id].contains(id))
-        .collect();
-    assert_eq!(
-        mine,
-        [high.id, low.id, low2.id],
-        "priority first, then submission order"
-    );
-    let newest = store
-        .list_runs(&RunFilter {
-            state: None,
-            limit: Some(1),
-        })
-        .await
-        .unwrap();
+    let pending: Vec<Uuid> = store.pending_runs(100, 0).await.unwrap().iter().map(|r| r.id).collect();
+    let mine: Vec<Uuid> = pending.into_iter().filter(|id| [low.id, high.id, low2.id].contains(id)).collect();
+    assert_eq!(mine, [high.id, low.id, low2.id], "priority first, then submission order");
+    let newest = store.list_runs(&RunFilter { state: None, limit: Some(1) }).await.unwrap();
     assert_eq!(newest[0].id, low2.id);
-    let by_prefix = store
-        .runs_by_prefix(&high.id.to_string()[..30], 5)
-        .await
-        .unwrap();
+    let by_prefix = store.runs_by_prefix(&high.id.to_string()[..30], 5).await.unwrap();
     assert_eq!(by_prefix.len(), 1);
     assert!(store.runs_by_prefix("%", 5).await.unwrap().is_empty());
     assert!(store.runs_by_prefix("", 5).await.unwrap().is_empty());
@@ -122,50 +99,30 @@ async fn round_trips_runs_and_orders_the_queue(store: &dyn Store) {
 
 async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
     let run = insert(store, 0).await;
-    let claimed = store
-        .transition(&run, RunEvent::Claim, None, None)
-        .await
-        .unwrap();
+    let claimed = store.transition(&run, RunEvent::Claim, None, None).await.unwrap();
     assert_eq!((claimed.state, claimed.version), (RunState::Starting, 1));
     assert!(claimed.started_at.is_some());
     // The stale copy can no longer move the run.
     match store.transition(&run, RunEvent::Cancel, None, None).await {
-        Err(StoreError::Conflict {
-            expected, version, ..
-        }) => assert_eq!((expected, version), (RunState::Pending, 0)),
+        Err(StoreError::Conflict { expected, version, .. }) => {
+            assert_eq!((expected, version), (RunState::Pending, 0))
+        }
         other => panic!("expected a conflict, got {other:?}"),
     }
     // An illegal move is refused before touching the store.
     assert!(matches!(
-        store
-            .transition(&claimed, RunEvent::Complete, None, None)
-            .await,
+        store.transition(&claimed, RunEvent::Complete, None, None).await,
         Err(StoreError::Illegal(_))
     ));
-    let params = RunParams {
-        resolved: [("port.api".to_string(), "8123".to_string())].into(),
-        ..Default::default()
-    };
-    let up = store
-        .transition(&claimed, RunEvent::AllStagesUp, None, Some(&params))
-        .await
-        .unwrap();
-    let failed = store
-        .transition(
-            &up,
-            RunEvent::Fail,
-            Some("stage 'env' exited with code 1"),
-            None,
-        )
-        .await
-        .unwrap();
+    let params =
+        RunParams { resolved: [("port.api".to_string(), "8123".to_string())].into(), ..Default::default() };
+    let up = store.transition(&claimed, RunEvent::AllStagesUp, None, Some(&params)).await.unwrap();
+    let failed =
+        store.transition(&up, RunEvent::Fail, Some("stage 'env' exited with code 1"), None).await.unwrap();
     let stored = store.run(run.id).await.unwrap().unwrap();
     assert_eq!(stored.state, RunState::Failed);
     assert_eq!(stored.version, failed.version);
-    assert_eq!(
-        stored.reason.as_deref(),
-        Some("stage 'env' exited with code 1")
-    );
+    assert_eq!(stored.reason.as_deref(), Some("stage 'env' exited with code 1"));
     assert_eq!(stored.params, params);
     assert!(stored.ended_at.is_some());
     let moves: Vec<(Option<RunState>, Option<RunState>)> = store
@@ -179,89 +136,48 @@ async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
     use RunState::*;
     assert_eq!(
         moves,
-        [
-            (Some(Pending), Some(Starting)),
-            (Some(Starting), Some(Running)),
-            (Some(Running), Some(Failed))
-        ]
+        [(Some(Pending), Some(Starting)), (Some(Starting), Some(Running)), (Some(Running), Some(Failed))]
     );
 }
 
 async fn stages_round_trip(store: &dyn Store) {
     let run = insert(store, 0).await;
     let mut stage = store.stages(run.id).await.unwrap().remove(1);
-    assert_eq!(
-        (stage.name.as_str(), stage.state),
-        ("env", StageState::Pending)
-    );
-    let identity = ProcessIdentity {
-        pid: 4242,
-        start_time: 123_456_789_012,
-        boot_id: "b00t".into(),
-    };
+    assert_eq!((stage.name.as_str(), stage.state), ("env", StageState::Pending));
+    let identity = ProcessIdentity { pid: 4242, start_time: 123_456_789_012, boot_id: "b00t".into() };
     stage.state = StageState::Exited;
     stage.shim = Some(identity.clone());
-    stage.process = Some(ProcessIdentity {
-        pid: 4243,
-        ..identity
-    });
+    stage.process = Some(ProcessIdentity { pid: 4243, ..identity });
     stage.started_at = Some(1);
     stage.ready_at = Some(2);
     stage.ended_at = Some(3);
     stage.exit = Some(ExitStatus::Signal(9));
     store
-        .update_stage(
-            &stage,
-            Some(&NewEvent::stage("env", "exited with signal 9 (SIGKILL)")),
-        )
+        .update_stage(&stage, Some(&NewEvent::stage("env", "exited with signal 9 (SIGKILL)")))
         .await
         .unwrap();
     let got = store.stages(run.id).await.unwrap().remove(1);
     assert_eq!(got.shim, stage.shim);
     assert_eq!(got.process, stage.process);
     assert_eq!(got.exit, Some(ExitStatus::Signal(9)));
-    assert_eq!(
-        (got.started_at, got.ready_at, got.ended_at),
-        (Some(1), Some(2), Some(3))
-    );
+    assert_eq!((got.started_at, got.ready_at, got.ended_at), (Some(1), Some(2), Some(3)));
     let last = store.events(run.id, 0).await.unwrap().pop().unwrap();
-    assert_eq!(
-        (last.kind, last.stage.as_deref()),
-        (EventKind::Stage, Some("env"))
-    );
+    assert_eq!((last.kind, last.stage.as_deref()), (EventKind::Stage, Some("env")));
     let after = store.events(run.id, last.id).await.unwrap();
     assert!(after.is_empty());
 }
 
 async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
     let pending = insert(store, 0).await;
-    let started = store
-        .transition(&insert(store, 0).await, RunEvent::Claim, None, None)
-        .await
-        .unwrap();
+    let started = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
     // Terminal, but one of its stages may still be alive: still supervised.
-    let ending = store
-        .transition(&insert(store, 0).await, RunEvent::Claim, None, None)
-        .await
-        .unwrap();
-    let ending = store
-        .transition(&ending, RunEvent::Fail, Some("x"), None)
-        .await
-        .unwrap();
+    let ending = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let ending = store.transition(&ending, RunEvent::Fail, Some("x"), None).await.unwrap();
     let mut live = store.stages(ending.id).await.unwrap().remove(0);
     live.state = StageState::Up;
     store.update_stage(&live, None).await.unwrap();
-    let done = store
-        .transition(&insert(store, 0).await, RunEvent::Cancel, None, None)
-        .await
-        .unwrap();
-    let ids: Vec<Uuid> = store
-        .supervised_runs()
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.id)
-        .collect();
+    let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
+    let ids: Vec<Uuid> = store.supervised_runs().await.unwrap().iter().map(|r| r.id).collect();
     assert!(ids.contains(&started.id) && ids.contains(&ending.id));
     assert!(!ids.contains(&pending.id) && !ids.contains(&done.id));
 }
@@ -269,16 +185,9 @@ async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
 async fn racing_writers_cannot_both_win(store: Arc<dyn Store>) {
     let run = insert(&*store, 0).await;
     let mut tasks = Vec::new();
-    for event in [
-        RunEvent::Claim,
-        RunEvent::Cancel,
-        RunEvent::Claim,
-        RunEvent::Cancel,
-    ] {
+    for event in [RunEvent::Claim, RunEvent::Cancel, RunEvent::Claim, RunEvent::Cancel] {
         let (store, run) = (Arc::clone(&store), run.clone());
-        tasks.push(tokio::spawn(async move {
-            store.transition(&run, event, None, None).await
-        }));
+        tasks.push(tokio::spawn(async move { store.transition(&run, event, None, None).await }));
     }
     let mut wins = 0;
     for task in tasks {
@@ -289,23 +198,16 @@ async fn racing_writers_cannot_both_win(store: Arc<dyn Store>) {
         }
     }
     assert_eq!(wins, 1, "exactly one writer moves a given version");
-    let states = store
-        .events(run.id, 0)
-        .await
-        .unwrap()
-        .iter()
-        .filter(|e| e.kind == EventKind::State)
-        .count();
+    let states = store.events(run.id, 0).await.unwrap().iter().filter(|e| e.kind == EventKind::State).count();
     assert_eq!(states, 1);
 }
 
 async fn the_daemon_lock_is_exclusive(store: &dyn Store) {
     let lock = store.lock_daemon().await.unwrap();
     match store.lock_daemon().await {
-        Err(StoreError::Locked(message)) => assert!(
-            message.contains("another lachesis daemon is already running"),
-            "{message}"
-        ),
+        Err(StoreError::Locked(message)) => {
+            assert!(message.contains("another lachesis daemon is already running"), "{message}")
+        }
         Err(other) => panic!("unexpected {other}"),
         Ok(_) => panic!("a second daemon lock was granted"),
     }
@@ -319,18 +221,13 @@ async fn the_daemon_lock_is_exclusive(store: &dyn Store) {
         }
         None
     };
-    assert!(
-        again.await.is_some(),
-        "the lock is free again once released"
-    );
+    assert!(again.await.is_some(), "the lock is free again once released");
 }
 
 #[tokio::test]
 async fn sqlite_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
-    let store = lachesis::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db")))
-        .await
-        .unwrap();
+    let store = lachesis::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
     conformance(Arc::new(store)).await;
 }
 
@@ -356,13 +253,8 @@ pub async fn fresh_postgres() -> Option<String> {
         }
     };
     let name = format!("lachesis_test_{}", Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let base = admin
-        .rsplit_once('/')
-        .map_or(admin.as_str(), |(base, _)| base);
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
     Some(format!("{base}/{name}"))
 }
 
@@ -371,9 +263,7 @@ async fn postgres_store_conforms() {
     let Some(url) = fresh_postgres().await else {
         return;
     };
-    let store = lachesis::store::open(&StoreLocation::Postgres(url))
-        .await
-        .unwrap();
+    let store = lachesis::store::open(&StoreLocation::Postgres(url)).await.unwrap();
     conformance(Arc::new(store)).await;
 }
 
@@ -386,16 +276,8 @@ async fn postgres_backs_a_real_daemon() {
     home.database_url = Some(url);
     home.start_daemon();
     let id = home.submit(&["--workflow", "demo", "--var", "steps=1"]);
-    let (run, stages) = home
-        .wait_settled(id, std::time::Duration::from_secs(30))
-        .await;
-    assert_eq!(
-        run.state,
-        RunState::Completed,
-        "{:?}\n{}",
-        run.reason,
-        home.daemon_log()
-    );
+    let (run, stages) = home.wait_settled(id, std::time::Duration::from_secs(30)).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
     assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))));
     let out = home.cli(&["daemon"]);
     assert!(

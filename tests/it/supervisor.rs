@@ -25,46 +25,17 @@ async fn demo_workflow_completes_and_records_every_exit() {
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
     assert_eq!(run.reason.as_deref(), Some("stage 'trainer' finished"));
-    assert!(
-        stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))),
-        "{stages:?}"
-    );
+    assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))), "{stages:?}");
     let trainer_log = std::fs::read_to_string(&stages[1].log_path).unwrap();
-    assert!(
-        trainer_log.contains("Step 2/2") && trainer_log.contains("Training complete!"),
-        "{trainer_log}"
-    );
-    let events: Vec<String> = home
-        .events(id)
-        .await
-        .iter()
-        .map(|e| e.message.clone())
-        .collect();
-    for want in [
-        "claim",
-        "all stages up",
-        "complete: stage 'trainer' finished",
-        "exited with code 0",
-    ] {
-        assert!(
-            events.iter().any(|e| e.contains(want)),
-            "no event {want:?} in {events:#?}"
-        );
+    assert!(trainer_log.contains("Step 2/2") && trainer_log.contains("Training complete!"), "{trainer_log}");
+    let events: Vec<String> = home.events(id).await.iter().map(|e| e.message.clone()).collect();
+    for want in ["claim", "all stages up", "complete: stage 'trainer' finished", "exited with code 0"] {
+        assert!(events.iter().any(|e| e.contains(want)), "no event {want:?} in {events:#?}");
     }
     // env and api were stopped after the trainer finished, in reverse start order.
-    let sigterm: Vec<_> = home
-        .events(id)
-        .await
-        .into_iter()
-        .filter(|e| e.message.starts_with("sent SIGTERM"))
-        .collect();
-    assert_eq!(
-        sigterm
-            .iter()
-            .map(|e| e.stage.clone().unwrap())
-            .collect::<Vec<_>>(),
-        ["env", "api"]
-    );
+    let sigterm: Vec<_> =
+        home.events(id).await.into_iter().filter(|e| e.message.starts_with("sent SIGTERM")).collect();
+    assert_eq!(sigterm.iter().map(|e| e.stage.clone().unwrap()).collect::<Vec<_>>(), ["env", "api"]);
     assert_no_stage_alive(&stages);
 }
 
@@ -84,31 +55,11 @@ async fn daemon_killed_while_starting_resumes_the_start() {
     assert_eq!(home.run(id).await.state, RunState::Starting);
     home.start_daemon();
     let (run, stages) = home.wait_settled(id, T).await;
-    assert_eq!(
-        run.state,
-        RunState::Completed,
-        "{:?}\n{}",
-        run.reason,
-        home.daemon_log()
-    );
-    assert_eq!(
-        stages[0].exit,
-        Some(ExitStatus::Signal(15)),
-        "a is stopped with SIGTERM after b finished"
-    );
+    assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
+    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)), "a is stopped with SIGTERM after b finished");
     assert_eq!(stages[1].exit, Some(ExitStatus::Code(0)));
-    let messages: Vec<String> = home
-        .events(id)
-        .await
-        .into_iter()
-        .map(|e| e.message)
-        .collect();
-    assert!(
-        messages
-            .iter()
-            .any(|m| m.starts_with("re-attached after a daemon restart")),
-        "{messages:#?}"
-    );
+    let messages: Vec<String> = home.events(id).await.into_iter().map(|e| e.message).collect();
+    assert!(messages.iter().any(|m| m.starts_with("re-attached after a daemon restart")), "{messages:#?}");
     assert_no_stage_alive(&stages);
 }
 
@@ -152,10 +103,7 @@ async fn stage_killed_while_the_daemon_is_down_is_reported_with_its_signal() {
     home.start_daemon();
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Failed);
-    assert_eq!(
-        run.reason.as_deref(),
-        Some("stage 'b' exited with signal 9 (SIGKILL)")
-    );
+    assert_eq!(run.reason.as_deref(), Some("stage 'b' exited with signal 9 (SIGKILL)"));
     assert_eq!(stages[1].exit, Some(ExitStatus::Signal(9)));
     assert_no_stage_alive(&stages);
 }
@@ -193,16 +141,8 @@ async fn daemon_killed_while_stopping_finishes_the_stop() {
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Stopped);
     assert_eq!(stages[0].exit, Some(ExitStatus::Signal(9)));
-    let messages: Vec<String> = home
-        .events(id)
-        .await
-        .into_iter()
-        .map(|e| e.message)
-        .collect();
-    assert!(
-        messages.iter().any(|m| m.contains("sent SIGKILL")),
-        "{messages:#?}"
-    );
+    let messages: Vec<String> = home.events(id).await.into_iter().map(|e| e.message).collect();
+    assert!(messages.iter().any(|m| m.contains("sent SIGKILL")), "{messages:#?}");
     assert_no_stage_alive(&stages);
 }
 
@@ -227,19 +167,10 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
         );
     }
     std::fs::remove_file(home.run(id).await.run_dir.join(".status/b.exit.json")).ok();
-    let mut stranger = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
+    let mut stranger = std::process::Command::new("sleep").arg("60").spawn().unwrap();
     let stranger_id = identity_of(stranger.id() as i32).unwrap();
-    b.shim = Some(lachesis::model::ProcessIdentity {
-        pid: stranger_id.pid,
-        ..shim
-    });
-    b.process = Some(lachesis::model::ProcessIdentity {
-        pid: stranger_id.pid,
-        ..process
-    });
+    b.shim = Some(lachesis::model::ProcessIdentity { pid: stranger_id.pid, ..shim });
+    b.process = Some(lachesis::model::ProcessIdentity { pid: stranger_id.pid, ..process });
     store.update_stage(&b, None).await.unwrap();
 
     home.start_daemon();
@@ -251,31 +182,15 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
         "{reason}"
     );
     assert_eq!(stages[1].state, StageState::Lost);
-    assert_eq!(
-        liveness(&stranger_id),
-        Liveness::Alive,
-        "the stranger must not have been signalled"
-    );
+    assert_eq!(liveness(&stranger_id), Liveness::Alive, "the stranger must not have been signalled");
     stranger.kill().unwrap();
     stranger.wait().unwrap();
 }
 
 /// Each run's (claimed, settled) times from its events and stages.
 async fn span(home: &mut TestHome, id: uuid::Uuid) -> (i64, i64) {
-    let claimed = home
-        .events(id)
-        .await
-        .iter()
-        .find(|e| e.message == "claim")
-        .unwrap()
-        .at;
-    let ended = home
-        .stages(id)
-        .await
-        .iter()
-        .filter_map(|s| s.ended_at)
-        .max()
-        .unwrap();
+    let claimed = home.events(id).await.iter().find(|e| e.message == "claim").unwrap().at;
+    let ended = home.stages(id).await.iter().filter_map(|s| s.ended_at).max().unwrap();
     (claimed, ended)
 }
 
@@ -303,16 +218,9 @@ async fn runs_holding_the_same_resource_never_overlap_and_go_in_priority_order()
         let (run, _) = home.wait_settled(id, T).await;
         assert_eq!(run.state, RunState::Completed);
     }
-    let spans = [
-        span(&mut home, high).await,
-        span(&mut home, mid).await,
-        span(&mut home, low).await,
-    ];
+    let spans = [span(&mut home, high).await, span(&mut home, mid).await, span(&mut home, low).await];
     for pair in spans.windows(2) {
-        assert!(
-            pair[1].0 >= pair[0].1,
-            "runs overlapped or ran out of priority order: {spans:?}"
-        );
+        assert!(pair[1].0 >= pair[0].1, "runs overlapped or ran out of priority order: {spans:?}");
     }
 }
 
@@ -324,18 +232,12 @@ async fn runs_with_auto_ports_run_side_by_side() {
         "name: served\nports: {http: auto}\nstages:\n  - name: main\n    argv: [sh, -c, \"echo {port.http} > port; sleep 1\"]\n",
     );
     home.start_daemon();
-    let ids = [
-        home.submit(&["--workflow", "served"]),
-        home.submit(&["--workflow", "served"]),
-    ];
+    let ids = [home.submit(&["--workflow", "served"]), home.submit(&["--workflow", "served"])];
     for id in ids {
         home.wait_settled(id, T).await;
     }
     let (a, b) = (span(&mut home, ids[0]).await, span(&mut home, ids[1]).await);
-    assert!(
-        b.0 < a.1,
-        "runs without a shared resource should overlap: {a:?} {b:?}"
-    );
+    assert!(b.0 < a.1, "runs without a shared resource should overlap: {a:?} {b:?}");
     let ports: Vec<String> = futures_ports(&mut home, &ids).await;
     assert_ne!(ports[0], ports[1], "each run gets its own port");
 }
@@ -344,12 +246,7 @@ async fn futures_ports(home: &mut TestHome, ids: &[uuid::Uuid]) -> Vec<String> {
     let mut ports = Vec::new();
     for id in ids {
         let dir = home.run(*id).await.run_dir;
-        ports.push(
-            std::fs::read_to_string(dir.join("port"))
-                .unwrap()
-                .trim()
-                .to_string(),
-        );
+        ports.push(std::fs::read_to_string(dir.join("port")).unwrap().trim().to_string());
     }
     ports
 }
@@ -367,9 +264,7 @@ async fn a_missing_stage_binary_fails_the_run_naming_stage_and_cause() {
     assert_eq!(run.state, RunState::Failed);
     assert_eq!(
         run.reason.as_deref(),
-        Some(
-            "stage 'trainer' failed to start: cannot start '/no/such/trainer': no such file or directory"
-        )
+        Some("stage 'trainer' failed to start: cannot start '/no/such/trainer': no such file or directory")
     );
     // The stage already started was stopped.
     assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)));
@@ -386,10 +281,7 @@ async fn a_stage_exiting_during_start_up_fails_the_run() {
     home.start_daemon();
     let id = home.submit(&["--workflow", "early"]);
     let (run, _) = home.wait_settled(id, T).await;
-    assert_eq!(
-        run.reason.as_deref(),
-        Some("stage 'api' exited with code 7 during start-up")
-    );
+    assert_eq!(run.reason.as_deref(), Some("stage 'api' exited with code 7 during start-up"));
 }
 
 #[tokio::test]
@@ -402,10 +294,7 @@ async fn a_probe_that_never_answers_times_out() {
     home.start_daemon();
     let id = home.submit(&["--workflow", "deaf"]);
     let (run, stages) = home.wait_settled(id, T).await;
-    assert_eq!(
-        run.reason.as_deref(),
-        Some("stage 'api' not up after 1s (tcp 127.0.0.1:9 never answered)")
-    );
+    assert_eq!(run.reason.as_deref(), Some("stage 'api' not up after 1s (tcp 127.0.0.1:9 never answered)"));
     assert_no_stage_alive(&stages);
 }
 
@@ -418,8 +307,7 @@ async fn a_probe_ends_the_start_delay_early() {
     );
     home.start_daemon();
     let id = home.submit(&["--workflow", "probed"]);
-    home.wait_state(id, RunState::Running, Duration::from_secs(20))
-        .await;
+    home.wait_state(id, RunState::Running, Duration::from_secs(20)).await;
     let stage = home.stages(id).await.remove(0);
     assert!(stage.ready_at.unwrap() - stage.started_at.unwrap() < 10_000);
     home.cli_ok(&["run", "stop", &id.to_string()]);
@@ -433,17 +321,10 @@ async fn stopping_a_pending_run_cancels_it() {
     let id = home.submit(&["--workflow", "demo"]);
     let out = home.cli_ok(&["run", "stop", &id.to_string()[..13]]);
     assert!(out.contains("stopped"), "{out}");
-    assert_eq!(
-        home.run(id).await.reason.as_deref(),
-        Some("cancelled before it started")
-    );
+    assert_eq!(home.run(id).await.reason.as_deref(), Some("cancelled before it started"));
     let again = home.cli(&["run", "stop", &id.to_string()]);
     assert!(!again.status.success());
-    assert!(
-        stderr(&again).contains("has already ended (stopped)"),
-        "{}",
-        stderr(&again)
-    );
+    assert!(stderr(&again).contains("has already ended (stopped)"), "{}", stderr(&again));
 }
 
 #[tokio::test]
@@ -454,11 +335,7 @@ async fn a_second_daemon_refuses_to_start() {
     home.wait_settled(id, T).await; // the first daemon is up and working
     let out = home.cli(&["daemon"]);
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("another lachesis daemon is already running"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("another lachesis daemon is already running"), "{}", stderr(&out));
 }
 
 #[tokio::test]
@@ -471,12 +348,7 @@ async fn the_daemon_leaves_nothing_behind_after_stopping_runs() {
     home.cli_ok(&["run", "stop", &id.to_string()]);
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Stopped);
-    assert!(
-        stages
-            .iter()
-            .all(|s| s.exit == Some(ExitStatus::Signal(15))),
-        "{stages:?}"
-    );
+    assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Signal(15))), "{stages:?}");
     home.kill_daemon();
     assert_eq!(processes_mentioning(home.path()), Vec::<i32>::new());
 }

@@ -25,10 +25,7 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -36,6 +33,8 @@ where
 pub struct TestHome {
     pub dir: tempfile::TempDir,
     pub database_url: Option<String>,
+    /// Extra environment for every CLI and daemon process of this home.
+    pub env: Vec<(String, String)>,
     daemon: Option<Child>,
     service: Option<Service>,
 }
@@ -45,6 +44,7 @@ impl TestHome {
         TestHome {
             dir: tempfile::tempdir().unwrap(),
             database_url: None,
+            env: Vec::new(),
             daemon: None,
             service: None,
         }
@@ -89,6 +89,7 @@ impl TestHome {
             Some(url) => cmd.env("LACHESIS_DATABASE_URL", url),
             None => cmd.env_remove("LACHESIS_DATABASE_URL"),
         };
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
@@ -100,11 +101,7 @@ impl TestHome {
     /// Runs the CLI and returns its stdout, failing the test if it failed.
     pub fn cli_ok(&self, args: &[&str]) -> String {
         let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "lachesis {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "lachesis {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     }
 
@@ -128,13 +125,8 @@ impl TestHome {
             .unwrap();
         let mut args = vec!["daemon", "--stop-grace", "3s", "--scan-interval", "500ms"];
         args.extend_from_slice(extra);
-        let child = self
-            .command(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child =
+            self.command(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().unwrap();
         self.daemon = Some(child);
     }
 
@@ -225,10 +217,7 @@ pub fn processes_mentioning(needle: &Path) -> Vec<i32> {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
         let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let zombie = state
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        let zombie = state.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
         let mentions = |bytes: &[u8]| String::from_utf8_lossy(bytes).contains(&needle);
         if !zombie && (mentions(&cmdline) || mentions(&environ)) {
             pids.push(pid);

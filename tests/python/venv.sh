@@ -8,7 +8,7 @@
 # Only the path goes to stdout; progress goes to stderr. The venv lives at
 # ${LACHESIS_TEST_VENV_DIR:-$HOME/.cache/lachesis/test-venv}/<12 hex of sha256(requirements.lock)>,
 # so changing the lock gives a fresh venv and an unchanged lock reuses the cached one instantly.
-# LACHESIS_TEST_PYTHON picks the base interpreter (default python3, must be >= 3.11).
+# LACHESIS_TEST_BASE_PYTHON picks the base interpreter (default python3, must be >= 3.11).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -55,14 +55,14 @@ if [[ -f "$marker" && "$(cat "$marker")" == "$stamp" ]]; then
 fi
 
 if [[ ! -f "$marker" ]]; then
-  base_python="${LACHESIS_TEST_PYTHON:-python3}"
+  base_python="${LACHESIS_TEST_BASE_PYTHON:-python3}"
   if ! command -v "$base_python" >/dev/null; then
     echo "venv.sh: $base_python not found; Python >= 3.11 is required" >&2
     exit 1
   fi
   if ! "$base_python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     echo "venv.sh: $base_python is $("$base_python" -V 2>&1); Python >= 3.11 is required" \
-      "(set LACHESIS_TEST_PYTHON to another interpreter)" >&2
+      "(set LACHESIS_TEST_BASE_PYTHON to another interpreter)" >&2
     exit 1
   fi
   # No marker means a previous build died half-way: start clean.

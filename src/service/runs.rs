@@ -1,66 +1,28 @@
-//! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
-//! print; they decide nothing.
+//! Runs: submit, find, inspect, stop.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde::Serialize;
 use uuid::Uuid;
 
 use crate::model::{Event, Run, RunParams, RunState, Stage, StageState, now_millis};
-use crate::settings::Settings;
-use crate::store::{RunFilter, Store, StoreError};
+use crate::store::{RunFilter, StoreError};
 use crate::transitions::RunEvent;
-use crate::workflow::{CatalogError, Workflow};
+use crate::workflow::Workflow;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
-    #[error("no run matches '{0}'")]
-    UnknownRun(String),
-    #[error("'{prefix}' matches several runs: {} (give more of the id)", candidates.join(", "))]
-    AmbiguousRun {
-        prefix: String,
-        candidates: Vec<String>,
-    },
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("workflow '{workflow}' needs {} in the environment (not set: {})", wanted.join(", "), missing.join(", "))]
-    MissingCredentials {
-        workflow: String,
-        wanted: Vec<String>,
-        missing: Vec<String>,
-    },
-    #[error("workflow '{0}' runs an environment: pass --env NAME (or select one)")]
-    NeedsEnvironment(String),
-    #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
-    UnknownVar {
-        name: String,
-        workflow: String,
-        known: String,
-    },
-    #[error("invalid {what} '{text}': expected NAME=VALUE")]
-    BadAssignment { what: &'static str, text: String },
-    #[error("workflow '{workflow}': {problem}")]
-    Unplannable { workflow: String, problem: String },
-    #[error("run {id} has already ended ({state})")]
-    AlreadyEnded { id: String, state: RunState },
-}
-
-pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+use super::{Result, Service, ServiceError};
 
 /// What a surface asks for when it starts a run.
 #[derive(Clone, Debug, Default)]
 pub struct SubmitRequest {
     /// The default workflow when absent.
     pub workflow: Option<String>,
+    /// The selected environment when absent (for workflows that run one).
     pub env_name: Option<String>,
-    /// The environment file, when the caller resolved the name already.
-    pub env_file: Option<PathBuf>,
     pub vars: BTreeMap<String, String>,
-    pub config: BTreeMap<String, serde_json::Value>,
+    /// Config fields for this run (`--set`), checked against the field types and locks.
+    pub set: BTreeMap<String, String>,
     pub priority: i64,
 }
 
@@ -106,36 +68,15 @@ impl From<&Run> for RunSummary {
     }
 }
 
-#[derive(Clone)]
-pub struct Service {
-    pub settings: Settings,
-    pub store: Arc<dyn Store>,
-}
-
 impl Service {
-    pub async fn open(settings: Settings) -> Result<Service> {
-        let store = crate::store::open(&settings.store_location()?).await?;
-        Ok(Service {
-            settings,
-            store: Arc::new(store),
-        })
-    }
-
     /// Validates everything a run needs, then writes it as pending in one transaction and
     /// wakes the daemon. Nothing is written when anything is wrong.
     pub async fn submit(&self, request: SubmitRequest) -> Result<Run> {
         let catalog = self.settings.catalog()?;
-        let name = request
-            .workflow
-            .clone()
-            .unwrap_or_else(|| catalog.default_name());
+        let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
         let spec = catalog.load(&name)?;
-        let missing: Vec<String> = spec
-            .credentials
-            .iter()
-            .filter(|c| std::env::var_os(c).is_none())
-            .cloned()
-            .collect();
+        let missing: Vec<String> =
+            spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).cloned().collect();
         if !missing.is_empty() {
             return Err(ServiceError::MissingCredentials {
                 workflow: name,
@@ -143,12 +84,33 @@ impl Service {
                 missing,
             });
         }
-        if spec.uses_var("env_file") && request.env_file.is_none() {
-            return Err(ServiceError::NeedsEnvironment(name));
-        }
-        let id = Uuid::now_v7();
+        let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
+        let (env_name, env_file, config) = if runs_env || request.env_name.is_some() {
+            let (name, file, config) = self
+                .run_environment(request.env_name.as_deref(), &request.set, &spec)
+                .await
+                .map_err(|err| match err {
+                    ServiceError::NoSelection if runs_env => {
+                        ServiceError::NeedsEnvironment(spec.name.clone())
+                    }
+                    other => other,
+                })?;
+            (Some(name), Some(file), config)
+        } else {
+            let config =
+                request.set.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+            (None, None, config)
+        };
+        let id = Uuid::new_v4();
         let run_dir = self.settings.run_dir(&id);
-        let resolved = self.resolve_vars(&spec, &request, &id, &run_dir, catalog.dir())?;
+        let resolved = self.resolve_vars(
+            &spec,
+            &request.vars,
+            (env_name.as_deref(), env_file.as_deref()),
+            &id,
+            &run_dir,
+            catalog.dir(),
+        )?;
         // A dry run of the expansion with stand-in ports, so a template problem is caught now.
         let mut trial = resolved.clone();
         for port in spec.ports.keys() {
@@ -157,16 +119,13 @@ impl Service {
         for stage in &spec.stages {
             stage
                 .plan(&trial, &run_dir)
-                .map_err(|e| ServiceError::Unplannable {
-                    workflow: name.clone(),
-                    problem: e.to_string(),
-                })?;
+                .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
         let now = now_millis();
         let run = Run {
             id,
             workflow: name,
-            env_name: request.env_name,
+            env_name,
             state: RunState::Pending,
             version: 0,
             priority: request.priority,
@@ -177,11 +136,7 @@ impl Service {
             ended_at: None,
             reason: None,
             run_dir: run_dir.clone(),
-            params: RunParams {
-                vars: request.vars,
-                config: request.config,
-                resolved,
-            },
+            params: RunParams { vars: request.vars, config, resolved },
             spec,
         };
         let stages: Vec<Stage> = run
@@ -212,7 +167,8 @@ impl Service {
     fn resolve_vars(
         &self,
         spec: &Workflow,
-        request: &SubmitRequest,
+        vars: &BTreeMap<String, String>,
+        (env_name, env_file): (Option<&str>, Option<&std::path::Path>),
         id: &Uuid,
         run_dir: &std::path::Path,
         workflow_dir: &std::path::Path,
@@ -221,23 +177,15 @@ impl Service {
         let mut builtins = BTreeMap::from([
             ("run_id".to_string(), id.to_string()),
             ("run_dir".to_string(), path(run_dir)),
-            (
-                "config_path".to_string(),
-                path(&run_dir.join("config.yaml")),
-            ),
-            (
-                "env_file".to_string(),
-                request.env_file.as_deref().map(path).unwrap_or_default(),
-            ),
-            (
-                "env_name".to_string(),
-                request.env_name.clone().unwrap_or_default(),
-            ),
+            ("config_path".to_string(), path(&run_dir.join("config.yaml"))),
+            ("env_file".to_string(), env_file.map(path).unwrap_or_default()),
+            ("env_name".to_string(), env_name.unwrap_or_default().to_string()),
             ("python".to_string(), self.settings.python.clone()),
             ("workflow_dir".to_string(), path(workflow_dir)),
             ("home".to_string(), path(&self.settings.home)),
+            ("tinker_atropos".to_string(), path(&self.settings.tinker_atropos)),
         ]);
-        for name in request.vars.keys() {
+        for name in vars.keys() {
             if !spec.vars.contains_key(name) && name != "python" {
                 let known = spec.vars.keys().cloned().collect::<Vec<_>>().join(", ");
                 return Err(ServiceError::UnknownVar {
@@ -247,18 +195,17 @@ impl Service {
                 });
             }
         }
-        if let Some(python) = request.vars.get("python") {
+        if let Some(python) = vars.get("python") {
             builtins.insert("python".into(), python.clone());
         }
         let mut resolved = builtins.clone();
         for (name, default) in &spec.vars {
-            let raw = request.vars.get(name).unwrap_or(default);
-            let value = crate::workflow::template::expand(raw, &builtins).map_err(|e| {
-                ServiceError::Unplannable {
+            let raw = vars.get(name).unwrap_or(default);
+            let value =
+                crate::workflow::template::expand(raw, &builtins).map_err(|e| ServiceError::Unplannable {
                     workflow: spec.name.clone(),
                     problem: format!("vars.{name}: {e}"),
-                }
-            })?;
+                })?;
             resolved.insert(name.clone(), value);
         }
         Ok(resolved)
@@ -286,20 +233,11 @@ impl Service {
     pub async fn status(&self, prefix: &str) -> Result<RunStatus> {
         let run = self.resolve(prefix).await?;
         let stages = self.store.stages(run.id).await?;
-        Ok(RunStatus {
-            run: RunSummary::from(&run),
-            stages,
-        })
+        Ok(RunStatus { run: RunSummary::from(&run), stages })
     }
 
     pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
-        Ok(self
-            .store
-            .list_runs(filter)
-            .await?
-            .iter()
-            .map(RunSummary::from)
-            .collect())
+        Ok(self.store.list_runs(filter).await?.iter().map(RunSummary::from).collect())
     }
 
     pub async fn events(&self, prefix: &str) -> Result<(Run, Vec<Event>)> {
@@ -317,17 +255,11 @@ impl Service {
                 RunState::Starting | RunState::Running => RunEvent::Stop,
                 RunState::Stopping => return Ok(run),
                 state => {
-                    return Err(ServiceError::AlreadyEnded {
-                        id: run.id.to_string(),
-                        state,
-                    });
+                    return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state });
                 }
             };
-            let reason = if event == RunEvent::Cancel {
-                "cancelled before it started"
-            } else {
-                "stop requested"
-            };
+            let reason =
+                if event == RunEvent::Cancel { "cancelled before it started" } else { "stop requested" };
             match self.store.transition(&run, event, Some(reason), None).await {
                 Ok(moved) => {
                     crate::wake::notify(&self.settings.socket_path());

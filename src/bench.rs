@@ -1,0 +1,282 @@
+//! `lachesis bench`: the supervisor's figures, measured with a real daemon in a scratch home:
+//! exit-detection latency, recovery after SIGKILL, queue throughput through the CLI, idle RSS.
+//! It prints figures; it passes or fails nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::model::{EventKind, RunState};
+use crate::service::Service;
+use crate::settings::Settings;
+use crate::store::RunFilter;
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Runs of `true` queued through the CLI for the throughput figure.
+    pub runs: usize,
+    /// Runs allowed at once during the throughput figure.
+    pub parallel: usize,
+    /// Live runs when the daemon is killed, for the recovery figure.
+    pub live: usize,
+    /// Stage exits timed for the latency figure.
+    pub exits: usize,
+    /// CLI processes submitting at once during the throughput figure.
+    pub submitters: usize,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct BenchReport {
+    pub exit_detection_ms: Percentiles,
+    pub recovery_ms: f64,
+    pub recovered_runs: usize,
+    pub throughput_runs_per_s: f64,
+    pub throughput_runs: usize,
+    pub submitters: usize,
+    /// From the first claim to the last completion: what the daemon itself sustains.
+    pub daemon_runs_per_s: f64,
+    pub submit_ms_per_run: f64,
+    pub idle_rss_mb: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Percentiles {
+    pub samples: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    fn of(mut samples: Vec<f64>) -> Percentiles {
+        samples.sort_by(f64::total_cmp);
+        let at =
+            |q: f64| samples.get(((samples.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+        Percentiles { samples: samples.len(), p50: at(0.5), p90: at(0.9), p99: at(0.99), max: at(1.0) }
+    }
+}
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A scratch home with a daemon of its own.
+struct Lab {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    exe: PathBuf,
+    daemon: Option<Child>,
+    service: Service,
+}
+
+impl Lab {
+    async fn new(exe: &Path) -> BenchResult<Lab> {
+        let dir = tempfile::Builder::new().prefix("lachesis-bench").tempdir()?;
+        let home = dir.path().to_path_buf();
+        std::fs::create_dir_all(home.join("workflows"))?;
+        std::fs::write(
+            home.join("workflows/one.yaml"),
+            "name: one\nstages:\n  - {name: main, argv: [\"true\"]}\n",
+        )?;
+        std::fs::write(
+            home.join("workflows/sleeper.yaml"),
+            "name: sleeper\nstop_grace: 2s\nstages:\n  - {name: main, argv: [sleep, \"600\"]}\n",
+        )?;
+        let service = Service::open(Settings::new(Some(home.clone()), None)).await?;
+        Ok(Lab { _dir: dir, home, exe: exe.to_path_buf(), daemon: None, service })
+    }
+
+    fn cli(&self) -> Command {
+        let mut cmd = Command::new(&self.exe);
+        cmd.env("LACHESIS_HOME", &self.home)
+            .env_remove("LACHESIS_DATABASE_URL")
+            .env_remove("LACHESIS_WORKFLOWS");
+        cmd
+    }
+
+    fn start_daemon(&mut self, parallel: usize) -> BenchResult<()> {
+        let child = self
+            .cli()
+            .args(["daemon", "--max-parallel", &parallel.to_string(), "--stop-grace", "2s"])
+            .env("LACHESIS_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(self.home.join("daemon.log"))?)
+            .spawn()?;
+        self.daemon = Some(child);
+        Ok(())
+    }
+
+    fn kill_daemon(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn submit(&self, workflow: &str) -> BenchResult<()> {
+        let out = self.cli().args(["run", "start", "--workflow", workflow]).stdin(Stdio::null()).output()?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string().into());
+        }
+        Ok(())
+    }
+
+    async fn count(&self, state: RunState) -> BenchResult<usize> {
+        Ok(self.service.list(&RunFilter { state: Some(state), limit: None }).await?.len())
+    }
+
+    async fn wait_count(&self, state: RunState, n: usize, limit: Duration) -> BenchResult<Instant> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.count(state).await? >= n {
+                return Ok(Instant::now());
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(self.home.join("daemon.log")).unwrap_or_default();
+                return Err(format!("timed out waiting for {n} {state} runs; daemon log:\n{log}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.kill_daemon();
+    }
+}
+
+pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) -> BenchResult<BenchReport> {
+    let mut report = BenchReport::default();
+
+    // Idle RSS and exit detection: one daemon, runs of `true` one at a time.
+    {
+        let mut lab = Lab::new(exe).await?;
+        lab.start_daemon(8)?;
+        wait_for_socket(&lab.home)?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        report.idle_rss_mb = lab.daemon.as_ref().map_or(0.0, |d| rss_mb(d.id()));
+        progress(&format!("idle RSS {:.1} MB; timing {} stage exits", report.idle_rss_mb, options.exits));
+        for i in 0..options.exits {
+            lab.submit("one")?;
+            lab.wait_count(RunState::Completed, i + 1, Duration::from_secs(30)).await?;
+        }
+        let mut samples = Vec::new();
+        for run in lab.service.list(&RunFilter::default()).await? {
+            let stages = lab.service.store.stages(run.id).await?;
+            let events = lab.service.store.events(run.id, 0).await?;
+            let exited =
+                events.iter().find(|e| e.kind == EventKind::Stage && e.message.starts_with("exited"));
+            if let (Some(ended), Some(event)) = (stages[0].ended_at, exited) {
+                samples.push((event.at - ended) as f64);
+            }
+        }
+        report.exit_detection_ms = Percentiles::of(samples);
+    }
+
+    // Recovery: SIGKILL the daemon with `live` runs up, time the next daemon re-attaching all.
+    {
+        let mut lab = Lab::new(exe).await?;
+        progress(&format!("starting {} live runs", options.live));
+        for _ in 0..options.live {
+            lab.submit("sleeper")?;
+        }
+        lab.start_daemon(options.live)?;
+        lab.wait_count(RunState::Running, options.live, Duration::from_secs(120)).await?;
+        lab.kill_daemon();
+        let begun = Instant::now();
+        lab.start_daemon(options.live)?;
+        let deadline = begun + Duration::from_secs(60);
+        let runs = lab.service.list(&RunFilter { state: Some(RunState::Running), limit: None }).await?;
+        let mut pending: Vec<_> = runs.iter().map(|r| r.id).collect();
+        while !pending.is_empty() {
+            let mut still = Vec::new();
+            for id in pending {
+                let events = lab.service.store.events(id, 0).await?;
+                if !events.iter().any(|e| e.message.starts_with("re-attached")) {
+                    still.push(id);
+                }
+            }
+            pending = still;
+            if Instant::now() > deadline {
+                return Err(format!("{} runs not re-attached after 60 s", pending.len()).into());
+            }
+            if !pending.is_empty() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        report.recovery_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        report.recovered_runs = runs.len();
+        progress(&format!("re-attached {} runs in {:.0} ms; stopping them", runs.len(), report.recovery_ms));
+        for run in &runs {
+            lab.service.stop(&run.id.to_string()).await?;
+        }
+        lab.wait_count(RunState::Stopped, runs.len(), Duration::from_secs(60)).await?;
+    }
+
+    // Throughput: `runs` submissions through the CLI, `parallel` at once, until the last ends.
+    {
+        let mut lab = Lab::new(exe).await?;
+        lab.start_daemon(options.parallel)?;
+        wait_for_socket(&lab.home)?;
+        let submitters = options.submitters.max(1);
+        progress(&format!(
+            "queueing {} runs through the CLI ({submitters} submitting at once), {} running at once",
+            options.runs, options.parallel
+        ));
+        let begun = Instant::now();
+        std::thread::scope(|scope| -> BenchResult<()> {
+            let lab = &lab;
+            let workers: Vec<_> = (0..submitters)
+                .map(|w| {
+                    scope.spawn(move || {
+                        (w..options.runs)
+                            .step_by(submitters)
+                            .try_for_each(|_| lab.submit("one").map_err(|e| e.to_string()))
+                    })
+                })
+                .collect();
+            for worker in workers {
+                worker.join().map_err(|_| "a submitter panicked")??;
+            }
+            Ok(())
+        })?;
+        report.submit_ms_per_run = begun.elapsed().as_secs_f64() * 1000.0 / options.runs as f64;
+        let done = lab.wait_count(RunState::Completed, options.runs, Duration::from_secs(600)).await?;
+        let failed = lab.count(RunState::Failed).await?;
+        if failed > 0 {
+            return Err(format!("{failed} runs failed during the throughput figure").into());
+        }
+        report.throughput_runs = options.runs;
+        report.submitters = submitters;
+        report.throughput_runs_per_s = options.runs as f64 / (done - begun).as_secs_f64();
+        let runs = lab.service.list(&RunFilter::default()).await?;
+        let first = runs.iter().filter_map(|r| r.started_at).min().unwrap_or(0);
+        let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
+        report.daemon_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
+    }
+    Ok(report)
+}
+
+fn wait_for_socket(home: &Path) -> BenchResult<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !home.join("daemon.sock").exists() {
+        if Instant::now() > deadline {
+            return Err("the daemon did not start".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}

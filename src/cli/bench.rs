@@ -1,0 +1,64 @@
+use std::process::ExitCode;
+
+use lachesis::bench::{self, BenchOptions};
+
+use super::CliResult;
+use super::output::print_json;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Runs of `true` queued through the CLI for the throughput figure
+    #[arg(long, default_value_t = 1000)]
+    runs: usize,
+    /// Runs allowed at once during the throughput figure
+    #[arg(long, default_value_t = 8)]
+    parallel: usize,
+    /// Live runs when the daemon is SIGKILLed, for the recovery figure
+    #[arg(long, default_value_t = 100)]
+    live: usize,
+    /// Stage exits timed for the exit-detection figure
+    #[arg(long, default_value_t = 200)]
+    exits: usize,
+    /// CLI processes submitting at once for the throughput figure
+    #[arg(long, default_value_t = 4)]
+    submitters: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: BenchArgs) -> CliResult {
+    let options = BenchOptions {
+        runs: args.runs,
+        parallel: args.parallel,
+        live: args.live,
+        exits: args.exits,
+        submitters: args.submitters,
+    };
+    let exe = std::env::current_exe()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report = runtime.block_on(bench::run(&exe, &options, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let e = &report.exit_detection_ms;
+    println!(
+        "exit detection (stage exit -> state committed, {} exits): p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        e.samples, e.p50, e.p90, e.p99, e.max
+    );
+    println!(
+        "recovery after SIGKILL ({} live runs): all re-attached {:.0} ms after the daemon started",
+        report.recovered_runs, report.recovery_ms
+    );
+    println!(
+        "throughput ({} runs of `true` via the CLI from {} submitters, {} at once): {:.1} runs/s first submit -> last completed; daemon alone {:.1} runs/s ({:.1} ms of submitting per run)",
+        report.throughput_runs,
+        report.submitters,
+        args.parallel,
+        report.throughput_runs_per_s,
+        report.daemon_runs_per_s,
+        report.submit_ms_per_run
+    );
+    println!("idle daemon RSS: {:.1} MB", report.idle_rss_mb);
+    Ok(ExitCode::SUCCESS)
+}

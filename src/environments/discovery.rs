@@ -1,0 +1,1041 @@
+//! Finds Atropos environments by parsing Python files, without running Python.
+//!
+//! An environment is a module-level class that inherits from atroposlib's `BaseEnv`, directly or
+//! through other classes defined in the scanned files. Parsing (tree-sitter) instead of importing
+//! keeps listing fast and safe: importing an environment runs arbitrary code and needs atroposlib,
+//! and one broken file must never hide the others.
+//!
+//! Decisions worth knowing:
+//! - Files whose name starts with `_` are never listed, but their classes still count as
+//!   intermediate bases: a shared `_base.py` holding `class AgentBaseEnv(BaseEnv)` is a common
+//!   layout, and skipping it would silently hide every environment built on it.
+//! - Only classes at module level count (directly, or under decorators). Classes nested in other
+//!   classes or functions, and classes under module-level `if`/`try` blocks, are ignored: they may
+//!   not exist at run time, and introspection looks the class up as a module attribute.
+//! - Bases are matched by their last dotted component and by name only (`x.y.BaseEnv` and
+//!   `BaseEnv[Cfg]` both count as `BaseEnv`), because resolving imports would mean running them.
+//! - A file whose syntax tree has any error is skipped whole with a warning, even though
+//!   tree-sitter could recover part of it: a half-parsed class would give a wrong listing.
+//! - Symlinked files are followed, symlinked directories are not (no loops to guard against).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Serialize, Serializer};
+use tree_sitter::{Node, Parser};
+
+/// The root class every environment derives from.
+const BASE_ENV: &str = "BaseEnv";
+/// What `config_init` builds when an environment does not name its own config class.
+const DEFAULT_CONFIG_CLASS: &str = "BaseEnvConfig";
+
+/// One environment class found on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiscoveredEnv {
+    /// The class attribute `name`, or the file stem when the class sets none.
+    pub name: String,
+    pub class_name: String,
+    #[serde(serialize_with = "serialize_path_lossy")]
+    pub file_path: PathBuf,
+    /// First non-empty line of the class docstring.
+    pub description: String,
+    /// The class attribute `env_config_cls`, or `BaseEnvConfig`.
+    pub config_class: String,
+}
+
+/// A file or directory that could not be scanned; the rest of the listing is still valid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiscoveryWarning {
+    #[serde(serialize_with = "serialize_path_lossy")]
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for DiscoveryWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
+/// The result of scanning environment directories.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Discovery {
+    /// In path order, then source order within a file.
+    pub environments: Vec<DiscoveredEnv>,
+    pub warnings: Vec<DiscoveryWarning>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("unknown environment '{name}' ({})", available_list(.available))]
+    Unknown { name: String, available: Vec<String> },
+    #[error("environment name '{name}' is ambiguous: it is defined in {}", path_list(.paths))]
+    Ambiguous { name: String, paths: Vec<PathBuf> },
+}
+
+fn available_list(names: &[String]) -> String {
+    if names.is_empty() {
+        "no environments were found".to_owned()
+    } else {
+        format!("available: {}", names.join(", "))
+    }
+}
+
+fn path_list(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shown.join(" and ")
+}
+
+impl Discovery {
+    /// Selects an environment by its `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`LookupError::Unknown`] when no environment has that name, and
+    /// [`LookupError::Ambiguous`] when several do: both are listed by [`discover`], but selecting
+    /// either by that name would be a guess.
+    pub fn find(&self, name: &str) -> Result<&DiscoveredEnv, LookupError> {
+        let matches: Vec<&DiscoveredEnv> = self.environments.iter().filter(|env| env.name == name).collect();
+        match matches.as_slice() {
+            [one] => Ok(one),
+            [] => Err(LookupError::Unknown { name: name.to_owned(), available: self.names() }),
+            many => Err(LookupError::Ambiguous {
+                name: name.to_owned(),
+                paths: many.iter().map(|env| env.file_path.clone()).collect(),
+            }),
+        }
+    }
+
+    /// Sorted, distinct environment names.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.environments.iter().map(|e| e.name.clone()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// Scans each directory recursively for environment classes. Never fails: anything that cannot
+/// be read or parsed becomes a warning.
+#[must_use]
+pub fn discover(dirs: &[PathBuf]) -> Discovery {
+    let mut warnings = Vec::new();
+    let files = collect_files(dirs, &mut warnings);
+    let mut parser = Parser::new();
+    if let Err(err) = parser.set_language(&tree_sitter_python::LANGUAGE.into()) {
+        // Only reachable if the grammar and runtime crates disagree on ABI: a build problem,
+        // reported rather than panicking so the caller still gets a (empty) listing.
+        warnings.push(DiscoveryWarning {
+            path: PathBuf::new(),
+            reason: format!("python grammar is unusable: {err}"),
+        });
+        return Discovery { environments: Vec::new(), warnings };
+    }
+
+    let mut classes = Vec::new();
+    for file in &files {
+        match parse_file(&mut parser, &file.path) {
+            Ok(found) => classes.extend(found.into_iter().map(|class| (file, class))),
+            Err(reason) => warnings.push(DiscoveryWarning { path: file.path.clone(), reason }),
+        }
+    }
+
+    let derived = names_deriving_from_base_env(classes.iter().map(|(_, class)| class));
+    let environments = classes
+        .iter()
+        .filter(|(file, class)| file.listed && class.name != BASE_ENV)
+        .filter(|(_, class)| class.bases.iter().any(|base| derived.contains(base.as_str())))
+        .map(|(file, class)| class.to_env(&file.path))
+        .collect();
+    Discovery { environments, warnings }
+}
+
+struct SourceFile {
+    path: PathBuf,
+    /// False for `_`-prefixed files, which only feed the inheritance graph.
+    listed: bool,
+}
+
+fn collect_files(dirs: &[PathBuf], warnings: &mut Vec<DiscoveryWarning>) -> Vec<SourceFile> {
+    let mut paths = Vec::new();
+    for dir in dirs {
+        let Some(root) = usable_root(dir, warnings) else {
+            continue;
+        };
+        walk(&root, &mut paths, warnings);
+    }
+    // Overlapping or repeated roots would otherwise list one class twice and make it ambiguous.
+    paths.sort();
+    paths.dedup();
+    paths
+        .into_iter()
+        .map(|path| {
+            let listed = !file_name(&path).starts_with('_');
+            SourceFile { path, listed }
+        })
+        .collect()
+}
+
+fn usable_root(dir: &Path, warnings: &mut Vec<DiscoveryWarning>) -> Option<PathBuf> {
+    let reason = match fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => None,
+        Ok(_) => Some("not a directory".to_owned()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some("directory does not exist".to_owned()),
+        Err(err) => Some(format!("cannot read directory: {err}")),
+    };
+    if let Some(reason) = reason {
+        warnings.push(DiscoveryWarning { path: dir.to_owned(), reason });
+        return None;
+    }
+    // Canonical roots make file paths absolute and comparable across overlapping roots.
+    Some(fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned()))
+}
+
+fn walk(root: &Path, out: &mut Vec<PathBuf>, warnings: &mut Vec<DiscoveryWarning>) {
+    let mut pending = vec![root.to_owned()];
+    while let Some(dir) = pending.pop() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) => {
+                warnings
+                    .push(DiscoveryWarning { path: dir, reason: format!("cannot read directory: {err}") });
+                continue;
+            }
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                // A non-UTF-8 name cannot be shown in JSON output nor be a Python module name.
+                warnings.push(DiscoveryWarning {
+                    path: path.clone(),
+                    reason: "file name is not valid UTF-8".to_owned(),
+                });
+                continue;
+            };
+            if name.starts_with('.') {
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                if name != "__pycache__" {
+                    pending.push(path);
+                }
+            } else if name.ends_with(".py") && is_file(&path, kind) {
+                out.push(path);
+            }
+        }
+    }
+}
+
+fn is_file(path: &Path, kind: fs::FileType) -> bool {
+    kind.is_file() || (kind.is_symlink() && fs::metadata(path).is_ok_and(|m| m.is_file()))
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
+}
+
+/// A module-level class as written in the source.
+#[derive(Debug)]
+struct ClassDef {
+    name: String,
+    /// Last dotted component of each positional base.
+    bases: Vec<String>,
+    docstring: Option<String>,
+    env_name: Option<String>,
+    config_class: Option<String>,
+}
+
+impl ClassDef {
+    fn to_env(&self, path: &Path) -> DiscoveredEnv {
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let description = self
+            .docstring
+            .as_deref()
+            .and_then(first_non_empty_line)
+            .map_or_else(|| format!("Environment from {}", file_name(path)), str::to_owned);
+        DiscoveredEnv {
+            name: self.env_name.clone().unwrap_or_else(|| stem.to_owned()),
+            class_name: self.name.clone(),
+            file_path: path.to_owned(),
+            description,
+            config_class: self.config_class.clone().unwrap_or_else(|| DEFAULT_CONFIG_CLASS.into()),
+        }
+    }
+}
+
+fn first_non_empty_line(text: &str) -> Option<&str> {
+    text.lines().map(str::trim).find(|line| !line.is_empty())
+}
+
+fn parse_file(parser: &mut Parser, path: &Path) -> Result<Vec<ClassDef>, String> {
+    let bytes = fs::read(path).map_err(|err| format!("cannot read file: {err}"))?;
+    let text = std::str::from_utf8(&bytes).map_err(|err| {
+        let line = bytes[..err.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+        format!("not valid UTF-8 at line {line}; only UTF-8 sources are scanned")
+    })?;
+    // A byte-order mark is legal in Python source but not part of the grammar.
+    let source = text.strip_prefix('\u{feff}').unwrap_or(text).as_bytes();
+    let tree = parser.parse(source, None).ok_or_else(|| "parser produced no syntax tree".to_owned())?;
+    let root = tree.root_node();
+    if root.has_error() {
+        return Err(format!("syntax error at line {}", first_error_line(root)));
+    }
+    Ok(module_classes(root, source))
+}
+
+/// One-based line of the first error or missing node, descending only into subtrees that
+/// contain one.
+fn first_error_line(root: Node) -> usize {
+    let mut node = root;
+    'descend: loop {
+        if node.is_error() || node.is_missing() {
+            break;
+        }
+        let mut cursor = node.walk();
+        for child in node.children(&mut cursor) {
+            if child.has_error() || child.is_missing() {
+                node = child;
+                continue 'descend;
+            }
+        }
+        break;
+    }
+    node.start_position().row + 1
+}
+
+fn module_classes(root: Node, src: &[u8]) -> Vec<ClassDef> {
+    let mut cursor = root.walk();
+    root.named_children(&mut cursor)
+        .filter_map(|stmt| match stmt.kind() {
+            "class_definition" => Some(stmt),
+            "decorated_definition" => {
+                stmt.child_by_field_name("definition").filter(|def| def.kind() == "class_definition")
+            }
+            _ => None,
+        })
+        .filter_map(|class| class_def(class, src))
+        .collect()
+}
+
+fn class_def(class: Node, src: &[u8]) -> Option<ClassDef> {
+    let name = text(class.child_by_field_name("name")?, src)?.to_owned();
+    let bases =
+        class.child_by_field_name("superclasses").map(|args| base_names(args, src)).unwrap_or_default();
+    let mut def = ClassDef { name, bases, docstring: None, env_name: None, config_class: None };
+    if let Some(body) = class.child_by_field_name("body") {
+        read_body(body, src, &mut def);
+    }
+    Some(def)
+}
+
+fn base_names(args: Node, src: &[u8]) -> Vec<String> {
+    let mut cursor = args.walk();
+    // Keyword arguments (metaclass=…) and splats are not bases that name a class.
+    args.named_children(&mut cursor).filter_map(|arg| last_component(arg, src)).map(str::to_owned).collect()
+}
+
+/// `BaseEnv`, `a.b.BaseEnv` and `BaseEnv[Cfg]` all name `BaseEnv`.
+fn last_component<'s>(node: Node, src: &'s [u8]) -> Option<&'s str> {
+    match node.kind() {
+        "identifier" => text(node, src),
+        "attribute" => text(node.child_by_field_name("attribute")?, src),
+        "subscript" => last_component(node.child_by_field_name("value")?, src),
+        _ => None,
+    }
+}
+
+fn read_body(body: Node, src: &[u8], def: &mut ClassDef) {
+    let mut cursor = body.walk();
+    let statements: Vec<Node> = body.named_children(&mut cursor).filter(|n| n.kind() != "comment").collect();
+    // Python only treats the first statement as the docstring.
+    def.docstring = statements.first().and_then(|first| docstring(*first, src));
+    for stmt in &statements {
+        let Some((target, value)) = simple_assignment(*stmt) else {
+            continue;
+        };
+        // Later assignments win, as they do when Python executes the class body.
+        match text(target, src) {
+            Some("name") => {
+                def.env_name = string_value(value, src).filter(|n| !n.trim().is_empty());
+            }
+            Some("env_config_cls") => {
+                def.config_class = last_component(value, src).map(str::to_owned);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn docstring(stmt: Node, src: &[u8]) -> Option<String> {
+    if stmt.kind() != "expression_statement" || stmt.named_child_count() != 1 {
+        return None;
+    }
+    string_value(stmt.named_child(0)?, src)
+}
+
+/// `target = value` or `target: T = value`, with a plain identifier target.
+fn simple_assignment(stmt: Node) -> Option<(Node, Node)> {
+    if stmt.kind() != "expression_statement" {
+        return None;
+    }
+    let assignment = stmt.named_child(0).filter(|n| n.kind() == "assignment")?;
+    let target = assignment.child_by_field_name("left").filter(|n| n.kind() == "identifier")?;
+    let value = assignment.child_by_field_name("right")?;
+    Some((target, value))
+}
+
+/// The value of a plain string literal (or implicit concatenation of them). f-strings, t-strings
+/// and bytes are not plain strings: their value is unknown until run time, or not text.
+fn string_value(node: Node, src: &[u8]) -> Option<String> {
+    match node.kind() {
+        "string" => literal_value(text(node, src)?),
+        "concatenated_string" => {
+            let mut cursor = node.walk();
+            node.named_children(&mut cursor).map(|part| string_value(part, src)).collect()
+        }
+        _ => None,
+    }
+}
+
+fn literal_value(literal: &str) -> Option<String> {
+    let prefix_len = literal.find(['"', '\''])?;
+    let prefix = literal[..prefix_len].to_ascii_lowercase();
+    if prefix.contains(['b', 'f', 't']) {
+        return None;
+    }
+    let quoted = &literal[prefix_len..];
+    let quote = ["\"\"\"", "'''", "\"", "'"].into_iter().find(|q| quoted.starts_with(q))?;
+    let inner = quoted.strip_prefix(quote)?.strip_suffix(quote)?;
+    Some(if prefix.contains('r') { inner.to_owned() } else { unescape(inner) })
+}
+
+/// Decodes the common escapes; others are kept as written, which is good enough for a name or
+/// a one-line description.
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some(q @ ('\\' | '\'' | '"')) => out.push(q),
+            // Backslash-newline is a line continuation inside the literal.
+            Some('\n') => {}
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+fn text<'s>(node: Node, src: &'s [u8]) -> Option<&'s str> {
+    node.utf8_text(src).ok()
+}
+
+/// Names of classes that reach `BaseEnv` through their bases, including `BaseEnv` itself.
+/// A breadth-first walk from `BaseEnv` over the reversed "is a base of" edges: linear, needs no
+/// recursion, and terminates on cycles because each name is visited once.
+fn names_deriving_from_base_env<'a>(classes: impl Iterator<Item = &'a ClassDef>) -> HashSet<&'a str> {
+    let mut subclasses: HashMap<&str, Vec<&str>> = HashMap::new();
+    for class in classes {
+        for base in &class.bases {
+            subclasses.entry(base.as_str()).or_default().push(class.name.as_str());
+        }
+    }
+    let mut reached = HashSet::from([BASE_ENV]);
+    let mut queue = VecDeque::from([BASE_ENV]);
+    while let Some(name) = queue.pop_front() {
+        for &sub in subclasses.get(name).into_iter().flatten() {
+            if reached.insert(sub) {
+                queue.push_back(sub);
+            }
+        }
+    }
+    reached
+}
+
+fn serialize_path_lossy<S: Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+    // serde refuses non-UTF-8 paths; a listing must still serialize.
+    serializer.serialize_str(&path.to_string_lossy())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+    use tempfile::TempDir;
+
+    /// Writes `contents` at `rel` under `root`, creating parent directories.
+    fn write(root: &Path, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = root.join(rel);
+        fs::create_dir_all(path.parent().expect("fixture paths have a parent")).expect("mkdir");
+        fs::write(&path, contents).expect("write fixture");
+        fs::canonicalize(&path).expect("canonicalize fixture")
+    }
+
+    fn env<'d>(discovery: &'d Discovery, class_name: &str) -> &'d DiscoveredEnv {
+        discovery
+            .environments
+            .iter()
+            .find(|e| e.class_name == class_name)
+            .unwrap_or_else(|| panic!("{class_name} not discovered: {discovery:#?}"))
+    }
+
+    fn class_names(discovery: &Discovery) -> Vec<&str> {
+        discovery.environments.iter().map(|e| e.class_name.as_str()).collect()
+    }
+
+    fn warning_for<'d>(discovery: &'d Discovery, path: &Path) -> &'d DiscoveryWarning {
+        discovery
+            .warnings
+            .iter()
+            .find(|w| w.path == path)
+            .unwrap_or_else(|| panic!("no warning for {}: {:#?}", path.display(), discovery))
+    }
+
+    fn discover_one(dir: &TempDir) -> Discovery {
+        discover(&[dir.path().to_owned()])
+    }
+
+    #[test]
+    fn direct_subclass_with_plain_name_and_docstring() {
+        let dir = TempDir::new().unwrap();
+        let path = write(
+            dir.path(),
+            "gsm8k.py",
+            r#"
+from atroposlib.envs.base import BaseEnv
+
+class GSM8kEnv(BaseEnv):
+    """
+       Grade-school math, scored by exact match.
+
+    More text that is not the description.
+    """
+    name = "gsm8k"
+
+    @classmethod
+    def config_init(cls):
+        return None, None
+
+if __name__ == "__main__":
+    GSM8kEnv.cli()
+"#,
+        );
+        let found = discover_one(&dir);
+        assert_eq!(
+            found.environments,
+            vec![DiscoveredEnv {
+                name: "gsm8k".into(),
+                class_name: "GSM8kEnv".into(),
+                file_path: path,
+                description: "Grade-school math, scored by exact match.".into(),
+                config_class: "BaseEnvConfig".into(),
+            }]
+        );
+        assert!(found.warnings.is_empty(), "{:?}", found.warnings);
+        assert!(found.environments[0].file_path.is_absolute());
+    }
+
+    #[test]
+    fn dotted_keyword_and_generic_bases() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "bases.py",
+            r#"
+import atroposlib
+from atroposlib import envs
+
+class Dotted(atroposlib.envs.BaseEnv):
+    pass
+
+class DottedShort(envs.base.BaseEnv):
+    pass
+
+class WithMeta(BaseEnv, metaclass=Meta):
+    pass
+
+class KeywordFirst(Mixin, BaseEnv, flag=True, **extra):
+    pass
+
+class Generic(BaseEnv[MyConfig]):
+    pass
+
+class NotAnEnv(Helper, metaclass=BaseEnv):
+    pass
+
+class Plain:
+    pass
+"#,
+        );
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["Dotted", "DottedShort", "WithMeta", "KeywordFirst", "Generic"]);
+    }
+
+    #[test]
+    fn decorated_classes_are_found() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "decorated.py",
+            r#"
+@dataclass
+@register(kind="env")
+class Decorated(BaseEnv):
+    name: str = "decorated"
+
+@dataclass
+def not_a_class():
+    pass
+"#,
+        );
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["Decorated"]);
+        assert_eq!(env(&found, "Decorated").name, "decorated");
+    }
+
+    #[test]
+    fn name_attribute_forms() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "names.py",
+            r#"
+class Annotated(BaseEnv):
+    name: str = "annotated"
+
+class SingleQuoted(BaseEnv):
+    name = 'single'
+
+class Reassigned(BaseEnv):
+    name = "first"
+    name = "second"
+
+class FString(BaseEnv):
+    name = f"{PREFIX}-env"
+
+class NotLiteral(BaseEnv):
+    name = compute_name()
+
+class AnnotatedOnly(BaseEnv):
+    name: str
+
+class Empty(BaseEnv):
+    name = ""
+
+class Escaped(BaseEnv):
+    name = "tab\there"
+
+class Concatenated(BaseEnv):
+    name = "con" 'cat'
+"#,
+        );
+        let found = discover_one(&dir);
+        let name = |class: &str| env(&found, class).name.clone();
+        assert_eq!(name("Annotated"), "annotated");
+        assert_eq!(name("SingleQuoted"), "single");
+        assert_eq!(name("Reassigned"), "second");
+        // Names not knowable without running the code fall back to the file stem.
+        assert_eq!(name("FString"), "names");
+        assert_eq!(name("NotLiteral"), "names");
+        assert_eq!(name("AnnotatedOnly"), "names");
+        assert_eq!(name("Empty"), "names");
+        assert_eq!(name("Escaped"), "tab\there");
+        assert_eq!(name("Concatenated"), "concat");
+    }
+
+    #[test]
+    fn description_forms() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "docs.py",
+            r#"
+class NoDoc(BaseEnv):
+    name = "nodoc"
+
+class CommentFirst(BaseEnv):
+    # a comment does not stop the docstring
+    '''Single-quoted docstring.'''
+
+class NotFirst(BaseEnv):
+    name = "notfirst"
+    """Not a docstring: not the first statement."""
+
+class RawDoc(BaseEnv):
+    r"""Raw \n stays."""
+
+class BlankDoc(BaseEnv):
+    """
+
+    """
+
+class BytesDoc(BaseEnv):
+    b"""bytes are not docstrings"""
+"#,
+        );
+        let found = discover_one(&dir);
+        let description = |class: &str| env(&found, class).description.clone();
+        assert_eq!(description("NoDoc"), "Environment from docs.py");
+        assert_eq!(description("CommentFirst"), "Single-quoted docstring.");
+        assert_eq!(description("NotFirst"), "Environment from docs.py");
+        assert_eq!(description("RawDoc"), r"Raw \n stays.");
+        assert_eq!(description("BlankDoc"), "Environment from docs.py");
+        assert_eq!(description("BytesDoc"), "Environment from docs.py");
+    }
+
+    #[test]
+    fn env_config_cls_names_the_config_class() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "configs.py",
+            r#"
+class MyConfig(BaseEnvConfig):
+    temperature: float = 0.7
+
+class Custom(BaseEnv):
+    env_config_cls = MyConfig
+
+class DottedConfig(BaseEnv):
+    env_config_cls: type = configs.OtherConfig
+
+class Default(BaseEnv):
+    pass
+"#,
+        );
+        let found = discover_one(&dir);
+        assert_eq!(env(&found, "Custom").config_class, "MyConfig");
+        assert_eq!(env(&found, "DottedConfig").config_class, "OtherConfig");
+        assert_eq!(env(&found, "Default").config_class, "BaseEnvConfig");
+        assert!(found.environments.iter().all(|e| e.class_name != "MyConfig"));
+    }
+
+    #[test]
+    fn indirect_subclasses_across_files_and_private_bases() {
+        let dir = TempDir::new().unwrap();
+        // The shared base lives in a `_` file: not listed, but still part of the graph.
+        write(dir.path(), "_agent_base.py", "class HermesAgentBaseEnv(atroposlib.envs.BaseEnv):\n    pass\n");
+        write(
+            dir.path(),
+            "agents/terminal.py",
+            "from _agent_base import HermesAgentBaseEnv\n\nclass TerminalEnv(HermesAgentBaseEnv):\n    name = \"terminal\"\n",
+        );
+        write(dir.path(), "agents/deeper.py", "class DeeperEnv(mod.TerminalEnv):\n    pass\n");
+        write(
+            dir.path(),
+            "middle.py",
+            "class MiddleBase(BaseEnv):\n    pass\n\nclass Leaf(MiddleBase):\n    pass\n",
+        );
+        let found = discover_one(&dir);
+        // Path order: agents/deeper.py, agents/terminal.py, middle.py.
+        assert_eq!(class_names(&found), ["DeeperEnv", "TerminalEnv", "MiddleBase", "Leaf"]);
+        assert_eq!(env(&found, "DeeperEnv").name, "deeper");
+    }
+
+    #[test]
+    fn inheritance_cycles_terminate_and_are_not_environments() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "cycle.py",
+            "class A(B):\n    pass\n\nclass B(A):\n    pass\n\nclass Selfish(Selfish):\n    pass\n\nclass C(A, BaseEnv):\n    pass\n",
+        );
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["C"]);
+    }
+
+    #[test]
+    fn only_module_level_classes_count() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "nested.py",
+            r#"
+class Outer:
+    class InnerEnv(BaseEnv):
+        pass
+
+def factory():
+    class LocalEnv(BaseEnv):
+        pass
+    return LocalEnv
+
+if HAVE_ATROPOS:
+    class ConditionalEnv(BaseEnv):
+        pass
+
+class TopLevel(BaseEnv):
+    pass
+"#,
+        );
+        assert_eq!(class_names(&discover_one(&dir)), ["TopLevel"]);
+    }
+
+    #[test]
+    fn a_class_named_base_env_is_not_listed_but_still_a_root() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "vendored.py",
+            "class BaseEnv(object):\n    pass\n\nclass Real(BaseEnv):\n    pass\n",
+        );
+        assert_eq!(class_names(&discover_one(&dir)), ["Real"]);
+    }
+
+    #[test]
+    fn unrelated_class_sharing_a_name_with_an_env_is_not_listed() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "a.py", "class Shared(BaseEnv):\n    pass\n");
+        write(dir.path(), "b.py", "class Shared(object):\n    pass\n");
+        let found = discover_one(&dir);
+        assert_eq!(found.environments.len(), 1);
+        assert!(found.environments[0].file_path.ends_with("a.py"));
+    }
+
+    #[test]
+    fn syntax_error_skips_the_whole_file_with_its_line() {
+        let dir = TempDir::new().unwrap();
+        let broken = write(
+            dir.path(),
+            "broken.py",
+            "class Before(BaseEnv):\n    pass\n\ndef oops(:\n    pass\n\nclass After(BaseEnv):\n    pass\n",
+        );
+        write(dir.path(), "fine.py", "class Fine(BaseEnv):\n    pass\n");
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["Fine"]);
+        assert_eq!(warning_for(&found, &broken).reason, "syntax error at line 4");
+    }
+
+    #[test]
+    fn unterminated_string_reports_a_line() {
+        let dir = TempDir::new().unwrap();
+        let broken = write(dir.path(), "open.py", "x = 1\ny = 2\nclass E(BaseEnv):\n    name = \"oops\n");
+        let found = discover_one(&dir);
+        assert!(found.environments.is_empty());
+        let reason = &warning_for(&found, &broken).reason;
+        assert!(reason.starts_with("syntax error at line "), "{reason}");
+    }
+
+    #[test]
+    fn python_3_12_syntax_is_discovered() {
+        let dir = TempDir::new().unwrap();
+        write(
+            dir.path(),
+            "modern.py",
+            r#"
+type Reward = float | None
+type Pair[T] = tuple[T, T]
+
+def first[T](items: list[T]) -> T:
+    return items[0]
+
+class ModernEnv[T: Item, *Ts, **P](BaseEnv):
+    """Uses PEP 695 generics."""
+    name = "modern"
+
+    def label(self, d):
+        return f"{d["key"]}: {f"{1 + 1}"}"
+
+    def handle(self, x):
+        match x:
+            case {"kind": kind, **rest}:
+                return kind
+            case _:
+                return None
+"#,
+        );
+        let found = discover_one(&dir);
+        assert!(found.warnings.is_empty(), "{:?}", found.warnings);
+        assert_eq!(env(&found, "ModernEnv").name, "modern");
+        assert_eq!(env(&found, "ModernEnv").description, "Uses PEP 695 generics.");
+    }
+
+    #[test]
+    fn non_utf8_file_is_a_warning() {
+        let dir = TempDir::new().unwrap();
+        let mut bytes = b"class Latin(BaseEnv):\n    name = \"".to_vec();
+        bytes.extend_from_slice(&[0xff, 0xfe, 0xe9]);
+        bytes.extend_from_slice(b"\"\n");
+        let latin = write(dir.path(), "latin.py", bytes);
+        write(dir.path(), "ok.py", "class Ok(BaseEnv):\n    pass\n");
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["Ok"]);
+        let reason = &warning_for(&found, &latin).reason;
+        assert_eq!(reason, "not valid UTF-8 at line 2; only UTF-8 sources are scanned");
+    }
+
+    #[test]
+    fn byte_order_mark_is_accepted() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "bom.py", "\u{feff}class Bom(BaseEnv):\n    name = \"bom\"\n");
+        let found = discover_one(&dir);
+        assert!(found.warnings.is_empty(), "{:?}", found.warnings);
+        assert_eq!(env(&found, "Bom").name, "bom");
+    }
+
+    #[test]
+    fn private_hidden_and_cache_files_are_not_listed() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "_private.py", "class Private(BaseEnv):\n    pass\n");
+        write(dir.path(), "__init__.py", "class InInit(BaseEnv):\n    pass\n");
+        write(dir.path(), ".hidden.py", "class HiddenFile(BaseEnv):\n    pass\n");
+        write(dir.path(), ".venv/lib/site.py", "class InVenv(BaseEnv):\n    pass\n");
+        write(dir.path(), "__pycache__/cached.py", "class Cached(BaseEnv):\n    pass\n");
+        write(dir.path(), "notes.txt", "class Text(BaseEnv):\n    pass\n");
+        write(dir.path(), "public.py", "class Public(BaseEnv):\n    pass\n");
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["Public"]);
+        assert!(found.warnings.is_empty(), "{:?}", found.warnings);
+    }
+
+    #[test]
+    fn duplicate_names_are_listed_but_ambiguous_to_select() {
+        let dir = TempDir::new().unwrap();
+        let a = write(dir.path(), "one/dup.py", "class DupA(BaseEnv):\n    name = \"dup\"\n");
+        let b = write(dir.path(), "two/dup.py", "class DupB(BaseEnv):\n    name = \"dup\"\n");
+        write(dir.path(), "solo.py", "class Solo(BaseEnv):\n    pass\n");
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["DupA", "Solo", "DupB"]);
+        assert_eq!(found.find("solo").map(|e| e.class_name.as_str()), Ok("Solo"));
+        let err = found.find("dup").unwrap_err();
+        assert_eq!(err, LookupError::Ambiguous { name: "dup".into(), paths: vec![a.clone(), b.clone()] });
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "environment name 'dup' is ambiguous: it is defined in {} and {}",
+                a.display(),
+                b.display()
+            )
+        );
+    }
+
+    #[test]
+    fn unknown_name_lists_what_is_available() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "b.py", "class B(BaseEnv):\n    name = \"beta\"\n");
+        write(dir.path(), "a.py", "class A(BaseEnv):\n    name = \"alpha\"\n");
+        let found = discover_one(&dir);
+        let err = found.find("gamma").unwrap_err();
+        assert_eq!(
+            err,
+            LookupError::Unknown { name: "gamma".into(), available: vec!["alpha".into(), "beta".into()] }
+        );
+        assert_eq!(err.to_string(), "unknown environment 'gamma' (available: alpha, beta)");
+
+        let empty = Discovery::default();
+        assert_eq!(
+            empty.find("x").unwrap_err().to_string(),
+            "unknown environment 'x' (no environments were found)"
+        );
+    }
+
+    #[test]
+    fn missing_directory_and_file_root_are_warnings() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "envs/e.py", "class E(BaseEnv):\n    pass\n");
+        let file_root = write(dir.path(), "plain.py", "");
+        let missing = dir.path().join("does-not-exist");
+        let found = discover(&[missing.clone(), dir.path().join("envs"), file_root.clone()]);
+        assert_eq!(class_names(&found), ["E"]);
+        assert_eq!(warning_for(&found, &missing).reason, "directory does not exist");
+        assert_eq!(warning_for(&found, &file_root).reason, "not a directory");
+        assert_eq!(
+            warning_for(&found, &missing).to_string(),
+            format!("{}: directory does not exist", missing.display())
+        );
+    }
+
+    #[test]
+    fn overlapping_roots_list_each_file_once() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "sub/e.py", "class E(BaseEnv):\n    pass\n");
+        let found = discover(&[dir.path().to_owned(), dir.path().join("sub"), dir.path().join("sub/../sub")]);
+        assert_eq!(class_names(&found), ["E"]);
+        assert!(found.find("e").is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinked_files_are_followed_and_directory_links_are_not() {
+        let dir = TempDir::new().unwrap();
+        let real = write(dir.path(), "real/e.py", "class E(BaseEnv):\n    pass\n");
+        fs::create_dir_all(dir.path().join("scan")).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("scan/linked.py")).unwrap();
+        // A link back to an ancestor would loop forever if followed.
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("scan/loop")).unwrap();
+        let found = discover(&[dir.path().join("scan")]);
+        assert_eq!(class_names(&found), ["E"]);
+        assert_eq!(found.environments[0].name, "linked");
+    }
+
+    #[test]
+    fn serializes_to_json() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "e.py", "class E(BaseEnv):\n    \"\"\"Doc.\"\"\"\n    name = \"e\"\n");
+        let found = discover(&[dir.path().to_owned(), dir.path().join("missing")]);
+        let json = serde_json::to_value(&found).expect("discovery serializes");
+        assert_eq!(json["environments"][0]["name"], "e");
+        assert_eq!(json["environments"][0]["description"], "Doc.");
+        assert_eq!(json["environments"][0]["config_class"], "BaseEnvConfig");
+        assert!(json["environments"][0]["file_path"].as_str().is_some_and(|p| p.ends_with("e.py")));
+        assert_eq!(json["warnings"][0]["reason"], "directory does not exist");
+    }
+
+    #[test]
+    fn string_literals() {
+        assert_eq!(literal_value(r#""plain""#).as_deref(), Some("plain"));
+        assert_eq!(literal_value(r#"u'unicode'"#).as_deref(), Some("unicode"));
+        assert_eq!(literal_value(r#"R"raw\n""#).as_deref(), Some(r"raw\n"));
+        assert_eq!(literal_value("'''a\\\nb'''").as_deref(), Some("ab"));
+        assert_eq!(literal_value(r#""q\"q""#).as_deref(), Some("q\"q"));
+        assert_eq!(literal_value(r#""keep \x41""#).as_deref(), Some(r"keep \x41"));
+        assert_eq!(literal_value(r#"f"{x}""#), None);
+        assert_eq!(literal_value(r#"rb"x""#), None);
+        assert_eq!(literal_value(r#"t"x""#), None);
+        assert_eq!(literal_value(r#""unterminated"#), None);
+        assert_eq!(literal_value("nope"), None);
+    }
+
+    /// Discovery cost over a realistic directory: ~200 environment files of ~60 lines each.
+    #[test]
+    fn two_hundred_files_timing() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "_base.py", "class SharedBase(BaseEnv):\n    pass\n");
+        for i in 0..200 {
+            let body = (0..12)
+                .map(|m| format!("    async def step_{m}(self, item):\n        scores = [x * {m} for x in item]\n        return {{\"score\": sum(scores) / max(len(scores), 1)}}\n\n"))
+                .collect::<String>();
+            let base = if i % 2 == 0 { "BaseEnv" } else { "SharedBase" };
+            write(
+                dir.path(),
+                &format!("group_{}/env_{i:03}.py", i % 10),
+                format!(
+                    "import math\nfrom atroposlib.envs.base import BaseEnv\n\nclass Env{i}({base}):\n    \"\"\"Generated environment {i}.\"\"\"\n    name = \"env_{i:03}\"\n\n{body}"
+                ),
+            );
+        }
+        let started = Instant::now();
+        let found = discover_one(&dir);
+        let elapsed = started.elapsed();
+        println!("discovery over 201 files: {elapsed:?}");
+        assert_eq!(found.environments.len(), 200);
+        assert!(found.warnings.is_empty());
+        assert!(found.find("env_123").is_ok());
+    }
+}

@@ -1,0 +1,173 @@
+//! Environments: discover, select, show and edit the configuration of the next run.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::environments::{
+    DiscoveredEnv, Discovery, LockedProfile, Selection, check_value, discover, introspect,
+};
+use crate::workflow::Workflow;
+
+use super::{Result, Service, ServiceError};
+
+/// Introspection imports atroposlib (seconds) and the environment, which may do anything.
+const INTROSPECT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The configuration as `config show` and `rl_get_current_config` present it.
+#[derive(Debug, Serialize)]
+pub struct ConfigView {
+    pub environment: String,
+    pub env_file: String,
+    pub config_class: String,
+    pub fell_back: Option<String>,
+    pub workflow: String,
+    pub configurable_fields: Vec<FieldView>,
+    /// The `env` fields the locked profile fixes, with their locked values.
+    pub locked_fields: Vec<FieldView>,
+    /// The whole locked profile (env, openai, tinker, …) of the workflow.
+    pub locked_profile: Map<String, Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FieldView {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub value: Value,
+    pub default: Value,
+    pub description: Option<String>,
+    pub locked: bool,
+}
+
+impl Service {
+    pub fn environments(&self) -> Discovery {
+        discover(&self.settings.environment_dirs)
+    }
+
+    pub fn environment(&self, name: &str) -> Result<DiscoveredEnv> {
+        Ok(self.environments().find(name)?.clone())
+    }
+
+    /// The workflow whose locked profile governs the configuration (the default workflow).
+    fn profile_workflow(&self) -> Result<Workflow> {
+        let catalog = self.settings.catalog()?;
+        Ok(catalog.load(&catalog.default_name())?)
+    }
+
+    /// Selects an environment: introspects its config class and loads the configurable
+    /// fields with their defaults. Persisted, so every surface sees it.
+    pub async fn select(&self, name: &str) -> Result<Selection> {
+        let env = self.environment(name)?;
+        let workflow = self.profile_workflow()?;
+        let python = std::path::Path::new(&self.settings.python);
+        let introspection = introspect(python, &env.file_path, &env.class_name, INTROSPECT_TIMEOUT).await?;
+        let locked = LockedProfile { profile: &workflow.locked };
+        let selection = Selection::new(&env, introspection, locked, chrono::Local::now());
+        self.store.put_selection(&selection).await?;
+        Ok(selection)
+    }
+
+    pub async fn selection(&self) -> Result<Selection> {
+        self.store.selection().await?.ok_or(ServiceError::NoSelection)
+    }
+
+    pub async fn config(&self) -> Result<ConfigView> {
+        let selection = self.selection().await?;
+        let workflow = self.profile_workflow()?;
+        let locked = LockedProfile { profile: &workflow.locked };
+        let view = |f: &crate::environments::FieldInfo, value: Value, is_locked: bool| FieldView {
+            name: f.name.clone(),
+            type_name: f.type_name.clone(),
+            value,
+            default: f.default.clone(),
+            description: f.description.clone(),
+            locked: is_locked,
+        };
+        let mut configurable = Vec::new();
+        let mut locked_fields = Vec::new();
+        for field in &selection.fields {
+            match locked.env_field(&field.name) {
+                Some(value) => locked_fields.push(view(field, value.clone(), true)),
+                None => {
+                    let value = selection.config.get(&field.name).cloned().unwrap_or(Value::Null);
+                    configurable.push(view(field, value, false));
+                }
+            }
+        }
+        Ok(ConfigView {
+            environment: selection.env_name,
+            env_file: selection.env_file.to_string_lossy().into_owned(),
+            config_class: selection.config_class,
+            fell_back: selection.fell_back,
+            workflow: workflow.name,
+            configurable_fields: configurable,
+            locked_fields,
+            locked_profile: workflow.locked,
+        })
+    }
+
+    /// Sets one configurable field of the selection, checked against locks and its type.
+    pub async fn set_config(&self, field: &str, raw: &str) -> Result<Value> {
+        let mut selection = self.selection().await?;
+        let workflow = self.profile_workflow()?;
+        let value = selection.check_edit(LockedProfile { profile: &workflow.locked }, field, raw)?;
+        selection.config.insert(field.to_string(), value.clone());
+        selection.updated_at = crate::model::now_millis();
+        self.store.put_selection(&selection).await?;
+        Ok(value)
+    }
+
+    /// The environment file and config values a run of `env_name` starts with: the selection's
+    /// (when it is that environment, or none is named), with `overrides` checked and on top.
+    pub(super) async fn run_environment(
+        &self,
+        env_name: Option<&str>,
+        overrides: &BTreeMap<String, String>,
+        workflow: &Workflow,
+    ) -> Result<(String, std::path::PathBuf, BTreeMap<String, Value>)> {
+        let selection = self.store.selection().await?;
+        let locked = LockedProfile { profile: &workflow.locked };
+        let (name, file, mut config, fields) = match (env_name, selection) {
+            (None, Some(sel)) => (sel.env_name.clone(), sel.env_file.clone(), sel.config.clone(), Some(sel)),
+            (Some(name), Some(sel)) if sel.env_name == name => {
+                (sel.env_name.clone(), sel.env_file.clone(), sel.config.clone(), Some(sel))
+            }
+            (Some(name), _) => {
+                let env = self.environment(name)?;
+                (env.name, env.file_path, BTreeMap::new(), None)
+            }
+            (None, None) => return Err(ServiceError::NoSelection),
+        };
+        for (field, raw) in overrides {
+            let value = match &fields {
+                Some(sel) => sel.check_edit(locked, field, raw)?,
+                None => {
+                    // No introspection for an unselected environment: lock checks still apply.
+                    if let Some(value) = locked.env_field(field) {
+                        return Err(crate::environments::EditError::Locked {
+                            field: field.clone(),
+                            value: value.clone(),
+                        }
+                        .into());
+                    }
+                    let untyped = crate::environments::FieldInfo {
+                        name: field.clone(),
+                        type_name: "any".into(),
+                        kind: crate::environments::FieldKind::Other,
+                        optional: true,
+                        required: false,
+                        default: Value::Null,
+                        value: Value::Null,
+                        description: None,
+                    };
+                    check_value(&untyped, raw)?
+                }
+            };
+            config.insert(field.clone(), value);
+        }
+        Ok((name, file, config))
+    }
+}

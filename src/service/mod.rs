@@ -1,0 +1,64 @@
+//! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
+//! print; they decide nothing.
+
+mod environments;
+mod runs;
+
+use std::sync::Arc;
+
+use crate::model::RunState;
+use crate::settings::Settings;
+use crate::store::{Store, StoreError};
+use crate::workflow::CatalogError;
+
+pub use environments::{ConfigView, FieldView};
+pub use runs::{RunStatus, RunSummary, SubmitRequest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("no run matches '{0}'")]
+    UnknownRun(String),
+    #[error("'{prefix}' matches several runs: {} (give more of the id)", candidates.join(", "))]
+    AmbiguousRun { prefix: String, candidates: Vec<String> },
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("workflow '{workflow}' needs {} in the environment (not set: {})", wanted.join(", "), missing.join(", "))]
+    MissingCredentials { workflow: String, wanted: Vec<String>, missing: Vec<String> },
+    #[error("workflow '{0}' runs an environment: pass --env NAME (or select one)")]
+    NeedsEnvironment(String),
+    #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
+    UnknownVar { name: String, workflow: String, known: String },
+    #[error("invalid {what} '{text}': expected NAME=VALUE")]
+    BadAssignment { what: &'static str, text: String },
+    #[error("workflow '{workflow}': {problem}")]
+    Unplannable { workflow: String, problem: String },
+    #[error("run {id} has already ended ({state})")]
+    AlreadyEnded { id: String, state: RunState },
+    #[error(transparent)]
+    Environment(#[from] crate::environments::LookupError),
+    #[error(transparent)]
+    Introspect(#[from] crate::environments::IntrospectError),
+    #[error(transparent)]
+    Edit(#[from] crate::environments::EditError),
+    #[error(transparent)]
+    Value(#[from] crate::environments::ValueError),
+    #[error("no environment is selected: run `lachesis env select NAME` (see `lachesis env list`)")]
+    NoSelection,
+}
+
+pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+#[derive(Clone)]
+pub struct Service {
+    pub settings: Settings,
+    pub store: Arc<dyn Store>,
+}
+
+impl Service {
+    pub async fn open(settings: Settings) -> Result<Service> {
+        let store = crate::store::open(&settings.store_location()?).await?;
+        Ok(Service { settings, store: Arc::new(store) })
+    }
+}

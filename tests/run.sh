@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, the integration binary with its PostgreSQL tier, and the
+# real-Atropos tier (a cached Python venv with atroposlib pinned, created on first use).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '== %s\n' "$*" >&2; }
+
+# PostgreSQL at 127.0.0.1:5432 (trust auth). Started if installed but stopped; installed from
+# Debian's packages if missing and we may; otherwise its tests say they skip.
+postgres_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
+if ! postgres_up; then
+  if ! command -v pg_ctlcluster >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing PostgreSQL"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null || true
+  fi
+  if command -v pg_ctlcluster >/dev/null; then
+    say "starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+    for _ in $(seq 50); do postgres_up && break; sleep 0.2; done
+  fi
+fi
+if postgres_up; then
+  export LACHESIS_REQUIRE_POSTGRES=1
+else
+  say "PostgreSQL is not reachable at 127.0.0.1:5432: its tests will say they skip"
+fi
+
+# The real-Atropos tier: atroposlib 0.4.0 and the rest of tests/python/requirements.lock.
+say "preparing the Python test venv (first time: 1-2 minutes)"
+LACHESIS_TEST_PYTHON="$(bash tests/python/venv.sh)"
+LACHESIS_TOKENIZER_DIR="$(bash tests/python/venv.sh --tokenizer)"
+export LACHESIS_TEST_PYTHON LACHESIS_TOKENIZER_DIR LACHESIS_REQUIRE_ATROPOS=1
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
+
+say "cargo test"
+cargo test --locked "$@"
