@@ -7,6 +7,7 @@ pub mod environments;
 pub mod launch;
 pub mod model;
 pub mod reconciler;
+pub mod redact;
 pub mod service;
 pub mod settings;
 pub mod store;

@@ -245,6 +245,25 @@ pub struct Stage {
     pub log_path: PathBuf,
 }
 
+impl Stage {
+    /// A stage not started yet.
+    pub fn pending(run_id: Uuid, idx: usize, name: &str, log_path: PathBuf) -> Stage {
+        Stage {
+            run_id,
+            idx: idx as i64,
+            name: name.to_string(),
+            state: StageState::Pending,
+            shim: None,
+            process: None,
+            started_at: None,
+            ready_at: None,
+            ended_at: None,
+            exit: None,
+            log_path,
+        }
+    }
+}
+
 /// An append-only record of something that happened to a run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Event {

@@ -5,11 +5,10 @@ use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 
-/// Pokes the daemon if one listens at `socket`; a missing daemon is not an error.
-pub fn notify(socket: &Path) {
-    if let Ok(sock) = UnixDatagram::unbound() {
-        let _ = sock.send_to(b"w", socket);
-    }
+/// Pokes the daemon if one listens at `socket`; returns whether one did. A missing daemon is
+/// not an error: the work waits in the store for the next one.
+pub fn notify(socket: &Path) -> bool {
+    UnixDatagram::unbound().and_then(|sock| sock.send_to(b"w", socket)).is_ok()
 }
 
 /// Binds the daemon's socket (replacing a stale one: only the lock holder gets here).

@@ -100,6 +100,11 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 println!("{}", run.id);
             }
             if wait {
+                if !lachesis::wake::notify(&service.settings.socket_path()) {
+                    eprintln!(
+                        "note: no daemon is running for this store yet; start one with `lachesis daemon`"
+                    );
+                }
                 return follow_progress(&service, &run.id.to_string(), json).await;
             }
         }

@@ -364,8 +364,10 @@ impl Reconciler {
                 stage.shim = Some(started.shim);
                 stage.process = started.process;
                 let pid = stage.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
-                let event =
-                    NewEvent::stage(&name, format!("started (pid {pid}): {}", sup.plans[idx].argv.join(" ")));
+                let event = NewEvent::stage(
+                    &name,
+                    format!("started (pid {pid}): {}", crate::redact::argv(&sup.plans[idx].argv)),
+                );
                 self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
                 if sup.run.state == RunState::Starting {
                     let plan = &sup.plans[idx];

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::model::{Event, Run, RunParams, RunState, Stage, StageState, now_millis};
+use crate::model::{Event, Run, RunParams, RunState, Stage, now_millis};
 use crate::store::{RunFilter, StoreError};
 use crate::transitions::RunEvent;
 use crate::workflow::Workflow;
@@ -144,19 +144,7 @@ impl Service {
             .stages
             .iter()
             .enumerate()
-            .map(|(idx, s)| Stage {
-                run_id: id,
-                idx: idx as i64,
-                name: s.name.clone(),
-                state: StageState::Pending,
-                shim: None,
-                process: None,
-                started_at: None,
-                ready_at: None,
-                ended_at: None,
-                exit: None,
-                log_path: run_dir.join(s.log.clone().unwrap_or_else(|| format!("{}.log", s.name))),
-            })
+            .map(|(idx, s)| Stage::pending(id, idx, &s.name, run_dir.join(s.log_file())))
             .collect();
         self.store.insert_run(&run, &stages).await?;
         crate::wake::notify(&self.settings.socket_path());

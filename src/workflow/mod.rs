@@ -347,6 +347,11 @@ pub struct PlanError {
 }
 
 impl StageSpec {
+    /// The stage's log file as written in the workflow, relative to the run directory.
+    pub fn log_file(&self) -> String {
+        self.log.clone().unwrap_or_else(|| format!("{}.log", self.name))
+    }
+
     /// Fills the placeholders with `vars` (which must already hold every variable's value).
     pub fn plan(&self, vars: &BTreeMap<String, String>, run_dir: &Path) -> Result<StagePlan, PlanError> {
         let fill = |text: &str| {
@@ -359,10 +364,7 @@ impl StageSpec {
         };
         let env =
             self.env.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
-        let log = match &self.log {
-            Some(log) => fill(log)?,
-            None => format!("{}.log", self.name),
-        };
+        let log = fill(&self.log_file())?;
         let probe = match &self.probe {
             Some(Probe::Http { http }) => Some(Probe::Http { http: fill(http)? }),
             Some(Probe::Tcp { tcp }) => Some(Probe::Tcp { tcp: fill(tcp)? }),

@@ -62,10 +62,18 @@ async fn unknown_variables_and_bad_assignments_are_refused() {
 #[tokio::test]
 async fn unknown_and_ambiguous_run_ids() {
     let home = TestHome::new();
-    let a = home.submit(&["--workflow", "demo"]);
-    let b = home.submit(&["--workflow", "demo"]);
-    let err = stderr(&home.cli(&["run", "status", "ffffffff"]));
-    assert_eq!(err.trim(), "lachesis: no run matches 'ffffffff'");
+    // Ids are random: queue runs until two share their first digit, so one digit is ambiguous.
+    let mut seen: Vec<uuid::Uuid> = Vec::new();
+    let (a, b) = loop {
+        let id = home.submit(&["--workflow", "demo"]);
+        let first = id.to_string().chars().next();
+        if let Some(other) = seen.iter().find(|s| s.to_string().chars().next() == first) {
+            break (*other, id);
+        }
+        seen.push(id);
+    };
+    let err = stderr(&home.cli(&["run", "status", "ffffffff-0000"]));
+    assert_eq!(err.trim(), "lachesis: no run matches 'ffffffff-0000'");
     let common: String = a
         .to_string()
         .chars()

@@ -43,19 +43,7 @@ fn new_run(priority: i64) -> (Run, Vec<Stage>) {
     let stages = ["api", "env"]
         .iter()
         .enumerate()
-        .map(|(idx, name)| Stage {
-            run_id: id,
-            idx: idx as i64,
-            name: name.to_string(),
-            state: StageState::Pending,
-            shim: None,
-            process: None,
-            started_at: None,
-            ready_at: None,
-            ended_at: None,
-            exit: None,
-            log_path: PathBuf::from(format!("/runs/{id}/{name}.log")),
-        })
+        .map(|(idx, name)| Stage::pending(id, idx, name, PathBuf::from(format!("/runs/{id}/{name}.log"))))
         .collect();
     (run, stages)
 }

@@ -28,7 +28,7 @@ async fn demo_workflow_completes_and_records_every_exit() {
     assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))), "{stages:?}");
     let trainer_log = std::fs::read_to_string(&stages[1].log_path).unwrap();
     assert!(trainer_log.contains("Step 2/2") && trainer_log.contains("Training complete!"), "{trainer_log}");
-    let events: Vec<String> = home.events(id).await.iter().map(|e| e.message.clone()).collect();
+    let events = home.messages(id).await;
     for want in ["claim", "all stages up", "complete: stage 'trainer' finished", "exited with code 0"] {
         assert!(events.iter().any(|e| e.contains(want)), "no event {want:?} in {events:#?}");
     }
@@ -58,7 +58,7 @@ async fn daemon_killed_while_starting_resumes_the_start() {
     assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
     assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)), "a is stopped with SIGTERM after b finished");
     assert_eq!(stages[1].exit, Some(ExitStatus::Code(0)));
-    let messages: Vec<String> = home.events(id).await.into_iter().map(|e| e.message).collect();
+    let messages = home.messages(id).await;
     assert!(messages.iter().any(|m| m.starts_with("re-attached after a daemon restart")), "{messages:#?}");
     assert_no_stage_alive(&stages);
 }
@@ -141,7 +141,7 @@ async fn daemon_killed_while_stopping_finishes_the_stop() {
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Stopped);
     assert_eq!(stages[0].exit, Some(ExitStatus::Signal(9)));
-    let messages: Vec<String> = home.events(id).await.into_iter().map(|e| e.message).collect();
+    let messages = home.messages(id).await;
     assert!(messages.iter().any(|m| m.contains("sent SIGKILL")), "{messages:#?}");
     assert_no_stage_alive(&stages);
 }
@@ -351,4 +351,31 @@ async fn the_daemon_leaves_nothing_behind_after_stopping_runs() {
     assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Signal(15))), "{stages:?}");
     home.kill_daemon();
     assert_eq!(processes_mentioning(home.path()), Vec::<i32>::new());
+}
+
+#[tokio::test]
+async fn credentials_reach_the_stages_but_never_the_home() {
+    let secret = "tnkr-test-3f9c1a7b2e5d4c6a8b0e";
+    let mut home = TestHome::new();
+    home.env = vec![("TINKER_API_KEY".into(), secret.into())];
+    home.workflow(
+        "keyed",
+        "name: keyed\ncredentials: [TINKER_API_KEY]\nstages:\n  - name: main\n    argv: [sh, -c, 'test -n \"$TINKER_API_KEY\" && echo key present']\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "keyed"]);
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    assert_eq!(std::fs::read_to_string(&stages[0].log_path).unwrap().trim(), "key present");
+    home.kill_daemon();
+    let found = crate::support::files_containing(home.path(), secret.as_bytes());
+    assert!(found.is_empty(), "the secret was written to {found:?}");
+
+    // Without the credential, the run is refused with what is missing, and nothing is queued.
+    home.env.clear();
+    let err = stderr(&home.cli(&["run", "start", "--workflow", "keyed"]));
+    assert!(
+        err.contains("workflow 'keyed' needs TINKER_API_KEY in the environment (not set: TINKER_API_KEY)"),
+        "{err}"
+    );
 }

@@ -153,6 +153,11 @@ impl TestHome {
         self.store().await.events(id, 0).await.unwrap()
     }
 
+    /// The messages of a run's events, oldest first.
+    pub async fn messages(&mut self, id: Uuid) -> Vec<String> {
+        self.events(id).await.into_iter().map(|e| e.message).collect()
+    }
+
     pub async fn wait_state(&mut self, id: Uuid, state: RunState, timeout: Duration) -> Run {
         let store = self.store().await;
         let log = self.path().join("daemon.log");
@@ -256,4 +261,20 @@ pub fn assert_no_stage_alive(stages: &[Stage]) {
 
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Every file under `dir` whose bytes contain `needle` (the store, its WAL, logs, status files).
+pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).into_iter().flatten().flatten().map(|e| e.path()));
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|w| w == needle)
+        {
+            found.push(path);
+        }
+    }
+    found
 }

@@ -1,0 +1,65 @@
+//! Keeping secrets out of what lachesis writes down (events, logs, printed commands).
+
+/// Environment variables whose values are secrets wherever they turn up.
+pub const SECRET_VARS: &[&str] =
+    &["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "LACHESIS_API_TOKEN"];
+
+const MASK: &str = "***";
+
+/// A flag whose name has the word key, token, secret or password (`--openai.api_key`, `--token`,
+/// not `--tokenizer_name`).
+fn is_secret_flag(flag: &str) -> bool {
+    let name = flag.trim_start_matches('-').to_ascii_lowercase();
+    flag.starts_with('-')
+        && name
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| matches!(word, "key" | "apikey" | "token" | "secret" | "password"))
+}
+
+/// The command line as it may be shown: values of `--…key`/`--…token`/`--…secret`/`--…password`
+/// flags, and any argument equal to a secret variable's value, become `***`.
+pub fn argv(argv: &[String]) -> String {
+    let secrets: Vec<String> =
+        SECRET_VARS.iter().filter_map(|v| std::env::var(v).ok()).filter(|v| !v.is_empty()).collect();
+    let mut out = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for arg in argv {
+        let shown = if hide_next || secrets.iter().any(|s| arg.contains(s.as_str())) {
+            MASK.to_string()
+        } else if let Some((flag, _)) = arg.split_once('=').filter(|(flag, _)| is_secret_flag(flag)) {
+            format!("{flag}={MASK}")
+        } else {
+            arg.clone()
+        };
+        hide_next = is_secret_flag(arg) && !arg.contains('=');
+        out.push(shown);
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn secret_flag_values_are_masked() {
+        let shown = argv(&args(&[
+            "env.py",
+            "process",
+            "--openai.api_key",
+            "sk-live-123",
+            "--openai.model_name",
+            "qwen",
+        ]));
+        assert_eq!(shown, "env.py process --openai.api_key *** --openai.model_name qwen");
+        assert_eq!(
+            argv(&args(&["x", "--token=abc", "--env.tokenizer_name", "t"])),
+            "x --token=*** --env.tokenizer_name t"
+        );
+        assert_eq!(argv(&args(&["run-api", "--port", "8000"])), "run-api --port 8000");
+    }
+}
