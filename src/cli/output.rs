@@ -48,8 +48,9 @@ pub fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
 }
 
 /// A stage's state in words, with its exit status once it has one.
-pub fn stage_state(stage: &Stage) -> String {
+pub fn stage_state(stage: &Stage, run_ended: bool) -> String {
     match (stage.state, stage.exit) {
+        (StageState::Pending, _) if run_ended => "not started".into(),
         (StageState::Exited, Some(ExitStatus::Code(code))) => format!("exited {code}"),
         (StageState::Exited, Some(ExitStatus::Signal(sig))) => {
             format!("killed by {}", lachesis::model::signal_name(sig))

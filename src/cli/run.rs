@@ -200,7 +200,7 @@ fn print_status(status: &RunStatus) {
     for s in &status.stages {
         t.add_row([
             s.name.clone(),
-            stage_state(s),
+            stage_state(s, r.state.is_terminal()),
             s.process.as_ref().map_or_else(|| "-".into(), |p| p.pid.to_string()),
             time(s.started_at),
             duration(s.started_at, s.ready_at),
@@ -268,7 +268,8 @@ async fn follow_progress(service: &Service, id: &str, json: bool) -> CliResult {
 }
 
 fn progress_line(state: &RunState, stages: &[Stage]) -> String {
-    let parts: Vec<String> = stages.iter().map(|s| format!("{} {}", s.name, stage_state(s))).collect();
+    let parts: Vec<String> =
+        stages.iter().map(|s| format!("{} {}", s.name, stage_state(s, state.is_terminal()))).collect();
     format!("{state}: {}", parts.join(" · "))
 }
 
@@ -318,9 +319,11 @@ impl LogTail {
         let Ok(mut file) = std::fs::File::open(&self.path) else {
             return Ok(());
         };
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         file.seek(SeekFrom::Start(self.offset))?;
-        file.read_to_string(&mut text)?;
+        file.read_to_end(&mut bytes)?;
+        // Stage output is whatever the stage printed: show it, invalid UTF-8 and all.
+        let text = String::from_utf8_lossy(&bytes);
         let end = if whole_lines { text.rfind('\n').map_or(0, |i| i + 1) } else { text.len() };
         let mut out = std::io::stdout().lock();
         for line in text[..end].lines() {

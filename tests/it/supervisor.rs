@@ -169,8 +169,13 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
     std::fs::remove_file(home.run(id).await.run_dir.join(".status/b.exit.json")).ok();
     let mut stranger = std::process::Command::new("sleep").arg("60").spawn().unwrap();
     let stranger_id = identity_of(stranger.id() as i32).unwrap();
-    b.shim = Some(lachesis::model::ProcessIdentity { pid: stranger_id.pid, ..shim });
-    b.process = Some(lachesis::model::ProcessIdentity { pid: stranger_id.pid, ..process });
+    // The recorded identity: the stranger's pid, but a process that started a second earlier
+    // (start times tick every 10 ms, so taking b's own start time could coincide on a fast run).
+    let recorded =
+        lachesis::model::ProcessIdentity { start_time: stranger_id.start_time - 100, ..stranger_id.clone() };
+    assert_eq!(recorded.boot_id, shim.boot_id);
+    b.shim = Some(recorded.clone());
+    b.process = Some(recorded);
     store.update_stage(&b, None).await.unwrap();
 
     home.start_daemon();
