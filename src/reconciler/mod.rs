@@ -122,10 +122,8 @@ impl Reconciler {
                 }
                 next = rx.try_recv().ok();
             }
-            if rescan {
-                if let Err(err) = self.sync_from_store().await {
-                    warn!("reconciler: cannot read the store: {err}");
-                }
+            if rescan && let Err(err) = self.sync_from_store().await {
+                warn!("reconciler: cannot read the store: {err}");
             }
             // The queue only needs a look when work may have arrived or a slot came free.
             if (rescan || self.runs.len() < supervised_before)

@@ -116,7 +116,7 @@ pub struct Dur(pub Duration);
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms % 1000 != 0 { write!(f, "{ms}ms") } else { write!(f, "{}s", ms / 1000) }
+        if !ms.is_multiple_of(1000) { write!(f, "{ms}ms") } else { write!(f, "{}s", ms / 1000) }
     }
 }
 
