@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod daemon;
 pub mod environments;
+pub mod jobs;
 pub mod launch;
 pub mod model;
 pub mod reconciler;

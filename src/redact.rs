@@ -16,6 +16,19 @@ fn is_secret_flag(flag: &str) -> bool {
             .any(|word| matches!(word, "key" | "apikey" | "token" | "secret" | "password"))
 }
 
+/// Values given to secret flags (`--openai.api_key VALUE`, `--token=VALUE`).
+pub fn secret_flag_values(argv: &[String]) -> Vec<String> {
+    let mut values = Vec::new();
+    for (i, arg) in argv.iter().enumerate() {
+        match arg.split_once('=') {
+            Some((flag, value)) if is_secret_flag(flag) => values.push(value.to_string()),
+            None if is_secret_flag(arg) => values.extend(argv.get(i + 1).cloned()),
+            _ => {}
+        }
+    }
+    values
+}
+
 /// The command line as it may be shown: values of `--…key`/`--…token`/`--…secret`/`--…password`
 /// flags, and any argument equal to a secret variable's value, become `***`.
 pub fn argv(argv: &[String]) -> String {

@@ -7,6 +7,7 @@ mod env;
 mod output;
 mod run;
 mod shim;
+mod test;
 mod workflow;
 
 use std::path::PathBuf;
@@ -47,6 +48,9 @@ enum Command {
     /// Start, list, inspect and stop runs
     #[command(subcommand)]
     Run(run::RunCommand),
+    /// Inference tests of an environment against models
+    #[command(subcommand)]
+    Test(test::TestCommand),
     /// List and show workflows
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
@@ -68,6 +72,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Run(command) => current_thread()?.block_on(run::run(settings, command)),
         Command::Env(command) => current_thread()?.block_on(env::run(settings, command)),
         Command::Config(command) => current_thread()?.block_on(config::run(settings, command)),
+        Command::Test(command) => current_thread()?.block_on(test::run(settings, command)),
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Bench(args) => bench::run(args),
         Command::Shim(_) => unreachable!("handled above"),

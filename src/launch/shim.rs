@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+use super::mask;
 use super::process::identity_of;
 use super::status::{Durability, Finished, StageFiles, Started, write_atomic};
 use crate::model::{ExitStatus, now_millis};
@@ -71,12 +72,21 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     let Some((program, rest)) = args.argv.split_first() else {
         return fail("empty argv".into());
     };
-    let stderr = log.try_clone().map_err(|e| e.to_string())?;
+    // With secrets about, output goes through us to be masked; otherwise straight to the file.
+    let secrets = mask::secrets_for(&args.argv);
+    let (stdout, stderr, masking) = if secrets.is_empty() {
+        let stderr = log.try_clone().map_err(|e| e.to_string())?;
+        (Stdio::from(log), Stdio::from(stderr), None)
+    } else {
+        let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let stderr = writer.try_clone().map_err(|e| e.to_string())?;
+        (Stdio::from(writer), Stdio::from(stderr), Some((reader, log)))
+    };
     let spawned = Command::new(program)
         .args(rest)
         .current_dir(&args.cwd)
         .stdin(Stdio::null())
-        .stdout(log)
+        .stdout(stdout)
         .stderr(stderr)
         // Its own group, so a stop signal reaches the stage and all its children, not the shim.
         .process_group(0)
@@ -91,7 +101,20 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot record start: {e}"))?;
     report(&ShimReport::Started(started));
 
+    // The pipe's write ends went to the child with the Command, which is dropped by now.
+    let copier = masking.map(|(reader, log)| {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = mask::copy_masked(reader, log, &secrets);
+            let _ = done_tx.send(());
+        });
+        done_rx
+    });
     let status = child.wait().map_err(|e| format!("cannot wait for the stage: {e}"))?;
+    if let Some(done) = copier {
+        // A grandchild may hold the pipe open forever; the exit status must not wait for it.
+        let _ = done.recv_timeout(std::time::Duration::from_secs(2));
+    }
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ExitStatus::Code(code),
         (None, Some(signal)) => ExitStatus::Signal(signal),

@@ -2,6 +2,7 @@
 //! timers) report here over a channel and never touch state; the loop commits each decision
 //! to the store before acting on it, so a crash between the two is repaired on restart.
 
+mod jobs;
 mod recover;
 mod supervised;
 
@@ -49,13 +50,19 @@ pub enum StageEnd {
     Vanished(String),
 }
 
+/// Whose process a spawner or watcher reports on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    Stage { run: Uuid, idx: usize },
+    Task { job: Uuid, idx: usize },
+}
+
 #[derive(Debug)]
 pub enum Msg {
     /// The store changed (a CLI wrote something) or the fallback timer fired.
     Wake,
     Spawned {
-        run: Uuid,
-        idx: usize,
+        owner: Owner,
         result: std::result::Result<Started, SpawnError>,
     },
     Ready {
@@ -69,12 +76,16 @@ pub enum Msg {
         error: NotReady,
     },
     Ended {
-        run: Uuid,
-        idx: usize,
+        owner: Owner,
         end: StageEnd,
     },
     GraceElapsed {
         run: Uuid,
+        idx: usize,
+    },
+    /// A job task ran past its timeout.
+    TaskTimedOut {
+        job: Uuid,
         idx: usize,
     },
 }
@@ -84,6 +95,7 @@ pub struct Reconciler {
     config: ReconcilerConfig,
     tx: UnboundedSender<Msg>,
     runs: HashMap<Uuid, Supervised>,
+    jobs: HashMap<Uuid, jobs::SupervisedJob>,
     http: reqwest::Client,
 }
 
@@ -92,13 +104,15 @@ type Result<T = ()> = std::result::Result<T, StoreError>;
 impl Reconciler {
     pub fn new(store: Arc<dyn Store>, config: ReconcilerConfig, tx: UnboundedSender<Msg>) -> Reconciler {
         let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
-        Reconciler { store, config, tx, runs: HashMap::new(), http }
+        Reconciler { store, config, tx, runs: HashMap::new(), jobs: HashMap::new(), http }
     }
 
     /// Repairs what the store says is in flight, then serves messages until the channel closes.
     pub async fn run(mut self, mut rx: UnboundedReceiver<Msg>) -> Result {
         self.recover().await?;
+        self.recover_jobs().await?;
         self.schedule().await?;
+        self.schedule_jobs().await?;
         let mut scan = tokio::time::interval(self.config.scan_interval);
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -109,6 +123,7 @@ impl Reconciler {
             // Handle everything already queued before rescanning the store once.
             let mut rescan = false;
             let supervised_before = self.runs.len();
+            let jobs_before = self.jobs.len();
             let mut next = Some(first);
             while let Some(msg) = next {
                 match msg {
@@ -125,6 +140,14 @@ impl Reconciler {
             if rescan && let Err(err) = self.sync_from_store().await {
                 warn!("reconciler: cannot read the store: {err}");
             }
+            if rescan && let Err(err) = self.sync_jobs().await {
+                warn!("reconciler: cannot read jobs: {err}");
+            }
+            if (rescan || self.jobs.len() < jobs_before)
+                && let Err(err) = self.schedule_jobs().await
+            {
+                warn!("reconciler: cannot schedule jobs: {err}");
+            }
             // The queue only needs a look when work may have arrived or a slot came free.
             if (rescan || self.runs.len() < supervised_before)
                 && let Err(err) = self.schedule().await
@@ -137,10 +160,17 @@ impl Reconciler {
     async fn handle(&mut self, msg: Msg) -> Result {
         match msg {
             Msg::Wake => Ok(()),
-            Msg::Spawned { run, idx, result } => self.on_spawned(run, idx, result).await,
+            Msg::Spawned { owner: Owner::Stage { run, idx }, result } => {
+                self.on_spawned(run, idx, result).await
+            }
+            Msg::Spawned { owner: Owner::Task { job, idx }, result } => {
+                self.on_task_spawned(job, idx, result).await
+            }
             Msg::Ready { run, idx, how } => self.on_ready(run, idx, how).await,
             Msg::NotReady { run, idx, error } => self.on_not_ready(run, idx, error).await,
-            Msg::Ended { run, idx, end } => self.on_ended(run, idx, end).await,
+            Msg::Ended { owner: Owner::Stage { run, idx }, end } => self.on_ended(run, idx, end).await,
+            Msg::Ended { owner: Owner::Task { job, idx }, end } => self.on_task_ended(job, idx, end).await,
+            Msg::TaskTimedOut { job, idx } => self.on_task_timed_out(job, idx).await,
             Msg::GraceElapsed { run, idx } => self.on_grace_elapsed(run, idx).await,
         }
     }
@@ -322,26 +352,28 @@ impl Reconciler {
         self.store.update_stage(stage, None).await?;
         let plan = sup.plans[idx].clone();
         let files = sup.files[idx].clone();
+        self.launch(Owner::Stage { run: id, idx }, plan, files);
+        Ok(())
+    }
+
+    /// Starts a process under a shim; its start and its end are reported as messages.
+    fn launch(&self, owner: Owner, plan: crate::workflow::StagePlan, files: StageFiles) {
         let exe = self.config.exe.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
             match spawn_stage(&exe, &plan, &files).await {
                 Ok(mut spawned) => {
-                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Ok(spawned.started) });
+                    let _ = tx.send(Msg::Spawned { owner, result: Ok(spawned.started) });
                     // The shim writes the exit file before it exits, so its exit means "read it".
                     let _ = spawned.shim.wait().await;
-                    let _ = tx.send(Msg::Ended {
-                        run: id,
-                        idx,
-                        end: read_end(&files, "its shim exited without recording a status"),
-                    });
+                    let end = read_end(&files, "its shim exited without recording a status");
+                    let _ = tx.send(Msg::Ended { owner, end });
                 }
                 Err(err) => {
-                    let _ = tx.send(Msg::Spawned { run: id, idx, result: Err(err) });
+                    let _ = tx.send(Msg::Spawned { owner, result: Err(err) });
                 }
             }
         });
-        Ok(())
     }
 
     async fn on_spawned(
@@ -525,15 +557,15 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Watches a stage process we did not start (after a restart) through a pidfd on its shim.
-    fn watch_reattached(&self, id: Uuid, idx: usize, watch: ExitWatch, files: StageFiles) {
+    /// Watches a process we did not start (after a restart) through a pidfd on its shim.
+    fn watch_reattached(&self, owner: Owner, watch: ExitWatch, files: StageFiles) {
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let end = match watch.exited().await {
                 Ok(()) => read_end(&files, "its shim exited without recording a status"),
                 Err(err) => StageEnd::Vanished(format!("cannot watch its shim: {err}")),
             };
-            let _ = tx.send(Msg::Ended { run: id, idx, end });
+            let _ = tx.send(Msg::Ended { owner, end });
         });
     }
 }

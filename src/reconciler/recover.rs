@@ -14,10 +14,11 @@ use uuid::Uuid;
 
 use super::{Reconciler, Result, StageEnd, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
-use crate::model::{NewEvent, RunState, StageState, now_millis};
+use crate::launch::status::StageFiles;
+use crate::model::{Millis, NewEvent, ProcessIdentity, RunState, StageState, now_millis};
 
-/// What became of one live-looking stage.
-enum Found {
+/// What became of one live-looking process.
+pub(super) enum Found {
     Ended(StageEnd),
     Alive(ExitWatch),
 }
@@ -56,7 +57,8 @@ impl Reconciler {
             if !sup.stages[idx].state.is_live() {
                 continue;
             }
-            match examine(sup, idx) {
+            let stage = &mut sup.stages[idx];
+            match examine(&sup.files[idx], &mut stage.shim, &mut stage.process, &mut stage.started_at) {
                 // Handled exactly like an exit seen live.
                 Found::Ended(end) => self.on_ended(id, idx, end).await?,
                 Found::Alive(watch) => {
@@ -75,7 +77,7 @@ impl Reconciler {
                     self.store.update_stage(stage, Some(&event)).await?;
                     let files = sup.files[idx].clone();
                     let run_starting = sup.run.state == RunState::Starting;
-                    self.watch_reattached(id, idx, watch, files);
+                    self.watch_reattached(super::Owner::Stage { run: id, idx }, watch, files);
                     if starting && run_starting {
                         let elapsed = Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
                         self.start_readiness(id, idx, elapsed);
@@ -88,21 +90,25 @@ impl Reconciler {
     }
 }
 
-fn examine(sup: &mut Supervised, idx: usize) -> Found {
-    let files = &sup.files[idx];
+/// What became of a process recorded as live, from its status files and its identity. Fills in
+/// identities the daemon never got to record (it died right after starting the shim).
+pub(super) fn examine(
+    files: &StageFiles,
+    shim: &mut Option<ProcessIdentity>,
+    process: &mut Option<ProcessIdentity>,
+    started_at: &mut Option<Millis>,
+) -> Found {
     if let Ok(Some(finished)) = files.read_finished() {
         return Found::Ended(StageEnd::Finished(finished));
     }
-    let stage = &mut sup.stages[idx];
-    // A daemon that died right after starting the shim never recorded who it was; the shim did.
-    if stage.shim.is_none()
+    if shim.is_none()
         && let Ok(Some(started)) = files.read_started()
     {
-        stage.shim = Some(started.shim);
-        stage.process = started.process;
-        stage.started_at = Some(started.started_at);
+        *shim = Some(started.shim);
+        *process = started.process;
+        *started_at = Some(started.started_at);
     }
-    let Some(shim) = stage.shim.clone() else {
+    let Some(shim) = shim.clone() else {
         return Found::Ended(StageEnd::Vanished(
             "the daemon stopped while starting it, and it never ran".into(),
         ));
@@ -120,7 +126,7 @@ fn examine(sup: &mut Supervised, idx: usize) -> Found {
         StageEnd::Finished(finished) => Found::Ended(StageEnd::Finished(finished)),
         StageEnd::Vanished(_) => {
             // The stage process may outlive its shim; it is ours only if its identity matches.
-            let orphan = stage.process.as_ref().filter(|p| liveness(p) == Liveness::Alive);
+            let orphan = process.as_ref().filter(|p| liveness(p) == Liveness::Alive);
             let why = match orphan {
                 Some(process) => {
                     signal_group(process, Signal::KILL);

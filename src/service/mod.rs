@@ -2,6 +2,7 @@
 //! print; they decide nothing.
 
 mod environments;
+mod jobs;
 mod runs;
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use crate::store::{Store, StoreError};
 use crate::workflow::CatalogError;
 
 pub use environments::{ConfigView, FieldView};
+pub use jobs::TestRequest;
 pub use runs::{RunStatus, RunSummary, SubmitRequest};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +48,10 @@ pub enum ServiceError {
     Value(#[from] crate::environments::ValueError),
     #[error("no environment is selected: run `lachesis env select NAME` (see `lachesis env list`)")]
     NoSelection,
+    #[error("no job matches '{0}'")]
+    UnknownJob(String),
+    #[error("job {id} has already ended ({state})")]
+    JobEnded { id: String, state: crate::jobs::JobState },
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;

@@ -5,6 +5,7 @@
 //! both dialects accept); what really differs — connecting, migrations, the daemon lock — lives
 //! in `sqlite.rs` and `postgres.rs`.
 
+mod jobs;
 mod postgres;
 mod sql;
 mod sqlite;
@@ -17,6 +18,7 @@ use uuid::Uuid;
 use crate::model::{Event, NewEvent, Run, RunState, Stage};
 use crate::transitions::{IllegalTransition, RunEvent};
 
+pub use jobs::JobStore;
 pub use sql::SqlStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +34,9 @@ pub enum StoreError {
     Conflict { id: Uuid, expected: RunState, version: i64 },
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),
+    /// Someone else moved the job first; re-read it and decide again.
+    #[error("job {id} changed concurrently")]
+    JobConflict { id: Uuid },
     #[error("corrupt row in the store: {0}")]
     Corrupt(String),
     #[error("{0}")]
@@ -58,7 +63,7 @@ pub struct DaemonLock {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait Store: JobStore + Send + Sync {
     /// `sqlite` or `postgres`, for messages.
     fn backend(&self) -> &'static str;
 

@@ -42,6 +42,10 @@ impl SqlStore {
         SqlStore { pool, backend }
     }
 
+    pub(super) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
     async fn query_runs(&self, sql: &'static str, binds: &[&str], limit: i64) -> Result<Vec<Run>> {
         let mut query = sqlx::query(sql);
         for bind in binds {
@@ -52,15 +56,15 @@ impl SqlStore {
     }
 }
 
-fn corrupt(what: impl std::fmt::Display) -> StoreError {
+pub(super) fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
 
-fn json<T: serde::Serialize>(value: &T) -> String {
+pub(super) fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("store values serialize")
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|e| corrupt(format!("{what}: {e}")))
 }
 
@@ -135,7 +139,7 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
 
 const INSERT_EVENT: &str = "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
-async fn insert_event<'c, E>(
+pub(super) async fn insert_event<'c, E>(
     executor: E,
     run_id: Uuid,
     kind: EventKind,

@@ -11,17 +11,17 @@ use crate::support::{TestHome, assert_no_stage_alive, stderr};
 
 const T: Duration = Duration::from_secs(180);
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn envs_dir() -> PathBuf {
+pub fn envs_dir() -> PathBuf {
     repo().join("tests/python/envs")
 }
 
 /// The venv's interpreter and tokenizer directory, or None (saying so) when the test command
 /// did not provide them; `LACHESIS_REQUIRE_ATROPOS=1` turns the skip into a failure.
-fn atropos() -> Option<(PathBuf, PathBuf)> {
+pub fn atropos() -> Option<(PathBuf, PathBuf)> {
     match std::env::var_os("LACHESIS_TEST_PYTHON") {
         Some(python) => {
             let python = PathBuf::from(python);
@@ -43,7 +43,7 @@ fn atropos() -> Option<(PathBuf, PathBuf)> {
 }
 
 /// A home whose CLI and daemon use the venv's Python and find the test environments.
-fn atropos_home(python: &Path) -> TestHome {
+pub fn atropos_home(python: &Path) -> TestHome {
     let mut home = TestHome::new();
     home.env = vec![
         ("LACHESIS_PYTHON".into(), python.display().to_string()),

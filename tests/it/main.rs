@@ -2,6 +2,7 @@
 
 mod atropos;
 mod cli;
+mod jobs;
 mod store;
 mod supervisor;
 mod support;

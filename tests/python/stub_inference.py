@@ -9,7 +9,7 @@ correctly when i is even and off by one when i is odd, so every group of two or 
 (serve mode drops groups whose scores are all equal) and accuracy is exactly 50 %. Other prompts
 (health checks send "hi") get "ok".
 
-    python stub_inference.py --port 0 [--mode ok|hang]   -> prints "READY <port>" once listening
+    python stub_inference.py --port 0 [--mode ok|hang] [--hang-model NAME]...   -> prints "READY <port>"
 
 `--mode hang` accepts connections and never answers, to exercise client timeouts.
 """
@@ -74,7 +74,7 @@ class Tokenizer:
         return ids + ([self.eos_id] if self.eos_id is not None else [])
 
 
-def make_server(host="127.0.0.1", port=0, mode="ok", model="stub", tokenizer_dir=None):
+def make_server(host="127.0.0.1", port=0, mode="ok", model="stub", tokenizer_dir=None, hang_models=()):
     """Build (not start) the server; call serve_forever() or use serve_in_thread()."""
     tokenizer = Tokenizer(Path(tokenizer_dir) if tokenizer_dir else default_tokenizer_dir())
     never = threading.Event()
@@ -115,6 +115,9 @@ def make_server(host="127.0.0.1", port=0, mode="ok", model="stub", tokenizer_dir
             path = self.path.split("?")[0].rstrip("/")
             try:
                 body = self._body()
+                # A model whose endpoint never answers, while the others do (timeout tests).
+                if body.get("model") in hang_models:
+                    never.wait()
                 if path == "/v1/chat/completions":
                     self._send(200, chat_completions(body))
                 elif path == "/v1/completions":
@@ -194,10 +197,12 @@ def main():
     parser.add_argument("--port", type=int, default=9004, help="0 picks a free port")
     parser.add_argument("--mode", choices=["ok", "hang"], default="ok")
     parser.add_argument("--model", default="stub", help="model id reported in responses")
+    parser.add_argument("--hang-model", action="append", default=[],
+                        help="requests naming this model are accepted and never answered (repeatable)")
     parser.add_argument("--tokenizer", default=None,
                         help="tokenizer dir for /generate (default <sys.prefix>/lachesis-tokenizer)")
     args = parser.parse_args()
-    server = make_server(args.host, args.port, args.mode, args.model, args.tokenizer)
+    server = make_server(args.host, args.port, args.mode, args.model, args.tokenizer, tuple(args.hang_model))
     print(f"READY {server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

@@ -1,0 +1,164 @@
+//! An inference test: the environment's own `process` mode against each model, through an
+//! OpenAI-compatible provider, writing one JSONL of scored groups per model.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::workflow::{DEFAULT_START_TIMEOUT, Dur, StagePlan};
+
+/// The reference's three test models.
+pub const DEFAULT_MODELS: [&str; 3] = ["qwen/qwen3-8b", "z-ai/glm-4.7-flash", "minimax/minimax-m2.5"];
+pub const DEFAULT_STEPS: u32 = 3;
+pub const DEFAULT_GROUP_SIZE: u32 = 16;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_CONCURRENCY: usize = 2;
+
+/// The locked `env` fields an inference test inherits from the workflow's profile.
+pub const LOCKED_TEST_FIELDS: [&str; 4] =
+    ["tokenizer_name", "max_token_length", "max_num_workers", "max_batches_offpolicy"];
+
+/// Where completions come from. The key itself is never stored: only the name of the
+/// environment variable that holds it, read by the daemon when it starts the process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Provider {
+    pub base_url: String,
+    /// `openai` (any OpenAI-compatible API), `vllm` or `sglang`.
+    pub server_type: String,
+    pub api_key_env: Option<String>,
+    pub health_check: bool,
+}
+
+impl Provider {
+    pub fn openrouter() -> Provider {
+        Provider {
+            base_url: "https://openrouter.ai/api/v1".into(),
+            server_type: "openai".into(),
+            api_key_env: Some("OPENROUTER_API_KEY".into()),
+            // OpenRouter has no health endpoint.
+            health_check: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InferenceSpec {
+    pub env_name: String,
+    pub env_file: PathBuf,
+    pub python: String,
+    pub models: Vec<String>,
+    pub steps: u32,
+    pub group_size: u32,
+    pub provider: Provider,
+    pub timeout: Dur,
+    pub concurrency: usize,
+    /// tokenizer_name, max_token_length, … from the workflow's locked profile.
+    pub locked_env: BTreeMap<String, serde_json::Value>,
+}
+
+/// `qwen/qwen3-8b` → `qwen_qwen3-8b`: a model name as a file name.
+pub fn file_stem(model: &str) -> String {
+    model
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_') { c } else { '_' })
+        .collect()
+}
+
+pub fn output_path(job_dir: &Path, model: &str) -> PathBuf {
+    job_dir.join(format!("{}.jsonl", file_stem(model)))
+}
+
+pub fn log_path(job_dir: &Path, model: &str) -> PathBuf {
+    job_dir.join(format!("{}.log", file_stem(model)))
+}
+
+impl InferenceSpec {
+    /// The process for one model. `api_key` is the provider's key, read from the daemon's
+    /// environment just before starting; it appears only in the process's own arguments.
+    pub fn task_plan(&self, model: &str, job_dir: &Path, api_key: &str) -> StagePlan {
+        let mut argv: Vec<String> = vec![
+            self.python.clone(),
+            self.env_file.display().to_string(),
+            "process".into(),
+            "--env.total_steps".into(),
+            self.steps.to_string(),
+            "--env.group_size".into(),
+            self.group_size.to_string(),
+            "--env.data_path_to_save_groups".into(),
+            output_path(job_dir, model).display().to_string(),
+            // W&B only when a key is there to use it; offline `process` would otherwise fail.
+            "--env.use_wandb".into(),
+            std::env::var_os("WANDB_API_KEY").is_some().to_string(),
+        ];
+        for (field, value) in &self.locked_env {
+            let text = match value {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            argv.extend([format!("--env.{field}"), text]);
+        }
+        argv.extend([
+            "--openai.base_url".into(),
+            self.provider.base_url.clone(),
+            "--openai.api_key".into(),
+            api_key.to_string(),
+            "--openai.model_name".into(),
+            model.to_string(),
+            "--openai.server_type".into(),
+            self.provider.server_type.clone(),
+            "--openai.health_check".into(),
+            self.provider.health_check.to_string(),
+        ]);
+        let cwd = self.env_file.parent().map_or_else(|| job_dir.to_path_buf(), Path::to_path_buf);
+        StagePlan {
+            name: file_stem(model),
+            argv,
+            cwd,
+            env: BTreeMap::from([("PYTHONUNBUFFERED".to_string(), "1".to_string())]),
+            log_path: log_path(job_dir, model),
+            start_delay: None,
+            probe: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_task_command_carries_the_test_and_locked_settings() {
+        let spec = InferenceSpec {
+            env_name: "gsm8k".into(),
+            env_file: "/envs/gsm8k.py".into(),
+            python: "python3".into(),
+            models: vec!["qwen/qwen3-8b".into()],
+            steps: 3,
+            group_size: 16,
+            provider: Provider::openrouter(),
+            timeout: Dur(DEFAULT_TIMEOUT),
+            concurrency: 2,
+            locked_env: BTreeMap::from([
+                ("tokenizer_name".to_string(), serde_json::json!("Qwen/Qwen3-8B")),
+                ("max_token_length".to_string(), serde_json::json!(8192)),
+            ]),
+        };
+        let plan = spec.task_plan("qwen/qwen3-8b", Path::new("/jobs/j1"), "sk-secret");
+        let argv = plan.argv.join(" ");
+        assert!(
+            argv.starts_with("python3 /envs/gsm8k.py process --env.total_steps 3 --env.group_size 16"),
+            "{argv}"
+        );
+        assert!(argv.contains("--env.data_path_to_save_groups /jobs/j1/qwen_qwen3-8b.jsonl"), "{argv}");
+        assert!(argv.contains("--env.max_token_length 8192 --env.tokenizer_name Qwen/Qwen3-8B"), "{argv}");
+        assert!(argv.contains(
+            "--openai.model_name qwen/qwen3-8b --openai.server_type openai --openai.health_check false"
+        ));
+        assert_eq!(plan.log_path, PathBuf::from("/jobs/j1/qwen_qwen3-8b.log"));
+        let shown = crate::redact::argv(&plan.argv);
+        assert!(!shown.contains("sk-secret") && shown.contains("--openai.api_key ***"), "{shown}");
+    }
+}

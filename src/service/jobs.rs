@@ -1,0 +1,177 @@
+//! Inference-test jobs: queue, find, inspect, cancel.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use crate::jobs::inference::{
+    DEFAULT_CONCURRENCY, DEFAULT_GROUP_SIZE, DEFAULT_MODELS, DEFAULT_STEPS, DEFAULT_TIMEOUT,
+    LOCKED_TEST_FIELDS,
+};
+use crate::jobs::{InferenceSpec, Job, JobEvent, JobState, JobTask, Provider};
+use crate::model::{StageState, now_millis};
+use crate::store::StoreError;
+use crate::workflow::Dur;
+
+use super::{Result, Service, ServiceError};
+
+/// What a surface asks for when it starts an inference test; unset fields take defaults.
+#[derive(Clone, Debug, Default)]
+pub struct TestRequest {
+    pub env_name: Option<String>,
+    pub models: Vec<String>,
+    pub steps: Option<u32>,
+    pub group_size: Option<u32>,
+    /// An OpenAI-compatible base URL; OpenRouter when absent.
+    pub provider: Option<String>,
+    pub server_type: Option<String>,
+    /// The environment variable holding the provider's key.
+    pub api_key_env: Option<String>,
+    pub timeout: Option<Dur>,
+    pub concurrency: Option<usize>,
+    /// Whose locked profile supplies the tokenizer and limits (the default workflow if absent).
+    pub workflow: Option<String>,
+    pub schedule_id: Option<Uuid>,
+}
+
+impl Service {
+    /// Validates and queues an inference test; the daemon runs it.
+    pub async fn submit_test(&self, request: TestRequest) -> Result<Job> {
+        let catalog = self.settings.catalog()?;
+        let workflow = catalog.load(&request.workflow.clone().unwrap_or_else(|| catalog.default_name()))?;
+        let env = match &request.env_name {
+            Some(name) => self.environment(name)?,
+            None => self.environment(&self.selection().await?.env_name)?,
+        };
+        let provider = match &request.provider {
+            None => Provider::openrouter(),
+            Some(url) => Provider {
+                base_url: url.clone(),
+                server_type: request.server_type.clone().unwrap_or_else(|| "openai".into()),
+                api_key_env: request.api_key_env.clone(),
+                health_check: false,
+            },
+        };
+        let provider =
+            Provider { api_key_env: request.api_key_env.clone().or(provider.api_key_env), ..provider };
+        if let Some(var) = &provider.api_key_env
+            && std::env::var_os(var).is_none()
+        {
+            return Err(ServiceError::MissingCredentials {
+                workflow: "inference test".into(),
+                wanted: vec![var.clone()],
+                missing: vec![var.clone()],
+            });
+        }
+        let locked_env: BTreeMap<String, serde_json::Value> = LOCKED_TEST_FIELDS
+            .iter()
+            .filter_map(|f| {
+                let value = workflow.locked.get("env")?.get(*f)?;
+                Some((f.to_string(), value.clone()))
+            })
+            .collect();
+        let models: Vec<String> = if request.models.is_empty() {
+            DEFAULT_MODELS.iter().map(|m| m.to_string()).collect()
+        } else {
+            request.models.clone()
+        };
+        let id = Uuid::new_v4();
+        let spec = InferenceSpec {
+            env_name: env.name.clone(),
+            env_file: env.file_path.clone(),
+            python: self.settings.python.clone(),
+            models: models.clone(),
+            steps: request.steps.unwrap_or(DEFAULT_STEPS).max(1),
+            group_size: request.group_size.unwrap_or(DEFAULT_GROUP_SIZE).max(1),
+            provider,
+            timeout: request.timeout.unwrap_or(Dur(DEFAULT_TIMEOUT)),
+            concurrency: request.concurrency.unwrap_or(DEFAULT_CONCURRENCY).max(1),
+            locked_env,
+        };
+        let job = Job {
+            id,
+            state: JobState::Queued,
+            version: 0,
+            schedule_id: request.schedule_id,
+            env_name: env.name,
+            spec,
+            created_at: now_millis(),
+            started_at: None,
+            ended_at: None,
+            reason: None,
+            results: None,
+            job_dir: self.settings.home.join("jobs").join(id.to_string()),
+        };
+        let tasks: Vec<JobTask> = models
+            .iter()
+            .enumerate()
+            .map(|(idx, model)| JobTask {
+                job_id: id,
+                idx: idx as i64,
+                model: model.clone(),
+                state: StageState::Pending,
+                shim: None,
+                process: None,
+                started_at: None,
+                ended_at: None,
+                exit: None,
+                timed_out: false,
+            })
+            .collect();
+        self.store.insert_job(&job, &tasks).await?;
+        crate::wake::notify(&self.settings.socket_path());
+        Ok(job)
+    }
+
+    pub async fn resolve_job(&self, prefix: &str) -> Result<Job> {
+        let prefix = prefix.trim();
+        if let Ok(id) = Uuid::parse_str(prefix)
+            && let Some(job) = self.store.job(id).await?
+        {
+            return Ok(job);
+        }
+        let mut matches = self.store.jobs_by_prefix(prefix, 6).await?;
+        match matches.len() {
+            0 => Err(ServiceError::UnknownJob(prefix.to_string())),
+            1 => Ok(matches.remove(0)),
+            _ => Err(ServiceError::AmbiguousRun {
+                prefix: prefix.to_string(),
+                candidates: matches.iter().map(|j| j.id.to_string()).collect(),
+            }),
+        }
+    }
+
+    pub async fn job_status(&self, prefix: &str) -> Result<(Job, Vec<JobTask>)> {
+        let job = self.resolve_job(prefix).await?;
+        let tasks = self.store.job_tasks(job.id).await?;
+        Ok((job, tasks))
+    }
+
+    pub async fn list_jobs(&self, limit: i64) -> Result<Vec<Job>> {
+        Ok(self.store.list_jobs(limit).await?)
+    }
+
+    /// Cancels a queued or running job (its processes are killed by the daemon).
+    pub async fn cancel_job(&self, prefix: &str) -> Result<Job> {
+        let mut job = self.resolve_job(prefix).await?;
+        loop {
+            if job.state.is_terminal() {
+                return Err(ServiceError::JobEnded { id: job.id.to_string(), state: job.state });
+            }
+            match self.store.transition_job(&job, JobEvent::Cancel, Some("cancelled"), None).await {
+                Ok(job) => {
+                    crate::wake::notify(&self.settings.socket_path());
+                    return Ok(job);
+                }
+                Err(StoreError::JobConflict { .. }) => {
+                    job = self
+                        .store
+                        .job(job.id)
+                        .await?
+                        .ok_or_else(|| ServiceError::UnknownJob(prefix.to_string()))?;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Jobs and their tasks in the store, with the same rules as runs: conditional transitions on
+//! (state, version) with an event row in the same transaction.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use super::sql::{SqlStore, corrupt, from_json, insert_event, json};
+use super::{Result, StoreError};
+use crate::jobs::{self, Job, JobEvent, JobState, JobTask};
+use crate::model::{EventKind, ExitStatus, NewEvent, now_millis};
+
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    async fn insert_job(&self, job: &Job, tasks: &[JobTask]) -> Result<()>;
+    async fn job(&self, id: Uuid) -> Result<Option<Job>>;
+    async fn jobs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Job>>;
+    /// Newest first.
+    async fn list_jobs(&self, limit: i64) -> Result<Vec<Job>>;
+    /// Jobs in `state`, oldest first.
+    async fn jobs_in(&self, state: JobState, limit: i64) -> Result<Vec<Job>>;
+    async fn transition_job(
+        &self,
+        job: &Job,
+        event: JobEvent,
+        reason: Option<&str>,
+        results: Option<&serde_json::Value>,
+    ) -> Result<Job>;
+    async fn job_tasks(&self, job_id: Uuid) -> Result<Vec<JobTask>>;
+    async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()>;
+}
+
+macro_rules! select_jobs {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, reason, ",
+            "results, job_dir FROM jobs ",
+            $rest
+        )
+    };
+}
+
+fn job_from_row(row: &AnyRow) -> Result<Job> {
+    let id: String = row.try_get("id")?;
+    let state: String = row.try_get("state")?;
+    let spec: String = row.try_get("spec")?;
+    let results: Option<String> = row.try_get("results")?;
+    let schedule: Option<String> = row.try_get("schedule_id")?;
+    Ok(Job {
+        id: Uuid::parse_str(&id).map_err(corrupt)?,
+        state: state.parse().map_err(corrupt)?,
+        version: row.try_get("version")?,
+        schedule_id: schedule.map(|s| Uuid::parse_str(&s).map_err(corrupt)).transpose()?,
+        env_name: row.try_get("env_name")?,
+        spec: from_json(&spec, "job spec")?,
+        created_at: row.try_get("created_at")?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        reason: row.try_get("reason")?,
+        results: results.map(|r| from_json(&r, "job results")).transpose()?,
+        job_dir: PathBuf::from(row.try_get::<String, _>("job_dir")?),
+    })
+}
+
+fn task_from_row(row: &AnyRow) -> Result<JobTask> {
+    let job_id: String = row.try_get("job_id")?;
+    let state: String = row.try_get("state")?;
+    let identity = |column: &str| -> Result<_> {
+        row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
+    };
+    let exit =
+        match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
+            (Some(code), _) => Some(ExitStatus::Code(code as i32)),
+            (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
+            (None, None) => None,
+        };
+    Ok(JobTask {
+        job_id: Uuid::parse_str(&job_id).map_err(corrupt)?,
+        idx: row.try_get("idx")?,
+        model: row.try_get("model")?,
+        state: state.parse().map_err(corrupt)?,
+        shim: identity("shim")?,
+        process: identity("process")?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        exit,
+        timed_out: row.try_get::<i64, _>("timed_out")? != 0,
+    })
+}
+
+impl SqlStore {
+    async fn query_jobs(&self, sql: &'static str, bind: Option<&str>, limit: i64) -> Result<Vec<Job>> {
+        let mut query = sqlx::query(sql);
+        if let Some(bind) = bind {
+            query = query.bind(bind.to_string());
+        }
+        let rows = query.bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+}
+
+#[async_trait]
+impl JobStore for SqlStore {
+    async fn insert_job(&self, job: &Job, tasks: &[JobTask]) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query(
+            "INSERT INTO jobs (id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, \
+             reason, results, job_dir) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(job.id.to_string())
+        .bind(job.state.as_str())
+        .bind(job.version)
+        .bind(job.schedule_id.map(|s| s.to_string()))
+        .bind(&job.env_name)
+        .bind(json(&job.spec))
+        .bind(job.created_at)
+        .bind(job.started_at)
+        .bind(job.ended_at)
+        .bind(job.reason.as_deref())
+        .bind(job.results.as_ref().map(json))
+        .bind(job.job_dir.to_string_lossy().into_owned())
+        .execute(&mut *tx)
+        .await?;
+        for task in tasks {
+            sqlx::query(
+                "INSERT INTO job_tasks (job_id, idx, model, state, timed_out) VALUES ($1, $2, $3, $4, 0)",
+            )
+            .bind(task.job_id.to_string())
+            .bind(task.idx)
+            .bind(&task.model)
+            .bind(task.state.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+        let message =
+            format!("queued: inference test of {} against {}", job.env_name, job.spec.models.join(", "));
+        insert_event(&mut *tx, job.id, EventKind::Note, None, None, &message).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn job(&self, id: Uuid) -> Result<Option<Job>> {
+        let row = sqlx::query(select_jobs!("WHERE id = $1"))
+            .bind(id.to_string())
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn jobs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Job>> {
+        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Ok(Vec::new());
+        }
+        let pattern = format!("{}%", prefix.to_ascii_lowercase());
+        self.query_jobs(select_jobs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), Some(&pattern), limit).await
+    }
+
+    async fn list_jobs(&self, limit: i64) -> Result<Vec<Job>> {
+        self.query_jobs(select_jobs!("ORDER BY seq DESC LIMIT $1"), None, limit).await
+    }
+
+    async fn jobs_in(&self, state: JobState, limit: i64) -> Result<Vec<Job>> {
+        self.query_jobs(select_jobs!("WHERE state = $1 ORDER BY seq LIMIT $2"), Some(state.as_str()), limit)
+            .await
+    }
+
+    async fn transition_job(
+        &self,
+        job: &Job,
+        event: JobEvent,
+        reason: Option<&str>,
+        results: Option<&serde_json::Value>,
+    ) -> Result<Job> {
+        let to = jobs::next(job.state, event).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let now = now_millis();
+        let started_at = if to == JobState::Running { Some(now) } else { job.started_at };
+        let ended_at = if to.is_terminal() { Some(now) } else { job.ended_at };
+        let reason = reason.map(str::to_string).or_else(|| job.reason.clone());
+        let results = results.cloned().or_else(|| job.results.clone());
+        let mut tx = self.pool().begin().await?;
+        let updated = sqlx::query(
+            "UPDATE jobs SET state = $1, version = version + 1, started_at = $2, ended_at = $3, reason = $4, \
+             results = $5 WHERE id = $6 AND state = $7 AND version = $8",
+        )
+        .bind(to.as_str())
+        .bind(started_at)
+        .bind(ended_at)
+        .bind(reason.as_deref())
+        .bind(results.as_ref().map(json))
+        .bind(job.id.to_string())
+        .bind(job.state.as_str())
+        .bind(job.version)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            return Err(StoreError::JobConflict { id: job.id });
+        }
+        let message = match &reason {
+            Some(reason) => format!("{} -> {to}: {reason}", job.state),
+            None => format!("{} -> {to}", job.state),
+        };
+        insert_event(&mut *tx, job.id, EventKind::Note, None, None, &message).await?;
+        tx.commit().await?;
+        Ok(Job { state: to, version: job.version + 1, started_at, ended_at, reason, results, ..job.clone() })
+    }
+
+    async fn job_tasks(&self, job_id: Uuid) -> Result<Vec<JobTask>> {
+        let rows = sqlx::query(
+            "SELECT job_id, idx, model, state, shim, process, started_at, ended_at, exit_code, exit_signal, timed_out \
+             FROM job_tasks WHERE job_id = $1 ORDER BY idx",
+        )
+        .bind(job_id.to_string())
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()> {
+        let (code, signal) = match task.exit {
+            Some(ExitStatus::Code(code)) => (Some(code as i64), None),
+            Some(ExitStatus::Signal(signal)) => (None, Some(signal as i64)),
+            None => (None, None),
+        };
+        let mut tx = self.pool().begin().await?;
+        sqlx::query(
+            "UPDATE job_tasks SET state = $1, shim = $2, process = $3, started_at = $4, ended_at = $5, exit_code = $6, \
+             exit_signal = $7, timed_out = $8 WHERE job_id = $9 AND idx = $10",
+        )
+        .bind(task.state.as_str())
+        .bind(task.shim.as_ref().map(json))
+        .bind(task.process.as_ref().map(json))
+        .bind(task.started_at)
+        .bind(task.ended_at)
+        .bind(code)
+        .bind(signal)
+        .bind(task.timed_out as i64)
+        .bind(task.job_id.to_string())
+        .bind(task.idx)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(event) = event {
+            insert_event(&mut *tx, task.job_id, event.kind, None, event.stage.as_deref(), &event.message)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}

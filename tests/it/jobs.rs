@@ -1,0 +1,181 @@
+//! Inference-test jobs with the real environment in `process` mode against the stub server.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::atropos::{atropos, atropos_home, repo};
+use crate::support::{TestHome, files_containing, stderr};
+
+/// The stub inference server on a free port; killed when dropped.
+struct Stub {
+    child: Child,
+    port: u16,
+}
+
+impl Stub {
+    fn start(python: &Path, tokenizer: &Path, hang: &[&str]) -> Stub {
+        let mut cmd = Command::new(python);
+        cmd.arg(repo().join("tests/python/stub_inference.py"))
+            .args(["--port", "0", "--tokenizer"])
+            .arg(tokenizer);
+        for model in hang {
+            cmd.args(["--hang-model", model]);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().strip_prefix("READY ").expect("the stub says READY <port>").parse().unwrap();
+        Stub { child, port }
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A workflow whose locked profile points inference tests at the local tokenizer.
+fn test_profile(home: &TestHome, tokenizer: &Path) {
+    home.workflow(
+        "arith-tests",
+        &format!(
+            "name: arith-tests\nstages:\n  - {{name: unused, argv: [\"true\"]}}\nlocked:\n  env:\n    tokenizer_name: {}\n    max_token_length: 256\n    max_num_workers: 4\n    max_batches_offpolicy: 3\n",
+            tokenizer.display()
+        ),
+    );
+}
+
+const KEY: &str = "sk-stub-7d41c0ffee9b2a55e3";
+
+#[tokio::test]
+async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout() {
+    let Some((python, tokenizer)) = atropos() else { return };
+    let stub = Stub::start(&python, &tokenizer, &["silent-model"]);
+    let mut home = atropos_home(&python);
+    home.env.push(("STUB_KEY".into(), KEY.into()));
+    test_profile(&home, &tokenizer);
+    home.start_daemon();
+    let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    let out = home.cli(&[
+        "test",
+        "start",
+        "--env",
+        "arith",
+        "--models",
+        "good-model,silent-model",
+        "--steps",
+        "2",
+        "--group-size",
+        "4",
+        "--provider",
+        &url,
+        "--server-type",
+        "openai",
+        "--api-key-env",
+        "STUB_KEY",
+        "--timeout",
+        "25s",
+        "--workflow",
+        "arith-tests",
+        "--wait",
+        "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let shown: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{}", stderr(&out)));
+    let job = &shown["job"];
+    assert_eq!(job["state"], "succeeded", "{shown:#}");
+    let models = job["results"]["models"].as_array().unwrap();
+    let good = models.iter().find(|m| m["model"] == "good-model").unwrap();
+    // The stub answers right, wrong, right, wrong: half the completions score.
+    assert_eq!((good["steps_tested"].as_u64(), good["total_completions"].as_u64()), (Some(2), Some(8)));
+    assert_eq!(good["accuracy"], 0.5);
+    assert_eq!(good["steps_with_correct"], 2);
+    assert!(good["error"].is_null(), "{good:#}");
+    let silent = models.iter().find(|m| m["model"] == "silent-model").unwrap();
+    assert!(
+        silent["error"].as_str().unwrap().starts_with("timed out after 25s and was killed"),
+        "{silent:#}"
+    );
+    let tasks = shown["tasks"].as_array().unwrap();
+    assert_eq!(tasks.iter().find(|t| t["model"] == "silent-model").unwrap()["timed_out"], true);
+    let summary = &job["results"]["summary"];
+    assert_eq!((summary["models_tested"].as_u64(), summary["models_succeeded"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(summary["best_model"], "good-model");
+    assert_eq!(summary["environment_working"], true);
+
+    // The key reached the processes (they talked to the stub) but was written nowhere.
+    home.kill_daemon();
+    let found = files_containing(home.path(), KEY.as_bytes());
+    assert!(found.is_empty(), "the API key was written to {found:?}");
+    assert_eq!(
+        crate::support::processes_mentioning(home.path()),
+        Vec::<i32>::new(),
+        "the killed group is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_test_without_its_key_is_refused() {
+    let mut home = TestHome::new();
+    home.env = vec![("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string())];
+    let err = stderr(&home.cli(&["test", "start", "--env", "arith"]));
+    assert!(err.contains("needs OPENROUTER_API_KEY in the environment"), "{err}");
+    let err = stderr(&home.cli(&["test", "show", "abc"]));
+    assert!(err.contains("no job matches 'abc'"), "{err}");
+}
+
+#[tokio::test]
+async fn a_job_survives_a_daemon_restart_without_running_twice() {
+    let Some((python, tokenizer)) = atropos() else { return };
+    let stub = Stub::start(&python, &tokenizer, &["slow-model"]);
+    let mut home = atropos_home(&python);
+    test_profile(&home, &tokenizer);
+    home.start_daemon();
+    let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    let id = home
+        .cli_ok(&[
+            "test",
+            "start",
+            "--env",
+            "arith",
+            "--models",
+            "slow-model",
+            "--steps",
+            "1",
+            "--group-size",
+            "2",
+            "--provider",
+            &url,
+            "--timeout",
+            "6s",
+            "--workflow",
+            "arith-tests",
+        ])
+        .trim()
+        .to_string();
+    let store = home.store().await;
+    let job_id = uuid::Uuid::parse_str(&id).unwrap();
+    crate::support::wait_for("the task to start", Duration::from_secs(60), || {
+        let store = store.clone();
+        async move { store.job_tasks(job_id).await.unwrap()[0].process.is_some().then_some(()) }
+    })
+    .await;
+    home.kill_daemon();
+    home.start_daemon();
+    let job = crate::support::wait_for("the job to end", Duration::from_secs(60), || {
+        let store = store.clone();
+        async move { store.job(job_id).await.unwrap().filter(|j| j.state.is_terminal()) }
+    })
+    .await;
+    // Re-attached, then killed at the timeout counted from its real start: failed, not re-run.
+    assert_eq!(job.state, lachesis::jobs::JobState::Failed, "{job:?}");
+    let messages = home.messages(job_id).await;
+    assert!(messages.iter().any(|m| m == "re-attached after a daemon restart"), "{messages:#?}");
+    assert_eq!(messages.iter().filter(|m| m.starts_with("started (pid")).count(), 1, "{messages:#?}");
+    assert!(messages.iter().any(|m| m.starts_with("timed out after 6s")), "{messages:#?}");
+}
