@@ -67,6 +67,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         max_parallel: options.max_parallel.max(1),
         stop_grace: options.stop_grace,
         scan_interval: options.scan_interval,
+        jobs_dir: settings.home.join("jobs"),
     };
     let reconciler = Reconciler::new(Arc::clone(&service.store), config, tx);
     let mut term = signal(SignalKind::terminate())

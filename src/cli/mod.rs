@@ -6,6 +6,7 @@ mod daemon;
 mod env;
 mod output;
 mod run;
+mod schedule;
 mod shim;
 mod test;
 mod workflow;
@@ -51,6 +52,9 @@ enum Command {
     /// Inference tests of an environment against models
     #[command(subcommand)]
     Test(test::TestCommand),
+    /// Cron schedules that enqueue inference tests
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCommand),
     /// List and show workflows
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
@@ -73,6 +77,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Env(command) => current_thread()?.block_on(env::run(settings, command)),
         Command::Config(command) => current_thread()?.block_on(config::run(settings, command)),
         Command::Test(command) => current_thread()?.block_on(test::run(settings, command)),
+        Command::Schedule(command) => current_thread()?.block_on(schedule::run(settings, command)),
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Bench(args) => bench::run(args),
         Command::Shim(_) => unreachable!("handled above"),

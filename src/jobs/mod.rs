@@ -3,6 +3,7 @@
 
 pub mod inference;
 pub mod results;
+pub mod schedule;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -127,6 +128,62 @@ pub struct JobTask {
     pub ended_at: Option<Millis>,
     pub exit: Option<ExitStatus>,
     pub timed_out: bool,
+}
+
+/// A queued job running `spec`, with its directory under `jobs_dir`.
+pub fn new_job(id: Uuid, spec: InferenceSpec, schedule_id: Option<Uuid>, jobs_dir: &std::path::Path) -> Job {
+    Job {
+        id,
+        state: JobState::Queued,
+        version: 0,
+        schedule_id,
+        env_name: spec.env_name.clone(),
+        spec,
+        created_at: crate::model::now_millis(),
+        started_at: None,
+        ended_at: None,
+        reason: None,
+        results: None,
+        job_dir: jobs_dir.join(id.to_string()),
+    }
+}
+
+/// One pending task per model of `job`.
+pub fn pending_tasks(job: &Job) -> Vec<JobTask> {
+    job.spec
+        .models
+        .iter()
+        .enumerate()
+        .map(|(idx, model)| JobTask {
+            job_id: job.id,
+            idx: idx as i64,
+            model: model.clone(),
+            state: StageState::Pending,
+            shim: None,
+            process: None,
+            started_at: None,
+            ended_at: None,
+            exit: None,
+            timed_out: false,
+        })
+        .collect()
+}
+
+/// A cron expression that enqueues an inference test (a nightly regression check).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Schedule {
+    pub id: Uuid,
+    pub name: String,
+    pub cron: String,
+    pub tz: Option<String>,
+    /// The job each firing enqueues.
+    pub spec: InferenceSpec,
+    /// URLs POSTed when a job of this schedule finishes or regresses.
+    pub webhooks: Vec<String>,
+    pub paused: bool,
+    /// Due times up to here are handled (fired, caught up or skipped).
+    pub last_fired: Millis,
+    pub created_at: Millis,
 }
 
 #[cfg(test)]

@@ -273,15 +273,21 @@ impl Reconciler {
             })
             .collect();
         let summary = summarize(&models);
-        let results = serde_json::json!({ "models": models, "summary": summary });
-        let (event, reason) = if summary.models_succeeded > 0 {
-            (
-                JobEvent::Succeed,
-                format!("{} of {} models produced results", summary.models_succeeded, summary.models_tested),
-            )
+        let mut results = serde_json::json!({ "models": models, "summary": summary });
+        let (mut event, mut reason) = if summary.models_succeeded > 0 {
+            let produced =
+                format!("{} of {} models produced results", summary.models_succeeded, summary.models_tested);
+            (JobEvent::Succeed, produced)
         } else {
             (JobEvent::Fail, "no model produced results".to_string())
         };
+        let job = sup.job.clone();
+        if event == JobEvent::Succeed
+            && let Some((why, found)) = self.check_regression(&job, &results).await?
+        {
+            (event, reason) = (JobEvent::Regress, why);
+            results["regressions"] = found;
+        }
         self.finish_job(id, event, &reason, Some(&results)).await
     }
 

@@ -4,6 +4,7 @@
 
 mod jobs;
 mod recover;
+mod schedules;
 mod supervised;
 
 use std::collections::{BTreeSet, HashMap};
@@ -40,6 +41,8 @@ pub struct ReconcilerConfig {
     pub stop_grace: Duration,
     /// Fallback store scan, for changes whose wake-up was lost.
     pub scan_interval: Duration,
+    /// Where job directories go.
+    pub jobs_dir: PathBuf,
 }
 
 /// How a stage's process ended, as far as the daemon can tell.
@@ -113,12 +116,18 @@ impl Reconciler {
         self.recover_jobs().await?;
         self.schedule().await?;
         self.schedule_jobs().await?;
+        let mut next_due = self.tick_schedules().await?;
         let mut scan = tokio::time::interval(self.config.scan_interval);
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Sleeps until the next schedule is due, not polling for it.
+            let until_due = next_due.map_or(Duration::from_secs(3600), |due| {
+                (due - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(5)
+            });
             let first = tokio::select! {
                 msg = rx.recv() => match msg { Some(msg) => msg, None => return Ok(()) },
                 _ = scan.tick() => Msg::Wake,
+                _ = tokio::time::sleep(until_due) => Msg::Wake,
             };
             // Handle everything already queued before rescanning the store once.
             let mut rescan = false;
@@ -142,6 +151,12 @@ impl Reconciler {
             }
             if rescan && let Err(err) = self.sync_jobs().await {
                 warn!("reconciler: cannot read jobs: {err}");
+            }
+            if rescan {
+                match self.tick_schedules().await {
+                    Ok(due) => next_due = due,
+                    Err(err) => warn!("reconciler: cannot check schedules: {err}"),
+                }
             }
             if (rescan || self.jobs.len() < jobs_before)
                 && let Err(err) = self.schedule_jobs().await

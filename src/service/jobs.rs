@@ -8,8 +8,7 @@ use crate::jobs::inference::{
     DEFAULT_CONCURRENCY, DEFAULT_GROUP_SIZE, DEFAULT_MODELS, DEFAULT_STEPS, DEFAULT_TIMEOUT,
     LOCKED_TEST_FIELDS,
 };
-use crate::jobs::{InferenceSpec, Job, JobEvent, JobState, JobTask, Provider};
-use crate::model::{StageState, now_millis};
+use crate::jobs::{InferenceSpec, Job, JobEvent, JobTask, Provider};
 use crate::store::StoreError;
 use crate::workflow::Dur;
 
@@ -37,6 +36,18 @@ pub struct TestRequest {
 impl Service {
     /// Validates and queues an inference test; the daemon runs it.
     pub async fn submit_test(&self, request: TestRequest) -> Result<Job> {
+        let spec = self.test_spec(&request).await?;
+        let job =
+            crate::jobs::new_job(Uuid::new_v4(), spec, request.schedule_id, &self.settings.home.join("jobs"));
+        let tasks = crate::jobs::pending_tasks(&job);
+        self.store.insert_job(&job, &tasks).await?;
+        crate::wake::notify(&self.settings.socket_path());
+        Ok(job)
+    }
+
+    /// Everything an inference test needs, resolved and checked now (environment file,
+    /// provider and its key's presence, the locked tokenizer and limits).
+    pub async fn test_spec(&self, request: &TestRequest) -> Result<InferenceSpec> {
         let catalog = self.settings.catalog()?;
         let workflow = catalog.load(&request.workflow.clone().unwrap_or_else(|| catalog.default_name()))?;
         let env = match &request.env_name {
@@ -75,52 +86,18 @@ impl Service {
         } else {
             request.models.clone()
         };
-        let id = Uuid::new_v4();
-        let spec = InferenceSpec {
+        Ok(InferenceSpec {
             env_name: env.name.clone(),
             env_file: env.file_path.clone(),
             python: self.settings.python.clone(),
-            models: models.clone(),
+            models,
             steps: request.steps.unwrap_or(DEFAULT_STEPS).max(1),
             group_size: request.group_size.unwrap_or(DEFAULT_GROUP_SIZE).max(1),
             provider,
             timeout: request.timeout.unwrap_or(Dur(DEFAULT_TIMEOUT)),
             concurrency: request.concurrency.unwrap_or(DEFAULT_CONCURRENCY).max(1),
             locked_env,
-        };
-        let job = Job {
-            id,
-            state: JobState::Queued,
-            version: 0,
-            schedule_id: request.schedule_id,
-            env_name: env.name,
-            spec,
-            created_at: now_millis(),
-            started_at: None,
-            ended_at: None,
-            reason: None,
-            results: None,
-            job_dir: self.settings.home.join("jobs").join(id.to_string()),
-        };
-        let tasks: Vec<JobTask> = models
-            .iter()
-            .enumerate()
-            .map(|(idx, model)| JobTask {
-                job_id: id,
-                idx: idx as i64,
-                model: model.clone(),
-                state: StageState::Pending,
-                shim: None,
-                process: None,
-                started_at: None,
-                ended_at: None,
-                exit: None,
-                timed_out: false,
-            })
-            .collect();
-        self.store.insert_job(&job, &tasks).await?;
-        crate::wake::notify(&self.settings.socket_path());
-        Ok(job)
+        })
     }
 
     pub async fn resolve_job(&self, prefix: &str) -> Result<Job> {
@@ -173,5 +150,73 @@ impl Service {
                 Err(err) => return Err(err.into()),
             }
         }
+    }
+}
+
+impl Service {
+    /// Adds a schedule whose firings enqueue the inference test `request` describes.
+    pub async fn add_schedule(
+        &self,
+        name: &str,
+        cron: &str,
+        tz: Option<&str>,
+        request: &TestRequest,
+        webhooks: Vec<String>,
+    ) -> Result<crate::jobs::Schedule> {
+        crate::jobs::schedule::Cron::parse(cron, tz).map_err(|e| ServiceError::Schedule(e.to_string()))?;
+        if self.store.schedules().await?.iter().any(|s| s.name == name) {
+            return Err(ServiceError::Schedule(format!("a schedule called '{name}' already exists")));
+        }
+        for url in &webhooks {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ServiceError::Schedule(format!("webhook '{url}' must be an http(s) URL")));
+            }
+        }
+        let now = crate::model::now_millis();
+        let schedule = crate::jobs::Schedule {
+            id: Uuid::new_v4(),
+            name: name.to_string(),
+            cron: cron.to_string(),
+            tz: tz.map(str::to_string),
+            spec: self.test_spec(request).await?,
+            webhooks,
+            paused: false,
+            // Due times count from now: a new schedule has missed nothing.
+            last_fired: now,
+            created_at: now,
+        };
+        self.store.insert_schedule(&schedule).await?;
+        crate::wake::notify(&self.settings.socket_path());
+        Ok(schedule)
+    }
+
+    pub async fn schedule(&self, name: &str) -> Result<crate::jobs::Schedule> {
+        let all = self.store.schedules().await?;
+        let names: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
+        all.into_iter().find(|s| s.name == name).ok_or_else(|| {
+            ServiceError::Schedule(format!("unknown schedule '{name}' (schedules: {})", names.join(", ")))
+        })
+    }
+
+    pub async fn schedules(&self) -> Result<Vec<crate::jobs::Schedule>> {
+        Ok(self.store.schedules().await?)
+    }
+
+    pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<crate::jobs::Schedule> {
+        let mut schedule = self.schedule(name).await?;
+        schedule.paused = paused;
+        if !paused {
+            // Resuming doesn't catch up on the time it was paused for.
+            schedule.last_fired = crate::model::now_millis();
+        }
+        self.store.update_schedule(&schedule).await?;
+        crate::wake::notify(&self.settings.socket_path());
+        Ok(schedule)
+    }
+
+    pub async fn remove_schedule(&self, name: &str) -> Result<crate::jobs::Schedule> {
+        let schedule = self.schedule(name).await?;
+        self.store.delete_schedule(schedule.id).await?;
+        Ok(schedule)
     }
 }

@@ -50,6 +50,8 @@ pub enum ServiceError {
     NoSelection,
     #[error("no job matches '{0}'")]
     UnknownJob(String),
+    #[error("{0}")]
+    Schedule(String),
     #[error("job {id} has already ended ({state})")]
     JobEnded { id: String, state: crate::jobs::JobState },
 }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::sql::{SqlStore, corrupt, from_json, insert_event, json};
 use super::{Result, StoreError};
-use crate::jobs::{self, Job, JobEvent, JobState, JobTask};
+use crate::jobs::{self, Job, JobEvent, JobState, JobTask, Schedule};
 use crate::model::{EventKind, ExitStatus, NewEvent, now_millis};
 
 #[async_trait]
@@ -31,6 +31,14 @@ pub trait JobStore: Send + Sync {
     ) -> Result<Job>;
     async fn job_tasks(&self, job_id: Uuid) -> Result<Vec<JobTask>>;
     async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()>;
+    /// A schedule's jobs, newest first.
+    async fn schedule_jobs(&self, schedule: Uuid, limit: i64) -> Result<Vec<Job>>;
+
+    async fn insert_schedule(&self, schedule: &Schedule) -> Result<()>;
+    async fn schedules(&self) -> Result<Vec<Schedule>>;
+    /// Writes `paused`, `last_fired` and `webhooks`.
+    async fn update_schedule(&self, schedule: &Schedule) -> Result<()>;
+    async fn delete_schedule(&self, id: Uuid) -> Result<()>;
 }
 
 macro_rules! select_jobs {
@@ -88,6 +96,23 @@ fn task_from_row(row: &AnyRow) -> Result<JobTask> {
         ended_at: row.try_get("ended_at")?,
         exit,
         timed_out: row.try_get::<i64, _>("timed_out")? != 0,
+    })
+}
+
+fn schedule_from_row(row: &AnyRow) -> Result<Schedule> {
+    let id: String = row.try_get("id")?;
+    let spec: String = row.try_get("spec")?;
+    let webhooks: String = row.try_get("webhooks")?;
+    Ok(Schedule {
+        id: Uuid::parse_str(&id).map_err(corrupt)?,
+        name: row.try_get("name")?,
+        cron: row.try_get("cron")?,
+        tz: row.try_get("tz")?,
+        spec: from_json(&spec, "schedule spec")?,
+        webhooks: from_json(&webhooks, "schedule webhooks")?,
+        paused: row.try_get::<i64, _>("paused")? != 0,
+        last_fired: row.try_get("last_fired")?,
+        created_at: row.try_get("created_at")?,
     })
 }
 
@@ -246,6 +271,56 @@ impl JobStore for SqlStore {
                 .await?;
         }
         tx.commit().await?;
+        Ok(())
+    }
+
+    async fn schedule_jobs(&self, schedule: Uuid, limit: i64) -> Result<Vec<Job>> {
+        let id = schedule.to_string();
+        self.query_jobs(select_jobs!("WHERE schedule_id = $1 ORDER BY seq DESC LIMIT $2"), Some(&id), limit)
+            .await
+    }
+
+    async fn insert_schedule(&self, schedule: &Schedule) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO schedules (id, name, cron, tz, spec, webhooks, paused, last_fired, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(schedule.id.to_string())
+        .bind(&schedule.name)
+        .bind(&schedule.cron)
+        .bind(schedule.tz.as_deref())
+        .bind(json(&schedule.spec))
+        .bind(json(&schedule.webhooks))
+        .bind(schedule.paused as i64)
+        .bind(schedule.last_fired)
+        .bind(schedule.created_at)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn schedules(&self) -> Result<Vec<Schedule>> {
+        let rows = sqlx::query(
+            "SELECT id, name, cron, tz, spec, webhooks, paused, last_fired, created_at FROM schedules ORDER BY name",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(schedule_from_row).collect()
+    }
+
+    async fn update_schedule(&self, schedule: &Schedule) -> Result<()> {
+        sqlx::query("UPDATE schedules SET paused = $1, last_fired = $2, webhooks = $3 WHERE id = $4")
+            .bind(schedule.paused as i64)
+            .bind(schedule.last_fired)
+            .bind(json(&schedule.webhooks))
+            .bind(schedule.id.to_string())
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_schedule(&self, id: Uuid) -> Result<()> {
+        sqlx::query("DELETE FROM schedules WHERE id = $1").bind(id.to_string()).execute(self.pool()).await?;
         Ok(())
     }
 }

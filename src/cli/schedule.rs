@@ -1,0 +1,184 @@
+//! `lachesis schedule …`: cron schedules that enqueue inference tests (nightly regression checks).
+
+use std::process::ExitCode;
+
+use lachesis::jobs::Schedule;
+use lachesis::jobs::schedule::Cron;
+use lachesis::service::{Service, TestRequest};
+use lachesis::settings::Settings;
+use lachesis::workflow::Dur;
+
+use super::CliResult;
+use super::output::{print_json, table, time};
+
+#[derive(clap::Subcommand)]
+pub enum ScheduleCommand {
+    /// Add a schedule: `--cron "0 3 * * *"` (5-field crontab or @daily-style aliases)
+    Add {
+        name: String,
+        #[arg(long)]
+        cron: String,
+        /// IANA time zone of the cron expression [default: UTC]
+        #[arg(long)]
+        tz: Option<String>,
+        #[arg(long)]
+        env: Option<String>,
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
+        #[arg(long)]
+        steps: Option<u32>,
+        #[arg(long)]
+        group_size: Option<u32>,
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long)]
+        server_type: Option<String>,
+        #[arg(long)]
+        api_key_env: Option<String>,
+        #[arg(long)]
+        timeout: Option<Dur>,
+        #[arg(long, short)]
+        workflow: Option<String>,
+        /// URL to POST to when a job finishes or regresses (repeatable)
+        #[arg(long = "webhook")]
+        webhooks: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List schedules with their next due time
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one schedule and its recent jobs
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop firing (due times while paused are not caught up)
+    Pause {
+        name: String,
+    },
+    Resume {
+        name: String,
+    },
+    /// Remove a schedule (its jobs stay)
+    Rm {
+        name: String,
+    },
+}
+
+fn next_due(schedule: &Schedule) -> Option<i64> {
+    let cron = Cron::parse(&schedule.cron, schedule.tz.as_deref()).ok()?;
+    Some(cron.next_after(chrono::Utc::now())?.timestamp_millis())
+}
+
+pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
+    let service = Service::open(settings).await?;
+    match command {
+        ScheduleCommand::Add {
+            name,
+            cron,
+            tz,
+            env,
+            models,
+            steps,
+            group_size,
+            provider,
+            server_type,
+            api_key_env,
+            timeout,
+            workflow,
+            webhooks,
+            json,
+        } => {
+            let request = TestRequest {
+                env_name: env,
+                models,
+                steps,
+                group_size,
+                provider,
+                server_type,
+                api_key_env,
+                timeout,
+                workflow,
+                ..TestRequest::default()
+            };
+            let schedule = service.add_schedule(&name, &cron, tz.as_deref(), &request, webhooks).await?;
+            if json {
+                print_json(&schedule)?;
+            } else {
+                println!(
+                    "added schedule {} ({}); next due {}",
+                    schedule.name,
+                    schedule.cron,
+                    time(next_due(&schedule))
+                );
+            }
+        }
+        ScheduleCommand::List { json } => {
+            let schedules = service.schedules().await?;
+            if json {
+                let rows: Vec<_> = schedules
+                    .iter()
+                    .map(|s| serde_json::json!({ "schedule": s, "next_due": next_due(s) }))
+                    .collect();
+                print_json(&rows)?;
+            } else if schedules.is_empty() {
+                println!("no schedules");
+            } else {
+                let mut t = table(["NAME", "CRON", "TZ", "ENV", "MODELS", "STATE", "NEXT DUE"]);
+                for s in &schedules {
+                    t.add_row([
+                        s.name.clone(),
+                        s.cron.clone(),
+                        s.tz.clone().unwrap_or_else(|| "UTC".into()),
+                        s.spec.env_name.clone(),
+                        s.spec.models.join(", "),
+                        if s.paused { "paused".into() } else { "active".into() },
+                        if s.paused { "-".into() } else { time(next_due(s)) },
+                    ]);
+                }
+                println!("{t}");
+            }
+        }
+        ScheduleCommand::Show { name, json } => {
+            let schedule = service.schedule(&name).await?;
+            let jobs = service.store.schedule_jobs(schedule.id, 10).await?;
+            let events = service.store.events(schedule.id, 0).await?;
+            if json {
+                print_json(
+                    &serde_json::json!({ "schedule": schedule, "next_due": next_due(&schedule), "jobs": jobs, "events": events }),
+                )?;
+            } else {
+                println!(
+                    "schedule  {} ({}{})",
+                    schedule.name,
+                    schedule.cron,
+                    schedule.tz.map(|t| format!(", {t}")).unwrap_or_default()
+                );
+                println!("test      {} against {}", schedule.spec.env_name, schedule.spec.models.join(", "));
+                for event in &events {
+                    println!("{}  {}", time(Some(event.at)), event.message);
+                }
+                for job in &jobs {
+                    println!("job {}  {}  {}", job.id, job.state, job.reason.clone().unwrap_or_default());
+                }
+            }
+        }
+        ScheduleCommand::Pause { name } => {
+            service.pause_schedule(&name, true).await?;
+            println!("paused {name}");
+        }
+        ScheduleCommand::Resume { name } => {
+            service.pause_schedule(&name, false).await?;
+            println!("resumed {name}");
+        }
+        ScheduleCommand::Rm { name } => {
+            service.remove_schedule(&name).await?;
+            println!("removed {name}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

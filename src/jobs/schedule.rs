@@ -1,0 +1,1062 @@
+//! Schedules: when a cron schedule is due, and whether a scheduled job regressed.
+//!
+//! Everything here is pure. The clock is always a parameter, so the daemon decides what "now"
+//! is and the tests can walk through weeks of due times in microseconds.
+//!
+//! Cron expressions are standard 5-field crontab lines (minute hour day-of-month month
+//! day-of-week) or one of the `@yearly`-style aliases, evaluated by `croner` with POSIX/Vixie
+//! semantics: day-of-week 0 and 7 are Sunday, and when both day-of-month and day-of-week are
+//! restricted a day matching either fires. Seconds and years are rejected even though croner can
+//! parse them: training jobs run for hours, so second precision only turns a schedule into a
+//! stream of "missed" due times, and a 6-field line is ambiguous (croner reads seconds first,
+//! other tools read a trailing year), so accepting it would run some pasted lines at the wrong
+//! times without a word.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use croner::errors::CronError as CronerError;
+use croner::parser::{CronParser, Seconds, Year};
+use serde::{Deserialize, Serialize};
+
+/// An expression that can't be used as a schedule, or a time zone that doesn't exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CronError {
+    #[error("invalid cron expression '{expr}': {reason}")]
+    InvalidExpression { expr: String, reason: String },
+    #[error("unknown time zone '{0}' (expected an IANA name such as Europe/Paris)")]
+    UnknownTimeZone(String),
+}
+
+/// The aliases Vixie cron accepts, minus `@reboot`: a daemon restart is not a schedule.
+/// `@midnight` is spelled out here because croner 4 does not know it.
+const ALIASES: [(&str, &str); 7] = [
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * 0"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+];
+
+const MONTH_NAMES: [&str; 12] =
+    ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+const WEEKDAY_WORDS: [&str; 8] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "L"];
+const DAY_OF_MONTH_WORDS: [&str; 3] = ["L", "W", "LW"];
+
+/// What one of the five fields may hold, for error messages that name the field.
+struct FieldSpec {
+    name: &'static str,
+    min: u32,
+    max: u32,
+    /// The letter groups allowed in this field. croner swaps month and weekday names for numbers
+    /// across the whole line, so `JAN` in the day-of-week field would silently mean Monday;
+    /// checking words per field turns that into an error.
+    words: &'static [&'static str],
+}
+
+const FIELDS: [FieldSpec; 5] = [
+    FieldSpec { name: "minute", min: 0, max: 59, words: &[] },
+    FieldSpec { name: "hour", min: 0, max: 23, words: &[] },
+    FieldSpec { name: "day-of-month", min: 1, max: 31, words: &DAY_OF_MONTH_WORDS },
+    FieldSpec { name: "month", min: 1, max: 12, words: &MONTH_NAMES },
+    // 7 is Sunday as in Vixie cron; croner folds it onto 0.
+    FieldSpec { name: "day-of-week", min: 0, max: 7, words: &WEEKDAY_WORDS },
+];
+
+/// A parsed cron schedule, evaluated in an IANA time zone or, without one, in UTC.
+///
+/// UTC rather than the machine's local zone: the daemon's zone is an accident of where it runs,
+/// and a schedule must fire at the same instants wherever that is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cron {
+    expr: String,
+    pattern: croner::Cron,
+    tz: Option<Tz>,
+}
+
+impl Cron {
+    /// Parses a 5-field crontab line or an alias (`@daily`…), with an optional IANA time zone.
+    pub fn parse(expr: &str, tz: Option<&str>) -> Result<Cron, CronError> {
+        let expr = expr.trim();
+        let invalid = |reason: String| CronError::InvalidExpression { expr: expr.to_string(), reason };
+        let fields = expand_alias(expr).map_err(invalid)?;
+        let pattern = parse_fields(&fields).map_err(invalid)?;
+        let tz = tz.map(parse_tz).transpose()?;
+        let cron = Cron { expr: expr.to_string(), pattern, tz };
+        ensure_fires(&cron).map_err(invalid)?;
+        Ok(cron)
+    }
+
+    /// The first due time strictly after `t`, or `None` if croner finds none (its search stops
+    /// in the year 5000).
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let next = match self.tz {
+            None => self.pattern.find_next_occurrence(&t, false).ok(),
+            Some(tz) => self
+                .pattern
+                .find_next_occurrence(&t.with_timezone(&tz), false)
+                .ok()
+                .map(|d| d.with_timezone(&Utc)),
+        };
+        // croner already excludes `t`; the filter makes "strictly after" a guarantee that loops
+        // walking from one due time to the next can rely on to terminate.
+        next.filter(|n| *n > t)
+    }
+
+    /// The latest due time at or before `t`.
+    fn latest_at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let previous = match self.tz {
+            None => self.pattern.find_previous_occurrence(&t, true).ok(),
+            Some(tz) => self
+                .pattern
+                .find_previous_occurrence(&t.with_timezone(&tz), true)
+                .ok()
+                .map(|d| d.with_timezone(&Utc)),
+        };
+        previous.filter(|p| *p <= t)
+    }
+
+    /// The expression as given (trimmed), aliases unexpanded.
+    pub fn expression(&self) -> &str {
+        &self.expr
+    }
+
+    /// The IANA name of the time zone, `None` for UTC by default.
+    pub fn time_zone(&self) -> Option<&str> {
+        self.tz.as_ref().map(|tz| tz.name())
+    }
+}
+
+impl fmt::Display for Cron {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.expr)
+    }
+}
+
+/// Turns an alias into its 5-field line; leaves other expressions as they are.
+fn expand_alias(expr: &str) -> Result<String, String> {
+    if expr.is_empty() {
+        return Err("the expression is empty".to_string());
+    }
+    if !expr.starts_with('@') {
+        return Ok(expr.to_string());
+    }
+    ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(expr))
+        .map(|(_, fields)| fields.to_string())
+        .ok_or_else(|| {
+            let known: Vec<&str> = ALIASES.iter().map(|(alias, _)| *alias).collect();
+            format!("unknown alias (expected one of {})", known.join(", "))
+        })
+}
+
+/// Checks the five fields one by one, then lets croner parse the line.
+fn parse_fields(line: &str) -> Result<croner::Cron, String> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.len() != FIELDS.len() {
+        return Err(format!(
+            "expected 5 fields (minute hour day-of-month month day-of-week) or an alias such as \
+             @daily, got {}; seconds and years are not supported",
+            fields.len()
+        ));
+    }
+    for (field, spec) in fields.iter().zip(&FIELDS) {
+        check_field(field, spec)?;
+    }
+    cron_parser().parse(line).map_err(|err| blame_field(&fields, &err))
+}
+
+fn cron_parser() -> CronParser {
+    CronParser::builder().seconds(Seconds::Disallowed).year(Year::Disallowed).build()
+}
+
+/// The checks croner does not do, or reports without saying which field is wrong.
+fn check_field(field: &str, spec: &FieldSpec) -> Result<(), String> {
+    let items: Vec<&str> = field.split(',').collect();
+    if items.iter().any(|item| item.is_empty()) {
+        return Err(format!("{} field '{field}' has an empty list item", spec.name));
+    }
+    if let Some(word) = unknown_word(field, spec) {
+        return Err(unknown_word_message(field, &word, spec));
+    }
+    items.iter().try_for_each(|item| check_item_numbers(item, spec))
+}
+
+/// The first letter group in `field` that its field does not allow.
+fn unknown_word(field: &str, spec: &FieldSpec) -> Option<String> {
+    field
+        .split(|c: char| !c.is_alphabetic())
+        .filter(|word| !word.is_empty())
+        .find(|word| !spec.words.contains(&word.to_uppercase().as_str()))
+        .map(str::to_string)
+}
+
+fn unknown_word_message(field: &str, word: &str, spec: &FieldSpec) -> String {
+    let hint = match spec.name {
+        "month" => " (use 1-12 or JAN-DEC)",
+        "day-of-week" => " (use 0-7 or SUN-SAT)",
+        _ => "",
+    };
+    format!("{} field '{field}' has an unknown name '{word}'{hint}", spec.name)
+}
+
+/// Range-checks the values of one list item (`a`, `a-b`, `a-b/step`, `5#2`, `15W`). The step is
+/// left to croner, which rejects 0 and accepts steps longer than the range, as Vixie cron does.
+fn check_item_numbers(item: &str, spec: &FieldSpec) -> Result<(), String> {
+    let values = item.split('/').next().unwrap_or_default();
+    let values = values.strip_prefix('+').unwrap_or(values);
+    values
+        .split('-')
+        .map(|end| end.split('#').next().unwrap_or_default())
+        .map(|end| end.trim_end_matches(|c: char| c.is_ascii_alphabetic()))
+        .filter(|end| !end.is_empty() && end.bytes().all(|b| b.is_ascii_digit()))
+        .try_for_each(|end| check_value(end, spec))
+}
+
+fn check_value(digits: &str, spec: &FieldSpec) -> Result<(), String> {
+    match digits.parse::<u32>() {
+        Ok(value) if (spec.min..=spec.max).contains(&value) => Ok(()),
+        _ => Err(format!("{} {digits} is out of range ({}-{})", spec.name, spec.min, spec.max)),
+    }
+}
+
+/// croner's messages don't say which field they are about, so each field is parsed alone (the
+/// others set to `*`) to find the one croner rejects.
+fn blame_field(fields: &[&str], err: &CronerError) -> String {
+    let detail = croner_detail(err);
+    let culprit = (0..fields.len()).find(|&i| {
+        let probe: Vec<&str> = (0..fields.len()).map(|j| if j == i { fields[j] } else { "*" }).collect();
+        cron_parser().parse(&probe.join(" ")).is_err()
+    });
+    match culprit.and_then(|i| Some((FIELDS.get(i)?, fields.get(i)?))) {
+        Some((spec, field)) => format!("{} field '{field}' is not valid: {detail}", spec.name),
+        None => detail,
+    }
+}
+
+/// croner's message without its prefix and full stop, to sit inside a sentence.
+fn croner_detail(err: &CronerError) -> String {
+    let message = match err {
+        CronerError::ComponentError(msg) | CronerError::InvalidPattern(msg) => msg.clone(),
+        // croner names the character as it saw it, after swapping names for numbers and
+        // upper-casing, which would quote something the user never wrote.
+        CronerError::IllegalCharacters(_) => "it contains characters cron does not accept".into(),
+        other => other.to_string(),
+    };
+    let message = message.trim_end_matches('.');
+    let mut chars = message.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+fn parse_tz(name: &str) -> Result<Tz, CronError> {
+    name.parse::<Tz>().map_err(|_| CronError::UnknownTimeZone(name.to_string()))
+}
+
+/// Rejects lines such as `0 0 30 2 *` that parse but can never fire, so `schedule add` fails
+/// instead of leaving a schedule that silently never runs. The search starts at a fixed instant
+/// to keep parsing pure.
+fn ensure_fires(cron: &Cron) -> Result<(), String> {
+    let Some(anchor) = DateTime::<Utc>::from_timestamp(946_684_800, 0) else {
+        return Ok(()); // 2000-01-01T00:00:00Z always exists; nothing to check otherwise
+    };
+    match cron.next_after(anchor) {
+        Some(_) => Ok(()),
+        None => Err("it never fires".to_string()),
+    }
+}
+
+/// Due times counted past this are not counted: a `* * * * *` schedule whose daemon was down
+/// for a year still costs at most this many croner searches (about a week of minutes).
+pub const MAX_COUNTED_DUE_TIMES: usize = 10_000;
+
+/// What the daemon should do for one schedule at one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tick {
+    /// Nothing is due.
+    Idle { next: Option<DateTime<Utc>> },
+    /// Enqueue one job for `due_at`, the latest due time. `missed` earlier due times passed
+    /// without a job (the daemon was down); they get no jobs of their own, only a record.
+    Fire { due_at: DateTime<Utc>, missed: usize, next: Option<DateTime<Utc>> },
+    /// Something is due but the schedule's previous job still runs: record the due time as
+    /// skipped ("previous job still running") and enqueue nothing.
+    Skip { due_at: DateTime<Utc>, missed: usize, next: Option<DateTime<Utc>> },
+}
+
+impl Tick {
+    /// The first due time after this check.
+    pub fn next(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Tick::Idle { next } | Tick::Fire { next, .. } | Tick::Skip { next, .. } => *next,
+        }
+    }
+}
+
+/// Decides what is due in `(last_fired_or_checked, now]`.
+///
+/// The caller stores `now` as the new `last_fired_or_checked` after every tick, whatever it
+/// returned: after a `Skip` too, since a skipped due time must not fire once the running job
+/// ends. A new schedule starts from its creation time. `missed` stops growing at
+/// `MAX_COUNTED_DUE_TIMES - 1`. If the clock went back (`now` before `last`), nothing is due and
+/// `next` comes after `last`, since the due times up to `last` were already handled.
+pub fn tick(
+    cron: &Cron,
+    last_fired_or_checked: DateTime<Utc>,
+    now: DateTime<Utc>,
+    job_running: bool,
+) -> Tick {
+    let next = cron.next_after(now.max(last_fired_or_checked));
+    let Some(due) = due_between(cron, last_fired_or_checked, now) else {
+        return Tick::Idle { next };
+    };
+    let missed = due.count.saturating_sub(1);
+    if job_running {
+        Tick::Skip { due_at: due.latest, missed, next }
+    } else {
+        Tick::Fire { due_at: due.latest, missed, next }
+    }
+}
+
+/// The due times in `(last, now]`: how many (up to the cap) and the latest.
+struct Due {
+    latest: DateTime<Utc>,
+    count: usize,
+}
+
+fn due_between(cron: &Cron, last: DateTime<Utc>, now: DateTime<Utc>) -> Option<Due> {
+    let mut count = 0;
+    let mut latest = None;
+    let mut cursor = last;
+    while count < MAX_COUNTED_DUE_TIMES {
+        match cron.next_after(cursor) {
+            Some(t) if t <= now => {
+                count += 1;
+                latest = Some(t);
+                cursor = t;
+            }
+            _ => break,
+        }
+    }
+    let mut latest = latest?;
+    if count == MAX_COUNTED_DUE_TIMES {
+        // Counting stopped early, so the latest due time is found by searching back from now.
+        latest = cron.latest_at_or_before(now).filter(|t| *t > latest).unwrap_or(latest);
+    }
+    Some(Due { latest, count })
+}
+
+/// How many of a schedule's most recent succeeded jobs make up its baseline.
+pub const BASELINE_WINDOW: usize = 5;
+
+/// The median of the most recent `BASELINE_WINDOW` accuracies (fewer if there are fewer),
+/// newest first; `None` without any. A median, so one odd run doesn't move the baseline. Values
+/// that aren't finite numbers are not measurements and are passed over. The caller leaves out
+/// the job being judged.
+pub fn baseline(accuracies_newest_first: &[f64]) -> Option<f64> {
+    let mut recent: Vec<f64> =
+        accuracies_newest_first.iter().copied().filter(|a| a.is_finite()).take(BASELINE_WINDOW).collect();
+    median(&mut recent)
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let upper = values.len() / 2;
+    let high = *values.get(upper)?;
+    if values.len() % 2 == 1 {
+        return Some(high);
+    }
+    let low = *values.get(upper.checked_sub(1)?)?;
+    Some((low + high) / 2.0)
+}
+
+/// Per-model baselines from the per-model accuracies of a schedule's succeeded jobs, newest
+/// first. The window is the last `BASELINE_WINDOW` jobs, so a model that joined recently has a
+/// baseline from the jobs it was in.
+pub fn baselines(jobs_newest_first: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
+    let window = &jobs_newest_first[..jobs_newest_first.len().min(BASELINE_WINDOW)];
+    let models: std::collections::BTreeSet<&String> = window.iter().flat_map(|job| job.keys()).collect();
+    models
+        .into_iter()
+        .filter_map(|model| {
+            let history: Vec<f64> = window.iter().filter_map(|job| job.get(model).copied()).collect();
+            Some((model.clone(), baseline(&history)?))
+        })
+        .collect()
+}
+
+/// Accuracies are reported rounded, so a drop of exactly `max_drop` can come out a hair larger
+/// in floating point (0.8 - 0.7 = 0.10000000000000009); it must not count as "beyond".
+const DROP_TOLERANCE: f64 = 1e-9;
+
+/// A `max_drop` outside `0..=1`, or not a number.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("invalid regression threshold {0}: expected a drop in accuracy between 0 and 1")]
+pub struct InvalidThreshold(pub f64);
+
+/// When a scheduled job counts as regressed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawRegressionPolicy")]
+pub struct RegressionPolicy {
+    /// The largest allowed drop below the baseline, in absolute accuracy (0.10 = ten points).
+    pub max_drop: f64,
+}
+
+impl RegressionPolicy {
+    pub const DEFAULT_MAX_DROP: f64 = 0.10;
+
+    pub fn new(max_drop: f64) -> Result<Self, InvalidThreshold> {
+        if (0.0..=1.0).contains(&max_drop) {
+            Ok(RegressionPolicy { max_drop })
+        } else {
+            Err(InvalidThreshold(max_drop))
+        }
+    }
+}
+
+impl Default for RegressionPolicy {
+    fn default() -> Self {
+        RegressionPolicy { max_drop: Self::DEFAULT_MAX_DROP }
+    }
+}
+
+/// The policy as written in a config file, checked by `RegressionPolicy::new` on the way in.
+#[derive(Deserialize)]
+struct RawRegressionPolicy {
+    #[serde(default = "default_max_drop")]
+    max_drop: f64,
+}
+
+fn default_max_drop() -> f64 {
+    RegressionPolicy::DEFAULT_MAX_DROP
+}
+
+impl TryFrom<RawRegressionPolicy> for RegressionPolicy {
+    type Error = InvalidThreshold;
+
+    fn try_from(raw: RawRegressionPolicy) -> Result<Self, Self::Error> {
+        RegressionPolicy::new(raw.max_drop)
+    }
+}
+
+/// One model of a scheduled job that fell below its baseline or stopped producing results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Regression {
+    pub model: String,
+    pub baseline: f64,
+    /// `None` when the model produced no (usable) result.
+    pub current: Option<f64>,
+    pub reason: String,
+}
+
+/// The models of a job that regressed against their baselines, sorted by model name. A model
+/// with a baseline but missing from `current` (or `None` there, or not a finite number) produced
+/// no results, which counts as a regression; a model without a baseline can't regress.
+pub fn regressions(
+    policy: &RegressionPolicy,
+    baseline: &BTreeMap<String, f64>,
+    current: &BTreeMap<String, Option<f64>>,
+) -> Vec<Regression> {
+    baseline
+        .iter()
+        .filter_map(|(model, &base)| {
+            let accuracy = current.get(model).copied().flatten();
+            regression(policy, model, base, accuracy)
+        })
+        .collect()
+}
+
+fn regression(
+    policy: &RegressionPolicy,
+    model: &str,
+    base: f64,
+    accuracy: Option<f64>,
+) -> Option<Regression> {
+    if !base.is_finite() {
+        return None; // nothing to compare against
+    }
+    let (current, reason) = match accuracy.filter(|a| a.is_finite()) {
+        None => (None, no_results_reason(base, accuracy)),
+        Some(acc) if base - acc > policy.max_drop + DROP_TOLERANCE => (
+            Some(acc),
+            format!(
+                "accuracy {} is {} below the baseline {}",
+                fmt_accuracy(acc),
+                fmt_accuracy(base - acc),
+                fmt_accuracy(base)
+            ),
+        ),
+        Some(_) => return None,
+    };
+    Some(Regression { model: model.to_string(), baseline: base, current, reason })
+}
+
+fn no_results_reason(base: f64, accuracy: Option<f64>) -> String {
+    match accuracy {
+        Some(bad) => format!("produced no valid result (accuracy {bad}; baseline {})", fmt_accuracy(base)),
+        None => format!("produced no results (baseline {})", fmt_accuracy(base)),
+    }
+}
+
+/// Two decimals, or three when the third matters (0.60, 0.105): two alone could print a drop
+/// just over the threshold as equal to it.
+fn fmt_accuracy(value: f64) -> String {
+    let three = format!("{value:.3}");
+    match three.strip_suffix('0') {
+        Some(two) => two.to_string(),
+        None => three,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{Datelike, TimeDelta, TimeZone, Weekday};
+
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).single().expect("a valid UTC instant")
+    }
+
+    fn cron(expr: &str) -> Cron {
+        Cron::parse(expr, None).expect("a valid expression")
+    }
+
+    fn cron_in(expr: &str, tz: &str) -> Cron {
+        Cron::parse(expr, Some(tz)).expect("a valid expression and zone")
+    }
+
+    /// Every due time in `(from, to]`.
+    fn due_times(cron: &Cron, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::new();
+        let mut cursor = from;
+        while let Some(t) = cron.next_after(cursor).filter(|t| *t <= to) {
+            out.push(t);
+            cursor = t;
+        }
+        out
+    }
+
+    fn parse_error(expr: &str) -> String {
+        Cron::parse(expr, None).expect_err(expr).to_string()
+    }
+
+    // 2025-01-06 is a Monday.
+    const MON: u32 = 6;
+
+    #[test]
+    fn weekday_range_fires_monday_to_friday_only() {
+        let c = cron("0 9 * * 1-5");
+        let week = due_times(&c, utc(2025, 1, 5, 0, 0), utc(2025, 1, 12, 23, 59));
+        let expected: Vec<_> = (0..5).map(|i| utc(2025, 1, MON + i, 9, 0)).collect();
+        assert_eq!(week, expected);
+        let days: Vec<Weekday> = week.iter().map(|t| t.weekday()).collect();
+        assert_eq!(days, [Weekday::Mon, Weekday::Tue, Weekday::Wed, Weekday::Thu, Weekday::Fri]);
+    }
+
+    #[test]
+    fn weekday_names_match_numbers() {
+        let from = utc(2025, 1, 1, 0, 0);
+        let to = utc(2025, 2, 1, 0, 0);
+        let numbers = due_times(&cron("0 9 * * 1-5"), from, to);
+        assert_eq!(due_times(&cron("0 9 * * MON-FRI"), from, to), numbers);
+        assert_eq!(due_times(&cron("0 9 * * mon-fri"), from, to), numbers);
+    }
+
+    #[test]
+    fn sunday_is_both_zero_and_seven() {
+        let from = utc(2025, 1, 5, 0, 0); // a Sunday, before 09:00
+        let to = utc(2025, 1, 19, 23, 59);
+        let sundays = vec![utc(2025, 1, 5, 9, 0), utc(2025, 1, 12, 9, 0), utc(2025, 1, 19, 9, 0)];
+        for expr in ["0 9 * * 0", "0 9 * * 7", "0 9 * * SUN"] {
+            assert_eq!(due_times(&cron(expr), from, to), sundays, "{expr}");
+        }
+        let weekend = due_times(&cron("0 9 * * SAT-SUN"), from, utc(2025, 1, 12, 23, 59));
+        let days: Vec<Weekday> = weekend.iter().map(|t| t.weekday()).collect();
+        assert_eq!(days, [Weekday::Sun, Weekday::Sat, Weekday::Sun]);
+    }
+
+    #[test]
+    fn month_names_are_accepted() {
+        let c = cron("0 0 1 JAN,jul *");
+        let due = due_times(&c, utc(2025, 1, 1, 0, 0), utc(2026, 12, 31, 0, 0));
+        assert_eq!(due, [utc(2025, 7, 1, 0, 0), utc(2026, 1, 1, 0, 0), utc(2026, 7, 1, 0, 0)]);
+    }
+
+    #[test]
+    fn day_of_month_or_day_of_week_as_in_vixie_cron() {
+        // Both restricted: either matching fires (the 1st, and every Monday).
+        let due = due_times(&cron("0 0 1 * 1"), utc(2025, 1, 31, 0, 0), utc(2025, 2, 14, 0, 0));
+        assert_eq!(due, [utc(2025, 2, 1, 0, 0), utc(2025, 2, 3, 0, 0), utc(2025, 2, 10, 0, 0)]);
+    }
+
+    #[test]
+    fn daily_fires_at_midnight_utc() {
+        let due = due_times(&cron("@daily"), utc(2025, 1, 1, 0, 0), utc(2025, 1, 4, 0, 0));
+        assert_eq!(due, [utc(2025, 1, 2, 0, 0), utc(2025, 1, 3, 0, 0), utc(2025, 1, 4, 0, 0)]);
+    }
+
+    #[test]
+    fn aliases_expand_to_their_lines() {
+        let from = utc(2025, 1, 1, 0, 0);
+        let to = utc(2027, 1, 1, 0, 0);
+        for (alias, line) in [
+            ("@yearly", "0 0 1 1 *"),
+            ("@annually", "0 0 1 1 *"),
+            ("@monthly", "0 0 1 * *"),
+            ("@weekly", "0 0 * * 0"),
+            ("@daily", "0 0 * * *"),
+            ("@midnight", "0 0 * * *"),
+            ("@HOURLY", "0 * * * *"),
+        ] {
+            let to = if alias == "@HOURLY" { utc(2025, 1, 3, 0, 0) } else { to };
+            let aliased = due_times(&cron(alias), from, to);
+            assert!(!aliased.is_empty(), "{alias}");
+            assert_eq!(aliased, due_times(&cron(line), from, to), "{alias}");
+        }
+        assert_eq!(cron("@weekly").next_after(from), Some(utc(2025, 1, 5, 0, 0)));
+        assert_eq!(cron("@yearly").next_after(from), Some(utc(2026, 1, 1, 0, 0)));
+    }
+
+    #[test]
+    fn every_fifteen_minutes() {
+        let c = cron("*/15 * * * *");
+        let due = due_times(&c, utc(2025, 1, 1, 10, 0), utc(2025, 1, 1, 11, 0));
+        assert_eq!(
+            due,
+            [
+                utc(2025, 1, 1, 10, 15),
+                utc(2025, 1, 1, 10, 30),
+                utc(2025, 1, 1, 10, 45),
+                utc(2025, 1, 1, 11, 0)
+            ]
+        );
+        assert_eq!(c.next_after(utc(2025, 1, 1, 10, 7)), Some(utc(2025, 1, 1, 10, 15)));
+    }
+
+    #[test]
+    fn next_after_is_strictly_after() {
+        let c = cron("0 9 * * *");
+        assert_eq!(c.next_after(utc(2025, 1, 6, 9, 0)), Some(utc(2025, 1, 7, 9, 0)));
+        let just_before = utc(2025, 1, 6, 9, 0) - TimeDelta::milliseconds(1);
+        assert_eq!(c.next_after(just_before), Some(utc(2025, 1, 6, 9, 0)));
+        let just_after = utc(2025, 1, 6, 9, 0) + TimeDelta::milliseconds(500);
+        assert_eq!(c.next_after(just_after), Some(utc(2025, 1, 7, 9, 0)));
+    }
+
+    #[test]
+    fn time_zone_follows_daylight_saving() {
+        let c = cron_in("0 3 * * *", "Europe/Paris");
+        assert_eq!(c.time_zone(), Some("Europe/Paris"));
+        // Winter, CET = UTC+1.
+        assert_eq!(c.next_after(utc(2025, 1, 15, 0, 0)), Some(utc(2025, 1, 15, 2, 0)));
+        // Summer, CEST = UTC+2.
+        assert_eq!(c.next_after(utc(2025, 7, 15, 0, 0)), Some(utc(2025, 7, 15, 1, 0)));
+        // Clocks go forward at 02:00 on 2025-03-30, so that day 03:00 is already CEST.
+        let spring = due_times(&c, utc(2025, 3, 29, 0, 0), utc(2025, 3, 31, 0, 0));
+        assert_eq!(spring, [utc(2025, 3, 29, 2, 0), utc(2025, 3, 30, 1, 0)]);
+        // Clocks go back at 03:00 on 2025-10-26, so that day 03:00 is CET again.
+        let autumn = due_times(&c, utc(2025, 10, 25, 0, 0), utc(2025, 10, 27, 0, 0));
+        assert_eq!(autumn, [utc(2025, 10, 25, 1, 0), utc(2025, 10, 26, 2, 0)]);
+    }
+
+    #[test]
+    fn time_zone_gap_and_repeated_hour_fire_once() {
+        let c = cron_in("30 2 * * *", "Europe/Paris");
+        // 02:30 does not exist on 2025-03-30: croner runs it at the first instant after the
+        // gap, 03:00 CEST.
+        let spring = due_times(&c, utc(2025, 3, 29, 12, 0), utc(2025, 3, 31, 12, 0));
+        assert_eq!(spring, [utc(2025, 3, 30, 1, 0), utc(2025, 3, 31, 0, 30)]);
+        // 02:30 happens twice on 2025-10-26: croner runs a fixed-time job once, the first time.
+        let autumn = due_times(&c, utc(2025, 10, 25, 12, 0), utc(2025, 10, 27, 12, 0));
+        assert_eq!(autumn, [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)]);
+    }
+
+    #[test]
+    fn utc_zone_names_are_accepted() {
+        let named = cron_in("0 3 * * *", "UTC");
+        assert_eq!(named.next_after(utc(2025, 7, 1, 0, 0)), Some(utc(2025, 7, 1, 3, 0)));
+        assert_eq!(cron("0 3 * * *").time_zone(), None);
+    }
+
+    #[test]
+    fn display_gives_back_the_expression() {
+        assert_eq!(cron("  0 3 * * *\n").to_string(), "0 3 * * *");
+        assert_eq!(cron("@daily").to_string(), "@daily");
+        assert_eq!(cron_in("0 9 * * MON-FRI", "Europe/Paris").to_string(), "0 9 * * MON-FRI");
+        assert_eq!(cron("0 9 * * mon").expression(), "0 9 * * mon");
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_field() {
+        assert_eq!(
+            parse_error("0 25 * * *"),
+            "invalid cron expression '0 25 * * *': hour 25 is out of range (0-23)"
+        );
+        assert!(parse_error("60 * * * *").ends_with("minute 60 is out of range (0-59)"));
+        assert!(parse_error("0 0 0 * *").ends_with("day-of-month 0 is out of range (1-31)"));
+        assert!(parse_error("0 0 32W * *").ends_with("day-of-month 32 is out of range (1-31)"));
+        assert!(parse_error("0 0 * 13 *").ends_with("month 13 is out of range (1-12)"));
+        assert!(parse_error("0 0 * * 1-8").ends_with("day-of-week 8 is out of range (0-7)"));
+        assert!(parse_error("0 0-24/2 * * *").ends_with("hour 24 is out of range (0-23)"));
+        assert!(parse_error("99999999999 * * * *").ends_with("minute 99999999999 is out of range (0-59)"));
+    }
+
+    #[test]
+    fn field_count_is_five() {
+        for expr in ["* * * *", "0 * * * * *", "0 0 3 * * * 2025"] {
+            let err = parse_error(expr);
+            assert!(err.contains("expected 5 fields"), "{err}");
+        }
+        assert!(parse_error("0 0 * * * *").contains("got 6; seconds and years are not supported"));
+    }
+
+    #[test]
+    fn names_belong_to_their_field() {
+        // croner alone would read these as Monday and January.
+        assert_eq!(
+            parse_error("0 0 * * JAN"),
+            "invalid cron expression '0 0 * * JAN': day-of-week field 'JAN' has an unknown \
+             name 'JAN' (use 0-7 or SUN-SAT)"
+        );
+        assert!(
+            parse_error("0 0 * MON *")
+                .ends_with("month field 'MON' has an unknown name 'MON' (use 1-12 or JAN-DEC)")
+        );
+        assert!(parse_error("0 0 * * MONDAY").contains("unknown name 'MONDAY'"));
+        assert!(parse_error("0 L * * *").contains("hour field 'L' has an unknown name 'L'"));
+        assert!(parse_error("0 0 ß * *").ends_with("has an unknown name 'ß'"));
+    }
+
+    #[test]
+    fn croner_errors_name_their_field() {
+        assert_eq!(
+            parse_error("0 0 * * ☃"),
+            "invalid cron expression '0 0 * * ☃': day-of-week field '☃' is not valid: it \
+             contains characters cron does not accept"
+        );
+        assert_eq!(
+            parse_error("*/0 * * * *"),
+            "invalid cron expression '*/0 * * * *': minute field '*/0' is not valid: step \
+             cannot be zero"
+        );
+        assert!(
+            parse_error("0 0 * * 5-1").ends_with("day-of-week field '5-1' is not valid: range out of bounds")
+        );
+        assert!(parse_error("0 0 * * 5#9").contains("day-of-week field '5#9' is not valid"));
+        assert!(parse_error("5/5 * * * *").contains("minute field '5/5' is not valid: invalid step syntax"));
+        assert!(parse_error("0 0 * * 1,").ends_with("day-of-week field '1,' has an empty list item"));
+    }
+
+    #[test]
+    fn other_invalid_expressions() {
+        assert_eq!(parse_error("   "), "invalid cron expression '': the expression is empty");
+        assert!(parse_error("@reboot").starts_with("invalid cron expression '@reboot': unknown alias"));
+        assert_eq!(parse_error("0 0 30 2 *"), "invalid cron expression '0 0 30 2 *': it never fires");
+    }
+
+    #[test]
+    fn garbage_is_rejected_without_panicking() {
+        for expr in [
+            "-1 * * * *",
+            "0 0 * * -",
+            "0 0 * * +",
+            "1-2-3 * * * *",
+            ",,, * * * *",
+            "0 0 * * L#L",
+            "0 0 ß * *",
+            "0 0 * * ☃",
+            "@",
+            "@@daily",
+            "* * * * @daily",
+            "0 0 ? ? ?",
+            "/ / / / /",
+            "0 0 * * 5#",
+            "0 0 * * #5",
+            "0 0 -5 * *",
+            "0 0 1-- * *",
+            "0 0 * * 0-7/0",
+        ] {
+            assert!(Cron::parse(expr, None).is_err(), "{expr} should be rejected");
+        }
+    }
+
+    #[test]
+    fn croner_extensions_still_work() {
+        // Last day of the month, last Friday, the nearest weekday to the 15th.
+        assert_eq!(cron("0 0 L * *").next_after(utc(2025, 2, 1, 0, 0)), Some(utc(2025, 2, 28, 0, 0)));
+        assert_eq!(cron("0 0 * * FRI#L").next_after(utc(2025, 1, 1, 0, 0)), Some(utc(2025, 1, 31, 0, 0)));
+        // 2025-03-15 is a Saturday.
+        assert_eq!(cron("0 0 15W * *").next_after(utc(2025, 3, 1, 0, 0)), Some(utc(2025, 3, 14, 0, 0)));
+        assert!(Cron::parse("0 0 ? * *", None).is_ok());
+    }
+
+    #[test]
+    fn unknown_time_zones_are_rejected() {
+        let err = Cron::parse("0 3 * * *", Some("Mars/Base")).expect_err("no such zone");
+        assert_eq!(err, CronError::UnknownTimeZone("Mars/Base".to_string()));
+        assert!(err.to_string().starts_with("unknown time zone 'Mars/Base'"));
+        assert!(Cron::parse("0 3 * * *", Some("")).is_err());
+        // The expression is checked first.
+        assert!(matches!(
+            Cron::parse("0 25 * * *", Some("Mars/Base")),
+            Err(CronError::InvalidExpression { .. })
+        ));
+    }
+
+    #[test]
+    fn idle_when_nothing_is_due() {
+        let c = cron("0 3 * * *");
+        let tick = tick(&c, utc(2025, 1, 6, 4, 0), utc(2025, 1, 6, 12, 0), false);
+        assert_eq!(tick, Tick::Idle { next: Some(utc(2025, 1, 7, 3, 0)) });
+    }
+
+    #[test]
+    fn fires_once_with_no_misses() {
+        let c = cron("0 3 * * *");
+        let tick = tick(&c, utc(2025, 1, 6, 2, 59), utc(2025, 1, 6, 3, 1), false);
+        assert_eq!(
+            tick,
+            Tick::Fire { due_at: utc(2025, 1, 6, 3, 0), missed: 0, next: Some(utc(2025, 1, 7, 3, 0)) }
+        );
+    }
+
+    #[test]
+    fn catch_up_after_downtime_is_one_job() {
+        let c = cron("0 3 * * *");
+        // Monday 00:00 to Thursday 12:00: due Monday, Tuesday, Wednesday and Thursday at 03:00.
+        let tick = tick(&c, utc(2025, 1, MON, 0, 0), utc(2025, 1, MON + 3, 12, 0), false);
+        assert_eq!(
+            tick,
+            Tick::Fire {
+                due_at: utc(2025, 1, MON + 3, 3, 0),
+                missed: 3,
+                next: Some(utc(2025, 1, MON + 4, 3, 0))
+            }
+        );
+        // Down over three due times: one Fire, two missed.
+        let tick = tick_of(&c, utc(2025, 1, MON, 4, 0), utc(2025, 1, MON + 3, 3, 30));
+        assert!(matches!(tick, Tick::Fire { missed: 2, .. }), "{tick:?}");
+    }
+
+    fn tick_of(c: &Cron, last: DateTime<Utc>, now: DateTime<Utc>) -> Tick {
+        tick(c, last, now, false)
+    }
+
+    #[test]
+    fn due_time_boundaries() {
+        let c = cron("0 3 * * *");
+        let due = utc(2025, 1, 6, 3, 0);
+        // now == due time: it fires.
+        let at = tick_of(&c, due - TimeDelta::minutes(1), due);
+        assert_eq!(at, Tick::Fire { due_at: due, missed: 0, next: Some(utc(2025, 1, 7, 3, 0)) });
+        // last == due time: already handled, no second fire.
+        assert_eq!(
+            tick_of(&c, due, due + TimeDelta::minutes(1)),
+            Tick::Idle { next: Some(utc(2025, 1, 7, 3, 0)) }
+        );
+        assert_eq!(tick_of(&c, due, due), Tick::Idle { next: Some(utc(2025, 1, 7, 3, 0)) });
+        // A hair before the due time: not yet.
+        assert_eq!(
+            tick_of(&c, due - TimeDelta::minutes(1), due - TimeDelta::milliseconds(1)),
+            Tick::Idle { next: Some(due) }
+        );
+    }
+
+    #[test]
+    fn skips_while_the_previous_job_runs() {
+        let c = cron("0 3 * * *");
+        let running = tick(&c, utc(2025, 1, 6, 2, 0), utc(2025, 1, 6, 3, 0), true);
+        assert_eq!(
+            running,
+            Tick::Skip { due_at: utc(2025, 1, 6, 3, 0), missed: 0, next: Some(utc(2025, 1, 7, 3, 0)) }
+        );
+        // Catch-up while running is one Skip too.
+        let running = tick(&c, utc(2025, 1, MON, 0, 0), utc(2025, 1, MON + 3, 12, 0), true);
+        assert!(matches!(running, Tick::Skip { missed: 3, .. }), "{running:?}");
+        // Nothing due while running is just Idle.
+        let idle = tick(&c, utc(2025, 1, 6, 4, 0), utc(2025, 1, 6, 5, 0), true);
+        assert!(matches!(idle, Tick::Idle { .. }));
+    }
+
+    #[test]
+    fn clock_going_back_fires_nothing() {
+        let c = cron("0 3 * * *");
+        let tick = tick_of(&c, utc(2025, 1, 8, 12, 0), utc(2025, 1, 6, 12, 0));
+        assert_eq!(tick, Tick::Idle { next: Some(utc(2025, 1, 9, 3, 0)) });
+    }
+
+    #[test]
+    fn a_year_of_minutes_is_one_bounded_fire() {
+        let c = cron("* * * * *");
+        let now = utc(2026, 1, 1, 0, 0) + TimeDelta::seconds(30);
+        let started = std::time::Instant::now();
+        let tick = tick_of(&c, utc(2025, 1, 1, 0, 0), now);
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        assert_eq!(
+            tick,
+            Tick::Fire {
+                due_at: utc(2026, 1, 1, 0, 0),
+                missed: MAX_COUNTED_DUE_TIMES - 1,
+                next: Some(utc(2026, 1, 1, 0, 1))
+            }
+        );
+        assert_eq!(tick.next(), Some(utc(2026, 1, 1, 0, 1)));
+    }
+
+    #[test]
+    fn catch_up_in_a_time_zone() {
+        let c = cron_in("0 3 * * *", "Europe/Paris");
+        let tick = tick_of(&c, utc(2025, 3, 28, 12, 0), utc(2025, 3, 31, 12, 0));
+        assert_eq!(
+            tick,
+            Tick::Fire { due_at: utc(2025, 3, 31, 1, 0), missed: 2, next: Some(utc(2025, 4, 1, 1, 0)) }
+        );
+    }
+
+    #[test]
+    fn baseline_is_the_median_of_the_last_five() {
+        assert_eq!(baseline(&[]), None);
+        assert_eq!(baseline(&[0.5]), Some(0.5));
+        assert_eq!(baseline(&[0.5, 0.7]), Some(0.6));
+        assert_eq!(baseline(&[0.3, 0.9, 0.6]), Some(0.6));
+        assert_eq!(baseline(&[0.4, 0.1, 0.8, 0.6]), Some(0.5));
+        assert_eq!(baseline(&[0.9, 0.1, 0.5, 0.7, 0.3]), Some(0.5));
+        // The sixth and seventh (oldest) values are outside the window.
+        assert_eq!(baseline(&[0.9, 0.1, 0.5, 0.7, 0.3, 0.0, 0.0]), Some(0.5));
+        assert_eq!(baseline(&[0.2, 0.2, 0.2, 0.8, 0.8, 0.8]), Some(0.2));
+    }
+
+    #[test]
+    fn baseline_passes_over_values_that_are_not_numbers() {
+        assert_eq!(baseline(&[f64::NAN]), None);
+        assert_eq!(baseline(&[f64::NAN, 0.4, f64::INFINITY, 0.6]), Some(0.5));
+        assert_eq!(baseline(&[0.1, f64::NAN, 0.2, 0.3, 0.4, 0.5, 0.9]), Some(0.3));
+    }
+
+    #[test]
+    fn baselines_per_model_over_the_last_five_jobs() {
+        let job = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(m, a)| (m.to_string(), *a)).collect()
+        };
+        let jobs = [
+            job(&[("a", 0.6), ("new", 0.9)]),
+            job(&[("a", 0.5)]),
+            job(&[("a", 0.7), ("old", 0.1)]),
+            job(&[("a", 0.6)]),
+            job(&[("a", 0.6)]),
+            job(&[("a", 0.0), ("gone", 0.5)]), // sixth newest: outside the window
+        ];
+        let expected: BTreeMap<String, f64> =
+            [("a", 0.6), ("new", 0.9), ("old", 0.1)].iter().map(|(m, a)| (m.to_string(), *a)).collect();
+        assert_eq!(baselines(&jobs), expected);
+        assert!(baselines(&[]).is_empty());
+    }
+
+    fn models<V: Copy>(pairs: &[(&str, V)]) -> BTreeMap<String, V> {
+        pairs.iter().map(|(m, v)| (m.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn a_drop_beyond_the_threshold_regresses() {
+        let found = regressions(
+            &RegressionPolicy::default(),
+            &models(&[("qwen", 0.60)]),
+            &models(&[("qwen", Some(0.42))]),
+        );
+        assert_eq!(
+            found,
+            [Regression {
+                model: "qwen".to_string(),
+                baseline: 0.60,
+                current: Some(0.42),
+                reason: "accuracy 0.42 is 0.18 below the baseline 0.60".to_string(),
+            }]
+        );
+    }
+
+    #[test]
+    fn drops_within_the_threshold_and_improvements_do_not() {
+        let policy = RegressionPolicy::default();
+        let base = models(&[("a", 0.60), ("b", 0.80), ("c", 0.50)]);
+        // 0.05 below, exactly 0.10 below (0.8 - 0.7 is 0.10000000000000009 in f64), and better.
+        let current = models(&[("a", Some(0.55)), ("b", Some(0.70)), ("c", Some(0.75))]);
+        assert_eq!(regressions(&policy, &base, &current), []);
+    }
+
+    #[test]
+    fn the_threshold_is_configurable() {
+        let strict = RegressionPolicy::new(0.02).expect("a valid threshold");
+        let found = regressions(&strict, &models(&[("a", 0.60)]), &models(&[("a", Some(0.55))]));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].reason, "accuracy 0.55 is 0.05 below the baseline 0.60");
+        // Three decimals when two would hide the difference from the threshold.
+        let found =
+            regressions(&RegressionPolicy::default(), &models(&[("a", 0.605)]), &models(&[("a", Some(0.5))]));
+        assert_eq!(found[0].reason, "accuracy 0.50 is 0.105 below the baseline 0.605");
+    }
+
+    #[test]
+    fn a_model_without_results_regresses() {
+        let policy = RegressionPolicy::default();
+        let base = models(&[("gone", 0.60), ("none", 0.70), ("nan", 0.50), ("ok", 0.5)]);
+        let current = models(&[("none", None), ("nan", Some(f64::NAN)), ("ok", Some(0.5))]);
+        let found = regressions(&policy, &base, &current);
+        let summary: Vec<(&str, Option<f64>, &str)> =
+            found.iter().map(|r| (r.model.as_str(), r.current, r.reason.as_str())).collect();
+        assert_eq!(
+            summary,
+            [
+                ("gone", None, "produced no results (baseline 0.60)"),
+                ("nan", None, "produced no valid result (accuracy NaN; baseline 0.50)"),
+                ("none", None, "produced no results (baseline 0.70)"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_model_without_a_baseline_cannot_regress() {
+        let policy = RegressionPolicy::default();
+        let current = models(&[("fresh", Some(0.0)), ("silent", None)]);
+        assert_eq!(regressions(&policy, &BTreeMap::new(), &current), []);
+        let odd_base = models(&[("fresh", f64::NAN)]);
+        assert_eq!(regressions(&policy, &odd_base, &current), []);
+    }
+
+    #[test]
+    fn policy_thresholds_are_checked() {
+        assert_eq!(RegressionPolicy::default().max_drop, 0.10);
+        assert!(RegressionPolicy::new(0.0).is_ok());
+        assert!(RegressionPolicy::new(1.0).is_ok());
+        for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+            assert!(RegressionPolicy::new(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            InvalidThreshold(-0.1).to_string(),
+            "invalid regression threshold -0.1: expected a drop in accuracy between 0 and 1"
+        );
+    }
+
+    #[test]
+    fn policy_and_regressions_round_trip_through_json() {
+        let policy: RegressionPolicy = serde_json::from_str("{}").expect("defaults");
+        assert_eq!(policy, RegressionPolicy::default());
+        let policy: RegressionPolicy = serde_json::from_str(r#"{"max_drop":0.05}"#).expect("set");
+        assert_eq!(policy.max_drop, 0.05);
+        let err = serde_json::from_str::<RegressionPolicy>(r#"{"max_drop":-1}"#).expect_err("bad");
+        assert!(err.to_string().contains("invalid regression threshold -1"));
+        let r = Regression {
+            model: "m".to_string(),
+            baseline: 0.6,
+            current: None,
+            reason: "produced no results (baseline 0.60)".to_string(),
+        };
+        let json = serde_json::to_string(&r).expect("serializes");
+        assert_eq!(serde_json::from_str::<Regression>(&json).expect("parses"), r);
+    }
+}

@@ -1,0 +1,112 @@
+//! Schedules in the reconciler: when a schedule is due, enqueue its job — one catch-up job
+//! for any number of due times missed while the daemon was down, and a recorded skip while a
+//! job of the same schedule still runs.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeZone, Utc};
+use tracing::{info, warn};
+
+use super::{Reconciler, Result};
+use crate::jobs::schedule::{Cron, RegressionPolicy, Tick, baselines, regressions, tick};
+use crate::jobs::{Job, JobState, new_job, pending_tasks};
+use crate::model::{NewEvent, now_millis};
+
+fn utc(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_else(Utc::now)
+}
+
+impl Reconciler {
+    /// Handles every due schedule; returns when the next one is due.
+    pub(super) async fn tick_schedules(&mut self) -> Result<Option<DateTime<Utc>>> {
+        let now = utc(now_millis());
+        let mut next_due: Option<DateTime<Utc>> = None;
+        for mut schedule in self.store.schedules().await? {
+            if schedule.paused {
+                continue;
+            }
+            let cron = match Cron::parse(&schedule.cron, schedule.tz.as_deref()) {
+                Ok(cron) => cron,
+                Err(err) => {
+                    warn!(schedule = %schedule.name, "unusable schedule: {err}");
+                    continue;
+                }
+            };
+            let newest = self.store.schedule_jobs(schedule.id, 1).await?;
+            let running = newest.first().is_some_and(|j| !j.state.is_terminal());
+            let outcome = tick(&cron, utc(schedule.last_fired), now, running);
+            let note = match outcome {
+                Tick::Idle { .. } => None,
+                Tick::Fire { due_at, missed, .. } => {
+                    let job = new_job(
+                        uuid::Uuid::new_v4(),
+                        schedule.spec.clone(),
+                        Some(schedule.id),
+                        &self.config.jobs_dir,
+                    );
+                    self.store.insert_job(&job, &pending_tasks(&job)).await?;
+                    info!(schedule = %schedule.name, job = %crate::model::short_id(&job.id), "schedule fired");
+                    Some(if missed > 0 {
+                        format!(
+                            "caught up: {} due times passed while no daemon ran; enqueued one job ({}) for {due_at}",
+                            missed + 1,
+                            job.id
+                        )
+                    } else {
+                        format!("fired for {due_at}: enqueued job {}", job.id)
+                    })
+                }
+                Tick::Skip { due_at, missed, .. } => Some(format!(
+                    "skipped {} due time{} up to {due_at}: the previous job is still running",
+                    missed + 1,
+                    if missed > 0 { "s" } else { "" }
+                )),
+            };
+            if let Some(note) = note {
+                schedule.last_fired = now.timestamp_millis();
+                self.store.update_schedule(&schedule).await?;
+                self.store.add_event(schedule.id, &NewEvent::note(note)).await?;
+            }
+            if let Some(next) = outcome.next() {
+                next_due = Some(next_due.map_or(next, |n| n.min(next)));
+            }
+        }
+        Ok(next_due)
+    }
+
+    /// For a scheduled job that succeeded: the models whose accuracy fell below the baseline
+    /// (median of the schedule's last 5 succeeded jobs), as `(reason, regressions JSON)`.
+    pub(super) async fn check_regression(
+        &self,
+        job: &Job,
+        results: &serde_json::Value,
+    ) -> Result<Option<(String, serde_json::Value)>> {
+        let Some(schedule) = job.schedule_id else { return Ok(None) };
+        let accuracies = |results: &serde_json::Value| -> BTreeMap<String, Option<f64>> {
+            results["models"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| {
+                    let ok = m["error"].is_null() && m["steps_tested"].as_u64().unwrap_or(0) > 0;
+                    Some((m["model"].as_str()?.to_string(), if ok { m["accuracy"].as_f64() } else { None }))
+                })
+                .collect()
+        };
+        let history: Vec<BTreeMap<String, f64>> = self
+            .store
+            .schedule_jobs(schedule, 20)
+            .await?
+            .iter()
+            .filter(|j| j.id != job.id && j.state == JobState::Succeeded)
+            .filter_map(|j| j.results.as_ref())
+            .map(|r| accuracies(r).into_iter().filter_map(|(m, a)| Some((m, a?))).collect())
+            .collect();
+        let found = regressions(&RegressionPolicy::default(), &baselines(&history), &accuracies(results));
+        if found.is_empty() {
+            return Ok(None);
+        }
+        let reason = found.iter().map(|r| format!("{} {}", r.model, r.reason)).collect::<Vec<_>>().join("; ");
+        Ok(Some((format!("regressed: {reason}"), serde_json::to_value(&found).unwrap_or_default())))
+    }
+}

@@ -1,0 +1,148 @@
+//! Schedules through the daemon. The due-time arithmetic (weekday ranges, time zones, DST,
+//! catch-up counting, regression against a baseline) is tested with an injectable clock in
+//! `jobs::schedule`; here the daemon acts on it.
+
+use std::time::Duration;
+
+use crate::support::{TestHome, stderr, wait_for};
+
+fn home_with_envs() -> TestHome {
+    let mut home = TestHome::new();
+    home.env = vec![
+        ("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()),
+        // A test that can't succeed quickly: the schedule mechanics are what is tested here.
+        ("LACHESIS_PYTHON".into(), "false".into()),
+    ];
+    home
+}
+
+const LOCAL: [&str; 4] = ["--provider", "http://127.0.0.1:9/v1", "--models", "m1"];
+
+#[tokio::test]
+async fn schedules_are_validated_listed_paused_and_removed() {
+    let home = home_with_envs();
+    let err = stderr(&home.cli(&["schedule", "add", "bad", "--cron", "0 25 * * *", "--env", "arith"]));
+    assert!(err.contains("invalid cron expression '0 25 * * *': hour 25 is out of range"), "{err}");
+    let err = stderr(&home.cli(&[
+        "schedule",
+        "add",
+        "bad",
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Mars/Base",
+        "--env",
+        "arith",
+    ]));
+    assert!(err.contains("unknown time zone 'Mars/Base'"), "{err}");
+    let mut args = vec![
+        "schedule",
+        "add",
+        "weekdays",
+        "--cron",
+        "0 9 * * 1-5",
+        "--env",
+        "arith",
+        "--tz",
+        "Europe/Paris",
+    ];
+    args.extend(LOCAL);
+    assert!(home.cli_ok(&args).starts_with("added schedule weekdays (0 9 * * 1-5); next due "));
+    let err = stderr(&home.cli(&args));
+    assert!(err.contains("a schedule called 'weekdays' already exists"), "{err}");
+    let list: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["schedule", "list", "--json"])).unwrap();
+    let next = list[0]["next_due"].as_i64().unwrap();
+    let weekday =
+        chrono::DateTime::from_timestamp_millis(next).unwrap().with_timezone(&chrono_tz::Europe::Paris);
+    use chrono::{Datelike, Timelike};
+    assert!(weekday.weekday().number_from_monday() <= 5 && weekday.hour() == 9, "{weekday}");
+    home.cli_ok(&["schedule", "pause", "weekdays"]);
+    assert!(home.cli_ok(&["schedule", "list"]).contains("paused"));
+    home.cli_ok(&["schedule", "resume", "weekdays"]);
+    home.cli_ok(&["schedule", "rm", "weekdays"]);
+    let err = stderr(&home.cli(&["schedule", "show", "weekdays"]));
+    assert!(err.contains("unknown schedule 'weekdays'"), "{err}");
+}
+
+async fn add_missed_schedule(home: &mut TestHome, days_down: i64) -> lachesis::jobs::Schedule {
+    let mut args = vec!["schedule", "add", "nightly", "--cron", "0 3 * * *", "--env", "arith"];
+    args.extend(LOCAL);
+    home.cli_ok(&args);
+    // As if the daemon had been down for `days_down` days since the schedule last fired.
+    let store = home.store().await;
+    let mut schedule = store.schedules().await.unwrap().remove(0);
+    schedule.last_fired -= days_down * 24 * 3600 * 1000;
+    store.update_schedule(&schedule).await.unwrap();
+    schedule
+}
+
+#[tokio::test]
+async fn downtime_over_several_due_times_enqueues_one_catch_up_job() {
+    let mut home = home_with_envs();
+    let schedule = add_missed_schedule(&mut home, 3).await;
+    home.start_daemon();
+    let store = home.store().await;
+    let note = wait_for("the catch-up note", Duration::from_secs(20), || {
+        let store = store.clone();
+        async move {
+            store
+                .events(schedule.id, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.message)
+                .find(|m| m.starts_with("caught up"))
+        }
+    })
+    .await;
+    assert!(
+        note.starts_with("caught up: 3 due times passed while no daemon ran; enqueued one job"),
+        "{note}"
+    );
+    let jobs = store.schedule_jobs(schedule.id, 10).await.unwrap();
+    assert_eq!(jobs.len(), 1, "one job for three missed due times");
+    // A restart does not fire again for the same due times.
+    home.kill_daemon();
+    home.start_daemon();
+    home.cli_ok(&["schedule", "pause", "nightly"]); // wakes the daemon
+    home.cli_ok(&["schedule", "resume", "nightly"]);
+    // Nothing to wait for: watch a bounded window in which a second job would have appeared.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        assert_eq!(store.schedule_jobs(schedule.id, 10).await.unwrap().len(), 1, "fired twice");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_due_time_while_the_previous_job_runs_is_skipped() {
+    let mut home = home_with_envs();
+    let schedule = add_missed_schedule(&mut home, 1).await;
+    // The previous job of this schedule is still queued (no daemon has taken it yet).
+    let store = home.store().await;
+    let job = lachesis::jobs::new_job(
+        uuid::Uuid::new_v4(),
+        schedule.spec.clone(),
+        Some(schedule.id),
+        &home.path().join("jobs"),
+    );
+    store.insert_job(&job, &lachesis::jobs::pending_tasks(&job)).await.unwrap();
+    home.start_daemon();
+    let note = wait_for("the skip note", Duration::from_secs(20), || {
+        let store = store.clone();
+        async move {
+            store
+                .events(schedule.id, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.message)
+                .find(|m| m.starts_with("skipped"))
+        }
+    })
+    .await;
+    assert!(note.starts_with("skipped 1 due time up to "), "{note}");
+    assert!(note.ends_with("the previous job is still running"), "{note}");
+    assert_eq!(store.schedule_jobs(schedule.id, 10).await.unwrap().len(), 1, "no second job");
+}
