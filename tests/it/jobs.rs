@@ -179,3 +179,41 @@ async fn a_job_survives_a_daemon_restart_without_running_twice() {
     assert_eq!(messages.iter().filter(|m| m.starts_with("started (pid")).count(), 1, "{messages:#?}");
     assert!(messages.iter().any(|m| m.starts_with("timed out after 6s")), "{messages:#?}");
 }
+
+#[tokio::test]
+async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
+    let Some((python, tokenizer)) = atropos() else { return };
+    let stub = Stub::start(&python, &tokenizer, &[]);
+    let mut home = atropos_home(&python);
+    test_profile(&home, &tokenizer);
+    let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    home.cli_ok(&[
+        "schedule", "add", "nightly", "--cron", "0 3 * * *", "--env", "arith", "--models", "good-model", "--steps", "2",
+        "--group-size", "4", "--provider", &url, "--timeout", "60s", "--workflow", "arith-tests",
+    ]);
+    // Three earlier nights at 0.9 accuracy make the baseline; the stub scores 0.5.
+    let store = home.store().await;
+    let mut schedule = store.schedules().await.unwrap().remove(0);
+    for _ in 0..3 {
+        let mut job = lachesis::jobs::new_job(uuid::Uuid::new_v4(), schedule.spec.clone(), Some(schedule.id), &home.path().join("jobs"));
+        job.state = lachesis::jobs::JobState::Succeeded;
+        job.results = Some(serde_json::json!({"models": [{"model": "good-model", "accuracy": 0.9, "steps_tested": 2, "error": null}]}));
+        store.insert_job(&job, &[]).await.unwrap();
+    }
+    schedule.last_fired -= 24 * 3600 * 1000;
+    store.update_schedule(&schedule).await.unwrap();
+    home.start_daemon();
+    let job = crate::support::wait_for("the scheduled job to end", Duration::from_secs(120), || {
+        let store = store.clone();
+        async move {
+            let jobs = store.schedule_jobs(schedule.id, 1).await.unwrap();
+            jobs.into_iter().next().filter(|j| j.state.is_terminal() && j.results.as_ref().is_some_and(|r| r.get("summary").is_some()))
+        }
+    })
+    .await;
+    assert_eq!(job.state, lachesis::jobs::JobState::Regressed, "{job:#?}");
+    let reason = job.reason.unwrap();
+    assert!(reason.starts_with("regressed: good-model accuracy 0.5"), "{reason}");
+    let regressions = &job.results.unwrap()["regressions"];
+    assert_eq!(regressions[0]["baseline"], 0.9);
+}
