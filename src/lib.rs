@@ -7,6 +7,7 @@ pub mod environments;
 pub mod jobs;
 pub mod launch;
 pub mod model;
+pub mod notify;
 pub mod reconciler;
 pub mod redact;
 pub mod service;

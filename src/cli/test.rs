@@ -194,7 +194,7 @@ fn print_job(job: &Job, tasks: &[JobTask]) {
             summary["models_succeeded"],
             summary["models_tested"],
             summary["best_model"].as_str().unwrap_or("-"),
-            summary["average_accuracy"],
+            summary["avg_accuracy"],
             summary["environment_working"]
         );
     }

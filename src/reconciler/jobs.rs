@@ -302,7 +302,8 @@ impl Reconciler {
         match self.store.transition_job(&sup.job, event, Some(reason), results).await {
             Ok(job) => {
                 info!(job = %crate::model::short_id(&job.id), state = %job.state, reason, "job ended");
-                sup.job = job;
+                sup.job = job.clone();
+                self.notify_job(&job).await;
             }
             Err(StoreError::JobConflict { .. }) => {
                 if let Some(job) = self.store.job(id).await? {

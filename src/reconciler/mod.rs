@@ -3,6 +3,7 @@
 //! to the store before acting on it, so a crash between the two is repaired on restart.
 
 mod jobs;
+mod notifications;
 mod recover;
 mod schedules;
 mod supervised;
@@ -100,6 +101,7 @@ pub struct Reconciler {
     runs: HashMap<Uuid, Supervised>,
     jobs: HashMap<Uuid, jobs::SupervisedJob>,
     http: reqwest::Client,
+    notifier: Option<crate::notify::Notifier>,
 }
 
 type Result<T = ()> = std::result::Result<T, StoreError>;
@@ -107,7 +109,8 @@ type Result<T = ()> = std::result::Result<T, StoreError>;
 impl Reconciler {
     pub fn new(store: Arc<dyn Store>, config: ReconcilerConfig, tx: UnboundedSender<Msg>) -> Reconciler {
         let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
-        Reconciler { store, config, tx, runs: HashMap::new(), jobs: HashMap::new(), http }
+        let notifier = crate::notify::Notifier::with_defaults().ok();
+        Reconciler { store, config, tx, runs: HashMap::new(), jobs: HashMap::new(), http, notifier }
     }
 
     /// Repairs what the store says is in flight, then serves messages until the channel closes.
@@ -332,6 +335,7 @@ impl Reconciler {
             Ok(run) => {
                 info!(run = %run.short_id(), state = %run.state, reason = reason.unwrap_or(""), "transition");
                 sup.run = run;
+                self.notify_run(&self.runs[&id].run);
                 Ok(())
             }
             Err(StoreError::Conflict { .. }) => {

@@ -187,9 +187,11 @@ async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
     let mut home = atropos_home(&python);
     test_profile(&home, &tokenizer);
     let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    // The webhook fails once, so the notification has to be retried.
+    let hook = crate::support::Receiver::start(vec![500]).await;
     home.cli_ok(&[
         "schedule", "add", "nightly", "--cron", "0 3 * * *", "--env", "arith", "--models", "good-model", "--steps", "2",
-        "--group-size", "4", "--provider", &url, "--timeout", "60s", "--workflow", "arith-tests",
+        "--group-size", "4", "--provider", &url, "--timeout", "60s", "--workflow", "arith-tests", "--webhook", &hook.url,
     ]);
     // Three earlier nights at 0.9 accuracy make the baseline; the stub scores 0.5.
     let store = home.store().await;
@@ -216,4 +218,29 @@ async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
     assert!(reason.starts_with("regressed: good-model accuracy 0.5"), "{reason}");
     let regressions = &job.results.unwrap()["regressions"];
     assert_eq!(regressions[0]["baseline"], 0.9);
+
+    // Both notifications arrive (one after a retry), and how each went is an event of the job.
+    let regression = crate::support::wait_for("the regression webhook", Duration::from_secs(30), || {
+        let got = hook.of_kind("regression");
+        async move { got.into_iter().next() }
+    })
+    .await;
+    assert_eq!(regression["ids"]["job"], job.id.to_string());
+    assert_eq!(regression["ids"]["schedule"], "nightly");
+    assert_eq!(regression["state"], "regressed");
+    let finished = crate::support::wait_for("the job_finished webhook", Duration::from_secs(30), || {
+        let got = hook.of_kind("job_finished");
+        async move { got.into_iter().next() }
+    })
+    .await;
+    assert_eq!(finished["summary"]["models_succeeded"], 1);
+    let messages = crate::support::wait_for("delivery events", Duration::from_secs(10), || {
+        let store = store.clone();
+        async move {
+            let messages: Vec<String> = store.events(job.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+            (messages.iter().filter(|m| m.starts_with("webhook ")).count() == 2).then_some(messages)
+        }
+    })
+    .await;
+    assert!(messages.iter().any(|m| m.contains("told of") && m.contains("(attempt 2)")), "{messages:#?}");
 }

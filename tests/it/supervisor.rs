@@ -40,6 +40,23 @@ async fn demo_workflow_completes_and_records_every_exit() {
 }
 
 #[tokio::test]
+async fn finished_runs_are_posted_to_the_global_webhooks() {
+    let hook = crate::support::Receiver::start(vec![]).await;
+    let mut home = TestHome::new();
+    home.env = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
+    home.workflow("quick", "name: quick\nstages:\n  - {name: main, argv: [sh, -c, \"exit 4\"]}\n");
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "quick"]);
+    let body = wait_for("the run_failed webhook", T, || {
+        let got = hook.of_kind("run_failed");
+        async move { got.into_iter().next() }
+    })
+    .await;
+    assert_eq!(body["ids"]["run"], id.to_string());
+    assert_eq!(body["summary"]["reason"], "stage 'main' exited with code 4");
+}
+
+#[tokio::test]
 async fn daemon_killed_while_starting_resumes_the_start() {
     let mut home = TestHome::new();
     home.workflow("chain", &two_stage("chain", "2s", "sleep 0.5; exit 0"));

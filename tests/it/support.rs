@@ -278,3 +278,60 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     }
     found
 }
+
+/// A local HTTP endpoint for webhooks: records each request body and answers the scripted
+/// statuses in turn (then 200).
+pub struct Receiver {
+    pub url: String,
+    pub bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Receiver {
+    pub async fn start(statuses: Vec<u16>) -> Receiver {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&bodies);
+        let script = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(statuses)));
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (seen, script) = (Arc::clone(&seen), Arc::clone(&script));
+                tokio::spawn(async move {
+                    let mut data = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // Read the head, then as many body bytes as Content-Length says.
+                    let body = loop {
+                        let Ok(n) = socket.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        data.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&data).to_string();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let length = text[..end]
+                                .lines()
+                                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                                .unwrap_or(0);
+                            if data.len() >= end + 4 + length {
+                                break data[end + 4..end + 4 + length].to_vec();
+                            }
+                        }
+                    };
+                    let status = script.lock().unwrap().pop_front().unwrap_or(200);
+                    if status == 200 {
+                        seen.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or_default());
+                    }
+                    let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    let _ = socket.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        Receiver { url, bodies }
+    }
+
+    /// The bodies received so far whose `kind` is `kind`.
+    pub fn of_kind(&self, kind: &str) -> Vec<serde_json::Value> {
+        self.bodies.lock().unwrap().iter().filter(|b| b["kind"] == kind).cloned().collect()
+    }
+}

@@ -1,0 +1,80 @@
+//! Webhooks from the reconciler: a notification is handed to delivery tasks and forgotten;
+//! how each delivery went comes back as an event on the run or job, never as a wait here.
+
+use uuid::Uuid;
+
+use super::Reconciler;
+use crate::jobs::{Job, JobState};
+use crate::model::{NewEvent, Run, RunState};
+use crate::notify::{Notification, Webhook};
+
+/// Webhooks told about every run that completes or fails (`LACHESIS_WEBHOOKS`, comma-separated).
+pub fn run_webhooks() -> Vec<String> {
+    std::env::var("LACHESIS_WEBHOOKS")
+        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+impl Reconciler {
+    fn deliver(&self, subject: Uuid, urls: Vec<String>, note: Notification) {
+        let (Some(notifier), false) = (&self.notifier, urls.is_empty()) else { return };
+        let hooks = urls.into_iter().map(|url| Webhook { url }).collect();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        notifier.spawn_send(hooks, note, tx);
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            while let Some(report) = rx.recv().await {
+                let message = match (&report.error, report.delivered) {
+                    (_, true) => format!("webhook {} told of {} (attempt {})", report.url, report.kind, report.attempts),
+                    (Some(error), false) => format!("webhook {} not told of {} after {} attempts: {error}", report.url, report.kind, report.attempts),
+                    (None, false) => format!("webhook {} not told of {}", report.url, report.kind),
+                };
+                let _ = store.add_event(subject, &NewEvent::note(message)).await;
+            }
+        });
+    }
+
+    /// A run reached `completed` or `failed`.
+    pub(super) fn notify_run(&self, run: &Run) {
+        let kind = match run.state {
+            RunState::Completed => Notification::RUN_COMPLETED,
+            RunState::Failed => Notification::RUN_FAILED,
+            _ => return,
+        };
+        let note = Notification {
+            kind: kind.into(),
+            ids: serde_json::json!({ "run": run.id, "workflow": run.workflow, "env": run.env_name }),
+            state: run.state.to_string(),
+            summary: serde_json::json!({ "reason": run.reason }),
+            at: chrono::Utc::now().timestamp(),
+        };
+        self.deliver(run.id, run_webhooks(), note);
+    }
+
+    /// A scheduled job ended: its schedule's webhooks hear that it finished, and of a regression.
+    pub(super) async fn notify_job(&self, job: &Job) {
+        let Some(schedule_id) = job.schedule_id else { return };
+        let Ok(schedules) = self.store.schedules().await else { return };
+        let Some(schedule) = schedules.into_iter().find(|s| s.id == schedule_id) else { return };
+        let ids = serde_json::json!({ "job": job.id, "schedule": schedule.name, "env": job.env_name });
+        let summary = job.results.as_ref().map(|r| r["summary"].clone()).unwrap_or_default();
+        let mut kinds = vec![Notification::JOB_FINISHED];
+        if job.state == JobState::Regressed {
+            kinds.push(Notification::REGRESSION);
+        }
+        for kind in kinds {
+            let note = Notification {
+                kind: kind.into(),
+                ids: ids.clone(),
+                state: job.state.to_string(),
+                summary: if kind == Notification::REGRESSION {
+                    serde_json::json!({ "reason": job.reason, "regressions": job.results.as_ref().map(|r| r["regressions"].clone()) })
+                } else {
+                    summary.clone()
+                },
+                at: chrono::Utc::now().timestamp(),
+            };
+            self.deliver(job.id, schedule.webhooks.clone(), note);
+        }
+    }
+}
