@@ -39,6 +39,7 @@ CREATE TABLE schedules (
     tz          TEXT,
     spec        TEXT    NOT NULL, -- the job each firing enqueues, JSON
     webhooks    TEXT    NOT NULL, -- JSON list of URLs
+    policy      TEXT    NOT NULL, -- regression policy, JSON
     paused      BIGINT  NOT NULL DEFAULT 0,
     last_fired  BIGINT  NOT NULL, -- due times up to here are handled
     created_at  BIGINT  NOT NULL

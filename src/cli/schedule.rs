@@ -42,6 +42,10 @@ pub enum ScheduleCommand {
         /// URL to POST to when a job finishes or regresses (repeatable)
         #[arg(long = "webhook")]
         webhooks: Vec<String>,
+        /// Accuracy drop below the baseline (median of the last 5 succeeded jobs) that marks a
+        /// job regressed [default: 0.10]
+        #[arg(long)]
+        max_drop: Option<f64>,
         #[arg(long)]
         json: bool,
     },
@@ -91,6 +95,7 @@ pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
             timeout,
             workflow,
             webhooks,
+            max_drop,
             json,
         } => {
             let request = TestRequest {
@@ -105,7 +110,8 @@ pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
                 workflow,
                 ..TestRequest::default()
             };
-            let schedule = service.add_schedule(&name, &cron, tz.as_deref(), &request, webhooks).await?;
+            let schedule =
+                service.add_schedule(&name, &cron, tz.as_deref(), &request, webhooks, max_drop).await?;
             if json {
                 print_json(&schedule)?;
             } else {

@@ -180,6 +180,8 @@ pub struct Schedule {
     pub spec: InferenceSpec,
     /// URLs POSTed when a job of this schedule finishes or regresses.
     pub webhooks: Vec<String>,
+    /// How far a model's accuracy may fall below the baseline before the job is `regressed`.
+    pub policy: schedule::RegressionPolicy,
     pub paused: bool,
     /// Due times up to here are handled (fired, caught up or skipped).
     pub last_fired: Millis,

@@ -166,9 +166,10 @@ impl Reconciler {
                 task.shim = Some(started.shim);
                 task.process = started.process;
                 let pid = task.process.as_ref().map_or(0, |p| p.pid);
-                self.store
-                    .update_task(task, Some(&NewEvent::stage(&model, format!("started (pid {pid})"))))
-                    .await?;
+                // The command as it may be shown: the provider's key stands as ***.
+                let argv = sup.job.spec.task_plan(&model, &sup.job.job_dir, "***").argv;
+                let event = NewEvent::stage(&model, format!("started (pid {pid}): {}", argv.join(" ")));
+                self.store.update_task(task, Some(&event)).await?;
                 let timeout = sup.job.spec.timeout.0;
                 self.arm_timeout(id, idx, timeout);
             }

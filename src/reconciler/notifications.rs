@@ -25,8 +25,14 @@ impl Reconciler {
         tokio::spawn(async move {
             while let Some(report) = rx.recv().await {
                 let message = match (&report.error, report.delivered) {
-                    (_, true) => format!("webhook {} told of {} (attempt {})", report.url, report.kind, report.attempts),
-                    (Some(error), false) => format!("webhook {} not told of {} after {} attempts: {error}", report.url, report.kind, report.attempts),
+                    (_, true) => format!(
+                        "webhook {} told of {} (attempt {})",
+                        report.url, report.kind, report.attempts
+                    ),
+                    (Some(error), false) => format!(
+                        "webhook {} not told of {} after {} attempts: {error}",
+                        report.url, report.kind, report.attempts
+                    ),
                     (None, false) => format!("webhook {} not told of {}", report.url, report.kind),
                 };
                 let _ = store.add_event(subject, &NewEvent::note(message)).await;

@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use tracing::{info, warn};
 
 use super::{Reconciler, Result};
-use crate::jobs::schedule::{Cron, RegressionPolicy, Tick, baselines, regressions, tick};
+use crate::jobs::schedule::{Cron, Tick, baselines, regressions, tick};
 use crate::jobs::{Job, JobState, new_job, pending_tasks};
 use crate::model::{NewEvent, now_millis};
 
@@ -81,7 +81,15 @@ impl Reconciler {
         job: &Job,
         results: &serde_json::Value,
     ) -> Result<Option<(String, serde_json::Value)>> {
-        let Some(schedule) = job.schedule_id else { return Ok(None) };
+        let Some(schedule_id) = job.schedule_id else { return Ok(None) };
+        let policy = self
+            .store
+            .schedules()
+            .await?
+            .into_iter()
+            .find(|s| s.id == schedule_id)
+            .map(|s| s.policy)
+            .unwrap_or_default();
         let accuracies = |results: &serde_json::Value| -> BTreeMap<String, Option<f64>> {
             results["models"]
                 .as_array()
@@ -95,14 +103,14 @@ impl Reconciler {
         };
         let history: Vec<BTreeMap<String, f64>> = self
             .store
-            .schedule_jobs(schedule, 20)
+            .schedule_jobs(schedule_id, 20)
             .await?
             .iter()
             .filter(|j| j.id != job.id && j.state == JobState::Succeeded)
             .filter_map(|j| j.results.as_ref())
             .map(|r| accuracies(r).into_iter().filter_map(|(m, a)| Some((m, a?))).collect())
             .collect();
-        let found = regressions(&RegressionPolicy::default(), &baselines(&history), &accuracies(results));
+        let found = regressions(&policy, &baselines(&history), &accuracies(results));
         if found.is_empty() {
             return Ok(None);
         }

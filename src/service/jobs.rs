@@ -162,7 +162,13 @@ impl Service {
         tz: Option<&str>,
         request: &TestRequest,
         webhooks: Vec<String>,
+        max_drop: Option<f64>,
     ) -> Result<crate::jobs::Schedule> {
+        let policy = match max_drop {
+            Some(drop) => crate::jobs::schedule::RegressionPolicy::new(drop)
+                .map_err(|e| ServiceError::Schedule(e.to_string()))?,
+            None => crate::jobs::schedule::RegressionPolicy::default(),
+        };
         crate::jobs::schedule::Cron::parse(cron, tz).map_err(|e| ServiceError::Schedule(e.to_string()))?;
         if self.store.schedules().await?.iter().any(|s| s.name == name) {
             return Err(ServiceError::Schedule(format!("a schedule called '{name}' already exists")));
@@ -180,6 +186,7 @@ impl Service {
             tz: tz.map(str::to_string),
             spec: self.test_spec(request).await?,
             webhooks,
+            policy,
             paused: false,
             // Due times count from now: a new schedule has missed nothing.
             last_fired: now,

@@ -103,6 +103,7 @@ fn schedule_from_row(row: &AnyRow) -> Result<Schedule> {
     let id: String = row.try_get("id")?;
     let spec: String = row.try_get("spec")?;
     let webhooks: String = row.try_get("webhooks")?;
+    let policy: String = row.try_get("policy")?;
     Ok(Schedule {
         id: Uuid::parse_str(&id).map_err(corrupt)?,
         name: row.try_get("name")?,
@@ -110,6 +111,7 @@ fn schedule_from_row(row: &AnyRow) -> Result<Schedule> {
         tz: row.try_get("tz")?,
         spec: from_json(&spec, "schedule spec")?,
         webhooks: from_json(&webhooks, "schedule webhooks")?,
+        policy: from_json(&policy, "schedule policy")?,
         paused: row.try_get::<i64, _>("paused")? != 0,
         last_fired: row.try_get("last_fired")?,
         created_at: row.try_get("created_at")?,
@@ -282,8 +284,8 @@ impl JobStore for SqlStore {
 
     async fn insert_schedule(&self, schedule: &Schedule) -> Result<()> {
         sqlx::query(
-            "INSERT INTO schedules (id, name, cron, tz, spec, webhooks, paused, last_fired, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO schedules (id, name, cron, tz, spec, webhooks, policy, paused, last_fired, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(schedule.id.to_string())
         .bind(&schedule.name)
@@ -291,6 +293,7 @@ impl JobStore for SqlStore {
         .bind(schedule.tz.as_deref())
         .bind(json(&schedule.spec))
         .bind(json(&schedule.webhooks))
+        .bind(json(&schedule.policy))
         .bind(schedule.paused as i64)
         .bind(schedule.last_fired)
         .bind(schedule.created_at)
@@ -301,7 +304,7 @@ impl JobStore for SqlStore {
 
     async fn schedules(&self) -> Result<Vec<Schedule>> {
         let rows = sqlx::query(
-            "SELECT id, name, cron, tz, spec, webhooks, paused, last_fired, created_at FROM schedules ORDER BY name",
+            "SELECT id, name, cron, tz, spec, webhooks, policy, paused, last_fired, created_at FROM schedules ORDER BY name",
         )
         .fetch_all(self.pool())
         .await?;

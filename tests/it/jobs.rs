@@ -178,6 +178,9 @@ async fn a_job_survives_a_daemon_restart_without_running_twice() {
     assert!(messages.iter().any(|m| m == "re-attached after a daemon restart"), "{messages:#?}");
     assert_eq!(messages.iter().filter(|m| m.starts_with("started (pid")).count(), 1, "{messages:#?}");
     assert!(messages.iter().any(|m| m.starts_with("timed out after 6s")), "{messages:#?}");
+    let started = messages.iter().find(|m| m.starts_with("started (pid")).unwrap();
+    assert!(started.contains(" process --env.total_steps 1 --env.group_size 2 "), "{started}");
+    assert!(started.contains("--openai.api_key *** --openai.model_name slow-model"), "{started}");
 }
 
 #[tokio::test]
@@ -190,16 +193,42 @@ async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
     // The webhook fails once, so the notification has to be retried.
     let hook = crate::support::Receiver::start(vec![500]).await;
     home.cli_ok(&[
-        "schedule", "add", "nightly", "--cron", "0 3 * * *", "--env", "arith", "--models", "good-model", "--steps", "2",
-        "--group-size", "4", "--provider", &url, "--timeout", "60s", "--workflow", "arith-tests", "--webhook", &hook.url,
+        "schedule",
+        "add",
+        "nightly",
+        "--cron",
+        "0 3 * * *",
+        "--env",
+        "arith",
+        "--models",
+        "good-model",
+        "--steps",
+        "2",
+        "--group-size",
+        "4",
+        "--provider",
+        &url,
+        "--timeout",
+        "60s",
+        "--workflow",
+        "arith-tests",
+        "--webhook",
+        &hook.url,
     ]);
     // Three earlier nights at 0.9 accuracy make the baseline; the stub scores 0.5.
     let store = home.store().await;
     let mut schedule = store.schedules().await.unwrap().remove(0);
     for _ in 0..3 {
-        let mut job = lachesis::jobs::new_job(uuid::Uuid::new_v4(), schedule.spec.clone(), Some(schedule.id), &home.path().join("jobs"));
+        let mut job = lachesis::jobs::new_job(
+            uuid::Uuid::new_v4(),
+            schedule.spec.clone(),
+            Some(schedule.id),
+            &home.path().join("jobs"),
+        );
         job.state = lachesis::jobs::JobState::Succeeded;
-        job.results = Some(serde_json::json!({"models": [{"model": "good-model", "accuracy": 0.9, "steps_tested": 2, "error": null}]}));
+        job.results = Some(
+            serde_json::json!({"models": [{"model": "good-model", "accuracy": 0.9, "steps_tested": 2, "error": null}]}),
+        );
         store.insert_job(&job, &[]).await.unwrap();
     }
     schedule.last_fired -= 24 * 3600 * 1000;
@@ -209,7 +238,9 @@ async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
         let store = store.clone();
         async move {
             let jobs = store.schedule_jobs(schedule.id, 1).await.unwrap();
-            jobs.into_iter().next().filter(|j| j.state.is_terminal() && j.results.as_ref().is_some_and(|r| r.get("summary").is_some()))
+            jobs.into_iter().next().filter(|j| {
+                j.state.is_terminal() && j.results.as_ref().is_some_and(|r| r.get("summary").is_some())
+            })
         }
     })
     .await;
@@ -237,7 +268,8 @@ async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
     let messages = crate::support::wait_for("delivery events", Duration::from_secs(10), || {
         let store = store.clone();
         async move {
-            let messages: Vec<String> = store.events(job.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+            let messages: Vec<String> =
+                store.events(job.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
             (messages.iter().filter(|m| m.starts_with("webhook ")).count() == 2).then_some(messages)
         }
     })

@@ -311,7 +311,11 @@ impl Receiver {
                         if let Some(end) = text.find("\r\n\r\n") {
                             let length = text[..end]
                                 .lines()
-                                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length:")
+                                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                                })
                                 .unwrap_or(0);
                             if data.len() >= end + 4 + length {
                                 break data[end + 4..end + 4 + length].to_vec();
@@ -322,7 +326,8 @@ impl Receiver {
                     if status == 200 {
                         seen.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or_default());
                     }
-                    let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    let reply =
+                        format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
                     let _ = socket.write_all(reply.as_bytes()).await;
                 });
             }
