@@ -4,9 +4,8 @@ use std::process::ExitCode;
 
 use lachesis::jobs::Schedule;
 use lachesis::jobs::schedule::Cron;
-use lachesis::service::{Service, TestRequest};
+use lachesis::service::Service;
 use lachesis::settings::Settings;
-use lachesis::workflow::Dur;
 
 use super::CliResult;
 use super::output::{print_json, table, time};
@@ -21,24 +20,8 @@ pub enum ScheduleCommand {
         /// IANA time zone of the cron expression [default: UTC]
         #[arg(long)]
         tz: Option<String>,
-        #[arg(long)]
-        env: Option<String>,
-        #[arg(long, value_delimiter = ',')]
-        models: Vec<String>,
-        #[arg(long)]
-        steps: Option<u32>,
-        #[arg(long)]
-        group_size: Option<u32>,
-        #[arg(long)]
-        provider: Option<String>,
-        #[arg(long)]
-        server_type: Option<String>,
-        #[arg(long)]
-        api_key_env: Option<String>,
-        #[arg(long)]
-        timeout: Option<Dur>,
-        #[arg(long, short)]
-        workflow: Option<String>,
+        #[command(flatten)]
+        test: Box<super::test::TestOptions>,
         /// URL to POST to when a job finishes or regresses (repeatable)
         #[arg(long = "webhook")]
         webhooks: Vec<String>,
@@ -81,35 +64,8 @@ fn next_due(schedule: &Schedule) -> Option<i64> {
 pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
-        ScheduleCommand::Add {
-            name,
-            cron,
-            tz,
-            env,
-            models,
-            steps,
-            group_size,
-            provider,
-            server_type,
-            api_key_env,
-            timeout,
-            workflow,
-            webhooks,
-            max_drop,
-            json,
-        } => {
-            let request = TestRequest {
-                env_name: env,
-                models,
-                steps,
-                group_size,
-                provider,
-                server_type,
-                api_key_env,
-                timeout,
-                workflow,
-                ..TestRequest::default()
-            };
+        ScheduleCommand::Add { name, cron, tz, test, webhooks, max_drop, json } => {
+            let request = test.request();
             let schedule =
                 service.add_schedule(&name, &cron, tz.as_deref(), &request, webhooks, max_drop).await?;
             if json {

@@ -13,38 +13,65 @@ use lachesis::workflow::Dur;
 use super::CliResult;
 use super::output::{duration, is_tty, print_json, table, time};
 
+/// What an inference test runs; shared by `test start` and `schedule add`.
+#[derive(clap::Args)]
+pub struct TestOptions {
+    /// Environment [default: the selected one]
+    #[arg(long)]
+    env: Option<String>,
+    /// Models, comma-separated [default: qwen/qwen3-8b, z-ai/glm-4.7-flash, minimax/minimax-m2.5]
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<String>,
+    /// Steps (groups) per model [default: 3]
+    #[arg(long)]
+    steps: Option<u32>,
+    /// Completions per step [default: 16]
+    #[arg(long)]
+    group_size: Option<u32>,
+    /// OpenAI-compatible base URL [default: OpenRouter, key from OPENROUTER_API_KEY]
+    #[arg(long)]
+    provider: Option<String>,
+    /// openai, vllm or sglang (with --provider)
+    #[arg(long)]
+    server_type: Option<String>,
+    /// Environment variable holding the provider's key (with --provider)
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// Per-model time limit; the process group is killed after it [default: 10m]
+    #[arg(long)]
+    timeout: Option<Dur>,
+    /// Models tested at once [default: 2]
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Workflow whose locked profile gives tokenizer and limits [default: the default one]
+    #[arg(long, short)]
+    workflow: Option<String>,
+}
+
+impl TestOptions {
+    pub fn request(self) -> TestRequest {
+        TestRequest {
+            env_name: self.env,
+            models: self.models,
+            steps: self.steps,
+            group_size: self.group_size,
+            provider: self.provider,
+            server_type: self.server_type,
+            api_key_env: self.api_key_env,
+            timeout: self.timeout,
+            concurrency: self.concurrency,
+            workflow: self.workflow,
+            schedule_id: None,
+        }
+    }
+}
+
 #[derive(clap::Subcommand)]
 pub enum TestCommand {
     /// Queue an inference test: the environment's `process` mode against each model
     Start {
-        /// Environment [default: the selected one]
-        #[arg(long)]
-        env: Option<String>,
-        /// Models, comma-separated [default: qwen/qwen3-8b, z-ai/glm-4.7-flash, minimax/minimax-m2.5]
-        #[arg(long, value_delimiter = ',')]
-        models: Vec<String>,
-        #[arg(long)]
-        steps: Option<u32>,
-        #[arg(long)]
-        group_size: Option<u32>,
-        /// OpenAI-compatible base URL [default: OpenRouter, key from OPENROUTER_API_KEY]
-        #[arg(long)]
-        provider: Option<String>,
-        /// openai, vllm or sglang (with --provider)
-        #[arg(long)]
-        server_type: Option<String>,
-        /// Environment variable holding the provider's key (with --provider)
-        #[arg(long)]
-        api_key_env: Option<String>,
-        /// Per-model time limit; the process group is killed after it [default: 10m]
-        #[arg(long)]
-        timeout: Option<Dur>,
-        /// Models tested at once [default: 2]
-        #[arg(long)]
-        concurrency: Option<usize>,
-        /// Workflow whose locked profile gives tokenizer and limits [default: the default one]
-        #[arg(long, short)]
-        workflow: Option<String>,
+        #[command(flatten)]
+        options: Box<TestOptions>,
         /// Wait for the results, showing groups written per model
         #[arg(long)]
         wait: bool,
@@ -71,33 +98,8 @@ pub enum TestCommand {
 pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
-        TestCommand::Start {
-            env,
-            models,
-            steps,
-            group_size,
-            provider,
-            server_type,
-            api_key_env,
-            timeout,
-            concurrency,
-            workflow,
-            wait,
-            json,
-        } => {
-            let request = TestRequest {
-                env_name: env,
-                models,
-                steps,
-                group_size,
-                provider,
-                server_type,
-                api_key_env,
-                timeout,
-                concurrency,
-                workflow,
-                schedule_id: None,
-            };
+        TestCommand::Start { options, wait, json } => {
+            let request = options.request();
             let job = service.submit_test(request).await?;
             if !json {
                 println!("{}", job.id);
