@@ -3,9 +3,11 @@
 
 pub mod bench;
 pub mod daemon;
+pub mod doctor;
 pub mod environments;
 pub mod jobs;
 pub mod launch;
+pub mod mcp;
 pub mod model;
 pub mod notify;
 pub mod reconciler;

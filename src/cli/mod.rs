@@ -3,7 +3,9 @@
 mod bench;
 mod config;
 mod daemon;
+mod doctor;
 mod env;
+mod mcp;
 mod output;
 mod run;
 mod schedule;
@@ -58,6 +60,10 @@ enum Command {
     /// List and show workflows
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
+    /// Check what runs need: Python, atroposlib, checkout, keys (never shown), store, daemon, ports
+    Doctor(doctor::DoctorArgs),
+    /// Serve the RL tools (rl_list_environments, rl_start_training, …) to an agent over MCP on stdio
+    Mcp,
     /// Measure the supervisor: exit detection, recovery, throughput, idle memory
     Bench(bench::BenchArgs),
     /// (internal) Parent of one stage process; started by the daemon
@@ -80,6 +86,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Schedule(command) => current_thread()?.block_on(schedule::run(settings, command)),
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Bench(args) => bench::run(args),
+        Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
+        Command::Mcp => current_thread()?.block_on(mcp::run(settings)),
         Command::Shim(_) => unreachable!("handled above"),
     }
 }

@@ -3,6 +3,7 @@
 mod atropos;
 mod cli;
 mod jobs;
+mod mcp;
 mod schedules;
 mod store;
 mod supervisor;

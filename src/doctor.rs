@@ -1,0 +1,121 @@
+//! `lachesis doctor`: what a training run needs, checked one line each. Key values are never
+//! shown, only whether they are set.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::service::Service;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    /// False for things only some runs need (a warning, not a failure).
+    pub required: bool,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// Whether everything a run needs is there.
+    pub fn healthy(&self) -> bool {
+        self.checks.iter().all(|c| c.ok || !c.required)
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({ "healthy": self.healthy(), "checks": self.checks })
+    }
+}
+
+fn check(name: &str, ok: bool, required: bool, detail: impl Into<String>) -> Check {
+    Check { name: name.into(), ok, required, detail: detail.into() }
+}
+
+pub async fn report(service: &Service) -> Report {
+    let settings = &service.settings;
+    let mut checks = Vec::new();
+    checks.push(check("store", true, true, format!("{} store reachable", service.store.backend())));
+    let daemon = crate::wake::notify(&settings.socket_path());
+    checks.push(check(
+        "daemon",
+        daemon,
+        true,
+        if daemon {
+            "a daemon is listening".to_string()
+        } else {
+            "no daemon is running: start `lachesis daemon`".to_string()
+        },
+    ));
+
+    let python = &settings.python;
+    let probe = tokio::process::Command::new(python)
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2]); import atroposlib; print('atroposlib', getattr(atroposlib, '__version__', 'installed'))"])
+        .output()
+        .await;
+    match probe {
+        Err(_) => checks.push(check(
+            "python",
+            false,
+            true,
+            format!("'{python}' not found: install Python 3.11+ or set LACHESIS_PYTHON"),
+        )),
+        Ok(out) => {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let mut lines = stdout.lines();
+            let version = lines.next().unwrap_or("").trim().to_string();
+            let new_enough = version
+                .split_once('.')
+                .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+                .is_some_and(|v| v >= (3, 11));
+            checks.push(check(
+                "python",
+                new_enough,
+                true,
+                format!(
+                    "{python} is Python {version}{}",
+                    if new_enough { "" } else { "; 3.11 or newer is needed" }
+                ),
+            ));
+            let atropos = lines.next().map(str::to_string);
+            checks.push(check(
+                "atroposlib",
+                atropos.is_some(),
+                true,
+                atropos
+                    .unwrap_or_else(|| format!("not importable: run `{python} -m pip install atroposlib`")),
+            ));
+        }
+    }
+
+    let checkout = settings.tinker_atropos.join("launch_training.py");
+    checks.push(check(
+        "tinker-atropos",
+        checkout.is_file(),
+        false,
+        if checkout.is_file() {
+            format!("{} found", settings.tinker_atropos.display())
+        } else {
+            format!("{} has no launch_training.py (set LACHESIS_TINKER_ATROPOS); needed by the tinker-atropos workflow", settings.tinker_atropos.display())
+        },
+    ));
+    let environments = service.environments().environments.len();
+    checks.push(check("environments", environments > 0, false, format!("{environments} environments found")));
+    for key in ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"] {
+        let set = std::env::var_os(key).is_some_and(|v| !v.is_empty());
+        checks.push(check(key, set, false, if set { "set".to_string() } else { "not set".to_string() }));
+    }
+    for port in [8000u16, 8001] {
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        checks.push(check(
+            &format!("port {port}"),
+            free,
+            false,
+            if free { "free" } else { "in use (a tinker-atropos run holds it, or something else)" },
+        ));
+    }
+    Report { checks }
+}
