@@ -15,6 +15,8 @@ use crate::settings::Settings;
 
 #[derive(Clone, Debug)]
 pub struct DaemonOptions {
+    /// Where to serve the HTTP API, if at all.
+    pub listen: Option<std::net::SocketAddr>,
     pub max_parallel: usize,
     pub stop_grace: Duration,
     pub scan_interval: Duration,
@@ -23,6 +25,7 @@ pub struct DaemonOptions {
 impl Default for DaemonOptions {
     fn default() -> Self {
         DaemonOptions {
+            listen: None,
             max_parallel: 8,
             stop_grace: Duration::from_secs(10),
             scan_interval: Duration::from_secs(2),
@@ -40,10 +43,15 @@ pub enum DaemonError {
     Socket { path: String, source: std::io::Error },
     #[error("cannot find the lachesis binary to start shims: {0}")]
     Exe(std::io::Error),
+    #[error(transparent)]
+    Api(#[from] crate::api::ApiError),
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), DaemonError> {
+    if let Some(addr) = options.listen {
+        crate::api::token_for(addr)?;
+    }
     let service = Service::open(settings.clone()).await?;
     let _lock = service.store.lock_daemon().await?;
     let socket_path = settings.socket_path();
@@ -69,13 +77,22 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         scan_interval: options.scan_interval,
         jobs_dir: settings.home.join("jobs"),
     };
-    let reconciler = Reconciler::new(Arc::clone(&service.store), config, tx);
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let reconciler = Reconciler::new(Arc::clone(&service.store), config, tx, Arc::clone(&metrics));
+    let api = options.listen.map(|addr| crate::api::serve(addr, service.clone(), Arc::clone(&metrics)));
+    let api = async move {
+        match api {
+            Some(api) => api.await,
+            None => std::future::pending().await,
+        }
+    };
     let mut term = signal(SignalKind::terminate())
         .map_err(|source| DaemonError::Socket { path: "SIGTERM".into(), source })?;
     let mut int = signal(SignalKind::interrupt())
         .map_err(|source| DaemonError::Socket { path: "SIGINT".into(), source })?;
     tokio::select! {
         result = reconciler.run(rx) => result?,
+        result = api => result?,
         _ = term.recv() => info!("SIGTERM: daemon exits; stages keep running under their shims"),
         _ = int.recv() => info!("SIGINT: daemon exits; stages keep running under their shims"),
     }

@@ -1,6 +1,7 @@
 //! lachesis: a restart-safe supervisor and queue for reinforcement-learning training runs on
 //! the Atropos + Tinker stack. See DESIGN in the README for the concepts.
 
+pub mod api;
 pub mod bench;
 pub mod daemon;
 pub mod doctor;
@@ -8,6 +9,7 @@ pub mod environments;
 pub mod jobs;
 pub mod launch;
 pub mod mcp;
+pub mod metrics;
 pub mod model;
 pub mod notify;
 pub mod reconciler;

@@ -247,7 +247,7 @@ impl RlTools {
         }
         match self.service.status(&args.run_id).await {
             Ok(status) => {
-                let weights = status.stages.iter().find_map(|s| trained_weights(&s.log_path));
+                let weights = status.stages.iter().find_map(|s| crate::service::trained_weights(&s.log_path));
                 let stages: Vec<Value> = status
                     .stages
                     .iter()
@@ -369,15 +369,6 @@ impl RlTools {
             "rate_limited": false,
         })
     }
-}
-
-/// The `tinker://…` weights path a trainer log reports, if any.
-fn trained_weights(log: &std::path::Path) -> Option<String> {
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines().rev().find_map(|line| {
-        let start = line.find("tinker://")?;
-        Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
-    })
 }
 
 /// Serves the tools on stdin/stdout until the client goes away. Logs go to stderr only.

@@ -8,6 +8,10 @@ use super::CliResult;
 
 #[derive(clap::Args)]
 pub struct DaemonArgs {
+    /// Serve the HTTP API here (e.g. 127.0.0.1:7077); other addresses than 127.0.0.1/::1 need
+    /// LACHESIS_API_TOKEN
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
     /// Runs started at once at most, whatever their resources
     #[arg(long, default_value_t = 8)]
     max_parallel: usize,
@@ -28,6 +32,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         .with_writer(std::io::stderr)
         .init();
     let options = DaemonOptions {
+        listen: args.listen,
         max_parallel: args.max_parallel,
         stop_grace: args.stop_grace.0,
         scan_interval: args.scan_interval.0,

@@ -102,15 +102,21 @@ pub struct Reconciler {
     jobs: HashMap<Uuid, jobs::SupervisedJob>,
     http: reqwest::Client,
     notifier: Option<crate::notify::Notifier>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 type Result<T = ()> = std::result::Result<T, StoreError>;
 
 impl Reconciler {
-    pub fn new(store: Arc<dyn Store>, config: ReconcilerConfig, tx: UnboundedSender<Msg>) -> Reconciler {
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: ReconcilerConfig,
+        tx: UnboundedSender<Msg>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Reconciler {
         let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
         let notifier = crate::notify::Notifier::with_defaults().ok();
-        Reconciler { store, config, tx, runs: HashMap::new(), jobs: HashMap::new(), http, notifier }
+        Reconciler { store, config, tx, runs: HashMap::new(), jobs: HashMap::new(), http, notifier, metrics }
     }
 
     /// Repairs what the store says is in flight, then serves messages until the channel closes.
@@ -132,6 +138,7 @@ impl Reconciler {
                 _ = scan.tick() => Msg::Wake,
                 _ = tokio::time::sleep(until_due) => Msg::Wake,
             };
+            let batch_started = std::time::Instant::now();
             // Handle everything already queued before rescanning the store once.
             let mut rescan = false;
             let supervised_before = self.runs.len();
@@ -166,6 +173,7 @@ impl Reconciler {
             {
                 warn!("reconciler: cannot schedule jobs: {err}");
             }
+            self.metrics.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
             // The queue only needs a look when work may have arrived or a slot came free.
             if (rescan || self.runs.len() < supervised_before)
                 && let Err(err) = self.schedule().await
@@ -495,6 +503,8 @@ impl Reconciler {
         let name = stage.name.clone();
         let (what, exit) = match &end {
             StageEnd::Finished(finished) => {
+                self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
+                self.metrics.stage_ended(finished.exit);
                 stage.state = StageState::Exited;
                 stage.exit = finished.exit;
                 stage.ended_at = Some(finished.ended_at);
@@ -505,6 +515,7 @@ impl Reconciler {
                 }
             }
             StageEnd::Vanished(why) => {
+                self.metrics.stage_ended(None);
                 stage.state = StageState::Lost;
                 stage.ended_at = Some(now_millis());
                 (format!("lost: {why}"), None)

@@ -200,8 +200,9 @@ impl Service {
     pub async fn schedule(&self, name: &str) -> Result<crate::jobs::Schedule> {
         let all = self.store.schedules().await?;
         let names: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
-        all.into_iter().find(|s| s.name == name).ok_or_else(|| {
-            ServiceError::Schedule(format!("unknown schedule '{name}' (schedules: {})", names.join(", ")))
+        all.into_iter().find(|s| s.name == name).ok_or_else(|| ServiceError::UnknownSchedule {
+            name: name.to_string(),
+            available: names.join(", "),
         })
     }
 

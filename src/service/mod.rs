@@ -14,7 +14,7 @@ use crate::workflow::CatalogError;
 
 pub use environments::{ConfigView, FieldView};
 pub use jobs::TestRequest;
-pub use runs::{RunStatus, RunSummary, SubmitRequest};
+pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -52,6 +52,8 @@ pub enum ServiceError {
     UnknownJob(String),
     #[error("{0}")]
     Schedule(String),
+    #[error("unknown schedule '{name}' (schedules: {available})")]
+    UnknownSchedule { name: String, available: String },
     #[error("job {id} has already ended ({state})")]
     JobEnded { id: String, state: crate::jobs::JobState },
 }

@@ -266,3 +266,35 @@ impl Service {
         }
     }
 }
+
+/// The `tinker://…` weights path a trainer log reports, if any.
+pub fn trained_weights(log: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().rev().find_map(|line| {
+        let start = line.find("tinker://")?;
+        Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
+    })
+}
+
+/// A run's outcome as results commands show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResults {
+    #[serde(flatten)]
+    pub status: RunStatus,
+    /// Wall time per stage, in seconds.
+    pub durations: std::collections::BTreeMap<String, f64>,
+    pub trained_weights: Option<String>,
+}
+
+impl Service {
+    pub async fn results(&self, prefix: &str) -> Result<RunResults> {
+        let status = self.status(prefix).await?;
+        let durations = status
+            .stages
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), (s.ended_at? - s.started_at?) as f64 / 1000.0)))
+            .collect();
+        let trained_weights = status.stages.iter().find_map(|s| trained_weights(&s.log_path));
+        Ok(RunResults { status, durations, trained_weights })
+    }
+}

@@ -31,6 +31,8 @@ pub trait JobStore: Send + Sync {
     ) -> Result<Job>;
     async fn job_tasks(&self, job_id: Uuid) -> Result<Vec<JobTask>>;
     async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()>;
+    /// How many jobs are in each state.
+    async fn job_counts(&self) -> Result<Vec<(String, i64)>>;
     /// A schedule's jobs, newest first.
     async fn schedule_jobs(&self, schedule: Uuid, limit: i64) -> Result<Vec<Job>>;
 
@@ -274,6 +276,14 @@ impl JobStore for SqlStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn job_counts(&self) -> Result<Vec<(String, i64)>> {
+        super::sql::count_by_state(
+            self.pool(),
+            "SELECT state, COUNT(*) AS n FROM jobs GROUP BY state ORDER BY state",
+        )
+        .await
     }
 
     async fn schedule_jobs(&self, schedule: Uuid, limit: i64) -> Result<Vec<Job>> {

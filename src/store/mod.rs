@@ -74,6 +74,8 @@ pub trait Store: JobStore + Send + Sync {
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;
     /// Runs newest first, or pending runs in queue order when filtering on `pending`.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>>;
+    /// How many runs are in each state.
+    async fn run_counts(&self) -> Result<Vec<(String, i64)>>;
     /// Runs in `starting`, `running` or `stopping`.
     async fn active_runs(&self) -> Result<Vec<Run>>;
     /// Runs a daemon must look after: not terminal, or with a stage that may still be alive.

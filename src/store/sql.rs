@@ -139,6 +139,11 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
 
 const INSERT_EVENT: &str = "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
+pub(super) async fn count_by_state(pool: &AnyPool, sql: &'static str) -> Result<Vec<(String, i64)>> {
+    let rows = sqlx::query(sql).fetch_all(pool).await?;
+    rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
+}
+
 pub(super) async fn insert_event<'c, E>(
     executor: E,
     run_id: Uuid,
@@ -245,6 +250,11 @@ impl Store for SqlStore {
             }
             None => self.query_runs(select_runs!("ORDER BY seq DESC LIMIT $1"), &[], limit).await,
         }
+    }
+
+    async fn run_counts(&self) -> Result<Vec<(String, i64)>> {
+        count_by_state(&self.pool, "SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
+            .await
     }
 
     async fn active_runs(&self) -> Result<Vec<Run>> {

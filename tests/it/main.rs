@@ -2,6 +2,7 @@
 
 mod atropos;
 mod cli;
+mod http;
 mod jobs;
 mod mcp;
 mod schedules;

@@ -1,0 +1,445 @@
+//! Every HTTP route, once: method, path, what it does, and its handler. The router and the
+//! OpenAPI document are both built from `ROUTES`.
+
+use std::collections::BTreeMap;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, post, put};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::{AppState, Failure};
+use crate::model::RunState;
+use crate::service::{SubmitRequest, TestRequest};
+use crate::store::RunFilter;
+use crate::workflow::Dur;
+
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    /// Example request body, for the OpenAPI document.
+    pub body: Option<&'static str>,
+    pub handler: fn() -> MethodRouter<AppState>,
+}
+
+macro_rules! route {
+    ($method:literal, $path:literal, $summary:literal, $body:expr, $handler:expr) => {
+        Route { method: $method, path: $path, summary: $summary, body: $body, handler: || $handler }
+    };
+}
+
+pub static ROUTES: &[Route] = &[
+    route!("get", "/health", "Liveness: the store answers", None, get(health)),
+    route!("get", "/openapi.json", "This API as OpenAPI 3.1", None, get(openapi)),
+    route!("get", "/metrics", "Prometheus metrics", None, get(metrics)),
+    route!("get", "/workflows", "Workflows in the workflow directory", None, get(workflows)),
+    route!("get", "/environments", "Atropos environments found on disk", None, get(environments)),
+    route!("get", "/environments/{name}", "One environment", None, get(environment)),
+    route!("get", "/selection", "The selected environment and its configuration", None, get(config)),
+    route!("post", "/selection", "Select an environment", Some(r#"{"name": "gsm8k"}"#), post(select)),
+    route!("put", "/config/{field}", "Set a configurable field", Some(r#"{"value": 16}"#), put(set_config)),
+    route!("get", "/runs", "Runs, newest first (?state=, ?limit=)", None, get(list_runs)),
+    route!("post", "/runs", "Queue a run", Some(r#"{"workflow": "demo", "priority": 0}"#), post(start_run)),
+    route!("get", "/runs/{id}", "A run with its stages", None, get(run_status)),
+    route!("post", "/runs/{id}/stop", "Stop a run (a pending one is cancelled)", None, post(stop_run)),
+    route!(
+        "get",
+        "/runs/{id}/results",
+        "A run's outcome, stage exits and trained weights",
+        None,
+        get(run_results)
+    ),
+    route!("get", "/runs/{id}/events", "A run's event history", None, get(run_events)),
+    route!("get", "/runs/{id}/logs", "A run's stage logs (?stage=)", None, get(run_logs)),
+    route!("get", "/tests", "Inference tests, newest first", None, get(list_tests)),
+    route!(
+        "post",
+        "/tests",
+        "Queue an inference test",
+        Some(r#"{"models": ["qwen/qwen3-8b"], "steps": 3}"#),
+        post(start_test)
+    ),
+    route!("get", "/tests/{id}", "An inference test with its per-model results", None, get(test_status)),
+    route!("post", "/tests/{id}/stop", "Cancel an inference test", None, post(stop_test)),
+    route!("get", "/schedules", "Schedules", None, get(schedules)),
+    route!(
+        "post",
+        "/schedules",
+        "Add a schedule",
+        Some(r#"{"name": "nightly", "cron": "0 3 * * *", "env": "gsm8k"}"#),
+        post(add_schedule)
+    ),
+    route!("get", "/schedules/{name}", "One schedule with its recent jobs", None, get(schedule)),
+    route!("post", "/schedules/{name}/pause", "Pause a schedule", None, post(pause_schedule)),
+    route!("post", "/schedules/{name}/resume", "Resume a schedule", None, post(resume_schedule)),
+    route!("delete", "/schedules/{name}", "Remove a schedule", None, delete(remove_schedule)),
+];
+
+type Answer = Result<axum::Json<Value>, Failure>;
+
+fn ok(value: impl serde::Serialize) -> Answer {
+    Ok(axum::Json(serde_json::to_value(value).unwrap_or(Value::Null)))
+}
+
+/// A JSON body whose rejections are JSON errors too.
+pub struct Body<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = Failure;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Body(value)),
+            Err(JsonRejection::BytesRejection(e)) => {
+                Err(Failure::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", e.body_text()))
+            }
+            Err(e) => Err(Failure::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text())),
+        }
+    }
+}
+
+async fn health(State(s): State<AppState>) -> Answer {
+    let daemon = crate::wake::notify(&s.service.settings.socket_path());
+    ok(json!({ "status": "ok", "store": s.service.store.backend(), "daemon": daemon }))
+}
+
+async fn openapi() -> axum::Json<Value> {
+    axum::Json(super::routes::openapi_document())
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let text = s.metrics.render(&*s.service.store).await;
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn workflows(State(s): State<AppState>) -> Answer {
+    let catalog = s.service.settings.catalog().map_err(crate::service::ServiceError::from)?;
+    let list: Vec<Value> = catalog
+        .names()
+        .into_iter()
+        .map(|name| match catalog.load(&name) {
+            Ok(wf) => json!({ "name": name, "description": wf.description, "stages": wf.stages.iter().map(|s| &s.name).collect::<Vec<_>>(), "credentials": wf.credentials }),
+            Err(err) => json!({ "name": name, "error": err.to_string() }),
+        })
+        .collect();
+    ok(list)
+}
+
+async fn environments(State(s): State<AppState>) -> Answer {
+    let d = s.service.environments();
+    ok(
+        json!({ "environments": d.environments, "warnings": d.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>() }),
+    )
+}
+
+async fn environment(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    ok(s.service.environment(&name)?)
+}
+
+async fn config(State(s): State<AppState>) -> Answer {
+    ok(s.service.config().await?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SelectBody {
+    name: String,
+}
+
+async fn select(State(s): State<AppState>, Body(body): Body<SelectBody>) -> Answer {
+    ok(s.service.select(&body.name).await?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ValueBody {
+    value: Value,
+}
+
+async fn set_config(
+    State(s): State<AppState>,
+    Path(field): Path<String>,
+    Body(body): Body<ValueBody>,
+) -> Answer {
+    let raw = match body.value {
+        Value::String(text) => text,
+        other => other.to_string(),
+    };
+    let value = s.service.set_config(&field, &raw).await?;
+    ok(json!({ "field": field, "value": value }))
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    state: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn list_runs(State(s): State<AppState>, Query(q): Query<ListQuery>) -> Answer {
+    let state = q
+        .state
+        .map(|text| text.parse::<RunState>())
+        .transpose()
+        .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
+    ok(s.service.list(&RunFilter { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StartBody {
+    workflow: Option<String>,
+    env: Option<String>,
+    #[serde(default)]
+    set: BTreeMap<String, Value>,
+    #[serde(default)]
+    vars: BTreeMap<String, String>,
+    #[serde(default)]
+    priority: i64,
+}
+
+async fn start_run(State(s): State<AppState>, Body(body): Body<StartBody>) -> Response {
+    let set = body
+        .set
+        .into_iter()
+        .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+        .collect();
+    let request = SubmitRequest {
+        workflow: body.workflow,
+        env_name: body.env,
+        vars: body.vars,
+        set,
+        priority: body.priority,
+    };
+    match s.service.submit(request).await {
+        Ok(run) => {
+            (StatusCode::CREATED, axum::Json(json!(crate::service::RunSummary::from(&run)))).into_response()
+        }
+        Err(err) => Failure::from(err).into_response(),
+    }
+}
+
+async fn run_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(s.service.status(&id).await?)
+}
+
+async fn stop_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(crate::service::RunSummary::from(&s.service.stop(&id).await?))
+}
+
+async fn run_results(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(s.service.results(&id).await?)
+}
+
+async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(s.service.events(&id).await?.1)
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    stage: Option<String>,
+}
+
+async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<LogQuery>) -> Answer {
+    let status = s.service.status(&id).await?;
+    let logs: BTreeMap<String, String> = status
+        .stages
+        .iter()
+        .filter(|st| q.stage.as_deref().is_none_or(|name| st.name == name))
+        .map(|st| {
+            (
+                st.name.clone(),
+                std::fs::read(&st.log_path)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    if logs.is_empty() {
+        return Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("run {id} has no stage {:?}", q.stage.unwrap_or_default()),
+        ));
+    }
+    ok(logs)
+}
+
+async fn list_tests(State(s): State<AppState>, Query(q): Query<ListQuery>) -> Answer {
+    ok(s.service.list_jobs(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TestBody {
+    env: Option<String>,
+    #[serde(default)]
+    models: Vec<String>,
+    steps: Option<u32>,
+    group_size: Option<u32>,
+    provider: Option<String>,
+    server_type: Option<String>,
+    api_key_env: Option<String>,
+    timeout: Option<Dur>,
+    concurrency: Option<usize>,
+    workflow: Option<String>,
+}
+
+impl TestBody {
+    fn request(self) -> TestRequest {
+        TestRequest {
+            env_name: self.env,
+            models: self.models,
+            steps: self.steps,
+            group_size: self.group_size,
+            provider: self.provider,
+            server_type: self.server_type,
+            api_key_env: self.api_key_env,
+            timeout: self.timeout,
+            concurrency: self.concurrency,
+            workflow: self.workflow,
+            schedule_id: None,
+        }
+    }
+}
+
+async fn start_test(State(s): State<AppState>, Body(body): Body<TestBody>) -> Response {
+    match s.service.submit_test(body.request()).await {
+        Ok(job) => (StatusCode::CREATED, axum::Json(json!(job))).into_response(),
+        Err(err) => Failure::from(err).into_response(),
+    }
+}
+
+async fn test_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    let (job, tasks) = s.service.job_status(&id).await?;
+    ok(json!({ "job": job, "tasks": tasks }))
+}
+
+async fn stop_test(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(s.service.cancel_job(&id).await?)
+}
+
+async fn schedules(State(s): State<AppState>) -> Answer {
+    ok(s.service.schedules().await?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleBody {
+    name: String,
+    cron: String,
+    tz: Option<String>,
+    #[serde(default)]
+    webhooks: Vec<String>,
+    max_drop: Option<f64>,
+    #[serde(flatten)]
+    test: TestBodyFlat,
+}
+
+/// The test fields of a schedule body (flattened: serde can't deny unknown fields across it).
+#[derive(Deserialize, Default)]
+struct TestBodyFlat {
+    env: Option<String>,
+    #[serde(default)]
+    models: Vec<String>,
+    steps: Option<u32>,
+    group_size: Option<u32>,
+    provider: Option<String>,
+    server_type: Option<String>,
+    api_key_env: Option<String>,
+    timeout: Option<Dur>,
+    concurrency: Option<usize>,
+    workflow: Option<String>,
+}
+
+async fn add_schedule(State(s): State<AppState>, Body(body): Body<ScheduleBody>) -> Response {
+    let t = body.test;
+    let test = TestBody {
+        env: t.env,
+        models: t.models,
+        steps: t.steps,
+        group_size: t.group_size,
+        provider: t.provider,
+        server_type: t.server_type,
+        api_key_env: t.api_key_env,
+        timeout: t.timeout,
+        concurrency: t.concurrency,
+        workflow: t.workflow,
+    };
+    let added = s
+        .service
+        .add_schedule(
+            &body.name,
+            &body.cron,
+            body.tz.as_deref(),
+            &test.request(),
+            body.webhooks,
+            body.max_drop,
+        )
+        .await;
+    match added {
+        Ok(schedule) => (StatusCode::CREATED, axum::Json(json!(schedule))).into_response(),
+        Err(err) => Failure::from(err).into_response(),
+    }
+}
+
+async fn schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    let schedule = s.service.schedule(&name).await?;
+    let jobs =
+        s.service.store.schedule_jobs(schedule.id, 10).await.map_err(crate::service::ServiceError::from)?;
+    ok(json!({ "schedule": schedule, "jobs": jobs }))
+}
+
+async fn pause_schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    ok(s.service.pause_schedule(&name, true).await?)
+}
+
+async fn resume_schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    ok(s.service.pause_schedule(&name, false).await?)
+}
+
+async fn remove_schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    ok(s.service.remove_schedule(&name).await?)
+}
+
+/// OpenAPI 3.1, generated from the route table.
+pub fn openapi_document() -> Value {
+    let mut paths: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
+    for route in ROUTES {
+        let params: Vec<Value> = route
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+            .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+            .collect();
+        let mut op = json!({
+            "summary": route.summary,
+            "operationId": format!("{}{}", route.method, route.path.replace(['/', '{', '}', '.'], "_")),
+            "parameters": params,
+            "responses": {
+                "200": { "description": "OK (201 for creations)", "content": { "application/json": {} } },
+                "default": { "description": "An error", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+            },
+        });
+        if let Some(example) = route.body {
+            op["requestBody"] = json!({
+                "required": true,
+                "content": { "application/json": { "schema": { "type": "object" }, "example": serde_json::from_str::<Value>(example).unwrap_or_default() } },
+            });
+        }
+        paths.entry(route.path.to_string()).or_default().insert(route.method.to_string(), op);
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": { "title": "lachesis", "version": env!("CARGO_PKG_VERSION"), "description": "Queue, start and supervise RL training runs and inference tests." },
+        "paths": paths,
+        "components": {
+            "schemas": { "Error": { "type": "object", "required": ["error", "message"], "properties": { "error": { "type": "string" }, "message": { "type": "string" } } } },
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+        },
+        "security": [{ "bearer": [] }],
+    })
+}

@@ -1,0 +1,131 @@
+//! What the daemon measures about itself, rendered for Prometheus at `/metrics`. Counters and
+//! histograms are atomics the reconciler bumps; run and job counts are read from the store at
+//! scrape time, so they are right whoever changed them.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::store::Store;
+
+/// Upper bounds of the latency buckets, in milliseconds.
+const BUCKETS_MS: [f64; 11] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0];
+
+#[derive(Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS_MS.len()],
+    total: AtomicU64,
+    /// Sum in microseconds, to keep it an integer.
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe_ms(&self, ms: f64) {
+        let ms = ms.max(0.0);
+        for (bound, count) in BUCKETS_MS.iter().zip(&self.counts) {
+            if ms <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add((ms * 1000.0) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, count) in BUCKETS_MS.iter().zip(&self.counts) {
+            let _ =
+                writeln!(out, "{name}_bucket{{le=\"{}\"}} {}", bound / 1000.0, count.load(Ordering::Relaxed));
+        }
+        let total = self.total.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
+        let _ = writeln!(out, "{name}_sum {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {total}");
+    }
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub stage_exits_ok: AtomicU64,
+    pub stage_exits_failed: AtomicU64,
+    pub stage_exits_signalled: AtomicU64,
+    pub stages_lost: AtomicU64,
+    /// Handling one batch of reconciler messages.
+    pub tick: Histogram,
+    /// From a stage's exit (as its shim saw it) to the state committed.
+    pub exit_detection: Histogram,
+}
+
+impl Metrics {
+    pub fn stage_ended(&self, exit: Option<crate::model::ExitStatus>) {
+        use crate::model::ExitStatus;
+        let counter = match exit {
+            Some(ExitStatus::Code(0)) => &self.stage_exits_ok,
+            Some(ExitStatus::Code(_)) => &self.stage_exits_failed,
+            Some(ExitStatus::Signal(_)) => &self.stage_exits_signalled,
+            None => &self.stages_lost,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub async fn render(&self, store: &dyn Store) -> String {
+        let mut out = String::new();
+        let gauge = |out: &mut String, name: &str, help: &str, rows: Vec<(String, i64)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (state, count) in rows {
+                let _ = writeln!(out, "{name}{{state=\"{state}\"}} {count}");
+            }
+        };
+        gauge(&mut out, "lachesis_runs", "Runs by state.", store.run_counts().await.unwrap_or_default());
+        gauge(
+            &mut out,
+            "lachesis_jobs",
+            "Inference-test jobs by state.",
+            store.job_counts().await.unwrap_or_default(),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP lachesis_stage_exits_total Stage processes that ended, by outcome.\n# TYPE lachesis_stage_exits_total counter"
+        );
+        for (outcome, counter) in [
+            ("success", &self.stage_exits_ok),
+            ("failure", &self.stage_exits_failed),
+            ("signal", &self.stage_exits_signalled),
+            ("lost", &self.stages_lost),
+        ] {
+            let _ = writeln!(
+                out,
+                "lachesis_stage_exits_total{{outcome=\"{outcome}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        self.tick.render(
+            &mut out,
+            "lachesis_reconciler_tick_seconds",
+            "Time to handle one batch of reconciler events.",
+        );
+        self.exit_detection.render(
+            &mut out,
+            "lachesis_exit_detection_seconds",
+            "From a stage's exit to its state committed.",
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative() {
+        let h = Histogram::default();
+        for ms in [0.5, 3.0, 3.0, 700.0] {
+            h.observe_ms(ms);
+        }
+        let mut out = String::new();
+        h.render(&mut out, "x", "help");
+        assert!(out.contains("x_bucket{le=\"0.001\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.005\"} 3\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 4\nx_sum 706.5\nx_count 4\n"), "{out}");
+    }
+}
