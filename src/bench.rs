@@ -280,3 +280,110 @@ fn rss_mb(pid: u32) -> f64 {
         .unwrap_or(0.0);
     kb / 1024.0
 }
+
+#[derive(Debug, Default, Serialize)]
+pub struct HttpReport {
+    pub rate: u32,
+    pub seconds: u64,
+    pub requests: usize,
+    pub errors: usize,
+    pub latency_ms: Percentiles,
+    /// Runs started (and stopped) meanwhile.
+    pub runs_churned: usize,
+}
+
+/// `rate` status requests per second for `seconds` against the HTTP API on loopback, while
+/// runs start and stop in the background.
+pub async fn http_load(
+    exe: &Path,
+    rate: u32,
+    seconds: u64,
+    progress: &dyn Fn(&str),
+) -> BenchResult<HttpReport> {
+    let mut lab = Lab::new(exe).await?;
+    std::fs::write(
+        lab.home.join("workflows/churn.yaml"),
+        "name: churn\nstop_grace: 1s\nstages:\n  - {name: api, argv: [sleep, \"30\"]}\n  - {name: main, argv: [sleep, \"0.5\"]}\n",
+    )?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = lab
+        .cli()
+        .args(["daemon", "--max-parallel", "8", "--listen", &format!("127.0.0.1:{port}")])
+        .env("LACHESIS_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::OpenOptions::new().create(true).append(true).open(lab.home.join("daemon.log"))?)
+        .spawn()?;
+    lab.daemon = Some(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(64).build()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http.get(format!("{base}/health")).send().await.is_err() {
+        if Instant::now() > deadline {
+            return Err("the HTTP API did not come up".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let run = lab
+        .service
+        .submit(crate::service::SubmitRequest { workflow: Some("churn".into()), ..Default::default() })
+        .await?;
+    let target = format!("{base}/runs/{}", run.id);
+
+    // Churn: start a run and stop the previous one, every 200 ms, through the same API.
+    let churn_http = http.clone();
+    let churn_base = base.clone();
+    let churn = tokio::spawn(async move {
+        let mut previous: Option<String> = None;
+        let mut count = 0;
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let body = serde_json::json!({ "workflow": "churn" });
+            if let Ok(resp) = churn_http.post(format!("{churn_base}/runs")).json(&body).send().await
+                && let Ok(run) = resp.json::<serde_json::Value>().await
+            {
+                count += 1;
+                if let Some(prev) = previous.replace(run["id"].as_str().unwrap_or_default().to_string()) {
+                    let _ = churn_http.post(format!("{churn_base}/runs/{prev}/stop")).send().await;
+                }
+            }
+            if count > 10_000 {
+                return count;
+            }
+        }
+    });
+
+    progress(&format!("{rate} status requests/s for {seconds} s while runs start and stop"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<f64>>();
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let total = rate as u64 * seconds;
+    for _ in 0..total {
+        ticker.tick().await;
+        let (http, target, tx) = (http.clone(), target.clone(), tx.clone());
+        tokio::spawn(async move {
+            let begun = Instant::now();
+            let ok = http.get(&target).send().await.is_ok_and(|r| r.status().is_success());
+            let _ = tx.send(ok.then(|| begun.elapsed().as_secs_f64() * 1000.0));
+        });
+    }
+    drop(tx);
+    let mut samples = Vec::new();
+    let mut errors = 0;
+    while let Some(result) = rx.recv().await {
+        match result {
+            Some(ms) => samples.push(ms),
+            None => errors += 1,
+        }
+    }
+    churn.abort();
+    let runs_churned = lab.service.list(&RunFilter::default()).await?.len();
+    Ok(HttpReport {
+        rate,
+        seconds,
+        requests: samples.len() + errors,
+        errors,
+        latency_ms: Percentiles::of(samples),
+        runs_churned,
+    })
+}

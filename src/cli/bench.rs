@@ -22,11 +22,23 @@ pub struct BenchArgs {
     /// CLI processes submitting at once for the throughput figure
     #[arg(long, default_value_t = 4)]
     submitters: usize,
+    /// Instead: load the HTTP API with status requests while runs start and stop
+    #[arg(long)]
+    http: bool,
+    /// Requests per second (with --http)
+    #[arg(long, default_value_t = 1000)]
+    rate: u32,
+    /// Seconds of load (with --http)
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: BenchArgs) -> CliResult {
+    if args.http {
+        return http(args);
+    }
     let options = BenchOptions {
         runs: args.runs,
         parallel: args.parallel,
@@ -60,5 +72,29 @@ pub fn run(args: BenchArgs) -> CliResult {
         report.submit_ms_per_run
     );
     println!("idle daemon RSS: {:.1} MB", report.idle_rss_mb);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn http(args: BenchArgs) -> CliResult {
+    let exe = std::env::current_exe()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report = runtime
+        .block_on(bench::http_load(&exe, args.rate, args.seconds, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+    } else {
+        let l = &report.latency_ms;
+        println!(
+            "HTTP status requests: {} at {}/s for {} s while {} runs started and stopped: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms, {} errors",
+            report.requests,
+            report.rate,
+            report.seconds,
+            report.runs_churned,
+            l.p50,
+            l.p99,
+            l.max,
+            report.errors
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
