@@ -105,6 +105,10 @@ pub trait Store: JobStore + Send + Sync {
     async fn selection(&self) -> Result<Option<crate::environments::Selection>>;
     async fn put_selection(&self, selection: &crate::environments::Selection) -> Result<()>;
 
+    /// The last metrics snapshot of a run: (taken at, data).
+    async fn snapshot(&self, run_id: Uuid) -> Result<Option<(i64, serde_json::Value)>>;
+    async fn put_snapshot(&self, run_id: Uuid, taken_at: i64, data: &serde_json::Value) -> Result<()>;
+
     /// Takes the store's daemon lock, or says who holds it.
     async fn lock_daemon(&self) -> Result<DaemonLock>;
 }

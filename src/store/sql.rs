@@ -443,6 +443,29 @@ impl Store for SqlStore {
         Ok(())
     }
 
+    async fn snapshot(&self, run_id: Uuid) -> Result<Option<(i64, serde_json::Value)>> {
+        let row = sqlx::query("SELECT taken_at, data FROM snapshots WHERE run_id = $1")
+            .bind(run_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let data: String = row.try_get("data")?;
+        Ok(Some((row.try_get("taken_at")?, from_json(&data, "snapshot")?)))
+    }
+
+    async fn put_snapshot(&self, run_id: Uuid, taken_at: i64, data: &serde_json::Value) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO snapshots (run_id, taken_at, data) VALUES ($1, $2, $3) \
+             ON CONFLICT (run_id) DO UPDATE SET taken_at = excluded.taken_at, data = excluded.data",
+        )
+        .bind(run_id.to_string())
+        .bind(taken_at)
+        .bind(json(data))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn lock_daemon(&self) -> Result<DaemonLock> {
         match &self.backend {
             Backend::Sqlite { lock_path } => sqlite::lock_daemon(lock_path),
