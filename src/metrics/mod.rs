@@ -126,6 +126,6 @@ mod tests {
         h.render(&mut out, "x", "help");
         assert!(out.contains("x_bucket{le=\"0.001\"} 1\n"), "{out}");
         assert!(out.contains("x_bucket{le=\"0.005\"} 3\n"), "{out}");
-        assert!(out.contains("x_bucket{le=\"+Inf\"} 4\nx_sum 706.5\nx_count 4\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 4\nx_sum 0.7065\nx_count 4\n"), "{out}");
     }
 }
