@@ -16,7 +16,6 @@ use super::{AppState, Failure};
 use crate::model::RunState;
 use crate::service::{SubmitRequest, TestRequest};
 use crate::store::RunFilter;
-use crate::workflow::Dur;
 
 pub struct Route {
     pub method: &'static str,
@@ -272,42 +271,8 @@ async fn list_tests(State(s): State<AppState>, Query(q): Query<ListQuery>) -> An
     ok(s.service.list_jobs(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct TestBody {
-    env: Option<String>,
-    #[serde(default)]
-    models: Vec<String>,
-    steps: Option<u32>,
-    group_size: Option<u32>,
-    provider: Option<String>,
-    server_type: Option<String>,
-    api_key_env: Option<String>,
-    timeout: Option<Dur>,
-    concurrency: Option<usize>,
-    workflow: Option<String>,
-}
-
-impl TestBody {
-    fn request(self) -> TestRequest {
-        TestRequest {
-            env_name: self.env,
-            models: self.models,
-            steps: self.steps,
-            group_size: self.group_size,
-            provider: self.provider,
-            server_type: self.server_type,
-            api_key_env: self.api_key_env,
-            timeout: self.timeout,
-            concurrency: self.concurrency,
-            workflow: self.workflow,
-            schedule_id: None,
-        }
-    }
-}
-
-async fn start_test(State(s): State<AppState>, Body(body): Body<TestBody>) -> Response {
-    match s.service.submit_test(body.request()).await {
+async fn start_test(State(s): State<AppState>, Body(body): Body<TestRequest>) -> Response {
+    match s.service.submit_test(body).await {
         Ok(job) => (StatusCode::CREATED, axum::Json(json!(job))).into_response(),
         Err(err) => Failure::from(err).into_response(),
     }
@@ -327,7 +292,6 @@ async fn schedules(State(s): State<AppState>) -> Answer {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ScheduleBody {
     name: String,
     cron: String,
@@ -335,50 +299,15 @@ struct ScheduleBody {
     #[serde(default)]
     webhooks: Vec<String>,
     max_drop: Option<f64>,
+    /// The test each firing runs; it rejects fields neither it nor the schedule knows.
     #[serde(flatten)]
-    test: TestBodyFlat,
-}
-
-/// The test fields of a schedule body (flattened: serde can't deny unknown fields across it).
-#[derive(Deserialize, Default)]
-struct TestBodyFlat {
-    env: Option<String>,
-    #[serde(default)]
-    models: Vec<String>,
-    steps: Option<u32>,
-    group_size: Option<u32>,
-    provider: Option<String>,
-    server_type: Option<String>,
-    api_key_env: Option<String>,
-    timeout: Option<Dur>,
-    concurrency: Option<usize>,
-    workflow: Option<String>,
+    test: TestRequest,
 }
 
 async fn add_schedule(State(s): State<AppState>, Body(body): Body<ScheduleBody>) -> Response {
-    let t = body.test;
-    let test = TestBody {
-        env: t.env,
-        models: t.models,
-        steps: t.steps,
-        group_size: t.group_size,
-        provider: t.provider,
-        server_type: t.server_type,
-        api_key_env: t.api_key_env,
-        timeout: t.timeout,
-        concurrency: t.concurrency,
-        workflow: t.workflow,
-    };
     let added = s
         .service
-        .add_schedule(
-            &body.name,
-            &body.cron,
-            body.tz.as_deref(),
-            &test.request(),
-            body.webhooks,
-            body.max_drop,
-        )
+        .add_schedule(&body.name, &body.cron, body.tz.as_deref(), &body.test, body.webhooks, body.max_drop)
         .await;
     match added {
         Ok(schedule) => (StatusCode::CREATED, axum::Json(json!(schedule))).into_response(),

@@ -15,9 +15,13 @@ use crate::workflow::Dur;
 use super::{Result, Service, ServiceError};
 
 /// What a surface asks for when it starts an inference test; unset fields take defaults.
-#[derive(Clone, Debug, Default)]
+/// Also the JSON body of `POST /tests` (with `env` for the environment).
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TestRequest {
+    #[serde(rename = "env")]
     pub env_name: Option<String>,
+    #[serde(default)]
     pub models: Vec<String>,
     pub steps: Option<u32>,
     pub group_size: Option<u32>,
@@ -30,6 +34,7 @@ pub struct TestRequest {
     pub concurrency: Option<usize>,
     /// Whose locked profile supplies the tokenizer and limits (the default workflow if absent).
     pub workflow: Option<String>,
+    #[serde(skip)]
     pub schedule_id: Option<Uuid>,
 }
 

@@ -8,10 +8,10 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use super::sql::{SqlStore, corrupt, from_json, insert_event, json};
+use super::sql::{SqlStore, corrupt, exit_columns, exit_from_row, from_json, identity, insert_event, json};
 use super::{Result, StoreError};
 use crate::jobs::{self, Job, JobEvent, JobState, JobTask, Schedule};
-use crate::model::{EventKind, ExitStatus, NewEvent, now_millis};
+use crate::model::{EventKind, NewEvent, now_millis};
 
 #[async_trait]
 pub trait JobStore: Send + Sync {
@@ -78,22 +78,14 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
 fn task_from_row(row: &AnyRow) -> Result<JobTask> {
     let job_id: String = row.try_get("job_id")?;
     let state: String = row.try_get("state")?;
-    let identity = |column: &str| -> Result<_> {
-        row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
-    };
-    let exit =
-        match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
-            (Some(code), _) => Some(ExitStatus::Code(code as i32)),
-            (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
-            (None, None) => None,
-        };
+    let exit = exit_from_row(row)?;
     Ok(JobTask {
         job_id: Uuid::parse_str(&job_id).map_err(corrupt)?,
         idx: row.try_get("idx")?,
         model: row.try_get("model")?,
         state: state.parse().map_err(corrupt)?,
-        shim: identity("shim")?,
-        process: identity("process")?,
+        shim: identity(row, "shim")?,
+        process: identity(row, "process")?,
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
         exit,
@@ -248,11 +240,7 @@ impl JobStore for SqlStore {
     }
 
     async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()> {
-        let (code, signal) = match task.exit {
-            Some(ExitStatus::Code(code)) => (Some(code as i64), None),
-            Some(ExitStatus::Signal(signal)) => (None, Some(signal as i64)),
-            None => (None, None),
-        };
+        let (code, signal) = exit_columns(task.exit);
         let mut tx = self.pool().begin().await?;
         sqlx::query(
             "UPDATE job_tasks SET state = $1, shim = $2, process = $3, started_at = $4, ended_at = $5, exit_code = $6, \

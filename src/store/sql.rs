@@ -92,25 +92,40 @@ fn run_from_row(row: &AnyRow) -> Result<Run> {
     })
 }
 
+/// A process identity stored as JSON in `column`.
+pub(super) fn identity(row: &AnyRow, column: &str) -> Result<Option<ProcessIdentity>> {
+    row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
+}
+
+/// An exit status stored as `exit_code` or `exit_signal`.
+pub(super) fn exit_from_row(row: &AnyRow) -> Result<Option<ExitStatus>> {
+    Ok(match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
+        (Some(code), _) => Some(ExitStatus::Code(code as i32)),
+        (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
+        (None, None) => None,
+    })
+}
+
+/// The `(exit_code, exit_signal)` columns of an exit status.
+pub(super) fn exit_columns(exit: Option<ExitStatus>) -> (Option<i64>, Option<i64>) {
+    match exit {
+        Some(ExitStatus::Code(code)) => (Some(code as i64), None),
+        Some(ExitStatus::Signal(signal)) => (None, Some(signal as i64)),
+        None => (None, None),
+    }
+}
+
 fn stage_from_row(row: &AnyRow) -> Result<Stage> {
     let run_id: String = row.try_get("run_id")?;
     let state: String = row.try_get("state")?;
-    let identity = |column: &str| -> Result<Option<ProcessIdentity>> {
-        row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
-    };
-    let exit =
-        match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
-            (Some(code), _) => Some(ExitStatus::Code(code as i32)),
-            (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
-            (None, None) => None,
-        };
+    let exit = exit_from_row(row)?;
     Ok(Stage {
         run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
         idx: row.try_get("idx")?,
         name: row.try_get("name")?,
         state: state.parse().map_err(corrupt)?,
-        shim: identity("shim")?,
-        process: identity("process")?,
+        shim: identity(row, "shim")?,
+        process: identity(row, "process")?,
         started_at: row.try_get("started_at")?,
         ready_at: row.try_get("ready_at")?,
         ended_at: row.try_get("ended_at")?,
@@ -356,11 +371,7 @@ impl Store for SqlStore {
     }
 
     async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()> {
-        let (code, signal) = match stage.exit {
-            Some(ExitStatus::Code(code)) => (Some(code as i64), None),
-            Some(ExitStatus::Signal(signal)) => (None, Some(signal as i64)),
-            None => (None, None),
-        };
+        let (code, signal) = exit_columns(stage.exit);
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
