@@ -135,10 +135,16 @@ pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
         }
         TestCommand::Show { id, json } => {
             let (job, tasks) = service.job_status(&id).await?;
+            let events = service.store.events(job.id, 0).await?;
             if json {
-                print_json(&serde_json::json!({ "job": job, "tasks": tasks }))?;
+                print_json(&serde_json::json!({ "job": job, "tasks": tasks, "events": events }))?;
             } else {
                 print_job(&job, &tasks);
+                println!();
+                for event in &events {
+                    let subject = event.stage.as_deref().map(|s| format!("{s}: ")).unwrap_or_default();
+                    println!("{}  {subject}{}", time(Some(event.at)), event.message);
+                }
             }
         }
         TestCommand::Stop { id } => {
