@@ -245,23 +245,27 @@ impl RlTools {
                 json!({ "test_id": job.id, "status": job.state, "environment": job.env_name, "reason": job.reason, "results": job.results, "tasks": tasks }),
             );
         }
-        match self.service.status(&args.run_id).await {
-            Ok(status) => {
-                let weights = status.stages.iter().find_map(|s| crate::service::trained_weights(&s.log_path));
-                let stages: Vec<Value> = status
+        match self.service.results(&args.run_id).await {
+            Ok(results) => {
+                let stages: Vec<Value> = results
+                    .status
                     .stages
                     .iter()
-                    .map(|s| json!({ "stage": s.name, "state": s.state, "exit": s.exit, "started_at": s.started_at, "ended_at": s.ended_at, "log": s.log_path }))
+                    .map(|s| json!({ "stage": s.name, "state": s.state, "exit": s.exit, "duration_seconds": results.durations.get(&s.name), "log": s.log_path }))
                     .collect();
+                let run = &results.status.run;
                 answer(json!({
-                    "run_id": status.run.id,
-                    "status": status.run.state,
-                    "environment": status.run.env_name,
-                    "reason": status.run.reason,
-                    "started_at": status.run.started_at,
-                    "ended_at": status.run.ended_at,
+                    "run_id": run.id,
+                    "status": run.state,
+                    "environment": run.env_name,
+                    "reason": run.reason,
+                    "wandb_project": results.metrics.wandb_project,
+                    "wandb_run_name": results.metrics.wandb_run_name,
+                    "metrics": results.metrics.snapshot,
+                    "metrics_age": results.metrics.age,
+                    "wandb_error": results.metrics.wandb_error,
                     "stages": stages,
-                    "trained_weights": weights,
+                    "trained_weights": results.trained_weights,
                 }))
             }
             Err(err) => error(err),
@@ -354,6 +358,10 @@ impl RlTools {
             .map(|e| json!({ "at": e.at, "stage": e.stage, "message": e.message }))
             .collect();
         let position = if run.state == RunState::Pending { self.queue_position(run.id).await } else { None };
+        let metrics = match self.service.resolve(id).await {
+            Ok(full) => Some(self.service.run_metrics(&full).await),
+            Err(_) => None,
+        };
         json!({
             "run_id": run.id,
             "status": run.state,
@@ -366,6 +374,9 @@ impl RlTools {
             "logs": logs,
             "queue_position": position,
             "events": recent,
+            "metrics": metrics.as_ref().and_then(|m| m.snapshot.clone()),
+            "metrics_age": metrics.as_ref().and_then(|m| m.age.clone()),
+            "wandb_error": metrics.and_then(|m| m.wandb_error),
             "rate_limited": false,
         })
     }

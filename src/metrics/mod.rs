@@ -2,6 +2,8 @@
 //! histograms are atomics the reconciler bumps; run and job counts are read from the store at
 //! scrape time, so they are right whoever changed them.
 
+pub mod wandb;
+
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -3,6 +3,7 @@
 
 mod environments;
 mod jobs;
+mod metrics;
 mod runs;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use crate::workflow::CatalogError;
 
 pub use environments::{ConfigView, FieldView};
 pub use jobs::TestRequest;
+pub use metrics::RunMetrics;
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 
 #[derive(Debug, thiserror::Error)]

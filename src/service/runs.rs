@@ -284,17 +284,21 @@ pub struct RunResults {
     /// Wall time per stage, in seconds.
     pub durations: std::collections::BTreeMap<String, f64>,
     pub trained_weights: Option<String>,
+    /// Training metrics from W&B, or the last snapshot of them.
+    pub metrics: super::RunMetrics,
 }
 
 impl Service {
     pub async fn results(&self, prefix: &str) -> Result<RunResults> {
-        let status = self.status(prefix).await?;
+        let run = self.resolve(prefix).await?;
+        let metrics = self.run_metrics(&run).await;
+        let status = RunStatus { run: RunSummary::from(&run), stages: self.store.stages(run.id).await? };
         let durations = status
             .stages
             .iter()
             .filter_map(|s| Some((s.name.clone(), (s.ended_at? - s.started_at?) as f64 / 1000.0)))
             .collect();
         let trained_weights = status.stages.iter().find_map(|s| trained_weights(&s.log_path));
-        Ok(RunResults { status, durations, trained_weights })
+        Ok(RunResults { status, durations, trained_weights, metrics })
     }
 }

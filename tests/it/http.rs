@@ -210,3 +210,40 @@ async fn off_the_open_address_a_bearer_token_is_required() {
     api.token = None;
     assert_eq!(api.get("/health").await.0, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn results_carry_wandb_metrics_and_fall_back_to_the_snapshot() {
+    let mut home = TestHome::new();
+    let id = home.submit(&["--workflow", "demo"]);
+    let short = &id.simple().to_string()[..8];
+    // What W&B's GraphQL answers: the summary is a JSON string inside the JSON.
+    let summary =
+        r#"{"_step": 42, "train/reward_mean": 0.61, "train/percent_correct": 0.5, "train/loss": 0.12}"#;
+    let reply = json!({ "data": { "project": { "runs": { "edges": [{ "node": {
+        "name": "abc123", "displayName": format!("run-{short}"), "state": "running",
+        "summaryMetrics": summary, "historyKeys": "{}" } }] } } } });
+    let wandb = crate::support::Receiver::start_with(vec![], reply.to_string()).await;
+    let base = wandb.url.trim_end_matches("/hook").to_string();
+    home.env.extend([
+        ("WANDB_API_KEY".to_string(), "wandb-test-key-0123456789".to_string()),
+        ("WANDB_BASE_URL".to_string(), base),
+        ("WANDB_ENTITY".to_string(), "lab".to_string()),
+    ]);
+    let api = start(&mut home, "127.0.0.1", None).await;
+    let (s, b) = api.get(&format!("/runs/{id}/results")).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let metrics = &b["metrics"];
+    assert_eq!((metrics["age"].as_str(), metrics["wandb_error"].as_str()), (Some("fresh"), None), "{b:#}");
+    assert_eq!(metrics["snapshot"]["step"], 42);
+    assert_eq!(metrics["snapshot"]["reward_mean"], 0.61);
+    assert_eq!(metrics["wandb_project"], "atropos-tinker");
+
+    // W&B goes away: the answer comes from the stored snapshot, saying how old it is.
+    drop(wandb);
+    let (_, b) = api.get(&format!("/runs/{id}/results")).await;
+    let metrics = &b["metrics"];
+    assert_eq!(metrics["snapshot"]["step"], 42, "{b:#}");
+    assert!(metrics["age"].as_str().unwrap().ends_with(" old"), "{b:#}");
+    assert!(metrics["wandb_error"].is_string(), "{b:#}");
+    assert!(!b.to_string().contains("wandb-test-key"), "the key never shows");
+}

@@ -284,19 +284,32 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
 pub struct Receiver {
     pub url: String,
     pub bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
 }
 
 impl Receiver {
     pub async fn start(statuses: Vec<u16>) -> Receiver {
+        Self::start_with(statuses, String::new()).await
+    }
+
+    /// Like `start`, answering every successful request with `reply` (JSON).
+    pub async fn start_with(statuses: Vec<u16>, reply: String) -> Receiver {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = Arc::clone(&bodies);
         let script = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(statuses)));
-        tokio::spawn(async move {
+        let reply = Arc::new(reply);
+        let server = tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
-                let (seen, script) = (Arc::clone(&seen), Arc::clone(&script));
+                let (seen, script, reply) = (Arc::clone(&seen), Arc::clone(&script), Arc::clone(&reply));
                 tokio::spawn(async move {
                     let mut data = Vec::new();
                     let mut buf = [0u8; 4096];
@@ -326,13 +339,17 @@ impl Receiver {
                     if status == 200 {
                         seen.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or_default());
                     }
-                    let reply =
-                        format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                    let _ = socket.write_all(reply.as_bytes()).await;
+                    let body = if status == 200 { reply.as_str() } else { "" };
+                    let head = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(body.as_bytes()).await;
                 });
             }
         });
-        Receiver { url, bodies }
+        Receiver { url, bodies, server }
     }
 
     /// The bodies received so far whose `kind` is `kind`.

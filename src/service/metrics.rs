@@ -1,0 +1,73 @@
+//! Training metrics from W&B: read fresh when W&B answers, stored as the run's snapshot, and
+//! answered from that snapshot (saying how old it is) when it doesn't.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::metrics::wandb::{Snapshot, WandbClient, age_text, snapshot_from};
+use crate::model::{Run, now_millis};
+
+use super::Service;
+
+/// How long a status or results call waits for W&B before answering from the snapshot.
+const WANDB_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunMetrics {
+    pub wandb_project: String,
+    pub wandb_run_name: String,
+    pub snapshot: Option<Snapshot>,
+    /// "fresh", or how old the stored snapshot is ("12 min old").
+    pub age: Option<String>,
+    pub wandb_error: Option<String>,
+}
+
+impl Service {
+    /// The run's training metrics: fresh from W&B when it answers, else the last snapshot.
+    pub async fn run_metrics(&self, run: &Run) -> RunMetrics {
+        let project = run
+            .params
+            .config
+            .get("wandb_project")
+            .and_then(|v| v.as_str())
+            .unwrap_or("atropos-tinker")
+            .to_string();
+        let name = format!("{}-{}", run.env_name.as_deref().unwrap_or("run"), run.short_id());
+        let now = now_millis();
+        let fetched = match WandbClient::from_env(WANDB_TIMEOUT) {
+            Ok(Some(client)) => match client.find_run(&project, &name).await {
+                Ok(Some(found)) => Ok(Some(snapshot_from(&found, now))),
+                Ok(None) => Err(format!("W&B has no run named {name} in {project} yet")),
+                Err(err) => Err(err.to_string()),
+            },
+            Ok(None) => Ok(None),
+            Err(err) => Err(err.to_string()),
+        };
+        match fetched {
+            Ok(Some(snapshot)) => {
+                if let Ok(value) = serde_json::to_value(&snapshot) {
+                    let _ = self.store.put_snapshot(run.id, now, &value).await;
+                }
+                RunMetrics {
+                    wandb_project: project,
+                    wandb_run_name: name,
+                    snapshot: Some(snapshot),
+                    age: Some("fresh".into()),
+                    wandb_error: None,
+                }
+            }
+            other => {
+                let stored = self.store.snapshot(run.id).await.ok().flatten();
+                let snapshot =
+                    stored.as_ref().and_then(|(_, v)| serde_json::from_value::<Snapshot>(v.clone()).ok());
+                let age = stored.map(|(at, _)| age_text(at, now));
+                let wandb_error = match other {
+                    Err(err) => Some(err),
+                    _ => Some("WANDB_API_KEY is not set: no metrics".into()),
+                };
+                RunMetrics { wandb_project: project, wandb_run_name: name, snapshot, age, wandb_error }
+            }
+        }
+    }
+}
