@@ -247,3 +247,23 @@ async fn results_carry_wandb_metrics_and_fall_back_to_the_snapshot() {
     assert!(metrics["wandb_error"].is_string(), "{b:#}");
     assert!(!b.to_string().contains("wandb-test-key"), "the key never shows");
 }
+
+#[tokio::test]
+async fn selection_and_config_over_http() {
+    let Some((python, _)) = crate::atropos::atropos() else { return };
+    let mut home = crate::atropos::atropos_home(&python);
+    let api = start(&mut home, "127.0.0.1", None).await;
+    let (s, b) = api.post("/selection", json!({ "name": "arith" })).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["env_name"], "arith");
+    let (s, b) = api.get("/selection").await;
+    assert_eq!((s, b["environment"].as_str()), (StatusCode::OK, Some("arith")));
+    let (s, b) = api.call(Method::PUT, "/config/group_size", Some(json!({ "value": 8 }))).await;
+    assert_eq!((s, b["value"].as_i64()), (StatusCode::OK, Some(8)), "{b}");
+    let (s, b) = api.call(Method::PUT, "/config/total_steps", Some(json!({ "value": 8 }))).await;
+    assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "locked_field"), "{b}");
+    let (s, b) = api.call(Method::PUT, "/config/group_size", Some(json!({ "value": "many" }))).await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{b}");
+    let (s, b) = api.call(Method::PUT, "/config/group_sise", Some(json!({ "value": 8 }))).await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{b}");
+}
