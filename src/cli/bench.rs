@@ -71,6 +71,10 @@ pub fn run(args: BenchArgs) -> CliResult {
         report.daemon_runs_per_s,
         report.submit_ms_per_run
     );
+    println!(
+        "daemon alone, draining {} runs queued before it started: {:.1} runs/s",
+        report.throughput_runs, report.drain_runs_per_s
+    );
     println!("idle daemon RSS: {:.1} MB", report.idle_rss_mb);
     Ok(ExitCode::SUCCESS)
 }
