@@ -6,6 +6,7 @@ pub mod bench;
 pub mod daemon;
 pub mod doctor;
 pub mod environments;
+pub mod http_client;
 pub mod jobs;
 pub mod launch;
 pub mod mcp;

@@ -5,6 +5,7 @@
 //! carry credentials (`user:pass@`, `?token=`), so only a redacted form of the URL ever appears in
 //! logs, reports or error messages.
 
+use crate::http_client::error_chain;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -292,22 +293,6 @@ fn parse_url(raw: &str) -> Result<reqwest::Url, String> {
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let seconds: u64 = headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(seconds))
-}
-
-/// An error and its causes, joined with ": " (reqwest's own message alone says little, e.g.
-/// "error sending request"; the cause says "connection refused").
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// `url` with any `user:pass@` replaced by `***@`, the query by `?***` and a fragment by `#***`.

@@ -8,6 +8,7 @@
 //! decoded here, the non-finite numbers as null. The API key is sent only as HTTP basic auth
 //! (`api:KEY`) and is kept out of every error, log line and `Debug` output.
 
+use crate::http_client::error_chain;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -581,22 +582,6 @@ fn run_url(base: &str, entity: &str, project: &str, id: &str) -> Option<String> 
     url.set_password(None).ok()?;
     url.path_segments_mut().ok()?.pop_if_empty().extend([entity, project, "runs", id]);
     Some(url.to_string())
-}
-
-/// An error and its causes, joined with ": " (reqwest's own message, "error sending request",
-/// says little; the cause says "connection refused").
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
