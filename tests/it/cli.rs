@@ -129,3 +129,20 @@ async fn start_wait_shows_progress_and_logs_print_each_stage() {
     assert!(err.contains("has no stage 'nope' (stages: api, trainer, env)"), "{err}");
     let _ = home.run(uuid::Uuid::parse_str(&id).unwrap()).await;
 }
+
+#[tokio::test]
+async fn doctor_says_what_is_missing_and_never_prints_a_key() {
+    let mut home = TestHome::new();
+    home.env = vec![
+        ("LACHESIS_PYTHON".into(), "/no/such/python3".into()),
+        ("TINKER_API_KEY".into(), "tnkr-doctor-5c1d0e2f9a8b7c6d".into()),
+    ];
+    let out = home.cli(&["doctor"]);
+    assert!(!out.status.success(), "a missing Python fails the check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("FAIL python") && text.contains("'/no/such/python3' not found"), "{text}");
+    assert!(text.contains("FAIL daemon") && text.contains("ok   TINKER_API_KEY"), "{text}");
+    assert!(!text.contains("tnkr-doctor"), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&home.cli(&["doctor", "--json"]).stdout).unwrap();
+    assert_eq!(report["healthy"], false);
+}
