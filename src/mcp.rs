@@ -217,7 +217,7 @@ impl RlTools {
             ));
             return answer(snapshot);
         }
-        let fresh = self.status_json(&run.id.to_string()).await;
+        let fresh = self.status_json(&key).await;
         if let Ok(mut snapshots) = self.snapshots.lock() {
             snapshots.insert(key, (Instant::now(), fresh.clone()));
         }
@@ -330,11 +330,14 @@ impl RlTools {
         pending.iter().position(|r| r.id == id).map(|i| i + 1)
     }
 
+    /// A fresh status; the run is resolved once and everything else read by its id.
     async fn status_json(&self, id: &str) -> Value {
-        let status = match self.service.status(id).await {
-            Ok(status) => status,
+        let full = match self.service.resolve(id).await {
+            Ok(run) => run,
             Err(err) => return json!({ "error": err.to_string() }),
         };
+        let stages = self.service.store.stages(full.id).await.unwrap_or_default();
+        let status = crate::service::RunStatus { run: crate::service::RunSummary::from(&full), stages };
         let run = &status.run;
         let now = crate::model::now_millis();
         let running_ms = run.started_at.map(|s| run.ended_at.unwrap_or(now) - s);
@@ -349,7 +352,7 @@ impl RlTools {
             })
             .collect();
         let logs: BTreeMapValue = status.stages.iter().map(|s| (s.name.clone(), json!(s.log_path))).collect();
-        let events = self.service.events(id).await.map(|(_, e)| e).unwrap_or_default();
+        let events = self.service.store.events(full.id, 0).await.unwrap_or_default();
         let recent: Vec<Value> = events
             .iter()
             .rev()
@@ -358,10 +361,7 @@ impl RlTools {
             .map(|e| json!({ "at": e.at, "stage": e.stage, "message": e.message }))
             .collect();
         let position = if run.state == RunState::Pending { self.queue_position(run.id).await } else { None };
-        let metrics = match self.service.resolve(id).await {
-            Ok(full) => Some(self.service.run_metrics(&full).await),
-            Err(_) => None,
-        };
+        let metrics = self.service.run_metrics(&full).await;
         json!({
             "run_id": run.id,
             "status": run.state,
@@ -374,9 +374,9 @@ impl RlTools {
             "logs": logs,
             "queue_position": position,
             "events": recent,
-            "metrics": metrics.as_ref().and_then(|m| m.snapshot.clone()),
-            "metrics_age": metrics.as_ref().and_then(|m| m.age.clone()),
-            "wandb_error": metrics.and_then(|m| m.wandb_error),
+            "metrics": metrics.snapshot,
+            "metrics_age": metrics.age,
+            "wandb_error": metrics.wandb_error,
             "rate_limited": false,
         })
     }

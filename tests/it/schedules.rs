@@ -65,6 +65,23 @@ async fn schedules_are_validated_listed_paused_and_removed() {
     assert!(err.contains("unknown schedule 'weekdays'"), "{err}");
 }
 
+/// Waits for the schedule's first event starting with `prefix` and returns its message.
+async fn schedule_note(
+    store: &std::sync::Arc<dyn lachesis::store::Store>,
+    schedule: uuid::Uuid,
+    prefix: &str,
+) -> String {
+    wait_for(&format!("a schedule note starting with {prefix:?}"), Duration::from_secs(20), || {
+        let store = store.clone();
+        let prefix = prefix.to_string();
+        async move {
+            let events = store.events(schedule, 0).await.unwrap();
+            events.into_iter().map(|e| e.message).find(|m| m.starts_with(&prefix))
+        }
+    })
+    .await
+}
+
 async fn add_missed_schedule(home: &mut TestHome, days_down: i64) -> lachesis::jobs::Schedule {
     let mut args = vec!["schedule", "add", "nightly", "--cron", "0 3 * * *", "--env", "arith"];
     args.extend(LOCAL);
@@ -83,19 +100,7 @@ async fn downtime_over_several_due_times_enqueues_one_catch_up_job() {
     let schedule = add_missed_schedule(&mut home, 3).await;
     home.start_daemon();
     let store = home.store().await;
-    let note = wait_for("the catch-up note", Duration::from_secs(20), || {
-        let store = store.clone();
-        async move {
-            store
-                .events(schedule.id, 0)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|e| e.message)
-                .find(|m| m.starts_with("caught up"))
-        }
-    })
-    .await;
+    let note = schedule_note(&store, schedule.id, "caught up").await;
     assert!(
         note.starts_with("caught up: 3 due times passed while no daemon ran; enqueued one job"),
         "{note}"
@@ -129,19 +134,7 @@ async fn a_due_time_while_the_previous_job_runs_is_skipped() {
     );
     store.insert_job(&job, &lachesis::jobs::pending_tasks(&job)).await.unwrap();
     home.start_daemon();
-    let note = wait_for("the skip note", Duration::from_secs(20), || {
-        let store = store.clone();
-        async move {
-            store
-                .events(schedule.id, 0)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|e| e.message)
-                .find(|m| m.starts_with("skipped"))
-        }
-    })
-    .await;
+    let note = schedule_note(&store, schedule.id, "skipped").await;
     assert!(note.starts_with("skipped 1 due time up to "), "{note}");
     assert!(note.ends_with("the previous job is still running"), "{note}");
     assert_eq!(store.schedule_jobs(schedule.id, 10).await.unwrap().len(), 1, "no second job");
