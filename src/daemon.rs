@@ -20,6 +20,12 @@ pub struct DaemonOptions {
     pub max_parallel: usize,
     pub stop_grace: Duration,
     pub scan_interval: Duration,
+    /// This daemon's node id; the host name when absent.
+    pub node: Option<String>,
+    /// Labels workflows can pin runs to (`gpu=h100`); PostgreSQL only.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// How long a heartbeat keeps this node's lease; other nodes reap it after that.
+    pub lease: Duration,
 }
 
 impl Default for DaemonOptions {
@@ -29,6 +35,9 @@ impl Default for DaemonOptions {
             max_parallel: 8,
             stop_grace: Duration::from_secs(10),
             scan_interval: Duration::from_secs(2),
+            node: None,
+            labels: Default::default(),
+            lease: Duration::from_secs(60),
         }
     }
 }
@@ -53,7 +62,11 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         crate::api::token_for(addr)?;
     }
     let service = Service::open(settings.clone()).await?;
-    let _lock = service.store.lock_daemon().await?;
+    if !options.labels.is_empty() && service.store.backend() == "sqlite" {
+        return Err(ServiceError::NeedsPostgres("node labels (--label)".into()).into());
+    }
+    let node = options.node.clone().unwrap_or_else(hostname);
+    let _lock = service.store.lock_daemon(&node).await?;
     let socket_path = settings.socket_path();
     let socket = crate::wake::listen(&socket_path)
         .map_err(|source| DaemonError::Socket { path: socket_path.display().to_string(), source })?;
@@ -76,9 +89,18 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         stop_grace: options.stop_grace,
         scan_interval: options.scan_interval,
         jobs_dir: settings.home.join("jobs"),
+        runs_dir: settings.home.join("runs"),
+        claims_dir: settings.home.join("claims"),
+    };
+    let registration = crate::store::NodeRegistration {
+        id: node,
+        hostname: hostname(),
+        labels: options.labels.clone(),
+        lease: options.lease,
     };
     let metrics = Arc::new(crate::metrics::Metrics::default());
-    let reconciler = Reconciler::new(Arc::clone(&service.store), config, tx, Arc::clone(&metrics));
+    let reconciler =
+        Reconciler::new(Arc::clone(&service.store), registration, config, tx, Arc::clone(&metrics));
     let api = options.listen.map(|addr| crate::api::serve(addr, service.clone(), Arc::clone(&metrics)));
     let api = async move {
         match api {
@@ -98,4 +120,9 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     }
     let _ = std::fs::remove_file(&socket_path);
     Ok(())
+}
+
+/// This machine's host name, the default node id.
+pub fn hostname() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
 }

@@ -25,17 +25,20 @@ pub enum RunState {
     Starting,
     Running,
     Stopping,
+    /// A transient failure: the rest of the stages are stopped, then the run queues again.
+    Retrying,
     Stopped,
     Completed,
     Failed,
 }
 
 impl RunState {
-    pub const ALL: [RunState; 7] = [
+    pub const ALL: [RunState; 8] = [
         RunState::Pending,
         RunState::Starting,
         RunState::Running,
         RunState::Stopping,
+        RunState::Retrying,
         RunState::Stopped,
         RunState::Completed,
         RunState::Failed,
@@ -47,6 +50,7 @@ impl RunState {
             RunState::Starting => "starting",
             RunState::Running => "running",
             RunState::Stopping => "stopping",
+            RunState::Retrying => "retrying",
             RunState::Stopped => "stopped",
             RunState::Completed => "completed",
             RunState::Failed => "failed",
@@ -66,7 +70,7 @@ impl fmt::Display for RunState {
 
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "unknown state '{0}' (expected one of: pending, starting, running, stopping, stopped, completed, failed)"
+    "unknown state '{0}' (expected one of: pending, starting, running, stopping, retrying, stopped, completed, failed)"
 )]
 pub struct UnknownState(pub String);
 
@@ -99,6 +103,15 @@ pub struct Run {
     pub spec: Workflow,
     /// Template variables given at submission (`--var`), and config values (`--set`).
     pub params: RunParams,
+    /// The node that claimed the run (kept after it ends, to say where it ran).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// The fencing token of the claim: the owner's writes must still carry it.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// A retry's backoff: the run is not claimed before this time.
+    #[serde(default)]
+    pub not_before: Option<Millis>,
 }
 
 impl Run {

@@ -8,6 +8,15 @@
 //!    │                  └──stop──▶ stopping ◀──stop──┘
 //!    └──cancel──▶ stopped            stopping ──all stages gone──▶ stopped
 //! ```
+//!
+//! Retries and lost nodes (a workflow's retry policy decides which applies):
+//!
+//! ```text
+//! starting, running ──retry──▶ retrying ──all stages gone──▶ pending (next attempt)
+//! starting, running, retrying ──node lost──▶ failed     stopping ──node lost──▶ stopped
+//! starting, running, retrying ──requeue──▶ pending (next attempt; its node was lost)
+//! retrying ──stop──▶ stopping
+//! ```
 
 use std::fmt;
 
@@ -28,12 +37,18 @@ pub enum RunEvent {
     Fail,
     /// Someone asked a started run to stop.
     Stop,
-    /// Every stage of a stopping run is gone.
+    /// Every stage of a stopping (or retrying) run is gone.
     AllStagesGone,
+    /// A stage failed in a way the retry policy calls transient, and attempts are left.
+    Retry,
+    /// The run's node stopped heartbeating; another node gives up on the run.
+    NodeLost,
+    /// The run's node stopped heartbeating and the retry policy queues the run again.
+    Requeue,
 }
 
 impl RunEvent {
-    pub const ALL: [RunEvent; 7] = [
+    pub const ALL: [RunEvent; 10] = [
         RunEvent::Claim,
         RunEvent::Cancel,
         RunEvent::AllStagesUp,
@@ -41,6 +56,9 @@ impl RunEvent {
         RunEvent::Fail,
         RunEvent::Stop,
         RunEvent::AllStagesGone,
+        RunEvent::Retry,
+        RunEvent::NodeLost,
+        RunEvent::Requeue,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +70,9 @@ impl RunEvent {
             RunEvent::Fail => "fail",
             RunEvent::Stop => "stop",
             RunEvent::AllStagesGone => "all stages gone",
+            RunEvent::Retry => "retry",
+            RunEvent::NodeLost => "node lost",
+            RunEvent::Requeue => "requeue",
         }
     }
 }
@@ -79,8 +100,13 @@ pub fn next(from: RunState, event: RunEvent) -> Result<RunState, IllegalTransiti
         (S::Starting, E::AllStagesUp) => S::Running,
         (S::Starting | S::Running, E::Fail) => S::Failed,
         (S::Running, E::Complete) => S::Completed,
-        (S::Starting | S::Running, E::Stop) => S::Stopping,
+        (S::Starting | S::Running | S::Retrying, E::Stop) => S::Stopping,
         (S::Stopping, E::AllStagesGone) => S::Stopped,
+        (S::Starting | S::Running, E::Retry) => S::Retrying,
+        (S::Retrying, E::AllStagesGone) => S::Pending,
+        (S::Starting | S::Running | S::Retrying, E::NodeLost) => S::Failed,
+        (S::Stopping, E::NodeLost) => S::Stopped,
+        (S::Starting | S::Running | S::Retrying, E::Requeue) => S::Pending,
         _ => return Err(IllegalTransition { from, event }),
     };
     Ok(to)
@@ -94,7 +120,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, event) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunEvent, RunState); 9] = [
+    const LEGAL: [(RunState, RunEvent, RunState); 20] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
         (S::Starting, E::AllStagesUp, S::Running),
@@ -104,6 +130,17 @@ mod tests {
         (S::Running, E::Fail, S::Failed),
         (S::Running, E::Stop, S::Stopping),
         (S::Stopping, E::AllStagesGone, S::Stopped),
+        (S::Starting, E::Retry, S::Retrying),
+        (S::Running, E::Retry, S::Retrying),
+        (S::Retrying, E::AllStagesGone, S::Pending),
+        (S::Retrying, E::Stop, S::Stopping),
+        (S::Starting, E::NodeLost, S::Failed),
+        (S::Running, E::NodeLost, S::Failed),
+        (S::Retrying, E::NodeLost, S::Failed),
+        (S::Stopping, E::NodeLost, S::Stopped),
+        (S::Starting, E::Requeue, S::Pending),
+        (S::Running, E::Requeue, S::Pending),
+        (S::Retrying, E::Requeue, S::Pending),
     ];
 
     #[test]
@@ -140,16 +177,18 @@ mod tests {
     }
 
     proptest! {
-        /// Random event sequences: a run only ever moves forward, reaches at most one terminal
-        /// state and never leaves it, and refused events leave the state unchanged.
+        /// Random event sequences: within an attempt a run only moves forward; it goes back to
+        /// `pending` only as a new attempt (retry or requeue); it reaches at most one terminal
+        /// state and never leaves it; refused events leave the state unchanged.
         #[test]
         fn random_sequences_respect_the_lifecycle(events in prop::collection::vec(any_event(), 0..40)) {
             let rank = |s: RunState| match s {
                 S::Pending => 0,
                 S::Starting => 1,
                 S::Running => 2,
-                S::Stopping => 3,
-                S::Stopped | S::Completed | S::Failed => 4,
+                S::Retrying => 3,
+                S::Stopping => 4,
+                S::Stopped | S::Completed | S::Failed => 5,
             };
             let mut state = S::Pending;
             let mut visited = vec![state];
@@ -157,7 +196,12 @@ mod tests {
                 match next(state, event) {
                     Ok(to) => {
                         prop_assert!(!state.is_terminal());
-                        prop_assert!(rank(to) > rank(state), "{} -> {} went backwards", state, to);
+                        if to == S::Pending {
+                            let again = event == E::Requeue || (state == S::Retrying && event == E::AllStagesGone);
+                            prop_assert!(again, "{} --{}--> pending is not a new attempt", state, event);
+                        } else {
+                            prop_assert!(rank(to) > rank(state), "{} -> {} went backwards", state, to);
+                        }
                         state = to;
                         visited.push(state);
                     }
@@ -165,9 +209,11 @@ mod tests {
                 }
             }
             prop_assert!(visited.iter().filter(|s| s.is_terminal()).count() <= 1);
-            // Reaching `running` always went through `starting`; `stopping` through a started state.
+            // Reaching `running` always went through `starting`; `completed` through `running`.
             if visited.contains(&S::Running) { prop_assert!(visited.contains(&S::Starting)); }
             if visited.contains(&S::Completed) { prop_assert!(visited.contains(&S::Running)); }
+            // Only a started run can be retrying.
+            if visited.contains(&S::Retrying) { prop_assert!(visited.contains(&S::Starting)); }
         }
     }
 }

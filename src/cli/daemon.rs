@@ -18,9 +18,28 @@ pub struct DaemonArgs {
     /// SIGTERM-to-SIGKILL grace for workflows that set none
     #[arg(long, default_value = "10s")]
     stop_grace: Dur,
-    /// Fallback store scan interval (wake-ups normally arrive at once)
+    /// Fallback store scan interval (wake-ups normally arrive at once); also how often lost
+    /// nodes are looked for
     #[arg(long, default_value = "2s")]
     scan_interval: Dur,
+    /// This daemon's node id among several on one PostgreSQL store [default: the host name]
+    #[arg(long, env = "LACHESIS_NODE")]
+    node: Option<String>,
+    /// A label runs can be pinned to (KEY=VALUE, repeatable; PostgreSQL only)
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// How long a heartbeat keeps this node's lease; after that other nodes fail (or requeue)
+    /// its runs
+    #[arg(long, env = "LACHESIS_LEASE", default_value = "60s")]
+    lease: Dur,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    let simple = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    match text.split_once('=') {
+        Some((key, value)) if simple(key) && simple(value) => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("'{text}' is not KEY=VALUE (letters, digits, '-', '_' or '.')")),
+    }
 }
 
 pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
@@ -36,6 +55,9 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         max_parallel: args.max_parallel,
         stop_grace: args.stop_grace.0,
         scan_interval: args.scan_interval.0,
+        node: args.node,
+        labels: args.labels.into_iter().collect(),
+        lease: args.lease.0,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon::run(settings, options))?;

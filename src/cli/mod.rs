@@ -6,6 +6,7 @@ mod daemon;
 mod doctor;
 mod env;
 mod mcp;
+mod node;
 mod output;
 mod run;
 mod schedule;
@@ -60,6 +61,9 @@ enum Command {
     /// List and show workflows
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
+    /// The daemons (nodes) sharing a PostgreSQL store
+    #[command(subcommand)]
+    Node(node::NodeCommand),
     /// Check what runs need: Python, atroposlib, checkout, keys (never shown), store, daemon, ports
     Doctor(doctor::DoctorArgs),
     /// Serve the RL tools (rl_list_environments, rl_start_training, …) to an agent over MCP on stdio
@@ -85,6 +89,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Test(command) => current_thread()?.block_on(test::run(settings, command)),
         Command::Schedule(command) => current_thread()?.block_on(schedule::run(settings, command)),
         Command::Workflow(command) => workflow::run(settings, command),
+        Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),
         Command::Bench(args) => bench::run(args),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp => current_thread()?.block_on(mcp::run(settings)),

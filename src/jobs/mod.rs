@@ -113,6 +113,11 @@ pub struct Job {
     /// Per-model results and the summary, once the job has ended.
     pub results: Option<serde_json::Value>,
     pub job_dir: PathBuf,
+    /// The node running the job, and the fencing token of its claim.
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub fence: Option<i64>,
 }
 
 /// One model's process of a job.
@@ -145,6 +150,8 @@ pub fn new_job(id: Uuid, spec: InferenceSpec, schedule_id: Option<Uuid>, jobs_di
         reason: None,
         results: None,
         job_dir: jobs_dir.join(id.to_string()),
+        node: None,
+        fence: None,
     }
 }
 

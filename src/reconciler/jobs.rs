@@ -49,12 +49,8 @@ impl Reconciler {
         if free == 0 {
             return Ok(());
         }
-        for job in self.store.jobs_in(JobState::Queued, free as i64).await? {
-            let job = match self.store.transition_job(&job, JobEvent::Claim, None, None).await {
-                Ok(job) => job,
-                Err(StoreError::JobConflict { .. }) => continue,
-                Err(err) => return Err(err),
-            };
+        let Some(lease) = self.node.lease.clone() else { return Ok(()) };
+        for job in self.store.claim_jobs(&lease, free as i64).await? {
             info!(job = %crate::model::short_id(&job.id), "job claimed");
             let id = job.id;
             let tasks = self.store.job_tasks(id).await?;
@@ -319,7 +315,11 @@ impl Reconciler {
 
     /// Restart repair for jobs that were running when the daemon stopped.
     pub(super) async fn recover_jobs(&mut self) -> Result {
+        let token = self.store_token();
         for job in self.store.jobs_in(JobState::Running, i64::MAX).await? {
+            if job.fence != token {
+                continue; // another node's
+            }
             let id = job.id;
             let tasks = self.store.job_tasks(id).await?;
             self.jobs.insert(id, SupervisedJob::new(job, tasks));

@@ -3,6 +3,7 @@
 //! to the store before acting on it, so a crash between the two is repaired on restart.
 
 mod jobs;
+mod node;
 mod notifications;
 mod recover;
 mod schedules;
@@ -23,8 +24,9 @@ use crate::launch::process::{ExitWatch, signal_group};
 use crate::launch::spawn::{SpawnError, spawn_stage};
 use crate::launch::status::{Finished, StageFiles, Started};
 use crate::model::{ExitStatus, NewEvent, Run, RunState, StageState, now_millis};
-use crate::store::{Store, StoreError};
+use crate::store::{Pick, Store, StoreError};
 use crate::transitions::RunEvent;
+use crate::workflow::retry::AfterFailure;
 pub use supervised::ports_of;
 use supervised::{StopStep, Supervised};
 
@@ -44,6 +46,10 @@ pub struct ReconcilerConfig {
     pub scan_interval: Duration,
     /// Where job directories go.
     pub jobs_dir: PathBuf,
+    /// Where the runs this node claims keep their files.
+    pub runs_dir: PathBuf,
+    /// The node's local ledger of its claims.
+    pub claims_dir: PathBuf,
 }
 
 /// How a stage's process ended, as far as the daemon can tell.
@@ -92,10 +98,16 @@ pub enum Msg {
         job: Uuid,
         idx: usize,
     },
+    /// The heartbeat found this node's lease reaped.
+    LeaseLost,
 }
 
 pub struct Reconciler {
+    /// The store as everyone sees it (registration, reaping other nodes).
+    base: Arc<dyn Store>,
+    /// The store writing under this node's fencing token.
     store: Arc<dyn Store>,
+    node: node::NodeState,
     config: ReconcilerConfig,
     tx: UnboundedSender<Msg>,
     runs: HashMap<Uuid, Supervised>,
@@ -110,17 +122,31 @@ type Result<T = ()> = std::result::Result<T, StoreError>;
 impl Reconciler {
     pub fn new(
         store: Arc<dyn Store>,
+        registration: crate::store::NodeRegistration,
         config: ReconcilerConfig,
         tx: UnboundedSender<Msg>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Reconciler {
         let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
         let notifier = crate::notify::Notifier::with_defaults().ok();
-        Reconciler { store, config, tx, runs: HashMap::new(), jobs: HashMap::new(), http, notifier, metrics }
+        let node = node::NodeState::new(registration, config.claims_dir.clone());
+        Reconciler {
+            base: Arc::clone(&store),
+            store,
+            node,
+            config,
+            tx,
+            runs: HashMap::new(),
+            jobs: HashMap::new(),
+            http,
+            notifier,
+            metrics,
+        }
     }
 
     /// Repairs what the store says is in flight, then serves messages until the channel closes.
     pub async fn run(mut self, mut rx: UnboundedReceiver<Msg>) -> Result {
+        self.join().await?;
         self.recover().await?;
         self.recover_jobs().await?;
         self.schedule().await?;
@@ -149,15 +175,18 @@ impl Reconciler {
                     Msg::Wake => rescan = true,
                     msg => {
                         if let Err(err) = self.handle(msg).await {
-                            warn!("reconciler: {err}");
+                            self.on_error(err).await;
                             rescan = true;
                         }
                     }
                 }
                 next = rx.try_recv().ok();
             }
+            if rescan && let Err(err) = self.reap_lost_nodes().await {
+                warn!("reconciler: cannot reap lost nodes: {err}");
+            }
             if rescan && let Err(err) = self.sync_from_store().await {
-                warn!("reconciler: cannot read the store: {err}");
+                self.on_error(err).await;
             }
             if rescan && let Err(err) = self.sync_jobs().await {
                 warn!("reconciler: cannot read jobs: {err}");
@@ -198,13 +227,36 @@ impl Reconciler {
             Msg::Ended { owner: Owner::Task { job, idx }, end } => self.on_task_ended(job, idx, end).await,
             Msg::TaskTimedOut { job, idx } => self.on_task_timed_out(job, idx).await,
             Msg::GraceElapsed { run, idx } => self.on_grace_elapsed(run, idx).await,
+            Msg::LeaseLost => self.on_lease_lost().await,
+        }
+    }
+
+    /// A failed step: a rejected write means the run (or job) is someone else's now.
+    async fn on_error(&mut self, err: StoreError) {
+        match err {
+            StoreError::Fenced { id, token } => {
+                let why =
+                    format!("a write under fencing token {token} was rejected: another node took it over");
+                self.abandon_run(id, &why);
+                self.abandon_job(id, &why);
+            }
+            StoreError::LeaseLost { .. } => {
+                if let Err(err) = self.on_lease_lost().await {
+                    warn!("reconciler: cannot register again: {err}");
+                }
+            }
+            err => warn!("reconciler: {err}"),
         }
     }
 
     /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
     async fn sync_from_store(&mut self) -> Result {
-        // Others only ever move started runs (a stop request); ended runs are ours alone.
-        for run in self.store.active_runs().await? {
+        // Others only ever move started runs (a stop request, or a reaper deciding this node
+        // was lost); ended runs are ours alone.
+        let active = self.store.active_runs().await?;
+        let mut seen = std::collections::HashSet::new();
+        for run in active {
+            seen.insert(run.id);
             let changed = match self.runs.get(&run.id) {
                 Some(sup) => sup.run.version < run.version,
                 None => false,
@@ -217,58 +269,74 @@ impl Reconciler {
                 self.drive(id).await?;
             }
         }
+        // A run we think is active but that our token no longer holds was taken over.
+        let token = self.store_token();
+        let missing: Vec<Uuid> = self
+            .runs
+            .iter()
+            .filter(|(id, sup)| !sup.run.state.is_terminal() && !seen.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in missing {
+            match self.base.run(id).await? {
+                Some(run) if run.fence == token => {}
+                _ => self.abandon_run(id, "its claim was taken over while this node looked lost"),
+            }
+        }
         Ok(())
     }
 
-    /// Claims pending runs in queue order while slots and their resources are free.
+    fn store_token(&self) -> Option<i64> {
+        self.node.lease.as_ref().map(|l| l.token)
+    }
+
+    /// Claims pending runs in queue order while slots and their resources are free, looking
+    /// past runs blocked on resources or pinned to other nodes so other work can go ahead.
     async fn schedule(&mut self) -> Result {
         let free = self.config.max_parallel.saturating_sub(self.runs.len());
+        let Some(lease) = self.node.lease.clone() else { return Ok(()) };
         if free == 0 {
             return Ok(());
         }
         let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
-        let mut claimed = 0;
-        // Read the queue a page at a time (each row carries a workflow snapshot to parse), and
-        // look past runs blocked on resources so unrelated work can go ahead (backfill).
-        for page in 0..SCHEDULE_PAGES {
-            let pending = self.store.pending_runs(SCHEDULE_PAGE, page * SCHEDULE_PAGE).await?;
-            let last_page = (pending.len() as i64) < SCHEDULE_PAGE;
-            for run in pending {
-                if claimed == free {
-                    return Ok(());
-                }
-                let Some(ports) = allocate_ports(&run, &held) else { continue };
-                let resources = run.spec.resources(&ports);
-                if !resources.is_disjoint(&held) {
-                    continue;
-                }
-                let mut params = run.params.clone();
-                for (name, port) in &ports {
-                    params.resolved.insert(format!("port.{name}"), port.to_string());
-                }
-                if self.claim(run, params).await? {
-                    held.extend(resources);
-                    claimed += 1;
-                }
+        let runs_dir = self.config.runs_dir.clone();
+        let mut taken = 0;
+        let mut pick = |run: &Run| -> Pick {
+            if taken == free {
+                return Pick::Stop;
             }
-            if last_page {
-                break;
+            if !lease.fits(&run.spec.node_labels) {
+                return Pick::Skip;
             }
+            let Some(ports) = allocate_ports(run, &held) else { return Pick::Skip };
+            let resources = run.spec.resources(&ports);
+            if !resources.is_disjoint(&held) {
+                return Pick::Skip;
+            }
+            let mut params = run.params.clone();
+            for (name, port) in &ports {
+                params.resolved.insert(format!("port.{name}"), port.to_string());
+            }
+            held.extend(resources);
+            taken += 1;
+            let run_dir = runs_dir.join(run.id.to_string());
+            rebase_run_dir(&mut params, &run.run_dir, &run_dir);
+            Pick::Take { params, run_dir }
+        };
+        let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
+        for run in claimed {
+            self.start_claimed(run, lease.token).await?;
         }
         Ok(())
     }
 
-    /// Moves a pending run to starting and begins its first stage. False if someone else
-    /// moved it first (cancelled meanwhile).
-    async fn claim(&mut self, run: Run, params: crate::model::RunParams) -> Result<bool> {
-        let run = match self.store.transition(&run, RunEvent::Claim, None, Some(&params)).await {
-            Ok(run) => run,
-            Err(StoreError::Conflict { .. }) => return Ok(false),
-            Err(err) => return Err(err),
-        };
-        info!(run = %run.short_id(), workflow = %run.workflow, "claimed");
-        let stages = self.store.stages(run.id).await?;
+    /// Begins a run this node just claimed: ledger first, then its first stage.
+    async fn start_claimed(&mut self, run: Run, token: i64) -> Result {
+        info!(run = %run.short_id(), workflow = %run.workflow, attempt = run.attempt, "claimed");
         let id = run.id;
+        let ledger =
+            self.node.ledger.record(&run, token).err().map(|e| format!("cannot record the claim: {e}"));
+        let stages = self.store.stages(id).await?;
         let missing: Vec<&str> = run
             .spec
             .credentials
@@ -276,9 +344,15 @@ impl Reconciler {
             .filter(|c| std::env::var_os(c).is_none())
             .map(String::as_str)
             .collect();
-        let problem = if !missing.is_empty() {
+        let problem = if let Some(problem) = ledger {
+            Some(problem)
+        } else if !missing.is_empty() {
             Some(format!("the daemon's environment lacks {}", missing.join(", ")))
         } else {
+            if run.attempt > 1 {
+                // The last attempt's status files would read as this attempt's exits.
+                let _ = std::fs::remove_dir_all(run.run_dir.join(".status"));
+            }
             prepare_run_dir(&run).err()
         };
         match Supervised::new(run.clone(), stages) {
@@ -292,11 +366,11 @@ impl Reconciler {
                 // The run can't be planned, so it never starts: fail it without supervising it.
                 let reason = format!("cannot start: {err}");
                 self.store.transition(&run, RunEvent::Fail, Some(&reason), None).await?;
-                return Ok(true);
+                self.node.ledger.forget(&id);
+                return Ok(());
             }
         }
-        self.drive(id).await?;
-        Ok(true)
+        self.drive(id).await
     }
 
     /// Does whatever the run's current state asks for next. Safe to call at any time.
@@ -315,7 +389,11 @@ impl Reconciler {
                     Some(idx) if sup.stages[idx].state == StageState::Pending => self.spawn(id, idx).await?,
                     Some(_) => {}
                 },
-                RunState::Stopping | RunState::Stopped | RunState::Completed | RunState::Failed => {
+                RunState::Stopping
+                | RunState::Retrying
+                | RunState::Stopped
+                | RunState::Completed
+                | RunState::Failed => {
                     sup.cancel_all_readiness();
                     if sup.stages.iter().any(|s| s.state == StageState::Spawning) {
                         // A stage is being started: stop it once we know who it is.
@@ -324,9 +402,14 @@ impl Reconciler {
                     } else if sup.run.state == RunState::Stopping {
                         self.transition(id, RunEvent::AllStagesGone, None).await?;
                         continue;
+                    } else if sup.run.state == RunState::Retrying {
+                        if self.requeue_for_retry(id).await? {
+                            continue;
+                        }
                     } else {
                         debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
                         self.runs.remove(&id);
+                        self.node.ledger.forget(&id);
                     }
                 }
             }
@@ -362,11 +445,55 @@ impl Reconciler {
     }
 
     async fn fail(&mut self, id: Uuid, reason: &str) -> Result {
-        let state = self.runs.get(&id).map(|s| s.run.state);
-        if matches!(state, Some(RunState::Starting | RunState::Running)) {
-            self.transition(id, RunEvent::Fail, Some(reason)).await?;
+        self.fail_after(id, reason, None).await
+    }
+
+    /// Fails a started run, or — when a stage's `exit` is transient by the workflow's retry
+    /// policy and attempts are left — sends it to `retrying`.
+    async fn fail_after(&mut self, id: Uuid, reason: &str, exit: Option<ExitStatus>) -> Result {
+        let Some(sup) = self.runs.get(&id) else { return Ok(()) };
+        if !matches!(sup.run.state, RunState::Starting | RunState::Running) {
+            return Ok(());
         }
-        Ok(())
+        let policy = sup.run.spec.retry.as_ref();
+        match crate::workflow::retry::after_exit(policy, sup.run.attempt, exit) {
+            AfterFailure::RetryIn(wait) => {
+                let max = policy.map_or(1, |p| p.max_attempts);
+                let reason = format!(
+                    "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
+                    sup.run.attempt + 1,
+                    crate::workflow::Dur(wait)
+                );
+                self.transition(id, RunEvent::Retry, Some(&reason)).await
+            }
+            AfterFailure::Fail => self.transition(id, RunEvent::Fail, Some(reason)).await,
+        }
+    }
+
+    /// Queues a retrying run whose stages are all gone as its next attempt, after the policy's
+    /// backoff. True if the run changed under us and should be looked at again.
+    async fn requeue_for_retry(&mut self, id: Uuid) -> Result<bool> {
+        let Some(sup) = self.runs.get(&id) else { return Ok(false) };
+        let run = sup.run.clone();
+        let wait = run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.attempt));
+        let not_before = now_millis() + wait.as_millis() as i64;
+        let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
+        match self.store.requeue(&run, RunEvent::AllStagesGone, &reason, not_before).await {
+            Ok(queued) => {
+                info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
+                self.runs.remove(&id);
+                self.node.ledger.forget(&id);
+                Ok(false)
+            }
+            Err(StoreError::Conflict { .. }) => {
+                // Someone stopped it meanwhile: adopt what the store holds and decide again.
+                if let (Some(fresh), Some(sup)) = (self.store.run(id).await?, self.runs.get_mut(&id)) {
+                    sup.run = fresh;
+                }
+                Ok(true)
+            }
+            Err(err) => Err(err),
+        }
     }
 
     async fn spawn(&mut self, id: Uuid, idx: usize) -> Result {
@@ -531,14 +658,16 @@ impl Reconciler {
                     Some(_) => format!("stage '{name}' {what} during start-up"),
                     None => format!("stage '{name}' {what}"),
                 };
-                self.fail(id, &reason).await?;
+                self.fail_after(id, &reason, exit).await?;
             }
             RunState::Running if deciding && exit.is_some_and(ExitStatus::success) => {
                 self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished"))).await?;
             }
-            RunState::Running if deciding => self.fail(id, &format!("stage '{name}' {what}")).await?,
+            RunState::Running if deciding => {
+                self.fail_after(id, &format!("stage '{name}' {what}"), exit).await?
+            }
             RunState::Running => {
-                self.fail(id, &format!("stage '{name}' {what} while the run was running")).await?
+                self.fail_after(id, &format!("stage '{name}' {what} while the run was running"), exit).await?
             }
             _ => {}
         }
@@ -628,6 +757,20 @@ fn prepare_run_dir(run: &Run) -> std::result::Result<(), String> {
         .open(&path)
         .and_then(|mut file| file.write_all(text.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Points the run's resolved values at the claiming node's run directory (they were resolved
+/// where the run was submitted, which may be another machine).
+fn rebase_run_dir(params: &mut crate::model::RunParams, old: &std::path::Path, new: &std::path::Path) {
+    if old == new {
+        return;
+    }
+    let (old, new) = (old.to_string_lossy(), new.to_string_lossy());
+    for value in params.resolved.values_mut() {
+        if value.contains(&*old) {
+            *value = value.replace(&*old, &new);
+        }
+    }
 }
 
 /// The recorded end of a stage whose shim is gone.

@@ -4,6 +4,7 @@
 mod environments;
 mod jobs;
 mod metrics;
+mod nodes;
 mod runs;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::workflow::CatalogError;
 pub use environments::{ConfigView, FieldView};
 pub use jobs::TestRequest;
 pub use metrics::RunMetrics;
+pub use nodes::NodeView;
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,12 @@ pub enum ServiceError {
     UnknownSchedule { name: String, available: String },
     #[error("job {id} has already ended ({state})")]
     JobEnded { id: String, state: crate::jobs::JobState },
+    /// Several daemons (nodes, labels, leases) share state through PostgreSQL only.
+    #[error(
+        "{0} needs several daemons on one PostgreSQL store (set LACHESIS_DATABASE_URL=postgres://…); \
+         the embedded SQLite store serves one daemon on one machine"
+    )]
+    NeedsPostgres(String),
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;

@@ -75,6 +75,13 @@ impl Service {
         let catalog = self.settings.catalog()?;
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
         let spec = catalog.load(&name)?;
+        if !spec.node_labels.is_empty() && self.store.backend() == "sqlite" {
+            let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            return Err(ServiceError::NeedsPostgres(format!(
+                "workflow '{name}' pins its runs to nodes labelled {}, which",
+                labels.join(",")
+            )));
+        }
         let missing: Vec<String> =
             spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).cloned().collect();
         if !missing.is_empty() {
@@ -137,6 +144,9 @@ impl Service {
             reason: None,
             run_dir: run_dir.clone(),
             params: RunParams { vars: request.vars, config, resolved },
+            node: None,
+            fence: None,
+            not_before: None,
             spec,
         };
         let stages: Vec<Stage> = run

@@ -45,15 +45,11 @@ pub trait JobStore: Send + Sync {
 
 macro_rules! select_jobs {
     ($rest:literal) => {
-        concat!(
-            "SELECT id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, reason, ",
-            "results, job_dir FROM jobs ",
-            $rest
-        )
+        concat!(select_jobs_sql!(), $rest)
     };
 }
 
-fn job_from_row(row: &AnyRow) -> Result<Job> {
+pub(super) fn job_from_row(row: &AnyRow) -> Result<Job> {
     let id: String = row.try_get("id")?;
     let state: String = row.try_get("state")?;
     let spec: String = row.try_get("spec")?;
@@ -72,6 +68,8 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
         reason: row.try_get("reason")?,
         results: results.map(|r| from_json(&r, "job results")).transpose()?,
         job_dir: PathBuf::from(row.try_get::<String, _>("job_dir")?),
+        node: row.try_get("node")?,
+        fence: row.try_get("fence")?,
     })
 }
 
@@ -204,7 +202,8 @@ impl JobStore for SqlStore {
         let mut tx = self.pool().begin().await?;
         let updated = sqlx::query(
             "UPDATE jobs SET state = $1, version = version + 1, started_at = $2, ended_at = $3, reason = $4, \
-             results = $5 WHERE id = $6 AND state = $7 AND version = $8",
+             results = $5 WHERE id = $6 AND state = $7 AND version = $8 \
+             AND (CAST($9 AS BIGINT) IS NULL OR fence = $9)",
         )
         .bind(to.as_str())
         .bind(started_at)
@@ -214,6 +213,7 @@ impl JobStore for SqlStore {
         .bind(job.id.to_string())
         .bind(job.state.as_str())
         .bind(job.version)
+        .bind(self.fence())
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() == 0 {
@@ -242,9 +242,10 @@ impl JobStore for SqlStore {
     async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()> {
         let (code, signal) = exit_columns(task.exit);
         let mut tx = self.pool().begin().await?;
-        sqlx::query(
+        let updated = sqlx::query(
             "UPDATE job_tasks SET state = $1, shim = $2, process = $3, started_at = $4, ended_at = $5, exit_code = $6, \
-             exit_signal = $7, timed_out = $8 WHERE job_id = $9 AND idx = $10",
+             exit_signal = $7, timed_out = $8 WHERE job_id = $9 AND idx = $10 \
+             AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = $9 AND jobs.fence = $11))",
         )
         .bind(task.state.as_str())
         .bind(task.shim.as_ref().map(json))
@@ -256,8 +257,12 @@ impl JobStore for SqlStore {
         .bind(task.timed_out as i64)
         .bind(task.job_id.to_string())
         .bind(task.idx)
+        .bind(self.fence())
         .execute(&mut *tx)
         .await?;
+        if let (0, Some(token)) = (updated.rows_affected(), self.fence()) {
+            return Err(StoreError::Fenced { id: task.job_id, token });
+        }
         if let Some(event) = event {
             insert_event(&mut *tx, task.job_id, event.kind, None, event.stage.as_deref(), &event.message)
                 .await?;

@@ -5,7 +5,28 @@
 //! both dialects accept); what really differs — connecting, migrations, the daemon lock — lives
 //! in `sqlite.rs` and `postgres.rs`.
 
+/// The run columns every run query reads, in `run_from_row`'s terms.
+macro_rules! select_runs_sql {
+    () => {
+        concat!(
+            "SELECT id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, ",
+            "started_at, ended_at, reason, run_dir, spec, params, node, fence, not_before FROM runs "
+        )
+    };
+}
+
+/// The job columns every job query reads, in `job_from_row`'s terms.
+macro_rules! select_jobs_sql {
+    () => {
+        concat!(
+            "SELECT id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, reason, ",
+            "results, job_dir, node, fence FROM jobs "
+        )
+    };
+}
+
 mod jobs;
+mod nodes;
 mod postgres;
 mod sql;
 mod sqlite;
@@ -19,6 +40,7 @@ use crate::model::{Event, NewEvent, Run, RunState, Stage};
 use crate::transitions::{IllegalTransition, RunEvent};
 
 pub use jobs::JobStore;
+pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Pick, Reap};
 pub use sql::SqlStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +63,12 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{0}")]
     Locked(String),
+    /// The node's lease was reaped or replaced: it must register again before writing.
+    #[error("node '{node}' lost its lease (its heartbeat expired and another node took over its work)")]
+    LeaseLost { node: String },
+    /// A write carried a fencing token the row no longer holds: another node took it over.
+    #[error("run {id} is no longer held under fencing token {token}; the write was rejected")]
+    Fenced { id: Uuid, token: i64 },
     #[error("cannot use {}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("unsupported database url '{0}' (use sqlite://PATH or postgres://…)")]
@@ -63,9 +91,14 @@ pub struct DaemonLock {
 }
 
 #[async_trait]
-pub trait Store: JobStore + Send + Sync {
+pub trait Store: JobStore + NodeStore + Send + Sync {
     /// `sqlite` or `postgres`, for messages.
     fn backend(&self) -> &'static str;
+
+    /// The same store, writing as the holder of fencing token `token`: run and job moves,
+    /// stage and task writes land only while the row still carries it (`Fenced` otherwise),
+    /// and the in-flight queries return only what it holds.
+    fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store>;
 
     /// Inserts a pending run with its (pending) stages and a `submitted` event.
     async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()>;
@@ -76,7 +109,7 @@ pub trait Store: JobStore + Send + Sync {
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>>;
     /// How many runs are in each state.
     async fn run_counts(&self) -> Result<Vec<(String, i64)>>;
-    /// Runs in `starting`, `running` or `stopping`.
+    /// Runs in `starting`, `running`, `stopping` or `retrying` (held under the fence, if any).
     async fn active_runs(&self) -> Result<Vec<Run>>;
     /// Runs a daemon must look after: not terminal, or with a stage that may still be alive.
     async fn supervised_runs(&self) -> Result<Vec<Run>>;
@@ -92,6 +125,20 @@ pub trait Store: JobStore + Send + Sync {
         reason: Option<&str>,
         params: Option<&crate::model::RunParams>,
     ) -> Result<Run>;
+
+    /// Moves `run` back to `pending` as its next attempt (a retry after its stages are gone,
+    /// or a requeue after its node was lost): attempt + 1, no owner, its stages reset, not
+    /// claimed before `not_before`.
+    async fn requeue(
+        &self,
+        run: &Run,
+        event: RunEvent,
+        reason: &str,
+        not_before: crate::model::Millis,
+    ) -> Result<Run>;
+
+    /// Gives up an ended run's stages that are still marked live (their node was lost).
+    async fn release_run(&self, run: &Run) -> Result<bool>;
 
     async fn stages(&self, run_id: Uuid) -> Result<Vec<Stage>>;
     /// Writes a stage's row (and an event about it, in the same transaction).
@@ -109,8 +156,9 @@ pub trait Store: JobStore + Send + Sync {
     async fn snapshot(&self, run_id: Uuid) -> Result<Option<(i64, serde_json::Value)>>;
     async fn put_snapshot(&self, run_id: Uuid, taken_at: i64, data: &serde_json::Value) -> Result<()>;
 
-    /// Takes the store's daemon lock, or says who holds it.
-    async fn lock_daemon(&self) -> Result<DaemonLock>;
+    /// Takes the daemon lock for `node` (SQLite: one daemon per store file), or says who
+    /// holds it.
+    async fn lock_daemon(&self, node: &str) -> Result<DaemonLock>;
 }
 
 /// Where the store is: the embedded default, or a database URL.

@@ -7,8 +7,15 @@ use sqlx::{AnyPool, Connection, Row};
 use super::sql::{Backend, SqlStore};
 use super::{DaemonLock, Result, StoreError};
 
-/// Arbitrary but fixed: the advisory lock key that means "a lachesis daemon owns this database".
+/// Arbitrary but fixed: the advisory lock keys of "a lachesis daemon runs as node N" start here.
 const DAEMON_LOCK_KEY: i64 = 0x6c61_6368_6573_6973; // "lachesis"
+
+/// The advisory lock key of one node id (FNV-1a, so it is the same in every daemon).
+fn node_lock_key(node: &str) -> i64 {
+    let hash =
+        node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    DAEMON_LOCK_KEY ^ hash as i64
+}
 
 pub(super) async fn open(url: &str) -> Result<SqlStore> {
     sqlx::any::install_default_drivers();
@@ -26,18 +33,18 @@ pub(super) async fn open(url: &str) -> Result<SqlStore> {
     Ok(SqlStore::new(pool, Backend::Postgres))
 }
 
-pub(super) async fn lock_daemon(pool: &AnyPool) -> Result<DaemonLock> {
+pub(super) async fn lock_daemon(pool: &AnyPool, node: &str) -> Result<DaemonLock> {
     // Detached from the pool: returning it would hand the lock to whoever borrows it next.
     let mut conn = pool.acquire().await?.detach();
     let row = sqlx::query("SELECT pg_try_advisory_lock($1) AS locked")
-        .bind(DAEMON_LOCK_KEY)
+        .bind(node_lock_key(node))
         .fetch_one(&mut conn)
         .await?;
     if !row.try_get::<bool, _>("locked")? {
         let _ = conn.close().await;
-        return Err(StoreError::Locked(
-            "another lachesis daemon is already running on this PostgreSQL database".into(),
-        ));
+        return Err(StoreError::Locked(format!(
+            "another lachesis daemon is already running as node '{node}' on this PostgreSQL database"
+        )));
     }
     Ok(DaemonLock { _held: Box::new(std::sync::Mutex::new(conn)) })
 }

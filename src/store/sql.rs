@@ -11,39 +11,70 @@ use uuid::Uuid;
 use super::{DaemonLock, Result, RunFilter, Store, StoreError, postgres, sqlite};
 use crate::environments::Selection;
 use crate::model::{
-    Event, EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, now_millis,
+    Event, EventKind, ExitStatus, Millis, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage,
+    now_millis,
 };
 use crate::transitions::{self, RunEvent};
 
+#[derive(Clone)]
 pub(super) enum Backend {
     Sqlite { lock_path: PathBuf },
     Postgres,
 }
 
+#[derive(Clone)]
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
+    /// Set on a daemon's handle: the fencing token its writes must match.
+    fence: Option<i64>,
 }
 
 /// `SELECT <every run column> FROM runs <rest>`, as a `'static` string: sqlx 0.9 takes dynamic
 /// SQL only wrapped in `AssertSqlSafe`, and these never need to be dynamic.
 macro_rules! select_runs {
     ($rest:literal) => {
-        concat!(
-            "SELECT id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, ",
-            "started_at, ended_at, reason, run_dir, spec, params FROM runs ",
-            $rest
-        )
+        concat!(select_runs_sql!(), $rest)
     };
 }
 
 impl SqlStore {
     pub(super) fn new(pool: AnyPool, backend: Backend) -> SqlStore {
-        SqlStore { pool, backend }
+        SqlStore { pool, backend, fence: None }
     }
 
     pub(super) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    pub(super) fn backend_kind(&self) -> &Backend {
+        &self.backend
+    }
+
+    pub(super) fn fence(&self) -> Option<i64> {
+        self.fence
+    }
+
+    pub(super) fn with_fence(&self, token: i64) -> SqlStore {
+        SqlStore { fence: Some(token), ..self.clone() }
+    }
+
+    /// After a conditional write matched no row: `Fenced` if the run moved to another token,
+    /// else a plain conflict.
+    async fn conflict_or_fenced(&self, run: &Run) -> StoreError {
+        if let Some(token) = self.fence {
+            let fence = sqlx::query("SELECT fence FROM runs WHERE id = $1")
+                .bind(run.id.to_string())
+                .fetch_optional(&self.pool)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|row| row.try_get::<Option<i64>, _>("fence").ok().flatten());
+            if fence != Some(token) {
+                return StoreError::Fenced { id: run.id, token };
+            }
+        }
+        StoreError::Conflict { id: run.id, expected: run.state, version: run.version }
     }
 
     async fn query_runs(&self, sql: &'static str, binds: &[&str], limit: i64) -> Result<Vec<Run>> {
@@ -68,7 +99,7 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) 
     serde_json::from_str(text).map_err(|e| corrupt(format!("{what}: {e}")))
 }
 
-fn run_from_row(row: &AnyRow) -> Result<Run> {
+pub(super) fn run_from_row(row: &AnyRow) -> Result<Run> {
     let id: String = row.try_get("id")?;
     let state: String = row.try_get("state")?;
     let spec: String = row.try_get("spec")?;
@@ -89,6 +120,9 @@ fn run_from_row(row: &AnyRow) -> Result<Run> {
         run_dir: PathBuf::from(row.try_get::<String, _>("run_dir")?),
         spec: from_json(&spec, "workflow snapshot")?,
         params: from_json(&params, "run params")?,
+        node: row.try_get("node")?,
+        fence: row.try_get("fence")?,
+        not_before: row.try_get("not_before")?,
     })
 }
 
@@ -183,6 +217,22 @@ where
     Ok(())
 }
 
+/// Marks a run's live-looking stages lost: their node is gone and nobody can watch them.
+async fn lose_live_stages(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    run: Uuid,
+    now: Millis,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE stages SET state = 'lost', ended_at = $1 WHERE run_id = $2 AND state IN ('spawning', 'starting', 'up')",
+    )
+    .bind(now)
+    .bind(run.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 #[async_trait]
 impl Store for SqlStore {
     fn backend(&self) -> &'static str {
@@ -190,6 +240,10 @@ impl Store for SqlStore {
             Backend::Sqlite { .. } => "sqlite",
             Backend::Postgres => "postgres",
         }
+    }
+
+    fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store> {
+        std::sync::Arc::new(self.with_fence(token))
     }
 
     async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()> {
@@ -273,25 +327,27 @@ impl Store for SqlStore {
     }
 
     async fn active_runs(&self) -> Result<Vec<Run>> {
-        let rows =
-            sqlx::query(select_runs!("WHERE state IN ('starting', 'running', 'stopping') ORDER BY seq"))
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(select_runs!(
+            "WHERE state IN ('starting', 'running', 'stopping', 'retrying') \
+             AND (CAST($1 AS BIGINT) IS NULL OR fence = $1) ORDER BY seq"
+        ))
+        .bind(self.fence)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(run_from_row).collect()
     }
 
     async fn supervised_runs(&self) -> Result<Vec<Run>> {
-        self.query_runs(
-            select_runs!(
-                "WHERE state IN ('starting', 'running', 'stopping') \
-                 OR (state IN ('stopped', 'completed', 'failed') AND EXISTS (SELECT 1 FROM stages \
-                 WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up'))) \
-                 ORDER BY seq LIMIT $1"
-            ),
-            &[],
-            i64::MAX,
-        )
-        .await
+        let rows = sqlx::query(select_runs!(
+            "WHERE (CAST($1 AS BIGINT) IS NULL OR fence = $1) \
+             AND (state IN ('starting', 'running', 'stopping', 'retrying') \
+             OR (state IN ('stopped', 'completed', 'failed') AND EXISTS (SELECT 1 FROM stages \
+             WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up')))) ORDER BY seq"
+        ))
+        .bind(self.fence)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
     }
 
     async fn pending_runs(&self, limit: i64, offset: i64) -> Result<Vec<Run>> {
@@ -313,17 +369,23 @@ impl Store for SqlStore {
         params: Option<&RunParams>,
     ) -> Result<Run> {
         let to = transitions::next(run.state, event)?;
+        if to == RunState::Pending {
+            return self.requeue(run, event, reason.unwrap_or(event.as_str()), now_millis()).await;
+        }
         let now = now_millis();
         let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
         let ended_at = if to.is_terminal() { Some(now) } else { run.ended_at };
         let reason = reason.map(str::to_string).or_else(|| run.reason.clone());
         let params = params.unwrap_or(&run.params);
+        // A lost node's claim ends here: nothing it writes later may land.
+        let fence = if event == RunEvent::NodeLost { None } else { run.fence };
 
         let mut tx = self.pool.begin().await?;
         // The update comes first, so SQLite takes its write lock before reading anything.
         let updated = sqlx::query(
             "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
-             reason = $5, params = $6 WHERE id = $7 AND state = $8 AND version = $9",
+             reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END WHERE id = $8 AND state = $9 AND version = $10 \
+             AND (CAST($11 AS BIGINT) IS NULL OR fence = $11)",
         )
         .bind(to.as_str())
         .bind(now)
@@ -331,13 +393,19 @@ impl Store for SqlStore {
         .bind(ended_at)
         .bind(reason.as_deref())
         .bind(json(params))
+        .bind(i64::from(event == RunEvent::NodeLost))
         .bind(run.id.to_string())
         .bind(run.state.as_str())
         .bind(run.version)
+        .bind(self.fence)
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() == 0 {
-            return Err(StoreError::Conflict { id: run.id, expected: run.state, version: run.version });
+            drop(tx);
+            return Err(self.conflict_or_fenced(run).await);
+        }
+        if event == RunEvent::NodeLost {
+            lose_live_stages(&mut tx, run.id, now).await?;
         }
         let message = match &reason {
             Some(reason) if to != RunState::Starting && to != RunState::Running => {
@@ -355,8 +423,78 @@ impl Store for SqlStore {
             ended_at,
             reason,
             params: params.clone(),
+            fence,
             ..run.clone()
         })
+    }
+
+    async fn requeue(&self, run: &Run, event: RunEvent, reason: &str, not_before: Millis) -> Result<Run> {
+        let to = transitions::next(run.state, event)?;
+        if to != RunState::Pending {
+            return Err(StoreError::Illegal(transitions::IllegalTransition { from: run.state, event }));
+        }
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let updated = sqlx::query(
+            "UPDATE runs SET state = 'pending', version = version + 1, updated_at = $1, started_at = NULL, \
+             ended_at = NULL, reason = $2, attempt = attempt + 1, node = NULL, fence = NULL, not_before = $3 \
+             WHERE id = $4 AND state = $5 AND version = $6 AND (CAST($7 AS BIGINT) IS NULL OR fence = $7)",
+        )
+        .bind(now)
+        .bind(reason)
+        .bind(not_before)
+        .bind(run.id.to_string())
+        .bind(run.state.as_str())
+        .bind(run.version)
+        .bind(self.fence)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            drop(tx);
+            return Err(self.conflict_or_fenced(run).await);
+        }
+        // The next attempt starts from scratch; what the last one did stays in the events.
+        sqlx::query(
+            "UPDATE stages SET state = 'pending', shim = NULL, process = NULL, started_at = NULL, ready_at = NULL, \
+             ended_at = NULL, exit_code = NULL, exit_signal = NULL WHERE run_id = $1",
+        )
+        .bind(run.id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        let message = format!("{event}: {reason}");
+        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
+        tx.commit().await?;
+        Ok(Run {
+            state: to,
+            version: run.version + 1,
+            updated_at: now,
+            started_at: None,
+            ended_at: None,
+            reason: Some(reason.to_string()),
+            attempt: run.attempt + 1,
+            node: None,
+            fence: None,
+            not_before: Some(not_before),
+            ..run.clone()
+        })
+    }
+
+    async fn release_run(&self, run: &Run) -> Result<bool> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let released = sqlx::query("UPDATE runs SET fence = NULL WHERE id = $1 AND fence = $2")
+            .bind(run.id.to_string())
+            .bind(self.fence)
+            .execute(&mut *tx)
+            .await?;
+        if released.rows_affected() == 0 {
+            return Ok(false);
+        }
+        lose_live_stages(&mut tx, run.id, now).await?;
+        let message = "node lost: the stages it was still stopping are given up";
+        insert_event(&mut *tx, run.id, EventKind::Note, None, None, message).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn stages(&self, run_id: Uuid) -> Result<Vec<Stage>> {
@@ -373,9 +511,10 @@ impl Store for SqlStore {
     async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()> {
         let (code, signal) = exit_columns(stage.exit);
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        let updated = sqlx::query(
             "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
-             exit_code = $7, exit_signal = $8 WHERE run_id = $9 AND idx = $10",
+             exit_code = $7, exit_signal = $8 WHERE run_id = $9 AND idx = $10 \
+             AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM runs WHERE runs.id = $9 AND runs.fence = $11))",
         )
         .bind(stage.state.as_str())
         .bind(stage.shim.as_ref().map(json))
@@ -387,8 +526,12 @@ impl Store for SqlStore {
         .bind(signal)
         .bind(stage.run_id.to_string())
         .bind(stage.idx)
+        .bind(self.fence)
         .execute(&mut *tx)
         .await?;
+        if let (0, Some(token)) = (updated.rows_affected(), self.fence) {
+            return Err(StoreError::Fenced { id: stage.run_id, token });
+        }
         if let Some(event) = event {
             insert_event(&mut *tx, stage.run_id, event.kind, None, event.stage.as_deref(), &event.message)
                 .await?;
@@ -477,10 +620,10 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn lock_daemon(&self) -> Result<DaemonLock> {
+    async fn lock_daemon(&self, node: &str) -> Result<DaemonLock> {
         match &self.backend {
             Backend::Sqlite { lock_path } => sqlite::lock_daemon(lock_path),
-            Backend::Postgres => postgres::lock_daemon(&self.pool).await,
+            Backend::Postgres => postgres::lock_daemon(&self.pool, node).await,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! are up, what they hold exclusively and when the run is over.
 
 mod catalog;
+pub mod retry;
 pub mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use catalog::{Catalog, CatalogError};
+pub use retry::RetryPolicy;
 use template::TemplateError;
 
 /// Template variables every workflow may use, filled in by lachesis.
@@ -51,6 +53,12 @@ pub struct Workflow {
     /// Infrastructure settings tools and agents may not change (the locked profile).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub locked: serde_json::Map<String, serde_json::Value>,
+    /// Which failures are transient, and how many attempts a run gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Only nodes with all these labels may claim the workflow's runs (e.g. `gpu: h100`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -289,6 +297,17 @@ impl Workflow {
         for name in &self.completion.stages {
             if !names.contains(name.as_str()) {
                 return bad("completion.stages", format!("no stage is called '{name}'"));
+            }
+        }
+        if let Some(retry) = &self.retry {
+            retry.validate()?;
+        }
+        for (key, value) in &self.node_labels {
+            if !is_simple_name(key) || !is_simple_name(value) {
+                return bad(
+                    &format!("node_labels.{key}"),
+                    "labels are name: value, each letters, digits, '-', '_' or '.'".into(),
+                );
             }
         }
         Ok(())

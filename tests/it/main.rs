@@ -5,6 +5,7 @@ mod cli;
 mod http;
 mod jobs;
 mod mcp;
+mod nodes;
 mod schedules;
 mod store;
 mod supervisor;

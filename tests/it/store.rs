@@ -39,6 +39,9 @@ fn new_run(priority: i64) -> (Run, Vec<Stage>) {
         run_dir: PathBuf::from(format!("/runs/{id}")),
         spec: workflow(),
         params: RunParams::default(),
+        node: None,
+        fence: None,
+        not_before: None,
     };
     let stages = ["api", "env"]
         .iter()
@@ -191,8 +194,8 @@ async fn racing_writers_cannot_both_win(store: Arc<dyn Store>) {
 }
 
 async fn the_daemon_lock_is_exclusive(store: &dyn Store) {
-    let lock = store.lock_daemon().await.unwrap();
-    match store.lock_daemon().await {
+    let lock = store.lock_daemon("n1").await.unwrap();
+    match store.lock_daemon("n1").await {
         Err(StoreError::Locked(message)) => {
             assert!(message.contains("another lachesis daemon is already running"), "{message}")
         }
@@ -202,7 +205,7 @@ async fn the_daemon_lock_is_exclusive(store: &dyn Store) {
     drop(lock);
     let again = async {
         for _ in 0..50 {
-            if let Ok(lock) = store.lock_daemon().await {
+            if let Ok(lock) = store.lock_daemon("n1").await {
                 return Some(lock);
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -269,7 +272,6 @@ async fn postgres_backs_a_real_daemon() {
     assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))));
     let out = home.cli(&["daemon"]);
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("another lachesis daemon is already running on this PostgreSQL database")
+        String::from_utf8_lossy(&out.stderr).contains("another lachesis daemon is already running as node")
     );
 }

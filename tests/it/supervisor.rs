@@ -211,7 +211,7 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
 
 /// Each run's (claimed, settled) times from its events and stages.
 async fn span(home: &mut TestHome, id: uuid::Uuid) -> (i64, i64) {
-    let claimed = home.events(id).await.iter().find(|e| e.message == "claim").unwrap().at;
+    let claimed = home.events(id).await.iter().find(|e| e.message.starts_with("claim")).unwrap().at;
     let ended = home.stages(id).await.iter().filter_map(|s| s.ended_at).max().unwrap();
     (claimed, ended)
 }

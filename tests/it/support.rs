@@ -137,6 +137,10 @@ impl TestHome {
         child.wait().unwrap();
     }
 
+    pub fn daemon_pid(&self) -> Option<i32> {
+        self.daemon.as_ref().map(|child| child.id() as i32)
+    }
+
     pub fn daemon_log(&self) -> String {
         std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
     }

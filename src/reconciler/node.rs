@@ -1,0 +1,291 @@
+//! This daemon as one node among several on a store: its lease and heartbeat, reaping nodes
+//! whose heartbeat stopped, and what it does when its own claims are taken away (after a
+//! restart, a lost lease or a rejected write): stop supervising them and kill what it still
+//! runs for them, writing nothing about them under its stale token.
+//!
+//! The claim ledger (`claims/` in the home) is the node's local memory of what it claimed and
+//! under which token, written before any stage starts: after a restart it is how the node finds
+//! the processes of runs that were reaped while it was away.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::process::Signal;
+use serde::{Deserialize, Serialize};
+use tokio::task::AbortHandle;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::{Msg, Reconciler, Result};
+use crate::launch::process::{Liveness, liveness, signal_group};
+use crate::launch::status::StageFiles;
+use crate::model::{NewEvent, ProcessIdentity, Run, RunState, now_millis};
+use crate::store::{Lease, NodeRegistration, Reap, StoreError};
+use crate::workflow::retry::{AfterFailure, after_node_lost};
+
+/// What the reconciler knows about itself as a node.
+pub struct NodeState {
+    pub registration: NodeRegistration,
+    pub lease: Option<Lease>,
+    heartbeat: Option<AbortHandle>,
+    pub ledger: Ledger,
+}
+
+impl NodeState {
+    pub fn new(registration: NodeRegistration, claims_dir: PathBuf) -> NodeState {
+        NodeState { registration, lease: None, heartbeat: None, ledger: Ledger { dir: claims_dir } }
+    }
+}
+
+/// One claim as the node remembers it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claim {
+    pub token: i64,
+    pub run_dir: PathBuf,
+    pub stages: Vec<String>,
+}
+
+/// The node's local record of its claims: one small file per run.
+pub struct Ledger {
+    dir: PathBuf,
+}
+
+impl Ledger {
+    fn path(&self, id: &Uuid) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Written before any stage of the run starts, so no process can exist without it.
+    pub fn record(&self, run: &Run, token: i64) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let claim = Claim {
+            token,
+            run_dir: run.run_dir.clone(),
+            stages: run.spec.stages.iter().map(|s| s.name.clone()).collect(),
+        };
+        let tmp = self.dir.join(format!(".{}.tmp", run.id));
+        std::fs::write(&tmp, serde_json::to_vec(&claim).map_err(std::io::Error::other)?)?;
+        std::fs::rename(tmp, self.path(&run.id))
+    }
+
+    pub fn forget(&self, id: &Uuid) {
+        let _ = std::fs::remove_file(self.path(id));
+    }
+
+    fn entries(&self) -> Vec<(Uuid, Claim)> {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        dir.flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name();
+                let id = Uuid::parse_str(name.to_str()?.strip_suffix(".json")?).ok()?;
+                let claim = serde_json::from_slice(&std::fs::read(entry.path()).ok()?).ok()?;
+                Some((id, claim))
+            })
+            .collect()
+    }
+}
+
+impl Reconciler {
+    /// Takes a lease (adopting the runs of this node's previous, unreaped lease), writes as its
+    /// token from now on, and settles claims the node remembers but no longer holds.
+    pub(super) async fn join(&mut self) -> Result {
+        let lease = self.base.register_node(&self.node.registration).await?;
+        info!(node = %lease.node, token = lease.token, adopted_from = ?lease.previous, "node registered");
+        self.store = self.base.fenced(lease.token);
+        self.node.lease = Some(lease.clone());
+        self.start_heartbeat(lease);
+        let held: HashSet<Uuid> = self.store.supervised_runs().await?.iter().map(|r| r.id).collect();
+        for (id, claim) in self.node.ledger.entries() {
+            if !held.contains(&id) && !self.runs.contains_key(&id) {
+                self.settle_stale_claim(id, claim).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The lease was reaped (this node looked dead for longer than its lease): take a new one
+    /// and drop whatever was handed to other nodes meanwhile.
+    pub(super) async fn on_lease_lost(&mut self) -> Result {
+        warn!("this node's lease was lost (no heartbeat for longer than the lease); registering again");
+        self.join().await?;
+        let held: std::collections::HashMap<Uuid, Run> =
+            self.store.supervised_runs().await?.into_iter().map(|r| (r.id, r)).collect();
+        for id in self.runs.keys().copied().collect::<Vec<_>>() {
+            match held.get(&id) {
+                Some(run) => {
+                    if let Some(sup) = self.runs.get_mut(&id) {
+                        sup.run = run.clone();
+                    }
+                }
+                None => self.abandon_run(id, "the lease was lost and the run was taken over"),
+            }
+        }
+        let token = self.node.lease.as_ref().map(|l| l.token);
+        for id in self.jobs.keys().copied().collect::<Vec<_>>() {
+            match self.base.job(id).await? {
+                Some(job) if job.fence == token => {
+                    if let Some(sup) = self.jobs.get_mut(&id) {
+                        sup.job = job;
+                    }
+                }
+                _ => self.abandon_job(id, "the lease was lost and the job was failed by another node"),
+            }
+        }
+        Ok(())
+    }
+
+    fn start_heartbeat(&mut self, lease: Lease) {
+        if let Some(old) = self.node.heartbeat.take() {
+            old.abort();
+        }
+        let store = std::sync::Arc::clone(&self.base);
+        let tx = self.tx.clone();
+        // A few beats per lease, so one slow write doesn't cost the lease.
+        let every = (lease.lease / 4).max(Duration::from_millis(50));
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match store.heartbeat(&lease).await {
+                    Ok(()) => {}
+                    Err(StoreError::LeaseLost { .. }) => {
+                        let _ = tx.send(Msg::LeaseLost);
+                        return;
+                    }
+                    Err(err) => warn!("heartbeat failed (will retry): {err}"),
+                }
+            }
+        });
+        self.node.heartbeat = Some(task.abort_handle());
+    }
+
+    /// Marks nodes whose heartbeat expired as lost and settles their runs and jobs: each run
+    /// fails with `node lost` or is queued again when its retry policy says so.
+    pub(super) async fn reap_lost_nodes(&mut self) -> Result {
+        let now = now_millis();
+        let me = self.node.registration.id.clone();
+        for node in self.base.expired_nodes(now).await? {
+            if node.id == me || !self.base.mark_node_lost(&node, now).await? {
+                continue;
+            }
+            let silent = Duration::from_millis((now - node.heartbeat_at).max(0) as u64);
+            let why = format!(
+                "node lost: node '{}' sent no heartbeat for {:.1}s (lease {})",
+                node.id,
+                silent.as_secs_f64(),
+                crate::workflow::Dur(Duration::from_millis(node.lease_ms.max(0) as u64)),
+            );
+            warn!(node = %node.id, "{why}");
+            let mut settled = 0;
+            for run in self.base.node_runs(&node.id, node.token).await? {
+                let how = if run.state.is_terminal() {
+                    Reap::Release
+                } else if run.state == RunState::Stopping {
+                    Reap::Fail { reason: why.clone() }
+                } else {
+                    match after_node_lost(run.spec.retry.as_ref(), run.attempt) {
+                        AfterFailure::RetryIn(wait) => Reap::Requeue {
+                            reason: format!(
+                                "{why}; queued again as attempt {} (retry policy), not before {}",
+                                run.attempt + 1,
+                                crate::workflow::Dur(wait)
+                            ),
+                            not_before: now + wait.as_millis() as i64,
+                        },
+                        AfterFailure::Fail => Reap::Fail { reason: why.clone() },
+                    }
+                };
+                if self.base.reap_run(&run, node.token, &how).await? {
+                    settled += 1;
+                }
+            }
+            let jobs = self.base.reap_jobs(&node.id, node.token, &why).await?;
+            info!(node = %node.id, runs = settled, jobs, "reaped a lost node");
+        }
+        Ok(())
+    }
+
+    /// Stops supervising a run this node no longer holds and kills its local processes; the
+    /// store is not written (the new owner's writes are the ones that count).
+    pub(super) fn abandon_run(&mut self, id: Uuid, why: &str) {
+        if let Some(mut sup) = self.runs.remove(&id) {
+            sup.cancel_all_readiness();
+            let processes: Vec<ProcessIdentity> =
+                sup.stages.iter().filter(|s| s.state.is_live()).filter_map(|s| s.process.clone()).collect();
+            let killed = self.kill_leftovers(processes);
+            warn!(run = %sup.run.short_id(), killed = ?killed, "fenced: {why}; stopped supervising it");
+        }
+        self.node.ledger.forget(&id);
+    }
+
+    pub(super) fn abandon_job(&mut self, id: Uuid, why: &str) {
+        if let Some(sup) = self.jobs.remove(&id) {
+            let processes: Vec<ProcessIdentity> =
+                sup.tasks.iter().filter(|t| t.state.is_live()).filter_map(|t| t.process.clone()).collect();
+            let killed = self.kill_leftovers(processes);
+            warn!(job = %crate::model::short_id(&id), killed = ?killed, "fenced: {why}; stopped supervising it");
+        }
+    }
+
+    /// A claim the node remembers under a token that no longer holds the run: prove it by a
+    /// write under that token (the store rejects it), kill the stage processes still running
+    /// for it here, and forget it.
+    async fn settle_stale_claim(&mut self, id: Uuid, claim: Claim) {
+        let stale = self.base.fenced(claim.token);
+        let rejected = match self.base.stages(id).await {
+            Ok(stages) => match stages.first() {
+                // A write that changes nothing: only whether it is allowed matters.
+                Some(stage) => {
+                    matches!(stale.update_stage(stage, None).await, Err(StoreError::Fenced { .. }))
+                }
+                None => true,
+            },
+            Err(_) => true,
+        };
+        let processes: Vec<ProcessIdentity> =
+            claim.stages.iter().filter_map(|name| live_stage_process(&claim.run_dir, name)).collect();
+        let killed = self.kill_leftovers(processes);
+        let node = &self.node.registration.id;
+        let message = format!(
+            "node '{node}' came back holding a stale claim (fencing token {}): its write was {}; \
+             killed {} leftover stage process group(s) here",
+            claim.token,
+            if rejected { "rejected" } else { "not needed" },
+            killed.len()
+        );
+        warn!(run = %crate::model::short_id(&id), "{message}");
+        let _ = self.base.add_event(id, &NewEvent::note(message)).await;
+        self.node.ledger.forget(&id);
+    }
+
+    /// SIGTERM to each live process group, SIGKILL after the grace period; returns the pids.
+    fn kill_leftovers(&self, processes: Vec<ProcessIdentity>) -> Vec<i32> {
+        let live: Vec<ProcessIdentity> =
+            processes.into_iter().filter(|p| liveness(p) == Liveness::Alive).collect();
+        for process in &live {
+            signal_group(process, Signal::TERM);
+        }
+        let pids = live.iter().map(|p| p.pid).collect();
+        if !live.is_empty() {
+            let grace = self.config.stop_grace;
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                for process in live.iter().filter(|p| liveness(p) == Liveness::Alive) {
+                    signal_group(process, Signal::KILL);
+                }
+            });
+        }
+        pids
+    }
+}
+
+/// The stage process a run directory's status files name, if it is still running.
+fn live_stage_process(run_dir: &Path, stage: &str) -> Option<ProcessIdentity> {
+    let files = StageFiles::new(run_dir, stage);
+    if matches!(files.read_finished(), Ok(Some(_))) {
+        return None;
+    }
+    files.read_started().ok().flatten()?.process.filter(|p| liveness(p) == Liveness::Alive)
+}

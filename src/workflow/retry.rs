@@ -1,0 +1,167 @@
+//! A workflow's retry policy: which failures are transient, how many attempts a run gets and
+//! how long it waits between them. Pure; the node that owns the run applies the decision.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Dur;
+use crate::model::ExitStatus;
+
+const DEFAULT_BACKOFF: Duration = Duration::from_secs(10);
+const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(600);
+
+/// Written under `retry:` in a workflow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first one included.
+    pub max_attempts: u32,
+    /// The wait before the second attempt; it doubles for each later one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Dur>,
+    /// The longest wait between attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_max: Option<Dur>,
+    /// Exit codes that mean "transient" (an NCCL timeout, a preempted trainer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_on_exit_codes: Vec<i32>,
+    /// Whether a run whose node was lost is queued again (while attempts are left).
+    #[serde(default = "yes")]
+    pub on_node_lost: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl RetryPolicy {
+    /// The wait before the next attempt if a stage's `exit` during attempt `attempt` is
+    /// transient and attempts are left; None means the run fails.
+    pub fn after_exit(&self, attempt: i64, exit: Option<ExitStatus>) -> Option<Duration> {
+        let transient =
+            matches!(exit, Some(ExitStatus::Code(code)) if self.retry_on_exit_codes.contains(&code));
+        (transient && self.attempts_left(attempt)).then(|| self.backoff_after(attempt))
+    }
+
+    /// The wait before the next attempt when attempt `attempt` lost its node.
+    pub fn after_node_lost(&self, attempt: i64) -> Option<Duration> {
+        (self.on_node_lost && self.attempts_left(attempt)).then(|| self.backoff_after(attempt))
+    }
+
+    fn attempts_left(&self, attempt: i64) -> bool {
+        attempt < i64::from(self.max_attempts)
+    }
+
+    /// `backoff`, doubled for each attempt after the first, capped at `backoff_max`.
+    pub fn backoff_after(&self, attempt: i64) -> Duration {
+        let base = self.backoff.map_or(DEFAULT_BACKOFF, |d| d.0);
+        let max = self.backoff_max.map_or(DEFAULT_BACKOFF_MAX, |d| d.0);
+        let doublings = u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX).min(20);
+        base.saturating_mul(1 << doublings).min(max)
+    }
+
+    /// Checks the policy; errors are (field, problem).
+    pub(super) fn validate(&self) -> Result<(), (String, String)> {
+        if self.max_attempts == 0 {
+            return Err(("retry.max_attempts".into(), "must be at least 1 (the first attempt)".into()));
+        }
+        if let Some(code) = self.retry_on_exit_codes.iter().find(|c| !(1..=255).contains(*c)) {
+            return Err((
+                "retry.retry_on_exit_codes".into(),
+                format!("{code} is not a failing exit code (1 to 255)"),
+            ));
+        }
+        if let (Some(base), Some(max)) = (self.backoff, self.backoff_max)
+            && base > max
+        {
+            return Err(("retry.backoff_max".into(), format!("{max} is shorter than the backoff {base}")));
+        }
+        Ok(())
+    }
+}
+
+/// What becomes of a run whose stage failed or whose node was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterFailure {
+    Fail,
+    RetryIn(Duration),
+}
+
+/// The decision for an exit, with or without a policy.
+pub fn after_exit(policy: Option<&RetryPolicy>, attempt: i64, exit: Option<ExitStatus>) -> AfterFailure {
+    policy.and_then(|p| p.after_exit(attempt, exit)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+}
+
+/// The decision for a lost node, with or without a policy.
+pub fn after_node_lost(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailure {
+    policy.and_then(|p| p.after_node_lost(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(max_attempts: u32, codes: &[i32]) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            backoff: Some(Dur(Duration::from_secs(5))),
+            backoff_max: Some(Dur(Duration::from_secs(30))),
+            retry_on_exit_codes: codes.to_vec(),
+            on_node_lost: true,
+        }
+    }
+
+    #[test]
+    fn only_listed_codes_are_retried_while_attempts_are_left() {
+        let p = policy(3, &[75]);
+        assert_eq!(
+            after_exit(Some(&p), 1, Some(ExitStatus::Code(75))),
+            AfterFailure::RetryIn(Duration::from_secs(5))
+        );
+        assert_eq!(
+            after_exit(Some(&p), 2, Some(ExitStatus::Code(75))),
+            AfterFailure::RetryIn(Duration::from_secs(10))
+        );
+        assert_eq!(after_exit(Some(&p), 3, Some(ExitStatus::Code(75))), AfterFailure::Fail, "third of three");
+        assert_eq!(after_exit(Some(&p), 1, Some(ExitStatus::Code(1))), AfterFailure::Fail, "not transient");
+        assert_eq!(
+            after_exit(Some(&p), 1, Some(ExitStatus::Signal(9))),
+            AfterFailure::Fail,
+            "signals aren't codes"
+        );
+        assert_eq!(after_exit(Some(&p), 1, None), AfterFailure::Fail, "vanished stage");
+        assert_eq!(after_exit(None, 1, Some(ExitStatus::Code(75))), AfterFailure::Fail, "no policy");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let p = policy(10, &[]);
+        let waits: Vec<u64> = (1..=5).map(|a| p.backoff_after(a).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 30, 30]);
+        assert_eq!(p.backoff_after(i64::MAX), Duration::from_secs(30), "no overflow");
+        let defaults = RetryPolicy { backoff: None, backoff_max: None, ..p };
+        assert_eq!(defaults.backoff_after(1), DEFAULT_BACKOFF);
+        assert_eq!(defaults.backoff_after(50), DEFAULT_BACKOFF_MAX);
+    }
+
+    #[test]
+    fn node_loss_requeues_only_when_the_policy_says_so() {
+        let p = policy(2, &[]);
+        assert_eq!(after_node_lost(Some(&p), 1), AfterFailure::RetryIn(Duration::from_secs(5)));
+        assert_eq!(after_node_lost(Some(&p), 2), AfterFailure::Fail);
+        let no = RetryPolicy { on_node_lost: false, ..p };
+        assert_eq!(after_node_lost(Some(&no), 1), AfterFailure::Fail);
+        assert_eq!(after_node_lost(None, 1), AfterFailure::Fail);
+    }
+
+    #[test]
+    fn bad_policies_name_their_field() {
+        assert_eq!(policy(0, &[]).validate().unwrap_err().0, "retry.max_attempts");
+        assert_eq!(policy(2, &[0]).validate().unwrap_err().0, "retry.retry_on_exit_codes");
+        assert_eq!(policy(2, &[256]).validate().unwrap_err().0, "retry.retry_on_exit_codes");
+        let inverted = RetryPolicy { backoff: Some(Dur(Duration::from_secs(60))), ..policy(2, &[]) };
+        assert_eq!(inverted.validate().unwrap_err().0, "retry.backoff_max");
+        assert!(policy(3, &[75, 124]).validate().is_ok());
+    }
+}
