@@ -31,6 +31,15 @@ pub struct BenchArgs {
     /// Seconds of load (with --http)
     #[arg(long, default_value_t = 30)]
     seconds: u64,
+    /// Instead: claim throughput and latency with 1, 2 and 4 claiming nodes on PostgreSQL
+    #[arg(long)]
+    claims: bool,
+    /// The PostgreSQL server for --claims (a scratch database is made and dropped per round)
+    #[arg(long, default_value = "postgres://root@127.0.0.1:5432/postgres")]
+    postgres: String,
+    /// Pending runs per round (with --claims)
+    #[arg(long, default_value_t = 2000)]
+    claim_runs: usize,
     #[arg(long)]
     json: bool,
 }
@@ -38,6 +47,9 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs) -> CliResult {
     if args.http {
         return http(args);
+    }
+    if args.claims {
+        return claims(args);
     }
     let options = BenchOptions {
         runs: args.runs,
@@ -98,6 +110,37 @@ fn http(args: BenchArgs) -> CliResult {
             l.p99,
             l.max,
             report.errors
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn claims(args: BenchArgs) -> CliResult {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report = runtime.block_on(bench::claims(&args.postgres, args.claim_runs, &[1, 2, 4], &|line| {
+        eprintln!("bench: {line}")
+    }))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let alone = report.rounds.first().map(|r| (r.claim_ms.p50, r.claim_ms.p99));
+    for round in &report.rounds {
+        let added = alone.map_or(String::new(), |(p50, p99)| {
+            format!(
+                "; added by contention: p50 {:+.2} ms, p99 {:+.2} ms",
+                round.claim_ms.p50 - p50,
+                round.claim_ms.p99 - p99
+            )
+        });
+        println!(
+            "claims, {} node(s) on one PostgreSQL: {} runs, {:.0} runs/s; one claim p50 {:.2} ms, p99 {:.2} ms{added}; claimed twice: {}",
+            round.claimers,
+            round.runs,
+            round.runs_per_s,
+            round.claim_ms.p50,
+            round.claim_ms.p99,
+            round.duplicates
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -2,6 +2,10 @@
 //! exit-detection latency, recovery after SIGKILL, queue throughput through the CLI, idle RSS.
 //! It prints figures; it passes or fails nothing.
 
+mod claims;
+
+pub use claims::{ClaimReport, ClaimRound, claims};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -53,7 +57,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(mut samples: Vec<f64>) -> Percentiles {
+    pub(crate) fn of(mut samples: Vec<f64>) -> Percentiles {
         samples.sort_by(f64::total_cmp);
         let at =
             |q: f64| samples.get(((samples.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
@@ -61,7 +65,7 @@ impl Percentiles {
     }
 }
 
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+pub(crate) type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// A scratch home with a daemon of its own.
 struct Lab {

@@ -1,0 +1,162 @@
+//! `lachesis bench --claims`: how fast several nodes claim runs from one PostgreSQL queue, and
+//! what contention adds to a claim. Each claimer is what a daemon is to the store: a node
+//! registration of its own and a connection pool of its own, claiming one run per call with
+//! `FOR UPDATE SKIP LOCKED`, until the queue is empty.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::Connection;
+use uuid::Uuid;
+
+use super::{BenchResult, Percentiles};
+use crate::model::{Run, RunParams, RunState, Stage, now_millis};
+use crate::store::{NodeRegistration, NodeStore, Pick, Store, StoreLocation};
+use crate::workflow::Workflow;
+
+#[derive(Debug, Serialize)]
+pub struct ClaimRound {
+    pub claimers: usize,
+    pub runs: usize,
+    pub runs_per_s: f64,
+    /// One claim call (lease check, locked read, update, event, commit).
+    pub claim_ms: Percentiles,
+    /// Runs claimed twice (must be 0).
+    pub duplicates: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClaimReport {
+    pub rounds: Vec<ClaimRound>,
+}
+
+/// Runs a round per entry of `claimers`, each on a fresh database made on the server of
+/// `admin_url` and dropped afterwards.
+pub async fn claims(
+    admin_url: &str,
+    runs: usize,
+    claimers: &[usize],
+    progress: &dyn Fn(&str),
+) -> BenchResult<ClaimReport> {
+    let mut rounds = Vec::new();
+    for &n in claimers {
+        let name = format!("lachesis_bench_{}", Uuid::new_v4().simple());
+        let mut admin = sqlx::postgres::PgConnection::connect(admin_url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await?;
+        let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
+        let url = format!("{base}/{name}");
+        let round = round(&url, runs, n, progress).await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&mut admin)
+            .await?;
+        let round = round?;
+        progress(&format!(
+            "{n} claimer(s): {:.0} runs/s, claim p50 {:.2} ms p99 {:.2} ms",
+            round.runs_per_s, round.claim_ms.p50, round.claim_ms.p99
+        ));
+        rounds.push(round);
+    }
+    Ok(ClaimReport { rounds })
+}
+
+async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str)) -> BenchResult<ClaimRound> {
+    let location = StoreLocation::Postgres(url.to_string());
+    let store: Arc<dyn Store> = Arc::new(crate::store::open(&location).await?);
+    progress(&format!("{claimers} claimer(s): queueing {runs} runs"));
+    let spec = Workflow::parse(
+        std::path::Path::new("bench.yaml"),
+        "name: bench\nstages:\n  - {name: api, argv: ['true']}\n  - {name: trainer, argv: ['true']}\n",
+    )?;
+    for _ in 0..runs {
+        let (run, stages) = pending_run(&spec);
+        store.insert_run(&run, &stages).await?;
+    }
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    for n in 0..claimers {
+        let location = location.clone();
+        tasks.push(tokio::spawn(async move { claim_until_empty(location, n).await }));
+    }
+    let mut latencies = Vec::new();
+    let mut seen = HashSet::new();
+    let mut duplicates = 0;
+    for task in tasks {
+        let (ids, times) = task.await??;
+        latencies.extend(times);
+        duplicates += ids.into_iter().filter(|id| !seen.insert(*id)).count();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    Ok(ClaimRound {
+        claimers,
+        runs: seen.len(),
+        runs_per_s: seen.len() as f64 / elapsed,
+        claim_ms: Percentiles::of(latencies),
+        duplicates,
+    })
+}
+
+/// One daemon's worth of claiming: its own pool and lease, one run per call.
+async fn claim_until_empty(location: StoreLocation, n: usize) -> Result<(Vec<Uuid>, Vec<f64>), String> {
+    let store = crate::store::open(&location).await.map_err(|e| e.to_string())?;
+    let registration = NodeRegistration {
+        id: format!("bench-{n}"),
+        hostname: "bench".into(),
+        labels: Default::default(),
+        lease: Duration::from_secs(60),
+    };
+    let lease = store.register_node(&registration).await.map_err(|e| e.to_string())?;
+    let (mut ids, mut times) = (Vec::new(), Vec::new());
+    loop {
+        let mut taken = false;
+        let mut pick = |run: &Run| {
+            if taken {
+                return Pick::Stop;
+            }
+            taken = true;
+            Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
+        };
+        let started = Instant::now();
+        let claimed = store.claim_runs(&lease, 8, 1, &mut pick).await.map_err(|e| e.to_string())?;
+        if claimed.is_empty() {
+            return Ok((ids, times));
+        }
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        ids.extend(claimed.into_iter().map(|r| r.id));
+    }
+}
+
+fn pending_run(spec: &Workflow) -> (Run, Vec<Stage>) {
+    let id = Uuid::new_v4();
+    let now = now_millis();
+    let run_dir = PathBuf::from(format!("/bench/runs/{id}"));
+    let stages = spec
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(idx, s)| Stage::pending(id, idx, &s.name, run_dir.join(s.log_file())))
+        .collect();
+    let run = Run {
+        id,
+        workflow: spec.name.clone(),
+        env_name: None,
+        state: RunState::Pending,
+        version: 0,
+        priority: 0,
+        attempt: 1,
+        created_at: now,
+        updated_at: now,
+        started_at: None,
+        ended_at: None,
+        reason: None,
+        run_dir,
+        spec: spec.clone(),
+        params: RunParams::default(),
+        node: None,
+        fence: None,
+        not_before: None,
+    };
+    (run, stages)
+}
