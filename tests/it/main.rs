@@ -6,6 +6,7 @@ mod http;
 mod jobs;
 mod mcp;
 mod schedules;
+mod slurm;
 mod store;
 mod supervisor;
 mod support;
