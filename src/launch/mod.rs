@@ -4,5 +4,6 @@ pub mod mask;
 pub mod probe;
 pub mod process;
 pub mod shim;
+pub mod slurm;
 pub mod spawn;
 pub mod status;

@@ -7,6 +7,7 @@ mod jobs;
 mod mcp;
 mod nodes;
 mod schedules;
+mod slurm;
 mod store;
 mod supervisor;
 mod support;

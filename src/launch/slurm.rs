@@ -1,0 +1,985 @@
+//! Running a stage as a Slurm batch job: `sbatch` submits it, `scontrol show job` (then `sacct`)
+//! says how it is doing, `scancel` stops it. Only the command-line tools are used, so any
+//! cluster a login shell can use works, with no REST daemon or library to match.
+//!
+//! What this relies on was checked against Slurm 22.05 (tests/slurm/README.md has the details):
+//! - `scancel JOB` sends SIGTERM to the batch step's main process only, and SIGKILL to every
+//!   process of the job `KillWait` seconds later. So the batch script `exec`s the stage, or,
+//!   when output is masked, stays as the parent and forwards signals to it.
+//! - Once the main process exits, whatever it left behind is killed.
+//! - `scontrol show job` keeps an ended job for `MinJobAge` seconds, then says "Invalid job id
+//!   specified"; after that only `sacct` knows the job (the accounting database, or the
+//!   job-completion file with `sacct -c` where there is no database).
+//! - The job-completion record of a cancelled or timed-out job is written before the job's
+//!   processes exit, so it says `ExitCode=0:0` whatever they did.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use super::mask;
+use crate::model::ExitStatus;
+use crate::workflow::StagePlan;
+
+/// Per-workflow Slurm settings (the workflow YAML carries `launcher: slurm` plus these under
+/// `slurm:`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmOptions {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    /// Slurm's `--time` syntax (`90`, `4:00:00`, `2-00:00:00`).
+    pub time_limit: Option<String>,
+    /// Extra sbatch options, applied to every stage (`--gres=gpu:1`).
+    #[serde(default)]
+    pub sbatch_options: Vec<String>,
+    /// Extra sbatch options per stage, by stage name; they come last, so they win.
+    #[serde(default)]
+    pub stage_options: BTreeMap<String, Vec<String>>,
+}
+
+impl SlurmOptions {
+    /// The sbatch options these settings give `stage`, in order.
+    pub fn sbatch_args(&self, stage: &str) -> Vec<String> {
+        let mut args = Vec::new();
+        args.extend(self.partition.iter().map(|p| format!("--partition={p}")));
+        args.extend(self.account.iter().map(|a| format!("--account={a}")));
+        args.extend(self.time_limit.iter().map(|t| format!("--time={t}")));
+        args.extend(self.sbatch_options.iter().cloned());
+        args.extend(self.stage_options.get(stage).into_iter().flatten().cloned());
+        args
+    }
+}
+
+/// A Slurm job id. Serialized as a plain number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SlurmJobId(pub u64);
+
+impl fmt::Display for SlurmJobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("'{0}' is not a Slurm job id")]
+pub struct BadJobId(String);
+
+impl FromStr for SlurmJobId {
+    type Err = BadJobId;
+
+    /// Takes `123`, or `123;cluster` as `sbatch --parsable` prints on a federated cluster.
+    fn from_str(text: &str) -> Result<SlurmJobId, BadJobId> {
+        let id = text.trim().split(';').next().unwrap_or_default();
+        match id.parse::<u64>() {
+            Ok(n) if n > 0 && id.bytes().all(|b| b.is_ascii_digit()) => Ok(SlurmJobId(n)),
+            _ => Err(BadJobId(text.chars().take(40).collect())),
+        }
+    }
+}
+
+/// Where a job is, as far as lachesis cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for resources, a begin time, or a requeue.
+    Pending,
+    /// Running, or still tearing down (COMPLETING): its processes may still be about.
+    Running,
+    /// Over. `state` is Slurm's word for it (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...), worth
+    /// showing: a stage that hit its time limit ends with SIGTERM like one that was cancelled.
+    Ended { exit: ExitStatus, state: String },
+    /// Cancelled before it ran, or unknown to both scontrol and sacct.
+    Vanished(String),
+}
+
+impl JobState {
+    /// Whether the job may still have processes running or still start some.
+    pub fn is_live(&self) -> bool {
+        matches!(self, JobState::Pending | JobState::Running)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    #[error("{0} is not installed (not found on PATH)")]
+    NotInstalled(&'static str),
+    /// Slurm's tools would retry reading a missing config for 60 s before failing.
+    #[error("SLURM_CONF is {}, which does not exist", .0.display())]
+    NoConfig(PathBuf),
+    #[error("{command} failed: {stderr}")]
+    Failed { command: &'static str, stderr: String },
+    #[error("{command} gave no answer within {}s", .after.as_secs())]
+    Timeout { command: &'static str, after: Duration },
+    #[error("cannot run {command}: {source}")]
+    Io {
+        command: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("unexpected output from {command}: {output:?}")]
+    Unexpected { command: &'static str, output: String },
+    #[error("cannot submit stage '{stage}': {reason}")]
+    BadPlan { stage: String, reason: String },
+    #[error("'{0}' is not a signal name or number")]
+    BadSignal(String),
+    /// A job state this module does not know (a newer Slurm?): better said than guessed.
+    #[error("Slurm reports job state {0}, which lachesis does not know")]
+    UnknownState(String),
+}
+
+impl SlurmError {
+    /// Failures that may pass (slurmctld restarting, a slow answer); worth retrying a few times.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            SlurmError::Failed { .. }
+                | SlurmError::Timeout { .. }
+                | SlurmError::Io { .. }
+                | SlurmError::Unexpected { .. }
+        )
+    }
+}
+
+/// One job as scontrol or sacct describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRecord {
+    /// Slurm's state word (`RUNNING`, `CANCELLED`, ...), without sacct's `by UID` or `+`.
+    pub state: String,
+    /// `ExitCode=N:S`: exit code N, or the signal S that ended the batch script.
+    pub exit_code: Option<(i32, i32)>,
+    /// Whether the job was given nodes (a job cancelled while pending never was).
+    pub ran: bool,
+}
+
+impl JobRecord {
+    /// What the record means for lachesis.
+    ///
+    /// An ended job whose record says `0:0` but did not complete (the completion record of a
+    /// cancelled job always does, see the module docs) counts as ended by SIGTERM, which is what
+    /// Slurm sends on cancel, time limit and preemption; one lost with its node, or to the
+    /// out-of-memory killer, by SIGKILL; a plain FAILED with no code as code 1.
+    pub fn job_state(&self) -> Result<JobState, SlurmError> {
+        let state = self.state.as_str();
+        let live = match state {
+            "PENDING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "RESV_DEL_HOLD" | "SPECIAL_EXIT" => {
+                Some(JobState::Pending)
+            }
+            "CONFIGURING" | "RUNNING" | "COMPLETING" | "SUSPENDED" | "STOPPED" | "SIGNALING"
+            | "STAGE_OUT" | "RESIZING" => Some(JobState::Running),
+            _ => None,
+        };
+        if let Some(live) = live {
+            return Ok(live);
+        }
+        let unrecorded = match state {
+            "COMPLETED" => ExitStatus::Code(0),
+            "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "DEADLINE" => ExitStatus::Signal(15),
+            "NODE_FAIL" | "OUT_OF_MEMORY" => ExitStatus::Signal(9),
+            "FAILED" => ExitStatus::Code(1),
+            "BOOT_FAIL" | "REVOKED" => return Ok(JobState::Vanished(format!("{state}: it never ran here"))),
+            _ => return Err(SlurmError::UnknownState(state.to_string())),
+        };
+        if !self.ran {
+            return Ok(JobState::Vanished(format!("{state} before it ran")));
+        }
+        let exit = match self.exit_code {
+            Some((_, signal)) if signal != 0 => ExitStatus::Signal(signal),
+            Some((code, _)) if code != 0 => ExitStatus::Code(code),
+            _ => unrecorded,
+        };
+        Ok(JobState::Ended { exit, state: state.to_string() })
+    }
+}
+
+/// Reads `scontrol show job ID` (one record per job, `Key=Value` pairs over several lines).
+/// Returns None if `job`'s record is not there or has no `JobState`.
+pub fn parse_scontrol(text: &str, job: SlurmJobId) -> Option<JobRecord> {
+    let wanted = format!("JobId={job}");
+    // Records are separated by blank lines; a job array or het job prints several.
+    let record = text
+        .split("\n\n")
+        .find(|record| record.split_whitespace().next().is_some_and(|first| first == wanted))?;
+    // First occurrence wins: JobName (user text, before JobState) cannot hold spaces once
+    // `submit` has cleaned it, so it cannot smuggle in a `JobState=` token.
+    let value = |key: &str| {
+        record.split_whitespace().find_map(|token| token.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    };
+    let state = base_state(value("JobState")?)?;
+    let exit_code = value("ExitCode").and_then(parse_exit_code);
+    let ran = value("NodeList").is_some_and(assigned_nodes);
+    Some(JobRecord { state, exit_code, ran })
+}
+
+/// The fields `query_sacct` asks sacct for, in order.
+const SACCT_FORMAT: &str = "--format=JobIDRaw,State,ExitCode,NodeList";
+
+/// Reads `sacct --parsable2 --noheader --format=JobIDRaw,State,ExitCode,NodeList`. The last
+/// line for `job` wins: a requeued job, or one whose id a reset cluster handed out again, has
+/// several.
+pub fn parse_sacct(text: &str, job: SlurmJobId) -> Option<JobRecord> {
+    let wanted = job.to_string();
+    text.lines().rev().find_map(|line| {
+        let mut fields = line.trim().split('|');
+        if fields.next()? != wanted {
+            return None;
+        }
+        let state = base_state(fields.next()?)?;
+        let exit_code = fields.next().and_then(parse_exit_code);
+        let ran = fields.next().is_some_and(assigned_nodes);
+        Some(JobRecord { state, exit_code, ran })
+    })
+}
+
+/// `CANCELLED by 0` (sacct), `CANCELLED+` (truncated sacct columns) → `CANCELLED`.
+fn base_state(text: &str) -> Option<String> {
+    let word = text.split_whitespace().next()?.trim_end_matches('+');
+    (!word.is_empty() && word.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')).then(|| word.to_string())
+}
+
+fn parse_exit_code(text: &str) -> Option<(i32, i32)> {
+    let (code, signal) = text.trim().split_once(':')?;
+    Some((code.parse().ok()?, signal.parse().ok()?))
+}
+
+fn assigned_nodes(list: &str) -> bool {
+    !matches!(list.trim(), "" | "(null)" | "None assigned" | "None")
+}
+
+/// Decodes a raw wait status (`squeue --json`'s `exit_code`): `>> 8` is the exit code, `& 0x7f`
+/// the signal that killed the process.
+pub fn decode_wait_status(raw: i64) -> ExitStatus {
+    let signal = (raw & 0x7f) as i32;
+    if signal != 0 { ExitStatus::Signal(signal) } else { ExitStatus::Code(((raw >> 8) & 0xff) as i32) }
+}
+
+/// Environment variables carrying argv elements that hold secrets, so that the batch script,
+/// which Slurm keeps and shows (`scontrol write batch_script`), never does. `lachesis mask`
+/// masks their values too.
+pub const SECRET_ARG_PREFIX: &str = "LACHESIS_SECRET_ARG_";
+
+/// A batch script and the environment it needs on top of the stage's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchScript {
+    pub text: String,
+    pub env: BTreeMap<String, String>,
+}
+
+/// The batch script for `plan`: `#!/bin/bash`, into the working directory, then the stage.
+///
+/// Without `mask_exe` the script `exec`s the stage, so the stage is the job's main process
+/// and gets scancel's SIGTERM itself. With `mask_exe` (the lachesis binary, reachable at that
+/// path on the compute node) output goes through `lachesis mask`, and the shell stays as the
+/// stage's parent: the masking filter must outlive the stage to copy its last lines, and
+/// Slurm kills everything left once the main process exits. The shell forwards TERM, INT,
+/// HUP, USR1 and USR2 to the stage, waits for the filter to drain (5 s at most) and exits as
+/// the stage did, re-raising its signal, so Slurm records `ExitCode=0:15` for a stage killed
+/// by SIGTERM. (A stage exiting with a code above 128 is taken to have died of signal
+/// code-128; bash cannot tell the two apart.)
+///
+/// Arguments holding a secret (a secret variable's value, or a value of a `--…key`/`--…token`
+/// flag) are read from `LACHESIS_SECRET_ARG_<i>` variables, returned in `env`.
+pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
+    let secrets = argv_secrets(plan);
+    let mut env = BTreeMap::new();
+    let mut words = Vec::with_capacity(plan.argv.len());
+    for (i, arg) in plan.argv.iter().enumerate() {
+        let var = format!("{SECRET_ARG_PREFIX}{i}");
+        let is_secret = |text: &str| secrets.iter().any(|s| text == s);
+        let holds_secret = |text: &str| secrets.iter().any(|s| s.len() >= 8 && text.contains(s.as_str()));
+        match arg.split_once('=') {
+            Some((flag, value)) if is_secret(value) && !holds_secret(flag) => {
+                env.insert(var.clone(), value.to_string());
+                words.push(format!("{}\"${var}\"", quote(&format!("{flag}="))));
+            }
+            _ if is_secret(arg) || holds_secret(arg) => {
+                env.insert(var.clone(), arg.clone());
+                words.push(format!("\"${var}\""));
+            }
+            _ => words.push(quote(arg)),
+        }
+    }
+    let command = words.join(" ");
+    let name: String = plan
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .collect();
+    let cwd = quote(&plan.cwd.to_string_lossy());
+    let text = match mask_exe {
+        None => format!(
+            "#!/bin/bash\n\
+             # lachesis stage {name}: a Slurm batch job. The stage replaces this shell, so scancel's\n\
+             # SIGTERM reaches it.\n\
+             cd -- {cwd} || exit 126\n\
+             exec -- {command}\n"
+        ),
+        Some(exe) => format!(
+            "#!/bin/bash\n\
+             # lachesis stage {name}: a Slurm batch job, output masked by `lachesis mask`. This shell\n\
+             # stays as the stage's parent to let the filter drain; it forwards signals.\n\
+             cd -- {cwd} || exit 126\n\
+             lachesis_mask_exe={exe}\n\
+             if [ ! -x \"$lachesis_mask_exe\" ]; then\n  \
+               echo \"lachesis: $lachesis_mask_exe is not executable on $(hostname); stage not started\" >&2\n  \
+               exit 127\n\
+             fi\n\
+             exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" mask) 2>&1\n\
+             lachesis_mask=$!\n\
+             lachesis_forward() {{\n  \
+               lachesis_signal=$1\n  \
+               [ -z \"${{lachesis_stage:-}}\" ] || kill -s \"$1\" \"$lachesis_stage\" 2>/dev/null\n\
+             }}\n\
+             for lachesis_s in TERM INT HUP USR1 USR2; do trap \"lachesis_forward $lachesis_s\" \"$lachesis_s\"; done\n\
+             {command} &\n\
+             lachesis_stage=$!\n\
+             [ -z \"${{lachesis_signal:-}}\" ] || kill -s \"$lachesis_signal\" \"$lachesis_stage\" 2>/dev/null\n\
+             while kill -0 \"$lachesis_stage\" 2>/dev/null; do wait \"$lachesis_stage\"; done\n\
+             wait \"$lachesis_stage\"\n\
+             lachesis_status=$?\n\
+             trap - TERM INT HUP USR1 USR2\n\
+             exec >/dev/null 2>&1\n\
+             {{ sleep 5; kill -KILL \"$lachesis_mask\"; }} &\n\
+             lachesis_watchdog=$!\n\
+             wait \"$lachesis_mask\"\n\
+             kill \"$lachesis_watchdog\"\n\
+             if ((lachesis_status > 128 && lachesis_status < 160)); then\n  \
+               ulimit -c 0\n  \
+               kill -$((lachesis_status - 128)) $$\n\
+             fi\n\
+             exit \"$lachesis_status\"\n",
+            exe = quote(&exe.to_string_lossy()),
+        ),
+    };
+    BatchScript { text, env }
+}
+
+/// Secret strings that may appear in argv: values of secret flags, and of the secret variables
+/// the stage will see (its own env first, else the daemon's, which `--export=ALL` passes on).
+fn argv_secrets(plan: &StagePlan) -> Vec<String> {
+    let mut secrets = crate::redact::secret_flag_values(&plan.argv);
+    for var in crate::redact::SECRET_VARS {
+        secrets.extend(plan.env.get(*var).cloned().or_else(|| std::env::var(var).ok()));
+    }
+    secrets.retain(|s| !s.is_empty());
+    secrets
+}
+
+/// Single-quotes `text` for bash: everything inside is literal, `'` becomes `'\''`.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// `lachesis mask`: copies stdin to stdout with secrets replaced by `***`. The secrets are the
+/// values of the secret variables and of `LACHESIS_SECRET_ARG_*` in our environment (which is
+/// the job's), never anything on the command line. Returns the process exit code.
+pub fn mask_filter_main() -> i32 {
+    let mut secrets = mask::secrets_for(&[]);
+    secrets.extend(
+        std::env::vars_os()
+            .filter(|(name, _)| name.to_str().is_some_and(|n| n.starts_with(SECRET_ARG_PREFIX)))
+            .filter_map(|(_, value)| value.into_string().ok())
+            .filter(|value| value.len() >= 8)
+            .map(String::into_bytes),
+    );
+    secrets.sort();
+    secrets.dedup();
+    match mask::copy_masked(io::stdin().lock(), io::stdout().lock(), &secrets) {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "lachesis mask: {e}");
+            1
+        }
+    }
+}
+
+/// What a Slurm command printed, once it exited 0.
+struct Output {
+    stdout: String,
+    stderr: String,
+}
+
+/// The Slurm cluster the commands talk to. `Slurm::default()` is whatever the environment
+/// says (`SLURM_CONF`, else Slurm's own default); tests name a config file instead of touching
+/// the process environment.
+#[derive(Clone, Debug)]
+pub struct Slurm {
+    conf: Option<PathBuf>,
+    timeout: Duration,
+}
+
+impl Default for Slurm {
+    fn default() -> Slurm {
+        Slurm { conf: None, timeout: Duration::from_secs(30) }
+    }
+}
+
+/// How many failed queries in a row `wait_ended` puts up with.
+const WAIT_TOLERATED_FAILURES: u32 = 5;
+
+impl Slurm {
+    /// Talks to the cluster that `conf` (a slurm.conf) describes.
+    pub fn with_config(conf: impl Into<PathBuf>) -> Slurm {
+        Slurm { conf: Some(conf.into()), ..Slurm::default() }
+    }
+
+    /// How long one command may take (30 s by default; slurmctld down makes them hang).
+    pub fn with_timeout(self, timeout: Duration) -> Slurm {
+        Slurm { timeout, ..self }
+    }
+
+    /// Submits `plan` as a batch job named `job_name`, with stdout and stderr appended to the
+    /// stage log, and the stage's env on top of ours (`--export=ALL`).
+    pub async fn submit(
+        &self,
+        plan: &StagePlan,
+        options: &SlurmOptions,
+        job_name: &str,
+        mask_exe: Option<&Path>,
+    ) -> Result<SlurmJobId, SlurmError> {
+        let bad = |reason: String| SlurmError::BadPlan { stage: plan.name.clone(), reason };
+        if plan.argv.is_empty() {
+            return Err(bad("empty argv".into()));
+        }
+        let mut texts = plan.argv.iter().chain(plan.env.keys()).chain(plan.env.values());
+        let bad_name = |k: &String| k.is_empty() || k.contains('=');
+        if texts.any(|t| t.contains('\0')) || plan.env.keys().any(bad_name) {
+            return Err(bad("argv or env holds a NUL byte or a bad variable name".into()));
+        }
+        let (Some(log), Some(cwd)) = (plan.log_path.to_str(), plan.cwd.to_str()) else {
+            return Err(bad("the log path and working directory must be UTF-8".into()));
+        };
+        if let Some(dir) = plan.log_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let script = batch_script(plan, mask_exe);
+        // `%` starts a pattern (%j, %x) in Slurm's file names; `%%` is a literal one.
+        let log = log.replace('%', "%%");
+        let mut args = vec![
+            "--parsable".to_string(),
+            format!("--job-name={}", clean_job_name(job_name)),
+            format!("--output={log}"),
+            format!("--error={log}"),
+            "--open-mode=append".to_string(),
+            format!("--chdir={cwd}"),
+            "--export=ALL".to_string(),
+        ];
+        args.extend(options.sbatch_args(&plan.name));
+        let mut env = plan.env.clone();
+        env.extend(script.env);
+        let out = self.run("sbatch", &args, &env, Some(script.text.as_bytes())).await?;
+        let line = out.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+        let job = line
+            .parse::<SlurmJobId>()
+            .map_err(|_| SlurmError::Unexpected { command: "sbatch", output: clip(&out.stdout) })?;
+        tracing::info!(%job, stage = %plan.name, "submitted to Slurm");
+        Ok(job)
+    }
+
+    /// Where `job` is: `scontrol show job`, then `sacct` once scontrol has forgotten it.
+    pub async fn query(&self, job: SlurmJobId) -> Result<JobState, SlurmError> {
+        let args = ["show".to_string(), "job".to_string(), job.to_string()];
+        match self.run("scontrol", &args, &BTreeMap::new(), None).await {
+            Ok(out) => parse_scontrol(&out.stdout, job)
+                .ok_or_else(|| SlurmError::Unexpected { command: "scontrol", output: clip(&out.stdout) })?
+                .job_state(),
+            Err(SlurmError::Failed { stderr, .. }) if stderr.contains("Invalid job id") => {
+                self.query_sacct(job).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Where `job` is according to `sacct`: the accounting database, or, on a cluster without
+    /// one, the job-completion file (`sacct -c`). Vanished if neither knows the job.
+    pub async fn query_sacct(&self, job: SlurmJobId) -> Result<JobState, SlurmError> {
+        let args = |completion: bool| {
+            let mut args: Vec<String> = if completion { vec!["-c".into()] } else { Vec::new() };
+            args.extend(["-X", "--parsable2", "--noheader", SACCT_FORMAT, "-j"].map(String::from));
+            args.push(job.to_string());
+            args
+        };
+        let out = match self.run("sacct", &args(false), &BTreeMap::new(), None).await {
+            Err(SlurmError::Failed { stderr, .. }) if stderr.contains("accounting storage is disabled") => {
+                self.run("sacct", &args(true), &BTreeMap::new(), None).await?
+            }
+            other => other?,
+        };
+        match parse_sacct(&out.stdout, job) {
+            Some(record) => record.job_state(),
+            None => Ok(JobState::Vanished("unknown to scontrol and to sacct".into())),
+        }
+    }
+
+    /// Stops `job`: plain `scancel`, i.e. SIGTERM to the stage, then SIGKILL to all the job's
+    /// processes after the cluster's `KillWait` (see `kill_wait`); a pending job is just
+    /// dropped. `Some(signal)` sends that signal to a running stage without cancelling it,
+    /// except KILL, which Slurm treats as a plain cancel (TERM, then KILL after KillWait).
+    /// A job that has already ended is not an error.
+    pub async fn cancel(&self, job: SlurmJobId, signal: Option<&str>) -> Result<(), SlurmError> {
+        let mut args = Vec::new();
+        if let Some(signal) = signal {
+            let name = signal.trim_start_matches("SIG").to_ascii_uppercase();
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return Err(SlurmError::BadSignal(signal.chars().take(40).collect()));
+            }
+            if name != "KILL" && name != "9" {
+                // --batch: the job's main process (the stage, or the shell that forwards to it).
+                // --state=RUNNING: scancel --signal retries ~100 s on a pending job.
+                args.extend(["--batch".to_string(), format!("--signal={name}"), "--state=RUNNING".into()]);
+            }
+        }
+        args.push(job.to_string());
+        let gone = |stderr: &str| {
+            stderr.contains("Invalid job id") || stderr.contains("already completing or completed")
+        };
+        match self.run("scancel", &args, &BTreeMap::new(), None).await {
+            // Plain scancel exits 0 even when it reports an error.
+            Ok(out) if out.stderr.contains("error") && !gone(&out.stderr) => {
+                Err(SlurmError::Failed { command: "scancel", stderr: clip(out.stderr.trim()) })
+            }
+            Ok(_) => Ok(()),
+            Err(SlurmError::Failed { stderr, .. }) if gone(&stderr) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Polls `query` every `poll` until the job has ended or vanished, and returns that state.
+    /// Up to five failed queries in a row are put up with (slurmctld restarting).
+    pub async fn wait_ended(&self, job: SlurmJobId, poll: Duration) -> Result<JobState, SlurmError> {
+        let mut failures = 0;
+        loop {
+            match self.query(job).await {
+                Ok(state) if state.is_live() => failures = 0,
+                Ok(state) => return Ok(state),
+                Err(e) if e.is_transient() && failures < WAIT_TOLERATED_FAILURES => {
+                    failures += 1;
+                    tracing::warn!(%job, error = %e, "cannot query Slurm job; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// The cluster's `KillWait`: how long after scancel's SIGTERM Slurm sends SIGKILL.
+    pub async fn kill_wait(&self) -> Result<Duration, SlurmError> {
+        let args = ["show".to_string(), "config".to_string()];
+        let out = self.run("scontrol", &args, &BTreeMap::new(), None).await?;
+        out.stdout
+            .lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once('=')?;
+                (key.trim() == "KillWait").then(|| value.split_whitespace().next()?.parse().ok())?
+            })
+            .map(Duration::from_secs)
+            .ok_or_else(|| SlurmError::Unexpected { command: "scontrol", output: "no KillWait".into() })
+    }
+
+    /// Runs a Slurm command to the end (or the timeout), with `env` added to ours.
+    async fn run(
+        &self,
+        command: &'static str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        stdin: Option<&[u8]>,
+    ) -> Result<Output, SlurmError> {
+        let conf = self.conf.clone().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
+        if let Some(conf) = conf.filter(|c| !c.exists()) {
+            return Err(SlurmError::NoConfig(conf));
+        }
+        let mut cmd = Command::new(command);
+        cmd.args(args)
+            .envs(env)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(conf) = &self.conf {
+            cmd.env("SLURM_CONF", conf);
+        }
+        tracing::debug!(command, ?args, "running");
+        let mut child = cmd.spawn().map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => SlurmError::NotInstalled(command),
+            _ => SlurmError::Io { command, source },
+        })?;
+        let input = child.stdin.take();
+        let feed = async move {
+            if let (Some(mut pipe), Some(bytes)) = (input, stdin) {
+                pipe.write_all(bytes).await?;
+                pipe.shutdown().await?;
+            }
+            Ok::<(), io::Error>(())
+        };
+        let ran = tokio::time::timeout(self.timeout, async { tokio::join!(feed, child.wait_with_output()) });
+        let (fed, output) = ran.await.map_err(|_| SlurmError::Timeout { command, after: self.timeout })?;
+        let output = output.map_err(|source| SlurmError::Io { command, source })?;
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        if !output.status.success() {
+            let stderr = match stderr.trim() {
+                "" => format!("exit status {}", output.status),
+                text => clip(text),
+            };
+            return Err(SlurmError::Failed { command, stderr });
+        }
+        fed.map_err(|source| SlurmError::Io { command, source })?;
+        Ok(Output { stdout: String::from_utf8_lossy(&output.stdout).into_owned(), stderr })
+    }
+}
+
+/// Job names show in squeue and parse_scontrol reads past them: no spaces, no odd characters.
+fn clean_job_name(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .take(100)
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .collect();
+    if clean.is_empty() { "lachesis".into() } else { clean }
+}
+
+/// Long command output cut down for an error message (the end is where the reason is).
+fn clip(text: &str) -> String {
+    const MAX: usize = 500;
+    let text = text.trim();
+    match text.char_indices().rev().nth(MAX) {
+        Some((at, _)) => format!("…{}", &text[at..]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Real outputs of Slurm 22.05.8 on the test cluster (tests/slurm/cluster.sh).
+
+    /// `sh -c 'echo hi; exit 7'`, ended.
+    const SCONTROL_FAILED_7: &str = "JobId=4 JobName=t7
+   UserId=root(0) GroupId=root(0) MCS_label=N/A
+   Priority=4294901756 Nice=0 Account=(null) QOS=(null)
+   JobState=FAILED Reason=NonZeroExitCode Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=7:0
+   RunTime=00:00:01 TimeLimit=UNLIMITED TimeMin=N/A
+   SubmitTime=2026-11-22T04:41:01 EligibleTime=2026-11-22T04:41:01
+   AccrueTime=2026-11-22T04:41:01
+   StartTime=2026-11-22T04:41:01 EndTime=2026-11-22T04:41:02 Deadline=N/A
+   SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-22T04:41:01 Scheduler=Main
+   Partition=debug AllocNode:Sid=localhost:5240
+   ReqNodeList=(null) ExcNodeList=(null)
+   NodeList=n1
+   BatchHost=n1
+   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=1,node=1,billing=1
+   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*
+   MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0
+   Features=(null) DelayBoot=00:00:00
+   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)
+   Command=/tmp/sx/j7.sh
+   WorkDir=/tmp/sx
+   StdErr=/tmp/sx/j7.log
+   StdIn=/dev/null
+   StdOut=/tmp/sx/j7.log
+   Power=
+   
+
+";
+
+    /// Builds a record like the one above with other state lines (the rest is the same).
+    fn scontrol(id: u64, state: &str, exit: &str, nodes: &str) -> String {
+        SCONTROL_FAILED_7
+            .replace("JobId=4 ", &format!("JobId={id} "))
+            .replace("JobState=FAILED Reason=NonZeroExitCode", state)
+            .replace("ExitCode=7:0", &format!("ExitCode={exit}"))
+            .replace("NodeList=n1\n   BatchHost=n1\n", nodes)
+    }
+
+    fn state_of(text: &str, id: u64) -> JobState {
+        parse_scontrol(text, SlurmJobId(id)).unwrap().job_state().unwrap()
+    }
+
+    fn ended(exit: ExitStatus, state: &str) -> JobState {
+        JobState::Ended { exit, state: state.into() }
+    }
+
+    #[test]
+    fn scontrol_states_seen_on_a_real_cluster() {
+        let ran = "NodeList=n1\n   BatchHost=n1\n";
+        assert_eq!(state_of(SCONTROL_FAILED_7, 4), ended(ExitStatus::Code(7), "FAILED"));
+        let cases = [
+            // exec sleep 1000, running
+            ("JobState=RUNNING Reason=None", "0:0", ran, JobState::Running),
+            // --begin=now+3600
+            ("JobState=PENDING Reason=BeginTime", "0:0", "NodeList=\n", JobState::Pending),
+            // just after scancel, the stage still exiting
+            ("JobState=COMPLETING Reason=None", "0:0", ran, JobState::Running),
+            ("JobState=COMPLETED Reason=None", "0:0", ran, ended(ExitStatus::Code(0), "COMPLETED")),
+            // scancel of exec sleep 1000: killed by the SIGTERM
+            ("JobState=CANCELLED Reason=None", "0:15", ran, ended(ExitStatus::Signal(15), "CANCELLED")),
+            // scancel of a stage that traps TERM and exits 0
+            ("JobState=CANCELLED Reason=None", "0:0", ran, ended(ExitStatus::Signal(15), "CANCELLED")),
+            // scancel of a stage that traps TERM and exits 3
+            ("JobState=CANCELLED Reason=None", "3:0", ran, ended(ExitStatus::Code(3), "CANCELLED")),
+            // scancel of a pending job
+            (
+                "JobState=CANCELLED Reason=BeginTime",
+                "0:0",
+                "NodeList=\n",
+                JobState::Vanished("CANCELLED before it ran".into()),
+            ),
+            // --time=1 with exec sleep 1000; and with a stage that traps TERM and exits 0
+            ("JobState=TIMEOUT Reason=TimeLimit", "0:15", ran, ended(ExitStatus::Signal(15), "TIMEOUT")),
+            ("JobState=TIMEOUT Reason=TimeLimit", "0:0", ran, ended(ExitStatus::Signal(15), "TIMEOUT")),
+            // sh -c 'kill -9 $$'; sh -c 'kill -SEGV $$'; exec /nonexistent/prog
+            ("JobState=FAILED Reason=JobLaunchFailure", "0:9", ran, ended(ExitStatus::Signal(9), "FAILED")),
+            ("JobState=FAILED Reason=JobLaunchFailure", "0:11", ran, ended(ExitStatus::Signal(11), "FAILED")),
+            ("JobState=FAILED Reason=NonZeroExitCode", "127:0", ran, ended(ExitStatus::Code(127), "FAILED")),
+            // a stage ignoring SIGTERM, SIGKILLed after KillWait
+            ("JobState=CANCELLED Reason=None", "0:9", ran, ended(ExitStatus::Signal(9), "CANCELLED")),
+            ("JobState=NODE_FAIL Reason=None", "0:0", ran, ended(ExitStatus::Signal(9), "NODE_FAIL")),
+        ];
+        for (state, exit, nodes, want) in cases {
+            assert_eq!(state_of(&scontrol(21, state, exit, nodes), 21), want, "{state} {exit}");
+        }
+    }
+
+    #[test]
+    fn scontrol_output_that_does_not_fit_gives_none_or_an_error() {
+        assert_eq!(parse_scontrol(SCONTROL_FAILED_7, SlurmJobId(40)), None);
+        assert_eq!(parse_scontrol("slurm_load_jobs error: Invalid job id specified\n", SlurmJobId(4)), None);
+        assert_eq!(parse_scontrol("", SlurmJobId(4)), None);
+        assert_eq!(parse_scontrol("JobId=4 JobName=x\n   Reason=None\n", SlurmJobId(4)), None);
+        let odd =
+            parse_scontrol(&scontrol(4, "JobState=WEIRD Reason=None", "x:y", "NodeList=n1\n"), SlurmJobId(4));
+        let odd = odd.unwrap();
+        assert_eq!(odd.exit_code, None);
+        assert!(matches!(odd.job_state(), Err(SlurmError::UnknownState(s)) if s == "WEIRD"));
+        // A job array prints one record per task; the one asked for is read.
+        let two = format!(
+            "{}{}",
+            scontrol(5, "JobState=RUNNING Reason=None", "0:0", "NodeList=n1\n"),
+            SCONTROL_FAILED_7
+        );
+        assert_eq!(state_of(&two, 4), ended(ExitStatus::Code(7), "FAILED"));
+        assert_eq!(state_of(&two, 5), JobState::Running);
+    }
+
+    /// `sacct -c -X --parsable2 --noheader --format=JobIDRaw,State,ExitCode,NodeList -j ...`
+    /// after the jobs above. Note 14 and 5: the completion file has 0:0 where scontrol had
+    /// 0:15 and 0:0 (a TERM-trapping stage).
+    const SACCT_C: &str = "4|FAILED|7:0|n1
+5|CANCELLED|0:0|n1
+8|CANCELLED|0:0|(null)
+9|FAILED|0:9|n1
+11|FAILED|127:0|n1
+14|TIMEOUT|0:0|n1
+";
+
+    #[test]
+    fn sacct_completion_lines() {
+        let state = |id| parse_sacct(SACCT_C, SlurmJobId(id)).unwrap().job_state().unwrap();
+        assert_eq!(state(4), ended(ExitStatus::Code(7), "FAILED"));
+        assert_eq!(state(5), ended(ExitStatus::Signal(15), "CANCELLED"));
+        assert_eq!(state(8), JobState::Vanished("CANCELLED before it ran".into()));
+        assert_eq!(state(9), ended(ExitStatus::Signal(9), "FAILED"));
+        assert_eq!(state(11), ended(ExitStatus::Code(127), "FAILED"));
+        assert_eq!(state(14), ended(ExitStatus::Signal(15), "TIMEOUT"));
+        assert_eq!(parse_sacct(SACCT_C, SlurmJobId(1)), None);
+        assert_eq!(parse_sacct("", SlurmJobId(4)), None);
+        assert_eq!(parse_sacct("4\n4|\n|||\n", SlurmJobId(4)), None);
+        // The accounting database's spelling, and a reused id: the last line wins.
+        let dbd = "7|CANCELLED by 0|0:15|n1\n7|COMPLETED|0:0|n1\n";
+        assert_eq!(parse_sacct(dbd, SlurmJobId(7)).unwrap().state, "COMPLETED");
+        let by = parse_sacct("7|CANCELLED by 1000|0:15|None assigned\n", SlurmJobId(7)).unwrap();
+        assert_eq!(by.job_state().unwrap(), JobState::Vanished("CANCELLED before it ran".into()));
+    }
+
+    #[test]
+    fn wait_statuses() {
+        assert_eq!(decode_wait_status(7 << 8), ExitStatus::Code(7));
+        assert_eq!(decode_wait_status(0), ExitStatus::Code(0));
+        assert_eq!(decode_wait_status(15), ExitStatus::Signal(15));
+        assert_eq!(decode_wait_status(9 | 0x80), ExitStatus::Signal(9));
+        assert_eq!(decode_wait_status(-1), ExitStatus::Signal(127));
+        assert_eq!(decode_wait_status(i64::MAX), ExitStatus::Signal(127));
+        assert_eq!(decode_wait_status(i64::MIN), ExitStatus::Code(0));
+    }
+
+    #[test]
+    fn job_ids() {
+        assert_eq!("123\n".parse::<SlurmJobId>().unwrap(), SlurmJobId(123));
+        assert_eq!("123;cluster".parse::<SlurmJobId>().unwrap(), SlurmJobId(123));
+        for bad in ["", "0", "-1", "+5", "12a", "abc", "99999999999999999999999"] {
+            assert!(bad.parse::<SlurmJobId>().is_err(), "{bad}");
+        }
+        assert_eq!(serde_json::to_string(&SlurmJobId(42)).unwrap(), "42");
+        assert_eq!(serde_json::from_str::<SlurmJobId>("42").unwrap(), SlurmJobId(42));
+    }
+
+    #[test]
+    fn options_become_sbatch_args_with_stage_options_last() {
+        let yaml = "partition: gpu\ntime_limit: '4:00:00'\nsbatch_options: [--gres=gpu:1]\nstage_options: {trainer: [--mem=64G]}\n";
+        let options: SlurmOptions = serde_yaml::from_str(yaml).unwrap();
+        assert_eq!(
+            options.sbatch_args("trainer"),
+            ["--partition=gpu", "--time=4:00:00", "--gres=gpu:1", "--mem=64G"]
+        );
+        assert_eq!(options.sbatch_args("env"), ["--partition=gpu", "--time=4:00:00", "--gres=gpu:1"]);
+        assert!(serde_yaml::from_str::<SlurmOptions>("partitions: gpu\n").is_err());
+    }
+
+    fn plan(argv: &[&str]) -> StagePlan {
+        StagePlan {
+            name: "trainer".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: PathBuf::from("/runs/r 1"),
+            env: BTreeMap::new(),
+            log_path: PathBuf::from("/runs/r 1/trainer.log"),
+            start_delay: None,
+            probe: None,
+            start_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Runs `script` with bash (not through Slurm) and returns what it printed.
+    fn run_bash(script: &BatchScript, cwd: &Path) -> std::process::Output {
+        let text = script.text.replace(&quote("/runs/r 1"), &quote(&cwd.to_string_lossy()));
+        std::process::Command::new("bash").arg("-c").arg(text).envs(&script.env).output().unwrap()
+    }
+
+    #[test]
+    fn the_script_execs_the_stage_with_every_argument_intact() {
+        let awkward =
+            ["printf", "<%s>\\n", "two words", "it's", "\"dq\"", "$HOME", "`id`", "a\nb", "", "-n", "*"];
+        let script = batch_script(&plan(&awkward), None);
+        assert!(script.text.starts_with("#!/bin/bash\n"));
+        assert!(
+            script.text.contains("\ncd -- '/runs/r 1' || exit 126\nexec -- 'printf' "),
+            "{}",
+            script.text
+        );
+        assert!(script.env.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_bash(&script, dir.path());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "<two words>\n<it's>\n<\"dq\">\n<$HOME>\n<`id`>\n<a\nb>\n<>\n<-n>\n<*>\n"
+        );
+    }
+
+    #[test]
+    fn secrets_in_argv_travel_in_the_environment_not_in_the_script() {
+        let mut p = plan(&[
+            "train",
+            "--api_key",
+            "sk-flag-secret",
+            "--token=tok-0123456789",
+            "--url=http://x?k=tnkr-envsecret",
+            "plain",
+        ]);
+        p.env.insert("TINKER_API_KEY".into(), "tnkr-envsecret".into());
+        let script = batch_script(&p, None);
+        for secret in ["sk-flag-secret", "tok-0123456789", "tnkr-envsecret"] {
+            assert!(!script.text.contains(secret), "{secret} in:\n{}", script.text);
+        }
+        assert!(script.text.contains(
+            "exec -- 'train' '--api_key' \"$LACHESIS_SECRET_ARG_2\" '--token='\"$LACHESIS_SECRET_ARG_3\" \"$LACHESIS_SECRET_ARG_4\" 'plain'\n"
+        ), "{}", script.text);
+        assert_eq!(script.env["LACHESIS_SECRET_ARG_2"], "sk-flag-secret");
+        assert_eq!(script.env["LACHESIS_SECRET_ARG_3"], "tok-0123456789");
+        assert_eq!(script.env["LACHESIS_SECRET_ARG_4"], "--url=http://x?k=tnkr-envsecret");
+        // The stage still gets the real values.
+        let mut echo = p.clone();
+        echo.argv[0] = "echo".into();
+        let script = batch_script(&echo, None);
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_bash(&script, dir.path());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "--api_key sk-flag-secret --token=tok-0123456789 --url=http://x?k=tnkr-envsecret plain\n"
+        );
+    }
+
+    /// A stand-in for `lachesis mask` (which lives in the CLI): sed replacing one secret.
+    fn fake_mask_exe(dir: &Path, secret: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = dir.join("fake-lachesis");
+        std::fs::write(
+            &exe,
+            format!("#!/bin/sh\n[ \"$1\" = mask ] || exit 9\nexec sed -u 's/{secret}/***/g'\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        exe
+    }
+
+    #[test]
+    fn the_masked_script_filters_output_and_exits_as_the_stage_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = fake_mask_exe(dir.path(), "sekrit-value-1");
+        let mut p = plan(&["sh", "-c", "echo out $0; echo err sekrit-value-1 >&2; exit 7", "sekrit-value-1"]);
+        p.env.insert("WANDB_API_KEY".into(), "sekrit-value-1".into());
+        let script = batch_script(&p, Some(&exe));
+        assert!(!script.text.contains("sekrit-value-1"));
+        assert!(script.text.contains(&format!("lachesis_mask_exe='{}'\n", exe.display())));
+        assert!(
+            script.text.contains(
+                "exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" mask) 2>&1\n"
+            )
+        );
+        assert!(
+            script.text.contains("\n'sh' '-c' \"$LACHESIS_SECRET_ARG_2\" \"$LACHESIS_SECRET_ARG_3\" &\n"),
+            "{}",
+            script.text
+        );
+        let out = run_bash(&script, dir.path());
+        assert_eq!(out.status.code(), Some(7));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "out ***\nerr ***\n");
+
+        // Killed by a signal: the shell dies of the same one.
+        let killed = batch_script(&plan(&["sh", "-c", "kill -TERM $$"]), Some(&exe));
+        let out = run_bash(&killed, dir.path());
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(15));
+
+        // A mask filter that cannot run: the stage does not start unmasked.
+        let missing = batch_script(&plan(&["echo", "unmasked"]), Some(&dir.path().join("nope")));
+        let out = run_bash(&missing, dir.path());
+        assert_eq!(out.status.code(), Some(127));
+        assert!(out.stdout.is_empty());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is not executable"));
+    }
+
+    #[test]
+    fn job_names_and_error_text_are_cleaned() {
+        assert_eq!(clean_job_name("lachesis-r1 trainer\nJobState=X"), "lachesis-r1_trainer_JobState_X");
+        assert_eq!(clean_job_name(""), "lachesis");
+        assert_eq!(clip("  short \n"), "short");
+        let long = "é".repeat(600);
+        assert_eq!(clip(&long).chars().count(), 502);
+    }
+
+    #[tokio::test]
+    async fn missing_config_and_missing_binaries_are_clear_errors() {
+        let slurm = Slurm::with_config("/nonexistent/slurm.conf");
+        let err = slurm.query(SlurmJobId(1)).await.unwrap_err();
+        assert!(matches!(err, SlurmError::NoConfig(_)), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("slurm.conf");
+        std::fs::write(&conf, "").unwrap();
+        let slurm = Slurm::with_config(&conf);
+        let err = slurm.run("lachesis-no-such-slurm-tool", &[], &BTreeMap::new(), None).await;
+        assert!(matches!(err, Err(SlurmError::NotInstalled("lachesis-no-such-slurm-tool"))));
+        let err = slurm.cancel(SlurmJobId(1), Some("TERM; rm")).await.unwrap_err();
+        assert!(matches!(err, SlurmError::BadSignal(_)), "{err}");
+        let err = slurm.submit(&plan(&[]), &SlurmOptions::default(), "x", None).await.unwrap_err();
+        assert!(matches!(err, SlurmError::BadPlan { .. }), "{err}");
+    }
+}

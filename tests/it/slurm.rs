@@ -1,0 +1,290 @@
+//! The Slurm client against a real one-node cluster, which `tests/slurm/cluster.sh` brings up
+//! (installing Slurm if it may). Where it cannot, these tests say they skip, unless
+//! `LACHESIS_REQUIRE_SLURM=1` makes that a failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use lachesis::launch::slurm::{JobState, Slurm, SlurmJobId, SlurmOptions};
+use lachesis::model::ExitStatus;
+use lachesis::workflow::StagePlan;
+
+use crate::support::wait_for;
+
+/// The cluster's slurm.conf, or why there is none.
+static CLUSTER: LazyLock<Result<PathBuf, String>> = LazyLock::new(|| {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/slurm/cluster.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("slurm: skipped: cannot run {}: {e}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    match out.status.code() {
+        Some(0) => match last.strip_prefix("SLURM_CONF=") {
+            Some(conf) => Ok(PathBuf::from(conf)),
+            None => panic!("cluster.sh succeeded without printing SLURM_CONF=: {stdout:?}"),
+        },
+        Some(3) => Err(last.to_string()),
+        _ => panic!("cluster.sh failed ({}): {stdout}", out.status),
+    }
+});
+
+/// The test cluster, or None (having said why) when there is none and none is required.
+fn cluster() -> Option<Slurm> {
+    match &*CLUSTER {
+        Ok(conf) => Some(Slurm::with_config(conf)),
+        Err(reason) => {
+            assert!(
+                std::env::var("LACHESIS_REQUIRE_SLURM").as_deref() != Ok("1"),
+                "Slurm is required: {reason}"
+            );
+            eprintln!("{reason}");
+            None
+        }
+    }
+}
+
+fn stage(dir: &Path, name: &str, argv: &[&str]) -> StagePlan {
+    StagePlan {
+        name: name.into(),
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        cwd: dir.to_path_buf(),
+        env: BTreeMap::new(),
+        log_path: dir.join("logs").join(format!("{name}.log")),
+        start_delay: None,
+        probe: None,
+        start_timeout: Duration::from_secs(60),
+    }
+}
+
+fn log_of(plan: &StagePlan) -> String {
+    std::fs::read_to_string(&plan.log_path).unwrap_or_default()
+}
+
+async fn submit(slurm: &Slurm, plan: &StagePlan, mask_exe: Option<&Path>) -> SlurmJobId {
+    let name = format!("lachesis-test-{}", plan.name);
+    slurm.submit(plan, &SlurmOptions::default(), &name, mask_exe).await.unwrap()
+}
+
+/// Waits (60 s at most) for the job to end and returns how it did.
+async fn ended(slurm: &Slurm, job: SlurmJobId) -> JobState {
+    let wait = slurm.wait_ended(job, Duration::from_millis(50));
+    tokio::time::timeout(Duration::from_secs(60), wait).await.expect("job did not end within 60 s").unwrap()
+}
+
+async fn wait_for_log(plan: &StagePlan, text: &str) {
+    let what = format!("{text:?} in {}", plan.log_path.display());
+    wait_for(&what, Duration::from_secs(30), || async { log_of(plan).contains(text).then_some(()) }).await;
+}
+
+fn ended_as(exit: ExitStatus, state: &str) -> JobState {
+    JobState::Ended { exit, state: state.into() }
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+#[tokio::test]
+async fn a_job_ends_with_its_exit_code_and_sacct_remembers_it() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let plan = stage(dir.path(), "seven", &["sh", "-c", "echo hi; date +%s%N; exit 7"]);
+    std::fs::create_dir_all(plan.log_path.parent().unwrap()).unwrap();
+    std::fs::write(&plan.log_path, "earlier\n").unwrap();
+    let job = submit(&slurm, &plan, None).await;
+
+    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Code(7), "FAILED"));
+    let seen = now_nanos();
+    let log = log_of(&plan);
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines[..2], ["earlier", "hi"], "--open-mode=append keeps what was there: {log:?}");
+    if let Some(exited) = lines.get(2).and_then(|l| l.parse::<u128>().ok()) {
+        eprintln!(
+            "scontrol showed job {job} ended {} ms after its stage exited",
+            (seen - exited) / 1_000_000
+        );
+    }
+    // scontrol still has it; sacct (here the job-completion file) says the same.
+    assert_eq!(slurm.query(job).await.unwrap(), ended_as(ExitStatus::Code(7), "FAILED"));
+    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(ExitStatus::Code(7), "FAILED"));
+}
+
+#[tokio::test]
+async fn cancel_sends_sigterm_to_the_stage_itself() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("got-term");
+    let body = format!(
+        "trap 'echo got TERM; touch {}; exit 0' TERM; echo started; while :; do sleep 0.1; done",
+        marker.display()
+    );
+    let plan = stage(dir.path(), "trapper", &["sh", "-c", &body]);
+    let job = submit(&slurm, &plan, None).await;
+    wait_for_log(&plan, "started").await;
+    assert_eq!(slurm.query(job).await.unwrap(), JobState::Running);
+
+    let cancelled = Instant::now();
+    slurm.cancel(job, None).await.unwrap();
+    wait_for("the stage's TERM trap", Duration::from_secs(30), || async { marker.exists().then_some(()) })
+        .await;
+    // The stage exited 0 from its trap; Slurm records CANCELLED with ExitCode=0:0 (in scontrol
+    // and in the completion file alike), which reads as SIGTERM.
+    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    eprintln!("job {job} ended {} ms after scancel", cancelled.elapsed().as_millis());
+    assert!(log_of(&plan).contains("got TERM"));
+    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    // Cancelling what has ended is fine.
+    slurm.cancel(job, None).await.unwrap();
+    slurm.cancel(job, Some("KILL")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stage_killed_by_the_sigterm_takes_its_children_along() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let child = dir.path().join("child.pid");
+    let body = format!("sleep 300 & echo $! > {}; echo started; exec sleep 301", child.display());
+    let plan = stage(dir.path(), "sleeper", &["sh", "-c", &body]);
+    let job = submit(&slurm, &plan, None).await;
+    wait_for_log(&plan, "started").await;
+    let pid = std::fs::read_to_string(&child).unwrap().trim().to_string();
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+
+    slurm.cancel(job, None).await.unwrap();
+    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    let gone = || async { (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()) };
+    wait_for("the stage's background child to be killed", Duration::from_secs(5), gone).await;
+    // The completion file was written before the stage died: it says 0:0, read as SIGTERM too.
+    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(ExitStatus::Signal(15), "CANCELLED"));
+}
+
+#[tokio::test]
+async fn a_signal_reaches_a_running_stage_without_cancelling_it() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("got-usr1");
+    let body = format!("trap 'touch {}' USR1; echo started; while :; do sleep 0.1; done", marker.display());
+    let plan = stage(dir.path(), "usr1", &["sh", "-c", &body]);
+    let job = submit(&slurm, &plan, None).await;
+    wait_for_log(&plan, "started").await;
+
+    slurm.cancel(job, Some("SIGUSR1")).await.unwrap();
+    wait_for("the stage's USR1 trap", Duration::from_secs(30), || async { marker.exists().then_some(()) })
+        .await;
+    assert_eq!(slurm.query(job).await.unwrap(), JobState::Running);
+    slurm.cancel(job, None).await.unwrap();
+    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+}
+
+#[tokio::test]
+async fn awkward_arguments_and_the_stage_env_reach_the_stage_intact() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let awkward = ["two words", "it's", "\"dq\"", "$HOME", "`id`", "a\nb", "", "*", "100%"];
+    let mut argv = vec!["sh", "-c", r#"printf '<%s>\n' "$@"; printf 'env <%s>\n' "$STAGE_VAR""#, "sh"];
+    argv.extend(awkward);
+    let mut plan = stage(dir.path(), "args", &argv);
+    plan.env.insert("STAGE_VAR".into(), "x y $z".into());
+    plan.log_path = dir.path().join("odd 100% dir").join("args.log");
+    let job = submit(&slurm, &plan, None).await;
+    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Code(0), "COMPLETED"));
+    assert_eq!(
+        log_of(&plan),
+        "<two words>\n<it's>\n<\"dq\">\n<$HOME>\n<`id`>\n<a\nb>\n<>\n<*>\n<100%>\nenv <x y $z>\n"
+    );
+}
+
+/// A stand-in for `lachesis mask` (the subcommand lives in the CLI): sed masking the value of
+/// TINKER_API_KEY, which it finds in its environment as the real filter does.
+fn fake_mask_exe(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = dir.join("fake-lachesis");
+    std::fs::write(&exe, "#!/bin/sh\n[ \"$1\" = mask ] || exit 9\nexec sed -u \"s/$TINKER_API_KEY/***/g\"\n")
+        .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    exe
+}
+
+const SECRET: &str = "tnkr0123456789secret";
+
+#[tokio::test]
+async fn masked_output_keeps_its_last_lines_and_the_exit_code() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fake_mask_exe(dir.path());
+    let body =
+        "for i in $(seq 1 3000); do echo line $i $TINKER_API_KEY; done; echo err $1 >&2; echo LAST; exit 7";
+    let mut plan = stage(dir.path(), "masked", &["sh", "-c", body, "sh", &format!("--api-key={SECRET}")]);
+    plan.env.insert("TINKER_API_KEY".into(), SECRET.into());
+    let job = submit(&slurm, &plan, Some(&exe)).await;
+    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Code(7), "FAILED"));
+    let log = log_of(&plan);
+    assert!(!log.contains(SECRET));
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 3002, "every line made it through the filter");
+    assert_eq!(lines[0], "line 1 ***");
+    assert_eq!(lines[3000..], ["err --api-key=***", "LAST"]);
+}
+
+#[tokio::test]
+async fn a_masked_stage_gets_sigterm_and_its_last_words_are_logged() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fake_mask_exe(dir.path());
+    let marker = dir.path().join("got-term");
+    let body = format!(
+        "trap 'echo got TERM $TINKER_API_KEY; touch {}; exit 0' TERM; echo started; while :; do sleep 0.1; done",
+        marker.display()
+    );
+    let mut trapper = stage(dir.path(), "masked-trapper", &["sh", "-c", &body]);
+    trapper.env.insert("TINKER_API_KEY".into(), SECRET.into());
+    let mut sleeper = stage(dir.path(), "masked-sleeper", &["sh", "-c", "echo started; exec sleep 300"]);
+    sleeper.env.insert("TINKER_API_KEY".into(), SECRET.into());
+    let trapper_job = submit(&slurm, &trapper, Some(&exe)).await;
+    let sleeper_job = submit(&slurm, &sleeper, Some(&exe)).await;
+    wait_for_log(&trapper, "started").await;
+    wait_for_log(&sleeper, "started").await;
+
+    slurm.cancel(trapper_job, None).await.unwrap();
+    slurm.cancel(sleeper_job, None).await.unwrap();
+    wait_for("the stage's TERM trap", Duration::from_secs(30), || async { marker.exists().then_some(()) })
+        .await;
+    assert_eq!(ended(&slurm, trapper_job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert!(log_of(&trapper).contains("got TERM ***\n"), "{}", log_of(&trapper));
+    // The shell re-raises the stage's SIGTERM: Slurm records 0:15, as for an exec'd stage.
+    assert_eq!(ended(&slurm, sleeper_job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+}
+
+#[tokio::test]
+async fn a_job_cancelled_while_pending_vanishes() {
+    let Some(slurm) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let plan = stage(dir.path(), "later", &["true"]);
+    let options = SlurmOptions { sbatch_options: vec!["--begin=now+3600".into()], ..SlurmOptions::default() };
+    let job = slurm.submit(&plan, &options, "lachesis-test-later", None).await.unwrap();
+    assert_eq!(slurm.query(job).await.unwrap(), JobState::Pending);
+    // A signal for a pending job is a no-op (and does not make scancel retry for 100 s).
+    slurm.cancel(job, Some("USR1")).await.unwrap();
+    assert_eq!(slurm.query(job).await.unwrap(), JobState::Pending);
+    slurm.cancel(job, None).await.unwrap();
+    let vanished = JobState::Vanished("CANCELLED before it ran".into());
+    assert_eq!(ended(&slurm, job).await, vanished);
+    assert_eq!(slurm.query_sacct(job).await.unwrap(), vanished);
+}
+
+#[tokio::test]
+async fn unknown_jobs_and_cluster_settings() {
+    let Some(slurm) = cluster() else { return };
+    let unknown = SlurmJobId(4_000_000_000);
+    let vanished = JobState::Vanished("unknown to scontrol and to sacct".into());
+    assert_eq!(slurm.query(unknown).await.unwrap(), vanished);
+    slurm.cancel(unknown, None).await.unwrap();
+    assert_eq!(slurm.kill_wait().await.unwrap(), Duration::from_secs(10));
+}
