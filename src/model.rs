@@ -256,6 +256,9 @@ pub struct Stage {
     pub ended_at: Option<Millis>,
     pub exit: Option<ExitStatus>,
     pub log_path: PathBuf,
+    /// The Slurm job running the stage, for workflows with `launcher: slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job: Option<u64>,
 }
 
 impl Stage {
@@ -273,6 +276,7 @@ impl Stage {
             ended_at: None,
             exit: None,
             log_path,
+            slurm_job: None,
         }
     }
 }

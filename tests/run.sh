@@ -33,5 +33,14 @@ LACHESIS_TOKENIZER_DIR="$(bash tests/python/venv.sh --tokenizer)"
 export LACHESIS_TEST_PYTHON LACHESIS_TOKENIZER_DIR LACHESIS_REQUIRE_ATROPOS=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 
+# The Slurm launcher's tier: a one-node cluster from Debian's packages (installed when missing
+# and we are root). Once it is up, its tests are required; otherwise they say they skip.
+say "bringing up a local Slurm cluster"
+if slurm_conf="$(bash tests/slurm/cluster.sh | tail -n1)" && [ "${slurm_conf#SLURM_CONF=}" != "$slurm_conf" ]; then
+  export LACHESIS_REQUIRE_SLURM=1
+else
+  say "no Slurm cluster (${slurm_conf:-cluster.sh failed}): the Slurm tests will say they skip"
+fi
+
 say "cargo test"
 cargo test --locked "$@"

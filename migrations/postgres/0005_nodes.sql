@@ -26,3 +26,6 @@ CREATE INDEX runs_by_node ON runs (node, fence);
 
 ALTER TABLE jobs ADD COLUMN node TEXT;
 ALTER TABLE jobs ADD COLUMN fence BIGINT;
+
+-- The Slurm job running a stage (launcher: slurm): tracked and re-attached by job id.
+ALTER TABLE stages ADD COLUMN slurm_job BIGINT;

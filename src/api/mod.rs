@@ -74,6 +74,7 @@ impl From<ServiceError> for Failure {
             E::MissingCredentials { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "missing_credentials"),
             E::Edit(crate::environments::EditError::Locked { .. }) => (StatusCode::FORBIDDEN, "locked_field"),
             E::NoSelection => (StatusCode::CONFLICT, "no_selection"),
+            E::NeedsPostgres(_) => (StatusCode::CONFLICT, "needs_postgres"),
             E::AlreadyEnded { .. } | E::JobEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
             E::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             E::Introspect(_) => (StatusCode::UNPROCESSABLE_ENTITY, "introspection"),

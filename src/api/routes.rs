@@ -37,6 +37,13 @@ pub static ROUTES: &[Route] = &[
     route!("get", "/openapi.json", "This API as OpenAPI 3.1", None, get(openapi)),
     route!("get", "/metrics", "Prometheus metrics", None, get(metrics)),
     route!("get", "/workflows", "Workflows in the workflow directory", None, get(workflows)),
+    route!(
+        "get",
+        "/nodes",
+        "Daemons sharing the PostgreSQL store: labels, heartbeat, runs",
+        None,
+        get(nodes)
+    ),
     route!("get", "/environments", "Atropos environments found on disk", None, get(environments)),
     route!("get", "/environments/{name}", "One environment", None, get(environment)),
     route!("get", "/selection", "The selected environment and its configuration", None, get(config)),
@@ -113,6 +120,10 @@ async fn openapi() -> axum::Json<Value> {
 async fn metrics(State(s): State<AppState>) -> Response {
     let text = s.metrics.render(&*s.service.store).await;
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn nodes(State(s): State<AppState>) -> Answer {
+    ok(s.service.nodes().await?)
 }
 
 async fn workflows(State(s): State<AppState>) -> Answer {

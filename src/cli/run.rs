@@ -188,6 +188,15 @@ fn print_status(status: &RunStatus) {
         r.env_name.as_ref().map(|e| format!(" (env {e})")).unwrap_or_default()
     );
     println!("state     {}{}", r.state, r.reason.as_ref().map(|e| format!(": {e}")).unwrap_or_default());
+    if r.attempt > 1 {
+        println!("attempt   {}", r.attempt);
+    }
+    if let Some(node) = &r.node {
+        println!("node      {node}");
+    }
+    if let (Some(at), lachesis::model::RunState::Pending) = (r.not_before, r.state) {
+        println!("retry at  {}", time(Some(at)));
+    }
     println!("created   {}", time(Some(r.created_at)));
     if r.started_at.is_some() {
         println!("started   {}", time(r.started_at));
@@ -198,10 +207,15 @@ fn print_status(status: &RunStatus) {
     println!("directory {}", r.run_dir.display());
     let mut t = table(["STAGE", "STATE", "PID", "STARTED", "UP AFTER", "RAN FOR", "LOG"]);
     for s in &status.stages {
+        let pid = match (&s.process, s.slurm_job) {
+            (_, Some(job)) => format!("slurm {job}"),
+            (Some(p), None) => p.pid.to_string(),
+            (None, None) => "-".into(),
+        };
         t.add_row([
             s.name.clone(),
             stage_state(s, r.state.is_terminal()),
-            s.process.as_ref().map_or_else(|| "-".into(), |p| p.pid.to_string()),
+            pid,
             time(s.started_at),
             duration(s.started_at, s.ready_at),
             duration(s.started_at, s.ended_at.or(s.started_at.map(|_| now_millis()))),

@@ -7,6 +7,7 @@ mod node;
 mod notifications;
 mod recover;
 mod schedules;
+mod slurm;
 mod supervised;
 
 use std::collections::{BTreeSet, HashMap};
@@ -100,6 +101,17 @@ pub enum Msg {
     },
     /// The heartbeat found this node's lease reaped.
     LeaseLost,
+    /// sbatch answered for a Slurm stage: its job id, or why it was refused.
+    Submitted {
+        run: Uuid,
+        idx: usize,
+        result: std::result::Result<u64, String>,
+    },
+    /// A Slurm stage's job left the queue and runs.
+    SlurmRunning {
+        run: Uuid,
+        idx: usize,
+    },
 }
 
 pub struct Reconciler {
@@ -228,6 +240,8 @@ impl Reconciler {
             Msg::TaskTimedOut { job, idx } => self.on_task_timed_out(job, idx).await,
             Msg::GraceElapsed { run, idx } => self.on_grace_elapsed(run, idx).await,
             Msg::LeaseLost => self.on_lease_lost().await,
+            Msg::Submitted { run, idx, result } => self.on_submitted(run, idx, result).await,
+            Msg::SlurmRunning { run, idx } => self.on_slurm_running(run, idx).await,
         }
     }
 
@@ -504,6 +518,10 @@ impl Reconciler {
         stage.state = StageState::Spawning;
         // Committed before the shim exists: after a crash, "spawning" means "look for its files".
         self.store.update_stage(stage, None).await?;
+        if sup.run.spec.launcher == crate::workflow::Launcher::Slurm {
+            self.submit_slurm(id, idx);
+            return Ok(());
+        }
         let plan = sup.plans[idx].clone();
         let files = sup.files[idx].clone();
         self.launch(Owner::Stage { run: id, idx }, plan, files);
@@ -684,8 +702,15 @@ impl Reconciler {
         }
         sup.stop[idx] = StopStep::Termed;
         let stage = &sup.stages[idx];
-        let sent = stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
         let grace = sup.run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        if let Some(job) = stage.slurm_job {
+            // Slurm escalates to SIGKILL itself after its KillWait.
+            slurm::cancel(job);
+            let message = format!("scancel Slurm job {job}: SIGTERM to the stage process");
+            self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
+            return Ok(());
+        }
+        let sent = stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
         let message = if sent {
             format!("sent SIGTERM to its process group; SIGKILL in {}", crate::workflow::Dur(grace))
         } else {

@@ -197,6 +197,12 @@ impl Reconciler {
                         AfterFailure::Fail => Reap::Fail { reason: why.clone() },
                     }
                 };
+                // Slurm jobs outlive their node's daemon: cancel them, the run is settled here.
+                for stage in self.base.stages(run.id).await? {
+                    if let (true, Some(job)) = (stage.state.is_live(), stage.slurm_job) {
+                        super::slurm::cancel(job);
+                    }
+                }
                 if self.base.reap_run(&run, node.token, &how).await? {
                     settled += 1;
                 }
@@ -214,6 +220,9 @@ impl Reconciler {
             sup.cancel_all_readiness();
             let processes: Vec<ProcessIdentity> =
                 sup.stages.iter().filter(|s| s.state.is_live()).filter_map(|s| s.process.clone()).collect();
+            for job in sup.stages.iter().filter(|s| s.state.is_live()).filter_map(|s| s.slurm_job) {
+                super::slurm::cancel(job);
+            }
             let killed = self.kill_leftovers(processes);
             warn!(run = %sup.run.short_id(), killed = ?killed, "fenced: {why}; stopped supervising it");
         }

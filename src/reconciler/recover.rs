@@ -51,6 +51,10 @@ impl Reconciler {
         let mut reattached = 0;
         let count = self.runs.get(&id).map_or(0, |s| s.stages.len());
         for idx in 0..count {
+            if self.reattach_slurm(id, idx).await? {
+                reattached += 1;
+                continue;
+            }
             let Some(sup) = self.runs.get_mut(&id) else {
                 break;
             };

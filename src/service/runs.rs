@@ -48,6 +48,10 @@ pub struct RunSummary {
     pub ended_at: Option<i64>,
     pub reason: Option<String>,
     pub run_dir: PathBuf,
+    /// The node that claimed it (several daemons on PostgreSQL).
+    pub node: Option<String>,
+    /// A retry's backoff: not claimed before this time.
+    pub not_before: Option<i64>,
 }
 
 impl From<&Run> for RunSummary {
@@ -64,6 +68,8 @@ impl From<&Run> for RunSummary {
             ended_at: run.ended_at,
             reason: run.reason.clone(),
             run_dir: run.run_dir.clone(),
+            node: run.node.clone(),
+            not_before: run.not_before,
         }
     }
 }

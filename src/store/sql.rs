@@ -165,6 +165,7 @@ fn stage_from_row(row: &AnyRow) -> Result<Stage> {
         ended_at: row.try_get("ended_at")?,
         exit,
         log_path: PathBuf::from(row.try_get::<String, _>("log_path")?),
+        slurm_job: row.try_get::<Option<i64>, _>("slurm_job")?.map(|job| job as u64),
     })
 }
 
@@ -456,7 +457,7 @@ impl Store for SqlStore {
         // The next attempt starts from scratch; what the last one did stays in the events.
         sqlx::query(
             "UPDATE stages SET state = 'pending', shim = NULL, process = NULL, started_at = NULL, ready_at = NULL, \
-             ended_at = NULL, exit_code = NULL, exit_signal = NULL WHERE run_id = $1",
+             ended_at = NULL, exit_code = NULL, exit_signal = NULL, slurm_job = NULL WHERE run_id = $1",
         )
         .bind(run.id.to_string())
         .execute(&mut *tx)
@@ -500,7 +501,7 @@ impl Store for SqlStore {
     async fn stages(&self, run_id: Uuid) -> Result<Vec<Stage>> {
         let rows = sqlx::query(
             "SELECT run_id, idx, name, state, shim, process, started_at, ready_at, ended_at, exit_code, exit_signal, \
-             log_path FROM stages WHERE run_id = $1 ORDER BY idx",
+             log_path, slurm_job FROM stages WHERE run_id = $1 ORDER BY idx",
         )
         .bind(run_id.to_string())
         .fetch_all(&self.pool)
@@ -513,7 +514,7 @@ impl Store for SqlStore {
         let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(
             "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
-             exit_code = $7, exit_signal = $8 WHERE run_id = $9 AND idx = $10 \
+             exit_code = $7, exit_signal = $8, slurm_job = $12 WHERE run_id = $9 AND idx = $10 \
              AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM runs WHERE runs.id = $9 AND runs.fence = $11))",
         )
         .bind(stage.state.as_str())
@@ -527,6 +528,7 @@ impl Store for SqlStore {
         .bind(stage.run_id.to_string())
         .bind(stage.idx)
         .bind(self.fence)
+        .bind(stage.slurm_job.map(|job| job as i64))
         .execute(&mut *tx)
         .await?;
         if let (0, Some(token)) = (updated.rows_affected(), self.fence) {

@@ -59,6 +59,28 @@ pub struct Workflow {
     /// Only nodes with all these labels may claim the workflow's runs (e.g. `gpu: h100`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_labels: BTreeMap<String, String>,
+    /// Where stages run: processes on the claiming node, or Slurm jobs.
+    #[serde(default, skip_serializing_if = "Launcher::is_local")]
+    pub launcher: Launcher,
+    /// sbatch settings, with `launcher: slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<crate::launch::slurm::SlurmOptions>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launcher {
+    /// Each stage under a shim on the node that claimed the run.
+    #[default]
+    Local,
+    /// Each stage submitted with sbatch and tracked by its job id.
+    Slurm,
+}
+
+impl Launcher {
+    pub fn is_local(&self) -> bool {
+        *self == Launcher::Local
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -301,6 +323,14 @@ impl Workflow {
         }
         if let Some(retry) = &self.retry {
             retry.validate()?;
+        }
+        if let Some(slurm) = &self.slurm {
+            if self.launcher != Launcher::Slurm {
+                return bad("slurm", "Slurm settings need `launcher: slurm`".into());
+            }
+            if let Some(stage) = slurm.stage_options.keys().find(|s| !names.contains(s.as_str())) {
+                return bad(&format!("slurm.stage_options.{stage}"), format!("no stage is called '{stage}'"));
+            }
         }
         for (key, value) in &self.node_labels {
             if !is_simple_name(key) || !is_simple_name(value) {

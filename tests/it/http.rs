@@ -92,6 +92,8 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid_body"));
     let (s, b) = api.call(Method::PUT, "/config/group_size", Some(json!({ "value": 8 }))).await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "no_selection"));
+    let (s, b) = api.get("/nodes").await;
+    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "needs_postgres"));
 
     // Runs.
     let (s, run) = api.post("/runs", json!({ "workflow": "demo", "vars": { "steps": "1" } })).await;
@@ -278,4 +280,25 @@ async fn selection_and_config_over_http() {
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{b}");
     let (s, b) = api.call(Method::PUT, "/config/group_sise", Some(json!({ "value": 8 }))).await;
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{b}");
+}
+
+#[tokio::test]
+async fn nodes_over_http_on_postgres() {
+    let Some(url) = crate::store::fresh_postgres().await else { return };
+    let mut home = TestHome::new();
+    home.database_url = Some(url);
+    let api = start(&mut home, "127.0.0.1", None).await;
+    let (s, b) = wait_for("the daemon's node to register", Duration::from_secs(10), || async {
+        let (s, b) = api.get("/nodes").await;
+        (b.as_array().is_some_and(|a| !a.is_empty())).then_some((s, b))
+    })
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let node = &b[0];
+    assert_eq!(
+        (node["id"].as_str(), node["health"].as_str()),
+        (Some(lachesis::daemon::hostname().as_str()), Some("up"))
+    );
+    assert_eq!(node["runs"], 0);
+    assert!(node["heartbeat_age_ms"].as_i64().unwrap() < 60_000);
 }

@@ -288,3 +288,126 @@ async fn unknown_jobs_and_cluster_settings() {
     slurm.cancel(unknown, None).await.unwrap();
     assert_eq!(slurm.kill_wait().await.unwrap(), Duration::from_secs(10));
 }
+
+/// The cluster's slurm.conf for a daemon's environment, or None (having said why).
+fn cluster_conf() -> Option<PathBuf> {
+    cluster()?;
+    CLUSTER.as_ref().ok().cloned()
+}
+
+/// A stage that records when SIGTERM reached it (nanoseconds) and exits 0.
+fn term_recorder(name: &str) -> String {
+    format!(
+        "  - name: {name}\n    argv: [sh, -c, 'trap \"date +%s%N > {{run_dir}}/{name}.term; exit 0\" TERM; \
+         while :; do sleep 0.1; done']\n"
+    )
+}
+
+fn term_time(run_dir: &Path, stage: &str) -> u128 {
+    let text = std::fs::read_to_string(run_dir.join(format!("{stage}.term")))
+        .unwrap_or_else(|e| panic!("SIGTERM never reached stage {stage}: {e}"));
+    text.trim().parse().unwrap()
+}
+
+fn slurm_home(conf: &Path) -> crate::support::TestHome {
+    let mut home = crate::support::TestHome::new();
+    home.env.push(("SLURM_CONF".into(), conf.display().to_string()));
+    home
+}
+
+#[tokio::test]
+async fn a_slurm_run_starts_its_stages_as_jobs_and_completes_with_their_exits() {
+    let Some(conf) = cluster_conf() else { return };
+    let mut home = slurm_home(&conf);
+    // A key in the daemon's environment: the trainer prints it, the log must not hold it.
+    let key = "sk-slurm-test-0123456789";
+    home.env.push(("TINKER_API_KEY".into(), key.into()));
+    let trainer = "  - name: trainer\n    argv: [sh, -c, 'echo \"key=$TINKER_API_KEY\"; sleep 4; exit 0']\n";
+    home.workflow(
+        "on-slurm",
+        &format!(
+            "name: on-slurm\nlauncher: slurm\nslurm: {{time_limit: '10'}}\nstages:\n{}{trainer}{}\
+             completion: {{stages: [trainer]}}\nstop_grace: 5s\n",
+            term_recorder("api"),
+            term_recorder("env")
+        ),
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "on-slurm"]);
+    let (run, stages) = home.wait_settled(id, Duration::from_secs(90)).await;
+    assert_eq!(run.state, lachesis::model::RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
+    assert!(stages.iter().all(|s| s.slurm_job.is_some()), "{stages:?}");
+    assert_eq!(stages[1].exit, Some(ExitStatus::Code(0)), "the trainer's own exit");
+    // api and env were cancelled after the trainer finished, env first, each getting SIGTERM.
+    assert!(term_time(&run.run_dir, "env") < term_time(&run.run_dir, "api"), "reverse start order");
+    let messages = home.messages(id).await;
+    for name in ["api", "trainer", "env"] {
+        let job = stages.iter().find(|s| s.name == name).unwrap().slurm_job.unwrap();
+        assert!(
+            messages.iter().any(|m| m.starts_with(&format!("submitted as Slurm job {job}"))),
+            "{messages:#?}"
+        );
+    }
+    let log = std::fs::read_to_string(&stages[1].log_path).unwrap();
+    assert!(log.contains("key=***") && !log.contains(key), "{log}");
+    assert!(crate::support::files_containing(home.path(), key.as_bytes()).is_empty());
+}
+
+#[tokio::test]
+async fn a_daemon_restart_reattaches_slurm_jobs_and_stop_cancels_them_in_reverse() {
+    let Some(conf) = cluster_conf() else { return };
+    let mut home = slurm_home(&conf);
+    home.workflow(
+        "long-slurm",
+        &format!(
+            "name: long-slurm\nlauncher: slurm\nstages:\n{}{}{}stop_grace: 5s\n",
+            term_recorder("api"),
+            term_recorder("trainer"),
+            term_recorder("env")
+        ),
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "long-slurm"]);
+    let run = home.wait_state(id, lachesis::model::RunState::Running, Duration::from_secs(60)).await;
+    let jobs: Vec<u64> = home.stages(id).await.iter().map(|s| s.slurm_job.unwrap()).collect();
+
+    home.kill_daemon();
+    let slurm = Slurm::with_config(&conf);
+    for job in &jobs {
+        assert_eq!(
+            slurm.query(SlurmJobId(*job)).await.unwrap(),
+            JobState::Running,
+            "jobs outlive the daemon"
+        );
+    }
+    home.start_daemon();
+    let store = home.store().await;
+    wait_for("the restarted daemon to re-attach all three jobs", Duration::from_secs(20), || async {
+        let messages: Vec<String> =
+            store.events(id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+        let reattached = jobs
+            .iter()
+            .filter(|job| {
+                messages
+                    .iter()
+                    .any(|m| m == &format!("re-attached to Slurm job {job} after a daemon restart"))
+            })
+            .count();
+        (reattached == 3).then_some(())
+    })
+    .await;
+
+    home.cli_ok(&["run", "stop", &id.to_string()]);
+    let (stopped, stages) = home.wait_settled(id, Duration::from_secs(60)).await;
+    assert_eq!(stopped.state, lachesis::model::RunState::Stopped, "{}", home.daemon_log());
+    let (api, trainer, env) =
+        (term_time(&run.run_dir, "api"), term_time(&run.run_dir, "trainer"), term_time(&run.run_dir, "env"));
+    assert!(
+        env < trainer && trainer < api,
+        "scancel in reverse start order: env {env}, trainer {trainer}, api {api}"
+    );
+    assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Signal(15))), "{stages:?}");
+    for job in jobs {
+        assert!(!slurm.query(SlurmJobId(job)).await.unwrap().is_live(), "job {job} is over");
+    }
+}
