@@ -115,6 +115,39 @@ pub struct Run {
 }
 
 impl Run {
+    /// A run queued now: the first attempt, owned by no node yet.
+    pub fn queued(id: Uuid, spec: Workflow, run_dir: PathBuf, priority: i64, params: RunParams) -> Run {
+        let now = now_millis();
+        Run {
+            id,
+            workflow: spec.name.clone(),
+            env_name: None,
+            state: RunState::Pending,
+            version: 0,
+            priority,
+            attempt: 1,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            ended_at: None,
+            reason: None,
+            run_dir,
+            spec,
+            params,
+            node: None,
+            fence: None,
+            not_before: None,
+        }
+    }
+
+    /// Its stages as they start: not started, each logging under the run directory.
+    pub fn pending_stages(&self) -> Vec<Stage> {
+        let stages = self.spec.stages.iter().enumerate();
+        stages
+            .map(|(idx, s)| Stage::pending(self.id, idx, &s.name, self.run_dir.join(s.log_file())))
+            .collect()
+    }
+
     pub fn short_id(&self) -> String {
         short_id(&self.id)
     }

@@ -13,7 +13,7 @@ use sqlx::Connection;
 use uuid::Uuid;
 
 use super::{BenchResult, Percentiles};
-use crate::model::{Run, RunParams, RunState, Stage, now_millis};
+use crate::model::{Run, RunParams, Stage};
 use crate::store::{NodeRegistration, NodeStore, Pick, Store, StoreLocation};
 use crate::workflow::Workflow;
 
@@ -130,33 +130,8 @@ async fn claim_until_empty(location: StoreLocation, n: usize) -> Result<(Vec<Uui
 
 fn pending_run(spec: &Workflow) -> (Run, Vec<Stage>) {
     let id = Uuid::new_v4();
-    let now = now_millis();
-    let run_dir = PathBuf::from(format!("/bench/runs/{id}"));
-    let stages = spec
-        .stages
-        .iter()
-        .enumerate()
-        .map(|(idx, s)| Stage::pending(id, idx, &s.name, run_dir.join(s.log_file())))
-        .collect();
-    let run = Run {
-        id,
-        workflow: spec.name.clone(),
-        env_name: None,
-        state: RunState::Pending,
-        version: 0,
-        priority: 0,
-        attempt: 1,
-        created_at: now,
-        updated_at: now,
-        started_at: None,
-        ended_at: None,
-        reason: None,
-        run_dir,
-        spec: spec.clone(),
-        params: RunParams::default(),
-        node: None,
-        fence: None,
-        not_before: None,
-    };
+    let run =
+        Run::queued(id, spec.clone(), PathBuf::from(format!("/bench/runs/{id}")), 0, RunParams::default());
+    let stages = run.pending_stages();
     (run, stages)
 }

@@ -35,6 +35,7 @@ impl Reconciler {
             let newest = self.store.schedule_jobs(schedule.id, 1).await?;
             let running = newest.first().is_some_and(|j| !j.state.is_terminal());
             let outcome = tick(&cron, utc(schedule.last_fired), now, running);
+            let fired_at = now.timestamp_millis();
             let note = match outcome {
                 Tick::Idle { .. } => None,
                 Tick::Fire { due_at, missed, .. } => {
@@ -44,7 +45,10 @@ impl Reconciler {
                         Some(schedule.id),
                         &self.config.jobs_dir,
                     );
-                    self.store.insert_job(&job, &pending_tasks(&job)).await?;
+                    let tasks = pending_tasks(&job);
+                    if !self.store.fire_schedule(&schedule, fired_at, Some((&job, &tasks))).await? {
+                        continue; // another daemon fired it
+                    }
                     info!(schedule = %schedule.name, job = %crate::model::short_id(&job.id), "schedule fired");
                     Some(if missed > 0 {
                         format!(
@@ -56,15 +60,19 @@ impl Reconciler {
                         format!("fired for {due_at}: enqueued job {}", job.id)
                     })
                 }
-                Tick::Skip { due_at, missed, .. } => Some(format!(
-                    "skipped {} due time{} up to {due_at}: the previous job is still running",
-                    missed + 1,
-                    if missed > 0 { "s" } else { "" }
-                )),
+                Tick::Skip { due_at, missed, .. } => {
+                    if !self.store.fire_schedule(&schedule, fired_at, None).await? {
+                        continue;
+                    }
+                    Some(format!(
+                        "skipped {} due time{} up to {due_at}: the previous job is still running",
+                        missed + 1,
+                        if missed > 0 { "s" } else { "" }
+                    ))
+                }
             };
             if let Some(note) = note {
-                schedule.last_fired = now.timestamp_millis();
-                self.store.update_schedule(&schedule).await?;
+                schedule.last_fired = fired_at;
                 self.store.add_event(schedule.id, &NewEvent::note(note)).await?;
             }
             if let Some(next) = outcome.next() {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::model::{Event, Run, RunParams, RunState, Stage, now_millis};
+use crate::model::{Event, Run, RunParams, RunState, Stage};
 use crate::store::{RunFilter, StoreError};
 use crate::transitions::RunEvent;
 use crate::workflow::Workflow;
@@ -134,34 +134,10 @@ impl Service {
                 .plan(&trial, &run_dir)
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
-        let now = now_millis();
-        let run = Run {
-            id,
-            workflow: name,
-            env_name,
-            state: RunState::Pending,
-            version: 0,
-            priority: request.priority,
-            attempt: 1,
-            created_at: now,
-            updated_at: now,
-            started_at: None,
-            ended_at: None,
-            reason: None,
-            run_dir: run_dir.clone(),
-            params: RunParams { vars: request.vars, config, resolved },
-            node: None,
-            fence: None,
-            not_before: None,
-            spec,
-        };
-        let stages: Vec<Stage> = run
-            .spec
-            .stages
-            .iter()
-            .enumerate()
-            .map(|(idx, s)| Stage::pending(id, idx, &s.name, run_dir.join(s.log_file())))
-            .collect();
+        let params = RunParams { vars: request.vars, config, resolved };
+        let run =
+            Run { env_name, workflow: name, ..Run::queued(id, spec, run_dir, request.priority, params) };
+        let stages = run.pending_stages();
         self.store.insert_run(&run, &stages).await?;
         crate::wake::notify(&self.settings.socket_path());
         Ok(run)

@@ -40,6 +40,15 @@ pub trait JobStore: Send + Sync {
     async fn schedules(&self) -> Result<Vec<Schedule>>;
     /// Writes `paused`, `last_fired` and `webhooks`.
     async fn update_schedule(&self, schedule: &Schedule) -> Result<()>;
+    /// Moves the schedule's `last_fired` from what `schedule` holds to `fired_at` and queues
+    /// `job` with it, in one transaction; false (nothing written) if another daemon fired it
+    /// first.
+    async fn fire_schedule(
+        &self,
+        schedule: &Schedule,
+        fired_at: i64,
+        job: Option<(&Job, &[JobTask])>,
+    ) -> Result<bool>;
     async fn delete_schedule(&self, id: Uuid) -> Result<()>;
 }
 
@@ -121,11 +130,13 @@ impl SqlStore {
     }
 }
 
-#[async_trait]
-impl JobStore for SqlStore {
-    async fn insert_job(&self, job: &Job, tasks: &[JobTask]) -> Result<()> {
-        let mut tx = self.pool().begin().await?;
-        sqlx::query(
+/// Writes a queued job, its tasks and its event inside `tx`.
+async fn insert_job_in(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    job: &Job,
+    tasks: &[JobTask],
+) -> Result<()> {
+    sqlx::query(
             "INSERT INTO jobs (id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, \
              reason, results, job_dir) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
@@ -141,24 +152,56 @@ impl JobStore for SqlStore {
         .bind(job.reason.as_deref())
         .bind(job.results.as_ref().map(json))
         .bind(job.job_dir.to_string_lossy().into_owned())
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        for task in tasks {
-            sqlx::query(
-                "INSERT INTO job_tasks (job_id, idx, model, state, timed_out) VALUES ($1, $2, $3, $4, 0)",
-            )
-            .bind(task.job_id.to_string())
-            .bind(task.idx)
-            .bind(&task.model)
-            .bind(task.state.as_str())
-            .execute(&mut *tx)
-            .await?;
-        }
-        let message =
-            format!("queued: inference test of {} against {}", job.env_name, job.spec.models.join(", "));
-        insert_event(&mut *tx, job.id, EventKind::Note, None, None, &message).await?;
+    for task in tasks {
+        sqlx::query(
+            "INSERT INTO job_tasks (job_id, idx, model, state, timed_out) VALUES ($1, $2, $3, $4, 0)",
+        )
+        .bind(task.job_id.to_string())
+        .bind(task.idx)
+        .bind(&task.model)
+        .bind(task.state.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
+    let message =
+        format!("queued: inference test of {} against {}", job.env_name, job.spec.models.join(", "));
+    insert_event(&mut **tx, job.id, EventKind::Note, None, None, &message).await?;
+    Ok(())
+}
+
+#[async_trait]
+impl JobStore for SqlStore {
+    async fn insert_job(&self, job: &Job, tasks: &[JobTask]) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        insert_job_in(&mut tx, job, tasks).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn fire_schedule(
+        &self,
+        schedule: &Schedule,
+        fired_at: i64,
+        job: Option<(&Job, &[JobTask])>,
+    ) -> Result<bool> {
+        let mut tx = self.pool().begin().await?;
+        // Compare-and-set on the last firing: of several daemons ticking together, one fires.
+        let moved = sqlx::query("UPDATE schedules SET last_fired = $1 WHERE id = $2 AND last_fired = $3")
+            .bind(fired_at)
+            .bind(schedule.id.to_string())
+            .bind(schedule.last_fired)
+            .execute(&mut *tx)
+            .await?;
+        if moved.rows_affected() == 0 {
+            return Ok(false);
+        }
+        if let Some((job, tasks)) = job {
+            insert_job_in(&mut tx, job, tasks).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn job(&self, id: Uuid) -> Result<Option<Job>> {

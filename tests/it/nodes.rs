@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lachesis::model::{Run, RunParams, RunState, Stage, StageState, now_millis};
+use lachesis::model::{Run, RunParams, RunState, StageState, now_millis};
 use lachesis::store::{Lease, NodeRegistration, Pick, Reap, Store, StoreError, StoreLocation};
 use lachesis::transitions::RunEvent;
 use lachesis::workflow::Workflow;
@@ -27,33 +27,9 @@ fn workflow(extra: &str) -> Workflow {
 
 async fn insert(store: &dyn Store, extra: &str) -> Run {
     let id = Uuid::new_v4();
-    let now = now_millis();
-    let run = Run {
-        id,
-        workflow: "t".into(),
-        env_name: None,
-        state: RunState::Pending,
-        version: 0,
-        priority: 0,
-        attempt: 1,
-        created_at: now,
-        updated_at: now,
-        started_at: None,
-        ended_at: None,
-        reason: None,
-        run_dir: PathBuf::from(format!("/submitter/runs/{id}")),
-        spec: workflow(extra),
-        params: RunParams::default(),
-        node: None,
-        fence: None,
-        not_before: None,
-    };
-    let stages: Vec<Stage> = ["api", "env"]
-        .iter()
-        .enumerate()
-        .map(|(idx, name)| Stage::pending(id, idx, name, run.run_dir.join(format!("{name}.log"))))
-        .collect();
-    store.insert_run(&run, &stages).await.unwrap();
+    let run_dir = PathBuf::from(format!("/submitter/runs/{id}"));
+    let run = Run::queued(id, workflow(extra), run_dir, 0, RunParams::default());
+    store.insert_run(&run, &run.pending_stages()).await.unwrap();
     run
 }
 
@@ -81,6 +57,48 @@ async fn node_suite(open: impl AsyncFn() -> Arc<dyn Store>) {
     a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(&*open().await).await;
     a_restart_within_the_lease_keeps_the_claims(&*open().await).await;
     concurrent_claimers_take_each_run_exactly_once(open().await).await;
+    a_due_schedule_fires_once_however_many_daemons_tick(&*open().await).await;
+}
+
+async fn a_due_schedule_fires_once_however_many_daemons_tick(store: &dyn Store) {
+    use lachesis::jobs::inference::{InferenceSpec, Provider};
+    let spec = InferenceSpec {
+        env_name: "arith".into(),
+        env_file: PathBuf::from("/envs/arith.py"),
+        python: "python3".into(),
+        models: vec!["m".into()],
+        steps: 1,
+        group_size: 1,
+        provider: Provider::openrouter(),
+        timeout: lachesis::workflow::Dur(Duration::from_secs(60)),
+        concurrency: 1,
+        locked_env: BTreeMap::new(),
+    };
+    let schedule = lachesis::jobs::Schedule {
+        id: Uuid::new_v4(),
+        name: "nightly".into(),
+        cron: "0 3 * * *".into(),
+        tz: None,
+        spec: spec.clone(),
+        webhooks: Vec::new(),
+        policy: lachesis::jobs::schedule::RegressionPolicy { max_drop: 0.1 },
+        paused: false,
+        last_fired: 0,
+        created_at: 0,
+    };
+    store.insert_schedule(&schedule).await.unwrap();
+    // Two daemons read the schedule at the same `last_fired` and both find it due.
+    let mut fired = 0;
+    for _ in 0..2 {
+        let job =
+            lachesis::jobs::new_job(Uuid::new_v4(), spec.clone(), Some(schedule.id), Path::new("/jobs"));
+        let tasks = lachesis::jobs::pending_tasks(&job);
+        if store.fire_schedule(&schedule, now_millis(), Some((&job, &tasks))).await.unwrap() {
+            fired += 1;
+        }
+    }
+    assert_eq!(fired, 1);
+    assert_eq!(store.schedule_jobs(schedule.id, 10).await.unwrap().len(), 1, "one job queued");
 }
 
 async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store: &dyn Store) {

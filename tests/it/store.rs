@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use lachesis::model::{
-    EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, StageState, now_millis,
+    EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, StageState,
 };
 use lachesis::store::{RunFilter, Store, StoreError, StoreLocation};
 use lachesis::transitions::RunEvent;
@@ -22,32 +22,11 @@ fn workflow() -> Workflow {
 
 fn new_run(priority: i64) -> (Run, Vec<Stage>) {
     let id = Uuid::new_v4();
-    let now = now_millis();
     let run = Run {
-        id,
-        workflow: "t".into(),
         env_name: Some("gsm8k".into()),
-        state: RunState::Pending,
-        version: 0,
-        priority,
-        attempt: 1,
-        created_at: now,
-        updated_at: now,
-        started_at: None,
-        ended_at: None,
-        reason: None,
-        run_dir: PathBuf::from(format!("/runs/{id}")),
-        spec: workflow(),
-        params: RunParams::default(),
-        node: None,
-        fence: None,
-        not_before: None,
+        ..Run::queued(id, workflow(), PathBuf::from(format!("/runs/{id}")), priority, RunParams::default())
     };
-    let stages = ["api", "env"]
-        .iter()
-        .enumerate()
-        .map(|(idx, name)| Stage::pending(id, idx, name, PathBuf::from(format!("/runs/{id}/{name}.log"))))
-        .collect();
+    let stages = run.pending_stages();
     (run, stages)
 }
 
