@@ -368,6 +368,7 @@ impl RlTools {
             "environment": run.env_name,
             "workflow": run.workflow,
             "attempt": run.attempt,
+            "node": run.node,
             "reason": run.reason,
             "running_time_minutes": running_ms.map(|ms| ms as f64 / 60_000.0),
             "processes": processes,

@@ -117,13 +117,22 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
             } else {
                 let mut t =
                     table(["ID", "WORKFLOW", "ENV", "STATE", "PRIO", "CREATED", "DURATION", "REASON"]);
+                // Several daemons: say where each run is; a retried run, which attempt.
+                let nodes = runs.iter().any(|r| r.node.is_some()) && service.store.backend() == "postgres";
                 for r in &runs {
                     let end = r.ended_at.or(r.started_at.map(|_| now_millis()));
+                    let mut state = r.state.to_string();
+                    if r.attempt > 1 {
+                        state.push_str(&format!(" (attempt {})", r.attempt));
+                    }
+                    if let (true, Some(node)) = (nodes, &r.node) {
+                        state.push_str(&format!(" @{node}"));
+                    }
                     t.add_row([
                         short_id(&r.id),
                         r.workflow.clone(),
                         r.env_name.clone().unwrap_or_else(|| "-".into()),
-                        r.state.to_string(),
+                        state,
                         r.priority.to_string(),
                         time(Some(r.created_at)),
                         duration(r.started_at, end),

@@ -50,11 +50,14 @@ impl Reconciler {
             return Ok(());
         }
         let Some(lease) = self.node.lease.clone() else { return Ok(()) };
-        for job in self.store.claim_jobs(&lease, free as i64).await? {
+        for job in self.store.claim_jobs(&lease, free as i64, &self.config.jobs_dir).await? {
             info!(job = %crate::model::short_id(&job.id), "job claimed");
             let id = job.id;
             let tasks = self.store.job_tasks(id).await?;
+            let stems: Vec<String> =
+                tasks.iter().map(|t| crate::jobs::inference::file_stem(&t.model)).collect();
             let problem = std::fs::create_dir_all(&job.job_dir)
+                .and_then(|()| self.node.ledger.record_job(&job, lease.token, stems))
                 .err()
                 .map(|e| format!("cannot create {}: {e}", job.job_dir.display()));
             self.jobs.insert(id, SupervisedJob::new(job, tasks));
@@ -118,6 +121,7 @@ impl Reconciler {
             }
             if !sup.tasks.iter().any(|t| t.state.is_live()) {
                 self.jobs.remove(&id);
+                self.node.ledger.forget(&id);
             }
         }
         Ok(())

@@ -38,12 +38,15 @@ impl NodeState {
     }
 }
 
-/// One claim as the node remembers it.
+/// One claim as the node remembers it: a run's, or an inference test's (whose "stages" are
+/// its per-model tasks, with status files in the job directory).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Claim {
     pub token: i64,
     pub run_dir: PathBuf,
     pub stages: Vec<String>,
+    #[serde(default)]
+    pub job: bool,
 }
 
 /// The node's local record of its claims: one small file per run.
@@ -58,15 +61,20 @@ impl Ledger {
 
     /// Written before any stage of the run starts, so no process can exist without it.
     pub fn record(&self, run: &Run, token: i64) -> std::io::Result<()> {
+        let stages = run.spec.stages.iter().map(|s| s.name.clone()).collect();
+        self.write(&run.id, &Claim { token, run_dir: run.run_dir.clone(), stages, job: false })
+    }
+
+    /// `tasks` are the file stems of the job's task status files.
+    pub fn record_job(&self, job: &crate::jobs::Job, token: i64, tasks: Vec<String>) -> std::io::Result<()> {
+        self.write(&job.id, &Claim { token, run_dir: job.job_dir.clone(), stages: tasks, job: true })
+    }
+
+    fn write(&self, id: &Uuid, claim: &Claim) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        let claim = Claim {
-            token,
-            run_dir: run.run_dir.clone(),
-            stages: run.spec.stages.iter().map(|s| s.name.clone()).collect(),
-        };
-        let tmp = self.dir.join(format!(".{}.tmp", run.id));
-        std::fs::write(&tmp, serde_json::to_vec(&claim).map_err(std::io::Error::other)?)?;
-        std::fs::rename(tmp, self.path(&run.id))
+        let tmp = self.dir.join(format!(".{id}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(claim).map_err(std::io::Error::other)?)?;
+        std::fs::rename(tmp, self.path(id))
     }
 
     pub fn forget(&self, id: &Uuid) {
@@ -94,10 +102,13 @@ impl Reconciler {
         info!(node = %lease.node, token = lease.token, adopted_from = ?lease.previous, "node registered");
         self.store = self.base.fenced(lease.token);
         self.node.lease = Some(lease.clone());
+        let token = lease.token;
         self.start_heartbeat(lease);
-        let held: HashSet<Uuid> = self.store.supervised_runs().await?.iter().map(|r| r.id).collect();
+        let mut held: HashSet<Uuid> = self.store.supervised_runs().await?.iter().map(|r| r.id).collect();
+        let running = self.store.jobs_in(crate::jobs::JobState::Running, i64::MAX).await?;
+        held.extend(running.iter().filter(|j| j.fence == Some(token)).map(|j| j.id));
         for (id, claim) in self.node.ledger.entries() {
-            if !held.contains(&id) && !self.runs.contains_key(&id) {
+            if !held.contains(&id) && !self.runs.contains_key(&id) && !self.jobs.contains_key(&id) {
                 self.settle_stale_claim(id, claim).await;
             }
         }
@@ -236,22 +247,27 @@ impl Reconciler {
             let killed = self.kill_leftovers(processes);
             warn!(job = %crate::model::short_id(&id), killed = ?killed, "fenced: {why}; stopped supervising it");
         }
+        self.node.ledger.forget(&id);
     }
 
     /// A claim the node remembers under a token that no longer holds the run: prove it by a
     /// write under that token (the store rejects it), kill the stage processes still running
     /// for it here, and forget it.
     async fn settle_stale_claim(&mut self, id: Uuid, claim: Claim) {
+        // A write that changes nothing, under the old token: only whether it lands matters.
         let stale = self.base.fenced(claim.token);
-        let rejected = match self.base.stages(id).await {
-            Ok(stages) => match stages.first() {
-                // A write that changes nothing: only whether it is allowed matters.
+        let rejected = if claim.job {
+            match self.base.job_tasks(id).await.ok().and_then(|tasks| tasks.into_iter().next()) {
+                Some(task) => matches!(stale.update_task(&task, None).await, Err(StoreError::Fenced { .. })),
+                None => true,
+            }
+        } else {
+            match self.base.stages(id).await.ok().and_then(|stages| stages.into_iter().next()) {
                 Some(stage) => {
-                    matches!(stale.update_stage(stage, None).await, Err(StoreError::Fenced { .. }))
+                    matches!(stale.update_stage(&stage, None).await, Err(StoreError::Fenced { .. }))
                 }
                 None => true,
-            },
-            Err(_) => true,
+            }
         };
         let processes: Vec<ProcessIdentity> =
             claim.stages.iter().filter_map(|name| live_stage_process(&claim.run_dir, name)).collect();

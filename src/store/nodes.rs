@@ -122,8 +122,8 @@ pub trait NodeStore: Send + Sync {
         pages: i64,
         pick: &mut (dyn for<'r> FnMut(&'r Run) -> Pick + Send),
     ) -> Result<Vec<Run>>;
-    /// Claims up to `limit` queued jobs, oldest first.
-    async fn claim_jobs(&self, lease: &Lease, limit: i64) -> Result<Vec<Job>>;
+    /// Claims up to `limit` queued jobs, oldest first, each into `jobs_dir/<id>`.
+    async fn claim_jobs(&self, lease: &Lease, limit: i64, jobs_dir: &std::path::Path) -> Result<Vec<Job>>;
 }
 
 fn node_from_row(row: &AnyRow) -> Result<NodeInfo> {
@@ -404,7 +404,7 @@ impl NodeStore for SqlStore {
         Ok(claimed)
     }
 
-    async fn claim_jobs(&self, lease: &Lease, limit: i64) -> Result<Vec<Job>> {
+    async fn claim_jobs(&self, lease: &Lease, limit: i64, jobs_dir: &std::path::Path) -> Result<Vec<Job>> {
         let lock = match self.backend_kind() {
             Backend::Postgres => CLAIM_JOBS_LOCKED,
             Backend::Sqlite { .. } => CLAIM_JOBS,
@@ -416,13 +416,16 @@ impl NodeStore for SqlStore {
         let mut claimed = Vec::new();
         for row in &rows {
             let job = super::jobs::job_from_row(row)?;
+            // The claiming node keeps the job's files under its own home.
+            let job_dir = jobs_dir.join(job.id.to_string());
             sqlx::query(
-                "UPDATE jobs SET state = 'running', version = version + 1, started_at = $1, node = $2, fence = $3 \
-                 WHERE id = $4 AND state = 'queued'",
+                "UPDATE jobs SET state = 'running', version = version + 1, started_at = $1, node = $2, fence = $3, \
+                 job_dir = $4 WHERE id = $5 AND state = 'queued'",
             )
             .bind(now)
             .bind(&lease.node)
             .bind(lease.token)
+            .bind(job_dir.to_string_lossy().into_owned())
             .bind(job.id.to_string())
             .execute(&mut *tx)
             .await?;
@@ -434,6 +437,7 @@ impl NodeStore for SqlStore {
                 started_at: Some(now),
                 node: Some(lease.node.clone()),
                 fence: Some(lease.token),
+                job_dir,
                 ..job
             });
         }

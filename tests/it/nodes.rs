@@ -58,22 +58,66 @@ async fn node_suite(open: impl AsyncFn() -> Arc<dyn Store>) {
     a_restart_within_the_lease_keeps_the_claims(&*open().await).await;
     concurrent_claimers_take_each_run_exactly_once(open().await).await;
     a_due_schedule_fires_once_however_many_daemons_tick(&*open().await).await;
+    a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(&*open().await).await;
 }
 
-async fn a_due_schedule_fires_once_however_many_daemons_tick(store: &dyn Store) {
-    use lachesis::jobs::inference::{InferenceSpec, Provider};
-    let spec = InferenceSpec {
+fn inference_spec() -> lachesis::jobs::inference::InferenceSpec {
+    lachesis::jobs::inference::InferenceSpec {
         env_name: "arith".into(),
         env_file: PathBuf::from("/envs/arith.py"),
         python: "python3".into(),
-        models: vec!["m".into()],
+        models: vec!["m1".into(), "m2".into()],
         steps: 1,
         group_size: 1,
-        provider: Provider::openrouter(),
+        provider: lachesis::jobs::inference::Provider::openrouter(),
         timeout: lachesis::workflow::Dur(Duration::from_secs(60)),
         concurrency: 1,
         locked_env: BTreeMap::new(),
-    };
+    }
+}
+
+async fn a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(store: &dyn Store) {
+    let job = lachesis::jobs::new_job(Uuid::new_v4(), inference_spec(), None, Path::new("/submitter/jobs"));
+    store.insert_job(&job, &lachesis::jobs::pending_tasks(&job)).await.unwrap();
+    let a = register(store, "a", Duration::from_millis(200)).await;
+    let b = register(store, "b", Duration::from_secs(60)).await;
+    let claimed = store.claim_jobs(&a, 10, Path::new("/a/jobs")).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].job_dir, PathBuf::from(format!("/a/jobs/{}", job.id)));
+    assert!(store.claim_jobs(&b, 10, Path::new("/b/jobs")).await.unwrap().is_empty(), "claimed once");
+    let mut task = store.job_tasks(job.id).await.unwrap().remove(0);
+    task.state = StageState::Up;
+    store.fenced(a.token).update_task(&task, None).await.unwrap();
+
+    let lost = wait_for("node a's lease to expire", Duration::from_secs(10), || async {
+        store.expired_nodes(now_millis()).await.unwrap().into_iter().find(|n| n.id == "a")
+    })
+    .await;
+    assert!(store.mark_node_lost(&lost, now_millis()).await.unwrap());
+    assert_eq!(store.reap_jobs("a", a.token, "node lost: a").await.unwrap(), 1);
+    let failed = store.job(job.id).await.unwrap().unwrap();
+    assert_eq!(
+        (failed.state, failed.reason.as_deref()),
+        (lachesis::jobs::JobState::Failed, Some("node lost: a"))
+    );
+    assert_eq!(store.job_tasks(job.id).await.unwrap()[0].state, StageState::Lost);
+    assert!(matches!(store.fenced(a.token).update_task(&task, None).await, Err(StoreError::Fenced { .. })));
+    assert!(
+        store
+            .fenced(a.token)
+            .transition_job(&claimed[0], lachesis::jobs::JobEvent::Succeed, None, None)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        store.job(job.id).await.unwrap().unwrap().state,
+        lachesis::jobs::JobState::Failed,
+        "unchanged"
+    );
+}
+
+async fn a_due_schedule_fires_once_however_many_daemons_tick(store: &dyn Store) {
+    let spec = inference_spec();
     let schedule = lachesis::jobs::Schedule {
         id: Uuid::new_v4(),
         name: "nightly".into(),
@@ -457,4 +501,39 @@ async fn multi_node_features_on_sqlite_say_they_need_postgres() {
     }
     let out = home.cli(&["daemon", "--label", "gpu"]);
     assert!(crate::support::stderr(&out).contains("'gpu' is not KEY=VALUE"));
+}
+
+#[tokio::test]
+async fn a_frozen_node_finds_its_lease_lost_on_waking_and_stands_down() {
+    let Some(mut homes) = cluster(2).await else { return };
+    homes[0]
+        .workflow("long", "name: long\nstages:\n  - {name: work, argv: [sleep, '300']}\nstop_grace: 2s\n");
+    start_node(&mut homes[0], "frozen", &[]);
+    let id = homes[0].submit(&["--workflow", "long"]);
+    homes[0].wait_state(id, RunState::Running, Duration::from_secs(20)).await;
+    start_node(&mut homes[1], "awake", &[]);
+
+    // A stalled process (a VM pause, a long GC): alive, but silent past its lease.
+    let daemon = homes[0].daemon_pid().unwrap();
+    let pid = rustix::process::Pid::from_raw(daemon).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let failed = homes[1].wait_state(id, RunState::Failed, Duration::from_secs(30)).await;
+    assert!(failed.reason.unwrap().starts_with("node lost: node 'frozen'"));
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+
+    // On waking, its heartbeat is refused: it takes a new lease and kills the stage it no
+    // longer owns, writing nothing over the survivor's decision.
+    let home = homes[0].path().to_path_buf();
+    wait_for("the woken node to kill the stage it lost", Duration::from_secs(20), || async {
+        processes_mentioning(&home).into_iter().all(|p| p == daemon).then_some(())
+    })
+    .await;
+    let log = homes[0].daemon_log();
+    assert!(log.contains("lease was lost"), "{log}");
+    let run = homes[1].run(id).await;
+    assert_eq!((run.state, run.fence), (RunState::Failed, None));
+    let nodes: serde_json::Value =
+        serde_json::from_str(&homes[1].cli_ok(&["node", "list", "--json"])).unwrap();
+    let frozen = nodes.as_array().unwrap().iter().find(|n| n["id"] == "frozen").unwrap();
+    assert_eq!(frozen["health"], "up", "registered again under a new lease: {frozen}");
 }
