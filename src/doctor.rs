@@ -51,6 +51,17 @@ pub async fn report(service: &Service) -> Report {
         },
     ));
 
+    if service.store.backend() == "postgres"
+        && let Ok(nodes) = service.nodes().await
+    {
+        let up = nodes.iter().filter(|n| n.health == "up").count();
+        let detail = format!("{up} of {} registered nodes up (see `lachesis node list`)", nodes.len());
+        checks.push(check("nodes", up > 0, false, detail));
+    }
+    if let Some(check) = slurm_check(service).await {
+        checks.push(check);
+    }
+
     let python = &settings.python;
     let probe = tokio::process::Command::new(python)
         .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2]); import atroposlib; print('atroposlib', getattr(atroposlib, '__version__', 'installed'))"])
@@ -118,4 +129,32 @@ pub async fn report(service: &Service) -> Report {
         ));
     }
     Report { checks }
+}
+
+/// Whether Slurm answers, when some workflow launches its stages there.
+async fn slurm_check(service: &Service) -> Option<Check> {
+    let catalog = service.settings.catalog().ok()?;
+    let users: Vec<String> = catalog
+        .names()
+        .into_iter()
+        .filter(|name| catalog.load(name).is_ok_and(|w| w.launcher == crate::workflow::Launcher::Slurm))
+        .collect();
+    if users.is_empty() {
+        return None;
+    }
+    let out = tokio::process::Command::new("sinfo").args(["--noheader", "--format=%P %a %D"]).output().await;
+    let needed = format!("needed by {}", users.join(", "));
+    Some(match out {
+        Err(_) => {
+            check("slurm", false, false, format!("sinfo not found: install Slurm's client tools; {needed}"))
+        }
+        Ok(out) if !out.status.success() => {
+            let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            check("slurm", false, false, format!("sinfo failed ({err}); check SLURM_CONF; {needed}"))
+        }
+        Ok(out) => {
+            let partitions = String::from_utf8_lossy(&out.stdout).lines().count();
+            check("slurm", partitions > 0, false, format!("{partitions} partitions answer; {needed}"))
+        }
+    })
 }

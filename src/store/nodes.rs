@@ -219,6 +219,11 @@ impl NodeStore for SqlStore {
                 sqlx::query(table).bind(token).bind(&registration.id).bind(old).execute(&mut *tx).await?;
             }
         }
+        // Work claimed before nodes existed (a store from an older lachesis) belongs to the
+        // first daemon that registers: the one restarted in place of the old one.
+        for table in [ADOPT_UNOWNED_RUNS, ADOPT_UNOWNED_JOBS] {
+            sqlx::query(table).bind(&registration.id).bind(token).execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(Lease {
             node: registration.id.clone(),
@@ -448,6 +453,11 @@ impl NodeStore for SqlStore {
 
 const ADOPT_RUNS: &str = "UPDATE runs SET fence = $1 WHERE node = $2 AND fence = $3";
 const ADOPT_JOBS: &str = "UPDATE jobs SET fence = $1 WHERE node = $2 AND fence = $3";
+const ADOPT_UNOWNED_RUNS: &str = "UPDATE runs SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL \
+     AND (state IN ('starting', 'running', 'stopping', 'retrying') OR (state IN ('stopped', 'completed', 'failed') \
+     AND EXISTS (SELECT 1 FROM stages WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up'))))";
+const ADOPT_UNOWNED_JOBS: &str =
+    "UPDATE jobs SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL AND state = 'running'";
 const CLAIM_JOBS: &str = concat!(select_jobs_sql!(), "WHERE state = 'queued' ORDER BY seq LIMIT $1");
 const CLAIM_JOBS_LOCKED: &str =
     concat!(select_jobs_sql!(), "WHERE state = 'queued' ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED");

@@ -222,7 +222,13 @@ async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store:
 }
 
 async fn a_restart_within_the_lease_keeps_the_claims(store: &dyn Store) {
+    // A run claimed by a lachesis from before nodes (no owner, no token) goes to the first
+    // daemon that registers.
+    let legacy = store.transition(&insert(store, "").await, RunEvent::Claim, None, None).await.unwrap();
+    assert_eq!((legacy.node.as_deref(), legacy.fence), (None, None));
     let first = register(store, "c", Duration::from_secs(60)).await;
+    let adopted = store.run(legacy.id).await.unwrap().unwrap();
+    assert_eq!((adopted.node.as_deref(), adopted.fence), (Some("c"), Some(first.token)));
     let run = insert(store, "").await;
     claim(store, &first, 1).await.unwrap();
     let second = register(store, "c", Duration::from_secs(60)).await;
@@ -231,7 +237,7 @@ async fn a_restart_within_the_lease_keeps_the_claims(store: &dyn Store) {
     assert_eq!(adopted.fence, Some(second.token));
     let held: Vec<Uuid> =
         store.fenced(second.token).supervised_runs().await.unwrap().iter().map(|r| r.id).collect();
-    assert_eq!(held, [run.id]);
+    assert_eq!(held, [legacy.id, run.id], "both handed to the new lease");
     // The old token is stale even for its own node.
     let stage = store.stages(run.id).await.unwrap().remove(0);
     assert!(matches!(

@@ -350,6 +350,9 @@ async fn a_slurm_run_starts_its_stages_as_jobs_and_completes_with_their_exits() 
     }
     let log = std::fs::read_to_string(&stages[1].log_path).unwrap();
     assert!(log.contains("key=***") && !log.contains(key), "{log}");
+    let report: serde_json::Value = serde_json::from_slice(&home.cli(&["doctor", "--json"]).stdout).unwrap();
+    let slurm = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "slurm").unwrap();
+    assert_eq!(slurm["ok"], true, "doctor sees the cluster: {slurm}");
     assert!(crate::support::files_containing(home.path(), key.as_bytes()).is_empty());
 }
 
