@@ -380,6 +380,16 @@ impl NodeStore for SqlStore {
             Backend::Postgres => PENDING_PAGE_LOCKED,
             Backend::Sqlite { .. } => PENDING_PAGE,
         };
+        // A read first: an empty queue costs no write transaction (an idle daemon stays idle).
+        let waiting = sqlx::query(
+            "SELECT 1 AS one FROM runs WHERE state = 'pending' AND (not_before IS NULL OR not_before <= $1) LIMIT 1",
+        )
+        .bind(now_millis())
+        .fetch_optional(self.pool())
+        .await?;
+        if waiting.is_none() {
+            return Ok(Vec::new());
+        }
         let mut tx = self.pool().begin().await?;
         self.renew_for_claim(&mut tx, lease).await?;
         let now = now_millis();
@@ -414,6 +424,12 @@ impl NodeStore for SqlStore {
             Backend::Postgres => CLAIM_JOBS_LOCKED,
             Backend::Sqlite { .. } => CLAIM_JOBS,
         };
+        let waiting = sqlx::query("SELECT 1 AS one FROM jobs WHERE state = 'queued' LIMIT 1")
+            .fetch_optional(self.pool())
+            .await?;
+        if waiting.is_none() {
+            return Ok(Vec::new());
+        }
         let mut tx = self.pool().begin().await?;
         self.renew_for_claim(&mut tx, lease).await?;
         let now = now_millis();
