@@ -120,6 +120,8 @@ pub struct Reconciler {
     /// The store writing under this node's fencing token.
     store: Arc<dyn Store>,
     node: node::NodeState,
+    /// The last claim found nothing more to take (so the next one reads before it writes).
+    queue_drained: bool,
     config: ReconcilerConfig,
     tx: UnboundedSender<Msg>,
     runs: HashMap<Uuid, Supervised>,
@@ -146,6 +148,7 @@ impl Reconciler {
             base: Arc::clone(&store),
             store,
             node,
+            queue_drained: true,
             config,
             tx,
             runs: HashMap::new(),
@@ -337,7 +340,12 @@ impl Reconciler {
             rebase_run_dir(&mut params, &run.run_dir, &run_dir);
             Pick::Take { params, run_dir }
         };
+        // After a claim that found less than it had room for, look before taking the write lock.
+        if self.queue_drained && !self.store.runs_waiting().await? {
+            return Ok(());
+        }
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
+        self.queue_drained = claimed.len() < free;
         for run in claimed {
             self.start_claimed(run, lease.token).await?;
         }

@@ -71,7 +71,6 @@ impl Ledger {
     }
 
     fn write(&self, id: &Uuid, claim: &Claim) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
         let tmp = self.dir.join(format!(".{id}.tmp"));
         std::fs::write(&tmp, serde_json::to_vec(claim).map_err(std::io::Error::other)?)?;
         std::fs::rename(tmp, self.path(id))
@@ -98,6 +97,8 @@ impl Reconciler {
     /// Takes a lease (adopting the runs of this node's previous, unreaped lease), writes as its
     /// token from now on, and settles claims the node remembers but no longer holds.
     pub(super) async fn join(&mut self) -> Result {
+        std::fs::create_dir_all(&self.node.ledger.dir)
+            .map_err(|source| StoreError::Io { path: self.node.ledger.dir.clone(), source })?;
         let lease = self.base.register_node(&self.node.registration).await?;
         info!(node = %lease.node, token = lease.token, adopted_from = ?lease.previous, "node registered");
         self.store = self.base.fenced(lease.token);

@@ -122,6 +122,9 @@ pub trait NodeStore: Send + Sync {
         pages: i64,
         pick: &mut (dyn for<'r> FnMut(&'r Run) -> Pick + Send),
     ) -> Result<Vec<Run>>;
+    /// Whether any pending run could be claimed now: a read, so an idle daemon can look at an
+    /// empty queue without a write transaction.
+    async fn runs_waiting(&self) -> Result<bool>;
     /// Claims up to `limit` queued jobs, oldest first, each into `jobs_dir/<id>`.
     async fn claim_jobs(&self, lease: &Lease, limit: i64, jobs_dir: &std::path::Path) -> Result<Vec<Job>>;
 }
@@ -380,16 +383,6 @@ impl NodeStore for SqlStore {
             Backend::Postgres => PENDING_PAGE_LOCKED,
             Backend::Sqlite { .. } => PENDING_PAGE,
         };
-        // A read first: an empty queue costs no write transaction (an idle daemon stays idle).
-        let waiting = sqlx::query(
-            "SELECT 1 AS one FROM runs WHERE state = 'pending' AND (not_before IS NULL OR not_before <= $1) LIMIT 1",
-        )
-        .bind(now_millis())
-        .fetch_optional(self.pool())
-        .await?;
-        if waiting.is_none() {
-            return Ok(Vec::new());
-        }
         let mut tx = self.pool().begin().await?;
         self.renew_for_claim(&mut tx, lease).await?;
         let now = now_millis();
@@ -417,6 +410,16 @@ impl NodeStore for SqlStore {
         }
         tx.commit().await?;
         Ok(claimed)
+    }
+
+    async fn runs_waiting(&self) -> Result<bool> {
+        let waiting = sqlx::query(
+            "SELECT 1 AS one FROM runs WHERE state = 'pending' AND (not_before IS NULL OR not_before <= $1) LIMIT 1",
+        )
+        .bind(now_millis())
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(waiting.is_some())
     }
 
     async fn claim_jobs(&self, lease: &Lease, limit: i64, jobs_dir: &std::path::Path) -> Result<Vec<Job>> {
