@@ -83,6 +83,16 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
             }
         }
     });
+    // Daemons on other machines announce new work and stop requests through PostgreSQL.
+    if let Some(url) = settings.database_url.clone().filter(|_| service.store.backend() == "postgres") {
+        let wake_tx = tx.clone();
+        tokio::spawn(async move {
+            let wake = || wake_tx.send(Msg::Wake).is_ok();
+            if let Err(err) = crate::store::postgres::listen_for_wakes(&url, wake).await {
+                tracing::warn!("no wake-ups from other machines ({err}); the periodic scan covers them");
+            }
+        });
+    }
     let config = ReconcilerConfig {
         exe,
         max_parallel: options.max_parallel.max(1),

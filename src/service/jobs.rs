@@ -46,7 +46,7 @@ impl Service {
             crate::jobs::new_job(Uuid::new_v4(), spec, request.schedule_id, &self.settings.home.join("jobs"));
         let tasks = crate::jobs::pending_tasks(&job);
         self.store.insert_job(&job, &tasks).await?;
-        crate::wake::notify(&self.settings.socket_path());
+        self.wake().await;
         Ok(job)
     }
 
@@ -142,7 +142,7 @@ impl Service {
             }
             match self.store.transition_job(&job, JobEvent::Cancel, Some("cancelled"), None).await {
                 Ok(job) => {
-                    crate::wake::notify(&self.settings.socket_path());
+                    self.wake().await;
                     return Ok(job);
                 }
                 Err(StoreError::JobConflict { .. }) => {
@@ -198,7 +198,7 @@ impl Service {
             created_at: now,
         };
         self.store.insert_schedule(&schedule).await?;
-        crate::wake::notify(&self.settings.socket_path());
+        self.wake().await;
         Ok(schedule)
     }
 
@@ -223,7 +223,7 @@ impl Service {
             schedule.last_fired = crate::model::now_millis();
         }
         self.store.update_schedule(&schedule).await?;
-        crate::wake::notify(&self.settings.socket_path());
+        self.wake().await;
         Ok(schedule)
     }
 

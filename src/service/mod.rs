@@ -81,4 +81,13 @@ impl Service {
         let store = crate::store::open(&settings.store_location()?).await?;
         Ok(Service { settings, store: Arc::new(store) })
     }
+
+    /// After a write the daemons must act on: pokes this machine's daemon through its socket,
+    /// and the daemons of other machines through the store. Returns whether a local one heard.
+    pub async fn wake(&self) -> bool {
+        if let Err(err) = self.store.announce().await {
+            tracing::debug!("cannot announce to other daemons: {err}");
+        }
+        crate::wake::notify(&self.settings.socket_path())
+    }
 }

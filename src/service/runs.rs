@@ -139,7 +139,7 @@ impl Service {
             Run { env_name, workflow: name, ..Run::queued(id, spec, run_dir, request.priority, params) };
         let stages = run.pending_stages();
         self.store.insert_run(&run, &stages).await?;
-        crate::wake::notify(&self.settings.socket_path());
+        self.wake().await;
         Ok(run)
     }
 
@@ -242,7 +242,7 @@ impl Service {
                 if event == RunEvent::Cancel { "cancelled before it started" } else { "stop requested" };
             match self.store.transition(&run, event, Some(reason), None).await {
                 Ok(moved) => {
-                    crate::wake::notify(&self.settings.socket_path());
+                    self.wake().await;
                     return Ok(moved);
                 }
                 // The daemon moved it meanwhile: look again and decide on what is there now.

@@ -27,7 +27,7 @@ macro_rules! select_jobs_sql {
 
 mod jobs;
 mod nodes;
-mod postgres;
+pub mod postgres;
 mod sql;
 mod sqlite;
 
@@ -155,6 +155,10 @@ pub trait Store: JobStore + NodeStore + Send + Sync {
     /// The last metrics snapshot of a run: (taken at, data).
     async fn snapshot(&self, run_id: Uuid) -> Result<Option<(i64, serde_json::Value)>>;
     async fn put_snapshot(&self, run_id: Uuid, taken_at: i64, data: &serde_json::Value) -> Result<()>;
+
+    /// Tells the daemons of other machines that work or a stop request is waiting
+    /// (PostgreSQL `NOTIFY`); nothing on SQLite, whose one daemon a unix socket wakes.
+    async fn announce(&self) -> Result<()>;
 
     /// Takes the daemon lock for `node` (SQLite: one daemon per store file), or says who
     /// holds it.

@@ -10,6 +10,32 @@ use super::{DaemonLock, Result, StoreError};
 /// Arbitrary but fixed: the advisory lock keys of "a lachesis daemon runs as node N" start here.
 const DAEMON_LOCK_KEY: i64 = 0x6c61_6368_6573_6973; // "lachesis"
 
+/// The `NOTIFY` channel that wakes every daemon on the database.
+pub const WAKE_CHANNEL: &str = "lachesis_wake";
+
+/// Forwards `NOTIFY lachesis_wake` to `wake` until the receiver is gone; reconnects (sqlx's
+/// listener does) when the connection drops.
+pub async fn listen_for_wakes(url: &str, wake: impl Fn() -> bool) -> Result<()> {
+    let target = redact(url);
+    let mut listener = sqlx::postgres::PgListener::connect(url)
+        .await
+        .map_err(|source| StoreError::Open { target: target.clone(), source })?;
+    listener.listen(WAKE_CHANNEL).await?;
+    loop {
+        match listener.recv().await {
+            Ok(_) => {
+                if !wake() {
+                    return Ok(());
+                }
+            }
+            Err(err) => {
+                tracing::warn!("wake-up listener on {target}: {err}; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 /// The advisory lock key of one node id (FNV-1a, so it is the same in every daemon).
 fn node_lock_key(node: &str) -> i64 {
     let hash =

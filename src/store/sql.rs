@@ -622,6 +622,16 @@ impl Store for SqlStore {
         Ok(())
     }
 
+    async fn announce(&self) -> Result<()> {
+        if let Backend::Postgres = self.backend {
+            sqlx::query("SELECT pg_notify($1, '') AS sent")
+                .bind(postgres::WAKE_CHANNEL)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn lock_daemon(&self, node: &str) -> Result<DaemonLock> {
         match &self.backend {
             Backend::Sqlite { lock_path } => sqlite::lock_daemon(lock_path),

@@ -553,3 +553,24 @@ async fn a_frozen_node_finds_its_lease_lost_on_waking_and_stands_down() {
     .await;
     assert_eq!(back.runs, 0, "it holds nothing it lost");
 }
+
+#[tokio::test]
+async fn work_and_stop_requests_reach_daemons_on_other_machines_at_once() {
+    let Some(mut homes) = cluster(2).await else { return };
+    // The daemon's periodic scan is an hour away: only a wake-up through PostgreSQL can move it.
+    start_node(&mut homes[0], "far", LONG, &["--scan-interval", "1h"]);
+    let store = homes[0].store().await;
+    wait_for("the far node to register", Duration::from_secs(10), || async {
+        store.nodes().await.unwrap().into_iter().find(|n| n.id == "far")
+    })
+    .await;
+    // Submitted and stopped from another machine's home, where no daemon listens.
+    homes[1]
+        .workflow("long", "name: long\nstages:\n  - {name: work, argv: [sleep, '300']}\nstop_grace: 2s\n");
+    let id = homes[1].submit(&["--workflow", "long"]);
+    let run = homes[1].wait_state(id, RunState::Running, Duration::from_secs(20)).await;
+    assert_eq!(run.node.as_deref(), Some("far"));
+    homes[1].cli_ok(&["run", "stop", &id.to_string()]);
+    let (stopped, _) = homes[1].wait_settled(id, Duration::from_secs(20)).await;
+    assert_eq!(stopped.state, RunState::Stopped, "{}", homes[0].daemon_log());
+}

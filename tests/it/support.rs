@@ -123,7 +123,10 @@ impl TestHome {
             .append(true)
             .open(self.path().join("daemon.log"))
             .unwrap();
-        let mut args = vec!["daemon", "--stop-grace", "3s", "--scan-interval", "500ms"];
+        let mut args = vec!["daemon", "--stop-grace", "3s"];
+        if !extra.contains(&"--scan-interval") {
+            args.extend(["--scan-interval", "500ms"]);
+        }
         args.extend_from_slice(extra);
         let child =
             self.command(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().unwrap();
