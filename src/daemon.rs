@@ -54,12 +54,25 @@ pub enum DaemonError {
     Exe(std::io::Error),
     #[error(transparent)]
     Api(#[from] crate::api::ApiError),
+    #[error("{0}")]
+    BadOption(String),
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), DaemonError> {
     if let Some(addr) = options.listen {
         crate::api::token_for(addr)?;
+    }
+    if options.lease < Duration::from_secs(1) {
+        return Err(DaemonError::BadOption(format!(
+            "--lease {} is too short: a node must heartbeat within it (use 1s or more; 60s by default)",
+            crate::workflow::Dur(options.lease)
+        )));
+    }
+    if let Some(node) = options.node.as_deref().filter(|n| !is_node_id(n)) {
+        return Err(DaemonError::BadOption(format!(
+            "--node '{node}' is not a node id (letters, digits, '-', '_' or '.')"
+        )));
     }
     let service = Service::open(settings.clone()).await?;
     if !options.labels.is_empty() && service.store.backend() == "sqlite" {
@@ -135,4 +148,8 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
 /// This machine's host name, the default node id.
 pub fn hostname() -> String {
     rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+fn is_node_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 200 && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }

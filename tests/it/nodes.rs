@@ -512,6 +512,14 @@ async fn multi_node_features_on_sqlite_say_they_need_postgres() {
     }
     let out = home.cli(&["daemon", "--label", "gpu"]);
     assert!(crate::support::stderr(&out).contains("'gpu' is not KEY=VALUE"));
+    let out = home.cli(&["daemon", "--lease", "0s"]);
+    assert!(
+        crate::support::stderr(&out).contains("--lease 0s is too short"),
+        "{}",
+        crate::support::stderr(&out)
+    );
+    let out = home.cli(&["daemon", "--node", "a b"]);
+    assert!(crate::support::stderr(&out).contains("--node 'a b' is not a node id"));
 }
 
 #[tokio::test]
