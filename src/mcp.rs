@@ -337,7 +337,11 @@ impl RlTools {
             Err(err) => return json!({ "error": err.to_string() }),
         };
         let stages = self.service.store.stages(full.id).await.unwrap_or_default();
-        let status = crate::service::RunStatus { run: crate::service::RunSummary::from(&full), stages };
+        let status = crate::service::RunStatus {
+            run: crate::service::RunSummary::from(&full),
+            stages,
+            waiting_for: None,
+        };
         let run = &status.run;
         let now = crate::model::now_millis();
         let running_ms = run.started_at.map(|s| run.ended_at.unwrap_or(now) - s);

@@ -203,6 +203,9 @@ fn print_status(status: &RunStatus) {
     if let Some(node) = &r.node {
         println!("node      {node}");
     }
+    if let Some(why) = &status.waiting_for {
+        println!("waiting   for {why}");
+    }
     if let (Some(at), lachesis::model::RunState::Pending) = (r.not_before, r.state) {
         println!("retry at  {}", time(Some(at)));
     }

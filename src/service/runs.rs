@@ -32,6 +32,9 @@ pub struct RunStatus {
     #[serde(flatten)]
     pub run: RunSummary,
     pub stages: Vec<Stage>,
+    /// Why a pending run is not being claimed, when lachesis can tell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// A run as listings show it (without the workflow snapshot).
@@ -213,7 +216,28 @@ impl Service {
     pub async fn status(&self, prefix: &str) -> Result<RunStatus> {
         let run = self.resolve(prefix).await?;
         let stages = self.store.stages(run.id).await?;
-        Ok(RunStatus { run: RunSummary::from(&run), stages })
+        let waiting_for = self.waiting_for(&run).await;
+        Ok(RunStatus { run: RunSummary::from(&run), stages, waiting_for })
+    }
+
+    /// For a pending run pinned to labels no live node has: says so, rather than wait silently.
+    async fn waiting_for(&self, run: &Run) -> Option<String> {
+        if run.state != RunState::Pending || run.spec.node_labels.is_empty() {
+            return None;
+        }
+        let nodes = self.nodes().await.ok()?;
+        let wanted = &run.spec.node_labels;
+        let fits = |labels: &std::collections::BTreeMap<String, String>| {
+            wanted.iter().all(|(key, value)| labels.get(key) == Some(value))
+        };
+        if nodes.iter().any(|n| n.health == "up" && fits(&n.node.labels)) {
+            return None;
+        }
+        let labels: Vec<String> = wanted.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        Some(format!(
+            "a node labelled {}: none that is up has these labels (see `lachesis node list`)",
+            labels.join(",")
+        ))
     }
 
     pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
@@ -284,7 +308,8 @@ impl Service {
     pub async fn results(&self, prefix: &str) -> Result<RunResults> {
         let run = self.resolve(prefix).await?;
         let metrics = self.run_metrics(&run).await;
-        let status = RunStatus { run: RunSummary::from(&run), stages: self.store.stages(run.id).await? };
+        let stages = self.store.stages(run.id).await?;
+        let status = RunStatus { run: RunSummary::from(&run), stages, waiting_for: None };
         let durations = status
             .stages
             .iter()

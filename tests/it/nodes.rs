@@ -376,6 +376,15 @@ async fn three_daemons_share_one_queue_and_run_each_run_once() {
     for id in &pinned {
         assert_eq!(claimers(&mut homes[0], *id).await, ["n3"], "pinned to gpu=h100");
     }
+    // A run pinned to labels no node has says what it waits for.
+    homes[0].workflow("nowhere", &format!("name: nowhere\nnode_labels: {{gpu: b200}}\n{stage}"));
+    let stuck = homes[0].submit(&["--workflow", "nowhere"]);
+    let status = homes[0].cli_ok(&["run", "status", &stuck.to_string()]);
+    assert!(
+        status.contains("waiting   for a node labelled gpu=b200: none that is up has these labels"),
+        "{status}"
+    );
+    homes[0].cli_ok(&["run", "stop", &stuck.to_string()]);
     // The nodes as an operator sees them.
     let nodes: serde_json::Value =
         serde_json::from_str(&homes[1].cli_ok(&["node", "list", "--json"])).unwrap();
