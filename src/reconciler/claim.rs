@@ -1,0 +1,173 @@
+//! Claiming: which pending runs this node takes (queue order, free slots, its resources and
+//! ports, label pinning), and getting a claimed run under way (ledger, run directory, config).
+
+use std::collections::BTreeSet;
+
+use tracing::info;
+
+use super::{Reconciler, Result, Supervised, ports_of};
+use crate::model::Run;
+use crate::store::Pick;
+use crate::transitions::RunEvent;
+
+/// Queue rows read per scheduling page, and how deep the scheduler looks for runs it can start.
+const SCHEDULE_PAGE: i64 = 32;
+const SCHEDULE_PAGES: i64 = 16;
+
+impl Reconciler {
+    /// Claims pending runs in queue order while slots and their resources are free, looking
+    /// past runs blocked on resources or pinned to other nodes so other work can go ahead.
+    pub(super) async fn schedule(&mut self) -> Result {
+        let free = self.config.max_parallel.saturating_sub(self.runs.len());
+        let Some(lease) = self.node.lease.clone() else { return Ok(()) };
+        if free == 0 {
+            return Ok(());
+        }
+        let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
+        let runs_dir = self.config.runs_dir.clone();
+        let mut taken = 0;
+        let mut pick = |run: &Run| -> Pick {
+            if taken == free {
+                return Pick::Stop;
+            }
+            if !lease.fits(&run.spec.node_labels) {
+                return Pick::Skip;
+            }
+            let Some(ports) = allocate_ports(run, &held) else { return Pick::Skip };
+            let resources = run.spec.resources(&ports);
+            if !resources.is_disjoint(&held) {
+                return Pick::Skip;
+            }
+            let mut params = run.params.clone();
+            for (name, port) in &ports {
+                params.resolved.insert(format!("port.{name}"), port.to_string());
+            }
+            held.extend(resources);
+            taken += 1;
+            let run_dir = runs_dir.join(run.id.to_string());
+            rebase_run_dir(&mut params, &run.run_dir, &run_dir);
+            Pick::Take { params, run_dir }
+        };
+        // After a claim that found less than it had room for, look before taking the write lock.
+        if self.queue_drained && !self.store.runs_waiting().await? {
+            return Ok(());
+        }
+        let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
+        self.queue_drained = claimed.len() < free;
+        for run in claimed {
+            self.start_claimed(run, lease.token).await?;
+        }
+        Ok(())
+    }
+
+    /// Begins a run this node just claimed: ledger first, then its first stage.
+    pub(super) async fn start_claimed(&mut self, run: Run, token: i64) -> Result {
+        info!(run = %run.short_id(), workflow = %run.workflow, attempt = run.attempt, "claimed");
+        let id = run.id;
+        let ledger =
+            self.node.ledger.record(&run, token).err().map(|e| format!("cannot record the claim: {e}"));
+        let stages = self.store.stages(id).await?;
+        let missing: Vec<&str> = run
+            .spec
+            .credentials
+            .iter()
+            .filter(|c| std::env::var_os(c).is_none())
+            .map(String::as_str)
+            .collect();
+        let problem = if let Some(problem) = ledger {
+            Some(problem)
+        } else if !missing.is_empty() {
+            Some(format!("the daemon's environment lacks {}", missing.join(", ")))
+        } else {
+            if run.attempt > 1 {
+                // The last attempt's status files would read as this attempt's exits.
+                let _ = std::fs::remove_dir_all(run.run_dir.join(".status"));
+            }
+            prepare_run_dir(&run).err()
+        };
+        match Supervised::new(run.clone(), stages) {
+            Ok(sup) => {
+                self.runs.insert(id, sup);
+                if let Some(problem) = problem {
+                    self.fail(id, &problem).await?;
+                }
+            }
+            Err(err) => {
+                // The run can't be planned, so it never starts: fail it without supervising it.
+                let reason = format!("cannot start: {err}");
+                self.store.transition(&run, RunEvent::Fail, Some(&reason), None).await?;
+                self.node.ledger.forget(&id);
+                return Ok(());
+            }
+        }
+        self.drive(id).await
+    }
+}
+
+/// Creates the run directory and, for workflows that read one, the run's config file: the
+/// locked profile with the run's configured values, readable by the owner only (it may name
+/// endpoints and keys of the infrastructure).
+fn prepare_run_dir(run: &Run) -> std::result::Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(&run.run_dir)
+        .map_err(|e| format!("cannot create {}: {e}", run.run_dir.display()))?;
+    if !run.spec.uses_var("config_path") {
+        return Ok(());
+    }
+    let doc = crate::environments::run_config(
+        &run.spec.locked,
+        &run.params.config,
+        run.env_name.as_deref().unwrap_or("run"),
+        &run.short_id(),
+        &run.params.resolved,
+    );
+    let text = crate::yaml::to_string(&doc).map_err(|e| format!("cannot write the run config: {e}"))?;
+    let path = run.run_dir.join("config.yaml");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Points the run's resolved values at the claiming node's run directory (they were resolved
+/// where the run was submitted, which may be another machine).
+fn rebase_run_dir(params: &mut crate::model::RunParams, old: &std::path::Path, new: &std::path::Path) {
+    if old == new {
+        return;
+    }
+    let (old, new) = (old.to_string_lossy(), new.to_string_lossy());
+    for value in params.resolved.values_mut() {
+        if value.contains(&*old) {
+            *value = value.replace(&*old, &new);
+        }
+    }
+}
+
+/// Fixed ports as declared; `auto` ports picked free and outside `held`. None if no free port.
+fn allocate_ports(run: &Run, held: &BTreeSet<String>) -> Option<std::collections::BTreeMap<String, u16>> {
+    use crate::workflow::PortSpec;
+    let already = ports_of(&run.params.resolved);
+    let mut ports = std::collections::BTreeMap::new();
+    for (name, spec) in &run.spec.ports {
+        let port = match (already.get(name), spec) {
+            (Some(port), _) => *port,
+            (None, PortSpec::Fixed(port)) => *port,
+            (None, PortSpec::Auto(_)) => free_port(held, &ports)?,
+        };
+        ports.insert(name.clone(), port);
+    }
+    Some(ports)
+}
+
+fn free_port(held: &BTreeSet<String>, taken: &std::collections::BTreeMap<String, u16>) -> Option<u16> {
+    (0..20).find_map(|_| {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let clash = held.contains(&format!("port:{port}")) || taken.values().any(|p| *p == port);
+        (!clash).then_some(port)
+    })
+}
