@@ -75,6 +75,8 @@ impl From<ServiceError> for Failure {
             E::Edit(crate::environments::EditError::Locked { .. }) => (StatusCode::FORBIDDEN, "locked_field"),
             E::NoSelection => (StatusCode::CONFLICT, "no_selection"),
             E::NeedsPostgres(_) => (StatusCode::CONFLICT, "needs_postgres"),
+            E::UnknownNode { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            E::NodeNotLost { .. } => (StatusCode::CONFLICT, "node_not_lost"),
             E::AlreadyEnded { .. } | E::JobEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
             E::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             E::Introspect(_) => (StatusCode::UNPROCESSABLE_ENTITY, "introspection"),

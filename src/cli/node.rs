@@ -13,6 +13,8 @@ pub enum NodeCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Drop a lost node from the list (its runs were settled when it was reaped)
+    Forget { node: String },
 }
 
 pub async fn run(settings: Settings, command: NodeCommand) -> CliResult {
@@ -44,6 +46,10 @@ pub async fn run(settings: Settings, command: NodeCommand) -> CliResult {
             } else {
                 println!("{t}");
             }
+        }
+        NodeCommand::Forget { node } => {
+            service.forget_node(&node).await?;
+            println!("forgot node {node}");
         }
     }
     Ok(ExitCode::SUCCESS)

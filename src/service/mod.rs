@@ -60,6 +60,13 @@ pub enum ServiceError {
     UnknownSchedule { name: String, available: String },
     #[error("job {id} has already ended ({state})")]
     JobEnded { id: String, state: crate::jobs::JobState },
+    #[error("no node is called '{id}' (nodes: {known})")]
+    UnknownNode { id: String, known: String },
+    #[error(
+        "node '{id}' is {health} (last heartbeat {age_s}s ago): only a lost node can be forgotten; \
+         stop its daemon and let another node reap it when its lease runs out"
+    )]
+    NodeNotLost { id: String, health: &'static str, age_s: i64 },
     /// Several daemons (nodes, labels, leases) share state through PostgreSQL only.
     #[error(
         "{0} needs several daemons on one PostgreSQL store (set LACHESIS_DATABASE_URL=postgres://…); \

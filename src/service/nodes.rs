@@ -39,4 +39,22 @@ impl Service {
             })
             .collect())
     }
+
+    /// Drops a lost node from the list. A node that is up (or only overdue) is refused: its
+    /// daemon may still be running, and the reaper decides when it is lost.
+    pub async fn forget_node(&self, id: &str) -> Result<()> {
+        let nodes = self.nodes().await?;
+        let Some(node) = nodes.iter().find(|n| n.node.id == id) else {
+            let known: Vec<&str> = nodes.iter().map(|n| n.node.id.as_str()).collect();
+            return Err(ServiceError::UnknownNode { id: id.to_string(), known: known.join(", ") });
+        };
+        if node.health != "lost" || !self.store.forget_node(id).await? {
+            return Err(ServiceError::NodeNotLost {
+                id: id.to_string(),
+                health: node.health,
+                age_s: node.heartbeat_age_ms / 1000,
+            });
+        }
+        Ok(())
+    }
 }

@@ -102,6 +102,8 @@ pub trait NodeStore: Send + Sync {
     async fn heartbeat(&self, lease: &Lease) -> Result<()>;
     /// Every node ever registered, with the runs each owns.
     async fn nodes(&self) -> Result<Vec<NodeInfo>>;
+    /// Removes a `lost` node's row; false if there is no such lost node.
+    async fn forget_node(&self, id: &str) -> Result<bool>;
     /// Nodes still `up` whose heartbeat is older than their lease.
     async fn expired_nodes(&self, now: Millis) -> Result<Vec<NodeInfo>>;
     /// Marks an expired node lost; false if it heartbeated or re-registered meanwhile (or
@@ -261,6 +263,14 @@ impl NodeStore for SqlStore {
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(node_from_row).collect()
+    }
+
+    async fn forget_node(&self, id: &str) -> Result<bool> {
+        let gone = sqlx::query("DELETE FROM nodes WHERE id = $1 AND state = 'lost'")
+            .bind(id.to_string())
+            .execute(self.pool())
+            .await?;
+        Ok(gone.rows_affected() == 1)
     }
 
     async fn expired_nodes(&self, now: Millis) -> Result<Vec<NodeInfo>> {

@@ -453,6 +453,11 @@ async fn a_killed_nodes_runs_are_reaped_and_its_stale_claims_rejected_when_it_re
         );
     }
     assert_eq!(homes[0].run(failing).await.state, RunState::Failed);
+    // c's first lease is gone for good; c itself is up again and can't be forgotten.
+    let out = homes[0].cli(&["node", "forget", "c"]);
+    assert!(crate::support::stderr(&out).contains("node 'c' is up"), "{}", crate::support::stderr(&out));
+    let out = homes[0].cli(&["node", "forget", "nope"]);
+    assert!(crate::support::stderr(&out).contains("no node is called 'nope' (nodes: a, b, c)"));
     let still = homes[0].run(retried).await;
     assert_eq!(
         (still.state, still.attempt, still.node.as_deref()),
@@ -569,6 +574,14 @@ async fn a_frozen_node_finds_its_lease_lost_on_waking_and_stands_down() {
     })
     .await;
     assert_eq!(back.runs, 0, "it holds nothing it lost");
+    // Once lost for good, an operator can drop it from the list.
+    homes[0].kill_daemon();
+    wait_for("the frozen node to be reaped again", Duration::from_secs(30), || async {
+        store.nodes().await.unwrap().into_iter().find(|n| n.id == "frozen" && n.state == "lost")
+    })
+    .await;
+    assert_eq!(homes[1].cli_ok(&["node", "forget", "frozen"]).trim(), "forgot node frozen");
+    assert!(store.nodes().await.unwrap().iter().all(|n| n.id != "frozen"));
 }
 
 #[tokio::test]
