@@ -245,9 +245,17 @@ fn base_state(text: &str) -> Option<String> {
     (!word.is_empty() && word.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')).then(|| word.to_string())
 }
 
+/// `N:S` (scontrol, sacct), or a bare number, which is a raw wait status (squeue's JSON, and
+/// the accounting of some Slurm versions).
 fn parse_exit_code(text: &str) -> Option<(i32, i32)> {
-    let (code, signal) = text.trim().split_once(':')?;
-    Some((code.parse().ok()?, signal.parse().ok()?))
+    let text = text.trim();
+    match text.split_once(':') {
+        Some((code, signal)) => Some((code.parse().ok()?, signal.parse().ok()?)),
+        None => Some(match decode_wait_status(text.parse().ok()?) {
+            ExitStatus::Code(code) => (code, 0),
+            ExitStatus::Signal(signal) => (0, signal),
+        }),
+    }
 }
 
 fn assigned_nodes(list: &str) -> bool {
@@ -799,6 +807,11 @@ mod tests {
         assert_eq!(parse_sacct(dbd, SlurmJobId(7)).unwrap().state, "COMPLETED");
         let by = parse_sacct("7|CANCELLED by 1000|0:15|None assigned\n", SlurmJobId(7)).unwrap();
         assert_eq!(by.job_state().unwrap(), JobState::Vanished("CANCELLED before it ran".into()));
+        // A raw wait status instead of N:S is decoded: 7 << 8 is exit 7, 9 is SIGKILL.
+        let raw = "12|FAILED|1792|n1\n13|FAILED|9|n1\n";
+        let state = |id| parse_sacct(raw, SlurmJobId(id)).unwrap().job_state().unwrap();
+        assert_eq!(state(12), ended(ExitStatus::Code(7), "FAILED"));
+        assert_eq!(state(13), ended(ExitStatus::Signal(9), "FAILED"));
     }
 
     #[test]
