@@ -22,6 +22,15 @@ if ! postgres_up; then
 fi
 if postgres_up; then
   export LACHESIS_REQUIRE_POSTGRES=1
+  # Each PostgreSQL test makes a scratch database; drop the ones earlier runs left (one still
+  # in use by a concurrent run refuses, and stays).
+  if command -v psql >/dev/null; then
+    psql -h 127.0.0.1 -U root -d postgres -Atc \
+      "SELECT datname FROM pg_database WHERE datname LIKE 'lachesis\_test\_%' OR datname LIKE 'lachesis\_bench\_%'" 2>/dev/null |
+      while read -r db; do
+        psql -h 127.0.0.1 -U root -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
+      done
+  fi
 else
   say "PostgreSQL is not reachable at 127.0.0.1:5432: its tests will say they skip"
 fi
