@@ -227,10 +227,7 @@ impl Service {
         }
         let nodes = self.nodes().await.ok()?;
         let wanted = &run.spec.node_labels;
-        let fits = |labels: &std::collections::BTreeMap<String, String>| {
-            wanted.iter().all(|(key, value)| labels.get(key) == Some(value))
-        };
-        if nodes.iter().any(|n| n.health == "up" && fits(&n.node.labels)) {
+        if nodes.iter().any(|n| n.health == "up" && crate::store::labels_fit(&n.node.labels, wanted)) {
             return None;
         }
         let labels: Vec<String> = wanted.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -40,7 +40,7 @@ use crate::model::{Event, NewEvent, Run, RunState, Stage};
 use crate::transitions::{IllegalTransition, RunEvent};
 
 pub use jobs::JobStore;
-pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Pick, Reap};
+pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Pick, Reap, labels_fit};
 pub use sql::SqlStore;
 
 #[derive(Debug, thiserror::Error)]

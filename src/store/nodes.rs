@@ -47,8 +47,13 @@ impl Lease {
 
     /// Whether this node may run work pinned to `wanted` labels.
     pub fn fits(&self, wanted: &BTreeMap<String, String>) -> bool {
-        wanted.iter().all(|(key, value)| self.labels.get(key) == Some(value))
+        labels_fit(&self.labels, wanted)
     }
+}
+
+/// Whether a node labelled `have` may take work pinned to `wanted`: it has every wanted label.
+pub fn labels_fit(have: &BTreeMap<String, String>, wanted: &BTreeMap<String, String>) -> bool {
+    wanted.iter().all(|(key, value)| have.get(key) == Some(value))
 }
 
 /// A row of the nodes table, for `lachesis node list` and the reaper.
