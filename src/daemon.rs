@@ -9,7 +9,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::info;
 
-use crate::reconciler::{Msg, Reconciler, ReconcilerConfig};
+use crate::reconciler::{Msg, ReconcilerConfig};
 use crate::service::{Service, ServiceError};
 use crate::settings::Settings;
 
@@ -75,16 +75,16 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         )));
     }
     let service = Service::open(settings.clone()).await?;
-    if !options.labels.is_empty() && service.store.backend() == "sqlite" {
+    if !options.labels.is_empty() && !service.backend().supports_nodes() {
         return Err(ServiceError::NeedsPostgres("node labels (--label)".into()).into());
     }
     let node = options.node.clone().unwrap_or_else(hostname);
-    let _lock = service.store.lock_daemon(&node).await?;
+    let _lock = service.lock_daemon(&node).await?;
     let socket_path = settings.socket_path();
     let socket = crate::wake::listen(&socket_path)
         .map_err(|source| DaemonError::Socket { path: socket_path.display().to_string(), source })?;
     let exe = std::env::current_exe().map_err(DaemonError::Exe)?;
-    info!(home = %settings.home.display(), store = service.store.backend(), pid = std::process::id(), "daemon started");
+    info!(home = %settings.home.display(), store = %service.backend(), pid = std::process::id(), "daemon started");
 
     let (tx, rx) = mpsc::unbounded_channel();
     let wake_tx = tx.clone();
@@ -97,11 +97,11 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         }
     });
     // Daemons on other machines announce new work and stop requests through PostgreSQL.
-    if let Some(url) = settings.database_url.clone().filter(|_| service.store.backend() == "postgres") {
-        let wake_tx = tx.clone();
+    if service.backend().supports_nodes() {
+        let (wake_tx, listener) = (tx.clone(), service.clone());
         tokio::spawn(async move {
             let wake = || wake_tx.send(Msg::Wake).is_ok();
-            if let Err(err) = crate::store::postgres::listen_for_wakes(&url, wake).await {
+            if let Err(err) = listener.listen_for_wakes(wake).await {
                 tracing::warn!("no wake-ups from other machines ({err}); the periodic scan covers them");
             }
         });
@@ -111,7 +111,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         max_parallel: options.max_parallel.max(1),
         stop_grace: options.stop_grace,
         scan_interval: options.scan_interval,
-        jobs_dir: settings.home.join("jobs"),
+        tests_dir: settings.home.join("tests"),
         runs_dir: settings.home.join("runs"),
         claims_dir: settings.home.join("claims"),
     };
@@ -122,8 +122,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         lease: options.lease,
     };
     let metrics = Arc::new(crate::metrics::Metrics::default());
-    let reconciler =
-        Reconciler::new(Arc::clone(&service.store), registration, config, tx, Arc::clone(&metrics));
+    let reconciler = service.reconciler(registration, config, tx, Arc::clone(&metrics));
     let api = options.listen.map(|addr| crate::api::serve(addr, service.clone(), Arc::clone(&metrics)));
     let api = async move {
         match api {

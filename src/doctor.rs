@@ -38,7 +38,7 @@ fn check(name: &str, ok: bool, required: bool, detail: impl Into<String>) -> Che
 pub async fn report(service: &Service) -> Report {
     let settings = &service.settings;
     let mut checks = Vec::new();
-    checks.push(check("store", true, true, format!("{} store reachable", service.store.backend())));
+    checks.push(check("store", true, true, format!("{} store reachable", service.backend())));
     let daemon = crate::wake::notify(&settings.socket_path());
     checks.push(check(
         "daemon",
@@ -51,7 +51,7 @@ pub async fn report(service: &Service) -> Report {
         },
     ));
 
-    if service.store.backend() == "postgres"
+    if service.backend().supports_nodes()
         && let Ok(nodes) = service.nodes().await
     {
         let up = nodes.iter().filter(|n| n.health == "up").count();

@@ -2,23 +2,24 @@
 //! the Atropos + Tinker stack. See DESIGN in the README for the concepts.
 
 pub mod api;
-pub mod bench;
+pub mod cron;
 pub mod daemon;
 pub mod doctor;
 pub mod environments;
 pub mod http_client;
-pub mod jobs;
+pub mod inference;
 pub mod launch;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod notify;
+pub mod pyjson;
 pub mod reconciler;
-pub mod redact;
+pub mod secrets;
 pub mod service;
 pub mod settings;
 pub mod store;
-pub mod transitions;
 pub mod wake;
+pub mod wandb;
 pub mod workflow;
 pub mod yaml;

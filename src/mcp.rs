@@ -12,7 +12,6 @@ use rmcp::{ServiceExt, schemars, tool, tool_router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::model::RunState;
 use crate::service::{Service, SubmitRequest, TestRequest};
 use crate::store::RunFilter;
 
@@ -170,7 +169,7 @@ impl RlTools {
         let request = SubmitRequest { workflow: args.workflow, env_name, ..SubmitRequest::default() };
         match self.service.submit(request).await {
             Ok(run) => {
-                let position = self.queue_position(run.id).await;
+                let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);
                 let stages: BTreeMapValue = run
                     .spec
                     .stages
@@ -240,9 +239,11 @@ impl RlTools {
         description = "A run's results: final state, reason, per-stage exit codes and durations, trained weights if the trainer reported them. Also takes an inference-test id."
     )]
     async fn rl_get_results(&self, Parameters(args): Parameters<RunArgs>) -> String {
-        if let Ok((job, tasks)) = self.service.job_status(&args.run_id).await {
+        if let Ok(crate::service::TestStatus { test, tasks, .. }) =
+            self.service.test_status(&args.run_id).await
+        {
             return answer(
-                json!({ "test_id": job.id, "status": job.state, "environment": job.env_name, "reason": job.reason, "results": job.results, "tasks": tasks }),
+                json!({ "test_id": test.id, "status": test.state, "environment": test.env_name, "reason": test.reason, "results": test.results, "tasks": tasks }),
             );
         }
         match self.service.results(&args.run_id).await {
@@ -251,7 +252,7 @@ impl RlTools {
                     .status
                     .stages
                     .iter()
-                    .map(|s| json!({ "stage": s.name, "state": s.state, "exit": s.exit, "duration_seconds": results.durations.get(&s.name), "log": s.log_path }))
+                    .map(|s| json!({ "stage": s.name, "state": s.record.state, "exit": s.record.exit, "duration_seconds": results.durations.get(&s.name), "log": s.log_path }))
                     .collect();
                 let run = &results.status.run;
                 answer(json!({
@@ -297,12 +298,12 @@ impl RlTools {
             ..TestRequest::default()
         };
         match self.service.submit_test(request).await {
-            Ok(job) => answer(json!({
-                "test_id": job.id,
-                "status": job.state,
-                "environment": job.env_name,
-                "models": job.spec.models,
-                "test_config": { "num_steps": job.spec.steps, "group_size": job.spec.group_size },
+            Ok(test) => answer(json!({
+                "test_id": test.id,
+                "status": test.state,
+                "environment": test.env_name,
+                "models": test.spec.models,
+                "test_config": { "num_steps": test.spec.steps, "group_size": test.spec.group_size },
                 "message": "Inference test queued; use rl_get_results(test_id) for results.",
             })),
             Err(err) => error(err),
@@ -324,24 +325,16 @@ impl RlTools {
         RlTools { service, interval: status_interval(), snapshots: Arc::default() }
     }
 
-    async fn queue_position(&self, id: uuid::Uuid) -> Option<usize> {
-        let pending =
-            self.service.list(&RunFilter { state: Some(RunState::Pending), limit: None }).await.ok()?;
-        pending.iter().position(|r| r.id == id).map(|i| i + 1)
-    }
-
     /// A fresh status; the run is resolved once and everything else read by its id.
     async fn status_json(&self, id: &str) -> Value {
-        let full = match self.service.resolve(id).await {
-            Ok(run) => run,
+        let status = match self.service.resolve(id).await {
+            Ok(full) => match self.service.status_of(&full).await {
+                Ok(status) => (full, status),
+                Err(err) => return json!({ "error": err.to_string() }),
+            },
             Err(err) => return json!({ "error": err.to_string() }),
         };
-        let stages = self.service.store.stages(full.id).await.unwrap_or_default();
-        let status = crate::service::RunStatus {
-            run: crate::service::RunSummary::from(&full),
-            stages,
-            waiting_for: None,
-        };
+        let (full, status) = status;
         let run = &status.run;
         let now = crate::model::now_millis();
         let running_ms = run.started_at.map(|s| run.ended_at.unwrap_or(now) - s);
@@ -351,12 +344,12 @@ impl RlTools {
             .map(|s| {
                 (
                     s.name.clone(),
-                    json!({ "state": s.state, "exit": s.exit, "pid": s.process.as_ref().map(|p| p.pid) }),
+                    json!({ "state": s.record.state, "exit": s.record.exit, "pid": s.record.process.as_ref().map(|p| p.pid) }),
                 )
             })
             .collect();
         let logs: BTreeMapValue = status.stages.iter().map(|s| (s.name.clone(), json!(s.log_path))).collect();
-        let events = self.service.store.events(full.id, 0).await.unwrap_or_default();
+        let events = self.service.events_after(run.id, 0).await.unwrap_or_default();
         let recent: Vec<Value> = events
             .iter()
             .rev()
@@ -364,7 +357,6 @@ impl RlTools {
             .rev()
             .map(|e| json!({ "at": e.at, "stage": e.stage, "message": e.message }))
             .collect();
-        let position = if run.state == RunState::Pending { self.queue_position(run.id).await } else { None };
         let metrics = self.service.run_metrics(&full).await;
         json!({
             "run_id": run.id,
@@ -377,7 +369,7 @@ impl RlTools {
             "running_time_minutes": running_ms.map(|ms| ms as f64 / 60_000.0),
             "processes": processes,
             "logs": logs,
-            "queue_position": position,
+            "queue_position": status.queue_position,
             "events": recent,
             "metrics": metrics.snapshot,
             "metrics_age": metrics.age,

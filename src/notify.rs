@@ -1,4 +1,4 @@
-//! Webhook notifications (a job finished, a regression, a run completed or failed).
+//! Webhook notifications (a test finished, a regression, a run completed or failed).
 //!
 //! Delivery runs in background tasks so a slow or dead receiver never holds up the supervisor; each
 //! task reports how it went on a channel and the caller records that as an event. Webhook URLs often
@@ -15,8 +15,6 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// Per-attempt limit on one POST, connect to response headers.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
-const MASK: &str = "***";
 
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
@@ -63,9 +61,9 @@ pub struct Webhook {
 /// What is POSTed, as JSON, to every webhook.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Notification {
-    /// One of `Notification::JOB_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`.
+    /// One of `Notification::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`.
     pub kind: String,
-    /// Which run/job/workflow this is about.
+    /// Which run/test/workflow this is about.
     pub ids: serde_json::Value,
     pub state: String,
     pub summary: serde_json::Value,
@@ -74,7 +72,7 @@ pub struct Notification {
 }
 
 impl Notification {
-    pub const JOB_FINISHED: &str = "job_finished";
+    pub const TEST_FINISHED: &str = "test_finished";
     pub const REGRESSION: &str = "regression";
     pub const RUN_COMPLETED: &str = "run_completed";
     pub const RUN_FAILED: &str = "run_failed";
@@ -170,7 +168,7 @@ impl Notifier {
             for hook in hooks {
                 // The receiver may be gone; there is no one else to tell.
                 let _ = report.send(DeliveryReport {
-                    url: redact_url(&hook.url),
+                    url: crate::secrets::redact_url(&hook.url),
                     kind: note.kind.clone(),
                     delivered: false,
                     attempts: 0,
@@ -191,7 +189,7 @@ impl Notifier {
 
     /// Delivers `note` to `hook`, retrying per the policy, and says how it went.
     pub async fn send(&self, hook: &Webhook, note: &Notification) -> DeliveryReport {
-        let shown = redact_url(&hook.url);
+        let shown = crate::secrets::redact_url(&hook.url);
         let mut report = DeliveryReport {
             url: shown.clone(),
             kind: note.kind.clone(),
@@ -234,7 +232,7 @@ impl Notifier {
             if let AttemptError::Status(status) = &error {
                 report.last_status = Some(status.as_u16());
             }
-            let message = scrub(&error.to_string(), &hook.url);
+            let message = crate::secrets::redact_url_in(&error.to_string(), &hook.url);
             report.error = Some(message.clone());
             if !error.retryable() || report.attempts >= attempts {
                 tracing::warn!(url = %shown, kind = %note.kind, attempts = report.attempts,
@@ -293,115 +291,6 @@ fn parse_url(raw: &str) -> Result<reqwest::Url, String> {
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let seconds: u64 = headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(seconds))
-}
-
-/// `url` with any `user:pass@` replaced by `***@`, the query by `?***` and a fragment by `#***`.
-/// Works on the raw text, so even a URL that doesn't parse is shown safely.
-pub fn redact_url(url: &str) -> String {
-    let (before_fragment, fragment) = match url.split_once('#') {
-        Some((head, _)) => (head, Some(MASK)),
-        None => (url, None),
-    };
-    let (before_query, query) = match before_fragment.split_once('?') {
-        Some((head, _)) => (head, Some(MASK)),
-        None => (before_fragment, None),
-    };
-    let (scheme, rest) = match before_query.split_once("://") {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => (None, before_query),
-    };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    // The userinfo ends at the authority's last '@' (a password may itself contain '@').
-    let host = authority.rsplit_once('@').map(|(_, host)| host);
-    let mut out = String::with_capacity(url.len());
-    if let Some(scheme) = scheme {
-        out.push_str(scheme);
-        out.push_str("://");
-    }
-    match host {
-        Some(host) => {
-            out.push_str(MASK);
-            out.push('@');
-            out.push_str(host);
-        }
-        None => out.push_str(authority),
-    }
-    out.push_str(path);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    if let Some(f) = fragment {
-        out.push('#');
-        out.push_str(f);
-    }
-    out
-}
-
-/// Removes the secret parts of `raw_url` from `message`, whatever form they appear in there (a
-/// library may echo the URL whole, or parts of it, percent-encoded or not).
-fn scrub(message: &str, raw_url: &str) -> String {
-    let mut text = message.replace(raw_url, &redact_url(raw_url));
-    // Short user names and query values ("x=1", "json") are not credible secrets, and masking them
-    // would mangle ordinary words and numbers in the message; passwords are masked at any length.
-    const MIN_LEN: usize = 4;
-    let mut secrets: Vec<String> = Vec::new();
-    let mut add = |s: &str, min: usize| {
-        for form in [s.to_string(), percent_decode(s)] {
-            if form.len() >= min.max(1) {
-                secrets.push(form);
-            }
-        }
-    };
-    let before_fragment = match raw_url.split_once('#') {
-        Some((head, fragment)) => {
-            add(fragment, 1);
-            head
-        }
-        None => raw_url,
-    };
-    if let Some((_, query)) = before_fragment.split_once('?') {
-        add(query, 1);
-        for pair in query.split('&') {
-            add(pair.split_once('=').map_or(pair, |(_, v)| v), MIN_LEN);
-        }
-    }
-    if let Ok(url) = reqwest::Url::parse(raw_url.trim()) {
-        add(url.username(), MIN_LEN);
-        if let Some(password) = url.password() {
-            add(password, 1);
-        }
-    }
-    // Longest first, so a secret that contains another is masked whole.
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    for secret in &secrets {
-        text = text.replace(secret.as_str(), MASK);
-    }
-    text
-}
-
-/// `%XX` escapes decoded (and `+` as space, as in query strings); invalid escapes kept as they are.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(hi), Some(lo)) => {
-                    out.push((hi * 16 + lo) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -545,7 +434,7 @@ mod tests {
     fn note() -> Notification {
         Notification {
             kind: Notification::RUN_COMPLETED.to_string(),
-            ids: serde_json::json!({"run": "r-1", "job": 7}),
+            ids: serde_json::json!({"run": "r-1", "test": 7}),
             state: "succeeded".to_string(),
             summary: serde_json::json!({"accuracy": 0.5, "steps": 3}),
             at: 1_770_000_000,
@@ -594,7 +483,7 @@ mod tests {
         );
         let body: serde_json::Value = serde_json::from_slice(&hits[0].body).unwrap();
         assert_eq!(body["kind"], "run_completed");
-        assert_eq!(body["ids"], serde_json::json!({"run": "r-1", "job": 7}));
+        assert_eq!(body["ids"], serde_json::json!({"run": "r-1", "test": 7}));
         assert_eq!(body["state"], "succeeded");
         assert_eq!(body["summary"]["accuracy"], 0.5);
         assert_eq!(body["at"], 1_770_000_000);
@@ -736,37 +625,6 @@ mod tests {
         for secret in ["alice", "s3cr3t", "abc123"] {
             assert!(!text.contains(secret), "{secret} leaked: {text}");
         }
-    }
-
-    #[test]
-    fn redact_url_hides_userinfo_query_and_fragment() {
-        let cases = [
-            ("https://hooks.example/x?token=abc", "https://hooks.example/x?***"),
-            ("https://user:pass@hooks.example/x", "https://***@hooks.example/x"),
-            ("https://u:p@ss@h.example:8443/a/b?q=1#frag", "https://***@h.example:8443/a/b?***#***"),
-            ("https://hooks.example/path/only", "https://hooks.example/path/only"),
-            ("https://token@hooks.example", "https://***@hooks.example"),
-            ("http://h/x/a@b", "http://h/x/a@b"),
-            ("no scheme?secret=1", "no scheme?***"),
-            ("", ""),
-        ];
-        for (raw, shown) in cases {
-            assert_eq!(redact_url(raw), shown, "{raw}");
-        }
-    }
-
-    #[test]
-    fn scrub_masks_echoed_url_parts() {
-        let raw = "https://alice:pw%21@h.example/x?token=abc%20def&k=v";
-        let message = format!("failed for {raw}; token abc def; user alice pw! abc%20def; os error 111");
-        let scrubbed = scrub(&message, raw);
-        for secret in ["abc", "pw", "token=", "alice"] {
-            assert!(!scrubbed.contains(secret), "{secret}: {scrubbed}");
-        }
-        assert!(scrubbed.starts_with("failed for https://***@h.example/x?***;"), "{scrubbed}");
-        // Short values are left alone so ordinary text survives.
-        assert!(scrubbed.ends_with("os error 111"), "{scrubbed}");
-        assert_eq!(percent_decode("a%2Fb+c%zz%4"), "a/b c%zz%4");
     }
 
     #[test]

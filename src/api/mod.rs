@@ -63,21 +63,21 @@ impl From<ServiceError> for Failure {
     fn from(err: ServiceError) -> Failure {
         use ServiceError as E;
         let (status, code) = match &err {
-            E::UnknownRun(_) | E::UnknownJob(_) | E::UnknownSchedule { .. } => {
+            E::UnknownRun(_) | E::UnknownTest(_) | E::UnknownSchedule { .. } => {
                 (StatusCode::NOT_FOUND, "not_found")
             }
             E::Environment(crate::environments::LookupError::Unknown { .. }) => {
                 (StatusCode::NOT_FOUND, "not_found")
             }
             E::Catalog(crate::workflow::CatalogError::Unknown { .. }) => (StatusCode::NOT_FOUND, "not_found"),
-            E::AmbiguousRun { .. } | E::Environment(_) => (StatusCode::CONFLICT, "ambiguous"),
+            E::Ambiguous { .. } | E::Environment(_) => (StatusCode::CONFLICT, "ambiguous"),
             E::MissingCredentials { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "missing_credentials"),
             E::Edit(crate::environments::EditError::Locked { .. }) => (StatusCode::FORBIDDEN, "locked_field"),
             E::NoSelection => (StatusCode::CONFLICT, "no_selection"),
             E::NeedsPostgres(_) => (StatusCode::CONFLICT, "needs_postgres"),
             E::UnknownNode { .. } => (StatusCode::NOT_FOUND, "not_found"),
             E::NodeNotLost { .. } => (StatusCode::CONFLICT, "node_not_lost"),
-            E::AlreadyEnded { .. } | E::JobEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
+            E::AlreadyEnded { .. } | E::TestEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
             E::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             E::Introspect(_) => (StatusCode::UNPROCESSABLE_ENTITY, "introspection"),
             _ => (StatusCode::BAD_REQUEST, "invalid"),

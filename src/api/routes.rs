@@ -80,7 +80,7 @@ pub static ROUTES: &[Route] = &[
         Some(r#"{"name": "nightly", "cron": "0 3 * * *", "env": "gsm8k"}"#),
         post(add_schedule)
     ),
-    route!("get", "/schedules/{name}", "One schedule with its recent jobs", None, get(schedule)),
+    route!("get", "/schedules/{name}", "One schedule with its recent tests", None, get(schedule)),
     route!("post", "/schedules/{name}/pause", "Pause a schedule", None, post(pause_schedule)),
     route!("post", "/schedules/{name}/resume", "Resume a schedule", None, post(resume_schedule)),
     route!("delete", "/schedules/{name}", "Remove a schedule", None, delete(remove_schedule)),
@@ -110,7 +110,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
 
 async fn health(State(s): State<AppState>) -> Answer {
     let daemon = crate::wake::notify(&s.service.settings.socket_path());
-    ok(json!({ "status": "ok", "store": s.service.store.backend(), "daemon": daemon }))
+    ok(json!({ "status": "ok", "store": s.service.backend().as_str(), "daemon": daemon }))
 }
 
 async fn openapi() -> axum::Json<Value> {
@@ -118,7 +118,7 @@ async fn openapi() -> axum::Json<Value> {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s.metrics.render(&*s.service.store).await;
+    let text = s.service.prometheus(&s.metrics).await;
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -279,23 +279,23 @@ async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
 }
 
 async fn list_tests(State(s): State<AppState>, Query(q): Query<ListQuery>) -> Answer {
-    ok(s.service.list_jobs(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
+    ok(s.service.list_tests(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
 }
 
 async fn start_test(State(s): State<AppState>, Body(body): Body<TestRequest>) -> Response {
     match s.service.submit_test(body).await {
-        Ok(job) => (StatusCode::CREATED, axum::Json(json!(job))).into_response(),
+        Ok(test) => (StatusCode::CREATED, axum::Json(json!(test))).into_response(),
         Err(err) => Failure::from(err).into_response(),
     }
 }
 
 async fn test_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    let (job, tasks) = s.service.job_status(&id).await?;
-    ok(json!({ "job": job, "tasks": tasks }))
+    let status = s.service.test_status(&id).await?;
+    ok(json!({ "test": status.test, "tasks": status.tasks }))
 }
 
 async fn stop_test(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.cancel_job(&id).await?)
+    ok(s.service.cancel_test(&id).await?)
 }
 
 async fn schedules(State(s): State<AppState>) -> Answer {
@@ -327,10 +327,8 @@ async fn add_schedule(State(s): State<AppState>, Body(body): Body<ScheduleBody>)
 }
 
 async fn schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
-    let schedule = s.service.schedule(&name).await?;
-    let jobs =
-        s.service.store.schedule_jobs(schedule.id, 10).await.map_err(crate::service::ServiceError::from)?;
-    ok(json!({ "schedule": schedule, "jobs": jobs }))
+    let detail = s.service.schedule_detail(&name).await?;
+    ok(json!({ "schedule": detail.schedule, "tests": detail.tests }))
 }
 
 async fn pause_schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {

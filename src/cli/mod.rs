@@ -73,9 +73,10 @@ enum Command {
     /// (internal) Parent of one stage process; started by the daemon
     #[command(hide = true)]
     Shim(shim::ShimCommand),
-    /// (internal) Copies stdin to stdout with secrets masked; Slurm stages' output filter
-    #[command(hide = true)]
-    Mask,
+    /// (internal) Copies stdin to stdout with secrets redacted; Slurm stages' output filter
+    /// (`mask` was its name before 0.2: jobs submitted then still call it so)
+    #[command(hide = true, alias = "mask")]
+    Redact,
 }
 
 pub fn dispatch(cli: Cli) -> CliResult {
@@ -83,8 +84,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
         // No runtime, no store: the shim must start fast and depend on nothing.
         return Ok(shim::run(args));
     }
-    if let Command::Mask = cli.command {
-        let code = lachesis::launch::slurm::mask_filter_main();
+    if let Command::Redact = cli.command {
+        let code = lachesis::secrets::filter_main();
         return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
     }
     let settings = Settings::new(cli.home, cli.database_url);
@@ -100,7 +101,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Bench(args) => bench::run(args),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp => current_thread()?.block_on(mcp::run(settings)),
-        Command::Shim(_) | Command::Mask => unreachable!("handled above"),
+        Command::Shim(_) | Command::Redact => unreachable!("handled above"),
     }
 }
 

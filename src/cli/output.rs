@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 
 use comfy_table::{ContentArrangement, Table, presets};
-use lachesis::model::{ExitStatus, Millis, Stage, StageState};
+use lachesis::model::{Exit, Millis, ProcessState, Stage};
 
 pub fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -49,13 +49,13 @@ pub fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
 
 /// A stage's state in words, with its exit status once it has one.
 pub fn stage_state(stage: &Stage, run_ended: bool) -> String {
-    match (stage.state, stage.exit) {
-        (StageState::Pending, _) if run_ended => "not started".into(),
-        (StageState::Exited, Some(ExitStatus::Code(code))) => format!("exited {code}"),
-        (StageState::Exited, Some(ExitStatus::Signal(sig))) => {
+    match (stage.record.state, stage.record.exit) {
+        (ProcessState::Pending, _) if run_ended => "not started".into(),
+        (ProcessState::Exited, Some(Exit::Code(code))) => format!("exited {code}"),
+        (ProcessState::Exited, Some(Exit::Signal(sig))) => {
             format!("killed by {}", lachesis::model::signal_name(sig))
         }
-        (StageState::Exited, None) => "did not start".into(),
+        (ProcessState::Exited, None) => "did not start".into(),
         (state, _) => state.to_string(),
     }
 }

@@ -118,7 +118,7 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 let mut t =
                     table(["ID", "WORKFLOW", "ENV", "STATE", "PRIO", "CREATED", "DURATION", "REASON"]);
                 // Several daemons: say where each run is; a retried run, which attempt.
-                let nodes = runs.iter().any(|r| r.node.is_some()) && service.store.backend() == "postgres";
+                let nodes = runs.iter().any(|r| r.node.is_some()) && service.backend().supports_nodes();
                 for r in &runs {
                     let end = r.ended_at.or(r.started_at.map(|_| now_millis()));
                     let mut state = r.state.to_string();
@@ -219,7 +219,7 @@ fn print_status(status: &RunStatus) {
     println!("directory {}", r.run_dir.display());
     let mut t = table(["STAGE", "STATE", "PID", "STARTED", "UP AFTER", "RAN FOR", "LOG"]);
     for s in &status.stages {
-        let pid = match (&s.process, s.slurm_job) {
+        let pid = match (&s.record.process, s.slurm_job) {
             (_, Some(job)) => format!("slurm {job}"),
             (Some(p), None) => p.pid.to_string(),
             (None, None) => "-".into(),
@@ -228,9 +228,9 @@ fn print_status(status: &RunStatus) {
             s.name.clone(),
             stage_state(s, r.state.is_terminal()),
             pid,
-            time(s.started_at),
-            duration(s.started_at, s.ready_at),
-            duration(s.started_at, s.ended_at.or(s.started_at.map(|_| now_millis()))),
+            time(s.record.started_at),
+            duration(s.record.started_at, s.ready_at),
+            duration(s.record.started_at, s.record.ended_at.or(s.record.started_at.map(|_| now_millis()))),
             s.log_path.display().to_string(),
         ]);
     }
@@ -248,7 +248,7 @@ fn event_line(event: &Event) -> String {
 
 /// True once nothing more will happen to the run.
 fn settled(status: &RunStatus) -> bool {
-    status.run.state.is_terminal() && !status.stages.iter().any(|s| s.state.is_live())
+    status.run.state.is_terminal() && !status.stages.iter().any(|s| s.record.state.is_live())
 }
 
 /// Prints events as they happen until the run has ended; on a terminal, a live line with each
@@ -264,7 +264,7 @@ async fn follow_progress(service: &Service, id: &str, json: bool) -> CliResult {
     let mut last_event = 0;
     loop {
         let status = service.status(&run.id.to_string()).await?;
-        for event in service.store.events(run.id, last_event).await? {
+        for event in service.events_after(run.id, last_event).await? {
             last_event = event.id;
             if json {
                 continue;

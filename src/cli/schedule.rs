@@ -2,9 +2,8 @@
 
 use std::process::ExitCode;
 
-use lachesis::jobs::Schedule;
-use lachesis::jobs::schedule::Cron;
-use lachesis::service::Service;
+use lachesis::model::Schedule;
+use lachesis::service::{ScheduleDetail, Service};
 use lachesis::settings::Settings;
 
 use super::CliResult;
@@ -22,11 +21,11 @@ pub enum ScheduleCommand {
         tz: Option<String>,
         #[command(flatten)]
         test: Box<super::test::TestOptions>,
-        /// URL to POST to when a job finishes or regresses (repeatable)
+        /// URL to POST to when a test finishes or regresses (repeatable)
         #[arg(long = "webhook")]
         webhooks: Vec<String>,
-        /// Accuracy drop below the baseline (median of the last 5 succeeded jobs) that marks a
-        /// job regressed [default: 0.10]
+        /// Accuracy drop below the baseline (median of the last 5 succeeded tests) that marks a
+        /// test regressed [default: 0.10]
         #[arg(long)]
         max_drop: Option<f64>,
         #[arg(long)]
@@ -37,7 +36,7 @@ pub enum ScheduleCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show one schedule and its recent jobs
+    /// Show one schedule and its recent tests
     Show {
         name: String,
         #[arg(long)]
@@ -50,15 +49,14 @@ pub enum ScheduleCommand {
     Resume {
         name: String,
     },
-    /// Remove a schedule (its jobs stay)
+    /// Remove a schedule (its tests stay)
     Rm {
         name: String,
     },
 }
 
 fn next_due(schedule: &Schedule) -> Option<i64> {
-    let cron = Cron::parse(&schedule.cron, schedule.tz.as_deref()).ok()?;
-    Some(cron.next_after(chrono::Utc::now())?.timestamp_millis())
+    schedule.next_due(chrono::Utc::now())
 }
 
 pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
@@ -106,14 +104,11 @@ pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
             }
         }
         ScheduleCommand::Show { name, json } => {
-            let schedule = service.schedule(&name).await?;
-            let jobs = service.store.schedule_jobs(schedule.id, 10).await?;
-            let events = service.store.events(schedule.id, 0).await?;
+            let detail = service.schedule_detail(&name).await?;
             if json {
-                print_json(
-                    &serde_json::json!({ "schedule": schedule, "next_due": next_due(&schedule), "jobs": jobs, "events": events }),
-                )?;
+                print_json(&detail)?;
             } else {
+                let ScheduleDetail { schedule, next_due, tests, events } = detail;
                 println!(
                     "schedule  {} ({}{})",
                     schedule.name,
@@ -121,11 +116,15 @@ pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
                     schedule.tz.map(|t| format!(", {t}")).unwrap_or_default()
                 );
                 println!("test      {} against {}", schedule.spec.env_name, schedule.spec.models.join(", "));
+                println!(
+                    "next due  {}",
+                    if schedule.paused { "- (paused)".to_string() } else { time(next_due) }
+                );
                 for event in &events {
                     println!("{}  {}", time(Some(event.at)), event.message);
                 }
-                for job in &jobs {
-                    println!("job {}  {}  {}", job.id, job.state, job.reason.clone().unwrap_or_default());
+                for test in &tests {
+                    println!("test {}  {}  {}", test.id, test.state, test.reason.clone().unwrap_or_default());
                 }
             }
         }

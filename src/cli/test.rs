@@ -3,10 +3,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lachesis::jobs::inference::output_path;
-use lachesis::jobs::{Job, JobState, JobTask};
 use lachesis::model::short_id;
-use lachesis::service::{Service, TestRequest};
+use lachesis::model::{InferenceTest, TestState, TestTask};
+use lachesis::service::{Service, TestRequest, TestStatus};
 use lachesis::settings::Settings;
 use lachesis::workflow::Dur;
 
@@ -100,26 +99,26 @@ pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
     match command {
         TestCommand::Start { options, wait, json } => {
             let request = options.request();
-            let job = service.submit_test(request).await?;
+            let test = service.submit_test(request).await?;
             if !json {
-                println!("{}", job.id);
+                println!("{}", test.id);
             }
             if wait {
-                return wait_for(&service, job, json).await;
+                return wait_for(&service, test, json).await;
             }
             if json {
-                print_json(&job)?;
+                print_json(&test)?;
             }
         }
         TestCommand::List { limit, json } => {
-            let jobs = service.list_jobs(limit).await?;
+            let tests = service.list_tests(limit).await?;
             if json {
-                print_json(&jobs)?;
-            } else if jobs.is_empty() {
+                print_json(&tests)?;
+            } else if tests.is_empty() {
                 println!("no inference tests");
             } else {
                 let mut t = table(["ID", "ENV", "STATE", "MODELS", "CREATED", "DURATION", "REASON"]);
-                for j in &jobs {
+                for j in &tests {
                     t.add_row([
                         short_id(&j.id),
                         j.env_name.clone(),
@@ -134,12 +133,11 @@ pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
             }
         }
         TestCommand::Show { id, json } => {
-            let (job, tasks) = service.job_status(&id).await?;
-            let events = service.store.events(job.id, 0).await?;
+            let TestStatus { test, tasks, events, .. } = service.test_status(&id).await?;
             if json {
-                print_json(&serde_json::json!({ "job": job, "tasks": tasks, "events": events }))?;
+                print_json(&serde_json::json!({ "test": test, "tasks": tasks, "events": events }))?;
             } else {
-                print_job(&job, &tasks);
+                print_test(&test, &tasks);
                 println!();
                 for event in &events {
                     let subject = event.stage.as_deref().map(|s| format!("{s}: ")).unwrap_or_default();
@@ -148,23 +146,27 @@ pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
             }
         }
         TestCommand::Stop { id } => {
-            let job = service.cancel_job(&id).await?;
-            println!("{} {}", job.id, job.state);
+            let test = service.cancel_test(&id).await?;
+            println!("{} {}", test.id, test.state);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_job(job: &Job, tasks: &[JobTask]) {
-    println!("test      {}", job.id);
-    println!("env       {} ({})", job.env_name, job.spec.env_file.display());
-    println!("state     {}{}", job.state, job.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default());
+fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
+    println!("test      {}", test.id);
+    println!("env       {} ({})", test.env_name, test.spec.env_file.display());
+    println!(
+        "state     {}{}",
+        test.state,
+        test.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
+    );
     println!(
         "settings  {} steps x {} completions per model, provider {} ({})",
-        job.spec.steps, job.spec.group_size, job.spec.provider.base_url, job.spec.provider.server_type
+        test.spec.steps, test.spec.group_size, test.spec.provider.base_url, test.spec.provider.server_type
     );
-    println!("directory {}", job.job_dir.display());
-    let results = job
+    println!("directory {}", test.test_dir.display());
+    let results = test
         .results
         .as_ref()
         .and_then(|r| r.get("models"))
@@ -184,7 +186,7 @@ fn print_job(job: &Job, tasks: &[JobTask]) {
             .and_then(|e| e.lines().next())
             .unwrap_or_default()
             .to_string();
-        let state = if task.timed_out { "timed out".to_string() } else { task.state.to_string() };
+        let state = if task.timed_out { "timed out".to_string() } else { task.record.state.to_string() };
         t.add_row([
             task.model.clone(),
             state,
@@ -196,7 +198,7 @@ fn print_job(job: &Job, tasks: &[JobTask]) {
         ]);
     }
     println!("{t}");
-    if let Some(summary) = job.results.as_ref().and_then(|r| r.get("summary")) {
+    if let Some(summary) = test.results.as_ref().and_then(|r| r.get("summary")) {
         println!(
             "summary   {}/{} models succeeded, best {}, average accuracy {}, environment working: {}",
             summary["models_succeeded"],
@@ -208,9 +210,9 @@ fn print_job(job: &Job, tasks: &[JobTask]) {
     }
 }
 
-/// Follows a job to its end, showing each model's groups written so far against the expected
+/// Follows a test to its end, showing each model's groups written so far against the expected
 /// number (the environment prints little; its JSONL grows by one line per group).
-async fn wait_for(service: &Service, job: Job, json: bool) -> CliResult {
+async fn wait_for(service: &Service, test: InferenceTest, json: bool) -> CliResult {
     let bar = (is_tty() && !json).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.enable_steady_tick(Duration::from_millis(120));
@@ -218,33 +220,32 @@ async fn wait_for(service: &Service, job: Job, json: bool) -> CliResult {
     });
     let mut last = String::new();
     loop {
-        let (job, tasks) = service.job_status(&job.id.to_string()).await?;
+        let TestStatus { test, tasks, groups_written, .. } =
+            service.test_status(&test.id.to_string()).await?;
         let progress: Vec<String> = tasks
             .iter()
-            .map(|t| {
-                let written = std::fs::read(output_path(&job.job_dir, &t.model))
-                    .map(|b| b.iter().filter(|c| **c == b'\n').count())
-                    .unwrap_or(0);
-                format!("{} {written}/{} groups ({})", t.model, job.spec.steps, t.state)
+            .zip(&groups_written)
+            .map(|(t, written)| {
+                format!("{} {written}/{} groups ({})", t.model, test.spec.steps, t.record.state)
             })
             .collect();
-        let line = format!("{}: {}", job.state, progress.join(" · "));
+        let line = format!("{}: {}", test.state, progress.join(" · "));
         match &bar {
             Some(bar) => bar.set_message(line.clone()),
             None if line != last && !json => println!("{line}"),
             None => {}
         }
         last = line;
-        if job.state.is_terminal() && !tasks.iter().any(|t| t.state.is_live()) {
+        if test.state.is_terminal() && !tasks.iter().any(|t| t.record.state.is_live()) {
             if let Some(bar) = bar {
                 bar.finish_and_clear();
             }
             if json {
-                print_json(&serde_json::json!({ "job": job, "tasks": tasks }))?;
+                print_json(&serde_json::json!({ "test": test, "tasks": tasks }))?;
             } else {
-                print_job(&job, &tasks);
+                print_test(&test, &tasks);
             }
-            let ok = matches!(job.state, JobState::Succeeded);
+            let ok = matches!(test.state, TestState::Succeeded);
             return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

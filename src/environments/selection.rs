@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::introspect::{FieldInfo, ValueError, check_value};
+use super::fields::{FieldInfo, ValueError, check_value};
 use crate::model::Millis;
 use crate::workflow::template;
 

@@ -1,6 +1,6 @@
 //! Starting, watching and stopping stage processes on this machine.
 
-pub mod mask;
+pub mod collect;
 pub mod probe;
 pub mod process;
 pub mod shim;

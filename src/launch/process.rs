@@ -63,10 +63,14 @@ pub fn signal_group(id: &ProcessIdentity, signal: Signal) -> bool {
     if liveness(id) != Liveness::Alive {
         return false;
     }
-    match Pid::from_raw(id.pid) {
-        Some(pid) => kill_process_group(pid, signal).is_ok(),
-        None => false,
-    }
+    kill_group(id.pid, signal).is_ok()
+}
+
+/// Sends `signal` to the process group `pgid`. Only for a group whose leader is known to be ours
+/// (an unreaped child, or an identity just checked); `signal_group` is the checked form.
+pub fn kill_group(pgid: i32, signal: Signal) -> io::Result<()> {
+    let pid = Pid::from_raw(pgid).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    kill_process_group(pid, signal).map_err(io::Error::from)
 }
 
 /// A process's exit, observable without being its parent (after a daemon restart).

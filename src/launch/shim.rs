@@ -10,10 +10,9 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
-use super::mask;
 use super::process::identity_of;
 use super::status::{Durability, Finished, StageFiles, Started, write_atomic};
-use crate::model::{ExitStatus, now_millis};
+use crate::model::{Exit, now_millis};
 
 /// What the shim tells the daemon on its stdout, one JSON line.
 #[derive(Debug, Serialize, Deserialize)]
@@ -72,9 +71,9 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     let Some((program, rest)) = args.argv.split_first() else {
         return fail("empty argv".into());
     };
-    // With secrets about, output goes through us to be masked; otherwise straight to the file.
-    let secrets = mask::secrets_for(&args.argv);
-    let (stdout, stderr, masking) = if secrets.is_empty() {
+    // With secrets about, output goes through us to be redacted; otherwise straight to the file.
+    let secrets = crate::secrets::secrets_for(&args.argv);
+    let (stdout, stderr, redacting) = if secrets.is_empty() {
         let stderr = log.try_clone().map_err(|e| e.to_string())?;
         (Stdio::from(log), Stdio::from(stderr), None)
     } else {
@@ -102,10 +101,10 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     report(&ShimReport::Started(started));
 
     // The pipe's write ends went to the child with the Command, which is dropped by now.
-    let copier = masking.map(|(reader, log)| {
+    let copier = redacting.map(|(reader, log)| {
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = mask::copy_masked(reader, log, &secrets);
+            let _ = crate::secrets::copy_redacted(reader, log, &secrets);
             let _ = done_tx.send(());
         });
         done_rx
@@ -116,9 +115,9 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
         let _ = done.recv_timeout(std::time::Duration::from_secs(2));
     }
     let exit = match (status.code(), status.signal()) {
-        (Some(code), _) => ExitStatus::Code(code),
-        (None, Some(signal)) => ExitStatus::Signal(signal),
-        (None, None) => ExitStatus::Code(-1),
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(signal)) => Exit::Signal(signal),
+        (None, None) => Exit::Code(-1),
     };
     let finished = Finished { exit: Some(exit), spawn_error: None, ended_at: now_millis() };
     write_atomic(&args.files.exit, &finished, Durability::Synced)

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::str::FromStr;
@@ -25,39 +25,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use super::mask;
-use crate::model::ExitStatus;
-use crate::workflow::StagePlan;
-
-/// Per-workflow Slurm settings (the workflow YAML carries `launcher: slurm` plus these under
-/// `slurm:`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlurmOptions {
-    pub partition: Option<String>,
-    pub account: Option<String>,
-    /// Slurm's `--time` syntax (`90`, `4:00:00`, `2-00:00:00`).
-    pub time_limit: Option<String>,
-    /// Extra sbatch options, applied to every stage (`--gres=gpu:1`).
-    #[serde(default)]
-    pub sbatch_options: Vec<String>,
-    /// Extra sbatch options per stage, by stage name; they come last, so they win.
-    #[serde(default)]
-    pub stage_options: BTreeMap<String, Vec<String>>,
-}
-
-impl SlurmOptions {
-    /// The sbatch options these settings give `stage`, in order.
-    pub fn sbatch_args(&self, stage: &str) -> Vec<String> {
-        let mut args = Vec::new();
-        args.extend(self.partition.iter().map(|p| format!("--partition={p}")));
-        args.extend(self.account.iter().map(|a| format!("--account={a}")));
-        args.extend(self.time_limit.iter().map(|t| format!("--time={t}")));
-        args.extend(self.sbatch_options.iter().cloned());
-        args.extend(self.stage_options.get(stage).into_iter().flatten().cloned());
-        args
-    }
-}
+use crate::model::Exit;
+use crate::workflow::{SlurmOptions, StagePlan};
 
 /// A Slurm job id. Serialized as a plain number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -96,7 +65,7 @@ pub enum JobState {
     Running,
     /// Over. `state` is Slurm's word for it (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...), worth
     /// showing: a stage that hit its time limit ends with SIGTERM like one that was cancelled.
-    Ended { exit: ExitStatus, state: String },
+    Ended { exit: Exit, state: String },
     /// Cancelled before it ran, or unknown to both scontrol and sacct.
     Vanished(String),
 }
@@ -181,10 +150,10 @@ impl JobRecord {
             return Ok(live);
         }
         let unrecorded = match state {
-            "COMPLETED" => ExitStatus::Code(0),
-            "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "DEADLINE" => ExitStatus::Signal(15),
-            "NODE_FAIL" | "OUT_OF_MEMORY" => ExitStatus::Signal(9),
-            "FAILED" => ExitStatus::Code(1),
+            "COMPLETED" => Exit::Code(0),
+            "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "DEADLINE" => Exit::Signal(15),
+            "NODE_FAIL" | "OUT_OF_MEMORY" => Exit::Signal(9),
+            "FAILED" => Exit::Code(1),
             "BOOT_FAIL" | "REVOKED" => return Ok(JobState::Vanished(format!("{state}: it never ran here"))),
             _ => return Err(SlurmError::UnknownState(state.to_string())),
         };
@@ -192,8 +161,8 @@ impl JobRecord {
             return Ok(JobState::Vanished(format!("{state} before it ran")));
         }
         let exit = match self.exit_code {
-            Some((_, signal)) if signal != 0 => ExitStatus::Signal(signal),
-            Some((code, _)) if code != 0 => ExitStatus::Code(code),
+            Some((_, signal)) if signal != 0 => Exit::Signal(signal),
+            Some((code, _)) if code != 0 => Exit::Code(code),
             _ => unrecorded,
         };
         Ok(JobState::Ended { exit, state: state.to_string() })
@@ -252,8 +221,8 @@ fn parse_exit_code(text: &str) -> Option<(i32, i32)> {
     match text.split_once(':') {
         Some((code, signal)) => Some((code.parse().ok()?, signal.parse().ok()?)),
         None => Some(match decode_wait_status(text.parse().ok()?) {
-            ExitStatus::Code(code) => (code, 0),
-            ExitStatus::Signal(signal) => (0, signal),
+            Exit::Code(code) => (code, 0),
+            Exit::Signal(signal) => (0, signal),
         }),
     }
 }
@@ -264,15 +233,10 @@ fn assigned_nodes(list: &str) -> bool {
 
 /// Decodes a raw wait status (`squeue --json`'s `exit_code`): `>> 8` is the exit code, `& 0x7f`
 /// the signal that killed the process.
-pub fn decode_wait_status(raw: i64) -> ExitStatus {
+pub fn decode_wait_status(raw: i64) -> Exit {
     let signal = (raw & 0x7f) as i32;
-    if signal != 0 { ExitStatus::Signal(signal) } else { ExitStatus::Code(((raw >> 8) & 0xff) as i32) }
+    if signal != 0 { Exit::Signal(signal) } else { Exit::Code(((raw >> 8) & 0xff) as i32) }
 }
-
-/// Environment variables carrying argv elements that hold secrets, so that the batch script,
-/// which Slurm keeps and shows (`scontrol write batch_script`), never does. `lachesis mask`
-/// masks their values too.
-pub const SECRET_ARG_PREFIX: &str = "LACHESIS_SECRET_ARG_";
 
 /// A batch script and the environment it needs on top of the stage's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -285,7 +249,7 @@ pub struct BatchScript {
 ///
 /// Without `mask_exe` the script `exec`s the stage, so the stage is the job's main process
 /// and gets scancel's SIGTERM itself. With `mask_exe` (the lachesis binary, reachable at that
-/// path on the compute node) output goes through `lachesis mask`, and the shell stays as the
+/// path on the compute node) output goes through `lachesis redact`, and the shell stays as the
 /// stage's parent: the masking filter must outlive the stage to copy its last lines, and
 /// Slurm kills everything left once the main process exits. The shell forwards TERM, INT,
 /// HUP, USR1 and USR2 to the stage, waits for the filter to drain (5 s at most) and exits as
@@ -300,7 +264,7 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
     let mut env = BTreeMap::new();
     let mut words = Vec::with_capacity(plan.argv.len());
     for (i, arg) in plan.argv.iter().enumerate() {
-        let var = format!("{SECRET_ARG_PREFIX}{i}");
+        let var = format!("{}{i}", crate::secrets::SECRET_ARG_PREFIX);
         let is_secret = |text: &str| secrets.iter().any(|s| text == s);
         let holds_secret = |text: &str| secrets.iter().any(|s| s.len() >= 8 && text.contains(s.as_str()));
         match arg.split_once('=') {
@@ -332,7 +296,7 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
         ),
         Some(exe) => format!(
             "#!/bin/bash\n\
-             # lachesis stage {name}: a Slurm batch job, output masked by `lachesis mask`. This shell\n\
+             # lachesis stage {name}: a Slurm batch job, output masked by `lachesis redact`. This shell\n\
              # stays as the stage's parent to let the filter drain; it forwards signals.\n\
              cd -- {cwd} || exit 126\n\
              lachesis_mask_exe={exe}\n\
@@ -340,7 +304,7 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
                echo \"lachesis: $lachesis_mask_exe is not executable on $(hostname); stage not started\" >&2\n  \
                exit 127\n\
              fi\n\
-             exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" mask) 2>&1\n\
+             exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" redact) 2>&1\n\
              lachesis_mask=$!\n\
              lachesis_forward() {{\n  \
                lachesis_signal=$1\n  \
@@ -373,8 +337,8 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
 /// Secret strings that may appear in argv: values of secret flags, and of the secret variables
 /// the stage will see (its own env first, else the daemon's, which `--export=ALL` passes on).
 fn argv_secrets(plan: &StagePlan) -> Vec<String> {
-    let mut secrets = crate::redact::secret_flag_values(&plan.argv);
-    for var in crate::redact::SECRET_VARS {
+    let mut secrets = crate::secrets::secret_flag_values(&plan.argv);
+    for var in crate::secrets::SECRET_VARS {
         secrets.extend(plan.env.get(*var).cloned().or_else(|| std::env::var(var).ok()));
     }
     secrets.retain(|s| !s.is_empty());
@@ -384,29 +348,6 @@ fn argv_secrets(plan: &StagePlan) -> Vec<String> {
 /// Single-quotes `text` for bash: everything inside is literal, `'` becomes `'\''`.
 fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
-}
-
-/// `lachesis mask`: copies stdin to stdout with secrets replaced by `***`. The secrets are the
-/// values of the secret variables and of `LACHESIS_SECRET_ARG_*` in our environment (which is
-/// the job's), never anything on the command line. Returns the process exit code.
-pub fn mask_filter_main() -> i32 {
-    let mut secrets = mask::secrets_for(&[]);
-    secrets.extend(
-        std::env::vars_os()
-            .filter(|(name, _)| name.to_str().is_some_and(|n| n.starts_with(SECRET_ARG_PREFIX)))
-            .filter_map(|(_, value)| value.into_string().ok())
-            .filter(|value| value.len() >= 8)
-            .map(String::into_bytes),
-    );
-    secrets.sort();
-    secrets.dedup();
-    match mask::copy_masked(io::stdin().lock(), io::stdout().lock(), &secrets) {
-        Ok(()) => 0,
-        Err(e) => {
-            let _ = writeln!(io::stderr(), "lachesis mask: {e}");
-            1
-        }
-    }
 }
 
 /// What a Slurm command printed, once it exited 0.
@@ -713,14 +654,14 @@ mod tests {
         parse_scontrol(text, SlurmJobId(id)).unwrap().job_state().unwrap()
     }
 
-    fn ended(exit: ExitStatus, state: &str) -> JobState {
+    fn ended(exit: Exit, state: &str) -> JobState {
         JobState::Ended { exit, state: state.into() }
     }
 
     #[test]
     fn scontrol_states_seen_on_a_real_cluster() {
         let ran = "NodeList=n1\n   BatchHost=n1\n";
-        assert_eq!(state_of(SCONTROL_FAILED_7, 4), ended(ExitStatus::Code(7), "FAILED"));
+        assert_eq!(state_of(SCONTROL_FAILED_7, 4), ended(Exit::Code(7), "FAILED"));
         let cases = [
             // exec sleep 1000, running
             ("JobState=RUNNING Reason=None", "0:0", ran, JobState::Running),
@@ -728,13 +669,13 @@ mod tests {
             ("JobState=PENDING Reason=BeginTime", "0:0", "NodeList=\n", JobState::Pending),
             // just after scancel, the stage still exiting
             ("JobState=COMPLETING Reason=None", "0:0", ran, JobState::Running),
-            ("JobState=COMPLETED Reason=None", "0:0", ran, ended(ExitStatus::Code(0), "COMPLETED")),
+            ("JobState=COMPLETED Reason=None", "0:0", ran, ended(Exit::Code(0), "COMPLETED")),
             // scancel of exec sleep 1000: killed by the SIGTERM
-            ("JobState=CANCELLED Reason=None", "0:15", ran, ended(ExitStatus::Signal(15), "CANCELLED")),
+            ("JobState=CANCELLED Reason=None", "0:15", ran, ended(Exit::Signal(15), "CANCELLED")),
             // scancel of a stage that traps TERM and exits 0
-            ("JobState=CANCELLED Reason=None", "0:0", ran, ended(ExitStatus::Signal(15), "CANCELLED")),
+            ("JobState=CANCELLED Reason=None", "0:0", ran, ended(Exit::Signal(15), "CANCELLED")),
             // scancel of a stage that traps TERM and exits 3
-            ("JobState=CANCELLED Reason=None", "3:0", ran, ended(ExitStatus::Code(3), "CANCELLED")),
+            ("JobState=CANCELLED Reason=None", "3:0", ran, ended(Exit::Code(3), "CANCELLED")),
             // scancel of a pending job
             (
                 "JobState=CANCELLED Reason=BeginTime",
@@ -743,15 +684,15 @@ mod tests {
                 JobState::Vanished("CANCELLED before it ran".into()),
             ),
             // --time=1 with exec sleep 1000; and with a stage that traps TERM and exits 0
-            ("JobState=TIMEOUT Reason=TimeLimit", "0:15", ran, ended(ExitStatus::Signal(15), "TIMEOUT")),
-            ("JobState=TIMEOUT Reason=TimeLimit", "0:0", ran, ended(ExitStatus::Signal(15), "TIMEOUT")),
+            ("JobState=TIMEOUT Reason=TimeLimit", "0:15", ran, ended(Exit::Signal(15), "TIMEOUT")),
+            ("JobState=TIMEOUT Reason=TimeLimit", "0:0", ran, ended(Exit::Signal(15), "TIMEOUT")),
             // sh -c 'kill -9 $$'; sh -c 'kill -SEGV $$'; exec /nonexistent/prog
-            ("JobState=FAILED Reason=JobLaunchFailure", "0:9", ran, ended(ExitStatus::Signal(9), "FAILED")),
-            ("JobState=FAILED Reason=JobLaunchFailure", "0:11", ran, ended(ExitStatus::Signal(11), "FAILED")),
-            ("JobState=FAILED Reason=NonZeroExitCode", "127:0", ran, ended(ExitStatus::Code(127), "FAILED")),
+            ("JobState=FAILED Reason=JobLaunchFailure", "0:9", ran, ended(Exit::Signal(9), "FAILED")),
+            ("JobState=FAILED Reason=JobLaunchFailure", "0:11", ran, ended(Exit::Signal(11), "FAILED")),
+            ("JobState=FAILED Reason=NonZeroExitCode", "127:0", ran, ended(Exit::Code(127), "FAILED")),
             // a stage ignoring SIGTERM, SIGKILLed after KillWait
-            ("JobState=CANCELLED Reason=None", "0:9", ran, ended(ExitStatus::Signal(9), "CANCELLED")),
-            ("JobState=NODE_FAIL Reason=None", "0:0", ran, ended(ExitStatus::Signal(9), "NODE_FAIL")),
+            ("JobState=CANCELLED Reason=None", "0:9", ran, ended(Exit::Signal(9), "CANCELLED")),
+            ("JobState=NODE_FAIL Reason=None", "0:0", ran, ended(Exit::Signal(9), "NODE_FAIL")),
         ];
         for (state, exit, nodes, want) in cases {
             assert_eq!(state_of(&scontrol(21, state, exit, nodes), 21), want, "{state} {exit}");
@@ -775,7 +716,7 @@ mod tests {
             scontrol(5, "JobState=RUNNING Reason=None", "0:0", "NodeList=n1\n"),
             SCONTROL_FAILED_7
         );
-        assert_eq!(state_of(&two, 4), ended(ExitStatus::Code(7), "FAILED"));
+        assert_eq!(state_of(&two, 4), ended(Exit::Code(7), "FAILED"));
         assert_eq!(state_of(&two, 5), JobState::Running);
     }
 
@@ -793,12 +734,12 @@ mod tests {
     #[test]
     fn sacct_completion_lines() {
         let state = |id| parse_sacct(SACCT_C, SlurmJobId(id)).unwrap().job_state().unwrap();
-        assert_eq!(state(4), ended(ExitStatus::Code(7), "FAILED"));
-        assert_eq!(state(5), ended(ExitStatus::Signal(15), "CANCELLED"));
+        assert_eq!(state(4), ended(Exit::Code(7), "FAILED"));
+        assert_eq!(state(5), ended(Exit::Signal(15), "CANCELLED"));
         assert_eq!(state(8), JobState::Vanished("CANCELLED before it ran".into()));
-        assert_eq!(state(9), ended(ExitStatus::Signal(9), "FAILED"));
-        assert_eq!(state(11), ended(ExitStatus::Code(127), "FAILED"));
-        assert_eq!(state(14), ended(ExitStatus::Signal(15), "TIMEOUT"));
+        assert_eq!(state(9), ended(Exit::Signal(9), "FAILED"));
+        assert_eq!(state(11), ended(Exit::Code(127), "FAILED"));
+        assert_eq!(state(14), ended(Exit::Signal(15), "TIMEOUT"));
         assert_eq!(parse_sacct(SACCT_C, SlurmJobId(1)), None);
         assert_eq!(parse_sacct("", SlurmJobId(4)), None);
         assert_eq!(parse_sacct("4\n4|\n|||\n", SlurmJobId(4)), None);
@@ -810,19 +751,19 @@ mod tests {
         // A raw wait status instead of N:S is decoded: 7 << 8 is exit 7, 9 is SIGKILL.
         let raw = "12|FAILED|1792|n1\n13|FAILED|9|n1\n";
         let state = |id| parse_sacct(raw, SlurmJobId(id)).unwrap().job_state().unwrap();
-        assert_eq!(state(12), ended(ExitStatus::Code(7), "FAILED"));
-        assert_eq!(state(13), ended(ExitStatus::Signal(9), "FAILED"));
+        assert_eq!(state(12), ended(Exit::Code(7), "FAILED"));
+        assert_eq!(state(13), ended(Exit::Signal(9), "FAILED"));
     }
 
     #[test]
     fn wait_statuses() {
-        assert_eq!(decode_wait_status(7 << 8), ExitStatus::Code(7));
-        assert_eq!(decode_wait_status(0), ExitStatus::Code(0));
-        assert_eq!(decode_wait_status(15), ExitStatus::Signal(15));
-        assert_eq!(decode_wait_status(9 | 0x80), ExitStatus::Signal(9));
-        assert_eq!(decode_wait_status(-1), ExitStatus::Signal(127));
-        assert_eq!(decode_wait_status(i64::MAX), ExitStatus::Signal(127));
-        assert_eq!(decode_wait_status(i64::MIN), ExitStatus::Code(0));
+        assert_eq!(decode_wait_status(7 << 8), Exit::Code(7));
+        assert_eq!(decode_wait_status(0), Exit::Code(0));
+        assert_eq!(decode_wait_status(15), Exit::Signal(15));
+        assert_eq!(decode_wait_status(9 | 0x80), Exit::Signal(9));
+        assert_eq!(decode_wait_status(-1), Exit::Signal(127));
+        assert_eq!(decode_wait_status(i64::MAX), Exit::Signal(127));
+        assert_eq!(decode_wait_status(i64::MIN), Exit::Code(0));
     }
 
     #[test]
@@ -920,13 +861,13 @@ mod tests {
         );
     }
 
-    /// A stand-in for `lachesis mask` (which lives in the CLI): sed replacing one secret.
+    /// A stand-in for `lachesis redact` (which lives in the CLI): sed replacing one secret.
     fn fake_mask_exe(dir: &Path, secret: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let exe = dir.join("fake-lachesis");
         std::fs::write(
             &exe,
-            format!("#!/bin/sh\n[ \"$1\" = mask ] || exit 9\nexec sed -u 's/{secret}/***/g'\n"),
+            format!("#!/bin/sh\n[ \"$1\" = redact ] || exit 9\nexec sed -u 's/{secret}/***/g'\n"),
         )
         .unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -944,7 +885,7 @@ mod tests {
         assert!(script.text.contains(&format!("lachesis_mask_exe='{}'\n", exe.display())));
         assert!(
             script.text.contains(
-                "exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" mask) 2>&1\n"
+                "exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" redact) 2>&1\n"
             )
         );
         assert!(

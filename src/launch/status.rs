@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ExitStatus, Millis, ProcessIdentity};
+use crate::model::{Exit, Millis, ProcessIdentity};
 
 /// Written by the shim once the stage process exists (or failed to).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -21,7 +21,7 @@ pub struct Started {
 /// Written by the shim after the stage process is gone.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Finished {
-    pub exit: Option<ExitStatus>,
+    pub exit: Option<Exit>,
     /// Why the process never started (missing program, bad working directory).
     pub spawn_error: Option<String>,
     pub ended_at: Millis,
@@ -101,7 +101,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = StageFiles::new(dir.path(), "env");
         assert_eq!(files.read_finished().unwrap(), None);
-        let done = Finished { exit: Some(ExitStatus::Signal(15)), spawn_error: None, ended_at: 7 };
+        let done = Finished { exit: Some(Exit::Signal(15)), spawn_error: None, ended_at: 7 };
         write_atomic(&files.exit, &done, Durability::Synced).unwrap();
         assert_eq!(files.read_finished().unwrap(), Some(done));
         let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap()).unwrap().collect();

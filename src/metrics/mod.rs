@@ -1,13 +1,9 @@
 //! What the daemon measures about itself, rendered for Prometheus at `/metrics`. Counters and
-//! histograms are atomics the reconciler bumps; run and job counts are read from the store at
+//! histograms are atomics the reconciler bumps; run and test counts are read from the store at
 //! scrape time, so they are right whoever changed them.
-
-pub mod wandb;
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use crate::store::Store;
 
 /// Upper bounds of the latency buckets, in milliseconds.
 const BUCKETS_MS: [f64; 11] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0];
@@ -58,18 +54,19 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn stage_ended(&self, exit: Option<crate::model::ExitStatus>) {
-        use crate::model::ExitStatus;
+    pub fn stage_ended(&self, exit: Option<crate::model::Exit>) {
+        use crate::model::Exit;
         let counter = match exit {
-            Some(ExitStatus::Code(0)) => &self.stage_exits_ok,
-            Some(ExitStatus::Code(_)) => &self.stage_exits_failed,
-            Some(ExitStatus::Signal(_)) => &self.stage_exits_signalled,
+            Some(Exit::Code(0)) => &self.stage_exits_ok,
+            Some(Exit::Code(_)) => &self.stage_exits_failed,
+            Some(Exit::Signal(_)) => &self.stage_exits_signalled,
             None => &self.stages_lost,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub async fn render(&self, store: &dyn Store) -> String {
+    /// The Prometheus text: `runs` and `tests` are counts by state, read at scrape time.
+    pub fn render(&self, runs: Vec<(String, i64)>, tests: Vec<(String, i64)>) -> String {
         let mut out = String::new();
         let gauge = |out: &mut String, name: &str, help: &str, rows: Vec<(String, i64)>| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
@@ -77,13 +74,8 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{{state=\"{state}\"}} {count}");
             }
         };
-        gauge(&mut out, "lachesis_runs", "Runs by state.", store.run_counts().await.unwrap_or_default());
-        gauge(
-            &mut out,
-            "lachesis_jobs",
-            "Inference-test jobs by state.",
-            store.job_counts().await.unwrap_or_default(),
-        );
+        gauge(&mut out, "lachesis_runs", "Runs by state.", runs);
+        gauge(&mut out, "lachesis_tests", "Inference tests by state.", tests);
         let _ = writeln!(
             out,
             "# HELP lachesis_stage_exits_total Stage processes that ended, by outcome.\n# TYPE lachesis_stage_exits_total counter"

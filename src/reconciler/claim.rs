@@ -7,8 +7,8 @@ use tracing::info;
 
 use super::{Reconciler, Result, Supervised, ports_of};
 use crate::model::Run;
+use crate::model::RunEvent;
 use crate::store::Pick;
-use crate::transitions::RunEvent;
 
 /// Queue rows read per scheduling page, and how deep the scheduler looks for runs it can start.
 const SCHEDULE_PAGE: i64 = 32;
@@ -17,7 +17,7 @@ const SCHEDULE_PAGES: i64 = 16;
 impl Reconciler {
     /// Claims pending runs in queue order while slots and their resources are free, looking
     /// past runs blocked on resources or pinned to other nodes so other work can go ahead.
-    pub(super) async fn schedule(&mut self) -> Result {
+    pub(super) async fn claim_runs(&mut self) -> Result {
         let free = self.config.max_parallel.saturating_sub(self.runs.len());
         let Some(lease) = self.node.lease.clone() else { return Ok(()) };
         if free == 0 {

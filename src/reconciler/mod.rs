@@ -3,10 +3,11 @@
 //! to the store before acting on it, so a crash between the two is repaired on restart.
 
 mod claim;
-mod jobs;
+mod inference_tests;
 mod node;
 mod notifications;
 mod recover;
+mod runs;
 mod schedules;
 mod slurm;
 mod supervised;
@@ -16,21 +17,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustix::process::Signal;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use tracing::{debug, info, warn};
+use tracing::warn;
 use uuid::Uuid;
 
-use crate::launch::probe::{NotReady, ReadyHow, wait_ready};
-use crate::launch::process::{ExitWatch, signal_group};
+use crate::launch::probe::{NotReady, ReadyHow};
+use crate::launch::process::ExitWatch;
 use crate::launch::spawn::{SpawnError, spawn_stage};
 use crate::launch::status::{Finished, StageFiles, Started};
-use crate::model::{ExitStatus, NewEvent, RunState, StageState, now_millis};
+use crate::model::{Exit, ProcessRecord, now_millis};
 use crate::store::{Store, StoreError};
-use crate::transitions::RunEvent;
-use crate::workflow::retry::AfterFailure;
+use supervised::Supervised;
 pub use supervised::ports_of;
-use supervised::{StopStep, Supervised};
 
 #[derive(Clone, Debug)]
 pub struct ReconcilerConfig {
@@ -42,27 +40,45 @@ pub struct ReconcilerConfig {
     pub stop_grace: Duration,
     /// Fallback store scan, for changes whose wake-up was lost.
     pub scan_interval: Duration,
-    /// Where job directories go.
-    pub jobs_dir: PathBuf,
+    /// Where test directories go.
+    pub tests_dir: PathBuf,
     /// Where the runs this node claims keep their files.
     pub runs_dir: PathBuf,
     /// The node's local ledger of its claims.
     pub claims_dir: PathBuf,
 }
 
-/// How a stage's process ended, as far as the daemon can tell.
+/// How a process (a stage's or a task's) ended, as far as the daemon can tell.
 #[derive(Debug)]
-pub enum StageEnd {
+pub enum ProcessEnd {
     Finished(Finished),
     /// Gone without a recorded status.
     Vanished(String),
+}
+
+impl ProcessEnd {
+    /// Records this end on `record`; returns what happened, in words for its event.
+    fn record_on(&self, record: &mut ProcessRecord) -> String {
+        match self {
+            ProcessEnd::Finished(f) => record.exited(f.exit, f.spawn_error.as_deref(), f.ended_at),
+            ProcessEnd::Vanished(why) => record.lost(why, now_millis()),
+        }
+    }
+
+    /// The exit status, when one was recorded.
+    fn exit(&self) -> Option<Exit> {
+        match self {
+            ProcessEnd::Finished(f) => f.exit,
+            ProcessEnd::Vanished(_) => None,
+        }
+    }
 }
 
 /// Whose process a spawner or watcher reports on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
     Stage { run: Uuid, idx: usize },
-    Task { job: Uuid, idx: usize },
+    Task { test: Uuid, idx: usize },
 }
 
 #[derive(Debug)]
@@ -85,15 +101,15 @@ pub enum Msg {
     },
     Ended {
         owner: Owner,
-        end: StageEnd,
+        end: ProcessEnd,
     },
     GraceElapsed {
         run: Uuid,
         idx: usize,
     },
-    /// A job task ran past its timeout.
+    /// A test task ran past its timeout.
     TaskTimedOut {
-        job: Uuid,
+        test: Uuid,
         idx: usize,
     },
     /// The heartbeat found this node's lease reaped.
@@ -122,7 +138,7 @@ pub struct Reconciler {
     config: ReconcilerConfig,
     tx: UnboundedSender<Msg>,
     runs: HashMap<Uuid, Supervised>,
-    jobs: HashMap<Uuid, jobs::SupervisedJob>,
+    tests: HashMap<Uuid, inference_tests::SupervisedTest>,
     http: reqwest::Client,
     notifier: Option<crate::notify::Notifier>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -149,7 +165,7 @@ impl Reconciler {
             config,
             tx,
             runs: HashMap::new(),
-            jobs: HashMap::new(),
+            tests: HashMap::new(),
             http,
             notifier,
             metrics,
@@ -160,9 +176,9 @@ impl Reconciler {
     pub async fn run(mut self, mut rx: UnboundedReceiver<Msg>) -> Result {
         self.join().await?;
         self.recover().await?;
-        self.recover_jobs().await?;
-        self.schedule().await?;
-        self.schedule_jobs().await?;
+        self.recover_tests().await?;
+        self.claim_runs().await?;
+        self.claim_tests().await?;
         let mut next_due = self.tick_schedules().await?;
         let mut scan = tokio::time::interval(self.config.scan_interval);
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -180,7 +196,7 @@ impl Reconciler {
             // Handle everything already queued before rescanning the store once.
             let mut rescan = false;
             let supervised_before = self.runs.len();
-            let jobs_before = self.jobs.len();
+            let tests_before = self.tests.len();
             let mut next = Some(first);
             while let Some(msg) = next {
                 match msg {
@@ -200,8 +216,8 @@ impl Reconciler {
             if rescan && let Err(err) = self.sync_from_store().await {
                 self.on_error(err).await;
             }
-            if rescan && let Err(err) = self.sync_jobs().await {
-                warn!("reconciler: cannot read jobs: {err}");
+            if rescan && let Err(err) = self.sync_tests().await {
+                warn!("reconciler: cannot read tests: {err}");
             }
             if rescan {
                 match self.tick_schedules().await {
@@ -209,15 +225,15 @@ impl Reconciler {
                     Err(err) => warn!("reconciler: cannot check schedules: {err}"),
                 }
             }
-            if (rescan || self.jobs.len() < jobs_before)
-                && let Err(err) = self.schedule_jobs().await
+            if (rescan || self.tests.len() < tests_before)
+                && let Err(err) = self.claim_tests().await
             {
-                warn!("reconciler: cannot schedule jobs: {err}");
+                warn!("reconciler: cannot schedule tests: {err}");
             }
             self.metrics.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
             // The queue only needs a look when work may have arrived or a slot came free.
             if (rescan || self.runs.len() < supervised_before)
-                && let Err(err) = self.schedule().await
+                && let Err(err) = self.claim_runs().await
             {
                 warn!("reconciler: cannot schedule: {err}");
             }
@@ -230,14 +246,14 @@ impl Reconciler {
             Msg::Spawned { owner: Owner::Stage { run, idx }, result } => {
                 self.on_spawned(run, idx, result).await
             }
-            Msg::Spawned { owner: Owner::Task { job, idx }, result } => {
-                self.on_task_spawned(job, idx, result).await
+            Msg::Spawned { owner: Owner::Task { test, idx }, result } => {
+                self.on_task_spawned(test, idx, result).await
             }
             Msg::Ready { run, idx, how } => self.on_ready(run, idx, how).await,
             Msg::NotReady { run, idx, error } => self.on_not_ready(run, idx, error).await,
             Msg::Ended { owner: Owner::Stage { run, idx }, end } => self.on_ended(run, idx, end).await,
-            Msg::Ended { owner: Owner::Task { job, idx }, end } => self.on_task_ended(job, idx, end).await,
-            Msg::TaskTimedOut { job, idx } => self.on_task_timed_out(job, idx).await,
+            Msg::Ended { owner: Owner::Task { test, idx }, end } => self.on_task_ended(test, idx, end).await,
+            Msg::TaskTimedOut { test, idx } => self.on_task_timed_out(test, idx).await,
             Msg::GraceElapsed { run, idx } => self.on_grace_elapsed(run, idx).await,
             Msg::LeaseLost => self.on_lease_lost().await,
             Msg::Submitted { run, idx, result } => self.on_submitted(run, idx, result).await,
@@ -245,14 +261,14 @@ impl Reconciler {
         }
     }
 
-    /// A failed step: a rejected write means the run (or job) is someone else's now.
+    /// A failed step: a rejected write means the run (or test) is someone else's now.
     async fn on_error(&mut self, err: StoreError) {
         match err {
             StoreError::Fenced { id, token } => {
                 let why =
                     format!("a write under fencing token {token} was rejected: another node took it over");
                 self.abandon_run(id, &why);
-                self.abandon_job(id, &why);
+                self.abandon_test(id, &why);
             }
             StoreError::LeaseLost { .. } => {
                 if let Err(err) = self.on_lease_lost().await {
@@ -261,188 +277,6 @@ impl Reconciler {
             }
             err => warn!("reconciler: {err}"),
         }
-    }
-
-    /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
-    async fn sync_from_store(&mut self) -> Result {
-        // Others only ever move started runs (a stop request, or a reaper deciding this node
-        // was lost); ended runs are ours alone.
-        let active = self.store.active_runs().await?;
-        let mut seen = std::collections::HashSet::new();
-        for run in active {
-            seen.insert(run.id);
-            let changed = match self.runs.get(&run.id) {
-                Some(sup) => sup.run.version < run.version,
-                None => false,
-            };
-            if changed {
-                let id = run.id;
-                if let Some(sup) = self.runs.get_mut(&id) {
-                    sup.run = run;
-                }
-                self.drive(id).await?;
-            }
-        }
-        // A run we think is active but that our token no longer holds was taken over.
-        let token = self.store_token();
-        let missing: Vec<Uuid> = self
-            .runs
-            .iter()
-            .filter(|(id, sup)| !sup.run.state.is_terminal() && !seen.contains(id))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in missing {
-            match self.base.run(id).await? {
-                Some(run) if run.fence == token => {}
-                _ => self.abandon_run(id, "its claim was taken over while this node looked lost"),
-            }
-        }
-        Ok(())
-    }
-
-    fn store_token(&self) -> Option<i64> {
-        self.node.lease.as_ref().map(|l| l.token)
-    }
-
-    /// Does whatever the run's current state asks for next. Safe to call at any time.
-    async fn drive(&mut self, id: Uuid) -> Result {
-        loop {
-            let Some(sup) = self.runs.get_mut(&id) else {
-                return Ok(());
-            };
-            match sup.run.state {
-                RunState::Pending | RunState::Running => {}
-                RunState::Starting => match sup.stages.iter().position(|s| s.state != StageState::Up) {
-                    None => {
-                        self.transition(id, RunEvent::AllStagesUp, None).await?;
-                        continue;
-                    }
-                    Some(idx) if sup.stages[idx].state == StageState::Pending => self.spawn(id, idx).await?,
-                    Some(_) => {}
-                },
-                RunState::Stopping
-                | RunState::Retrying
-                | RunState::Stopped
-                | RunState::Completed
-                | RunState::Failed => {
-                    sup.cancel_all_readiness();
-                    if sup.stages.iter().any(|s| s.state == StageState::Spawning) {
-                        // A stage is being started: stop it once we know who it is.
-                    } else if let Some(idx) = sup.next_to_stop() {
-                        self.stop_stage(id, idx).await?;
-                    } else if sup.run.state == RunState::Stopping {
-                        self.transition(id, RunEvent::AllStagesGone, None).await?;
-                        continue;
-                    } else if sup.run.state == RunState::Retrying {
-                        if self.requeue_for_retry(id).await? {
-                            continue;
-                        }
-                    } else {
-                        debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
-                        self.runs.remove(&id);
-                        self.node.ledger.forget(&id);
-                    }
-                }
-            }
-            return Ok(());
-        }
-    }
-
-    /// Applies `event` to a supervised run; on a conflict, adopts what the store holds instead.
-    async fn transition(&mut self, id: Uuid, event: RunEvent, reason: Option<&str>) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        match self.store.transition(&sup.run, event, reason, None).await {
-            Ok(run) => {
-                info!(run = %run.short_id(), state = %run.state, reason = reason.unwrap_or(""), "transition");
-                sup.run = run;
-                self.notify_run(&self.runs[&id].run);
-                Ok(())
-            }
-            Err(StoreError::Conflict { .. }) => {
-                if let Some(run) = self.store.run(id).await? {
-                    sup.run = run;
-                }
-                Ok(())
-            }
-            Err(StoreError::Illegal(err)) => {
-                // Our view was stale in a way a re-read explains (e.g. already stopping).
-                debug!("ignored: {err}");
-                Ok(())
-            }
-            Err(err) => Err(err),
-        }
-    }
-
-    async fn fail(&mut self, id: Uuid, reason: &str) -> Result {
-        self.fail_after(id, reason, None).await
-    }
-
-    /// Fails a started run, or — when a stage's `exit` is transient by the workflow's retry
-    /// policy and attempts are left — sends it to `retrying`.
-    async fn fail_after(&mut self, id: Uuid, reason: &str, exit: Option<ExitStatus>) -> Result {
-        let Some(sup) = self.runs.get(&id) else { return Ok(()) };
-        if !matches!(sup.run.state, RunState::Starting | RunState::Running) {
-            return Ok(());
-        }
-        let policy = sup.run.spec.retry.as_ref();
-        match crate::workflow::retry::after_exit(policy, sup.run.attempt, exit) {
-            AfterFailure::RetryIn(wait) => {
-                let max = policy.map_or(1, |p| p.max_attempts);
-                let reason = format!(
-                    "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
-                    sup.run.attempt + 1,
-                    crate::workflow::Dur(wait)
-                );
-                self.transition(id, RunEvent::Retry, Some(&reason)).await
-            }
-            AfterFailure::Fail => self.transition(id, RunEvent::Fail, Some(reason)).await,
-        }
-    }
-
-    /// Queues a retrying run whose stages are all gone as its next attempt, after the policy's
-    /// backoff. True if the run changed under us and should be looked at again.
-    async fn requeue_for_retry(&mut self, id: Uuid) -> Result<bool> {
-        let Some(sup) = self.runs.get(&id) else { return Ok(false) };
-        let run = sup.run.clone();
-        let wait = run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.attempt));
-        let not_before = now_millis() + wait.as_millis() as i64;
-        let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
-        match self.store.requeue(&run, RunEvent::AllStagesGone, &reason, not_before).await {
-            Ok(queued) => {
-                info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
-                self.runs.remove(&id);
-                self.node.ledger.forget(&id);
-                Ok(false)
-            }
-            Err(StoreError::Conflict { .. }) => {
-                // Someone stopped it meanwhile: adopt what the store holds and decide again.
-                if let (Some(fresh), Some(sup)) = (self.store.run(id).await?, self.runs.get_mut(&id)) {
-                    sup.run = fresh;
-                }
-                Ok(true)
-            }
-            Err(err) => Err(err),
-        }
-    }
-
-    async fn spawn(&mut self, id: Uuid, idx: usize) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        let stage = &mut sup.stages[idx];
-        stage.state = StageState::Spawning;
-        // Committed before the shim exists: after a crash, "spawning" means "look for its files".
-        self.store.update_stage(stage, None).await?;
-        if sup.run.spec.launcher == crate::workflow::Launcher::Slurm {
-            self.submit_slurm(id, idx);
-            return Ok(());
-        }
-        let plan = sup.plans[idx].clone();
-        let files = sup.files[idx].clone();
-        self.launch(Owner::Stage { run: id, idx }, plan, files);
-        Ok(())
     }
 
     /// Starts a process under a shim; its start and its end are reported as messages.
@@ -465,206 +299,13 @@ impl Reconciler {
         });
     }
 
-    async fn on_spawned(
-        &mut self,
-        id: Uuid,
-        idx: usize,
-        result: std::result::Result<Started, SpawnError>,
-    ) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        let name = sup.stages[idx].name.clone();
-        match result {
-            Ok(started) => {
-                let stage = &mut sup.stages[idx];
-                stage.state = StageState::Starting;
-                stage.started_at = Some(started.started_at);
-                stage.shim = Some(started.shim);
-                stage.process = started.process;
-                let pid = stage.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
-                let event = NewEvent::stage(
-                    &name,
-                    format!("started (pid {pid}): {}", crate::redact::argv(&sup.plans[idx].argv)),
-                );
-                self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
-                if sup.run.state == RunState::Starting {
-                    let plan = &sup.plans[idx];
-                    if plan.start_delay.is_none() && plan.probe.is_none() {
-                        // Up at once, decided here: a task would race the stage's own exit.
-                        return self.on_ready(id, idx, "no start delay or probe".into()).await;
-                    }
-                    self.start_readiness(id, idx, Duration::ZERO);
-                }
-            }
-            Err(err) => {
-                let stage = &mut sup.stages[idx];
-                stage.state = StageState::Exited;
-                stage.ended_at = Some(now_millis());
-                let event = NewEvent::stage(&name, format!("failed to start: {err}"));
-                self.store.update_stage(stage, Some(&event)).await?;
-                self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;
-            }
-        }
-        self.drive(id).await
-    }
-
-    fn start_readiness(&mut self, id: Uuid, idx: usize, elapsed: Duration) {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return;
-        };
-        let plan = sup.plans[idx].clone();
-        let tx = self.tx.clone();
-        let http = self.http.clone();
-        let task = tokio::spawn(async move {
-            let msg = match wait_ready(&plan, elapsed, &http).await {
-                Ok(how) => Msg::Ready { run: id, idx, how },
-                Err(error) => Msg::NotReady { run: id, idx, error },
-            };
-            let _ = tx.send(msg);
-        });
-        sup.readiness[idx] = Some(task.abort_handle());
-    }
-
-    async fn on_ready(&mut self, id: Uuid, idx: usize, how: ReadyHow) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        sup.readiness[idx] = None;
-        let stage = &mut sup.stages[idx];
-        if stage.state != StageState::Starting {
-            return Ok(());
-        }
-        stage.state = StageState::Up;
-        stage.ready_at = Some(now_millis());
-        let event = NewEvent::stage(&stage.name, format!("up ({how})"));
-        self.store.update_stage(stage, Some(&event)).await?;
-        self.drive(id).await
-    }
-
-    async fn on_not_ready(&mut self, id: Uuid, idx: usize, error: NotReady) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        sup.readiness[idx] = None;
-        let name = sup.stages[idx].name.clone();
-        self.store.add_event(id, &NewEvent::stage(&name, error.to_string())).await?;
-        self.fail(id, &format!("stage '{name}' {error}")).await?;
-        self.drive(id).await
-    }
-
-    async fn on_ended(&mut self, id: Uuid, idx: usize, end: StageEnd) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        sup.cancel_readiness(idx);
-        let stage = &mut sup.stages[idx];
-        if !stage.state.is_live() {
-            return Ok(()); // already recorded (a repair and a watcher both reported it)
-        }
-        let name = stage.name.clone();
-        let (what, exit) = match &end {
-            StageEnd::Finished(finished) => {
-                self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
-                self.metrics.stage_ended(finished.exit);
-                stage.state = StageState::Exited;
-                stage.exit = finished.exit;
-                stage.ended_at = Some(finished.ended_at);
-                match (&finished.exit, &finished.spawn_error) {
-                    (Some(exit), _) => (format!("exited with {exit}"), finished.exit),
-                    (None, Some(error)) => (format!("failed to start: {error}"), None),
-                    (None, None) => ("exited".to_string(), None),
-                }
-            }
-            StageEnd::Vanished(why) => {
-                self.metrics.stage_ended(None);
-                stage.state = StageState::Lost;
-                stage.ended_at = Some(now_millis());
-                (format!("lost: {why}"), None)
-            }
-        };
-        self.store.update_stage(stage, Some(&NewEvent::stage(&name, what.clone()))).await?;
-
-        let state = sup.run.state;
-        let deciding = sup.run.spec.deciding_stages().contains(&name.as_str());
-        match state {
-            RunState::Starting => {
-                let reason = match exit {
-                    Some(_) => format!("stage '{name}' {what} during start-up"),
-                    None => format!("stage '{name}' {what}"),
-                };
-                self.fail_after(id, &reason, exit).await?;
-            }
-            RunState::Running if deciding && exit.is_some_and(ExitStatus::success) => {
-                self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished"))).await?;
-            }
-            RunState::Running if deciding => {
-                self.fail_after(id, &format!("stage '{name}' {what}"), exit).await?
-            }
-            RunState::Running => {
-                self.fail_after(id, &format!("stage '{name}' {what} while the run was running"), exit).await?
-            }
-            _ => {}
-        }
-        self.drive(id).await
-    }
-
-    /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.
-    async fn stop_stage(&mut self, id: Uuid, idx: usize) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        if sup.stop[idx] != StopStep::Running {
-            return Ok(()); // signalled already; its exit or the grace timer comes next
-        }
-        sup.stop[idx] = StopStep::Termed;
-        let stage = &sup.stages[idx];
-        let grace = sup.run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
-        if let Some(job) = stage.slurm_job {
-            // Slurm escalates to SIGKILL itself after its KillWait.
-            slurm::cancel(job);
-            let message = format!("scancel Slurm job {job}: SIGTERM to the stage process");
-            self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
-            return Ok(());
-        }
-        let sent = stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
-        let message = if sent {
-            format!("sent SIGTERM to its process group; SIGKILL in {}", crate::workflow::Dur(grace))
-        } else {
-            "already exiting; waiting for its status".to_string()
-        };
-        self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            let _ = tx.send(Msg::GraceElapsed { run: id, idx });
-        });
-        Ok(())
-    }
-
-    async fn on_grace_elapsed(&mut self, id: Uuid, idx: usize) -> Result {
-        let Some(sup) = self.runs.get_mut(&id) else {
-            return Ok(());
-        };
-        let stage = &sup.stages[idx];
-        if !stage.state.is_live() || sup.stop[idx] != StopStep::Termed {
-            return Ok(());
-        }
-        sup.stop[idx] = StopStep::Killed;
-        if stage.process.as_ref().is_some_and(|p| signal_group(p, Signal::KILL)) {
-            let event = NewEvent::stage(&stage.name, "grace period over: sent SIGKILL to its process group");
-            self.store.add_event(id, &event).await?;
-        }
-        Ok(())
-    }
-
     /// Watches a process we did not start (after a restart) through a pidfd on its shim.
     fn watch_reattached(&self, owner: Owner, watch: ExitWatch, files: StageFiles) {
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let end = match watch.exited().await {
                 Ok(()) => read_end(&files, "its shim exited without recording a status"),
-                Err(err) => StageEnd::Vanished(format!("cannot watch its shim: {err}")),
+                Err(err) => ProcessEnd::Vanished(format!("cannot watch its shim: {err}")),
             };
             let _ = tx.send(Msg::Ended { owner, end });
         });
@@ -672,10 +313,10 @@ impl Reconciler {
 }
 
 /// The recorded end of a stage whose shim is gone.
-fn read_end(files: &StageFiles, otherwise: &str) -> StageEnd {
+fn read_end(files: &StageFiles, otherwise: &str) -> ProcessEnd {
     match files.read_finished() {
-        Ok(Some(finished)) => StageEnd::Finished(finished),
-        Ok(None) => StageEnd::Vanished(otherwise.to_string()),
-        Err(err) => StageEnd::Vanished(format!("unreadable status file {}: {err}", files.exit.display())),
+        Ok(Some(finished)) => ProcessEnd::Finished(finished),
+        Ok(None) => ProcessEnd::Vanished(otherwise.to_string()),
+        Err(err) => ProcessEnd::Vanished(format!("unreadable status file {}: {err}", files.exit.display())),
     }
 }

@@ -39,14 +39,14 @@ impl NodeState {
 }
 
 /// One claim as the node remembers it: a run's, or an inference test's (whose "stages" are
-/// its per-model tasks, with status files in the job directory).
+/// its per-model tasks, with status files in the test directory).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Claim {
     pub token: i64,
     pub run_dir: PathBuf,
     pub stages: Vec<String>,
     #[serde(default)]
-    pub job: bool,
+    pub test: bool,
 }
 
 /// The node's local record of its claims: one small file per run.
@@ -62,12 +62,17 @@ impl Ledger {
     /// Written before any stage of the run starts, so no process can exist without it.
     pub fn record(&self, run: &Run, token: i64) -> std::io::Result<()> {
         let stages = run.spec.stages.iter().map(|s| s.name.clone()).collect();
-        self.write(&run.id, &Claim { token, run_dir: run.run_dir.clone(), stages, job: false })
+        self.write(&run.id, &Claim { token, run_dir: run.run_dir.clone(), stages, test: false })
     }
 
-    /// `tasks` are the file stems of the job's task status files.
-    pub fn record_job(&self, job: &crate::jobs::Job, token: i64, tasks: Vec<String>) -> std::io::Result<()> {
-        self.write(&job.id, &Claim { token, run_dir: job.job_dir.clone(), stages: tasks, job: true })
+    /// `tasks` are the file stems of the test's task status files.
+    pub fn record_test(
+        &self,
+        test: &crate::model::InferenceTest,
+        token: i64,
+        tasks: Vec<String>,
+    ) -> std::io::Result<()> {
+        self.write(&test.id, &Claim { token, run_dir: test.test_dir.clone(), stages: tasks, test: true })
     }
 
     fn write(&self, id: &Uuid, claim: &Claim) -> std::io::Result<()> {
@@ -106,10 +111,10 @@ impl Reconciler {
         let token = lease.token;
         self.start_heartbeat(lease);
         let mut held: HashSet<Uuid> = self.store.supervised_runs().await?.iter().map(|r| r.id).collect();
-        let running = self.store.jobs_in(crate::jobs::JobState::Running, i64::MAX).await?;
+        let running = self.store.tests_in(crate::model::TestState::Running, i64::MAX).await?;
         held.extend(running.iter().filter(|j| j.fence == Some(token)).map(|j| j.id));
         for (id, claim) in self.node.ledger.entries() {
-            if !held.contains(&id) && !self.runs.contains_key(&id) && !self.jobs.contains_key(&id) {
+            if !held.contains(&id) && !self.runs.contains_key(&id) && !self.tests.contains_key(&id) {
                 self.settle_stale_claim(id, claim).await;
             }
         }
@@ -134,14 +139,14 @@ impl Reconciler {
             }
         }
         let token = self.node.lease.as_ref().map(|l| l.token);
-        for id in self.jobs.keys().copied().collect::<Vec<_>>() {
-            match self.base.job(id).await? {
-                Some(job) if job.fence == token => {
-                    if let Some(sup) = self.jobs.get_mut(&id) {
-                        sup.job = job;
+        for id in self.tests.keys().copied().collect::<Vec<_>>() {
+            match self.base.test(id).await? {
+                Some(test) if test.fence == token => {
+                    if let Some(sup) = self.tests.get_mut(&id) {
+                        sup.test = test;
                     }
                 }
-                _ => self.abandon_job(id, "the lease was lost and the job was failed by another node"),
+                _ => self.abandon_test(id, "the lease was lost and the test was failed by another node"),
             }
         }
         Ok(())
@@ -173,7 +178,7 @@ impl Reconciler {
         self.node.heartbeat = Some(task.abort_handle());
     }
 
-    /// Marks nodes whose heartbeat expired as lost and settles their runs and jobs: each run
+    /// Marks nodes whose heartbeat expired as lost and settles their runs and tests: each run
     /// fails with `node lost` or is queued again when its retry policy says so.
     pub(super) async fn reap_lost_nodes(&mut self) -> Result {
         let now = now_millis();
@@ -211,7 +216,7 @@ impl Reconciler {
                 };
                 // Slurm jobs outlive their node's daemon: cancel them, the run is settled here.
                 for stage in self.base.stages(run.id).await? {
-                    if let (true, Some(job)) = (stage.state.is_live(), stage.slurm_job) {
+                    if let (true, Some(job)) = (stage.record.state.is_live(), stage.slurm_job) {
                         super::slurm::cancel(job);
                     }
                 }
@@ -219,8 +224,8 @@ impl Reconciler {
                     settled += 1;
                 }
             }
-            let jobs = self.base.reap_jobs(&node.id, node.token, &why).await?;
-            info!(node = %node.id, runs = settled, jobs, "reaped a lost node");
+            let tests = self.base.reap_tests(&node.id, node.token, &why).await?;
+            info!(node = %node.id, runs = settled, tests, "reaped a lost node");
         }
         Ok(())
     }
@@ -230,9 +235,13 @@ impl Reconciler {
     pub(super) fn abandon_run(&mut self, id: Uuid, why: &str) {
         if let Some(mut sup) = self.runs.remove(&id) {
             sup.cancel_all_readiness();
-            let processes: Vec<ProcessIdentity> =
-                sup.stages.iter().filter(|s| s.state.is_live()).filter_map(|s| s.process.clone()).collect();
-            for job in sup.stages.iter().filter(|s| s.state.is_live()).filter_map(|s| s.slurm_job) {
+            let processes: Vec<ProcessIdentity> = sup
+                .stages
+                .iter()
+                .filter(|s| s.record.state.is_live())
+                .filter_map(|s| s.record.process.clone())
+                .collect();
+            for job in sup.stages.iter().filter(|s| s.record.state.is_live()).filter_map(|s| s.slurm_job) {
                 super::slurm::cancel(job);
             }
             let killed = self.kill_leftovers(processes);
@@ -241,12 +250,16 @@ impl Reconciler {
         self.node.ledger.forget(&id);
     }
 
-    pub(super) fn abandon_job(&mut self, id: Uuid, why: &str) {
-        if let Some(sup) = self.jobs.remove(&id) {
-            let processes: Vec<ProcessIdentity> =
-                sup.tasks.iter().filter(|t| t.state.is_live()).filter_map(|t| t.process.clone()).collect();
+    pub(super) fn abandon_test(&mut self, id: Uuid, why: &str) {
+        if let Some(sup) = self.tests.remove(&id) {
+            let processes: Vec<ProcessIdentity> = sup
+                .tasks
+                .iter()
+                .filter(|t| t.record.state.is_live())
+                .filter_map(|t| t.record.process.clone())
+                .collect();
             let killed = self.kill_leftovers(processes);
-            warn!(job = %crate::model::short_id(&id), killed = ?killed, "fenced: {why}; stopped supervising it");
+            warn!(test = %crate::model::short_id(&id), killed = ?killed, "fenced: {why}; stopped supervising it");
         }
         self.node.ledger.forget(&id);
     }
@@ -257,8 +270,8 @@ impl Reconciler {
     async fn settle_stale_claim(&mut self, id: Uuid, claim: Claim) {
         // A write that changes nothing, under the old token: only whether it lands matters.
         let stale = self.base.fenced(claim.token);
-        let rejected = if claim.job {
-            match self.base.job_tasks(id).await.ok().and_then(|tasks| tasks.into_iter().next()) {
+        let rejected = if claim.test {
+            match self.base.test_tasks(id).await.ok().and_then(|tasks| tasks.into_iter().next()) {
                 Some(task) => matches!(stale.update_task(&task, None).await, Err(StoreError::Fenced { .. })),
                 None => true,
             }

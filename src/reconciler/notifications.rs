@@ -1,10 +1,10 @@
 //! Webhooks from the reconciler: a notification is handed to delivery tasks and forgotten;
-//! how each delivery went comes back as an event on the run or job, never as a wait here.
+//! how each delivery went comes back as an event on the run or test, never as a wait here.
 
 use uuid::Uuid;
 
 use super::Reconciler;
-use crate::jobs::{Job, JobState};
+use crate::model::{InferenceTest, TestState};
 use crate::model::{NewEvent, Run, RunState};
 use crate::notify::{Notification, Webhook};
 
@@ -57,30 +57,30 @@ impl Reconciler {
         self.deliver(run.id, run_webhooks(), note);
     }
 
-    /// A scheduled job ended: its schedule's webhooks hear that it finished, and of a regression.
-    pub(super) async fn notify_job(&self, job: &Job) {
-        let Some(schedule_id) = job.schedule_id else { return };
+    /// A scheduled test ended: its schedule's webhooks hear that it finished, and of a regression.
+    pub(super) async fn notify_test(&self, test: &InferenceTest) {
+        let Some(schedule_id) = test.schedule_id else { return };
         let Ok(schedules) = self.store.schedules().await else { return };
         let Some(schedule) = schedules.into_iter().find(|s| s.id == schedule_id) else { return };
-        let ids = serde_json::json!({ "job": job.id, "schedule": schedule.name, "env": job.env_name });
-        let summary = job.results.as_ref().map(|r| r["summary"].clone()).unwrap_or_default();
-        let mut kinds = vec![Notification::JOB_FINISHED];
-        if job.state == JobState::Regressed {
+        let ids = serde_json::json!({ "test": test.id, "schedule": schedule.name, "env": test.env_name });
+        let summary = test.results.as_ref().map(|r| r["summary"].clone()).unwrap_or_default();
+        let mut kinds = vec![Notification::TEST_FINISHED];
+        if test.state == TestState::Regressed {
             kinds.push(Notification::REGRESSION);
         }
         for kind in kinds {
             let note = Notification {
                 kind: kind.into(),
                 ids: ids.clone(),
-                state: job.state.to_string(),
+                state: test.state.to_string(),
                 summary: if kind == Notification::REGRESSION {
-                    serde_json::json!({ "reason": job.reason, "regressions": job.results.as_ref().map(|r| r["regressions"].clone()) })
+                    serde_json::json!({ "reason": test.reason, "regressions": test.results.as_ref().map(|r| r["regressions"].clone()) })
                 } else {
                     summary.clone()
                 },
                 at: chrono::Utc::now().timestamp(),
             };
-            self.deliver(job.id, schedule.webhooks.clone(), note);
+            self.deliver(test.id, schedule.webhooks.clone(), note);
         }
     }
 }

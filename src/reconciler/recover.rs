@@ -12,14 +12,14 @@ use rustix::process::Signal;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::{Reconciler, Result, StageEnd, Supervised, read_end};
+use super::{ProcessEnd, Reconciler, Result, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
-use crate::model::{Millis, NewEvent, ProcessIdentity, RunState, StageState, now_millis};
+use crate::model::{Millis, NewEvent, ProcessIdentity, ProcessState, RunState, now_millis};
 
 /// What became of one live-looking process.
 pub(super) enum Found {
-    Ended(StageEnd),
+    Ended(ProcessEnd),
     Alive(ExitWatch),
 }
 
@@ -58,22 +58,27 @@ impl Reconciler {
             let Some(sup) = self.runs.get_mut(&id) else {
                 break;
             };
-            if !sup.stages[idx].state.is_live() {
+            if !sup.stages[idx].record.state.is_live() {
                 continue;
             }
             let stage = &mut sup.stages[idx];
-            match examine(&sup.files[idx], &mut stage.shim, &mut stage.process, &mut stage.started_at) {
+            match examine(
+                &sup.files[idx],
+                &mut stage.record.shim,
+                &mut stage.record.process,
+                &mut stage.record.started_at,
+            ) {
                 // Handled exactly like an exit seen live.
                 Found::Ended(end) => self.on_ended(id, idx, end).await?,
                 Found::Alive(watch) => {
                     reattached += 1;
                     let stage = &mut sup.stages[idx];
-                    let pid = stage.process.as_ref().map_or(0, |p| p.pid);
-                    if stage.state == StageState::Spawning {
-                        stage.state = StageState::Starting;
+                    let pid = stage.record.process.as_ref().map_or(0, |p| p.pid);
+                    if stage.record.state == ProcessState::Spawning {
+                        stage.record.state = ProcessState::Starting;
                     }
-                    let starting = stage.state == StageState::Starting;
-                    let since = stage.started_at.unwrap_or_else(now_millis);
+                    let starting = stage.record.state == ProcessState::Starting;
+                    let since = stage.record.started_at.unwrap_or_else(now_millis);
                     let event = NewEvent::stage(
                         &stage.name,
                         format!("re-attached after a daemon restart (pid {pid})"),
@@ -103,7 +108,7 @@ pub(super) fn examine(
     started_at: &mut Option<Millis>,
 ) -> Found {
     if let Ok(Some(finished)) = files.read_finished() {
-        return Found::Ended(StageEnd::Finished(finished));
+        return Found::Ended(ProcessEnd::Finished(finished));
     }
     if shim.is_none()
         && let Ok(Some(started)) = files.read_started()
@@ -113,7 +118,7 @@ pub(super) fn examine(
         *started_at = Some(started.started_at);
     }
     let Some(shim) = shim.clone() else {
-        return Found::Ended(StageEnd::Vanished(
+        return Found::Ended(ProcessEnd::Vanished(
             "the daemon stopped while starting it, and it never ran".into(),
         ));
     };
@@ -127,8 +132,8 @@ pub(super) fn examine(
     }
     // The shim is gone (or is a stranger now). Its status file may have landed meanwhile.
     match read_end(files, "") {
-        StageEnd::Finished(finished) => Found::Ended(StageEnd::Finished(finished)),
-        StageEnd::Vanished(_) => {
+        ProcessEnd::Finished(finished) => Found::Ended(ProcessEnd::Finished(finished)),
+        ProcessEnd::Vanished(_) => {
             // The stage process may outlive its shim; it is ours only if its identity matches.
             let orphan = process.as_ref().filter(|p| liveness(p) == Liveness::Alive);
             let why = match orphan {
@@ -144,7 +149,7 @@ pub(super) fn examine(
                 }
                 None => "process vanished while the daemon was down, leaving no exit status".to_string(),
             };
-            Found::Ended(StageEnd::Vanished(why))
+            Found::Ended(ProcessEnd::Vanished(why))
         }
     }
 }

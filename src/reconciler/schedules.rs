@@ -1,6 +1,6 @@
-//! Schedules in the reconciler: when a schedule is due, enqueue its job — one catch-up job
+//! Schedules in the reconciler: when a schedule is due, enqueue its test — one catch-up test
 //! for any number of due times missed while the daemon was down, and a recorded skip while a
-//! job of the same schedule still runs.
+//! test of the same schedule still runs.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +8,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use tracing::{info, warn};
 
 use super::{Reconciler, Result};
-use crate::jobs::schedule::{Cron, Tick, baselines, regressions, tick};
-use crate::jobs::{Job, JobState, new_job, pending_tasks};
+use crate::cron::{Cron, Tick, tick};
+use crate::inference::regression::{baselines, regressions};
+use crate::model::{InferenceTest, TestState};
 use crate::model::{NewEvent, now_millis};
 
 fn utc(ms: i64) -> DateTime<Utc> {
@@ -32,32 +33,32 @@ impl Reconciler {
                     continue;
                 }
             };
-            let newest = self.store.schedule_jobs(schedule.id, 1).await?;
+            let newest = self.store.schedule_tests(schedule.id, 1).await?;
             let running = newest.first().is_some_and(|j| !j.state.is_terminal());
             let outcome = tick(&cron, utc(schedule.last_fired), now, running);
             let fired_at = now.timestamp_millis();
             let note = match outcome {
                 Tick::Idle { .. } => None,
                 Tick::Fire { due_at, missed, .. } => {
-                    let job = new_job(
+                    let test = InferenceTest::queued(
                         uuid::Uuid::new_v4(),
                         schedule.spec.clone(),
                         Some(schedule.id),
-                        &self.config.jobs_dir,
+                        &self.config.tests_dir,
                     );
-                    let tasks = pending_tasks(&job);
-                    if !self.store.fire_schedule(&schedule, fired_at, Some((&job, &tasks))).await? {
+                    let tasks = test.pending_tasks();
+                    if !self.store.fire_schedule(&schedule, fired_at, Some((&test, &tasks))).await? {
                         continue; // another daemon fired it
                     }
-                    info!(schedule = %schedule.name, job = %crate::model::short_id(&job.id), "schedule fired");
+                    info!(schedule = %schedule.name, test = %crate::model::short_id(&test.id), "schedule fired");
                     Some(if missed > 0 {
                         format!(
-                            "caught up: {} due times passed while no daemon ran; enqueued one job ({}) for {due_at}",
+                            "caught up: {} due times passed while no daemon ran; enqueued one test ({}) for {due_at}",
                             missed + 1,
-                            job.id
+                            test.id
                         )
                     } else {
-                        format!("fired for {due_at}: enqueued job {}", job.id)
+                        format!("fired for {due_at}: enqueued test {}", test.id)
                     })
                 }
                 Tick::Skip { due_at, missed, .. } => {
@@ -65,7 +66,7 @@ impl Reconciler {
                         continue;
                     }
                     Some(format!(
-                        "skipped {} due time{} up to {due_at}: the previous job is still running",
+                        "skipped {} due time{} up to {due_at}: the previous test is still running",
                         missed + 1,
                         if missed > 0 { "s" } else { "" }
                     ))
@@ -82,14 +83,14 @@ impl Reconciler {
         Ok(next_due)
     }
 
-    /// For a scheduled job that succeeded: the models whose accuracy fell below the baseline
-    /// (median of the schedule's last 5 succeeded jobs), as `(reason, regressions JSON)`.
+    /// For a scheduled test that succeeded: the models whose accuracy fell below the baseline
+    /// (median of the schedule's last 5 succeeded tests), as `(reason, regressions JSON)`.
     pub(super) async fn check_regression(
         &self,
-        job: &Job,
+        test: &InferenceTest,
         results: &serde_json::Value,
     ) -> Result<Option<(String, serde_json::Value)>> {
-        let Some(schedule_id) = job.schedule_id else { return Ok(None) };
+        let Some(schedule_id) = test.schedule_id else { return Ok(None) };
         let policy = self
             .store
             .schedules()
@@ -111,10 +112,10 @@ impl Reconciler {
         };
         let history: Vec<BTreeMap<String, f64>> = self
             .store
-            .schedule_jobs(schedule_id, 20)
+            .schedule_tests(schedule_id, 20)
             .await?
             .iter()
-            .filter(|j| j.id != job.id && j.state == JobState::Succeeded)
+            .filter(|j| j.id != test.id && j.state == TestState::Succeeded)
             .filter_map(|j| j.results.as_ref())
             .map(|r| accuracies(r).into_iter().filter_map(|(m, a)| Some((m, a?))).collect())
             .collect();

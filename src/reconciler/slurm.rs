@@ -8,10 +8,10 @@ use std::time::Duration;
 use tracing::warn;
 use uuid::Uuid;
 
-use super::{Msg, Owner, Reconciler, Result, StageEnd};
+use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
 use crate::launch::slurm::{JobState, Slurm, SlurmJobId};
 use crate::launch::status::Finished;
-use crate::model::{NewEvent, RunState, StageState, now_millis};
+use crate::model::{NewEvent, ProcessState, RunState, now_millis};
 
 /// How often a Slurm job is looked at: exit detection is this coarse for Slurm stages.
 const POLL: Duration = Duration::from_millis(250);
@@ -26,8 +26,7 @@ impl Reconciler {
         let options = sup.run.spec.slurm.clone().unwrap_or_default();
         let job_name = format!("lachesis-{}-{}", sup.run.short_id(), plan.name);
         // Output goes through `lachesis mask` only when there is something to mask.
-        let mask =
-            (!crate::launch::mask::secrets_for(&plan.argv).is_empty()).then(|| self.config.exe.clone());
+        let mask = (!crate::secrets::secrets_for(&plan.argv).is_empty()).then(|| self.config.exe.clone());
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let slurm = Slurm::default();
@@ -54,15 +53,15 @@ impl Reconciler {
         let name = stage.name.clone();
         match result {
             Ok(job) => {
-                stage.state = StageState::Starting;
+                stage.record.state = ProcessState::Starting;
                 stage.slurm_job = Some(job);
-                let argv = crate::redact::argv(&sup.plans[idx].argv);
+                let argv = crate::secrets::redact_argv(&sup.plans[idx].argv);
                 let event = NewEvent::stage(&name, format!("submitted as Slurm job {job}: {argv}"));
                 self.store.update_stage(stage, Some(&event)).await?;
             }
             Err(err) => {
-                stage.state = StageState::Exited;
-                stage.ended_at = Some(now_millis());
+                stage.record.state = ProcessState::Exited;
+                stage.record.ended_at = Some(now_millis());
                 let event = NewEvent::stage(&name, format!("failed to submit: {err}"));
                 self.store.update_stage(stage, Some(&event)).await?;
                 self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;
@@ -75,10 +74,10 @@ impl Reconciler {
     pub(super) async fn on_slurm_running(&mut self, id: Uuid, idx: usize) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let stage = &mut sup.stages[idx];
-        if stage.state != StageState::Starting || stage.started_at.is_some() {
+        if stage.record.state != ProcessState::Starting || stage.record.started_at.is_some() {
             return Ok(());
         }
-        stage.started_at = Some(now_millis());
+        stage.record.started_at = Some(now_millis());
         let job = stage.slurm_job.unwrap_or_default();
         let event = NewEvent::stage(&stage.name, format!("Slurm job {job} is running"));
         self.store.update_stage(stage, Some(&event)).await?;
@@ -96,13 +95,17 @@ impl Reconciler {
     pub(super) async fn reattach_slurm(&mut self, id: Uuid, idx: usize) -> Result<bool> {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
         let stage = &mut sup.stages[idx];
-        let Some(job) = stage.slurm_job.filter(|_| stage.state.is_live()) else { return Ok(false) };
+        let Some(job) = stage.slurm_job.filter(|_| stage.record.state.is_live()) else { return Ok(false) };
         let event =
             NewEvent::stage(&stage.name, format!("re-attached to Slurm job {job} after a daemon restart"));
         self.store.update_stage(stage, Some(&event)).await?;
-        let waiting_to_run = stage.state == StageState::Starting && stage.started_at.is_none();
-        if stage.state == StageState::Starting && !waiting_to_run && sup.run.state == RunState::Starting {
-            let since = stage.started_at.unwrap_or_else(now_millis);
+        let waiting_to_run =
+            stage.record.state == ProcessState::Starting && stage.record.started_at.is_none();
+        if stage.record.state == ProcessState::Starting
+            && !waiting_to_run
+            && sup.run.state == RunState::Starting
+        {
+            let since = stage.record.started_at.unwrap_or_else(now_millis);
             let elapsed = Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
             self.start_readiness(id, idx, elapsed);
         }
@@ -144,18 +147,18 @@ async fn watch(
                 }
             }
             Ok(JobState::Ended { exit, .. }) => {
-                break StageEnd::Finished(Finished {
+                break ProcessEnd::Finished(Finished {
                     exit: Some(exit),
                     spawn_error: None,
                     ended_at: now_millis(),
                 });
             }
-            Ok(JobState::Vanished(why)) => break StageEnd::Vanished(format!("Slurm job {job}: {why}")),
+            Ok(JobState::Vanished(why)) => break ProcessEnd::Vanished(format!("Slurm job {job}: {why}")),
             Err(err) if failures < TOLERATED_FAILURES => {
                 failures += 1;
                 warn!(%job, "cannot query Slurm (will retry): {err}");
             }
-            Err(err) => break StageEnd::Vanished(format!("Slurm job {job} can't be queried: {err}")),
+            Err(err) => break ProcessEnd::Vanished(format!("Slurm job {job} can't be queried: {err}")),
         }
         tokio::time::sleep(POLL).await;
     };

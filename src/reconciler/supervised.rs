@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tokio::task::AbortHandle;
 
 use crate::launch::status::StageFiles;
-use crate::model::{Run, Stage, StageState};
+use crate::model::{ProcessState, Run, Stage};
 use crate::workflow::{PlanError, StagePlan};
 
 /// Where a stage is in being stopped.
@@ -59,7 +59,7 @@ impl Supervised {
 
     /// The stage to stop next: the live one started last (env before trainer before api).
     pub fn next_to_stop(&self) -> Option<usize> {
-        self.stages.iter().rposition(|s| matches!(s.state, StageState::Starting | StageState::Up))
+        self.stages.iter().rposition(|s| matches!(s.record.state, ProcessState::Starting | ProcessState::Up))
     }
 }
 

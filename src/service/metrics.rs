@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::metrics::wandb::{Snapshot, WandbClient, age_text, snapshot_from};
 use crate::model::{Run, now_millis};
+use crate::wandb::{Snapshot, WandbClient, age_text, snapshot_from};
 
 use super::Service;
 

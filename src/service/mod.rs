@@ -1,8 +1,9 @@
 //! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
 //! print; they decide nothing.
 
+mod daemon;
 mod environments;
-mod jobs;
+mod inference_tests;
 mod metrics;
 mod nodes;
 mod runs;
@@ -15,7 +16,7 @@ use crate::store::{Store, StoreError};
 use crate::workflow::CatalogError;
 
 pub use environments::{ConfigView, FieldView};
-pub use jobs::TestRequest;
+pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use metrics::RunMetrics;
 pub use nodes::NodeView;
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
@@ -24,8 +25,8 @@ pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights
 pub enum ServiceError {
     #[error("no run matches '{0}'")]
     UnknownRun(String),
-    #[error("'{prefix}' matches several runs: {} (give more of the id)", candidates.join(", "))]
-    AmbiguousRun { prefix: String, candidates: Vec<String> },
+    #[error("'{prefix}' matches several {what}: {} (give more of the id)", candidates.join(", "))]
+    Ambiguous { what: &'static str, prefix: String, candidates: Vec<String> },
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     #[error(transparent)]
@@ -52,14 +53,14 @@ pub enum ServiceError {
     Value(#[from] crate::environments::ValueError),
     #[error("no environment is selected: run `lachesis env select NAME` (see `lachesis env list`)")]
     NoSelection,
-    #[error("no job matches '{0}'")]
-    UnknownJob(String),
+    #[error("no test matches '{0}'")]
+    UnknownTest(String),
     #[error("{0}")]
     Schedule(String),
     #[error("unknown schedule '{name}' (schedules: {available})")]
     UnknownSchedule { name: String, available: String },
-    #[error("job {id} has already ended ({state})")]
-    JobEnded { id: String, state: crate::jobs::JobState },
+    #[error("test {id} has already ended ({state})")]
+    TestEnded { id: String, state: crate::model::TestState },
     #[error("no node is called '{id}' (nodes: {known})")]
     UnknownNode { id: String, known: String },
     #[error(
@@ -80,7 +81,8 @@ pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
 #[derive(Clone)]
 pub struct Service {
     pub settings: Settings,
-    pub store: Arc<dyn Store>,
+    /// Surfaces never see it: every read and write they offer is a method here.
+    store: Arc<dyn Store>,
 }
 
 impl Service {
@@ -96,5 +98,33 @@ impl Service {
             tracing::debug!("cannot announce to other daemons: {err}");
         }
         crate::wake::notify(&self.settings.socket_path())
+    }
+}
+
+/// What a user's id or id prefix names: the row with that exact id, else the one row whose id
+/// starts with it; `unknown` when none does, `Ambiguous` (naming `what`) when several do.
+async fn resolve_prefix<T>(
+    prefix: &str,
+    what: &'static str,
+    by_id: impl AsyncFnOnce(uuid::Uuid) -> crate::store::Result<Option<T>>,
+    by_prefix: impl AsyncFnOnce(&str) -> crate::store::Result<Vec<T>>,
+    id_of: impl Fn(&T) -> uuid::Uuid,
+    unknown: fn(String) -> ServiceError,
+) -> Result<T> {
+    let prefix = prefix.trim();
+    if let Ok(id) = uuid::Uuid::parse_str(prefix)
+        && let Some(found) = by_id(id).await?
+    {
+        return Ok(found);
+    }
+    let mut matches = by_prefix(prefix).await?;
+    match matches.len() {
+        0 => Err(unknown(prefix.to_string())),
+        1 => Ok(matches.remove(0)),
+        _ => Err(ServiceError::Ambiguous {
+            what,
+            prefix: prefix.to_string(),
+            candidates: matches.iter().map(|m| id_of(m).to_string()).collect(),
+        }),
     }
 }

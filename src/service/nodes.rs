@@ -19,7 +19,7 @@ pub struct NodeView {
 impl Service {
     /// Every node that ever registered on the store; PostgreSQL only.
     pub async fn nodes(&self) -> Result<Vec<NodeView>> {
-        if self.store.backend() == "sqlite" {
+        if !self.store.backend().supports_nodes() {
             return Err(ServiceError::NeedsPostgres("`lachesis node list`".into()));
         }
         let now = now_millis();

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::model::RunEvent;
 use crate::model::{Event, Run, RunParams, RunState, Stage};
 use crate::store::{RunFilter, StoreError};
-use crate::transitions::RunEvent;
 use crate::workflow::Workflow;
 
 use super::{Result, Service, ServiceError};
@@ -35,6 +35,9 @@ pub struct RunStatus {
     /// Why a pending run is not being claimed, when lachesis can tell.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// A pending run's place in the queue (1 is claimed next).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
 }
 
 /// A run as listings show it (without the workflow snapshot).
@@ -84,7 +87,7 @@ impl Service {
         let catalog = self.settings.catalog()?;
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
         let spec = catalog.load(&name)?;
-        if !spec.node_labels.is_empty() && self.store.backend() == "sqlite" {
+        if !spec.node_labels.is_empty() && !self.store.backend().supports_nodes() {
             let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             return Err(ServiceError::NeedsPostgres(format!(
                 "workflow '{name}' pins its runs to nodes labelled {}, which",
@@ -196,28 +199,33 @@ impl Service {
 
     /// Finds a run by its full id or a unique prefix of it.
     pub async fn resolve(&self, prefix: &str) -> Result<Run> {
-        let prefix = prefix.trim();
-        if let Ok(id) = Uuid::parse_str(prefix)
-            && let Some(run) = self.store.run(id).await?
-        {
-            return Ok(run);
-        }
-        let mut matches = self.store.runs_by_prefix(prefix, 6).await?;
-        match matches.len() {
-            0 => Err(ServiceError::UnknownRun(prefix.to_string())),
-            1 => Ok(matches.remove(0)),
-            _ => Err(ServiceError::AmbiguousRun {
-                prefix: prefix.to_string(),
-                candidates: matches.iter().map(|r| r.id.to_string()).collect(),
-            }),
-        }
+        let by_id = async |id| self.store.run(id).await;
+        let by_prefix = async |prefix: &str| self.store.runs_by_prefix(prefix, 6).await;
+        super::resolve_prefix(prefix, "runs", by_id, by_prefix, |r: &Run| r.id, ServiceError::UnknownRun)
+            .await
     }
 
     pub async fn status(&self, prefix: &str) -> Result<RunStatus> {
-        let run = self.resolve(prefix).await?;
+        self.status_of(&self.resolve(prefix).await?).await
+    }
+
+    /// The status of a run already resolved.
+    pub async fn status_of(&self, run: &Run) -> Result<RunStatus> {
+        let run = run.clone();
         let stages = self.store.stages(run.id).await?;
         let waiting_for = self.waiting_for(&run).await;
-        Ok(RunStatus { run: RunSummary::from(&run), stages, waiting_for })
+        let queue_position = self.queue_position(&run).await?;
+        Ok(RunStatus { run: RunSummary::from(&run), stages, waiting_for, queue_position })
+    }
+
+    /// A pending run's place in the claim order (1 is next); `None` for any other run.
+    async fn queue_position(&self, run: &Run) -> Result<Option<usize>> {
+        if run.state != RunState::Pending {
+            return Ok(None);
+        }
+        let pending =
+            self.store.list_runs(&RunFilter { state: Some(RunState::Pending), limit: None }).await?;
+        Ok(pending.iter().position(|r| r.id == run.id).map(|i| i + 1))
     }
 
     /// For a pending run pinned to labels no live node has: says so, rather than wait silently.
@@ -237,6 +245,11 @@ impl Service {
         ))
     }
 
+    /// How many runs are in each state (cheap: no rows parsed).
+    pub async fn run_counts(&self) -> Result<Vec<(String, i64)>> {
+        Ok(self.store.run_counts().await?)
+    }
+
     pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
         Ok(self.store.list_runs(filter).await?.iter().map(RunSummary::from).collect())
     }
@@ -245,6 +258,11 @@ impl Service {
         let run = self.resolve(prefix).await?;
         let events = self.store.events(run.id, 0).await?;
         Ok((run, events))
+    }
+
+    /// Events of the run or test `id` after event `after`, oldest first (for following them).
+    pub async fn events_after(&self, id: Uuid, after: i64) -> Result<Vec<Event>> {
+        Ok(self.store.events(id, after).await?)
     }
 
     /// Cancels a pending run or asks a started one to stop; stopping twice is not an error.
@@ -306,11 +324,14 @@ impl Service {
         let run = self.resolve(prefix).await?;
         let metrics = self.run_metrics(&run).await;
         let stages = self.store.stages(run.id).await?;
-        let status = RunStatus { run: RunSummary::from(&run), stages, waiting_for: None };
+        let status =
+            RunStatus { run: RunSummary::from(&run), stages, waiting_for: None, queue_position: None };
         let durations = status
             .stages
             .iter()
-            .filter_map(|s| Some((s.name.clone(), (s.ended_at? - s.started_at?) as f64 / 1000.0)))
+            .filter_map(|s| {
+                Some((s.name.clone(), (s.record.ended_at? - s.record.started_at?) as f64 / 1000.0))
+            })
             .collect();
         let trained_weights = status.stages.iter().find_map(|s| trained_weights(&s.log_path));
         Ok(RunResults { status, durations, trained_weights, metrics })

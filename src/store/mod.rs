@@ -15,17 +15,19 @@ macro_rules! select_runs_sql {
     };
 }
 
-/// The job columns every job query reads, in `job_from_row`'s terms.
-macro_rules! select_jobs_sql {
+/// The test columns every test query reads, in `test_from_row`'s terms.
+macro_rules! select_tests_sql {
     () => {
         concat!(
             "SELECT id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, reason, ",
-            "results, job_dir, node, fence FROM jobs "
+            "results, test_dir, node, fence FROM tests "
         )
     };
 }
 
-mod jobs;
+mod backend;
+mod claims;
+mod inference_tests;
 mod nodes;
 pub mod postgres;
 mod sql;
@@ -37,10 +39,13 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::model::{Event, NewEvent, Run, RunState, Stage};
-use crate::transitions::{IllegalTransition, RunEvent};
+use crate::model::{IllegalTransition, RunEvent};
 
-pub use jobs::JobStore;
-pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Pick, Reap, labels_fit};
+pub use backend::Backend;
+pub use claims::{ClaimStore, Pick};
+pub use inference_tests::TestStore;
+pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
+use sql::Locking;
 pub use sql::SqlStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -56,9 +61,9 @@ pub enum StoreError {
     Conflict { id: Uuid, expected: RunState, version: i64 },
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),
-    /// Someone else moved the job first; re-read it and decide again.
-    #[error("job {id} changed concurrently")]
-    JobConflict { id: Uuid },
+    /// Someone else moved the test first; re-read it and decide again.
+    #[error("test {id} changed concurrently")]
+    TestConflict { id: Uuid },
     #[error("corrupt row in the store: {0}")]
     Corrupt(String),
     #[error("{0}")]
@@ -91,11 +96,11 @@ pub struct DaemonLock {
 }
 
 #[async_trait]
-pub trait Store: JobStore + NodeStore + Send + Sync {
-    /// `sqlite` or `postgres`, for messages.
-    fn backend(&self) -> &'static str;
+pub trait Store: TestStore + NodeStore + ClaimStore + Send + Sync {
+    /// The database underneath, and what it supports.
+    fn backend(&self) -> Backend;
 
-    /// The same store, writing as the holder of fencing token `token`: run and job moves,
+    /// The same store, writing as the holder of fencing token `token`: run and test moves,
     /// stage and task writes land only while the row still carries it (`Fenced` otherwise),
     /// and the in-flight queries return only what it holds.
     fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store>;
@@ -191,7 +196,13 @@ impl StoreLocation {
 /// Opens (creating and migrating if needed) the store at `location`.
 pub async fn open(location: &StoreLocation) -> Result<SqlStore> {
     match location {
-        StoreLocation::Sqlite(path) => sqlite::open(path).await,
-        StoreLocation::Postgres(url) => postgres::open(url).await,
+        StoreLocation::Sqlite(path) => Ok(SqlStore::new(
+            sqlite::open(path).await?,
+            Backend::Sqlite,
+            Locking::File(sqlite::lock_path(path)),
+        )),
+        StoreLocation::Postgres(url) => {
+            Ok(SqlStore::new(postgres::open(url).await?, Backend::Postgres, Locking::Advisory))
+        }
     }
 }

@@ -4,19 +4,18 @@
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, Connection, Row};
 
-use super::sql::{Backend, SqlStore};
 use super::{DaemonLock, Result, StoreError};
 
 /// Arbitrary but fixed: the advisory lock keys of "a lachesis daemon runs as node N" start here.
 const DAEMON_LOCK_KEY: i64 = 0x6c61_6368_6573_6973; // "lachesis"
 
 /// The `NOTIFY` channel that wakes every daemon on the database.
-pub const WAKE_CHANNEL: &str = "lachesis_wake";
+const WAKE_CHANNEL: &str = "lachesis_wake";
 
 /// Forwards `NOTIFY lachesis_wake` to `wake` until the receiver is gone; reconnects (sqlx's
 /// listener does) when the connection drops.
 pub async fn listen_for_wakes(url: &str, wake: impl Fn() -> bool) -> Result<()> {
-    let target = redact(url);
+    let target = crate::secrets::redact_url(url);
     let mut listener = sqlx::postgres::PgListener::connect(url)
         .await
         .map_err(|source| StoreError::Open { target: target.clone(), source })?;
@@ -43,9 +42,10 @@ fn node_lock_key(node: &str) -> i64 {
     DAEMON_LOCK_KEY ^ hash as i64
 }
 
-pub(super) async fn open(url: &str) -> Result<SqlStore> {
+/// Connects to (and migrates) the database at `url`.
+pub(super) async fn open(url: &str) -> Result<AnyPool> {
     sqlx::any::install_default_drivers();
-    let target = redact(url);
+    let target = crate::secrets::redact_url(url);
     let options: AnyConnectOptions =
         url.parse().map_err(|source| StoreError::Open { target: target.clone(), source })?;
     let pool = AnyPoolOptions::new()
@@ -56,7 +56,7 @@ pub(super) async fn open(url: &str) -> Result<SqlStore> {
         .map_err(|source| StoreError::Open { target, source })?;
     // sqlx takes an advisory lock of its own around PostgreSQL migrations.
     sqlx::migrate!("migrations/postgres").run(&pool).await?;
-    Ok(SqlStore::new(pool, Backend::Postgres))
+    Ok(pool)
 }
 
 pub(super) async fn lock_daemon(pool: &AnyPool, node: &str) -> Result<DaemonLock> {
@@ -75,18 +75,8 @@ pub(super) async fn lock_daemon(pool: &AnyPool, node: &str) -> Result<DaemonLock
     Ok(DaemonLock { _held: Box::new(std::sync::Mutex::new(conn)) })
 }
 
-/// The URL without its password, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _password)) => {
-                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-                }
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+/// Wakes every daemon listening on the database.
+pub(super) async fn announce(pool: &AnyPool) -> Result<()> {
+    sqlx::query("SELECT pg_notify($1, '') AS sent").bind(WAKE_CHANNEL).execute(pool).await?;
+    Ok(())
 }

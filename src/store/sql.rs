@@ -8,24 +8,26 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use uuid::Uuid;
 
-use super::{DaemonLock, Result, RunFilter, Store, StoreError, postgres, sqlite};
+use super::{Backend, DaemonLock, Result, RunFilter, Store, StoreError, postgres, sqlite};
 use crate::environments::Selection;
+use crate::model::run::{self as transitions, RunEvent};
 use crate::model::{
-    Event, EventKind, ExitStatus, Millis, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage,
-    now_millis,
+    Event, EventKind, Exit, Millis, NewEvent, ProcessIdentity, ProcessRecord, Run, RunParams, RunState,
+    Stage, now_millis,
 };
-use crate::transitions::{self, RunEvent};
 
+/// Where the daemon lock lives: a file beside an SQLite database, or an advisory lock.
 #[derive(Clone)]
-pub(super) enum Backend {
-    Sqlite { lock_path: PathBuf },
-    Postgres,
+pub(super) enum Locking {
+    File(PathBuf),
+    Advisory,
 }
 
 #[derive(Clone)]
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
+    locking: Locking,
     /// Set on a daemon's handle: the fencing token its writes must match.
     fence: Option<i64>,
 }
@@ -39,16 +41,12 @@ macro_rules! select_runs {
 }
 
 impl SqlStore {
-    pub(super) fn new(pool: AnyPool, backend: Backend) -> SqlStore {
-        SqlStore { pool, backend, fence: None }
+    pub(super) fn new(pool: AnyPool, backend: Backend, locking: Locking) -> SqlStore {
+        SqlStore { pool, backend, locking, fence: None }
     }
 
     pub(super) fn pool(&self) -> &AnyPool {
         &self.pool
-    }
-
-    pub(super) fn backend_kind(&self) -> &Backend {
-        &self.backend
     }
 
     pub(super) fn fence(&self) -> Option<i64> {
@@ -127,43 +125,49 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run> {
 }
 
 /// A process identity stored as JSON in `column`.
-pub(super) fn identity(row: &AnyRow, column: &str) -> Result<Option<ProcessIdentity>> {
+fn identity(row: &AnyRow, column: &str) -> Result<Option<ProcessIdentity>> {
     row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
 }
 
 /// An exit status stored as `exit_code` or `exit_signal`.
-pub(super) fn exit_from_row(row: &AnyRow) -> Result<Option<ExitStatus>> {
+fn exit_from_row(row: &AnyRow) -> Result<Option<Exit>> {
     Ok(match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
-        (Some(code), _) => Some(ExitStatus::Code(code as i32)),
-        (None, Some(signal)) => Some(ExitStatus::Signal(signal as i32)),
+        (Some(code), _) => Some(Exit::Code(code as i32)),
+        (None, Some(signal)) => Some(Exit::Signal(signal as i32)),
         (None, None) => None,
     })
 }
 
 /// The `(exit_code, exit_signal)` columns of an exit status.
-pub(super) fn exit_columns(exit: Option<ExitStatus>) -> (Option<i64>, Option<i64>) {
+pub(super) fn exit_columns(exit: Option<Exit>) -> (Option<i64>, Option<i64>) {
     match exit {
-        Some(ExitStatus::Code(code)) => (Some(code as i64), None),
-        Some(ExitStatus::Signal(signal)) => (None, Some(signal as i64)),
+        Some(Exit::Code(code)) => (Some(code as i64), None),
+        Some(Exit::Signal(signal)) => (None, Some(signal as i64)),
         None => (None, None),
     }
 }
 
-fn stage_from_row(row: &AnyRow) -> Result<Stage> {
-    let run_id: String = row.try_get("run_id")?;
+/// The process-record columns a stage row and a task row share.
+pub(super) fn record_from_row(row: &AnyRow) -> Result<ProcessRecord> {
     let state: String = row.try_get("state")?;
-    let exit = exit_from_row(row)?;
-    Ok(Stage {
-        run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
-        idx: row.try_get("idx")?,
-        name: row.try_get("name")?,
+    Ok(ProcessRecord {
         state: state.parse().map_err(corrupt)?,
         shim: identity(row, "shim")?,
         process: identity(row, "process")?,
         started_at: row.try_get("started_at")?,
-        ready_at: row.try_get("ready_at")?,
         ended_at: row.try_get("ended_at")?,
-        exit,
+        exit: exit_from_row(row)?,
+    })
+}
+
+fn stage_from_row(row: &AnyRow) -> Result<Stage> {
+    let run_id: String = row.try_get("run_id")?;
+    Ok(Stage {
+        run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
+        idx: row.try_get("idx")?,
+        name: row.try_get("name")?,
+        record: record_from_row(row)?,
+        ready_at: row.try_get("ready_at")?,
         log_path: PathBuf::from(row.try_get::<String, _>("log_path")?),
         slurm_job: row.try_get::<Option<i64>, _>("slurm_job")?.map(|job| job as u64),
     })
@@ -236,11 +240,8 @@ async fn lose_live_stages(
 
 #[async_trait]
 impl Store for SqlStore {
-    fn backend(&self) -> &'static str {
-        match self.backend {
-            Backend::Sqlite { .. } => "sqlite",
-            Backend::Postgres => "postgres",
-        }
+    fn backend(&self) -> Backend {
+        self.backend
     }
 
     fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store> {
@@ -278,7 +279,7 @@ impl Store for SqlStore {
             .bind(stage.run_id.to_string())
             .bind(stage.idx)
             .bind(&stage.name)
-            .bind(stage.state.as_str())
+            .bind(stage.record.state.as_str())
             .bind(stage.log_path.to_string_lossy().into_owned())
             .execute(&mut *tx)
             .await?;
@@ -510,19 +511,19 @@ impl Store for SqlStore {
     }
 
     async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()> {
-        let (code, signal) = exit_columns(stage.exit);
+        let (code, signal) = exit_columns(stage.record.exit);
         let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(
             "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
              exit_code = $7, exit_signal = $8, slurm_job = $12 WHERE run_id = $9 AND idx = $10 \
              AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM runs WHERE runs.id = $9 AND runs.fence = $11))",
         )
-        .bind(stage.state.as_str())
-        .bind(stage.shim.as_ref().map(json))
-        .bind(stage.process.as_ref().map(json))
-        .bind(stage.started_at)
+        .bind(stage.record.state.as_str())
+        .bind(stage.record.shim.as_ref().map(json))
+        .bind(stage.record.process.as_ref().map(json))
+        .bind(stage.record.started_at)
         .bind(stage.ready_at)
-        .bind(stage.ended_at)
+        .bind(stage.record.ended_at)
         .bind(code)
         .bind(signal)
         .bind(stage.run_id.to_string())
@@ -623,19 +624,16 @@ impl Store for SqlStore {
     }
 
     async fn announce(&self) -> Result<()> {
-        if let Backend::Postgres = self.backend {
-            sqlx::query("SELECT pg_notify($1, '') AS sent")
-                .bind(postgres::WAKE_CHANNEL)
-                .execute(&self.pool)
-                .await?;
+        match self.backend {
+            Backend::Postgres => postgres::announce(&self.pool).await,
+            Backend::Sqlite => Ok(()),
         }
-        Ok(())
     }
 
     async fn lock_daemon(&self, node: &str) -> Result<DaemonLock> {
-        match &self.backend {
-            Backend::Sqlite { lock_path } => sqlite::lock_daemon(lock_path),
-            Backend::Postgres => postgres::lock_daemon(&self.pool, node).await,
+        match &self.locking {
+            Locking::File(path) => sqlite::lock_daemon(path),
+            Locking::Advisory => postgres::lock_daemon(&self.pool, node).await,
         }
     }
 }

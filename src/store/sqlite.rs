@@ -6,16 +6,16 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
-use sqlx::Executor;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, Executor};
 
-use super::sql::{Backend, SqlStore};
 use super::{DaemonLock, Result, StoreError};
 
 const PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
      PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON;";
 
-pub(super) async fn open(path: &Path) -> Result<SqlStore> {
+/// Opens (creating and migrating if needed) the database file at `path`.
+pub(super) async fn open(path: &Path) -> Result<AnyPool> {
     sqlx::any::install_default_drivers();
     let io_err = |source| StoreError::Io { path: path.to_path_buf(), source };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -42,7 +42,12 @@ pub(super) async fn open(path: &Path) -> Result<SqlStore> {
     sqlx::migrate!("migrations/sqlite").run(&pool).await?;
     drop(file);
 
-    Ok(SqlStore::new(pool, Backend::Sqlite { lock_path: sibling(path, "daemon.lock") }))
+    Ok(pool)
+}
+
+/// The daemon lock file of the database at `db`.
+pub(super) fn lock_path(db: &Path) -> PathBuf {
+    sibling(db, "daemon.lock")
 }
 
 fn sibling(db: &Path, suffix: &str) -> PathBuf {

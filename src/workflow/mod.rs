@@ -3,6 +3,7 @@
 
 mod catalog;
 pub mod retry;
+mod slurm;
 pub mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use catalog::{Catalog, CatalogError};
 pub use retry::RetryPolicy;
+pub use slurm::SlurmOptions;
 use template::TemplateError;
 
 /// Template variables every workflow may use, filled in by lachesis.
@@ -64,7 +66,7 @@ pub struct Workflow {
     pub launcher: Launcher,
     /// sbatch settings, with `launcher: slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<crate::launch::slurm::SlurmOptions>,
+    pub slurm: Option<SlurmOptions>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Dur;
-use crate::model::ExitStatus;
 
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(10);
 const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(600);
@@ -38,9 +37,8 @@ fn yes() -> bool {
 impl RetryPolicy {
     /// The wait before the next attempt if a stage's `exit` during attempt `attempt` is
     /// transient and attempts are left; None means the run fails.
-    pub fn after_exit(&self, attempt: i64, exit: Option<ExitStatus>) -> Option<Duration> {
-        let transient =
-            matches!(exit, Some(ExitStatus::Code(code)) if self.retry_on_exit_codes.contains(&code));
+    pub fn after_exit(&self, attempt: i64, exit_code: Option<i32>) -> Option<Duration> {
+        let transient = exit_code.is_some_and(|code| self.retry_on_exit_codes.contains(&code));
         (transient && self.attempts_left(attempt)).then(|| self.backoff_after(attempt))
     }
 
@@ -89,8 +87,9 @@ pub enum AfterFailure {
 }
 
 /// The decision for an exit, with or without a policy.
-pub fn after_exit(policy: Option<&RetryPolicy>, attempt: i64, exit: Option<ExitStatus>) -> AfterFailure {
-    policy.and_then(|p| p.after_exit(attempt, exit)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+/// Only exit codes can be transient: a signal is never retried by this rule.
+pub fn after_exit(policy: Option<&RetryPolicy>, attempt: i64, exit_code: Option<i32>) -> AfterFailure {
+    policy.and_then(|p| p.after_exit(attempt, exit_code)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
 }
 
 /// The decision for a lost node, with or without a policy.
@@ -115,23 +114,13 @@ mod tests {
     #[test]
     fn only_listed_codes_are_retried_while_attempts_are_left() {
         let p = policy(3, &[75]);
-        assert_eq!(
-            after_exit(Some(&p), 1, Some(ExitStatus::Code(75))),
-            AfterFailure::RetryIn(Duration::from_secs(5))
-        );
-        assert_eq!(
-            after_exit(Some(&p), 2, Some(ExitStatus::Code(75))),
-            AfterFailure::RetryIn(Duration::from_secs(10))
-        );
-        assert_eq!(after_exit(Some(&p), 3, Some(ExitStatus::Code(75))), AfterFailure::Fail, "third of three");
-        assert_eq!(after_exit(Some(&p), 1, Some(ExitStatus::Code(1))), AfterFailure::Fail, "not transient");
-        assert_eq!(
-            after_exit(Some(&p), 1, Some(ExitStatus::Signal(9))),
-            AfterFailure::Fail,
-            "signals aren't codes"
-        );
+        assert_eq!(after_exit(Some(&p), 1, Some(75)), AfterFailure::RetryIn(Duration::from_secs(5)));
+        assert_eq!(after_exit(Some(&p), 2, Some(75)), AfterFailure::RetryIn(Duration::from_secs(10)));
+        assert_eq!(after_exit(Some(&p), 3, Some(75)), AfterFailure::Fail, "third of three");
+        assert_eq!(after_exit(Some(&p), 1, Some(1)), AfterFailure::Fail, "not transient");
+        assert_eq!(after_exit(Some(&p), 1, None), AfterFailure::Fail, "signals aren't codes");
         assert_eq!(after_exit(Some(&p), 1, None), AfterFailure::Fail, "vanished stage");
-        assert_eq!(after_exit(None, 1, Some(ExitStatus::Code(75))), AfterFailure::Fail, "no policy");
+        assert_eq!(after_exit(None, 1, Some(75)), AfterFailure::Fail, "no policy");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lachesis::model::{ExitStatus, RunState};
+use lachesis::model::{Exit, RunState};
 
 use crate::support::{TestHome, assert_no_stage_alive, stderr};
 
@@ -227,7 +227,7 @@ completion: {{stages: [env]}}
     let (run, stages) = home.wait_settled(id, T).await;
     let env_log = std::fs::read_to_string(&stages[1].log_path).unwrap_or_default();
     assert_eq!(run.state, RunState::Completed, "{:?}\nenv log:\n{env_log}", run.reason);
-    assert_eq!(stages[1].exit, Some(ExitStatus::Code(0)));
+    assert_eq!(stages[1].record.exit, Some(Exit::Code(0)));
     let config = std::fs::read_to_string(run.run_dir.join("config.yaml")).unwrap();
     assert!(config.contains("wandb_run_name: arith-"), "{config}");
     let mode = std::os::unix::fs::PermissionsExt::mode(
@@ -282,10 +282,10 @@ async fn the_real_loop_runs_to_completion() {
     assert!(decided == "stage 'trainer' finished" || decided == "stage 'env' finished", "{decided}");
     assert!(logs[1].contains("Step 0/2") && logs[1].contains("Loss: "), "the trainer trained: {logs:#?}");
     for stage in &stages {
-        assert!(stage.exit.is_some(), "stage {} has its exit recorded: {stage:?}", stage.name);
+        assert!(stage.record.exit.is_some(), "stage {} has its exit recorded: {stage:?}", stage.name);
     }
     // Whichever of trainer and env finished first decided the run with exit 0.
-    assert!(stages[1..].iter().any(|s| s.exit == Some(ExitStatus::Code(0))), "{stages:#?}");
+    assert!(stages[1..].iter().any(|s| s.record.exit == Some(Exit::Code(0))), "{stages:#?}");
 }
 
 #[tokio::test]
@@ -294,5 +294,5 @@ async fn a_crashing_trainer_fails_the_run_naming_it() {
     assert!(logs[1].contains("Step 0/2"), "{logs:#?}");
     assert_eq!(run.state, RunState::Failed);
     assert_eq!(run.reason.as_deref(), Some("stage 'trainer' exited with code 3"));
-    assert_eq!(stages[1].exit, Some(ExitStatus::Code(3)));
+    assert_eq!(stages[1].record.exit, Some(Exit::Code(3)));
 }

@@ -144,12 +144,12 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     let (s, b) = api.post("/tests", json!({ "env": "arith" })).await;
     assert_eq!((s, code(&b)), (StatusCode::UNPROCESSABLE_ENTITY, "missing_credentials"), "{b}");
     let test = json!({ "env": "arith", "provider": "http://127.0.0.1:9/v1", "models": ["m"], "steps": 1 });
-    let (s, job) = api.post("/tests", test).await;
-    assert_eq!(s, StatusCode::CREATED, "{job}");
-    let job_id = job["id"].as_str().unwrap();
-    let (s, b) = api.get(&format!("/tests/{job_id}")).await;
+    let (s, test) = api.post("/tests", test).await;
+    assert_eq!(s, StatusCode::CREATED, "{test}");
+    let test_id = test["id"].as_str().unwrap();
+    let (s, b) = api.get(&format!("/tests/{test_id}")).await;
     assert_eq!((s, b["tasks"][0]["model"].as_str()), (StatusCode::OK, Some("m")));
-    let (s, b) = api.post(&format!("/tests/{job_id}/stop"), json!({})).await;
+    let (s, b) = api.post(&format!("/tests/{test_id}/stop"), json!({})).await;
     assert!(s == StatusCode::OK || code(&b) == "already_ended", "{s} {b}");
     let (s, b) = api.post("/tests", json!({ "env": "arith", "modelz": ["m"] })).await;
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid_body"));

@@ -3,7 +3,7 @@
 mod atropos;
 mod cli;
 mod http;
-mod jobs;
+mod inference_tests;
 mod mcp;
 mod nodes;
 mod schedules;

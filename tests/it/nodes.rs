@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lachesis::model::{Run, RunParams, RunState, StageState, now_millis};
+use lachesis::model::RunEvent;
+use lachesis::model::{ProcessState, Run, RunParams, RunState, now_millis};
 use lachesis::store::{Lease, NodeRegistration, Pick, Reap, Store, StoreError, StoreLocation};
-use lachesis::transitions::RunEvent;
 use lachesis::workflow::Workflow;
 use uuid::Uuid;
 
@@ -61,15 +61,15 @@ async fn node_suite(open: impl AsyncFn() -> Arc<dyn Store>) {
     a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(&*open().await).await;
 }
 
-fn inference_spec() -> lachesis::jobs::inference::InferenceSpec {
-    lachesis::jobs::inference::InferenceSpec {
+fn inference_spec() -> lachesis::inference::spec::InferenceSpec {
+    lachesis::inference::spec::InferenceSpec {
         env_name: "arith".into(),
         env_file: PathBuf::from("/envs/arith.py"),
         python: "python3".into(),
         models: vec!["m1".into(), "m2".into()],
         steps: 1,
         group_size: 1,
-        provider: lachesis::jobs::inference::Provider::openrouter(),
+        provider: lachesis::inference::spec::Provider::openrouter(),
         timeout: lachesis::workflow::Dur(Duration::from_secs(60)),
         concurrency: 1,
         locked_env: BTreeMap::new(),
@@ -77,16 +77,21 @@ fn inference_spec() -> lachesis::jobs::inference::InferenceSpec {
 }
 
 async fn a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(store: &dyn Store) {
-    let job = lachesis::jobs::new_job(Uuid::new_v4(), inference_spec(), None, Path::new("/submitter/jobs"));
-    store.insert_job(&job, &lachesis::jobs::pending_tasks(&job)).await.unwrap();
+    let test = lachesis::model::InferenceTest::queued(
+        Uuid::new_v4(),
+        inference_spec(),
+        None,
+        Path::new("/submitter/tests"),
+    );
+    store.insert_test(&test, &test.pending_tasks()).await.unwrap();
     let a = register(store, "a", Duration::from_millis(200)).await;
     let b = register(store, "b", Duration::from_secs(60)).await;
-    let claimed = store.claim_jobs(&a, 10, Path::new("/a/jobs")).await.unwrap();
+    let claimed = store.claim_tests(&a, 10, Path::new("/a/tests")).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert_eq!(claimed[0].job_dir, PathBuf::from(format!("/a/jobs/{}", job.id)));
-    assert!(store.claim_jobs(&b, 10, Path::new("/b/jobs")).await.unwrap().is_empty(), "claimed once");
-    let mut task = store.job_tasks(job.id).await.unwrap().remove(0);
-    task.state = StageState::Up;
+    assert_eq!(claimed[0].test_dir, PathBuf::from(format!("/a/tests/{}", test.id)));
+    assert!(store.claim_tests(&b, 10, Path::new("/b/tests")).await.unwrap().is_empty(), "claimed once");
+    let mut task = store.test_tasks(test.id).await.unwrap().remove(0);
+    task.record.state = ProcessState::Up;
     store.fenced(a.token).update_task(&task, None).await.unwrap();
 
     let lost = wait_for("node a's lease to expire", Duration::from_secs(10), || async {
@@ -94,38 +99,38 @@ async fn a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(stor
     })
     .await;
     assert!(store.mark_node_lost(&lost, now_millis()).await.unwrap());
-    assert_eq!(store.reap_jobs("a", a.token, "node lost: a").await.unwrap(), 1);
-    let failed = store.job(job.id).await.unwrap().unwrap();
+    assert_eq!(store.reap_tests("a", a.token, "node lost: a").await.unwrap(), 1);
+    let failed = store.test(test.id).await.unwrap().unwrap();
     assert_eq!(
         (failed.state, failed.reason.as_deref()),
-        (lachesis::jobs::JobState::Failed, Some("node lost: a"))
+        (lachesis::model::TestState::Failed, Some("node lost: a"))
     );
-    assert_eq!(store.job_tasks(job.id).await.unwrap()[0].state, StageState::Lost);
+    assert_eq!(store.test_tasks(test.id).await.unwrap()[0].record.state, ProcessState::Lost);
     assert!(matches!(store.fenced(a.token).update_task(&task, None).await, Err(StoreError::Fenced { .. })));
     assert!(
         store
             .fenced(a.token)
-            .transition_job(&claimed[0], lachesis::jobs::JobEvent::Succeed, None, None)
+            .transition_test(&claimed[0], lachesis::model::TestEvent::Succeed, None, None)
             .await
             .is_err()
     );
     assert_eq!(
-        store.job(job.id).await.unwrap().unwrap().state,
-        lachesis::jobs::JobState::Failed,
+        store.test(test.id).await.unwrap().unwrap().state,
+        lachesis::model::TestState::Failed,
         "unchanged"
     );
 }
 
 async fn a_due_schedule_fires_once_however_many_daemons_tick(store: &dyn Store) {
     let spec = inference_spec();
-    let schedule = lachesis::jobs::Schedule {
+    let schedule = lachesis::model::Schedule {
         id: Uuid::new_v4(),
         name: "nightly".into(),
         cron: "0 3 * * *".into(),
         tz: None,
         spec: spec.clone(),
         webhooks: Vec::new(),
-        policy: lachesis::jobs::schedule::RegressionPolicy { max_drop: 0.1 },
+        policy: lachesis::inference::regression::RegressionPolicy { max_drop: 0.1 },
         paused: false,
         last_fired: 0,
         created_at: 0,
@@ -134,15 +139,19 @@ async fn a_due_schedule_fires_once_however_many_daemons_tick(store: &dyn Store) 
     // Two daemons read the schedule at the same `last_fired` and both find it due.
     let mut fired = 0;
     for _ in 0..2 {
-        let job =
-            lachesis::jobs::new_job(Uuid::new_v4(), spec.clone(), Some(schedule.id), Path::new("/jobs"));
-        let tasks = lachesis::jobs::pending_tasks(&job);
-        if store.fire_schedule(&schedule, now_millis(), Some((&job, &tasks))).await.unwrap() {
+        let test = lachesis::model::InferenceTest::queued(
+            Uuid::new_v4(),
+            spec.clone(),
+            Some(schedule.id),
+            Path::new("/tests"),
+        );
+        let tasks = test.pending_tasks();
+        if store.fire_schedule(&schedule, now_millis(), Some((&test, &tasks))).await.unwrap() {
             fired += 1;
         }
     }
     assert_eq!(fired, 1);
-    assert_eq!(store.schedule_jobs(schedule.id, 10).await.unwrap().len(), 1, "one job queued");
+    assert_eq!(store.schedule_tests(schedule.id, 10).await.unwrap().len(), 1, "one test queued");
 }
 
 async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store: &dyn Store) {
@@ -165,7 +174,7 @@ async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store:
     // While its lease holds, node a writes under its token.
     let a_store = store.fenced(a.token);
     let mut stage = store.stages(failing.id).await.unwrap().remove(0);
-    stage.state = StageState::Up;
+    stage.record.state = ProcessState::Up;
     a_store.update_stage(&stage, None).await.unwrap();
 
     // a goes quiet; b reaps it exactly once.
@@ -185,7 +194,10 @@ async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store:
     let failed = store.run(failing.id).await.unwrap().unwrap();
     assert_eq!((failed.state, failed.fence), (RunState::Failed, None));
     assert_eq!(failed.reason.as_deref(), Some("node lost: a"));
-    assert!(store.stages(failing.id).await.unwrap()[0].state == StageState::Lost, "its live stage is lost");
+    assert!(
+        store.stages(failing.id).await.unwrap()[0].record.state == ProcessState::Lost,
+        "its live stage is lost"
+    );
 
     let run = runs.iter().find(|r| r.id == retried.id).unwrap();
     let requeue = Reap::Requeue { reason: "node lost: a; again".into(), not_before: now_millis() - 1 };

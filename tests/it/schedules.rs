@@ -1,6 +1,6 @@
 //! Schedules through the daemon. The due-time arithmetic (weekday ranges, time zones, DST,
 //! catch-up counting, regression against a baseline) is tested with an injectable clock in
-//! `jobs::schedule`; here the daemon acts on it.
+//! `tests::schedule`; here the daemon acts on it.
 
 use std::time::Duration;
 
@@ -82,7 +82,7 @@ async fn schedule_note(
     .await
 }
 
-async fn add_missed_schedule(home: &mut TestHome, days_down: i64) -> lachesis::jobs::Schedule {
+async fn add_missed_schedule(home: &mut TestHome, days_down: i64) -> lachesis::model::Schedule {
     let mut args = vec!["schedule", "add", "nightly", "--cron", "0 3 * * *", "--env", "arith"];
     args.extend(LOCAL);
     home.cli_ok(&args);
@@ -95,47 +95,47 @@ async fn add_missed_schedule(home: &mut TestHome, days_down: i64) -> lachesis::j
 }
 
 #[tokio::test]
-async fn downtime_over_several_due_times_enqueues_one_catch_up_job() {
+async fn downtime_over_several_due_times_enqueues_one_catch_up_test() {
     let mut home = home_with_envs();
     let schedule = add_missed_schedule(&mut home, 3).await;
     home.start_daemon();
     let store = home.store().await;
     let note = schedule_note(&store, schedule.id, "caught up").await;
     assert!(
-        note.starts_with("caught up: 3 due times passed while no daemon ran; enqueued one job"),
+        note.starts_with("caught up: 3 due times passed while no daemon ran; enqueued one test"),
         "{note}"
     );
-    let jobs = store.schedule_jobs(schedule.id, 10).await.unwrap();
-    assert_eq!(jobs.len(), 1, "one job for three missed due times");
+    let tests = store.schedule_tests(schedule.id, 10).await.unwrap();
+    assert_eq!(tests.len(), 1, "one test for three missed due times");
     // A restart does not fire again for the same due times.
     home.kill_daemon();
     home.start_daemon();
     home.cli_ok(&["schedule", "pause", "nightly"]); // wakes the daemon
     home.cli_ok(&["schedule", "resume", "nightly"]);
-    // Nothing to wait for: watch a bounded window in which a second job would have appeared.
+    // Nothing to wait for: watch a bounded window in which a second test would have appeared.
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
     while std::time::Instant::now() < deadline {
-        assert_eq!(store.schedule_jobs(schedule.id, 10).await.unwrap().len(), 1, "fired twice");
+        assert_eq!(store.schedule_tests(schedule.id, 10).await.unwrap().len(), 1, "fired twice");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 #[tokio::test]
-async fn a_due_time_while_the_previous_job_runs_is_skipped() {
+async fn a_due_time_while_the_previous_test_runs_is_skipped() {
     let mut home = home_with_envs();
     let schedule = add_missed_schedule(&mut home, 1).await;
-    // The previous job of this schedule is still queued (no daemon has taken it yet).
+    // The previous test of this schedule is still queued (no daemon has taken it yet).
     let store = home.store().await;
-    let job = lachesis::jobs::new_job(
+    let test = lachesis::model::InferenceTest::queued(
         uuid::Uuid::new_v4(),
         schedule.spec.clone(),
         Some(schedule.id),
-        &home.path().join("jobs"),
+        &home.path().join("tests"),
     );
-    store.insert_job(&job, &lachesis::jobs::pending_tasks(&job)).await.unwrap();
+    store.insert_test(&test, &test.pending_tasks()).await.unwrap();
     home.start_daemon();
     let note = schedule_note(&store, schedule.id, "skipped").await;
     assert!(note.starts_with("skipped 1 due time up to "), "{note}");
-    assert!(note.ends_with("the previous job is still running"), "{note}");
-    assert_eq!(store.schedule_jobs(schedule.id, 10).await.unwrap().len(), 1, "no second job");
+    assert!(note.ends_with("the previous test is still running"), "{note}");
+    assert_eq!(store.schedule_tests(schedule.id, 10).await.unwrap().len(), 1, "no second test");
 }

@@ -8,8 +8,9 @@ use std::process::Stdio;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use lachesis::launch::slurm::{JobState, Slurm, SlurmJobId, SlurmOptions};
-use lachesis::model::ExitStatus;
+use lachesis::launch::slurm::{JobState, Slurm, SlurmJobId};
+use lachesis::model::Exit;
+use lachesis::workflow::SlurmOptions;
 use lachesis::workflow::StagePlan;
 
 use crate::support::wait_for;
@@ -83,7 +84,7 @@ async fn wait_for_log(plan: &StagePlan, text: &str) {
     wait_for(&what, Duration::from_secs(30), || async { log_of(plan).contains(text).then_some(()) }).await;
 }
 
-fn ended_as(exit: ExitStatus, state: &str) -> JobState {
+fn ended_as(exit: Exit, state: &str) -> JobState {
     JobState::Ended { exit, state: state.into() }
 }
 
@@ -92,7 +93,7 @@ fn now_nanos() -> u128 {
 }
 
 #[tokio::test]
-async fn a_job_ends_with_its_exit_code_and_sacct_remembers_it() {
+async fn a_test_ends_with_its_exit_code_and_sacct_remembers_it() {
     let Some(slurm) = cluster() else { return };
     let dir = tempfile::tempdir().unwrap();
     let plan = stage(dir.path(), "seven", &["sh", "-c", "echo hi; date +%s%N; exit 7"]);
@@ -100,7 +101,7 @@ async fn a_job_ends_with_its_exit_code_and_sacct_remembers_it() {
     std::fs::write(&plan.log_path, "earlier\n").unwrap();
     let job = submit(&slurm, &plan, None).await;
 
-    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Code(7), "FAILED"));
+    assert_eq!(ended(&slurm, job).await, ended_as(Exit::Code(7), "FAILED"));
     let seen = now_nanos();
     let log = log_of(&plan);
     let lines: Vec<&str> = log.lines().collect();
@@ -112,8 +113,8 @@ async fn a_job_ends_with_its_exit_code_and_sacct_remembers_it() {
         );
     }
     // scontrol still has it; sacct (here the job-completion file) says the same.
-    assert_eq!(slurm.query(job).await.unwrap(), ended_as(ExitStatus::Code(7), "FAILED"));
-    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(ExitStatus::Code(7), "FAILED"));
+    assert_eq!(slurm.query(job).await.unwrap(), ended_as(Exit::Code(7), "FAILED"));
+    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(Exit::Code(7), "FAILED"));
 }
 
 #[tokio::test]
@@ -136,10 +137,10 @@ async fn cancel_sends_sigterm_to_the_stage_itself() {
         .await;
     // The stage exited 0 from its trap; Slurm records CANCELLED with ExitCode=0:0 (in scontrol
     // and in the completion file alike), which reads as SIGTERM.
-    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert_eq!(ended(&slurm, job).await, ended_as(Exit::Signal(15), "CANCELLED"));
     eprintln!("job {job} ended {} ms after scancel", cancelled.elapsed().as_millis());
     assert!(log_of(&plan).contains("got TERM"));
-    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(Exit::Signal(15), "CANCELLED"));
     // Cancelling what has ended is fine.
     slurm.cancel(job, None).await.unwrap();
     slurm.cancel(job, Some("KILL")).await.unwrap();
@@ -158,11 +159,11 @@ async fn a_stage_killed_by_the_sigterm_takes_its_children_along() {
     assert!(Path::new(&format!("/proc/{pid}")).exists());
 
     slurm.cancel(job, None).await.unwrap();
-    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert_eq!(ended(&slurm, job).await, ended_as(Exit::Signal(15), "CANCELLED"));
     let gone = || async { (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()) };
     wait_for("the stage's background child to be killed", Duration::from_secs(5), gone).await;
     // The completion file was written before the stage died: it says 0:0, read as SIGTERM too.
-    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert_eq!(slurm.query_sacct(job).await.unwrap(), ended_as(Exit::Signal(15), "CANCELLED"));
 }
 
 #[tokio::test]
@@ -180,7 +181,7 @@ async fn a_signal_reaches_a_running_stage_without_cancelling_it() {
         .await;
     assert_eq!(slurm.query(job).await.unwrap(), JobState::Running);
     slurm.cancel(job, None).await.unwrap();
-    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert_eq!(ended(&slurm, job).await, ended_as(Exit::Signal(15), "CANCELLED"));
 }
 
 #[tokio::test]
@@ -194,7 +195,7 @@ async fn awkward_arguments_and_the_stage_env_reach_the_stage_intact() {
     plan.env.insert("STAGE_VAR".into(), "x y $z".into());
     plan.log_path = dir.path().join("odd 100% dir").join("args.log");
     let job = submit(&slurm, &plan, None).await;
-    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Code(0), "COMPLETED"));
+    assert_eq!(ended(&slurm, job).await, ended_as(Exit::Code(0), "COMPLETED"));
     assert_eq!(
         log_of(&plan),
         "<two words>\n<it's>\n<\"dq\">\n<$HOME>\n<`id`>\n<a\nb>\n<>\n<*>\n<100%>\nenv <x y $z>\n"
@@ -206,8 +207,11 @@ async fn awkward_arguments_and_the_stage_env_reach_the_stage_intact() {
 fn fake_mask_exe(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let exe = dir.join("fake-lachesis");
-    std::fs::write(&exe, "#!/bin/sh\n[ \"$1\" = mask ] || exit 9\nexec sed -u \"s/$TINKER_API_KEY/***/g\"\n")
-        .unwrap();
+    std::fs::write(
+        &exe,
+        "#!/bin/sh\n[ \"$1\" = redact ] || exit 9\nexec sed -u \"s/$TINKER_API_KEY/***/g\"\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     exe
 }
@@ -224,7 +228,7 @@ async fn masked_output_keeps_its_last_lines_and_the_exit_code() {
     let mut plan = stage(dir.path(), "masked", &["sh", "-c", body, "sh", &format!("--api-key={SECRET}")]);
     plan.env.insert("TINKER_API_KEY".into(), SECRET.into());
     let job = submit(&slurm, &plan, Some(&exe)).await;
-    assert_eq!(ended(&slurm, job).await, ended_as(ExitStatus::Code(7), "FAILED"));
+    assert_eq!(ended(&slurm, job).await, ended_as(Exit::Code(7), "FAILED"));
     let log = log_of(&plan);
     assert!(!log.contains(SECRET));
     let lines: Vec<&str> = log.lines().collect();
@@ -256,14 +260,14 @@ async fn a_masked_stage_gets_sigterm_and_its_last_words_are_logged() {
     slurm.cancel(sleeper_job, None).await.unwrap();
     wait_for("the stage's TERM trap", Duration::from_secs(30), || async { marker.exists().then_some(()) })
         .await;
-    assert_eq!(ended(&slurm, trapper_job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert_eq!(ended(&slurm, trapper_job).await, ended_as(Exit::Signal(15), "CANCELLED"));
     assert!(log_of(&trapper).contains("got TERM ***\n"), "{}", log_of(&trapper));
     // The shell re-raises the stage's SIGTERM: Slurm records 0:15, as for an exec'd stage.
-    assert_eq!(ended(&slurm, sleeper_job).await, ended_as(ExitStatus::Signal(15), "CANCELLED"));
+    assert_eq!(ended(&slurm, sleeper_job).await, ended_as(Exit::Signal(15), "CANCELLED"));
 }
 
 #[tokio::test]
-async fn a_job_cancelled_while_pending_vanishes() {
+async fn a_test_cancelled_while_pending_vanishes() {
     let Some(slurm) = cluster() else { return };
     let dir = tempfile::tempdir().unwrap();
     let plan = stage(dir.path(), "later", &["true"]);
@@ -337,7 +341,7 @@ async fn a_slurm_run_starts_its_stages_as_jobs_and_completes_with_their_exits() 
     let (run, stages) = home.wait_settled(id, Duration::from_secs(90)).await;
     assert_eq!(run.state, lachesis::model::RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
     assert!(stages.iter().all(|s| s.slurm_job.is_some()), "{stages:?}");
-    assert_eq!(stages[1].exit, Some(ExitStatus::Code(0)), "the trainer's own exit");
+    assert_eq!(stages[1].record.exit, Some(Exit::Code(0)), "the trainer's own exit");
     // api and env were cancelled after the trainer finished, env first, each getting SIGTERM.
     assert!(term_time(&run.run_dir, "env") < term_time(&run.run_dir, "api"), "reverse start order");
     let messages = home.messages(id).await;
@@ -409,7 +413,7 @@ async fn a_daemon_restart_reattaches_slurm_jobs_and_stop_cancels_them_in_reverse
         env < trainer && trainer < api,
         "scancel in reverse start order: env {env}, trainer {trainer}, api {api}"
     );
-    assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Signal(15))), "{stages:?}");
+    assert!(stages.iter().all(|s| s.record.exit == Some(Exit::Signal(15))), "{stages:?}");
     for job in jobs {
         assert!(!slurm.query(SlurmJobId(job)).await.unwrap().is_live(), "job {job} is over");
     }

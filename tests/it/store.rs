@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use lachesis::model::RunEvent;
 use lachesis::model::{
-    EventKind, ExitStatus, NewEvent, ProcessIdentity, Run, RunParams, RunState, Stage, StageState,
+    EventKind, Exit, NewEvent, ProcessIdentity, ProcessState, Run, RunParams, RunState, Stage,
 };
 use lachesis::store::{RunFilter, Store, StoreError, StoreLocation};
-use lachesis::transitions::RunEvent;
 use lachesis::workflow::Workflow;
 use sqlx::Connection;
 use uuid::Uuid;
@@ -113,24 +113,24 @@ async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
 async fn stages_round_trip(store: &dyn Store) {
     let run = insert(store, 0).await;
     let mut stage = store.stages(run.id).await.unwrap().remove(1);
-    assert_eq!((stage.name.as_str(), stage.state), ("env", StageState::Pending));
+    assert_eq!((stage.name.as_str(), stage.record.state), ("env", ProcessState::Pending));
     let identity = ProcessIdentity { pid: 4242, start_time: 123_456_789_012, boot_id: "b00t".into() };
-    stage.state = StageState::Exited;
-    stage.shim = Some(identity.clone());
-    stage.process = Some(ProcessIdentity { pid: 4243, ..identity });
-    stage.started_at = Some(1);
+    stage.record.state = ProcessState::Exited;
+    stage.record.shim = Some(identity.clone());
+    stage.record.process = Some(ProcessIdentity { pid: 4243, ..identity });
+    stage.record.started_at = Some(1);
     stage.ready_at = Some(2);
-    stage.ended_at = Some(3);
-    stage.exit = Some(ExitStatus::Signal(9));
+    stage.record.ended_at = Some(3);
+    stage.record.exit = Some(Exit::Signal(9));
     store
         .update_stage(&stage, Some(&NewEvent::stage("env", "exited with signal 9 (SIGKILL)")))
         .await
         .unwrap();
     let got = store.stages(run.id).await.unwrap().remove(1);
-    assert_eq!(got.shim, stage.shim);
-    assert_eq!(got.process, stage.process);
-    assert_eq!(got.exit, Some(ExitStatus::Signal(9)));
-    assert_eq!((got.started_at, got.ready_at, got.ended_at), (Some(1), Some(2), Some(3)));
+    assert_eq!(got.record.shim, stage.record.shim);
+    assert_eq!(got.record.process, stage.record.process);
+    assert_eq!(got.record.exit, Some(Exit::Signal(9)));
+    assert_eq!((got.record.started_at, got.ready_at, got.record.ended_at), (Some(1), Some(2), Some(3)));
     let last = store.events(run.id, 0).await.unwrap().pop().unwrap();
     assert_eq!((last.kind, last.stage.as_deref()), (EventKind::Stage, Some("env")));
     let after = store.events(run.id, last.id).await.unwrap();
@@ -144,7 +144,7 @@ async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
     let ending = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
     let ending = store.transition(&ending, RunEvent::Fail, Some("x"), None).await.unwrap();
     let mut live = store.stages(ending.id).await.unwrap().remove(0);
-    live.state = StageState::Up;
+    live.record.state = ProcessState::Up;
     store.update_stage(&live, None).await.unwrap();
     let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
     let ids: Vec<Uuid> = store.supervised_runs().await.unwrap().iter().map(|r| r.id).collect();
@@ -248,7 +248,7 @@ async fn postgres_backs_a_real_daemon() {
     let id = home.submit(&["--workflow", "demo", "--var", "steps=1"]);
     let (run, stages) = home.wait_settled(id, std::time::Duration::from_secs(30)).await;
     assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
-    assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))));
+    assert!(stages.iter().all(|s| s.record.exit == Some(Exit::Code(0))));
     let out = home.cli(&["daemon"]);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("another lachesis daemon is already running as node")

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lachesis::launch::process::{Liveness, identity_of, liveness};
-use lachesis::model::{ExitStatus, RunState, StageState};
+use lachesis::model::{Exit, ProcessState, RunState};
 
 use crate::support::{TestHome, assert_no_stage_alive, processes_mentioning, stderr, wait_for};
 
@@ -25,7 +25,7 @@ async fn demo_workflow_completes_and_records_every_exit() {
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
     assert_eq!(run.reason.as_deref(), Some("stage 'trainer' finished"));
-    assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Code(0))), "{stages:?}");
+    assert!(stages.iter().all(|s| s.record.exit == Some(Exit::Code(0))), "{stages:?}");
     let trainer_log = std::fs::read_to_string(&stages[1].log_path).unwrap();
     assert!(trainer_log.contains("Step 2/2") && trainer_log.contains("Training complete!"), "{trainer_log}");
     let events = home.messages(id).await;
@@ -65,7 +65,7 @@ async fn daemon_killed_while_starting_resumes_the_start() {
     let store = home.store().await;
     wait_for("stage a to be starting", T, || {
         let store = store.clone();
-        async move { (store.stages(id).await.unwrap()[0].state == StageState::Starting).then_some(()) }
+        async move { (store.stages(id).await.unwrap()[0].record.state == ProcessState::Starting).then_some(()) }
     })
     .await;
     home.kill_daemon();
@@ -73,8 +73,8 @@ async fn daemon_killed_while_starting_resumes_the_start() {
     home.start_daemon();
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
-    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)), "a is stopped with SIGTERM after b finished");
-    assert_eq!(stages[1].exit, Some(ExitStatus::Code(0)));
+    assert_eq!(stages[0].record.exit, Some(Exit::Signal(15)), "a is stopped with SIGTERM after b finished");
+    assert_eq!(stages[1].record.exit, Some(Exit::Code(0)));
     let messages = home.messages(id).await;
     assert!(messages.iter().any(|m| m.starts_with("re-attached after a daemon restart")), "{messages:#?}");
     assert_no_stage_alive(&stages);
@@ -92,8 +92,8 @@ async fn daemon_killed_while_running_still_learns_the_exit_code() {
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Failed);
     assert_eq!(run.reason.as_deref(), Some("stage 'b' exited with code 3"));
-    assert_eq!(stages[1].exit, Some(ExitStatus::Code(3)));
-    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)));
+    assert_eq!(stages[1].record.exit, Some(Exit::Code(3)));
+    assert_eq!(stages[0].record.exit, Some(Exit::Signal(15)));
     assert_no_stage_alive(&stages);
 }
 
@@ -105,7 +105,7 @@ async fn stage_killed_while_the_daemon_is_down_is_reported_with_its_signal() {
     let id = home.submit(&["--workflow", "chain"]);
     home.wait_state(id, RunState::Running, T).await;
     home.kill_daemon();
-    let b = home.stages(id).await[1].process.clone().unwrap();
+    let b = home.stages(id).await[1].record.process.clone().unwrap();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(b.pid).unwrap(),
         rustix::process::Signal::KILL,
@@ -121,7 +121,7 @@ async fn stage_killed_while_the_daemon_is_down_is_reported_with_its_signal() {
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Failed);
     assert_eq!(run.reason.as_deref(), Some("stage 'b' exited with signal 9 (SIGKILL)"));
-    assert_eq!(stages[1].exit, Some(ExitStatus::Signal(9)));
+    assert_eq!(stages[1].record.exit, Some(Exit::Signal(9)));
     assert_no_stage_alive(&stages);
 }
 
@@ -157,7 +157,7 @@ async fn daemon_killed_while_stopping_finishes_the_stop() {
     home.start_daemon();
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Stopped);
-    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(9)));
+    assert_eq!(stages[0].record.exit, Some(Exit::Signal(9)));
     let messages = home.messages(id).await;
     assert!(messages.iter().any(|m| m.contains("sent SIGKILL")), "{messages:#?}");
     assert_no_stage_alive(&stages);
@@ -176,7 +176,7 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
     // start a stranger, and write the stranger's pid with b's old start time into the store.
     let store = home.store().await;
     let mut b = store.stages(id).await.unwrap().remove(1);
-    let (shim, process) = (b.shim.clone().unwrap(), b.process.clone().unwrap());
+    let (shim, process) = (b.record.shim.clone().unwrap(), b.record.process.clone().unwrap());
     for pid in [shim.pid, process.pid] {
         let _ = rustix::process::kill_process(
             rustix::process::Pid::from_raw(pid).unwrap(),
@@ -191,8 +191,8 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
     let recorded =
         lachesis::model::ProcessIdentity { start_time: stranger_id.start_time - 100, ..stranger_id.clone() };
     assert_eq!(recorded.boot_id, shim.boot_id);
-    b.shim = Some(recorded.clone());
-    b.process = Some(recorded);
+    b.record.shim = Some(recorded.clone());
+    b.record.process = Some(recorded);
     store.update_stage(&b, None).await.unwrap();
 
     home.start_daemon();
@@ -203,7 +203,7 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
         reason.starts_with("stage 'b' lost: ") && reason.contains("belongs to another process"),
         "{reason}"
     );
-    assert_eq!(stages[1].state, StageState::Lost);
+    assert_eq!(stages[1].record.state, ProcessState::Lost);
     assert_eq!(liveness(&stranger_id), Liveness::Alive, "the stranger must not have been signalled");
     stranger.kill().unwrap();
     stranger.wait().unwrap();
@@ -212,7 +212,7 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
 /// Each run's (claimed, settled) times from its events and stages.
 async fn span(home: &mut TestHome, id: uuid::Uuid) -> (i64, i64) {
     let claimed = home.events(id).await.iter().find(|e| e.message.starts_with("claim")).unwrap().at;
-    let ended = home.stages(id).await.iter().filter_map(|s| s.ended_at).max().unwrap();
+    let ended = home.stages(id).await.iter().filter_map(|s| s.record.ended_at).max().unwrap();
     (claimed, ended)
 }
 
@@ -289,7 +289,7 @@ async fn a_missing_stage_binary_fails_the_run_naming_stage_and_cause() {
         Some("stage 'trainer' failed to start: cannot start '/no/such/trainer': no such file or directory")
     );
     // The stage already started was stopped.
-    assert_eq!(stages[0].exit, Some(ExitStatus::Signal(15)));
+    assert_eq!(stages[0].record.exit, Some(Exit::Signal(15)));
     assert_no_stage_alive(&stages);
 }
 
@@ -331,7 +331,7 @@ async fn a_probe_ends_the_start_delay_early() {
     let id = home.submit(&["--workflow", "probed"]);
     home.wait_state(id, RunState::Running, Duration::from_secs(20)).await;
     let stage = home.stages(id).await.remove(0);
-    assert!(stage.ready_at.unwrap() - stage.started_at.unwrap() < 10_000);
+    assert!(stage.ready_at.unwrap() - stage.record.started_at.unwrap() < 10_000);
     home.cli_ok(&["run", "stop", &id.to_string()]);
     let (run, _) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Stopped);
@@ -370,7 +370,7 @@ async fn the_daemon_leaves_nothing_behind_after_stopping_runs() {
     home.cli_ok(&["run", "stop", &id.to_string()]);
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Stopped);
-    assert!(stages.iter().all(|s| s.exit == Some(ExitStatus::Signal(15))), "{stages:?}");
+    assert!(stages.iter().all(|s| s.record.exit == Some(Exit::Signal(15))), "{stages:?}");
     home.kill_daemon();
     assert_eq!(processes_mentioning(home.path()), Vec::<i32>::new());
 }

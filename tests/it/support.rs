@@ -37,6 +37,7 @@ pub struct TestHome {
     pub env: Vec<(String, String)>,
     daemon: Option<Child>,
     service: Option<Service>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl TestHome {
@@ -47,6 +48,7 @@ impl TestHome {
             env: Vec::new(),
             daemon: None,
             service: None,
+            store: None,
         }
     }
 
@@ -75,8 +77,13 @@ impl TestHome {
         self.service.clone().unwrap()
     }
 
+    /// The home's store, opened directly: tests look beneath the service.
     pub async fn store(&mut self) -> Arc<dyn Store> {
-        self.service().await.store
+        if self.store.is_none() {
+            let location = self.settings().store_location().unwrap();
+            self.store = Some(Arc::new(lachesis::store::open(&location).await.unwrap()));
+        }
+        Arc::clone(self.store.as_ref().unwrap())
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -196,7 +203,7 @@ impl TestHome {
             async move {
                 let run = store.run(id).await.unwrap().unwrap();
                 let stages = store.stages(id).await.unwrap();
-                (run.state.is_terminal() && stages.iter().all(|s| !s.state.is_live()))
+                (run.state.is_terminal() && stages.iter().all(|s| !s.record.state.is_live()))
                     .then_some((run, stages))
             }
         })
@@ -253,7 +260,7 @@ fn unsafe_kill(pid: i32) {
 /// Asserts that no process recorded for these stages (shim or stage) is still alive.
 pub fn assert_no_stage_alive(stages: &[Stage]) {
     for stage in stages {
-        for id in [&stage.shim, &stage.process].into_iter().flatten() {
+        for id in [&stage.record.shim, &stage.record.process].into_iter().flatten() {
             let state = liveness(id);
             assert!(
                 matches!(state, Liveness::Gone | Liveness::Zombie),

@@ -66,18 +66,18 @@ pub fn file_stem(model: &str) -> String {
         .collect()
 }
 
-pub fn output_path(job_dir: &Path, model: &str) -> PathBuf {
-    job_dir.join(format!("{}.jsonl", file_stem(model)))
+pub fn output_path(test_dir: &Path, model: &str) -> PathBuf {
+    test_dir.join(format!("{}.jsonl", file_stem(model)))
 }
 
-pub fn log_path(job_dir: &Path, model: &str) -> PathBuf {
-    job_dir.join(format!("{}.log", file_stem(model)))
+pub fn log_path(test_dir: &Path, model: &str) -> PathBuf {
+    test_dir.join(format!("{}.log", file_stem(model)))
 }
 
 impl InferenceSpec {
     /// The process for one model. `api_key` is the provider's key, read from the daemon's
     /// environment just before starting; it appears only in the process's own arguments.
-    pub fn task_plan(&self, model: &str, job_dir: &Path, api_key: &str) -> StagePlan {
+    pub fn task_plan(&self, model: &str, test_dir: &Path, api_key: &str) -> StagePlan {
         let mut argv: Vec<String> = vec![
             self.python.clone(),
             self.env_file.display().to_string(),
@@ -87,7 +87,7 @@ impl InferenceSpec {
             "--env.group_size".into(),
             self.group_size.to_string(),
             "--env.data_path_to_save_groups".into(),
-            output_path(job_dir, model).display().to_string(),
+            output_path(test_dir, model).display().to_string(),
             // W&B only when a key is there to use it; offline `process` would otherwise fail.
             "--env.use_wandb".into(),
             std::env::var_os("WANDB_API_KEY").is_some().to_string(),
@@ -111,13 +111,13 @@ impl InferenceSpec {
             "--openai.health_check".into(),
             self.provider.health_check.to_string(),
         ]);
-        let cwd = self.env_file.parent().map_or_else(|| job_dir.to_path_buf(), Path::to_path_buf);
+        let cwd = self.env_file.parent().map_or_else(|| test_dir.to_path_buf(), Path::to_path_buf);
         StagePlan {
             name: file_stem(model),
             argv,
             cwd,
             env: BTreeMap::from([("PYTHONUNBUFFERED".to_string(), "1".to_string())]),
-            log_path: log_path(job_dir, model),
+            log_path: log_path(test_dir, model),
             start_delay: None,
             probe: None,
             start_timeout: DEFAULT_START_TIMEOUT,
@@ -146,19 +146,19 @@ mod tests {
                 ("max_token_length".to_string(), serde_json::json!(8192)),
             ]),
         };
-        let plan = spec.task_plan("qwen/qwen3-8b", Path::new("/jobs/j1"), "sk-secret");
+        let plan = spec.task_plan("qwen/qwen3-8b", Path::new("/tests/j1"), "sk-secret");
         let argv = plan.argv.join(" ");
         assert!(
             argv.starts_with("python3 /envs/gsm8k.py process --env.total_steps 3 --env.group_size 16"),
             "{argv}"
         );
-        assert!(argv.contains("--env.data_path_to_save_groups /jobs/j1/qwen_qwen3-8b.jsonl"), "{argv}");
+        assert!(argv.contains("--env.data_path_to_save_groups /tests/j1/qwen_qwen3-8b.jsonl"), "{argv}");
         assert!(argv.contains("--env.max_token_length 8192 --env.tokenizer_name Qwen/Qwen3-8B"), "{argv}");
         assert!(argv.contains(
             "--openai.model_name qwen/qwen3-8b --openai.server_type openai --openai.health_check false"
         ));
-        assert_eq!(plan.log_path, PathBuf::from("/jobs/j1/qwen_qwen3-8b.log"));
-        let shown = crate::redact::argv(&plan.argv);
+        assert_eq!(plan.log_path, PathBuf::from("/tests/j1/qwen_qwen3-8b.log"));
+        let shown = crate::secrets::redact_argv(&plan.argv);
         assert!(!shown.contains("sk-secret") && shown.contains("--openai.api_key ***"), "{shown}");
     }
 }

@@ -1,10 +1,6 @@
-//! `lachesis bench`: the supervisor's figures, measured with a real daemon in a scratch home:
+//! The supervisor's figures, measured with a real daemon in a scratch home:
 //! exit-detection latency, recovery after SIGKILL, queue throughput through the CLI, idle RSS.
 //! It prints figures; it passes or fails nothing.
-
-mod claims;
-
-pub use claims::{ClaimReport, ClaimRound, claims};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::{EventKind, RunState};
-use crate::service::Service;
-use crate::settings::Settings;
-use crate::store::RunFilter;
+use lachesis::model::{EventKind, RunState};
+use lachesis::service::Service;
+use lachesis::settings::Settings;
+use lachesis::store::RunFilter;
 
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
@@ -131,7 +127,7 @@ impl Lab {
 
     /// A cheap count (no rows parsed), so polling it doesn't eat the CPU being measured.
     async fn count(&self, state: RunState) -> BenchResult<usize> {
-        let counts = self.service.store.run_counts().await?;
+        let counts = self.service.run_counts().await?;
         Ok(counts.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n as usize))
     }
 
@@ -173,11 +169,11 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         }
         let mut samples = Vec::new();
         for run in lab.service.list(&RunFilter::default()).await? {
-            let stages = lab.service.store.stages(run.id).await?;
-            let events = lab.service.store.events(run.id, 0).await?;
+            let stages = lab.service.status(&run.id.to_string()).await?.stages;
+            let events = lab.service.events_after(run.id, 0).await?;
             let exited =
                 events.iter().find(|e| e.kind == EventKind::Stage && e.message.starts_with("exited"));
-            if let (Some(ended), Some(event)) = (stages[0].ended_at, exited) {
+            if let (Some(ended), Some(event)) = (stages[0].record.ended_at, exited) {
                 samples.push((event.at - ended) as f64);
             }
         }
@@ -202,7 +198,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         while !pending.is_empty() {
             let mut still = Vec::new();
             for id in pending {
-                let events = lab.service.store.events(id, 0).await?;
+                let events = lab.service.events_after(id, 0).await?;
                 if !events.iter().any(|e| e.message.starts_with("re-attached")) {
                     still.push(id);
                 }
@@ -349,7 +345,7 @@ pub async fn http_load(
     }
     let run = lab
         .service
-        .submit(crate::service::SubmitRequest { workflow: Some("churn".into()), ..Default::default() })
+        .submit(lachesis::service::SubmitRequest { workflow: Some("churn".into()), ..Default::default() })
         .await?;
     let target = format!("{base}/runs/{}", run.id);
 

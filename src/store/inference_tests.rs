@@ -1,4 +1,4 @@
-//! Jobs and their tasks in the store, with the same rules as runs: conditional transitions on
+//! Tests and their tasks in the store, with the same rules as runs: conditional transitions on
 //! (state, version) with an event row in the same transaction.
 
 use std::path::PathBuf;
@@ -8,94 +8,87 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use super::sql::{SqlStore, corrupt, exit_columns, exit_from_row, from_json, identity, insert_event, json};
+use super::sql::{SqlStore, corrupt, exit_columns, from_json, insert_event, json, record_from_row};
 use super::{Result, StoreError};
-use crate::jobs::{self, Job, JobEvent, JobState, JobTask, Schedule};
 use crate::model::{EventKind, NewEvent, now_millis};
+use crate::model::{InferenceTest, Schedule, TestEvent, TestState, TestTask};
 
 #[async_trait]
-pub trait JobStore: Send + Sync {
-    async fn insert_job(&self, job: &Job, tasks: &[JobTask]) -> Result<()>;
-    async fn job(&self, id: Uuid) -> Result<Option<Job>>;
-    async fn jobs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Job>>;
+pub trait TestStore: Send + Sync {
+    async fn insert_test(&self, test: &InferenceTest, tasks: &[TestTask]) -> Result<()>;
+    async fn test(&self, id: Uuid) -> Result<Option<InferenceTest>>;
+    async fn tests_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<InferenceTest>>;
     /// Newest first.
-    async fn list_jobs(&self, limit: i64) -> Result<Vec<Job>>;
-    /// Jobs in `state`, oldest first.
-    async fn jobs_in(&self, state: JobState, limit: i64) -> Result<Vec<Job>>;
-    async fn transition_job(
+    async fn list_tests(&self, limit: i64) -> Result<Vec<InferenceTest>>;
+    /// Tests in `state`, oldest first.
+    async fn tests_in(&self, state: TestState, limit: i64) -> Result<Vec<InferenceTest>>;
+    async fn transition_test(
         &self,
-        job: &Job,
-        event: JobEvent,
+        test: &InferenceTest,
+        event: TestEvent,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
-    ) -> Result<Job>;
-    async fn job_tasks(&self, job_id: Uuid) -> Result<Vec<JobTask>>;
-    async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()>;
-    /// How many jobs are in each state.
-    async fn job_counts(&self) -> Result<Vec<(String, i64)>>;
-    /// A schedule's jobs, newest first.
-    async fn schedule_jobs(&self, schedule: Uuid, limit: i64) -> Result<Vec<Job>>;
+    ) -> Result<InferenceTest>;
+    async fn test_tasks(&self, test_id: Uuid) -> Result<Vec<TestTask>>;
+    async fn update_task(&self, task: &TestTask, event: Option<&NewEvent>) -> Result<()>;
+    /// How many tests are in each state.
+    async fn test_counts(&self) -> Result<Vec<(String, i64)>>;
+    /// A schedule's tests, newest first.
+    async fn schedule_tests(&self, schedule: Uuid, limit: i64) -> Result<Vec<InferenceTest>>;
 
     async fn insert_schedule(&self, schedule: &Schedule) -> Result<()>;
     async fn schedules(&self) -> Result<Vec<Schedule>>;
     /// Writes `paused`, `last_fired` and `webhooks`.
     async fn update_schedule(&self, schedule: &Schedule) -> Result<()>;
     /// Moves the schedule's `last_fired` from what `schedule` holds to `fired_at` and queues
-    /// `job` with it, in one transaction; false (nothing written) if another daemon fired it
+    /// `test` with it, in one transaction; false (nothing written) if another daemon fired it
     /// first.
     async fn fire_schedule(
         &self,
         schedule: &Schedule,
         fired_at: i64,
-        job: Option<(&Job, &[JobTask])>,
+        test: Option<(&InferenceTest, &[TestTask])>,
     ) -> Result<bool>;
     async fn delete_schedule(&self, id: Uuid) -> Result<()>;
 }
 
-macro_rules! select_jobs {
+macro_rules! select_tests {
     ($rest:literal) => {
-        concat!(select_jobs_sql!(), $rest)
+        concat!(select_tests_sql!(), $rest)
     };
 }
 
-pub(super) fn job_from_row(row: &AnyRow) -> Result<Job> {
+pub(super) fn test_from_row(row: &AnyRow) -> Result<InferenceTest> {
     let id: String = row.try_get("id")?;
     let state: String = row.try_get("state")?;
     let spec: String = row.try_get("spec")?;
     let results: Option<String> = row.try_get("results")?;
     let schedule: Option<String> = row.try_get("schedule_id")?;
-    Ok(Job {
+    Ok(InferenceTest {
         id: Uuid::parse_str(&id).map_err(corrupt)?,
         state: state.parse().map_err(corrupt)?,
         version: row.try_get("version")?,
         schedule_id: schedule.map(|s| Uuid::parse_str(&s).map_err(corrupt)).transpose()?,
         env_name: row.try_get("env_name")?,
-        spec: from_json(&spec, "job spec")?,
+        spec: from_json(&spec, "test spec")?,
         created_at: row.try_get("created_at")?,
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
         reason: row.try_get("reason")?,
-        results: results.map(|r| from_json(&r, "job results")).transpose()?,
-        job_dir: PathBuf::from(row.try_get::<String, _>("job_dir")?),
+        results: results.map(|r| from_json(&r, "test results")).transpose()?,
+        test_dir: PathBuf::from(row.try_get::<String, _>("test_dir")?),
         node: row.try_get("node")?,
         fence: row.try_get("fence")?,
     })
 }
 
-fn task_from_row(row: &AnyRow) -> Result<JobTask> {
-    let job_id: String = row.try_get("job_id")?;
-    let state: String = row.try_get("state")?;
-    let exit = exit_from_row(row)?;
-    Ok(JobTask {
-        job_id: Uuid::parse_str(&job_id).map_err(corrupt)?,
+fn task_from_row(row: &AnyRow) -> Result<TestTask> {
+    let test_id: String = row.try_get("test_id")?;
+    Ok(TestTask {
+        test_id: Uuid::parse_str(&test_id).map_err(corrupt)?,
         idx: row.try_get("idx")?,
         model: row.try_get("model")?,
-        state: state.parse().map_err(corrupt)?,
-        shim: identity(row, "shim")?,
-        process: identity(row, "process")?,
-        started_at: row.try_get("started_at")?,
-        ended_at: row.try_get("ended_at")?,
-        exit,
+        record: record_from_row(row)?,
         timed_out: row.try_get::<i64, _>("timed_out")? != 0,
     })
 }
@@ -120,62 +113,67 @@ fn schedule_from_row(row: &AnyRow) -> Result<Schedule> {
 }
 
 impl SqlStore {
-    async fn query_jobs(&self, sql: &'static str, bind: Option<&str>, limit: i64) -> Result<Vec<Job>> {
+    async fn query_tests(
+        &self,
+        sql: &'static str,
+        bind: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<InferenceTest>> {
         let mut query = sqlx::query(sql);
         if let Some(bind) = bind {
             query = query.bind(bind.to_string());
         }
         let rows = query.bind(limit).fetch_all(self.pool()).await?;
-        rows.iter().map(job_from_row).collect()
+        rows.iter().map(test_from_row).collect()
     }
 }
 
-/// Writes a queued job, its tasks and its event inside `tx`.
-async fn insert_job_in(
+/// Writes a queued test, its tasks and its event inside `tx`.
+async fn insert_test_in(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    job: &Job,
-    tasks: &[JobTask],
+    test: &InferenceTest,
+    tasks: &[TestTask],
 ) -> Result<()> {
     sqlx::query(
-            "INSERT INTO jobs (id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, \
-             reason, results, job_dir) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            "INSERT INTO tests (id, state, version, schedule_id, env_name, spec, created_at, started_at, ended_at, \
+             reason, results, test_dir) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
-        .bind(job.id.to_string())
-        .bind(job.state.as_str())
-        .bind(job.version)
-        .bind(job.schedule_id.map(|s| s.to_string()))
-        .bind(&job.env_name)
-        .bind(json(&job.spec))
-        .bind(job.created_at)
-        .bind(job.started_at)
-        .bind(job.ended_at)
-        .bind(job.reason.as_deref())
-        .bind(job.results.as_ref().map(json))
-        .bind(job.job_dir.to_string_lossy().into_owned())
+        .bind(test.id.to_string())
+        .bind(test.state.as_str())
+        .bind(test.version)
+        .bind(test.schedule_id.map(|s| s.to_string()))
+        .bind(&test.env_name)
+        .bind(json(&test.spec))
+        .bind(test.created_at)
+        .bind(test.started_at)
+        .bind(test.ended_at)
+        .bind(test.reason.as_deref())
+        .bind(test.results.as_ref().map(json))
+        .bind(test.test_dir.to_string_lossy().into_owned())
         .execute(&mut **tx)
         .await?;
     for task in tasks {
         sqlx::query(
-            "INSERT INTO job_tasks (job_id, idx, model, state, timed_out) VALUES ($1, $2, $3, $4, 0)",
+            "INSERT INTO test_tasks (test_id, idx, model, state, timed_out) VALUES ($1, $2, $3, $4, 0)",
         )
-        .bind(task.job_id.to_string())
+        .bind(task.test_id.to_string())
         .bind(task.idx)
         .bind(&task.model)
-        .bind(task.state.as_str())
+        .bind(task.record.state.as_str())
         .execute(&mut **tx)
         .await?;
     }
     let message =
-        format!("queued: inference test of {} against {}", job.env_name, job.spec.models.join(", "));
-    insert_event(&mut **tx, job.id, EventKind::Note, None, None, &message).await?;
+        format!("queued: inference test of {} against {}", test.env_name, test.spec.models.join(", "));
+    insert_event(&mut **tx, test.id, EventKind::Note, None, None, &message).await?;
     Ok(())
 }
 
 #[async_trait]
-impl JobStore for SqlStore {
-    async fn insert_job(&self, job: &Job, tasks: &[JobTask]) -> Result<()> {
+impl TestStore for SqlStore {
+    async fn insert_test(&self, test: &InferenceTest, tasks: &[TestTask]) -> Result<()> {
         let mut tx = self.pool().begin().await?;
-        insert_job_in(&mut tx, job, tasks).await?;
+        insert_test_in(&mut tx, test, tasks).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -184,7 +182,7 @@ impl JobStore for SqlStore {
         &self,
         schedule: &Schedule,
         fired_at: i64,
-        job: Option<(&Job, &[JobTask])>,
+        test: Option<(&InferenceTest, &[TestTask])>,
     ) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
         // Compare-and-set on the last firing: of several daemons ticking together, one fires.
@@ -197,54 +195,55 @@ impl JobStore for SqlStore {
         if moved.rows_affected() == 0 {
             return Ok(false);
         }
-        if let Some((job, tasks)) = job {
-            insert_job_in(&mut tx, job, tasks).await?;
+        if let Some((test, tasks)) = test {
+            insert_test_in(&mut tx, test, tasks).await?;
         }
         tx.commit().await?;
         Ok(true)
     }
 
-    async fn job(&self, id: Uuid) -> Result<Option<Job>> {
-        let row = sqlx::query(select_jobs!("WHERE id = $1"))
+    async fn test(&self, id: Uuid) -> Result<Option<InferenceTest>> {
+        let row = sqlx::query(select_tests!("WHERE id = $1"))
             .bind(id.to_string())
             .fetch_optional(self.pool())
             .await?;
-        row.as_ref().map(job_from_row).transpose()
+        row.as_ref().map(test_from_row).transpose()
     }
 
-    async fn jobs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Job>> {
+    async fn tests_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<InferenceTest>> {
         if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Ok(Vec::new());
         }
         let pattern = format!("{}%", prefix.to_ascii_lowercase());
-        self.query_jobs(select_jobs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), Some(&pattern), limit).await
+        self.query_tests(select_tests!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), Some(&pattern), limit).await
     }
 
-    async fn list_jobs(&self, limit: i64) -> Result<Vec<Job>> {
-        self.query_jobs(select_jobs!("ORDER BY seq DESC LIMIT $1"), None, limit).await
+    async fn list_tests(&self, limit: i64) -> Result<Vec<InferenceTest>> {
+        self.query_tests(select_tests!("ORDER BY seq DESC LIMIT $1"), None, limit).await
     }
 
-    async fn jobs_in(&self, state: JobState, limit: i64) -> Result<Vec<Job>> {
-        self.query_jobs(select_jobs!("WHERE state = $1 ORDER BY seq LIMIT $2"), Some(state.as_str()), limit)
+    async fn tests_in(&self, state: TestState, limit: i64) -> Result<Vec<InferenceTest>> {
+        self.query_tests(select_tests!("WHERE state = $1 ORDER BY seq LIMIT $2"), Some(state.as_str()), limit)
             .await
     }
 
-    async fn transition_job(
+    async fn transition_test(
         &self,
-        job: &Job,
-        event: JobEvent,
+        test: &InferenceTest,
+        event: TestEvent,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
-    ) -> Result<Job> {
-        let to = jobs::next(job.state, event).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    ) -> Result<InferenceTest> {
+        let to = crate::model::inference_test::next(test.state, event)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let now = now_millis();
-        let started_at = if to == JobState::Running { Some(now) } else { job.started_at };
-        let ended_at = if to.is_terminal() { Some(now) } else { job.ended_at };
-        let reason = reason.map(str::to_string).or_else(|| job.reason.clone());
-        let results = results.cloned().or_else(|| job.results.clone());
+        let started_at = if to == TestState::Running { Some(now) } else { test.started_at };
+        let ended_at = if to.is_terminal() { Some(now) } else { test.ended_at };
+        let reason = reason.map(str::to_string).or_else(|| test.reason.clone());
+        let results = results.cloned().or_else(|| test.results.clone());
         let mut tx = self.pool().begin().await?;
         let updated = sqlx::query(
-            "UPDATE jobs SET state = $1, version = version + 1, started_at = $2, ended_at = $3, reason = $4, \
+            "UPDATE tests SET state = $1, version = version + 1, started_at = $2, ended_at = $3, reason = $4, \
              results = $5 WHERE id = $6 AND state = $7 AND version = $8 \
              AND (CAST($9 AS BIGINT) IS NULL OR fence = $9)",
         )
@@ -253,78 +252,86 @@ impl JobStore for SqlStore {
         .bind(ended_at)
         .bind(reason.as_deref())
         .bind(results.as_ref().map(json))
-        .bind(job.id.to_string())
-        .bind(job.state.as_str())
-        .bind(job.version)
+        .bind(test.id.to_string())
+        .bind(test.state.as_str())
+        .bind(test.version)
         .bind(self.fence())
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() == 0 {
-            return Err(StoreError::JobConflict { id: job.id });
+            return Err(StoreError::TestConflict { id: test.id });
         }
         let message = match &reason {
-            Some(reason) => format!("{} -> {to}: {reason}", job.state),
-            None => format!("{} -> {to}", job.state),
+            Some(reason) => format!("{} -> {to}: {reason}", test.state),
+            None => format!("{} -> {to}", test.state),
         };
-        insert_event(&mut *tx, job.id, EventKind::Note, None, None, &message).await?;
+        insert_event(&mut *tx, test.id, EventKind::Note, None, None, &message).await?;
         tx.commit().await?;
-        Ok(Job { state: to, version: job.version + 1, started_at, ended_at, reason, results, ..job.clone() })
+        Ok(InferenceTest {
+            state: to,
+            version: test.version + 1,
+            started_at,
+            ended_at,
+            reason,
+            results,
+            ..test.clone()
+        })
     }
 
-    async fn job_tasks(&self, job_id: Uuid) -> Result<Vec<JobTask>> {
+    async fn test_tasks(&self, test_id: Uuid) -> Result<Vec<TestTask>> {
         let rows = sqlx::query(
-            "SELECT job_id, idx, model, state, shim, process, started_at, ended_at, exit_code, exit_signal, timed_out \
-             FROM job_tasks WHERE job_id = $1 ORDER BY idx",
+            "SELECT test_id, idx, model, state, shim, process, started_at, ended_at, exit_code, exit_signal, timed_out \
+             FROM test_tasks WHERE test_id = $1 ORDER BY idx",
         )
-        .bind(job_id.to_string())
+        .bind(test_id.to_string())
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(task_from_row).collect()
     }
 
-    async fn update_task(&self, task: &JobTask, event: Option<&NewEvent>) -> Result<()> {
-        let (code, signal) = exit_columns(task.exit);
+    async fn update_task(&self, task: &TestTask, event: Option<&NewEvent>) -> Result<()> {
+        let (code, signal) = exit_columns(task.record.exit);
         let mut tx = self.pool().begin().await?;
         let updated = sqlx::query(
-            "UPDATE job_tasks SET state = $1, shim = $2, process = $3, started_at = $4, ended_at = $5, exit_code = $6, \
-             exit_signal = $7, timed_out = $8 WHERE job_id = $9 AND idx = $10 \
-             AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = $9 AND jobs.fence = $11))",
+            "UPDATE test_tasks SET state = $1, shim = $2, process = $3, started_at = $4, ended_at = $5, exit_code = $6, \
+             exit_signal = $7, timed_out = $8 WHERE test_id = $9 AND idx = $10 \
+             AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM tests WHERE tests.id = $9 AND tests.fence = $11))",
         )
-        .bind(task.state.as_str())
-        .bind(task.shim.as_ref().map(json))
-        .bind(task.process.as_ref().map(json))
-        .bind(task.started_at)
-        .bind(task.ended_at)
+        .bind(task.record.state.as_str())
+        .bind(task.record.shim.as_ref().map(json))
+        .bind(task.record.process.as_ref().map(json))
+        .bind(task.record.started_at)
+        .bind(task.record.ended_at)
         .bind(code)
         .bind(signal)
         .bind(task.timed_out as i64)
-        .bind(task.job_id.to_string())
+        .bind(task.test_id.to_string())
         .bind(task.idx)
         .bind(self.fence())
         .execute(&mut *tx)
         .await?;
         if let (0, Some(token)) = (updated.rows_affected(), self.fence()) {
-            return Err(StoreError::Fenced { id: task.job_id, token });
+            return Err(StoreError::Fenced { id: task.test_id, token });
         }
         if let Some(event) = event {
-            insert_event(&mut *tx, task.job_id, event.kind, None, event.stage.as_deref(), &event.message)
+            insert_event(&mut *tx, task.test_id, event.kind, None, event.stage.as_deref(), &event.message)
                 .await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
-    async fn job_counts(&self) -> Result<Vec<(String, i64)>> {
+    async fn test_counts(&self) -> Result<Vec<(String, i64)>> {
         super::sql::count_by_state(
             self.pool(),
-            "SELECT state, COUNT(*) AS n FROM jobs GROUP BY state ORDER BY state",
+            "SELECT state, COUNT(*) AS n FROM tests GROUP BY state ORDER BY state",
         )
         .await
     }
 
-    async fn schedule_jobs(&self, schedule: Uuid, limit: i64) -> Result<Vec<Job>> {
+    async fn schedule_tests(&self, schedule: Uuid, limit: i64) -> Result<Vec<InferenceTest>> {
         let id = schedule.to_string();
-        self.query_jobs(select_jobs!("WHERE schedule_id = $1 ORDER BY seq DESC LIMIT $2"), Some(&id), limit)
+        self.query_tests(select_tests!("WHERE schedule_id = $1 ORDER BY seq DESC LIMIT $2"), Some(&id), limit)
             .await
     }
 

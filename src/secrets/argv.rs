@@ -1,10 +1,6 @@
-//! Keeping secrets out of what lachesis writes down (events, logs, printed commands).
+//! Command lines as they may be shown: values of secret flags and of secret variables redacted.
 
-/// Environment variables whose values are secrets wherever they turn up.
-pub const SECRET_VARS: &[&str] =
-    &["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "LACHESIS_API_TOKEN"];
-
-const MASK: &str = "***";
+use super::{REDACTED as MASK, SECRET_VARS};
 
 /// A flag whose name has the word key, token, secret or password (`--openai.api_key`, `--token`,
 /// not `--tokenizer_name`).
@@ -31,7 +27,7 @@ pub fn secret_flag_values(argv: &[String]) -> Vec<String> {
 
 /// The command line as it may be shown: values of `--…key`/`--…token`/`--…secret`/`--…password`
 /// flags, and any argument equal to a secret variable's value, become `***`.
-pub fn argv(argv: &[String]) -> String {
+pub fn redact_argv(argv: &[String]) -> String {
     let secrets: Vec<String> =
         SECRET_VARS.iter().filter_map(|v| std::env::var(v).ok()).filter(|v| !v.is_empty()).collect();
     let mut out = Vec::with_capacity(argv.len());
@@ -60,7 +56,7 @@ mod tests {
 
     #[test]
     fn secret_flag_values_are_masked() {
-        let shown = argv(&args(&[
+        let shown = redact_argv(&args(&[
             "env.py",
             "process",
             "--openai.api_key",
@@ -70,9 +66,9 @@ mod tests {
         ]));
         assert_eq!(shown, "env.py process --openai.api_key *** --openai.model_name qwen");
         assert_eq!(
-            argv(&args(&["x", "--token=abc", "--env.tokenizer_name", "t"])),
+            redact_argv(&args(&["x", "--token=abc", "--env.tokenizer_name", "t"])),
             "x --token=*** --env.tokenizer_name t"
         );
-        assert_eq!(argv(&args(&["run-api", "--port", "8000"])), "run-api --port 8000");
+        assert_eq!(redact_argv(&args(&["run-api", "--port", "8000"])), "run-api --port 8000");
     }
 }

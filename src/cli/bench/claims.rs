@@ -12,10 +12,10 @@ use serde::Serialize;
 use sqlx::Connection;
 use uuid::Uuid;
 
-use super::{BenchResult, Percentiles};
-use crate::model::{Run, RunParams, Stage};
-use crate::store::{NodeRegistration, NodeStore, Pick, Store, StoreLocation};
-use crate::workflow::Workflow;
+use super::supervisor::{BenchResult, Percentiles};
+use lachesis::model::{Run, RunParams, Stage};
+use lachesis::store::{ClaimStore, NodeRegistration, NodeStore, Pick, Store, StoreLocation};
+use lachesis::workflow::Workflow;
 
 #[derive(Debug, Serialize)]
 pub struct ClaimRound {
@@ -64,7 +64,7 @@ pub async fn claims(
 
 async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str)) -> BenchResult<ClaimRound> {
     let location = StoreLocation::Postgres(url.to_string());
-    let store: Arc<dyn Store> = Arc::new(crate::store::open(&location).await?);
+    let store: Arc<dyn Store> = Arc::new(lachesis::store::open(&location).await?);
     progress(&format!("{claimers} claimer(s): queueing {runs} runs"));
     let spec = Workflow::parse(
         std::path::Path::new("bench.yaml"),
@@ -100,7 +100,7 @@ async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str))
 
 /// One daemon's worth of claiming: its own pool and lease, one run per call.
 async fn claim_until_empty(location: StoreLocation, n: usize) -> Result<(Vec<Uuid>, Vec<f64>), String> {
-    let store = crate::store::open(&location).await.map_err(|e| e.to_string())?;
+    let store = lachesis::store::open(&location).await.map_err(|e| e.to_string())?;
     let registration = NodeRegistration {
         id: format!("bench-{n}"),
         hostname: "bench".into(),

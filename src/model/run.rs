@@ -1,5 +1,6 @@
-//! The run state machine: the one table of legal moves. Pure; the store applies a move with a
-//! conditional write, so this module decides *whether*, never *when*.
+//! A run: one execution of a workflow, and its state machine — the one table of legal moves.
+//! The table is pure; the store applies a move with a conditional write, so this module decides
+//! *whether*, never *when*.
 //!
 //! ```text
 //! pending ──claim──▶ starting ──all stages up──▶ running ──complete──▶ completed
@@ -18,9 +19,160 @@
 //! retrying ──stop──▶ stopping
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
 
-use crate::model::RunState;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{Millis, Stage, UnknownState, now_millis, short_id};
+use crate::workflow::Workflow;
+
+/// A run's place in its life; see `next` for the moves between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Pending,
+    Starting,
+    Running,
+    Stopping,
+    /// A transient failure: the rest of the stages are stopped, then the run queues again.
+    Retrying,
+    Stopped,
+    Completed,
+    Failed,
+}
+
+impl RunState {
+    pub const ALL: [RunState; 8] = [
+        RunState::Pending,
+        RunState::Starting,
+        RunState::Running,
+        RunState::Stopping,
+        RunState::Retrying,
+        RunState::Stopped,
+        RunState::Completed,
+        RunState::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Pending => "pending",
+            RunState::Starting => "starting",
+            RunState::Running => "running",
+            RunState::Stopping => "stopping",
+            RunState::Retrying => "retrying",
+            RunState::Stopped => "stopped",
+            RunState::Completed => "completed",
+            RunState::Failed => "failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunState::Stopped | RunState::Completed | RunState::Failed)
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunState {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownState::new("run", s, RunState::ALL.iter().map(|s| s.as_str())))
+    }
+}
+
+/// One execution of a workflow.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Run {
+    pub id: Uuid,
+    pub workflow: String,
+    pub env_name: Option<String>,
+    pub state: RunState,
+    /// Bumped by every write; the optimistic-concurrency token of the conditional updates.
+    pub version: i64,
+    pub priority: i64,
+    pub attempt: i64,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    /// Why the run is in its state, in words (failure cause, who stopped it).
+    pub reason: Option<String>,
+    pub run_dir: PathBuf,
+    /// The workflow as it was when the run was submitted: later edits don't change queued runs.
+    pub spec: Workflow,
+    /// Template variables given at submission (`--var`), and config values (`--set`).
+    pub params: RunParams,
+    /// The node that claimed the run (kept after it ends, to say where it ran).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// The fencing token of the claim: the owner's writes must still carry it.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// A retry's backoff: the run is not claimed before this time.
+    #[serde(default)]
+    pub not_before: Option<Millis>,
+}
+
+impl Run {
+    /// A run queued now: the first attempt, owned by no node yet.
+    pub fn queued(id: Uuid, spec: Workflow, run_dir: PathBuf, priority: i64, params: RunParams) -> Run {
+        let now = now_millis();
+        Run {
+            id,
+            workflow: spec.name.clone(),
+            env_name: None,
+            state: RunState::Pending,
+            version: 0,
+            priority,
+            attempt: 1,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            ended_at: None,
+            reason: None,
+            run_dir,
+            spec,
+            params,
+            node: None,
+            fence: None,
+            not_before: None,
+        }
+    }
+
+    /// Its stages as they start: not started, each logging under the run directory.
+    pub fn pending_stages(&self) -> Vec<Stage> {
+        let stages = self.spec.stages.iter().enumerate();
+        stages
+            .map(|(idx, s)| Stage::pending(self.id, idx, &s.name, self.run_dir.join(s.log_file())))
+            .collect()
+    }
+
+    pub fn short_id(&self) -> String {
+        short_id(&self.id)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunParams {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, serde_json::Value>,
+    /// Values resolved at claim time (ports picked, paths), so a restarted daemon expands the same.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resolved: BTreeMap<String, String>,
+}
 
 /// What can happen to a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -13,9 +13,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// What replaces a secret in anything lachesis keeps.
-const MASK: &str = "***";
-
 /// How far back `stderr_tail` reads at most, so a log made of one huge line can't exhaust memory.
 const TAIL_MAX_BYTES: u64 = 64 * 1024;
 
@@ -116,8 +113,8 @@ impl ModelResult {
     }
 
     /// Masks `secret` in every free-text field, for results built from command lines or logs.
-    pub fn mask_secret(&mut self, secret: &str) {
-        let mask = |s: &mut String| *s = mask_secret(s, secret);
+    pub fn redact(&mut self, secret: &str) {
+        let mask = |s: &mut String| *s = crate::secrets::redact_text(s, secret);
         mask(&mut self.model);
         mask(&mut self.output_path);
         self.notes.iter_mut().for_each(mask);
@@ -167,51 +164,17 @@ fn parse_group(line: &[u8]) -> Result<Vec<Option<f64>>, String> {
     if line.first() != Some(&b'{') {
         return Err("not a JSON object".to_string());
     }
-    match serde_json::from_slice::<GroupLine>(line) {
-        Ok(group) => Ok(group.scores.unwrap_or_default()),
-        Err(first) => {
-            // Python's json (which atroposlib's writer uses) emits NaN/Infinity for non-finite
-            // floats; read those as "no score" rather than calling the whole line malformed.
-            let Some(patched) = python_nonfinite_to_null(line) else { return Err(first.to_string()) };
-            serde_json::from_slice::<GroupLine>(&patched)
-                .map(|group| group.scores.unwrap_or_default())
-                .map_err(|_| first.to_string())
-        }
-    }
+    // atroposlib's writer is Python's json, which emits NaN/Infinity for non-finite floats:
+    // those read as "no score" rather than a malformed line.
+    crate::pyjson::from_slice::<GroupLine>(line)
+        .map(|group| group.scores.unwrap_or_default())
+        .map_err(|e| e.to_string())
 }
 
-/// Replaces Python's bare `NaN`, `Infinity` and `-Infinity` tokens (outside strings) with `null`.
-/// Returns `None` when there were none, so the caller keeps the original parse error.
-fn python_nonfinite_to_null(line: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(line.len());
-    let (mut in_string, mut escaped, mut changed) = (false, false, false);
-    let mut i = 0;
-    while i < line.len() {
-        let b = line[i];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-        } else if b == b'"' {
-            in_string = true;
-        } else if let Some(len) = [&b"-Infinity"[..], b"Infinity", b"NaN"]
-            .iter()
-            .find(|t| line[i..].starts_with(t))
-            .map(|t| t.len())
-        {
-            out.extend_from_slice(b"null");
-            i += len;
-            changed = true;
-            continue;
-        }
-        out.push(b);
-        i += 1;
-    }
-    changed.then_some(out)
+/// How many complete lines `path` holds (0 when it does not exist yet): the groups a running
+/// test has written so far.
+pub fn lines_in(path: &Path) -> usize {
+    std::fs::read(path).map(|b| b.iter().filter(|c| **c == b'\n').count()).unwrap_or(0)
 }
 
 /// Reads the groups file a test of `model` wrote. Never fails: a missing or unreadable file, or
@@ -356,12 +319,6 @@ fn read_tail_bytes(log: &Path, lines: usize) -> std::io::Result<Vec<u8>> {
         }
     }
     Ok(tail)
-}
-
-/// `text` with every occurrence of `secret` replaced by `***`. An empty secret changes nothing (it
-/// would otherwise match between every character).
-pub fn mask_secret(text: &str, secret: &str) -> String {
-    if secret.is_empty() { text.to_string() } else { text.replace(secret, MASK) }
 }
 
 #[cfg(test)]
@@ -655,21 +612,13 @@ mod tests {
     }
 
     #[test]
-    fn masking_replaces_every_occurrence() {
-        assert_eq!(
-            mask_secret("--openai.api_key sk-1 then sk-1sk-1 end", "sk-1"),
-            "--openai.api_key *** then ****** end"
-        );
-        assert_eq!(mask_secret("nothing here", "sk-1"), "nothing here");
-        assert_eq!(mask_secret("keep", ""), "keep");
-        assert_eq!(mask_secret("ключ sk-ü ключ", "sk-ü"), "ключ *** ключ");
-
+    fn redacting_covers_every_text_field() {
         let mut r = ModelResult::new("m", Path::new("/runs/sk-1/g.jsonl"));
         r.error = Some("401 for key sk-1".into());
         r.exit = Some("exit 1 (sk-1)".into());
         r.log_path = Some("/logs/sk-1.log".into());
         r.notes.push("sk-1".into());
-        r.mask_secret("sk-1");
+        r.redact("sk-1");
         let json = serde_json::to_string(&r).unwrap();
         assert!(!json.contains("sk-1"), "{json}");
         assert_eq!(r.error.as_deref(), Some("401 for key ***"));

@@ -376,7 +376,7 @@ impl WandbClient {
             .into_iter()
             .filter_map(|row| match row {
                 Value::Object(map) => Some(map),
-                Value::String(text) => match parse_lenient(&text) {
+                Value::String(text) => match crate::pyjson::from_str::<Value>(&text) {
                     Ok(Value::Object(map)) => Some(map),
                     _ => None,
                 },
@@ -436,7 +436,7 @@ impl WandbClient {
             return Err(WandbError::Unauthorized { code: status.as_u16() });
         }
         let body = self.read_body(response).await?;
-        let parsed = parse_lenient(&body);
+        let parsed = crate::pyjson::from_str::<Value>(&body);
         if !status.is_success() {
             // GraphQL servers answer a query they reject with 400/422 and an `errors` list, which
             // says far more than the status.
@@ -445,7 +445,7 @@ impl WandbClient {
                 None => WandbError::Status { code: status.as_u16() },
             });
         }
-        let mut answer = parsed.map_err(|e| WandbError::Decode { detail: self.scrub(&e.to_string()) })?;
+        let mut answer = parsed.map_err(|e| WandbError::Decode { detail: self.redact(&e.to_string()) })?;
         if let Some(messages) = self.error_messages(&answer) {
             // Partial data next to errors is not trusted: a missing field would read as "no run".
             return Err(WandbError::GraphQl { messages });
@@ -474,8 +474,8 @@ impl WandbClient {
             .iter()
             .take(MAX_MESSAGES)
             .map(|e| match e.get("message").and_then(Value::as_str) {
-                Some(message) => self.scrub(message),
-                None => self.scrub(&e.to_string()),
+                Some(message) => self.redact(message),
+                None => self.redact(&e.to_string()),
             })
             .collect();
         if errors.len() > MAX_MESSAGES {
@@ -489,14 +489,14 @@ impl WandbClient {
             WandbError::Timeout { after: self.timeout }
         } else {
             // Connection refused, DNS, TLS, a reset mid-answer: all mean W&B can't be read now.
-            WandbError::Unreachable { detail: self.scrub(&error_chain(&error.without_url())) }
+            WandbError::Unreachable { detail: self.redact(&error_chain(&error.without_url())) }
         }
     }
 
     /// `text` with the API key masked, for anything that came from the server or the network
     /// stack (a server may echo what it was sent).
-    fn scrub(&self, text: &str) -> String {
-        text.replace(&self.key, "***")
+    fn redact(&self, text: &str) -> String {
+        crate::secrets::redact_text(text, &self.key)
     }
 }
 
@@ -510,62 +510,11 @@ fn embedded_json(field: Option<&Value>, name: &str) -> Result<Option<Value>, Wan
     match field {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) if text.trim().is_empty() => Ok(None),
-        Some(Value::String(text)) => parse_lenient(text)
+        Some(Value::String(text)) => crate::pyjson::from_str::<Value>(text)
             .map(|v| Some(v).filter(|v| !v.is_null()))
             .map_err(|e| WandbError::Decode { detail: format!("{name}: {e}") }),
         Some(other) => Ok(Some(other.clone())),
     }
-}
-
-/// JSON, also as Python's `json.dumps` writes it: `NaN`, `Infinity` and `-Infinity` (a diverged
-/// loss) become null instead of failing the whole summary.
-fn parse_lenient(text: &str) -> Result<Value, serde_json::Error> {
-    match serde_json::from_str(text) {
-        Ok(value) => Ok(value),
-        Err(error) if text.contains("NaN") || text.contains("Infinity") => {
-            serde_json::from_str(&replace_non_finite(text)).map_err(|_| error)
-        }
-        Err(error) => Err(error),
-    }
-}
-
-/// `text` with bare `NaN`, `Infinity` and `-Infinity` tokens (outside strings) replaced by `null`.
-fn replace_non_finite(text: &str) -> String {
-    const TOKENS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    let (mut copied, mut i) = (0, 0);
-    while i < bytes.len() {
-        let b = bytes[i];
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            i += 1;
-            continue;
-        }
-        if b == b'"' {
-            in_string = true;
-            i += 1;
-            continue;
-        }
-        // Tokens start with an ASCII byte, so `i` and the end of the token are char boundaries.
-        match TOKENS.iter().find(|t| bytes[i..].starts_with(t.as_bytes())) {
-            Some(token) => {
-                out.push_str(&text[copied..i]);
-                out.push_str("null");
-                i += token.len();
-                copied = i;
-            }
-            None => i += 1,
-        }
-    }
-    out.push_str(&text[copied..]);
-    out
 }
 
 /// The run's page: the hosted API at `api.wandb.ai` has its UI at `wandb.ai`; a self-hosted server
@@ -1090,15 +1039,6 @@ mod tests {
         assert_eq!(age_text(0, 4 * 86_400_000), "4 d old");
         assert_eq!(age_text(10_000, 0), "0 s old");
         assert_eq!(age_text(i64::MIN, i64::MAX), format!("{} d old", i64::MAX / 1000 / 86_400));
-    }
-
-    #[test]
-    fn non_finite_numbers_become_null_outside_strings_only() {
-        let text = r#"{"a": NaN, "b": -Infinity, "c": [Infinity], "d": "NaN \" Infinity", "é": 1}"#;
-        let value = parse_lenient(text).expect("lenient");
-        assert_eq!(value, json!({"a": null, "b": null, "c": [null], "d": "NaN \" Infinity", "é": 1}));
-        assert!(parse_lenient(r#"{"a": NaNa}"#).is_err());
-        assert!(parse_lenient("").is_err());
     }
 
     #[test]

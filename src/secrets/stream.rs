@@ -1,18 +1,18 @@
-//! Copying a stage's output to its log with secrets replaced by `***`. Programs print their
+//! Copying a process's output with secrets replaced by `***`. Programs print their
 //! configuration (atroposlib's `process` prints its server config, API key and all), so the
 //! only place to keep keys out of logs is between the program and the file.
 
 use std::io::{self, Read, Write};
 
-const MASK: &[u8] = b"***";
+const MASK: &[u8] = super::REDACTED.as_bytes();
 
 /// The secrets a stage could print: values of the secret variables in its environment and of
 /// secret flags in its argv. Short values are ignored: masking `x` would garble the log.
 pub fn secrets_for(argv: &[String]) -> Vec<Vec<u8>> {
-    let mut secrets: Vec<Vec<u8>> = crate::redact::SECRET_VARS
+    let mut secrets: Vec<Vec<u8>> = super::SECRET_VARS
         .iter()
         .filter_map(|var| std::env::var(var).ok())
-        .chain(crate::redact::secret_flag_values(argv))
+        .chain(super::argv::secret_flag_values(argv))
         .filter(|value| value.len() >= 8)
         .map(String::into_bytes)
         .collect();
@@ -23,7 +23,7 @@ pub fn secrets_for(argv: &[String]) -> Vec<Vec<u8>> {
 
 /// Copies `input` to `output` until EOF, replacing every secret. A secret split across two
 /// reads is caught: the bytes that could begin one are held back until the next read decides.
-pub fn copy_masked(mut input: impl Read, mut output: impl Write, secrets: &[Vec<u8>]) -> io::Result<()> {
+pub fn copy_redacted(mut input: impl Read, mut output: impl Write, secrets: &[Vec<u8>]) -> io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut chunk = [0u8; 8192];
     loop {
@@ -70,6 +70,29 @@ fn held_back(text: &[u8], secrets: &[Vec<u8>]) -> usize {
         .unwrap_or(0)
 }
 
+/// `lachesis redact`: copies stdin to stdout with secrets replaced by `***`. The secrets are the
+/// values of the secret variables and of `LACHESIS_SECRET_ARG_*` in our environment (which is
+/// the job's), never anything on the command line. Returns the process exit code.
+pub fn filter_main() -> i32 {
+    let mut secrets = secrets_for(&[]);
+    secrets.extend(
+        std::env::vars_os()
+            .filter(|(name, _)| name.to_str().is_some_and(|n| n.starts_with(super::SECRET_ARG_PREFIX)))
+            .filter_map(|(_, value)| value.into_string().ok())
+            .filter(|value| value.len() >= 8)
+            .map(String::into_bytes),
+    );
+    secrets.sort();
+    secrets.dedup();
+    match copy_redacted(io::stdin().lock(), io::stdout().lock(), &secrets) {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "lachesis redact: {e}");
+            1
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,7 +115,7 @@ mod tests {
         let text = b"APIServerConfig(api_key='sk-secret-123', other='tnkr-abcdefgh')\nsk-secret-12 is not it\nend sk-";
         for piece in [1, 2, 3, 5, 7, 64] {
             let mut out = Vec::new();
-            copy_masked(Pieces(text, piece), &mut out, &secrets).unwrap();
+            copy_redacted(Pieces(text, piece), &mut out, &secrets).unwrap();
             assert_eq!(
                 String::from_utf8(out).unwrap(),
                 "APIServerConfig(api_key='***', other='***')\nsk-secret-12 is not it\nend sk-",

@@ -1,14 +1,15 @@
-//! Inference-test jobs: queue, find, inspect, cancel.
+//! Inference tests: queue, find, inspect, cancel.
 
 use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use crate::jobs::inference::{
+use crate::inference::spec::{
     DEFAULT_CONCURRENCY, DEFAULT_GROUP_SIZE, DEFAULT_MODELS, DEFAULT_STEPS, DEFAULT_TIMEOUT,
     LOCKED_TEST_FIELDS,
 };
-use crate::jobs::{InferenceSpec, Job, JobEvent, JobTask, Provider};
+use crate::inference::{InferenceSpec, Provider};
+use crate::model::{InferenceTest, TestEvent, TestTask};
 use crate::store::StoreError;
 use crate::workflow::Dur;
 
@@ -38,16 +39,43 @@ pub struct TestRequest {
     pub schedule_id: Option<Uuid>,
 }
 
+/// An inference test with its per-model tasks and its events.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TestStatus {
+    pub test: InferenceTest,
+    pub tasks: Vec<TestTask>,
+    /// Groups each model has written so far (its JSONL grows by one line per group), in task
+    /// order; the environment prints little else while it works.
+    pub groups_written: Vec<usize>,
+    pub events: Vec<crate::model::Event>,
+}
+
+/// A schedule as `schedule show` presents it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ScheduleDetail {
+    pub schedule: crate::model::Schedule,
+    /// The next due time in milliseconds (UTC), `None` when paused.
+    pub next_due: Option<crate::model::Millis>,
+    /// Its latest tests, newest first.
+    pub tests: Vec<InferenceTest>,
+    /// Its firings, catch-ups and skips.
+    pub events: Vec<crate::model::Event>,
+}
+
 impl Service {
     /// Validates and queues an inference test; the daemon runs it.
-    pub async fn submit_test(&self, request: TestRequest) -> Result<Job> {
+    pub async fn submit_test(&self, request: TestRequest) -> Result<InferenceTest> {
         let spec = self.test_spec(&request).await?;
-        let job =
-            crate::jobs::new_job(Uuid::new_v4(), spec, request.schedule_id, &self.settings.home.join("jobs"));
-        let tasks = crate::jobs::pending_tasks(&job);
-        self.store.insert_job(&job, &tasks).await?;
+        let test = crate::model::InferenceTest::queued(
+            Uuid::new_v4(),
+            spec,
+            request.schedule_id,
+            &self.settings.home.join("tests"),
+        );
+        let tasks = test.pending_tasks();
+        self.store.insert_test(&test, &tasks).await?;
         self.wake().await;
-        Ok(job)
+        Ok(test)
     }
 
     /// Everything an inference test needs, resolved and checked now (environment file,
@@ -105,52 +133,51 @@ impl Service {
         })
     }
 
-    pub async fn resolve_job(&self, prefix: &str) -> Result<Job> {
-        let prefix = prefix.trim();
-        if let Ok(id) = Uuid::parse_str(prefix)
-            && let Some(job) = self.store.job(id).await?
-        {
-            return Ok(job);
-        }
-        let mut matches = self.store.jobs_by_prefix(prefix, 6).await?;
-        match matches.len() {
-            0 => Err(ServiceError::UnknownJob(prefix.to_string())),
-            1 => Ok(matches.remove(0)),
-            _ => Err(ServiceError::AmbiguousRun {
-                prefix: prefix.to_string(),
-                candidates: matches.iter().map(|j| j.id.to_string()).collect(),
-            }),
-        }
+    pub async fn resolve_test(&self, prefix: &str) -> Result<InferenceTest> {
+        let by_id = async |id| self.store.test(id).await;
+        let by_prefix = async |prefix: &str| self.store.tests_by_prefix(prefix, 6).await;
+        let id_of = |t: &InferenceTest| t.id;
+        super::resolve_prefix(prefix, "tests", by_id, by_prefix, id_of, ServiceError::UnknownTest).await
     }
 
-    pub async fn job_status(&self, prefix: &str) -> Result<(Job, Vec<JobTask>)> {
-        let job = self.resolve_job(prefix).await?;
-        let tasks = self.store.job_tasks(job.id).await?;
-        Ok((job, tasks))
+    pub async fn test_status(&self, prefix: &str) -> Result<TestStatus> {
+        let test = self.resolve_test(prefix).await?;
+        let tasks = self.store.test_tasks(test.id).await?;
+        let events = self.store.events(test.id, 0).await?;
+        let groups_written = tasks
+            .iter()
+            .map(|t| {
+                crate::inference::results::lines_in(&crate::inference::spec::output_path(
+                    &test.test_dir,
+                    &t.model,
+                ))
+            })
+            .collect();
+        Ok(TestStatus { test, tasks, groups_written, events })
     }
 
-    pub async fn list_jobs(&self, limit: i64) -> Result<Vec<Job>> {
-        Ok(self.store.list_jobs(limit).await?)
+    pub async fn list_tests(&self, limit: i64) -> Result<Vec<InferenceTest>> {
+        Ok(self.store.list_tests(limit).await?)
     }
 
-    /// Cancels a queued or running job (its processes are killed by the daemon).
-    pub async fn cancel_job(&self, prefix: &str) -> Result<Job> {
-        let mut job = self.resolve_job(prefix).await?;
+    /// Cancels a queued or running test (its processes are killed by the daemon).
+    pub async fn cancel_test(&self, prefix: &str) -> Result<InferenceTest> {
+        let mut test = self.resolve_test(prefix).await?;
         loop {
-            if job.state.is_terminal() {
-                return Err(ServiceError::JobEnded { id: job.id.to_string(), state: job.state });
+            if test.state.is_terminal() {
+                return Err(ServiceError::TestEnded { id: test.id.to_string(), state: test.state });
             }
-            match self.store.transition_job(&job, JobEvent::Cancel, Some("cancelled"), None).await {
-                Ok(job) => {
+            match self.store.transition_test(&test, TestEvent::Cancel, Some("cancelled"), None).await {
+                Ok(test) => {
                     self.wake().await;
-                    return Ok(job);
+                    return Ok(test);
                 }
-                Err(StoreError::JobConflict { .. }) => {
-                    job = self
+                Err(StoreError::TestConflict { .. }) => {
+                    test = self
                         .store
-                        .job(job.id)
+                        .test(test.id)
                         .await?
-                        .ok_or_else(|| ServiceError::UnknownJob(prefix.to_string()))?;
+                        .ok_or_else(|| ServiceError::UnknownTest(prefix.to_string()))?;
                 }
                 Err(err) => return Err(err.into()),
             }
@@ -168,13 +195,13 @@ impl Service {
         request: &TestRequest,
         webhooks: Vec<String>,
         max_drop: Option<f64>,
-    ) -> Result<crate::jobs::Schedule> {
+    ) -> Result<crate::model::Schedule> {
         let policy = match max_drop {
-            Some(drop) => crate::jobs::schedule::RegressionPolicy::new(drop)
+            Some(drop) => crate::inference::regression::RegressionPolicy::new(drop)
                 .map_err(|e| ServiceError::Schedule(e.to_string()))?,
-            None => crate::jobs::schedule::RegressionPolicy::default(),
+            None => crate::inference::regression::RegressionPolicy::default(),
         };
-        crate::jobs::schedule::Cron::parse(cron, tz).map_err(|e| ServiceError::Schedule(e.to_string()))?;
+        crate::cron::Cron::parse(cron, tz).map_err(|e| ServiceError::Schedule(e.to_string()))?;
         if self.store.schedules().await?.iter().any(|s| s.name == name) {
             return Err(ServiceError::Schedule(format!("a schedule called '{name}' already exists")));
         }
@@ -184,7 +211,7 @@ impl Service {
             }
         }
         let now = crate::model::now_millis();
-        let schedule = crate::jobs::Schedule {
+        let schedule = crate::model::Schedule {
             id: Uuid::new_v4(),
             name: name.to_string(),
             cron: cron.to_string(),
@@ -202,7 +229,7 @@ impl Service {
         Ok(schedule)
     }
 
-    pub async fn schedule(&self, name: &str) -> Result<crate::jobs::Schedule> {
+    pub async fn schedule(&self, name: &str) -> Result<crate::model::Schedule> {
         let all = self.store.schedules().await?;
         let names: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
         all.into_iter().find(|s| s.name == name).ok_or_else(|| ServiceError::UnknownSchedule {
@@ -211,11 +238,20 @@ impl Service {
         })
     }
 
-    pub async fn schedules(&self) -> Result<Vec<crate::jobs::Schedule>> {
+    pub async fn schedules(&self) -> Result<Vec<crate::model::Schedule>> {
         Ok(self.store.schedules().await?)
     }
 
-    pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<crate::jobs::Schedule> {
+    /// A schedule with its next due time, its latest tests and its history of firings.
+    pub async fn schedule_detail(&self, name: &str) -> Result<ScheduleDetail> {
+        let schedule = self.schedule(name).await?;
+        let tests = self.store.schedule_tests(schedule.id, 10).await?;
+        let events = self.store.events(schedule.id, 0).await?;
+        let next_due = schedule.next_due(chrono::Utc::now());
+        Ok(ScheduleDetail { schedule, next_due, tests, events })
+    }
+
+    pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<crate::model::Schedule> {
         let mut schedule = self.schedule(name).await?;
         schedule.paused = paused;
         if !paused {
@@ -227,7 +263,7 @@ impl Service {
         Ok(schedule)
     }
 
-    pub async fn remove_schedule(&self, name: &str) -> Result<crate::jobs::Schedule> {
+    pub async fn remove_schedule(&self, name: &str) -> Result<crate::model::Schedule> {
         let schedule = self.schedule(name).await?;
         self.store.delete_schedule(schedule.id).await?;
         Ok(schedule)

@@ -1,6 +1,12 @@
+//! `lachesis bench`: figures measured on this machine with real daemons in scratch homes (the
+//! supervisor, the HTTP API, claims on PostgreSQL). It prints figures; it passes or fails nothing.
+
 use std::process::ExitCode;
 
-use lachesis::bench::{self, BenchOptions};
+mod claims;
+mod supervisor;
+
+use supervisor::BenchOptions;
 
 use super::CliResult;
 use super::output::print_json;
@@ -60,7 +66,7 @@ pub fn run(args: BenchArgs) -> CliResult {
     };
     let exe = std::env::current_exe()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let report = runtime.block_on(bench::run(&exe, &options, &|line| eprintln!("bench: {line}")))?;
+    let report = runtime.block_on(supervisor::run(&exe, &options, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -95,7 +101,7 @@ fn http(args: BenchArgs) -> CliResult {
     let exe = std::env::current_exe()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let report = runtime
-        .block_on(bench::http_load(&exe, args.rate, args.seconds, &|line| eprintln!("bench: {line}")))?;
+        .block_on(supervisor::http_load(&exe, args.rate, args.seconds, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
     } else {
@@ -117,7 +123,7 @@ fn http(args: BenchArgs) -> CliResult {
 
 fn claims(args: BenchArgs) -> CliResult {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let report = runtime.block_on(bench::claims(&args.postgres, args.claim_runs, &[1, 2, 4], &|line| {
+    let report = runtime.block_on(claims::claims(&args.postgres, args.claim_runs, &[1, 2, 4], &|line| {
         eprintln!("bench: {line}")
     }))?;
     if args.json {

@@ -1,4 +1,4 @@
-//! Schedules: when a cron schedule is due, and whether a scheduled job regressed.
+//! Cron expressions in a time zone, and which due times have passed since a schedule last fired.
 //!
 //! Everything here is pure. The clock is always a parameter, so the daemon decides what "now"
 //! is and the tests can walk through weeks of due times in microseconds.
@@ -7,19 +7,17 @@
 //! day-of-week) or one of the `@yearly`-style aliases, evaluated by `croner` with POSIX/Vixie
 //! semantics: day-of-week 0 and 7 are Sunday, and when both day-of-month and day-of-week are
 //! restricted a day matching either fires. Seconds and years are rejected even though croner can
-//! parse them: training jobs run for hours, so second precision only turns a schedule into a
+//! parse them: training tests run for hours, so second precision only turns a schedule into a
 //! stream of "missed" due times, and a 6-field line is ambiguous (croner reads seconds first,
 //! other tools read a trailing year), so accepting it would run some pasted lines at the wrong
 //! times without a word.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::errors::CronError as CronerError;
 use croner::parser::{CronParser, Seconds, Year};
-use serde::{Deserialize, Serialize};
 
 /// An expression that can't be used as a schedule, or a time zone that doesn't exist.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -282,11 +280,11 @@ pub const MAX_COUNTED_DUE_TIMES: usize = 10_000;
 pub enum Tick {
     /// Nothing is due.
     Idle { next: Option<DateTime<Utc>> },
-    /// Enqueue one job for `due_at`, the latest due time. `missed` earlier due times passed
-    /// without a job (the daemon was down); they get no jobs of their own, only a record.
+    /// Enqueue one test for `due_at`, the latest due time. `missed` earlier due times passed
+    /// without a test (the daemon was down); they get no tests of their own, only a record.
     Fire { due_at: DateTime<Utc>, missed: usize, next: Option<DateTime<Utc>> },
-    /// Something is due but the schedule's previous job still runs: record the due time as
-    /// skipped ("previous job still running") and enqueue nothing.
+    /// Something is due but the schedule's previous test still runs: record the due time as
+    /// skipped ("previous test still running") and enqueue nothing.
     Skip { due_at: DateTime<Utc>, missed: usize, next: Option<DateTime<Utc>> },
 }
 
@@ -302,7 +300,7 @@ impl Tick {
 /// Decides what is due in `(last_fired_or_checked, now]`.
 ///
 /// The caller stores `now` as the new `last_fired_or_checked` after every tick, whatever it
-/// returned: after a `Skip` too, since a skipped due time must not fire once the running job
+/// returned: after a `Skip` too, since a skipped due time must not fire once the running test
 /// ends. A new schedule starts from its creation time. `missed` stops growing at
 /// `MAX_COUNTED_DUE_TIMES - 1`. If the clock went back (`now` before `last`), nothing is due and
 /// `next` comes after `last`, since the due times up to `last` were already handled.
@@ -310,14 +308,14 @@ pub fn tick(
     cron: &Cron,
     last_fired_or_checked: DateTime<Utc>,
     now: DateTime<Utc>,
-    job_running: bool,
+    test_running: bool,
 ) -> Tick {
     let next = cron.next_after(now.max(last_fired_or_checked));
     let Some(due) = due_between(cron, last_fired_or_checked, now) else {
         return Tick::Idle { next };
     };
     let missed = due.count.saturating_sub(1);
-    if job_running {
+    if test_running {
         Tick::Skip { due_at: due.latest, missed, next }
     } else {
         Tick::Fire { due_at: due.latest, missed, next }
@@ -352,168 +350,7 @@ fn due_between(cron: &Cron, last: DateTime<Utc>, now: DateTime<Utc>) -> Option<D
     Some(Due { latest, count })
 }
 
-/// How many of a schedule's most recent succeeded jobs make up its baseline.
-pub const BASELINE_WINDOW: usize = 5;
-
-/// The median of the most recent `BASELINE_WINDOW` accuracies (fewer if there are fewer),
-/// newest first; `None` without any. A median, so one odd run doesn't move the baseline. Values
-/// that aren't finite numbers are not measurements and are passed over. The caller leaves out
-/// the job being judged.
-pub fn baseline(accuracies_newest_first: &[f64]) -> Option<f64> {
-    let mut recent: Vec<f64> =
-        accuracies_newest_first.iter().copied().filter(|a| a.is_finite()).take(BASELINE_WINDOW).collect();
-    median(&mut recent)
-}
-
-fn median(values: &mut [f64]) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let upper = values.len() / 2;
-    let high = *values.get(upper)?;
-    if values.len() % 2 == 1 {
-        return Some(high);
-    }
-    let low = *values.get(upper.checked_sub(1)?)?;
-    Some((low + high) / 2.0)
-}
-
-/// Per-model baselines from the per-model accuracies of a schedule's succeeded jobs, newest
-/// first. The window is the last `BASELINE_WINDOW` jobs, so a model that joined recently has a
-/// baseline from the jobs it was in.
-pub fn baselines(jobs_newest_first: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
-    let window = &jobs_newest_first[..jobs_newest_first.len().min(BASELINE_WINDOW)];
-    let models: std::collections::BTreeSet<&String> = window.iter().flat_map(|job| job.keys()).collect();
-    models
-        .into_iter()
-        .filter_map(|model| {
-            let history: Vec<f64> = window.iter().filter_map(|job| job.get(model).copied()).collect();
-            Some((model.clone(), baseline(&history)?))
-        })
-        .collect()
-}
-
-/// Accuracies are reported rounded, so a drop of exactly `max_drop` can come out a hair larger
-/// in floating point (0.8 - 0.7 = 0.10000000000000009); it must not count as "beyond".
-const DROP_TOLERANCE: f64 = 1e-9;
-
-/// A `max_drop` outside `0..=1`, or not a number.
-#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
-#[error("invalid regression threshold {0}: expected a drop in accuracy between 0 and 1")]
-pub struct InvalidThreshold(pub f64);
-
-/// When a scheduled job counts as regressed.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawRegressionPolicy")]
-pub struct RegressionPolicy {
-    /// The largest allowed drop below the baseline, in absolute accuracy (0.10 = ten points).
-    pub max_drop: f64,
-}
-
-impl RegressionPolicy {
-    pub const DEFAULT_MAX_DROP: f64 = 0.10;
-
-    pub fn new(max_drop: f64) -> Result<Self, InvalidThreshold> {
-        if (0.0..=1.0).contains(&max_drop) {
-            Ok(RegressionPolicy { max_drop })
-        } else {
-            Err(InvalidThreshold(max_drop))
-        }
-    }
-}
-
-impl Default for RegressionPolicy {
-    fn default() -> Self {
-        RegressionPolicy { max_drop: Self::DEFAULT_MAX_DROP }
-    }
-}
-
-/// The policy as written in a config file, checked by `RegressionPolicy::new` on the way in.
-#[derive(Deserialize)]
-struct RawRegressionPolicy {
-    #[serde(default = "default_max_drop")]
-    max_drop: f64,
-}
-
-fn default_max_drop() -> f64 {
-    RegressionPolicy::DEFAULT_MAX_DROP
-}
-
-impl TryFrom<RawRegressionPolicy> for RegressionPolicy {
-    type Error = InvalidThreshold;
-
-    fn try_from(raw: RawRegressionPolicy) -> Result<Self, Self::Error> {
-        RegressionPolicy::new(raw.max_drop)
-    }
-}
-
-/// One model of a scheduled job that fell below its baseline or stopped producing results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Regression {
-    pub model: String,
-    pub baseline: f64,
-    /// `None` when the model produced no (usable) result.
-    pub current: Option<f64>,
-    pub reason: String,
-}
-
-/// The models of a job that regressed against their baselines, sorted by model name. A model
-/// with a baseline but missing from `current` (or `None` there, or not a finite number) produced
-/// no results, which counts as a regression; a model without a baseline can't regress.
-pub fn regressions(
-    policy: &RegressionPolicy,
-    baseline: &BTreeMap<String, f64>,
-    current: &BTreeMap<String, Option<f64>>,
-) -> Vec<Regression> {
-    baseline
-        .iter()
-        .filter_map(|(model, &base)| {
-            let accuracy = current.get(model).copied().flatten();
-            regression(policy, model, base, accuracy)
-        })
-        .collect()
-}
-
-fn regression(
-    policy: &RegressionPolicy,
-    model: &str,
-    base: f64,
-    accuracy: Option<f64>,
-) -> Option<Regression> {
-    if !base.is_finite() {
-        return None; // nothing to compare against
-    }
-    let (current, reason) = match accuracy.filter(|a| a.is_finite()) {
-        None => (None, no_results_reason(base, accuracy)),
-        Some(acc) if base - acc > policy.max_drop + DROP_TOLERANCE => (
-            Some(acc),
-            format!(
-                "accuracy {} is {} below the baseline {}",
-                fmt_accuracy(acc),
-                fmt_accuracy(base - acc),
-                fmt_accuracy(base)
-            ),
-        ),
-        Some(_) => return None,
-    };
-    Some(Regression { model: model.to_string(), baseline: base, current, reason })
-}
-
-fn no_results_reason(base: f64, accuracy: Option<f64>) -> String {
-    match accuracy {
-        Some(bad) => format!("produced no valid result (accuracy {bad}; baseline {})", fmt_accuracy(base)),
-        None => format!("produced no results (baseline {})", fmt_accuracy(base)),
-    }
-}
-
-/// Two decimals, or three when the third matters (0.60, 0.105): two alone could print a drop
-/// just over the threshold as equal to it.
-fn fmt_accuracy(value: f64) -> String {
-    let three = format!("{value:.3}");
-    match three.strip_suffix('0') {
-        Some(two) => two.to_string(),
-        None => three,
-    }
-}
-
+/// How many of a schedule's most recent succeeded tests make up its baseline.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,7 +382,6 @@ mod tests {
     fn parse_error(expr: &str) -> String {
         Cron::parse(expr, None).expect_err(expr).to_string()
     }
-
     // 2025-01-06 is a Monday.
     const MON: u32 = 6;
 
@@ -672,7 +508,7 @@ mod tests {
         // gap, 03:00 CEST.
         let spring = due_times(&c, utc(2025, 3, 29, 12, 0), utc(2025, 3, 31, 12, 0));
         assert_eq!(spring, [utc(2025, 3, 30, 1, 0), utc(2025, 3, 31, 0, 30)]);
-        // 02:30 happens twice on 2025-10-26: croner runs a fixed-time job once, the first time.
+        // 02:30 happens twice on 2025-10-26: croner runs a fixed-time test once, the first time.
         let autumn = due_times(&c, utc(2025, 10, 25, 12, 0), utc(2025, 10, 27, 12, 0));
         assert_eq!(autumn, [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)]);
     }
@@ -827,7 +663,7 @@ mod tests {
     }
 
     #[test]
-    fn catch_up_after_downtime_is_one_job() {
+    fn catch_up_after_downtime_is_one_test() {
         let c = cron("0 3 * * *");
         // Monday 00:00 to Thursday 12:00: due Monday, Tuesday, Wednesday and Thursday at 03:00.
         let tick = tick(&c, utc(2025, 1, MON, 0, 0), utc(2025, 1, MON + 3, 12, 0), false);
@@ -869,7 +705,7 @@ mod tests {
     }
 
     #[test]
-    fn skips_while_the_previous_job_runs() {
+    fn skips_while_the_previous_test_runs() {
         let c = cron("0 3 * * *");
         let running = tick(&c, utc(2025, 1, 6, 2, 0), utc(2025, 1, 6, 3, 0), true);
         assert_eq!(
@@ -917,146 +753,5 @@ mod tests {
             tick,
             Tick::Fire { due_at: utc(2025, 3, 31, 1, 0), missed: 2, next: Some(utc(2025, 4, 1, 1, 0)) }
         );
-    }
-
-    #[test]
-    fn baseline_is_the_median_of_the_last_five() {
-        assert_eq!(baseline(&[]), None);
-        assert_eq!(baseline(&[0.5]), Some(0.5));
-        assert_eq!(baseline(&[0.5, 0.7]), Some(0.6));
-        assert_eq!(baseline(&[0.3, 0.9, 0.6]), Some(0.6));
-        assert_eq!(baseline(&[0.4, 0.1, 0.8, 0.6]), Some(0.5));
-        assert_eq!(baseline(&[0.9, 0.1, 0.5, 0.7, 0.3]), Some(0.5));
-        // The sixth and seventh (oldest) values are outside the window.
-        assert_eq!(baseline(&[0.9, 0.1, 0.5, 0.7, 0.3, 0.0, 0.0]), Some(0.5));
-        assert_eq!(baseline(&[0.2, 0.2, 0.2, 0.8, 0.8, 0.8]), Some(0.2));
-    }
-
-    #[test]
-    fn baseline_passes_over_values_that_are_not_numbers() {
-        assert_eq!(baseline(&[f64::NAN]), None);
-        assert_eq!(baseline(&[f64::NAN, 0.4, f64::INFINITY, 0.6]), Some(0.5));
-        assert_eq!(baseline(&[0.1, f64::NAN, 0.2, 0.3, 0.4, 0.5, 0.9]), Some(0.3));
-    }
-
-    #[test]
-    fn baselines_per_model_over_the_last_five_jobs() {
-        let job = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
-            pairs.iter().map(|(m, a)| (m.to_string(), *a)).collect()
-        };
-        let jobs = [
-            job(&[("a", 0.6), ("new", 0.9)]),
-            job(&[("a", 0.5)]),
-            job(&[("a", 0.7), ("old", 0.1)]),
-            job(&[("a", 0.6)]),
-            job(&[("a", 0.6)]),
-            job(&[("a", 0.0), ("gone", 0.5)]), // sixth newest: outside the window
-        ];
-        let expected: BTreeMap<String, f64> =
-            [("a", 0.6), ("new", 0.9), ("old", 0.1)].iter().map(|(m, a)| (m.to_string(), *a)).collect();
-        assert_eq!(baselines(&jobs), expected);
-        assert!(baselines(&[]).is_empty());
-    }
-
-    fn models<V: Copy>(pairs: &[(&str, V)]) -> BTreeMap<String, V> {
-        pairs.iter().map(|(m, v)| (m.to_string(), *v)).collect()
-    }
-
-    #[test]
-    fn a_drop_beyond_the_threshold_regresses() {
-        let found = regressions(
-            &RegressionPolicy::default(),
-            &models(&[("qwen", 0.60)]),
-            &models(&[("qwen", Some(0.42))]),
-        );
-        assert_eq!(
-            found,
-            [Regression {
-                model: "qwen".to_string(),
-                baseline: 0.60,
-                current: Some(0.42),
-                reason: "accuracy 0.42 is 0.18 below the baseline 0.60".to_string(),
-            }]
-        );
-    }
-
-    #[test]
-    fn drops_within_the_threshold_and_improvements_do_not() {
-        let policy = RegressionPolicy::default();
-        let base = models(&[("a", 0.60), ("b", 0.80), ("c", 0.50)]);
-        // 0.05 below, exactly 0.10 below (0.8 - 0.7 is 0.10000000000000009 in f64), and better.
-        let current = models(&[("a", Some(0.55)), ("b", Some(0.70)), ("c", Some(0.75))]);
-        assert_eq!(regressions(&policy, &base, &current), []);
-    }
-
-    #[test]
-    fn the_threshold_is_configurable() {
-        let strict = RegressionPolicy::new(0.02).expect("a valid threshold");
-        let found = regressions(&strict, &models(&[("a", 0.60)]), &models(&[("a", Some(0.55))]));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].reason, "accuracy 0.55 is 0.05 below the baseline 0.60");
-        // Three decimals when two would hide the difference from the threshold.
-        let found =
-            regressions(&RegressionPolicy::default(), &models(&[("a", 0.605)]), &models(&[("a", Some(0.5))]));
-        assert_eq!(found[0].reason, "accuracy 0.50 is 0.105 below the baseline 0.605");
-    }
-
-    #[test]
-    fn a_model_without_results_regresses() {
-        let policy = RegressionPolicy::default();
-        let base = models(&[("gone", 0.60), ("none", 0.70), ("nan", 0.50), ("ok", 0.5)]);
-        let current = models(&[("none", None), ("nan", Some(f64::NAN)), ("ok", Some(0.5))]);
-        let found = regressions(&policy, &base, &current);
-        let summary: Vec<(&str, Option<f64>, &str)> =
-            found.iter().map(|r| (r.model.as_str(), r.current, r.reason.as_str())).collect();
-        assert_eq!(
-            summary,
-            [
-                ("gone", None, "produced no results (baseline 0.60)"),
-                ("nan", None, "produced no valid result (accuracy NaN; baseline 0.50)"),
-                ("none", None, "produced no results (baseline 0.70)"),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_model_without_a_baseline_cannot_regress() {
-        let policy = RegressionPolicy::default();
-        let current = models(&[("fresh", Some(0.0)), ("silent", None)]);
-        assert_eq!(regressions(&policy, &BTreeMap::new(), &current), []);
-        let odd_base = models(&[("fresh", f64::NAN)]);
-        assert_eq!(regressions(&policy, &odd_base, &current), []);
-    }
-
-    #[test]
-    fn policy_thresholds_are_checked() {
-        assert_eq!(RegressionPolicy::default().max_drop, 0.10);
-        assert!(RegressionPolicy::new(0.0).is_ok());
-        assert!(RegressionPolicy::new(1.0).is_ok());
-        for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
-            assert!(RegressionPolicy::new(bad).is_err(), "{bad}");
-        }
-        assert_eq!(
-            InvalidThreshold(-0.1).to_string(),
-            "invalid regression threshold -0.1: expected a drop in accuracy between 0 and 1"
-        );
-    }
-
-    #[test]
-    fn policy_and_regressions_round_trip_through_json() {
-        let policy: RegressionPolicy = serde_json::from_str("{}").expect("defaults");
-        assert_eq!(policy, RegressionPolicy::default());
-        let policy: RegressionPolicy = serde_json::from_str(r#"{"max_drop":0.05}"#).expect("set");
-        assert_eq!(policy.max_drop, 0.05);
-        let err = serde_json::from_str::<RegressionPolicy>(r#"{"max_drop":-1}"#).expect_err("bad");
-        assert!(err.to_string().contains("invalid regression threshold -1"));
-        let r = Regression {
-            model: "m".to_string(),
-            baseline: 0.6,
-            current: None,
-            reason: "produced no results (baseline 0.60)".to_string(),
-        };
-        let json = serde_json::to_string(&r).expect("serializes");
-        assert_eq!(serde_json::from_str::<Regression>(&json).expect("parses"), r);
     }
 }

@@ -1,4 +1,4 @@
-//! Inference-test jobs with the real environment in `process` mode against the stub server.
+//! Inference-test tests with the real environment in `process` mode against the stub server.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -87,9 +87,9 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
     let text = String::from_utf8_lossy(&out.stdout);
     let shown: serde_json::Value =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{}", stderr(&out)));
-    let job = &shown["job"];
-    assert_eq!(job["state"], "succeeded", "{shown:#}");
-    let models = job["results"]["models"].as_array().unwrap();
+    let test = &shown["test"];
+    assert_eq!(test["state"], "succeeded", "{shown:#}");
+    let models = test["results"]["models"].as_array().unwrap();
     let good = models.iter().find(|m| m["model"] == "good-model").unwrap();
     // The stub answers right, wrong, right, wrong: half the completions score.
     assert_eq!((good["steps_tested"].as_u64(), good["total_completions"].as_u64()), (Some(2), Some(8)));
@@ -103,7 +103,7 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
     );
     let tasks = shown["tasks"].as_array().unwrap();
     assert_eq!(tasks.iter().find(|t| t["model"] == "silent-model").unwrap()["timed_out"], true);
-    let summary = &job["results"]["summary"];
+    let summary = &test["results"]["summary"];
     assert_eq!((summary["models_tested"].as_u64(), summary["models_succeeded"].as_u64()), (Some(2), Some(1)));
     assert_eq!(summary["best_model"], "good-model");
     assert_eq!(summary["environment_working"], true);
@@ -126,11 +126,11 @@ async fn a_test_without_its_key_is_refused() {
     let err = stderr(&home.cli(&["test", "start", "--env", "arith"]));
     assert!(err.contains("needs OPENROUTER_API_KEY in the environment"), "{err}");
     let err = stderr(&home.cli(&["test", "show", "abc"]));
-    assert!(err.contains("no job matches 'abc'"), "{err}");
+    assert!(err.contains("no test matches 'abc'"), "{err}");
 }
 
 #[tokio::test]
-async fn a_job_survives_a_daemon_restart_without_running_twice() {
+async fn a_test_survives_a_daemon_restart_without_running_twice() {
     let Some((python, tokenizer)) = atropos() else { return };
     let stub = Stub::start(&python, &tokenizer, &["slow-model"]);
     let mut home = atropos_home(&python);
@@ -159,22 +159,22 @@ async fn a_job_survives_a_daemon_restart_without_running_twice() {
         .trim()
         .to_string();
     let store = home.store().await;
-    let job_id = uuid::Uuid::parse_str(&id).unwrap();
+    let test_id = uuid::Uuid::parse_str(&id).unwrap();
     crate::support::wait_for("the task to start", Duration::from_secs(60), || {
         let store = store.clone();
-        async move { store.job_tasks(job_id).await.unwrap()[0].process.is_some().then_some(()) }
+        async move { store.test_tasks(test_id).await.unwrap()[0].record.process.is_some().then_some(()) }
     })
     .await;
     home.kill_daemon();
     home.start_daemon();
-    let job = crate::support::wait_for("the job to end", Duration::from_secs(60), || {
+    let test = crate::support::wait_for("the test to end", Duration::from_secs(60), || {
         let store = store.clone();
-        async move { store.job(job_id).await.unwrap().filter(|j| j.state.is_terminal()) }
+        async move { store.test(test_id).await.unwrap().filter(|j| j.state.is_terminal()) }
     })
     .await;
     // Re-attached, then killed at the timeout counted from its real start: failed, not re-run.
-    assert_eq!(job.state, lachesis::jobs::JobState::Failed, "{job:?}");
-    let messages = home.messages(job_id).await;
+    assert_eq!(test.state, lachesis::model::TestState::Failed, "{test:?}");
+    let messages = home.messages(test_id).await;
     assert!(messages.iter().any(|m| m == "re-attached after a daemon restart"), "{messages:#?}");
     assert_eq!(messages.iter().filter(|m| m.starts_with("started (pid")).count(), 1, "{messages:#?}");
     assert!(messages.iter().any(|m| m.starts_with("timed out after 6s")), "{messages:#?}");
@@ -184,7 +184,7 @@ async fn a_job_survives_a_daemon_restart_without_running_twice() {
 }
 
 #[tokio::test]
-async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
+async fn a_scheduled_test_below_its_baseline_is_marked_regressed() {
     let Some((python, tokenizer)) = atropos() else { return };
     let stub = Stub::start(&python, &tokenizer, &[]);
     let mut home = atropos_home(&python);
@@ -219,48 +219,48 @@ async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
     let store = home.store().await;
     let mut schedule = store.schedules().await.unwrap().remove(0);
     for _ in 0..3 {
-        let mut job = lachesis::jobs::new_job(
+        let mut test = lachesis::model::InferenceTest::queued(
             uuid::Uuid::new_v4(),
             schedule.spec.clone(),
             Some(schedule.id),
-            &home.path().join("jobs"),
+            &home.path().join("tests"),
         );
-        job.state = lachesis::jobs::JobState::Succeeded;
-        job.results = Some(
+        test.state = lachesis::model::TestState::Succeeded;
+        test.results = Some(
             serde_json::json!({"models": [{"model": "good-model", "accuracy": 0.9, "steps_tested": 2, "error": null}]}),
         );
-        store.insert_job(&job, &[]).await.unwrap();
+        store.insert_test(&test, &[]).await.unwrap();
     }
     schedule.last_fired -= 24 * 3600 * 1000;
     store.update_schedule(&schedule).await.unwrap();
     home.start_daemon();
-    let job = crate::support::wait_for("the scheduled job to end", Duration::from_secs(120), || {
+    let test = crate::support::wait_for("the scheduled test to end", Duration::from_secs(120), || {
         let store = store.clone();
         async move {
-            let jobs = store.schedule_jobs(schedule.id, 1).await.unwrap();
-            jobs.into_iter().next().filter(|j| {
+            let tests = store.schedule_tests(schedule.id, 1).await.unwrap();
+            tests.into_iter().next().filter(|j| {
                 j.state.is_terminal() && j.results.as_ref().is_some_and(|r| r.get("summary").is_some())
             })
         }
     })
     .await;
-    assert_eq!(job.state, lachesis::jobs::JobState::Regressed, "{job:#?}");
-    let reason = job.reason.unwrap();
+    assert_eq!(test.state, lachesis::model::TestState::Regressed, "{test:#?}");
+    let reason = test.reason.unwrap();
     assert!(reason.starts_with("regressed: good-model accuracy 0.5"), "{reason}");
-    let regressions = &job.results.unwrap()["regressions"];
+    let regressions = &test.results.unwrap()["regressions"];
     assert_eq!(regressions[0]["baseline"], 0.9);
 
-    // Both notifications arrive (one after a retry), and how each went is an event of the job.
+    // Both notifications arrive (one after a retry), and how each went is an event of the test.
     let regression = crate::support::wait_for("the regression webhook", Duration::from_secs(30), || {
         let got = hook.of_kind("regression");
         async move { got.into_iter().next() }
     })
     .await;
-    assert_eq!(regression["ids"]["job"], job.id.to_string());
+    assert_eq!(regression["ids"]["test"], test.id.to_string());
     assert_eq!(regression["ids"]["schedule"], "nightly");
     assert_eq!(regression["state"], "regressed");
-    let finished = crate::support::wait_for("the job_finished webhook", Duration::from_secs(30), || {
-        let got = hook.of_kind("job_finished");
+    let finished = crate::support::wait_for("the test_finished webhook", Duration::from_secs(30), || {
+        let got = hook.of_kind("test_finished");
         async move { got.into_iter().next() }
     })
     .await;
@@ -269,7 +269,7 @@ async fn a_scheduled_job_below_its_baseline_is_marked_regressed() {
         let store = store.clone();
         async move {
             let messages: Vec<String> =
-                store.events(job.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+                store.events(test.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
             (messages.iter().filter(|m| m.starts_with("webhook ")).count() == 2).then_some(messages)
         }
     })

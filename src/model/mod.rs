@@ -1,0 +1,48 @@
+//! The persisted nouns, one per file: runs (with their transition table), their stages, the
+//! process record stages and inference-test tasks share, inference tests (with their table),
+//! schedules and events.
+
+pub mod event;
+pub mod inference_test;
+pub mod process;
+pub mod run;
+pub mod schedule;
+pub mod stage;
+
+use uuid::Uuid;
+
+pub use event::{Event, EventKind, NewEvent};
+pub use inference_test::{IllegalTestTransition, InferenceTest, TestEvent, TestState, TestTask};
+pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
+pub use run::{IllegalTransition, Run, RunEvent, RunParams, RunState};
+pub use schedule::Schedule;
+pub use stage::Stage;
+
+/// Milliseconds since the Unix epoch: one integer type that both SQLite and PostgreSQL store as is.
+pub type Millis = i64;
+
+pub fn now_millis() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The first 8 hex digits of an id: what people type and read.
+pub fn short_id(id: &Uuid) -> String {
+    id.simple().to_string()[..8].to_string()
+}
+
+/// A state name that no state of `kind` has.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown {kind} state '{text}' (expected one of: {expected})")]
+pub struct UnknownState {
+    pub kind: &'static str,
+    pub text: String,
+    pub expected: String,
+}
+
+impl UnknownState {
+    /// `text` is not one of `names`, the states of a `kind`.
+    pub fn new<'a>(kind: &'static str, text: &str, names: impl IntoIterator<Item = &'a str>) -> UnknownState {
+        let expected = names.into_iter().collect::<Vec<_>>().join(", ");
+        UnknownState { kind, text: text.to_string(), expected }
+    }
+}

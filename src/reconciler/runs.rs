@@ -1,0 +1,385 @@
+//! The run lifecycle in the reconciler: start stages in order, count them up, apply the
+//! completion rule when one exits, fail or retry, and stop stages in reverse order.
+
+use std::time::Duration;
+
+use rustix::process::Signal;
+use tracing::{debug, info};
+use uuid::Uuid;
+
+use super::supervised::StopStep;
+use super::{Msg, Owner, ProcessEnd, Reconciler, Result, slurm};
+use crate::launch::probe::{NotReady, ReadyHow, wait_ready};
+use crate::launch::process::signal_group;
+use crate::launch::spawn::SpawnError;
+use crate::launch::status::Started;
+use crate::model::{Exit, NewEvent, ProcessState, RunEvent, RunState, now_millis};
+use crate::store::StoreError;
+use crate::workflow::retry::AfterFailure;
+
+impl Reconciler {
+    /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
+    pub(super) async fn sync_from_store(&mut self) -> Result {
+        // Others only ever move started runs (a stop request, or a reaper deciding this node
+        // was lost); ended runs are ours alone.
+        let active = self.store.active_runs().await?;
+        let mut seen = std::collections::HashSet::new();
+        for run in active {
+            seen.insert(run.id);
+            let changed = match self.runs.get(&run.id) {
+                Some(sup) => sup.run.version < run.version,
+                None => false,
+            };
+            if changed {
+                let id = run.id;
+                if let Some(sup) = self.runs.get_mut(&id) {
+                    sup.run = run;
+                }
+                self.drive(id).await?;
+            }
+        }
+        // A run we think is active but that our token no longer holds was taken over.
+        let token = self.store_token();
+        let missing: Vec<Uuid> = self
+            .runs
+            .iter()
+            .filter(|(id, sup)| !sup.run.state.is_terminal() && !seen.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in missing {
+            match self.base.run(id).await? {
+                Some(run) if run.fence == token => {}
+                _ => self.abandon_run(id, "its claim was taken over while this node looked lost"),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn store_token(&self) -> Option<i64> {
+        self.node.lease.as_ref().map(|l| l.token)
+    }
+
+    /// Does whatever the run's current state asks for next. Safe to call at any time.
+    pub(super) async fn drive(&mut self, id: Uuid) -> Result {
+        loop {
+            let Some(sup) = self.runs.get_mut(&id) else {
+                return Ok(());
+            };
+            match sup.run.state {
+                RunState::Pending | RunState::Running => {}
+                RunState::Starting => {
+                    match sup.stages.iter().position(|s| s.record.state != ProcessState::Up) {
+                        None => {
+                            self.transition(id, RunEvent::AllStagesUp, None).await?;
+                            continue;
+                        }
+                        Some(idx) if sup.stages[idx].record.state == ProcessState::Pending => {
+                            self.spawn(id, idx).await?
+                        }
+                        Some(_) => {}
+                    }
+                }
+                RunState::Stopping
+                | RunState::Retrying
+                | RunState::Stopped
+                | RunState::Completed
+                | RunState::Failed => {
+                    sup.cancel_all_readiness();
+                    if sup.stages.iter().any(|s| s.record.state == ProcessState::Spawning) {
+                        // A stage is being started: stop it once we know who it is.
+                    } else if let Some(idx) = sup.next_to_stop() {
+                        self.stop_stage(id, idx).await?;
+                    } else if sup.run.state == RunState::Stopping {
+                        self.transition(id, RunEvent::AllStagesGone, None).await?;
+                        continue;
+                    } else if sup.run.state == RunState::Retrying {
+                        if self.requeue_for_retry(id).await? {
+                            continue;
+                        }
+                    } else {
+                        debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
+                        self.runs.remove(&id);
+                        self.node.ledger.forget(&id);
+                    }
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// Applies `event` to a supervised run; on a conflict, adopts what the store holds instead.
+    pub(super) async fn transition(&mut self, id: Uuid, event: RunEvent, reason: Option<&str>) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        match self.store.transition(&sup.run, event, reason, None).await {
+            Ok(run) => {
+                info!(run = %run.short_id(), state = %run.state, reason = reason.unwrap_or(""), "transition");
+                sup.run = run;
+                self.notify_run(&self.runs[&id].run);
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. }) => {
+                if let Some(run) = self.store.run(id).await? {
+                    sup.run = run;
+                }
+                Ok(())
+            }
+            Err(StoreError::Illegal(err)) => {
+                // Our view was stale in a way a re-read explains (e.g. already stopping).
+                debug!("ignored: {err}");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    pub(super) async fn fail(&mut self, id: Uuid, reason: &str) -> Result {
+        self.fail_after(id, reason, None).await
+    }
+
+    /// Fails a started run, or — when a stage's `exit` is transient by the workflow's retry
+    /// policy and attempts are left — sends it to `retrying`.
+    pub(super) async fn fail_after(&mut self, id: Uuid, reason: &str, exit: Option<Exit>) -> Result {
+        let Some(sup) = self.runs.get(&id) else { return Ok(()) };
+        if !matches!(sup.run.state, RunState::Starting | RunState::Running) {
+            return Ok(());
+        }
+        let policy = sup.run.spec.retry.as_ref();
+        match crate::workflow::retry::after_exit(policy, sup.run.attempt, exit.and_then(Exit::code)) {
+            AfterFailure::RetryIn(wait) => {
+                let max = policy.map_or(1, |p| p.max_attempts);
+                let reason = format!(
+                    "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
+                    sup.run.attempt + 1,
+                    crate::workflow::Dur(wait)
+                );
+                self.transition(id, RunEvent::Retry, Some(&reason)).await
+            }
+            AfterFailure::Fail => self.transition(id, RunEvent::Fail, Some(reason)).await,
+        }
+    }
+
+    /// Queues a retrying run whose stages are all gone as its next attempt, after the policy's
+    /// backoff. True if the run changed under us and should be looked at again.
+    async fn requeue_for_retry(&mut self, id: Uuid) -> Result<bool> {
+        let Some(sup) = self.runs.get(&id) else { return Ok(false) };
+        let run = sup.run.clone();
+        let wait = run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.attempt));
+        let not_before = now_millis() + wait.as_millis() as i64;
+        let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
+        match self.store.requeue(&run, RunEvent::AllStagesGone, &reason, not_before).await {
+            Ok(queued) => {
+                info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
+                self.runs.remove(&id);
+                self.node.ledger.forget(&id);
+                Ok(false)
+            }
+            Err(StoreError::Conflict { .. }) => {
+                // Someone stopped it meanwhile: adopt what the store holds and decide again.
+                if let (Some(fresh), Some(sup)) = (self.store.run(id).await?, self.runs.get_mut(&id)) {
+                    sup.run = fresh;
+                }
+                Ok(true)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn spawn(&mut self, id: Uuid, idx: usize) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        let stage = &mut sup.stages[idx];
+        stage.record.state = ProcessState::Spawning;
+        // Committed before the shim exists: after a crash, "spawning" means "look for its files".
+        self.store.update_stage(stage, None).await?;
+        if sup.run.spec.launcher == crate::workflow::Launcher::Slurm {
+            self.submit_slurm(id, idx);
+            return Ok(());
+        }
+        let plan = sup.plans[idx].clone();
+        let files = sup.files[idx].clone();
+        self.launch(Owner::Stage { run: id, idx }, plan, files);
+        Ok(())
+    }
+
+    pub(super) async fn on_spawned(
+        &mut self,
+        id: Uuid,
+        idx: usize,
+        result: std::result::Result<Started, SpawnError>,
+    ) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        let name = sup.stages[idx].name.clone();
+        match result {
+            Ok(started) => {
+                let stage = &mut sup.stages[idx];
+                stage.record.started(
+                    ProcessState::Starting,
+                    started.started_at,
+                    started.shim,
+                    started.process,
+                );
+                let pid = stage.record.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
+                let event = NewEvent::stage(
+                    &name,
+                    format!("started (pid {pid}): {}", crate::secrets::redact_argv(&sup.plans[idx].argv)),
+                );
+                self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
+                if sup.run.state == RunState::Starting {
+                    let plan = &sup.plans[idx];
+                    if plan.start_delay.is_none() && plan.probe.is_none() {
+                        // Up at once, decided here: a task would race the stage's own exit.
+                        return self.on_ready(id, idx, "no start delay or probe".into()).await;
+                    }
+                    self.start_readiness(id, idx, Duration::ZERO);
+                }
+            }
+            Err(err) => {
+                let stage = &mut sup.stages[idx];
+                let what = stage.record.exited(None, Some(&err.to_string()), now_millis());
+                self.store.update_stage(stage, Some(&NewEvent::stage(&name, what))).await?;
+                self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;
+            }
+        }
+        self.drive(id).await
+    }
+
+    pub(super) fn start_readiness(&mut self, id: Uuid, idx: usize, elapsed: Duration) {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let plan = sup.plans[idx].clone();
+        let tx = self.tx.clone();
+        let http = self.http.clone();
+        let task = tokio::spawn(async move {
+            let msg = match wait_ready(&plan, elapsed, &http).await {
+                Ok(how) => Msg::Ready { run: id, idx, how },
+                Err(error) => Msg::NotReady { run: id, idx, error },
+            };
+            let _ = tx.send(msg);
+        });
+        sup.readiness[idx] = Some(task.abort_handle());
+    }
+
+    pub(super) async fn on_ready(&mut self, id: Uuid, idx: usize, how: ReadyHow) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        sup.readiness[idx] = None;
+        let stage = &mut sup.stages[idx];
+        if stage.record.state != ProcessState::Starting {
+            return Ok(());
+        }
+        stage.record.state = ProcessState::Up;
+        stage.ready_at = Some(now_millis());
+        let event = NewEvent::stage(&stage.name, format!("up ({how})"));
+        self.store.update_stage(stage, Some(&event)).await?;
+        self.drive(id).await
+    }
+
+    pub(super) async fn on_not_ready(&mut self, id: Uuid, idx: usize, error: NotReady) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        sup.readiness[idx] = None;
+        let name = sup.stages[idx].name.clone();
+        self.store.add_event(id, &NewEvent::stage(&name, error.to_string())).await?;
+        self.fail(id, &format!("stage '{name}' {error}")).await?;
+        self.drive(id).await
+    }
+
+    pub(super) async fn on_ended(&mut self, id: Uuid, idx: usize, end: ProcessEnd) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        sup.cancel_readiness(idx);
+        let stage = &mut sup.stages[idx];
+        if !stage.record.state.is_live() {
+            return Ok(()); // already recorded (a repair and a watcher both reported it)
+        }
+        let name = stage.name.clone();
+        if let ProcessEnd::Finished(finished) = &end {
+            self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
+        }
+        self.metrics.stage_ended(end.exit());
+        let what = end.record_on(&mut stage.record);
+        let exit = end.exit();
+        self.store.update_stage(stage, Some(&NewEvent::stage(&name, what.clone()))).await?;
+
+        let state = sup.run.state;
+        let deciding = sup.run.spec.deciding_stages().contains(&name.as_str());
+        match state {
+            RunState::Starting => {
+                let reason = match exit {
+                    Some(_) => format!("stage '{name}' {what} during start-up"),
+                    None => format!("stage '{name}' {what}"),
+                };
+                self.fail_after(id, &reason, exit).await?;
+            }
+            RunState::Running if deciding && exit.is_some_and(Exit::success) => {
+                self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished"))).await?;
+            }
+            RunState::Running if deciding => {
+                self.fail_after(id, &format!("stage '{name}' {what}"), exit).await?
+            }
+            RunState::Running => {
+                self.fail_after(id, &format!("stage '{name}' {what} while the run was running"), exit).await?
+            }
+            _ => {}
+        }
+        self.drive(id).await
+    }
+
+    /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.
+    pub(super) async fn stop_stage(&mut self, id: Uuid, idx: usize) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        if sup.stop[idx] != StopStep::Running {
+            return Ok(()); // signalled already; its exit or the grace timer comes next
+        }
+        sup.stop[idx] = StopStep::Termed;
+        let stage = &sup.stages[idx];
+        let grace = sup.run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        if let Some(job) = stage.slurm_job {
+            // Slurm escalates to SIGKILL itself after its KillWait.
+            slurm::cancel(job);
+            let message = format!("scancel Slurm job {job}: SIGTERM to the stage process");
+            self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
+            return Ok(());
+        }
+        let sent = stage.record.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
+        let message = if sent {
+            format!("sent SIGTERM to its process group; SIGKILL in {}", crate::workflow::Dur(grace))
+        } else {
+            "already exiting; waiting for its status".to_string()
+        };
+        self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = tx.send(Msg::GraceElapsed { run: id, idx });
+        });
+        Ok(())
+    }
+
+    pub(super) async fn on_grace_elapsed(&mut self, id: Uuid, idx: usize) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else {
+            return Ok(());
+        };
+        let stage = &sup.stages[idx];
+        if !stage.record.state.is_live() || sup.stop[idx] != StopStep::Termed {
+            return Ok(());
+        }
+        sup.stop[idx] = StopStep::Killed;
+        if stage.record.process.as_ref().is_some_and(|p| signal_group(p, Signal::KILL)) {
+            let event = NewEvent::stage(&stage.name, "grace period over: sent SIGKILL to its process group");
+            self.store.add_event(id, &event).await?;
+        }
+        Ok(())
+    }
+}

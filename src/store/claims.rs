@@ -1,0 +1,243 @@
+//! Claims: a node takes pending runs and queued tests off the queue in one transaction each,
+//! under a lease it renews in the same transaction, stamping each with its fencing token.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+
+use super::nodes::Lease;
+use super::sql::{SqlStore, insert_event, json, run_from_row};
+use super::{Result, Store, StoreError};
+use crate::model::{EventKind, InferenceTest, Millis, Run, RunParams, RunState, TestState, now_millis};
+
+/// What the claimer decided about one pending run.
+pub enum Pick {
+    Take {
+        params: RunParams,
+        run_dir: PathBuf,
+    },
+    Skip,
+    /// No more room: end the claim here.
+    Stop,
+}
+
+#[async_trait]
+pub trait ClaimStore: Send + Sync {
+    /// Claims pending runs, in queue order, for a node whose lease is healthy: each row is
+    /// locked (`FOR UPDATE SKIP LOCKED` on PostgreSQL) and offered to `pick`, which decides.
+    async fn claim_runs(
+        &self,
+        lease: &Lease,
+        page_size: i64,
+        pages: i64,
+        pick: &mut (dyn for<'r> FnMut(&'r Run) -> Pick + Send),
+    ) -> Result<Vec<Run>>;
+    /// Whether any pending run could be claimed now: a read, so an idle daemon can look at an
+    /// empty queue without a write transaction.
+    async fn runs_waiting(&self) -> Result<bool>;
+    /// Claims up to `limit` queued tests, oldest first, each into `tests_dir/<id>`.
+    async fn claim_tests(
+        &self,
+        lease: &Lease,
+        limit: i64,
+        tests_dir: &std::path::Path,
+    ) -> Result<Vec<InferenceTest>>;
+}
+
+/// Pending runs in claim order; the `$1` is "now", for retries still backing off.
+const PENDING_PAGE: &str = concat!(
+    select_runs_sql!(),
+    "WHERE state = 'pending' AND (not_before IS NULL OR not_before <= $1) ",
+    "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3"
+);
+const PENDING_PAGE_LOCKED: &str = concat!(
+    select_runs_sql!(),
+    "WHERE state = 'pending' AND (not_before IS NULL OR not_before <= $1) ",
+    "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3 FOR UPDATE SKIP LOCKED"
+);
+
+impl SqlStore {
+    /// Renews the heartbeat inside `tx` only while the lease is still good; the claim's first
+    /// write, so SQLite takes its write lock before reading the queue.
+    async fn renew_for_claim(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        lease: &Lease,
+    ) -> Result<()> {
+        let now = now_millis();
+        let renewed = sqlx::query(
+            "UPDATE nodes SET heartbeat_at = $1 WHERE id = $2 AND token = $3 AND state = 'up' AND heartbeat_at >= $4",
+        )
+        .bind(now)
+        .bind(&lease.node)
+        .bind(lease.token)
+        .bind(now - lease.lease_ms())
+        .execute(&mut **tx)
+        .await?;
+        if renewed.rows_affected() == 0 {
+            return Err(StoreError::LeaseLost { node: lease.node.clone() });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ClaimStore for SqlStore {
+    async fn claim_runs(
+        &self,
+        lease: &Lease,
+        page_size: i64,
+        pages: i64,
+        pick: &mut (dyn for<'r> FnMut(&'r Run) -> Pick + Send),
+    ) -> Result<Vec<Run>> {
+        let page_sql = match self.backend().locks_rows() {
+            true => PENDING_PAGE_LOCKED,
+            false => PENDING_PAGE,
+        };
+        let mut tx = self.pool().begin().await?;
+        self.renew_for_claim(&mut tx, lease).await?;
+        let now = now_millis();
+        let mut claimed = Vec::new();
+        let mut seen = 0;
+        'pages: for _ in 0..pages {
+            // Runs claimed in this transaction have left the pending set: skip only the rest.
+            let offset = seen - claimed.len() as i64;
+            let rows =
+                sqlx::query(page_sql).bind(now).bind(page_size).bind(offset).fetch_all(&mut *tx).await?;
+            let last_page = (rows.len() as i64) < page_size;
+            for row in &rows {
+                seen += 1;
+                let run = run_from_row(row)?;
+                let (params, run_dir) = match pick(&run) {
+                    Pick::Take { params, run_dir } => (params, run_dir),
+                    Pick::Skip => continue,
+                    Pick::Stop => break 'pages,
+                };
+                claimed.push(self.claim_one(&mut tx, run, lease, params, run_dir, now).await?);
+            }
+            if last_page {
+                break;
+            }
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn runs_waiting(&self) -> Result<bool> {
+        let waiting = sqlx::query(
+            "SELECT 1 AS one FROM runs WHERE state = 'pending' AND (not_before IS NULL OR not_before <= $1) LIMIT 1",
+        )
+        .bind(now_millis())
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(waiting.is_some())
+    }
+
+    async fn claim_tests(
+        &self,
+        lease: &Lease,
+        limit: i64,
+        tests_dir: &std::path::Path,
+    ) -> Result<Vec<InferenceTest>> {
+        let lock = match self.backend().locks_rows() {
+            true => CLAIM_TESTS_LOCKED,
+            false => CLAIM_TESTS,
+        };
+        let waiting = sqlx::query("SELECT 1 AS one FROM tests WHERE state = 'queued' LIMIT 1")
+            .fetch_optional(self.pool())
+            .await?;
+        if waiting.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.pool().begin().await?;
+        self.renew_for_claim(&mut tx, lease).await?;
+        let now = now_millis();
+        let rows = sqlx::query(lock).bind(limit).fetch_all(&mut *tx).await?;
+        let mut claimed = Vec::new();
+        for row in &rows {
+            let test = super::inference_tests::test_from_row(row)?;
+            // The claiming node keeps the test's files under its own home.
+            let test_dir = tests_dir.join(test.id.to_string());
+            sqlx::query(
+                "UPDATE tests SET state = 'running', version = version + 1, started_at = $1, node = $2, fence = $3, \
+                 test_dir = $4 WHERE id = $5 AND state = 'queued'",
+            )
+            .bind(now)
+            .bind(&lease.node)
+            .bind(lease.token)
+            .bind(test_dir.to_string_lossy().into_owned())
+            .bind(test.id.to_string())
+            .execute(&mut *tx)
+            .await?;
+            let message = format!("queued -> running (node {})", lease.node);
+            insert_event(&mut *tx, test.id, EventKind::Note, None, None, &message).await?;
+            claimed.push(InferenceTest {
+                state: TestState::Running,
+                version: test.version + 1,
+                started_at: Some(now),
+                node: Some(lease.node.clone()),
+                fence: Some(lease.token),
+                test_dir,
+                ..test
+            });
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+}
+
+const CLAIM_TESTS: &str = concat!(select_tests_sql!(), "WHERE state = 'queued' ORDER BY seq LIMIT $1");
+const CLAIM_TESTS_LOCKED: &str =
+    concat!(select_tests_sql!(), "WHERE state = 'queued' ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED");
+
+impl SqlStore {
+    /// Moves one locked pending run to `starting` under `lease`, in `tx`.
+    async fn claim_one(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        run: Run,
+        lease: &Lease,
+        params: RunParams,
+        run_dir: PathBuf,
+        now: Millis,
+    ) -> Result<Run> {
+        sqlx::query(
+            "UPDATE runs SET state = 'starting', version = version + 1, updated_at = $1, started_at = $1, \
+             params = $2, node = $3, fence = $4, run_dir = $5, not_before = NULL WHERE id = $6 AND state = 'pending'",
+        )
+        .bind(now)
+        .bind(json(&params))
+        .bind(&lease.node)
+        .bind(lease.token)
+        .bind(run_dir.to_string_lossy().into_owned())
+        .bind(run.id.to_string())
+        .execute(&mut **tx)
+        .await?;
+        if run_dir != run.run_dir {
+            // The claiming node keeps the run's files under its own home.
+            for (idx, stage) in run.spec.stages.iter().enumerate() {
+                sqlx::query("UPDATE stages SET log_path = $1 WHERE run_id = $2 AND idx = $3")
+                    .bind(run_dir.join(stage.log_file()).to_string_lossy().into_owned())
+                    .bind(run.id.to_string())
+                    .bind(idx as i64)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+        let message = format!("claim by node {} (attempt {})", lease.node, run.attempt);
+        let states = Some((RunState::Pending, RunState::Starting));
+        insert_event(&mut **tx, run.id, EventKind::State, states, None, &message).await?;
+        Ok(Run {
+            state: RunState::Starting,
+            version: run.version + 1,
+            updated_at: now,
+            started_at: Some(now),
+            params,
+            node: Some(lease.node.clone()),
+            fence: Some(lease.token),
+            run_dir,
+            not_before: None,
+            ..run
+        })
+    }
+}
