@@ -113,6 +113,9 @@ pub async fn report(service: &Service) -> Report {
             format!("{} has no launch_training.py (set LACHESIS_TINKER_ATROPOS); needed by the tinker-atropos workflow", settings.tinker_atropos.display())
         },
     ));
+    if let Some(check) = workflows_check(service) {
+        checks.push(check);
+    }
     let environments = service.environments().environments.len();
     checks.push(check("environments", environments > 0, false, format!("{environments} environments found")));
     for key in ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"] {
@@ -129,6 +132,23 @@ pub async fn report(service: &Service) -> Report {
         ));
     }
     Report { checks }
+}
+
+/// The catalog's workflows: each broken file is named, and only affects itself.
+fn workflows_check(service: &Service) -> Option<Check> {
+    let catalog = match service.settings.catalog() {
+        Ok(catalog) => catalog,
+        Err(err) => return Some(check("workflows", false, false, err.to_string())),
+    };
+    let names = catalog.names();
+    let broken: Vec<String> =
+        names.iter().filter_map(|name| catalog.load(name).err().map(|err| err.to_string())).collect();
+    let detail = if broken.is_empty() {
+        format!("{} workflows in {}", names.len(), catalog.dir().display())
+    } else {
+        format!("{} of {} workflows unusable: {}", broken.len(), names.len(), broken.join("; "))
+    };
+    Some(check("workflows", broken.is_empty(), false, detail))
 }
 
 /// Whether Slurm answers, when some workflow launches its stages there.

@@ -13,14 +13,14 @@ pub struct DaemonArgs {
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
     /// Runs started at once at most, whatever their resources
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = parse_max_parallel)]
     max_parallel: usize,
     /// SIGTERM-to-SIGKILL grace for workflows that set none
     #[arg(long, default_value = "10s")]
     stop_grace: Dur,
     /// Fallback store scan interval (wake-ups normally arrive at once); also how often lost
     /// nodes are looked for
-    #[arg(long, default_value = "2s")]
+    #[arg(long, default_value = "2s", value_parser = parse_positive)]
     scan_interval: Dur,
     /// This daemon's node id among several on one PostgreSQL store [default: the host name]
     #[arg(long, env = "LACHESIS_NODE")]
@@ -32,6 +32,22 @@ pub struct DaemonArgs {
     /// its runs
     #[arg(long, env = "LACHESIS_LEASE", default_value = "60s")]
     lease: Dur,
+}
+
+/// A duration longer than zero (an interval of 0 would spin); at most 30 days, like every
+/// duration.
+fn parse_positive(text: &str) -> Result<Dur, String> {
+    text.parse::<Dur>()?.positive()
+}
+
+/// The most runs a daemon may start at once.
+const MAX_PARALLEL: usize = 4096;
+
+fn parse_max_parallel(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_PARALLEL).contains(&n) => Ok(n),
+        _ => Err(format!("'{text}' is not a number of runs from 1 to {MAX_PARALLEL}")),
+    }
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {

@@ -7,7 +7,7 @@ mod doctor;
 mod env;
 mod mcp;
 mod node;
-mod output;
+pub(crate) mod output;
 mod run;
 mod schedule;
 mod shim;

@@ -11,6 +11,42 @@ pub fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
     writeln!(out)
 }
 
+/// Makes a closed stdout (`lachesis run list | head -2`) end the program quietly with success,
+/// as ripgrep does, instead of panicking inside `println!`. The hook only catches that one
+/// panic; any other goes to the default hook.
+pub fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to std") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// Whether an error returned to `main` is a write to a closed pipe (ends quietly too).
+pub fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(err) = source {
+        if err.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+            return true;
+        }
+        if err.downcast_ref::<serde_json::Error>().and_then(|e| e.io_error_kind())
+            == Some(std::io::ErrorKind::BrokenPipe)
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
 pub fn is_tty() -> bool {
     std::io::stdout().is_terminal()
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::workflow::{Probe, StagePlan};
+use crate::workflow::{MAX_DURATION, Probe, StagePlan};
 
 const PROBE_INTERVAL: Duration = Duration::from_millis(50);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,15 +28,18 @@ pub async fn wait_ready(
     elapsed: Duration,
     client: &reqwest::Client,
 ) -> Result<ReadyHow, NotReady> {
-    let begun = Instant::now() - elapsed.min(Duration::from_secs(86_400));
+    // Checked: the monotonic clock starts at boot, and a duration from input can be anything.
+    let now = Instant::now();
+    let begun = now.checked_sub(elapsed.min(Duration::from_secs(86_400))).unwrap_or(now);
+    let after = |wait: Duration| begun.checked_add(wait).unwrap_or_else(|| now + MAX_DURATION);
     let Some(probe) = &plan.probe else {
         if let Some(delay) = plan.start_delay {
-            tokio::time::sleep_until(begun + delay).await;
+            tokio::time::sleep_until(after(delay)).await;
             return Ok(format!("start delay of {} elapsed", crate::workflow::Dur(delay)));
         }
         return Ok("no delay or probe".into());
     };
-    let deadline = begun + plan.start_delay.unwrap_or(plan.start_timeout);
+    let deadline = after(plan.start_delay.unwrap_or(plan.start_timeout));
     loop {
         if answers(probe, client).await {
             return Ok(format!("{} answered", describe(probe)));

@@ -231,9 +231,10 @@ impl Reconciler {
                 self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
                 if sup.run.state == RunState::Starting {
                     let plan = &sup.plans[idx];
-                    if plan.start_delay.is_none() && plan.probe.is_none() {
+                    if plan.up_at_once() {
                         // Up at once, decided here: a task would race the stage's own exit.
-                        return self.on_ready(id, idx, "no start delay or probe".into()).await;
+                        let how = plan.up_at_once_how();
+                        return self.on_ready(id, idx, how.into()).await;
                     }
                     self.start_readiness(id, idx, Duration::ZERO);
                 }

@@ -83,8 +83,9 @@ impl Reconciler {
         self.store.update_stage(stage, Some(&event)).await?;
         if sup.run.state == RunState::Starting {
             let plan = &sup.plans[idx];
-            if plan.start_delay.is_none() && plan.probe.is_none() {
-                return self.on_ready(id, idx, "no start delay or probe".into()).await;
+            if plan.up_at_once() {
+                let how = plan.up_at_once_how();
+                return self.on_ready(id, idx, how.into()).await;
             }
             self.start_readiness(id, idx, Duration::ZERO);
         }

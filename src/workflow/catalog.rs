@@ -41,18 +41,30 @@ impl Catalog {
         &self.dir
     }
 
-    /// Writes the bundled workflows that are missing; existing files are left alone.
+    /// Writes the bundled workflows that are missing; existing files are left alone. Never
+    /// through a symlink: a link (even a dangling one) is the operator's, and is skipped.
     pub fn install_bundled(&self) -> Result<(), CatalogError> {
         for (name, text) in BUNDLED {
             let path = self.dir.join(name);
-            if path.exists() {
-                continue;
-            }
             let io_err = |source| CatalogError::Io { path: path.clone(), source };
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(io_err)?;
+                if parent != self.dir && is_symlink(parent) {
+                    tracing::warn!(path = %parent.display(), "not installing a bundled workflow file through a symlink");
+                    continue;
+                }
             }
-            std::fs::write(&path, text).map_err(io_err)?;
+            // create_new is O_CREAT|O_EXCL: it fails on any existing entry, and never follows a
+            // symlink to create its target.
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut file) => io::Write::write_all(&mut file, text.as_bytes()).map_err(io_err)?,
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                    if is_symlink(&path) {
+                        tracing::warn!(path = %path.display(), "a symlink stands where a bundled workflow file goes; left alone");
+                    }
+                }
+                Err(err) => return Err(io_err(err)),
+            }
         }
         Ok(())
     }
@@ -79,15 +91,14 @@ impl Catalog {
         let path = ["yaml", "yml"]
             .iter()
             .map(|ext| self.dir.join(format!("{name}.{ext}")))
-            .find(|p| p.is_file())
+            .find(|p| std::fs::symlink_metadata(p).is_ok())
             .filter(|_| !name.contains('/'))
             .ok_or_else(|| CatalogError::Unknown {
                 name: name.to_string(),
                 available: self.names().join(", "),
                 dir: self.dir.clone(),
             })?;
-        let text = std::fs::read_to_string(&path)
-            .map_err(|source| CatalogError::Io { path: path.clone(), source })?;
+        let text = read_regular(&path)?;
         let workflow = Workflow::parse(&path, &text)?;
         if workflow.name != name {
             return Err(InvalidWorkflow {
@@ -107,6 +118,44 @@ impl Catalog {
             .find(|name| self.load(name).is_ok_and(|wf| wf.default))
             .unwrap_or_else(|| FALLBACK_DEFAULT.to_string())
     }
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// A workflow file's text: a regular file of the catalog (not a symlink out of it, not a FIFO),
+/// of at most the YAML size limit.
+fn read_regular(path: &Path) -> Result<String, CatalogError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let invalid =
+        |problem: String| InvalidWorkflow { file: path.to_path_buf(), field: "file".into(), problem };
+    let io_err = |source| CatalogError::Io { path: path.to_path_buf(), source };
+    // O_NOFOLLOW refuses a symlink; O_NONBLOCK keeps a FIFO from blocking the open.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(_) if is_symlink(path) => {
+            return Err(invalid("is a symlink; workflows must be regular files in the catalog".into()).into());
+        }
+        Err(err) => return Err(io_err(err)),
+    };
+    if !file.metadata().map_err(io_err)?.is_file() {
+        return Err(invalid("is not a regular file".into()).into());
+    }
+    let mut text = String::new();
+    file.take(crate::yaml::MAX_BYTES as u64 + 1).read_to_string(&mut text).map_err(|err| {
+        if err.kind() == io::ErrorKind::InvalidData {
+            CatalogError::Invalid(invalid("is not UTF-8 text".into()))
+        } else {
+            io_err(err)
+        }
+    })?;
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -139,5 +188,30 @@ mod tests {
         let err = catalog.load("a").unwrap_err().to_string();
         assert!(err.ends_with("a.yaml: name: 'b' does not match the file name 'a'"), "{err}");
         assert!(catalog.load("../a").is_err());
+    }
+
+    #[test]
+    fn bundled_files_never_follow_symlinks_and_linked_workflows_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("victim");
+        std::os::unix::fs::symlink(&target, dir.path().join("demo.yaml")).unwrap();
+        let catalog = Catalog::new(dir.path());
+        catalog.install_bundled().unwrap();
+        assert!(!target.exists(), "the dangling link's target was written");
+        std::fs::write(&target, "name: demo\nstages:\n  - {name: a, argv: [x]}\n").unwrap();
+        let err = catalog.load("demo").unwrap_err().to_string();
+        assert!(err.contains("demo.yaml: file: is a symlink"), "{err}");
+        assert!(catalog.load("tinker-atropos").is_ok(), "a bad neighbour only affects itself");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.path().join("fifo.yaml"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        let err = catalog.load("fifo").unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
     }
 }

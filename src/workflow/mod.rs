@@ -19,8 +19,20 @@ pub use slurm::SlurmOptions;
 use template::TemplateError;
 
 /// Template variables every workflow may use, filled in by lachesis.
-pub const BUILTIN_VARS: &[&str] =
-    &["run_id", "run_dir", "config_path", "env_file", "env_name", "python", "workflow_dir", "home"];
+pub const BUILTIN_VARS: &[&str] = &[
+    "run_id",
+    "run_dir",
+    "config_path",
+    "env_file",
+    "env_name",
+    "python",
+    "workflow_dir",
+    "home",
+    "tinker_atropos",
+];
+
+/// The longest stage, port or workflow name: names become file names and table cells.
+pub const MAX_NAME_LEN: usize = 64;
 
 /// Default wait for a stage with a probe and no delay.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);
@@ -141,7 +153,13 @@ pub struct Completion {
     pub stages: Vec<String>,
 }
 
-/// A duration written as `500ms`, `5s`, `2m`, `1h`, or a number of seconds.
+/// The longest duration lachesis accepts anywhere (timeouts, delays, grace periods, backoffs,
+/// daemon intervals): 30 days. Longer values are mistakes, and bounding them keeps every
+/// `Instant + Duration` in range.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A duration written as `500ms`, `5s`, `2m`, `1h`, `1h 30m` (humantime's syntax), or a number
+/// of seconds; at most [`MAX_DURATION`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
 
@@ -152,25 +170,65 @@ impl fmt::Display for Dur {
     }
 }
 
+impl Dur {
+    /// A number of seconds, as written in YAML or JSON (`5`, `0.25`).
+    pub fn from_seconds(secs: f64) -> Result<Dur, String> {
+        if !secs.is_finite() || secs < 0.0 {
+            return Err(format!("{secs} is not a duration (e.g. 500ms, 5s, 2m)"));
+        }
+        // Compare before converting: from_secs_f64 panics at 2^64 s.
+        if secs > MAX_DURATION.as_secs_f64() {
+            return Err(format!("{secs}s is longer than the maximum of {}", Dur(MAX_DURATION)));
+        }
+        Ok(Dur(Duration::from_secs_f64(secs)))
+    }
+
+    /// Refuses zero, for intervals and waits that must make progress.
+    pub fn positive(self) -> Result<Dur, String> {
+        if self.0.is_zero() { Err("must be longer than 0s".into()) } else { Ok(self) }
+    }
+}
+
 impl std::str::FromStr for Dur {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-        let (number, unit) = s.split_at(split);
-        let value: f64 =
-            number.parse().map_err(|_| format!("'{s}' is not a duration (e.g. 500ms, 5s, 2m)"))?;
-        let scale = match unit.trim() {
-            "ms" => 0.001,
-            "" | "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            other => {
-                return Err(format!("unknown duration unit '{other}' in '{s}' (use ms, s, m or h)"));
-            }
-        };
-        Ok(Dur(Duration::from_secs_f64(value * scale)))
+        let text = s.trim();
+        let shown: String = text.chars().take(40).flat_map(char::escape_default).collect();
+        if text.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !text.is_empty() {
+            let secs: f64 =
+                text.parse().map_err(|_| format!("'{shown}' is not a duration (e.g. 500ms, 5s, 2m)"))?;
+            return Dur::from_seconds(secs);
+        }
+        // humantime has no fractions; `1.5s` is kept by turning it into milliseconds.
+        let normalized = fraction_to_millis(text);
+        let duration = humantime::parse_duration(normalized.as_deref().unwrap_or(text))
+            .map_err(|err| format!("'{shown}' is not a duration ({err}; e.g. 500ms, 5s, 2m, 1h)"))?;
+        if duration > MAX_DURATION {
+            return Err(format!("'{shown}' is longer than the maximum of {}", Dur(MAX_DURATION)));
+        }
+        Ok(Dur(duration))
     }
+}
+
+/// `1.5s` / `0.5m` / `2.25h` → the same in whole milliseconds; None when `text` isn't one
+/// decimal number with one unit.
+fn fraction_to_millis(text: &str) -> Option<String> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    if !number.contains('.') {
+        return None;
+    }
+    let scale = match unit.trim() {
+        "ms" => 1.0,
+        "s" => 1e3,
+        "m" => 60e3,
+        "h" => 3600e3,
+        _ => return None,
+    };
+    let millis = number.parse::<f64>().ok()? * scale;
+    // Out-of-range values are left to humantime's error (and the maximum check).
+    (millis.is_finite() && millis <= MAX_DURATION.as_millis() as f64)
+        .then(|| format!("{}ms", millis.round() as u64))
 }
 
 impl Serialize for Dur {
@@ -188,8 +246,7 @@ impl<'de> Deserialize<'de> for Dur {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Seconds(secs) if secs >= 0.0 && secs.is_finite() => Ok(Dur(Duration::from_secs_f64(secs))),
-            Raw::Seconds(secs) => Err(serde::de::Error::custom(format!("{secs} is not a duration"))),
+            Raw::Seconds(secs) => Dur::from_seconds(secs).map_err(serde::de::Error::custom),
             Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
         }
     }
@@ -211,12 +268,13 @@ impl Workflow {
         let workflow: Workflow = crate::yaml::from_str(text).map_err(|err| InvalidWorkflow {
             file: file.to_path_buf(),
             field: err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}")),
-            problem: err.message,
+            problem: one_line(&err.message),
         })?;
+        // Names and values from the file end up in the message: keep it on one line.
         workflow.validate().map_err(|(field, problem)| InvalidWorkflow {
             file: file.to_path_buf(),
-            field,
-            problem,
+            field: one_line(&field),
+            problem: one_line(&problem),
         })?;
         Ok(workflow)
     }
@@ -233,7 +291,7 @@ impl Workflow {
     fn validate(&self) -> Result<(), (String, String)> {
         let bad = |field: &str, problem: String| Err((field.to_string(), problem));
         if !is_simple_name(&self.name) {
-            return bad("name", format!("'{}' must be letters, digits, '-' or '_'", self.name));
+            return bad("name", format!("'{}' {NAME_RULE}", shown(&self.name)));
         }
         if self.stages.is_empty() {
             return bad("stages", "a workflow needs at least one stage".into());
@@ -264,8 +322,11 @@ impl Workflow {
                     "this name is set by lachesis and can't be redefined".into(),
                 );
             }
-            if let Err(err) = template::variables(value) {
-                return bad(&format!("vars.{name}"), err.to_string());
+            // Vars are filled in when the run is queued, before its ports are picked: only the
+            // built-in variables are known then.
+            let builtins: Vec<String> = BUILTIN_VARS.iter().map(|s| s.to_string()).collect();
+            if let Err(err) = template::check(value, &builtins) {
+                return bad(&format!("vars.{name}"), format!("{err}; vars may use only built-in variables"));
             }
         }
         let known = self.known_vars();
@@ -273,7 +334,7 @@ impl Workflow {
         for (i, stage) in self.stages.iter().enumerate() {
             let at = |field: &str| format!("stages[{i}]{field}");
             if !is_simple_name(&stage.name) {
-                return bad(&at(".name"), format!("'{}' must be letters, digits, '-' or '_'", stage.name));
+                return bad(&at(".name"), format!("'{}' {NAME_RULE}", shown(&stage.name)));
             }
             if !names.insert(stage.name.as_str()) {
                 return bad(&at(".name"), format!("another stage is already called '{}'", stage.name));
@@ -289,6 +350,12 @@ impl Workflow {
                     template::check(text, &known)
                         .or_else(|e| bad(&at(&format!(".{field}")), e.to_string()))?;
                 }
+            }
+            // A templated log is checked again once filled in (`plan`).
+            if let Some(log) = &stage.log
+                && template::variables(log).is_ok_and(|vars| vars.is_empty())
+            {
+                check_log_path(log).or_else(|problem| bad(&at(".log"), problem))?;
             }
             for (key, value) in &stage.env {
                 template::check(value, &known)
@@ -308,6 +375,9 @@ impl Workflow {
                     }
                 }
                 None => {}
+            }
+            if stage.start_timeout.is_some_and(|t| t.0.is_zero()) {
+                return bad(&at(".start_timeout"), "must be longer than 0s".into());
             }
             if let (Some(delay), Some(timeout)) = (stage.start_delay, stage.start_timeout)
                 && delay > timeout
@@ -372,8 +442,70 @@ impl Workflow {
     }
 }
 
+/// Letters, digits, '-', '_' and '.', not starting with '.' (so never `.` or `..`), at most
+/// [`MAX_NAME_LEN`] bytes: safe as a file name and on one line.
 fn is_simple_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
+const NAME_RULE: &str = "must be 1 to 64 letters, digits, '-', '_' or '.' (not starting with '.')";
+
+/// `text` on one line and of bounded length, for error messages.
+pub(crate) fn shown(text: &str) -> String {
+    let mut out: String = text.chars().take(80).flat_map(char::escape_default).collect();
+    if text.chars().count() > 80 {
+        out.push('…');
+    }
+    out
+}
+
+/// `text` with its control characters (newlines included) escaped.
+pub(crate) fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+        .collect()
+}
+
+/// Files of the run directory a stage log may not be: lachesis writes them.
+const RESERVED_RUN_FILES: &[&str] = &[".status", "config.yaml", ".env"];
+
+/// A stage log must stay inside the run directory and off the files lachesis writes there
+/// (the exit records in `.status/`, the run's config).
+pub fn check_log_path(log: &str) -> Result<(), String> {
+    use std::path::Component;
+    let shown = shown(log);
+    if log.trim().is_empty() {
+        return Err("must name a file".into());
+    }
+    if log.chars().any(char::is_control) {
+        return Err(format!("'{shown}' has a control character"));
+    }
+    let path = Path::new(log);
+    let mut parts = 0;
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => {
+                if parts == 0 && RESERVED_RUN_FILES.iter().any(|r| part == *r) {
+                    return Err(format!("'{shown}' is a file lachesis keeps in the run directory"));
+                }
+                parts += 1;
+            }
+            Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(format!("'{shown}' must stay inside the run directory (no '..')"));
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!("'{shown}' must be relative to the run directory"));
+            }
+        }
+    }
+    if parts == 0 || log.ends_with('/') {
+        return Err(format!("'{shown}' must name a file"));
+    }
+    Ok(())
 }
 
 /// A stage with every placeholder filled in: what the launcher needs.
@@ -390,11 +522,31 @@ pub struct StagePlan {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("stage '{stage}': {source}")]
-pub struct PlanError {
-    pub stage: String,
-    #[source]
-    pub source: TemplateError,
+pub enum PlanError {
+    #[error("stage '{stage}': {source}")]
+    Template {
+        stage: String,
+        #[source]
+        source: TemplateError,
+    },
+    #[error("stage '{stage}': log: {problem}")]
+    Log { stage: String, problem: String },
+}
+
+impl StagePlan {
+    /// Whether the stage counts as up as soon as it started: no delay and no probe, or a zero
+    /// delay. Decided by the caller at once, since a readiness task would race the stage's
+    /// own exit (a quick `true` would "exit during start-up").
+    pub fn up_at_once(&self) -> bool {
+        match self.start_delay {
+            Some(delay) => delay.is_zero(),
+            None => self.probe.is_none(),
+        }
+    }
+
+    pub fn up_at_once_how(&self) -> &'static str {
+        if self.start_delay.is_some() { "start delay of 0s" } else { "no start delay or probe" }
+    }
 }
 
 impl StageSpec {
@@ -406,7 +558,8 @@ impl StageSpec {
     /// Fills the placeholders with `vars` (which must already hold every variable's value).
     pub fn plan(&self, vars: &BTreeMap<String, String>, run_dir: &Path) -> Result<StagePlan, PlanError> {
         let fill = |text: &str| {
-            template::expand(text, vars).map_err(|source| PlanError { stage: self.name.clone(), source })
+            template::expand(text, vars)
+                .map_err(|source| PlanError::Template { stage: self.name.clone(), source })
         };
         let argv = self.argv.iter().map(|a| fill(a)).collect::<Result<Vec<_>, _>>()?;
         let cwd = match &self.cwd {
@@ -416,6 +569,7 @@ impl StageSpec {
         let env =
             self.env.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
         let log = fill(&self.log_file())?;
+        check_log_path(&log).map_err(|problem| PlanError::Log { stage: self.name.clone(), problem })?;
         let probe = match &self.probe {
             Some(Probe::Http { http }) => Some(Probe::Http { http: fill(http)? }),
             Some(Probe::Tcp { tcp }) => Some(Probe::Tcp { tcp: fill(tcp)? }),
@@ -464,9 +618,82 @@ mod tests {
         assert_eq!("500ms".parse::<Dur>().unwrap().0, Duration::from_millis(500));
         assert_eq!("2m".parse::<Dur>().unwrap().0, Duration::from_secs(120));
         assert_eq!("1.5s".parse::<Dur>().unwrap().0, Duration::from_millis(1500));
-        assert!("5 days".parse::<Dur>().is_err());
+        assert_eq!("1h 30m".parse::<Dur>().unwrap().0, Duration::from_secs(5400));
+        assert_eq!("0".parse::<Dur>().unwrap().0, Duration::ZERO);
+        assert!("5 parsecs".parse::<Dur>().is_err());
+        assert!("-1s".parse::<Dur>().is_err());
         let wf = parse("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 5}\n").unwrap();
         assert_eq!(wf.stages[0].start_delay, Some(Dur(Duration::from_secs(5))));
+    }
+
+    #[test]
+    fn durations_past_the_maximum_are_errors_not_panics() {
+        for text in
+            ["99999999999999999999999h", "1e300", "31 days", "1e19", "18446744073709551616s", "inf", "NaN"]
+        {
+            let err = text.parse::<Dur>().unwrap_err();
+            assert!(!err.contains('\n'), "{err}");
+        }
+        assert_eq!("30 days".parse::<Dur>().unwrap().0, MAX_DURATION);
+        for (field, value) in [
+            ("stop_grace", "1e300"),
+            ("stop_grace", "-3"),
+            ("stop_grace", ".nan"),
+            ("stop_grace", "\"99999999999999999999999h\""),
+        ] {
+            let text = format!("name: t\n{field}: {value}\nstages:\n  - {{name: a, argv: [x]}}\n");
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains("not a duration") || err.contains("maximum"), "{value}: {err}");
+        }
+        for stage_field in
+            ["start_delay: 1e19", "start_timeout: 1e300", "start_delay: \"99999999999999999999999h\""]
+        {
+            let text = format!("name: t\nstages:\n  - {{name: a, argv: [x], {stage_field}}}\n");
+            assert!(parse(&text).is_err(), "{stage_field}");
+        }
+        let text = "name: t\nretry: {max_attempts: 2, backoff: 1e300}\nstages:\n  - {name: a, argv: [x]}\n";
+        assert!(parse(text).is_err());
+    }
+
+    #[test]
+    fn logs_stay_in_the_run_directory_and_names_are_plain() {
+        for (log, want) in [
+            ("/home/u/.lachesis/lachesis.db", "must be relative"),
+            ("../../lachesis.db", "no '..'"),
+            ("a/../../x", "no '..'"),
+            (".status/api.exit.json", "lachesis keeps"),
+            ("./.status/x", "lachesis keeps"),
+            ("config.yaml", "lachesis keeps"),
+            ("", "must name a file"),
+            ("logs/", "must name a file"),
+            ("a\nb", "control character"),
+        ] {
+            let text =
+                format!("name: t\nstages:\n  - {{name: a, argv: [x], log: {}}}\n", serde_json::json!(log));
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains("stages[0].log: ") && err.contains(want), "{log:?}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+        assert!(parse("name: t\nstages:\n  - {name: a, argv: [x], log: logs/a.log}\n").is_ok());
+        // Templated logs are checked once filled in.
+        let wf = parse("name: t\nstages:\n  - {name: a, argv: [x], log: \"{home}/lachesis.db\"}\n").unwrap();
+        let vars = BTreeMap::from([("home".to_string(), "/home/u/.lachesis".to_string())]);
+        let err = wf.stages[0].plan(&vars, Path::new("/runs/r1")).unwrap_err().to_string();
+        assert!(err.contains("stage 'a': log: ") && err.contains("must be relative"), "{err}");
+        for name in ["..", ".", "a/b", "", "a\u{7}b", &"x".repeat(65)] {
+            let text = format!("name: t\nstages:\n  - {{name: {}, argv: [x]}}\n", serde_json::json!(name));
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains("stages[0].name: ") && !err.contains('\n'), "{name:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn vars_may_use_builtins_only_and_stages_may_use_tinker_atropos() {
+        let err = parse("name: t\nports: {api: 1}\nvars: {url: \"http://x:{port.api}\"}\nstages:\n  - {name: a, argv: [x]}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("vars.url: unknown variable '{port.api}'"), "{err}");
+        assert!(parse("name: t\nstages:\n  - {name: a, argv: [x], cwd: \"{tinker_atropos}\"}\n").is_ok());
     }
 
     #[test]

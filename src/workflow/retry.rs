@@ -9,6 +9,10 @@ use super::Dur;
 
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(10);
 const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(600);
+/// The shortest wait between attempts: a zero backoff would retry in a hot loop.
+pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// The most attempts a run may get, the first one included.
+pub const MAX_ATTEMPTS: u32 = 100;
 
 /// Written under `retry:` in a workflow.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +67,19 @@ impl RetryPolicy {
     pub(super) fn validate(&self) -> Result<(), (String, String)> {
         if self.max_attempts == 0 {
             return Err(("retry.max_attempts".into(), "must be at least 1 (the first attempt)".into()));
+        }
+        if self.max_attempts > MAX_ATTEMPTS {
+            return Err(("retry.max_attempts".into(), format!("must be at most {MAX_ATTEMPTS}")));
+        }
+        for (field, wait) in [("retry.backoff", self.backoff), ("retry.backoff_max", self.backoff_max)] {
+            if let Some(wait) = wait
+                && wait.0 < MIN_BACKOFF
+            {
+                return Err((
+                    field.into(),
+                    format!("{wait} is shorter than the minimum of {}", Dur(MIN_BACKOFF)),
+                ));
+            }
         }
         if let Some(code) = self.retry_on_exit_codes.iter().find(|c| !(1..=255).contains(*c)) {
             return Err((
@@ -152,5 +169,14 @@ mod tests {
         let inverted = RetryPolicy { backoff: Some(Dur(Duration::from_secs(60))), ..policy(2, &[]) };
         assert_eq!(inverted.validate().unwrap_err().0, "retry.backoff_max");
         assert!(policy(3, &[75, 124]).validate().is_ok());
+        assert_eq!(policy(MAX_ATTEMPTS + 1, &[]).validate().unwrap_err().0, "retry.max_attempts");
+        let hot = RetryPolicy { backoff: Some(Dur(Duration::ZERO)), ..policy(2, &[]) };
+        assert_eq!(hot.validate().unwrap_err().0, "retry.backoff");
+        let hot = RetryPolicy {
+            backoff: None,
+            backoff_max: Some(Dur(Duration::from_millis(10))),
+            ..policy(2, &[])
+        };
+        assert_eq!(hot.validate().unwrap_err().0, "retry.backoff_max");
     }
 }
