@@ -60,7 +60,26 @@ pub fn check_value(field: &FieldInfo, raw: &str) -> Result<serde_json::Value, Va
     if field.optional && (trimmed.eq_ignore_ascii_case("null") || trimmed.eq_ignore_ascii_case("none")) {
         return Ok(Value::Null);
     }
-    let invalid = |expected| ValueError { field: field.name.clone(), expected, raw: raw.to_owned() };
+    // The text is echoed: on one line, so the error stays one line.
+    let invalid =
+        |expected| ValueError { field: field.name.clone(), expected, raw: crate::workflow::one_line(raw) };
+    let annotation = strip_optional(field.type_name.trim());
+    if let Some(allowed) = literal_values(annotation) {
+        let value = match field.kind {
+            FieldKind::Str => Value::String(raw.to_owned()),
+            _ => check_value(&FieldInfo { type_name: String::new(), ..field.clone() }, raw)?,
+        };
+        return if allowed.contains(&value) { Ok(value) } else { Err(invalid("one of the Literal values")) };
+    }
+    if field.kind == FieldKind::List
+        && let Some(item) = list_item_kind(annotation)
+    {
+        let Some(Value::Array(items)) = parse_list(trimmed) else {
+            return Err(invalid("a list (a JSON array or comma-separated values)"));
+        };
+        let typed: Option<Vec<Value>> = items.into_iter().map(|v| typed_item(item, v)).collect();
+        return typed.map(Value::Array).ok_or_else(|| invalid(item.list_of()));
+    }
     match field.kind {
         FieldKind::Int => parse_int(trimmed).ok_or_else(|| invalid("an integer")),
         FieldKind::Float => parse_float(trimmed).ok_or_else(|| invalid("a number")),
@@ -76,6 +95,101 @@ pub fn check_value(field: &FieldInfo, raw: &str) -> Result<serde_json::Value, Va
         FieldKind::Other => {
             Ok(serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(raw.to_owned())))
         }
+    }
+}
+
+/// `Optional[X]` → `X`; anything else as it is.
+fn strip_optional(annotation: &str) -> &str {
+    annotation.strip_prefix("Optional[").and_then(|rest| rest.strip_suffix(']')).unwrap_or(annotation)
+}
+
+/// The values of `Literal['a', 'b', 3, True]` as JSON; None when `annotation` is not a Literal
+/// whose values all read back (then no membership check is made).
+fn literal_values(annotation: &str) -> Option<Vec<serde_json::Value>> {
+    use serde_json::Value;
+    let inner = annotation.strip_prefix("Literal[")?.strip_suffix(']')?;
+    let mut values = Vec::new();
+    let mut rest = inner.trim();
+    while !rest.is_empty() {
+        let (value, after) = match rest.chars().next()? {
+            quote @ ('\'' | '"') => {
+                let end = rest[1..].find(quote)? + 1;
+                let text = &rest[1..end];
+                if text.contains('\\') {
+                    return None; // escapes: leave the check to pydantic
+                }
+                (Value::String(text.to_owned()), &rest[end + 1..])
+            }
+            _ => {
+                let end = rest.find(',').unwrap_or(rest.len());
+                let token = rest[..end].trim();
+                let value = match token {
+                    "True" => Value::Bool(true),
+                    "False" => Value::Bool(false),
+                    "None" => Value::Null,
+                    number => parse_int(number).or_else(|| parse_float(number))?,
+                };
+                (value, &rest[end..])
+            }
+        };
+        values.push(value);
+        rest = after.trim_start();
+        rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+    }
+    (!values.is_empty()).then_some(values)
+}
+
+/// The item type of a list annotation (`List[str]`, `list[int]`, `Sequence[float]`,
+/// `Tuple[bool, ...]`), when it is a scalar lachesis can check.
+#[derive(Clone, Copy)]
+enum ItemKind {
+    Str,
+    Int,
+    Float,
+    Bool,
+}
+
+impl ItemKind {
+    fn list_of(self) -> &'static str {
+        match self {
+            ItemKind::Str => "a list of strings",
+            ItemKind::Int => "a list of integers",
+            ItemKind::Float => "a list of numbers",
+            ItemKind::Bool => "a list of true/false values",
+        }
+    }
+}
+
+fn list_item_kind(annotation: &str) -> Option<ItemKind> {
+    let (base, inner) = annotation.split_once('[')?;
+    if !["List", "list", "Sequence", "Set", "set", "FrozenSet", "frozenset", "Tuple", "tuple"].contains(&base)
+    {
+        return None;
+    }
+    let inner = inner.strip_suffix(']')?;
+    let item = inner.strip_suffix(", ...").unwrap_or(inner);
+    match item.trim() {
+        "str" => Some(ItemKind::Str),
+        "int" => Some(ItemKind::Int),
+        "float" => Some(ItemKind::Float),
+        "bool" => Some(ItemKind::Bool),
+        _ => None,
+    }
+}
+
+/// One list item as `kind`: JSON items must already be of the kind (pydantic's strict reading
+/// of `[1, 2]` for `List[str]`); comma-separated items arrive as text and are converted.
+fn typed_item(kind: ItemKind, item: serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    match (kind, item) {
+        (ItemKind::Str, Value::String(s)) => Some(Value::String(s)),
+        (ItemKind::Int, Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
+        (ItemKind::Int, Value::String(s)) => parse_int(s.trim()),
+        (ItemKind::Float, Value::Number(n)) => Some(Value::Number(n)),
+        (ItemKind::Float, Value::String(s)) => parse_float(s.trim()),
+        (ItemKind::Bool, Value::Bool(b)) => Some(Value::Bool(b)),
+        (ItemKind::Bool, Value::String(s)) => parse_bool(s.trim()).map(Value::Bool),
+        _ => None,
     }
 }
 
@@ -251,6 +365,41 @@ mod tests {
         assert_eq!(ok(FieldKind::Other, "STOP_TRAIN"), json!("STOP_TRAIN"));
         assert_eq!(ok(FieldKind::Other, "[1,"), json!("[1,"));
         assert_eq!(ok(FieldKind::Other, "null"), json!(null));
+    }
+
+    fn typed(name: &str, type_name: &str, kind: FieldKind) -> FieldInfo {
+        FieldInfo { type_name: type_name.into(), ..field(name, kind, type_name.starts_with("Optional[")) }
+    }
+
+    #[test]
+    fn literals_accept_only_their_values() {
+        let mode = typed("mode", "Literal['a', 'b']", FieldKind::Str);
+        assert_eq!(check_value(&mode, "a"), Ok(json!("a")));
+        let err = check_value(&mode, "c").unwrap_err().to_string();
+        assert_eq!(err, "field 'mode' expects one of the Literal values, got 'c'");
+        let level = typed("level", "Optional[Literal[1, 2, 3]]", FieldKind::Int);
+        assert_eq!(check_value(&level, "2"), Ok(json!(2)));
+        assert_eq!(check_value(&level, "none"), Ok(json!(null)));
+        assert!(check_value(&level, "4").is_err());
+        let mixed = typed("m", "Literal['x', 2, True]", FieldKind::Other);
+        assert_eq!(check_value(&mixed, "2"), Ok(json!(2)));
+        assert!(check_value(&mixed, "3").is_err());
+    }
+
+    #[test]
+    fn typed_lists_check_their_items() {
+        let names = typed("names", "List[str]", FieldKind::List);
+        assert_eq!(check_value(&names, "a,b"), Ok(json!(["a", "b"])));
+        assert_eq!(check_value(&names, "[\"a\"]"), Ok(json!(["a"])));
+        let err = check_value(&names, "[1,2]").unwrap_err().to_string();
+        assert_eq!(err, "field 'names' expects a list of strings, got '[1,2]'");
+        let sizes = typed("sizes", "list[int]", FieldKind::List);
+        assert_eq!(check_value(&sizes, "1, 2"), Ok(json!([1, 2])));
+        assert_eq!(check_value(&sizes, "[3]"), Ok(json!([3])));
+        assert!(check_value(&sizes, "1, x").is_err());
+        assert!(check_value(&sizes, "[1.5]").is_err());
+        let untyped = typed("any", "List[Dict[str, int]]", FieldKind::List);
+        assert_eq!(check_value(&untyped, "[{\"a\": 1}]"), Ok(json!([{"a": 1}])));
     }
 
     #[test]
