@@ -242,25 +242,28 @@ impl Reconciler {
         self.drive(id).await
     }
 
-    /// With `require_total`: why a deciding stage's exit 0 is not a success (the step has not
-    /// reached the total), after one last reading of the source.
+    /// Takes a last reading of the progress once a deciding stage exited 0 (the follower may
+    /// not have seen the log's last lines yet); with `require_total`, says why the exit is not
+    /// a success when the step has not reached the total.
     pub(super) async fn short_of_total(&mut self, id: Uuid, stage: &str) -> Result<Option<String>> {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
-        if !sup.run.spec.completion.require_total {
-            return Ok(None);
-        }
+        let require_total = sup.run.spec.completion.require_total;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
         let last_reading = match &resolved {
             Some(r @ ResolvedProgress { source: ResolvedSource::Log { path, .. }, .. }) => {
                 last_in_tail(path, TAIL_WINDOW, |line| r.read_line(line))
             }
-            Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) => {
+            // A request can take seconds: only when the outcome depends on it.
+            Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) if require_total => {
                 read_http(&self.http, url, r).await
             }
-            None => None,
+            _ => None,
         };
         if let Some(reading) = last_reading {
             self.on_progress(id, reading).await?;
+        }
+        if !require_total {
+            return Ok(None);
         }
         let last = self.runs.get(&id).and_then(|s| s.progress.as_ref()).and_then(|w| w.last);
         Ok(match last {
