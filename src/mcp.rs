@@ -366,6 +366,7 @@ impl RlTools {
             "attempt": run.attempt,
             "node": run.node,
             "reason": run.reason,
+            "progress": run.progress,
             "running_time_minutes": running_ms.map(|ms| ms as f64 / 60_000.0),
             "processes": processes,
             "logs": logs,

@@ -209,6 +209,9 @@ struct StartBody {
     vars: BTreeMap<String, String>,
     #[serde(default)]
     priority: i64,
+    /// Overrides the workflow's `stall_timeout` (e.g. "30m").
+    #[serde(default)]
+    stall_timeout: Option<crate::workflow::Dur>,
 }
 
 async fn start_run(State(s): State<AppState>, Body(body): Body<StartBody>) -> Response {
@@ -223,6 +226,7 @@ async fn start_run(State(s): State<AppState>, Body(body): Body<StartBody>) -> Re
         vars: body.vars,
         set,
         priority: body.priority,
+        stall_timeout: body.stall_timeout.map(|d| d.0),
     };
     match s.service.submit(request).await {
         Ok(run) => {

@@ -33,6 +33,10 @@ pub enum RunCommand {
         /// Higher runs first
         #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         priority: i64,
+        /// Fail the run when its step has not moved for this long (e.g. 30m); overrides the
+        /// workflow's `stall_timeout`
+        #[arg(long, value_name = "DURATION")]
+        stall_timeout: Option<lachesis::workflow::Dur>,
         /// Wait for the run to end, showing its progress; exit non-zero unless it completed
         #[arg(long)]
         wait: bool,
@@ -85,13 +89,14 @@ pub enum RunCommand {
 pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
-        RunCommand::Start { workflow, env, set, var, priority, wait, json } => {
+        RunCommand::Start { workflow, env, set, var, priority, stall_timeout, wait, json } => {
             let request = SubmitRequest {
                 workflow,
                 env_name: env,
                 vars: assignments("--var", &var)?,
                 set: assignments("--set", &set)?,
                 priority,
+                stall_timeout: stall_timeout.map(|d| d.0),
             };
             let run = service.submit(request).await?;
             if json && !wait {
@@ -115,8 +120,9 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
             } else if runs.is_empty() {
                 println!("no runs");
             } else {
-                let mut t =
-                    table(["ID", "WORKFLOW", "ENV", "STATE", "PRIO", "CREATED", "DURATION", "REASON"]);
+                let mut t = table([
+                    "ID", "WORKFLOW", "ENV", "STATE", "STEP", "PRIO", "CREATED", "DURATION", "REASON",
+                ]);
                 // Several daemons: say where each run is; a retried run, which attempt.
                 let nodes = runs.iter().any(|r| r.node.is_some()) && service.backend().supports_nodes();
                 for r in &runs {
@@ -133,6 +139,7 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                         r.workflow.clone(),
                         r.env_name.clone().unwrap_or_else(|| "-".into()),
                         state,
+                        r.progress.as_ref().map_or_else(|| "-".into(), |p| p.short()),
                         r.priority.to_string(),
                         time(Some(r.created_at)),
                         duration(r.started_at, end),
@@ -199,6 +206,9 @@ fn print_status(status: &RunStatus) {
     println!("state     {}{}", r.state, r.reason.as_ref().map(|e| format!(": {e}")).unwrap_or_default());
     if r.attempt > 1 {
         println!("attempt   {}", r.attempt);
+    }
+    if let Some(progress) = &r.progress {
+        println!("progress  {}", progress.line());
     }
     if let Some(node) = &r.node {
         println!("node      {node}");
@@ -275,6 +285,19 @@ async fn follow_progress(service: &Service, id: &str, json: bool) -> CliResult {
             }
         }
         if let Some(bar) = &bar {
+            if let Some(progress) = &status.run.progress
+                && let Some(total) = progress.total
+            {
+                if bar.length() != Some(total.max(0) as u64) {
+                    bar.set_length(total.max(0) as u64);
+                    if let Ok(style) =
+                        indicatif::ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg}")
+                    {
+                        bar.set_style(style);
+                    }
+                }
+                bar.set_position(progress.step.max(0) as u64);
+            }
             bar.set_message(progress_line(&status.run.state, &status.stages));
         }
         if settled(&status) {

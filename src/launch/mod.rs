@@ -1,6 +1,7 @@
 //! Starting, watching and stopping stage processes on this machine.
 
 pub mod collect;
+pub mod follow;
 pub mod probe;
 pub mod process;
 pub mod shim;

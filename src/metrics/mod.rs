@@ -51,6 +51,8 @@ pub struct Metrics {
     pub tick: Histogram,
     /// From a stage's exit (as its shim saw it) to the state committed.
     pub exit_detection: Histogram,
+    /// The training step of each supervised run (by run id): (step, total).
+    pub run_steps: std::sync::Mutex<std::collections::BTreeMap<String, (i64, Option<i64>)>>,
 }
 
 impl Metrics {
@@ -63,6 +65,15 @@ impl Metrics {
             None => &self.stages_lost,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sets the gauge of a run's step; None drops the run from it (it is no longer supervised).
+    pub fn set_run_step(&self, run: &str, step: Option<(i64, Option<i64>)>) {
+        let mut steps = self.run_steps.lock().unwrap_or_else(|e| e.into_inner());
+        match step {
+            Some(step) => steps.insert(run.to_string(), step),
+            None => steps.remove(run),
+        };
     }
 
     /// The Prometheus text: `runs` and `tests` are counts by state, read at scrape time.
@@ -91,6 +102,25 @@ impl Metrics {
                 "lachesis_stage_exits_total{{outcome=\"{outcome}\"}} {}",
                 counter.load(Ordering::Relaxed)
             );
+        }
+        {
+            let steps = self.run_steps.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(
+                out,
+                "# HELP lachesis_run_step The training step of each supervised run.\n# TYPE lachesis_run_step gauge"
+            );
+            for (run, (step, _)) in steps.iter() {
+                let _ = writeln!(out, "lachesis_run_step{{run=\"{run}\"}} {step}");
+            }
+            let _ = writeln!(
+                out,
+                "# HELP lachesis_run_total_steps The step each supervised run trains to.\n# TYPE lachesis_run_total_steps gauge"
+            );
+            for (run, (_, total)) in steps.iter() {
+                if let Some(total) = total {
+                    let _ = writeln!(out, "lachesis_run_total_steps{{run=\"{run}\"}} {total}");
+                }
+            }
         }
         self.tick.render(
             &mut out,

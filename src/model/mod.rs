@@ -5,6 +5,7 @@
 pub mod event;
 pub mod inference_test;
 pub mod process;
+pub mod progress;
 pub mod run;
 pub mod schedule;
 pub mod stage;
@@ -14,6 +15,7 @@ use uuid::Uuid;
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestEvent, TestState, TestTask};
 pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
+pub use progress::{Progress, ProgressPoint};
 pub use run::{IllegalTransition, Run, RunEvent, RunParams, RunState};
 pub use schedule::Schedule;
 pub use stage::Stage;

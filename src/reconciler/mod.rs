@@ -6,6 +6,7 @@ mod claim;
 mod inference_tests;
 mod node;
 mod notifications;
+mod progress;
 mod recover;
 mod runs;
 mod schedules;
@@ -124,6 +125,16 @@ pub enum Msg {
     SlurmRunning {
         run: Uuid,
         idx: usize,
+    },
+    /// A progress worker read a new step.
+    Progress {
+        run: Uuid,
+        reading: crate::workflow::progress::Reading,
+    },
+    /// A run's stall timer fired at `deadline` (ms since the epoch).
+    StallCheck {
+        run: Uuid,
+        deadline: crate::model::Millis,
     },
 }
 
@@ -258,6 +269,8 @@ impl Reconciler {
             Msg::LeaseLost => self.on_lease_lost().await,
             Msg::Submitted { run, idx, result } => self.on_submitted(run, idx, result).await,
             Msg::SlurmRunning { run, idx } => self.on_slurm_running(run, idx).await,
+            Msg::Progress { run, reading } => self.on_progress(run, reading).await,
+            Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
         }
     }
 

@@ -66,7 +66,12 @@ impl Reconciler {
                 return Ok(());
             };
             match sup.run.state {
-                RunState::Pending | RunState::Running => {}
+                RunState::Pending => {}
+                RunState::Running => {
+                    if sup.progress.is_none() {
+                        self.watch_progress(id).await?;
+                    }
+                }
                 RunState::Starting => {
                     match sup.stages.iter().position(|s| s.record.state != ProcessState::Up) {
                         None => {
@@ -85,6 +90,9 @@ impl Reconciler {
                 | RunState::Completed
                 | RunState::Failed => {
                     sup.cancel_all_readiness();
+                    if let Some(watch) = sup.progress.as_mut() {
+                        watch.stop();
+                    }
                     if sup.stages.iter().any(|s| s.record.state == ProcessState::Spawning) {
                         // A stage is being started: stop it once we know who it is.
                     } else if let Some(idx) = sup.next_to_stop() {
@@ -98,6 +106,7 @@ impl Reconciler {
                         }
                     } else {
                         debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
+                        self.forget_progress(id);
                         self.runs.remove(&id);
                         self.node.ledger.forget(&id);
                     }
@@ -171,6 +180,7 @@ impl Reconciler {
         match self.store.requeue(&run, RunEvent::AllStagesGone, &reason, not_before).await {
             Ok(queued) => {
                 info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
+                self.forget_progress(id);
                 self.runs.remove(&id);
                 self.node.ledger.forget(&id);
                 Ok(false)
@@ -322,7 +332,13 @@ impl Reconciler {
                 self.fail_after(id, &reason, exit).await?;
             }
             RunState::Running if deciding && exit.is_some_and(Exit::success) => {
-                self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished"))).await?;
+                match self.short_of_total(id, &name).await? {
+                    Some(reason) => self.transition(id, RunEvent::Fail, Some(&reason)).await?,
+                    None => {
+                        self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished")))
+                            .await?
+                    }
+                }
             }
             RunState::Running if deciding => {
                 self.fail_after(id, &format!("stage '{name}' {what}"), exit).await?

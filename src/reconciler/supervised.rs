@@ -24,6 +24,8 @@ pub struct Supervised {
     /// The readiness wait of a starting stage, cancelled when it is no longer needed.
     pub readiness: Vec<Option<AbortHandle>>,
     pub stop: Vec<StopStep>,
+    /// Its progress reader and stall timer, once it runs.
+    pub progress: Option<super::progress::ProgressWatch>,
 }
 
 impl Supervised {
@@ -38,6 +40,7 @@ impl Supervised {
             files,
             readiness: vec![None; n],
             stop: vec![StopStep::Running; n],
+            progress: None,
         })
     }
 

@@ -24,6 +24,8 @@ pub struct SubmitRequest {
     /// Config fields for this run (`--set`), checked against the field types and locks.
     pub set: BTreeMap<String, String>,
     pub priority: i64,
+    /// Overrides the workflow's `stall_timeout` for this run.
+    pub stall_timeout: Option<std::time::Duration>,
 }
 
 /// A run with its stages, as status commands show it.
@@ -58,6 +60,9 @@ pub struct RunSummary {
     pub node: Option<String>,
     /// A retry's backoff: not claimed before this time.
     pub not_before: Option<i64>,
+    /// The training step of its current attempt, once one was reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::model::Progress>,
 }
 
 impl From<&Run> for RunSummary {
@@ -76,6 +81,7 @@ impl From<&Run> for RunSummary {
             run_dir: run.run_dir.clone(),
             node: run.node.clone(),
             not_before: run.not_before,
+            progress: None,
         }
     }
 }
@@ -86,7 +92,10 @@ impl Service {
     pub async fn submit(&self, request: SubmitRequest) -> Result<Run> {
         let catalog = self.settings.catalog()?;
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
-        let spec = catalog.load(&name)?;
+        let mut spec = catalog.load(&name)?;
+        if let Some(timeout) = request.stall_timeout {
+            spec.stall_timeout = Some(crate::workflow::Dur(timeout));
+        }
         if !spec.node_labels.is_empty() && !self.store.backend().supports_nodes() {
             let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             return Err(ServiceError::NeedsPostgres(format!(
@@ -215,7 +224,21 @@ impl Service {
         let stages = self.store.stages(run.id).await?;
         let waiting_for = self.waiting_for(&run).await;
         let queue_position = self.queue_position(&run).await?;
-        Ok(RunStatus { run: RunSummary::from(&run), stages, waiting_for, queue_position })
+        let progress = self.progress_of(&run).await?;
+        Ok(RunStatus {
+            run: RunSummary { progress, ..RunSummary::from(&run) },
+            stages,
+            waiting_for,
+            queue_position,
+        })
+    }
+
+    /// The progress of a run's current attempt, from its recorded changes of step.
+    pub async fn progress_of(&self, run: &Run) -> Result<Option<crate::model::Progress>> {
+        if run.spec.progress.is_none() {
+            return Ok(None);
+        }
+        Ok(crate::model::Progress::of(&self.store.progress(run.id, run.attempt).await?))
     }
 
     /// A pending run's place in the claim order (1 is next); `None` for any other run.
@@ -251,7 +274,12 @@ impl Service {
     }
 
     pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
-        Ok(self.store.list_runs(filter).await?.iter().map(RunSummary::from).collect())
+        let mut summaries = Vec::new();
+        for run in self.store.list_runs(filter).await? {
+            let progress = self.progress_of(&run).await?;
+            summaries.push(RunSummary { progress, ..RunSummary::from(&run) });
+        }
+        Ok(summaries)
     }
 
     pub async fn events(&self, prefix: &str) -> Result<(Run, Vec<Event>)> {

@@ -2,6 +2,7 @@
 //! are up, what they hold exclusively and when the run is over.
 
 mod catalog;
+pub mod progress;
 pub mod retry;
 mod slurm;
 pub mod template;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use catalog::{Catalog, CatalogError};
+pub use progress::ProgressSpec;
 pub use retry::RetryPolicy;
 pub use slurm::SlurmOptions;
 use template::TemplateError;
@@ -79,6 +81,12 @@ pub struct Workflow {
     /// sbatch settings, with `launcher: slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmOptions>,
+    /// Where the run's training step comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressSpec>,
+    /// A running run whose step has not moved for this long fails as stalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_timeout: Option<Dur>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,6 +159,9 @@ pub enum Probe {
 pub struct Completion {
     #[serde(default)]
     pub stages: Vec<String>,
+    /// A deciding stage exiting 0 completes the run only once the step has reached the total.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_total: bool,
 }
 
 /// The longest duration lachesis accepts anywhere (timeouts, delays, grace periods, backoffs,
@@ -395,6 +406,16 @@ impl Workflow {
         }
         if let Some(retry) = &self.retry {
             retry.validate()?;
+        }
+        if let Some(progress) = &self.progress {
+            let stages: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
+            progress.validate(&stages, &known)?;
+        }
+        if self.completion.require_total && self.progress.is_none() {
+            return bad("completion.require_total", "needs a `progress:` block to know the step".into());
+        }
+        if self.stall_timeout.is_some_and(|d| d.0.is_zero()) {
+            return bad("stall_timeout", "must be longer than 0s".into());
         }
         if let Some(slurm) = &self.slurm {
             if self.launcher != Launcher::Slurm {

@@ -32,6 +32,9 @@ pub struct RetryPolicy {
     /// Whether a run whose node was lost is queued again (while attempts are left).
     #[serde(default = "yes")]
     pub on_node_lost: bool,
+    /// Whether a run that stalled (no progress for `stall_timeout`) is queued again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry_on_stall: bool,
 }
 
 fn yes() -> bool {
@@ -49,6 +52,11 @@ impl RetryPolicy {
     /// The wait before the next attempt when attempt `attempt` lost its node.
     pub fn after_node_lost(&self, attempt: i64) -> Option<Duration> {
         (self.on_node_lost && self.attempts_left(attempt)).then(|| self.backoff_after(attempt))
+    }
+
+    /// The wait before the next attempt when attempt `attempt` stalled.
+    pub fn after_stall(&self, attempt: i64) -> Option<Duration> {
+        (self.retry_on_stall && self.attempts_left(attempt)).then(|| self.backoff_after(attempt))
     }
 
     fn attempts_left(&self, attempt: i64) -> bool {
@@ -114,6 +122,11 @@ pub fn after_node_lost(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailu
     policy.and_then(|p| p.after_node_lost(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
 }
 
+/// The decision for a stall, with or without a policy.
+pub fn after_stall(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailure {
+    policy.and_then(|p| p.after_stall(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +138,18 @@ mod tests {
             backoff_max: Some(Dur(Duration::from_secs(30))),
             retry_on_exit_codes: codes.to_vec(),
             on_node_lost: true,
+            retry_on_stall: false,
         }
+    }
+
+    #[test]
+    fn stalls_are_retried_only_when_the_policy_names_them() {
+        let p = policy(2, &[]);
+        assert_eq!(after_stall(Some(&p), 1), AfterFailure::Fail);
+        let yes = RetryPolicy { retry_on_stall: true, ..p };
+        assert_eq!(after_stall(Some(&yes), 1), AfterFailure::RetryIn(Duration::from_secs(5)));
+        assert_eq!(after_stall(Some(&yes), 2), AfterFailure::Fail, "second of two");
+        assert_eq!(after_stall(None, 1), AfterFailure::Fail);
     }
 
     #[test]

@@ -82,7 +82,7 @@ locked:
 
 /// run-api, the stand-in trainer and the real environment in `serve` mode: the reference's
 /// three stages with auto ports and real readiness probes.
-fn training_workflow(name: &str) -> String {
+pub fn training_workflow(name: &str) -> String {
     format!(
         r#"name: {name}
 vars: {{tokenizer: "", tests: "", python_bin: ""}}
@@ -107,7 +107,7 @@ stop_grace: 5s
     )
 }
 
-fn vars(python: &Path, tokenizer: &Path) -> Vec<String> {
+pub fn vars(python: &Path, tokenizer: &Path) -> Vec<String> {
     vec![
         "--var".into(),
         format!("tokenizer={}", tokenizer.display()),

@@ -14,7 +14,10 @@ Reads the same YAML the environment gets and keeps the real trainer's observable
     python stand_in_trainer.py --config run.yaml [--port 8001] [--num-steps N]
 
 Environment: STAND_IN_TRAINER_PORT (inference port when --port is absent),
-STAND_IN_TRAINER_CRASH_AFTER=K (exit 3 right after step K completes, K >= 0; 0 = before any step).
+STAND_IN_TRAINER_CRASH_AFTER=K (exit 3 right after step K completes, K >= 0; 0 = before any step),
+STAND_IN_TRAINER_HANG_MODEL=NAME (its inference server never answers completions for NAME, or
+for any request with `*`: the environment waits forever, as with inference down; /health still
+answers).
 """
 
 import argparse
@@ -92,8 +95,10 @@ def main():
 
     # The env's tokenizer if it is a local dir (tests), else the stub's default one.
     tokenizer = str(env.get("tokenizer_name", ""))
+    hang = tuple(m for m in [os.environ.get("STAND_IN_TRAINER_HANG_MODEL", "")] if m)
     server = make_server(args.host, args.port, model=tokenizer or "stub",
-                         tokenizer_dir=tokenizer if Path(tokenizer).is_dir() else None)
+                         tokenizer_dir=tokenizer if Path(tokenizer).is_dir() else None,
+                         hang_models=hang)
     serve_in_thread(server)
     print(f"Starting inference server on port {server.server_address[1]}...", flush=True)
 

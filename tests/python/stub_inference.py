@@ -116,7 +116,7 @@ def make_server(host="127.0.0.1", port=0, mode="ok", model="stub", tokenizer_dir
             try:
                 body = self._body()
                 # A model whose endpoint never answers, while the others do (timeout tests).
-                if body.get("model") in hang_models:
+                if "*" in hang_models or body.get("model") in hang_models:
                     never.wait()
                 if path == "/v1/chat/completions":
                     self._send(200, chat_completions(body))
@@ -198,7 +198,7 @@ def main():
     parser.add_argument("--mode", choices=["ok", "hang"], default="ok")
     parser.add_argument("--model", default="stub", help="model id reported in responses")
     parser.add_argument("--hang-model", action="append", default=[],
-                        help="requests naming this model are accepted and never answered (repeatable)")
+                        help="requests naming this model are accepted and never answered (repeatable; * = every request)")
     parser.add_argument("--tokenizer", default=None,
                         help="tokenizer dir for /generate (default <sys.prefix>/lachesis-tokenizer)")
     args = parser.parse_args()

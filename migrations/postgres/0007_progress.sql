@@ -1,0 +1,9 @@
+-- A run's training step over time: one row per change of step (not per reading), per attempt.
+CREATE TABLE progress (
+    run_id  TEXT    NOT NULL,
+    attempt BIGINT  NOT NULL,
+    step    BIGINT  NOT NULL,
+    total   BIGINT,
+    at      BIGINT  NOT NULL
+);
+CREATE INDEX progress_by_run ON progress (run_id, attempt, at);

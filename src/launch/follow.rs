@@ -1,0 +1,112 @@
+//! Following a stage's log as it grows: each read starts where the last one stopped, so a
+//! line is looked at once, however long the log gets.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Reads the lines appended to a file since the last call.
+pub struct Follower {
+    path: PathBuf,
+    file: Option<File>,
+    /// Bytes of the file already read.
+    offset: u64,
+    /// The start of a line whose end has not been written yet.
+    partial: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Follower {
+    pub fn new(path: &Path) -> Follower {
+        Follower {
+            path: path.to_path_buf(),
+            file: None,
+            offset: 0,
+            partial: Vec::new(),
+            buf: vec![0; 64 * 1024],
+        }
+    }
+
+    /// Calls `on_line` for every complete line written since the last call (the file may not
+    /// exist yet). A file that shrank (truncated, replaced) is read again from its start.
+    pub fn read_new(&mut self, mut on_line: impl FnMut(&str)) -> std::io::Result<()> {
+        if self.file.is_none() {
+            match File::open(&self.path) {
+                Ok(file) => self.file = Some(file),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(err) => return Err(err),
+            }
+        }
+        let file = self.file.as_mut().expect("opened above");
+        let len = file.metadata()?.len();
+        if len < self.offset {
+            self.offset = 0;
+            self.partial.clear();
+            file.seek(SeekFrom::Start(0))?;
+        }
+        loop {
+            let n = file.read(&mut self.buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.offset += n as u64;
+            let mut chunk = &self.buf[..n];
+            while let Some(end) = chunk.iter().position(|b| *b == b'\n') {
+                if self.partial.is_empty() {
+                    on_line(&String::from_utf8_lossy(&chunk[..end]));
+                } else {
+                    self.partial.extend_from_slice(&chunk[..end]);
+                    on_line(&String::from_utf8_lossy(&self.partial));
+                    self.partial.clear();
+                }
+                chunk = &chunk[end + 1..];
+            }
+            // A line longer than this is no progress line; keep memory bounded.
+            if self.partial.len() + chunk.len() <= 64 * 1024 {
+                self.partial.extend_from_slice(chunk);
+            } else {
+                self.partial.clear();
+            }
+        }
+    }
+}
+
+/// The last line of the file's final `window` bytes for which `pick` gives something: a last
+/// look at a log whose stage just exited, without reading the whole of it.
+pub fn last_in_tail<T>(path: &Path, window: u64, mut pick: impl FnMut(&str) -> Option<T>) -> Option<T> {
+    let mut file = File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(window))).ok()?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).ok()?;
+    String::from_utf8_lossy(&tail).lines().rev().find_map(&mut pick)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn reads_each_line_once_including_lines_written_in_pieces() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let mut follower = Follower::new(&path);
+        let mut seen = Vec::new();
+        follower.read_new(|l| seen.push(l.to_string())).unwrap();
+        assert!(seen.is_empty(), "no file yet");
+        let mut file = File::create(&path).unwrap();
+        write!(file, "Step 1/5\nStep 2").unwrap();
+        follower.read_new(|l| seen.push(l.to_string())).unwrap();
+        assert_eq!(seen, ["Step 1/5"]);
+        write!(file, "/5\nStep 3/5\n").unwrap();
+        follower.read_new(|l| seen.push(l.to_string())).unwrap();
+        assert_eq!(seen, ["Step 1/5", "Step 2/5", "Step 3/5"]);
+        follower.read_new(|l| seen.push(l.to_string())).unwrap();
+        assert_eq!(seen.len(), 3, "nothing new, nothing read again");
+        assert_eq!(
+            last_in_tail(&path, 1024, |l| l.starts_with("Step").then(|| l.to_string())),
+            Some("Step 3/5".into())
+        );
+    }
+}

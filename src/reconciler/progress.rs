@@ -1,0 +1,289 @@
+//! Progress and the stall watchdog in the reconciler. A worker per running run reads its step
+//! (an HTTP poller or a log follower) and reports changes as `Msg::Progress`; the loop records
+//! each change, and one timer per run (`Msg::StallCheck`) fires at its stall deadline, which
+//! is measured from the last *recorded* change, so a restarted daemon keeps the same clock.
+
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::{Msg, Reconciler, Result};
+use crate::launch::follow::{Follower, last_in_tail};
+use crate::model::progress::span;
+use crate::model::{Millis, NewEvent, ProgressPoint, RunEvent, RunState, now_millis};
+use crate::workflow::progress::{Reading, ResolvedProgress, ResolvedSource};
+use crate::workflow::retry::AfterFailure;
+
+/// How often a followed log is looked at for new lines.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
+/// The longest an HTTP progress reading may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much of a log's end is read for the last step once its stage exited.
+const TAIL_WINDOW: u64 = 256 * 1024;
+
+/// What the loop keeps about a running run's progress.
+#[derive(Default)]
+pub struct ProgressWatch {
+    pub resolved: Option<ResolvedProgress>,
+    worker: Option<AbortHandle>,
+    timer: Option<(Millis, AbortHandle)>,
+    pub last: Option<ProgressPoint>,
+    /// The stall clock starts here: the last change of step, or reaching `running`.
+    clock_from: Millis,
+}
+
+impl ProgressWatch {
+    pub fn stop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.abort();
+        }
+        if let Some((_, timer)) = self.timer.take() {
+            timer.abort();
+        }
+    }
+}
+
+impl Drop for ProgressWatch {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `of 2500`, or what is known of the total.
+fn of_total(total: Option<i64>) -> String {
+    total.map_or_else(|| "of an unknown total".to_string(), |t| format!("of {t}"))
+}
+
+impl Reconciler {
+    /// Starts reading a running run's progress and arms its stall timer (once per run and
+    /// daemon; a restarted daemon carries on from the recorded series).
+    pub(super) async fn watch_progress(&mut self, id: Uuid) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        if sup.progress.is_some() {
+            return Ok(());
+        }
+        let mut watch = ProgressWatch::default();
+        let run = sup.run.clone();
+        if run.spec.progress.is_none() && run.spec.stall_timeout.is_none() {
+            sup.progress = Some(watch);
+            return Ok(());
+        }
+        watch.last = self.store.last_progress(id, run.attempt).await?;
+        let since = self.store.running_since(id).await?.unwrap_or_else(now_millis);
+        watch.clock_from = watch.last.map_or(since, |p| p.at.max(since));
+        if let Some(last) = watch.last {
+            self.metrics.set_run_step(&id.to_string(), Some((last.step, last.total)));
+        }
+        let mut problem = None;
+        if let Some(spec) = &run.spec.progress {
+            let config = crate::environments::run_config(
+                &run.spec.locked,
+                &run.params.config,
+                run.env_name.as_deref().unwrap_or("run"),
+                &run.short_id(),
+                &run.params.resolved,
+            );
+            let plans = &sup.plans;
+            let log_of = |stage: &str| plans.iter().find(|p| p.name == stage).map(|p| p.log_path.clone());
+            match spec.resolve(&run.params.resolved, &config, log_of) {
+                Ok(resolved) => {
+                    let known =
+                        watch.last.map(|p| Reading { step: p.step as u64, total: p.total.map(|t| t as u64) });
+                    watch.worker =
+                        Some(spawn_worker(self.tx.clone(), self.http.clone(), id, resolved.clone(), known));
+                    watch.resolved = Some(resolved);
+                }
+                Err(err) => problem = Some(format!("cannot read progress: {err}")),
+            }
+        }
+        sup.progress = Some(watch);
+        if let Some(problem) = problem {
+            self.store.add_event(id, &NewEvent::note(problem)).await?;
+        }
+        self.arm_stall_timer(id);
+        Ok(())
+    }
+}
+
+/// Reads a run's step from its source, reporting each change.
+fn spawn_worker(
+    tx: tokio::sync::mpsc::UnboundedSender<Msg>,
+    http: reqwest::Client,
+    id: Uuid,
+    resolved: ResolvedProgress,
+    known: Option<Reading>,
+) -> AbortHandle {
+    let task = tokio::spawn(async move {
+        let mut last = known;
+        match resolved.source.clone() {
+            ResolvedSource::Http { url, every, .. } => {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(reading) = read_http(&http, &url, &resolved).await else { continue };
+                    if last != Some(reading) {
+                        last = Some(reading);
+                        if tx.send(Msg::Progress { run: id, reading }).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            ResolvedSource::Log { path, .. } => {
+                let mut follower = Follower::new(&path);
+                loop {
+                    let mut newest = None;
+                    if let Err(err) = follower.read_new(|line| {
+                        if let Some(reading) = resolved.read_line(line) {
+                            newest = Some(reading);
+                        }
+                    }) {
+                        warn!("progress: cannot read {}: {err}", path.display());
+                    }
+                    if let Some(reading) = newest
+                        && last != Some(reading)
+                    {
+                        last = Some(reading);
+                        if tx.send(Msg::Progress { run: id, reading }).is_err() {
+                            return;
+                        }
+                    }
+                    tokio::time::sleep(FOLLOW_INTERVAL).await;
+                }
+            }
+        }
+    });
+    task.abort_handle()
+}
+
+impl Reconciler {
+    /// Records a new step of a running run.
+    pub(super) async fn on_progress(&mut self, id: Uuid, reading: Reading) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        if !matches!(sup.run.state, RunState::Starting | RunState::Running) {
+            return Ok(());
+        }
+        let attempt = sup.run.attempt;
+        let Some(watch) = sup.progress.as_mut() else { return Ok(()) };
+        let step = reading.step.min(i64::MAX as u64) as i64;
+        let total = reading.total.map(|t| t.min(i64::MAX as u64) as i64).or(watch.last.and_then(|p| p.total));
+        if watch.last.is_some_and(|p| p.step == step && p.total == total) {
+            return Ok(());
+        }
+        let point = ProgressPoint { attempt, step, total, at: now_millis() };
+        self.store.record_progress(id, &point).await?;
+        // A first reading of step 0 is not progress: the clock still runs from `running`.
+        if watch.last.is_some() || step > 0 {
+            watch.clock_from = point.at;
+        }
+        watch.last = Some(point);
+        self.metrics.set_run_step(&id.to_string(), Some((step, total)));
+        Ok(())
+    }
+
+    /// Makes sure a timer fires at the run's stall deadline (or earlier, then it re-arms).
+    fn arm_stall_timer(&mut self, id: Uuid) {
+        let Some(sup) = self.runs.get_mut(&id) else { return };
+        let Some(timeout) = sup.run.spec.stall_timeout else { return };
+        let Some(watch) = sup.progress.as_mut() else { return };
+        let deadline = watch.clock_from + timeout.0.as_millis() as Millis;
+        if watch.timer.as_ref().is_some_and(|(at, _)| *at <= deadline) {
+            return; // it fires first and looks again
+        }
+        if let Some((_, old)) = watch.timer.take() {
+            old.abort();
+        }
+        let tx = self.tx.clone();
+        let wait = Duration::from_millis((deadline - now_millis()).max(0) as u64);
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _ = tx.send(Msg::StallCheck { run: id, deadline });
+        });
+        watch.timer = Some((deadline, task.abort_handle()));
+    }
+
+    /// A stall timer fired: fail (or retry) the run if its step still has not moved.
+    pub(super) async fn on_stall_check(&mut self, id: Uuid, deadline: Millis) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let Some(watch) = sup.progress.as_mut() else { return Ok(()) };
+        if watch.timer.as_ref().is_some_and(|(at, _)| *at == deadline) {
+            watch.timer = None;
+        }
+        let Some(timeout) = sup.run.spec.stall_timeout else { return Ok(()) };
+        if sup.run.state != RunState::Running {
+            return Ok(());
+        }
+        if now_millis() < watch.clock_from + timeout.0.as_millis() as Millis {
+            self.arm_stall_timer(id);
+            return Ok(());
+        }
+        let at = match watch.last {
+            Some(p) => format!("at step {} {}", p.step, of_total(p.total)),
+            None => "no step reported yet".to_string(),
+        };
+        let reason = format!("stalled: no progress for {} ({at})", span(timeout.0));
+        info!(run = %sup.run.short_id(), "{reason}");
+        let policy = sup.run.spec.retry.as_ref();
+        match crate::workflow::retry::after_stall(policy, sup.run.attempt) {
+            AfterFailure::RetryIn(wait) => {
+                let max = policy.map_or(1, |p| p.max_attempts);
+                let reason = format!(
+                    "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
+                    sup.run.attempt + 1,
+                    crate::workflow::Dur(wait)
+                );
+                self.transition(id, RunEvent::Retry, Some(&reason)).await?;
+            }
+            AfterFailure::Fail => self.transition(id, RunEvent::Fail, Some(&reason)).await?,
+        }
+        self.drive(id).await
+    }
+
+    /// Takes a last reading of the progress once a deciding stage exited 0 (the follower may
+    /// not have seen the log's last lines yet); with `require_total`, says why the exit is not
+    /// a success when the step has not reached the total.
+    pub(super) async fn short_of_total(&mut self, id: Uuid, stage: &str) -> Result<Option<String>> {
+        let Some(sup) = self.runs.get(&id) else { return Ok(None) };
+        let require_total = sup.run.spec.completion.require_total;
+        let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
+        let last_reading = match &resolved {
+            Some(r @ ResolvedProgress { source: ResolvedSource::Log { path, .. }, .. }) => {
+                last_in_tail(path, TAIL_WINDOW, |line| r.read_line(line))
+            }
+            // A request can take seconds: only when the outcome depends on it.
+            Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) if require_total => {
+                read_http(&self.http, url, r).await
+            }
+            _ => None,
+        };
+        if let Some(reading) = last_reading {
+            self.on_progress(id, reading).await?;
+        }
+        if !require_total {
+            return Ok(None);
+        }
+        let last = self.runs.get(&id).and_then(|s| s.progress.as_ref()).and_then(|w| w.last);
+        Ok(match last {
+            Some(p) if p.total.is_some_and(|t| p.step >= t) => None,
+            Some(p) => Some(format!("stage '{stage}' exited 0 at step {} {}", p.step, of_total(p.total))),
+            None => Some(format!("stage '{stage}' exited 0 before any step was reported")),
+        })
+    }
+
+    /// The run leaves supervision: its gauge goes.
+    pub(super) fn forget_progress(&self, id: Uuid) {
+        self.metrics.set_run_step(&id.to_string(), None);
+    }
+}
+
+async fn read_http(http: &reqwest::Client, url: &str, resolved: &ResolvedProgress) -> Option<Reading> {
+    let response = http.get(url).timeout(HTTP_TIMEOUT).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let answer: serde_json::Value = response.json().await.ok()?;
+    resolved.read_json(&answer)
+}
