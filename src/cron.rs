@@ -80,7 +80,11 @@ impl Cron {
     /// Parses a 5-field crontab line or an alias (`@daily`…), with an optional IANA time zone.
     pub fn parse(expr: &str, tz: Option<&str>) -> Result<Cron, CronError> {
         let expr = expr.trim();
-        let invalid = |reason: String| CronError::InvalidExpression { expr: expr.to_string(), reason };
+        // Both are echoed in messages: kept on one line.
+        let invalid = |reason: String| CronError::InvalidExpression {
+            expr: crate::workflow::one_line(expr),
+            reason: crate::workflow::one_line(&reason),
+        };
         let fields = expand_alias(expr).map_err(invalid)?;
         let pattern = parse_fields(&fields).map_err(invalid)?;
         let tz = tz.map(parse_tz).transpose()?;
@@ -255,7 +259,7 @@ fn croner_detail(err: &CronerError) -> String {
 }
 
 fn parse_tz(name: &str) -> Result<Tz, CronError> {
-    name.parse::<Tz>().map_err(|_| CronError::UnknownTimeZone(name.to_string()))
+    name.parse::<Tz>().map_err(|_| CronError::UnknownTimeZone(crate::workflow::one_line(name)))
 }
 
 /// Rejects lines such as `0 0 30 2 *` that parse but can never fire, so `schedule add` fails

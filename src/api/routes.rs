@@ -103,7 +103,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             Err(JsonRejection::BytesRejection(e)) => {
                 Err(Failure::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", e.body_text()))
             }
-            Err(e) => Err(Failure::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text())),
+            Err(e) => Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                crate::workflow::one_line(&e.body_text()),
+            )),
         }
     }
 }
@@ -189,7 +193,7 @@ struct ListQuery {
     limit: Option<i64>,
 }
 
-async fn list_runs(State(s): State<AppState>, Query(q): Query<ListQuery>) -> Answer {
+async fn list_runs(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
     let state = q
         .state
         .map(|text| text.parse::<RunState>())
@@ -257,7 +261,7 @@ struct LogQuery {
     stage: Option<String>,
 }
 
-async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<LogQuery>) -> Answer {
+async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<LogQuery>) -> Answer {
     let status = s.service.status(&id).await?;
     let logs: BTreeMap<String, String> = status
         .stages
@@ -282,7 +286,7 @@ async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
     ok(logs)
 }
 
-async fn list_tests(State(s): State<AppState>, Query(q): Query<ListQuery>) -> Answer {
+async fn list_tests(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
     ok(s.service.list_tests(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
 }
 
@@ -306,17 +310,66 @@ async fn schedules(State(s): State<AppState>) -> Answer {
     ok(s.service.schedules().await?)
 }
 
+/// The schedule's own fields, and the test each firing runs (every other field, read as a
+/// `TestRequest`, which rejects fields neither it nor the schedule knows: serde's `flatten`
+/// would let unknown fields through).
 #[derive(Deserialize)]
+#[serde(try_from = "serde_json::Map<String, Value>")]
 struct ScheduleBody {
+    name: String,
+    cron: String,
+    tz: Option<String>,
+    webhooks: Vec<String>,
+    max_drop: Option<f64>,
+    test: TestRequest,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleFields {
     name: String,
     cron: String,
     tz: Option<String>,
     #[serde(default)]
     webhooks: Vec<String>,
     max_drop: Option<f64>,
-    /// The test each firing runs; it rejects fields neither it nor the schedule knows.
-    #[serde(flatten)]
-    test: TestRequest,
+}
+
+impl TryFrom<serde_json::Map<String, Value>> for ScheduleBody {
+    type Error = serde_json::Error;
+    fn try_from(mut body: serde_json::Map<String, Value>) -> Result<Self, Self::Error> {
+        let own: serde_json::Map<String, Value> = ["name", "cron", "tz", "webhooks", "max_drop"]
+            .into_iter()
+            .filter_map(|key| body.remove_entry(key))
+            .collect();
+        let own: ScheduleFields = serde_json::from_value(Value::Object(own))?;
+        let test: TestRequest = serde_json::from_value(Value::Object(body))?;
+        Ok(ScheduleBody {
+            name: own.name,
+            cron: own.cron,
+            tz: own.tz,
+            webhooks: own.webhooks,
+            max_drop: own.max_drop,
+            test,
+        })
+    }
+}
+
+/// A query string whose rejections are JSON errors, like the bodies'.
+pub struct Q<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for Q<T> {
+    type Rejection = Failure;
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Failure> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Q(value)),
+            Err(e) => Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                crate::workflow::one_line(&e.body_text()),
+            )),
+        }
+    }
 }
 
 async fn add_schedule(State(s): State<AppState>, Body(body): Body<ScheduleBody>) -> Response {

@@ -196,6 +196,11 @@ impl Service {
         webhooks: Vec<String>,
         max_drop: Option<f64>,
     ) -> Result<crate::model::Schedule> {
+        // The name is typed on command lines and shown in tables: a plain name.
+        if !crate::workflow::is_simple_name(name) {
+            let shown = crate::workflow::shown(name);
+            return Err(ServiceError::Schedule(format!("name: '{shown}' {}", crate::workflow::NAME_RULE)));
+        }
         let policy = match max_drop {
             Some(drop) => crate::inference::regression::RegressionPolicy::new(drop)
                 .map_err(|e| ServiceError::Schedule(e.to_string()))?,

@@ -465,17 +465,17 @@ impl Workflow {
 
 /// Letters, digits, '-', '_' and '.', not starting with '.' (so never `.` or `..`), at most
 /// [`MAX_NAME_LEN`] bytes: safe as a file name and on one line.
-fn is_simple_name(name: &str) -> bool {
+pub fn is_simple_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && !name.starts_with('.')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
-const NAME_RULE: &str = "must be 1 to 64 letters, digits, '-', '_' or '.' (not starting with '.')";
+pub const NAME_RULE: &str = "must be 1 to 64 letters, digits, '-', '_' or '.' (not starting with '.')";
 
 /// `text` on one line and of bounded length, for error messages.
-pub(crate) fn shown(text: &str) -> String {
+pub fn shown(text: &str) -> String {
     let mut out: String = text.chars().take(80).flat_map(char::escape_default).collect();
     if text.chars().count() > 80 {
         out.push('…');
@@ -484,7 +484,7 @@ pub(crate) fn shown(text: &str) -> String {
 }
 
 /// `text` with its control characters (newlines included) escaped.
-pub(crate) fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     text.chars()
         .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
         .collect()

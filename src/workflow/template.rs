@@ -22,6 +22,8 @@ enum Piece<'a> {
 }
 
 fn pieces(text: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
+    // The text is echoed in the error (a `--var` value can be anything): kept on one line.
+    let text_of = || super::one_line(text);
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(pos) = rest.find(['{', '}']) {
@@ -34,12 +36,12 @@ fn pieces(text: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
             out.push(Piece::Brace('}'));
             rest = &rest[pos + 2..];
         } else if rest.as_bytes()[pos] == b'}' {
-            return Err(TemplateError::Stray { text: text.to_string() });
+            return Err(TemplateError::Stray { text: text_of() });
         } else {
-            let end = after.find('}').ok_or_else(|| TemplateError::Unclosed { text: text.to_string() })?;
+            let end = after.find('}').ok_or_else(|| TemplateError::Unclosed { text: text_of() })?;
             let name = after[..end].trim();
             if name.is_empty() {
-                return Err(TemplateError::Empty { text: text.to_string() });
+                return Err(TemplateError::Empty { text: text_of() });
             }
             out.push(Piece::Var(name));
             rest = &after[end + 1..];
@@ -64,7 +66,7 @@ pub fn variables(text: &str) -> Result<Vec<&str>, TemplateError> {
 pub fn check(text: &str, known: &[String]) -> Result<(), TemplateError> {
     for name in variables(text)? {
         if !known.iter().any(|k| k == name) {
-            return Err(TemplateError::Unknown { name: name.to_string(), known: known.join(", ") });
+            return Err(TemplateError::Unknown { name: super::one_line(name), known: known.join(", ") });
         }
     }
     Ok(())
@@ -80,7 +82,7 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Tem
                 Some(value) => out.push_str(value),
                 None => {
                     let known = vars.keys().cloned().collect::<Vec<_>>().join(", ");
-                    return Err(TemplateError::Unknown { name: name.to_string(), known });
+                    return Err(TemplateError::Unknown { name: super::one_line(name), known });
                 }
             },
         }

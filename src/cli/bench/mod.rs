@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 mod claims;
+mod progress;
 mod supervisor;
 
 use supervisor::BenchOptions;
@@ -37,6 +38,13 @@ pub struct BenchArgs {
     /// Seconds of load (with --http)
     #[arg(long, default_value_t = 30)]
     seconds: u64,
+    /// Instead: progress figures (daemon CPU with runs polled over HTTP, stall-deadline delay,
+    /// log follower throughput); --seconds is the CPU window
+    #[arg(long)]
+    progress: bool,
+    /// Runs polled every 10 s (with --progress)
+    #[arg(long, default_value_t = 50)]
+    polled_runs: usize,
     /// Instead: claim throughput and latency with 1, 2 and 4 claiming nodes on PostgreSQL
     #[arg(long)]
     claims: bool,
@@ -56,6 +64,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.claims {
         return claims(args);
+    }
+    if args.progress {
+        return progress(args);
     }
     let options = BenchOptions {
         runs: args.runs,
@@ -94,6 +105,47 @@ pub fn run(args: BenchArgs) -> CliResult {
         report.throughput_runs, report.drain_runs_per_s
     );
     println!("idle daemon RSS: {:.1} MB", report.idle_rss_mb);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn progress(args: BenchArgs) -> CliResult {
+    let exe = std::env::current_exe()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let options = progress::ProgressOptions {
+        polled_runs: args.polled_runs,
+        window: std::time::Duration::from_secs(args.seconds),
+        stalled_runs: 50,
+        follower_lines: 2_000_000,
+        exits: args.exits,
+    };
+    let report = runtime.block_on(progress::run(&exe, &options, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "daemon CPU over {} s: idle {:.3}% of a core; {} runs polled every {} s ({} readings) {:.3}%",
+        report.window_s,
+        report.idle_cpu_pct,
+        report.polled_runs,
+        report.poll_every_s,
+        report.readings,
+        report.polled_cpu_pct
+    );
+    let s = &report.stall_delay_ms;
+    println!(
+        "stall deadline -> failed committed ({} runs at once): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        s.samples, s.p50, s.p99, s.max
+    );
+    println!(
+        "log follower: {:.0} lines/s ({} lines read and matched)",
+        report.follower_lines_per_s, report.follower_lines
+    );
+    let (a, b) = (&report.exit_detection_ms, &report.exit_detection_while_following_ms);
+    println!(
+        "exit detection: p50 {:.0} ms, p99 {:.0} ms alone; p50 {:.0} ms, p99 {:.0} ms while a followed log floods",
+        a.p50, a.p99, b.p50, b.p99
+    );
     Ok(ExitCode::SUCCESS)
 }
 

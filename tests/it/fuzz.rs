@@ -1,0 +1,504 @@
+//! The fuzz tier: property tests over everything that reads input (the workflow parser and
+//! templating, durations, cron/tz, config values, every HTTP route's body, path and query).
+//! The property is always "no panic, and errors are one line". Case counts are bounded so the
+//! tier takes seconds; `PROPTEST_CASES` raises them for a longer hunt. `CORPUS` keeps the cases
+//! that once panicked or slipped through, as plain regression tests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use lachesis::cron::{Cron, tick};
+use lachesis::environments::{FieldInfo, FieldKind, check_value};
+use lachesis::workflow::{BUILTIN_VARS, Dur, MAX_DURATION, Workflow, template};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::support::TestHome;
+
+fn config(cases: u32) -> Config {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(cases);
+    Config { cases, failure_persistence: None, ..Config::default() }
+}
+
+fn one_line(err: &str) {
+    assert!(!err.contains(['\n', '\r']), "a multi-line error: {err:?}");
+}
+
+/// Values that broke or fooled lachesis once, mixed with ordinary ones.
+const HOSTILE: &[&str] = &[
+    "1e300",
+    "1e19",
+    "\"99999999999999999999999h\"",
+    "18446744073709551616",
+    "-1",
+    ".nan",
+    ".inf",
+    "0",
+    "5s",
+    "\"1.5s\"",
+    "\"30 days\"",
+    "\"/etc/passwd\"",
+    "\"../../lachesis.db\"",
+    "\".status/a.exit.json\"",
+    "\"{home}/config.yaml\"",
+    "\"a.log\"",
+    "\"..\"",
+    "\"a/b\"",
+    "\"\"",
+    "\"a\\nb\"",
+    "4294967295",
+    "[1, 2]",
+    "{a: 1}",
+    "null",
+    "\"{port.api}\"",
+    "\"{tinker_atropos}\"",
+    "\"{nope}\"",
+    "\"{\"",
+];
+
+/// A workflow with `value` put at one of its fields.
+fn workflow_with(field: usize, value: &str) -> String {
+    let stage =
+        |extra: &str| format!("name: t\nports: {{api: auto}}\nstages:\n  - {{name: a, argv: [x]{extra}}}\n");
+    match field % 12 {
+        0 => stage(&format!(", start_delay: {value}")),
+        1 => stage(&format!(", start_timeout: {value}, probe: {{tcp: \"127.0.0.1:1\"}}")),
+        2 => stage(&format!(", log: {value}")),
+        3 => stage(&format!(", cwd: {value}")),
+        4 => format!("name: t\nstages:\n  - {{name: {value}, argv: [x]}}\n"),
+        5 => format!("name: t\nstop_grace: {value}\nstages:\n  - {{name: a, argv: [x]}}\n"),
+        6 => format!(
+            "name: t\nretry: {{max_attempts: {value}, backoff: 1s}}\nstages:\n  - {{name: a, argv: [x]}}\n"
+        ),
+        7 => format!(
+            "name: t\nretry: {{max_attempts: 2, backoff: {value}}}\nstages:\n  - {{name: a, argv: [x]}}\n"
+        ),
+        8 => format!(
+            "name: t\nports: {{api: 1}}\nvars: {{v: {value}}}\nstages:\n  - {{name: a, argv: [x, \"{{v}}\"]}}\n"
+        ),
+        9 => stage(&format!(", argv: [x, {value}]").replacen(", argv: [x]", "", 1)),
+        10 => stage(&format!(", env: {{K: {value}}}")),
+        _ => format!("name: {value}\nstages:\n  - {{name: a, argv: [x]}}\n"),
+    }
+}
+
+fn check_workflow_text(text: &str, fill: &str) {
+    match Workflow::parse(Path::new("workflows/t.yaml"), text) {
+        Err(err) => one_line(&err.to_string()),
+        Ok(wf) => {
+            // Every stage plans without panicking, and a planned log stays in the run directory.
+            let mut vars: BTreeMap<String, String> =
+                wf.known_vars().into_iter().map(|name| (name, fill.to_string())).collect();
+            vars.insert("port.api".into(), "1".into());
+            let run_dir = Path::new("/runs/r1");
+            for stage in &wf.stages {
+                match stage.plan(&vars, run_dir) {
+                    Ok(plan) => {
+                        let rest = plan.log_path.strip_prefix(run_dir).expect("log outside the run dir");
+                        assert!(!rest.starts_with(".status"), "{rest:?}");
+                        assert!(!plan.log_path.components().any(|c| c == std::path::Component::ParentDir));
+                    }
+                    Err(err) => one_line(&err.to_string()),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fuzz_workflows_never_panic_and_errors_are_one_line() {
+    let hostile = prop::sample::select(HOSTILE);
+    let value =
+        prop_oneof![hostile.prop_map(str::to_string), "\\PC{0,12}".prop_map(|s| json!(s).to_string())];
+    let mut runner = TestRunner::new(config(256));
+    runner
+        .run(&(0..12usize, value, "\\PC{0,8}"), |(field, value, fill)| {
+            check_workflow_text(&workflow_with(field, &value), &fill);
+            Ok(())
+        })
+        .unwrap();
+    // Whole documents: arbitrary text, and YAML-looking punctuation soup.
+    let mut runner = TestRunner::new(config(256));
+    runner
+        .run(&prop_oneof!["\\PC{0,200}", "[-:{}\\[\\]\n #a-z0-9'\"]{0,200}"], |text| {
+            check_workflow_text(&text, "x");
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn fuzz_templates_expand_or_fail_on_one_line() {
+    let vars: BTreeMap<String, String> =
+        BUILTIN_VARS.iter().map(|name| (name.to_string(), format!("<{name}>"))).collect();
+    let mut runner = TestRunner::new(config(512));
+    runner
+        .run(&prop_oneof!["\\PC{0,40}", "[{}a-z_. \n]{0,40}"], |text| {
+            match template::expand(&text, &vars) {
+                Ok(_) => prop_assert!(template::variables(&text).is_ok()),
+                Err(err) => one_line(&err.to_string()),
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn fuzz_durations_are_bounded_and_never_panic() {
+    let mut runner = TestRunner::new(config(512));
+    let text = prop_oneof![
+        "\\PC{0,24}",
+        "[0-9]{1,30}(\\.[0-9]{0,5})?(ns|us|ms|s|m|h|d|w|M|y| days| hours|e300)?",
+        "[0-9.e+-]{1,12}",
+    ];
+    runner
+        .run(&text, |text| {
+            match text.parse::<Dur>() {
+                Ok(dur) => prop_assert!(dur.0 <= MAX_DURATION),
+                Err(err) => one_line(&err),
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut runner = TestRunner::new(config(512));
+    runner
+        .run(&any::<f64>(), |secs| {
+            match Dur::from_seconds(secs) {
+                Ok(dur) => prop_assert!(dur.0 <= MAX_DURATION),
+                Err(err) => one_line(&err),
+            }
+            // The same number as YAML goes through the workflow parser's reading.
+            let text = format!("name: t\nstop_grace: {secs:e}\nstages:\n  - {{name: a, argv: [x]}}\n");
+            if let Err(err) = Workflow::parse(Path::new("t.yaml"), &text) {
+                one_line(&err.to_string());
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn fuzz_cron_and_time_zones() {
+    let expr = prop_oneof![
+        "\\PC{0,30}",
+        "([0-9*,/LW#?-]{1,6} ){4}[0-9*,/LW#?A-Z-]{1,6}",
+        "@[a-z]{0,9}",
+        "(MON|JAN|L|W|[0-9]{1,3}|\\*)( (MON|JAN|L|W|[0-9]{1,3}|\\*)){4}",
+    ];
+    let tz = prop_oneof![
+        Just(None),
+        prop::sample::select(
+            &["UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu"][..]
+        )
+        .prop_map(|tz| Some(tz.to_string())),
+        "\\PC{0,20}".prop_map(Some),
+    ];
+    let mut runner = TestRunner::new(config(256));
+    runner
+        .run(&(expr, tz, 0i64..4_102_444_800, 0i64..10_000_000), |(expr, tz, start, gap)| {
+            match Cron::parse(&expr, tz.as_deref()) {
+                Ok(cron) => {
+                    let last = chrono::DateTime::from_timestamp(start, 0).unwrap();
+                    let now = chrono::DateTime::from_timestamp(start + gap, 0).unwrap();
+                    if let Some(next) = cron.next_after(last) {
+                        prop_assert!(next > last);
+                    }
+                    let _ = tick(&cron, last, now, gap % 2 == 0);
+                    let _ = tick(&cron, now, last, false); // the clock went back
+                }
+                Err(err) => one_line(&err.to_string()),
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn fuzz_config_values_are_typed_or_refused_on_one_line() {
+    let kind = prop::sample::select(
+        &[
+            FieldKind::Int,
+            FieldKind::Float,
+            FieldKind::Bool,
+            FieldKind::Str,
+            FieldKind::List,
+            FieldKind::Dict,
+            FieldKind::Other,
+        ][..],
+    );
+    let type_name = prop_oneof![
+        prop::sample::select(
+            &[
+                "",
+                "int",
+                "Optional[int]",
+                "Literal['a', 'b']",
+                "Literal[1, 2]",
+                "Optional[Literal['x', None]]",
+                "Literal['a\\'b', \"c\"]",
+                "Literal[",
+                "List[str]",
+                "list[int]",
+                "Tuple[float, ...]",
+                "Set[bool]",
+                "List[",
+                "Dict[str, int]",
+            ][..]
+        )
+        .prop_map(str::to_string),
+        "\\PC{0,20}",
+    ];
+    let raw = prop_oneof!["\\PC{0,30}", "[\\[\\]{}\",0-9a-z. -]{0,30}", Just("[1,2]".to_string())];
+    let mut runner = TestRunner::new(config(512));
+    runner
+        .run(&(kind, type_name, any::<bool>(), raw), |(kind, type_name, optional, raw)| {
+            let field = FieldInfo {
+                name: "f".into(),
+                type_name,
+                kind,
+                optional,
+                required: false,
+                default: Value::Null,
+                value: Value::Null,
+                description: None,
+            };
+            if let Err(err) = check_value(&field, &raw) {
+                one_line(&err.to_string());
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+// ---- HTTP -------------------------------------------------------------------------------------
+
+/// A router over a scratch home's service, driven in-process (no daemon, no socket).
+struct InProcess {
+    runtime: tokio::runtime::Runtime,
+    app: axum::Router,
+    _home: TestHome,
+}
+
+impl InProcess {
+    fn new() -> InProcess {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut home = TestHome::new();
+        let service = runtime.block_on(home.service());
+        let app = lachesis::api::app(service, Default::default(), None);
+        InProcess { runtime, app, _home: home }
+    }
+
+    /// The answer's status and body; panics (fails the test) if the handler panicked.
+    fn call(&self, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        self.runtime.block_on(async {
+            let response = self.app.clone().oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            (status, bytes.to_vec())
+        })
+    }
+}
+
+/// Refusals are JSON `{error: CODE, message: ONE LINE}`.
+fn check_answer(method: &str, uri: &str, status: StatusCode, body: &[u8]) {
+    assert!(
+        status != StatusCode::INTERNAL_SERVER_ERROR,
+        "{method} {uri}: 500 {}",
+        String::from_utf8_lossy(body)
+    );
+    if status.is_client_error() && status != StatusCode::METHOD_NOT_ALLOWED {
+        let answer: Value = serde_json::from_slice(body).unwrap_or_else(|_| {
+            panic!("{method} {uri}: {status} is not JSON: {:?}", String::from_utf8_lossy(body))
+        });
+        assert!(answer["error"].is_string(), "{method} {uri}: {answer}");
+        one_line(answer["message"].as_str().unwrap_or_default());
+    }
+}
+
+/// Any JSON, a few levels deep.
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>().prop_map(|n| json!(n)),
+        "\\PC{0,12}".prop_map(Value::String),
+        prop::sample::select(HOSTILE).prop_map(|s| Value::String(s.trim_matches('"').to_string())),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{1,10}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A route's example body with its values replaced, and sometimes an unknown field added.
+fn mutated(example: Option<&str>, values: Vec<Value>, extra: Option<(String, Value)>) -> Value {
+    let mut body: serde_json::Map<String, Value> =
+        example.and_then(|e| serde_json::from_str(e).ok()).unwrap_or_default();
+    for (slot, value) in body.values_mut().zip(values) {
+        *slot = value;
+    }
+    if let Some((key, value)) = extra {
+        body.insert(key, value);
+    }
+    Value::Object(body)
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn fuzz_every_http_route_body_path_and_query() {
+    let api = InProcess::new();
+    let routes = lachesis::api::ROUTES;
+    let body = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..64).prop_map(|b| (b, None)),
+        any_json().prop_map(|v| (v.to_string().into_bytes(), None)),
+        (prop::collection::vec(any_json(), 0..6), prop::option::of(("[a-z_]{1,12}", any_json())),)
+            .prop_map(|(values, extra)| (Vec::new(), Some((values, extra)))),
+    ];
+    let segment =
+        prop_oneof!["\\PC{0,12}", Just(String::new()), Just("..".to_string()), Just("00000000".to_string())];
+    let query = prop::option::of((prop::sample::select(&["limit", "state", "stage", "x"][..]), "\\PC{0,8}"));
+    let seen = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let mut runner = TestRunner::new(config(384));
+    runner
+        .run(&(0..routes.len(), segment, query, body), |(idx, segment, query, (bytes, shaped))| {
+            let route = &routes[idx];
+            if route.path == "/metrics" {
+                return Ok(()); // text, and no input
+            }
+            let mut path = String::new();
+            for part in route.path.split_inclusive('/') {
+                if part.starts_with('{') {
+                    path.push_str(&percent_encode(&segment));
+                    path.push_str(if part.ends_with('/') { "/" } else { "" });
+                } else {
+                    path.push_str(part);
+                }
+            }
+            if let Some((key, value)) = &query {
+                path = format!("{path}?{key}={}", percent_encode(value));
+            }
+            let bytes = match shaped {
+                Some((values, extra)) => mutated(route.body, values, extra).to_string().into_bytes(),
+                None => bytes,
+            };
+            let (status, answer) = api.call(&route.method.to_uppercase(), &path, bytes);
+            check_answer(route.method, &path, status, &answer);
+            seen.borrow_mut().insert(status.as_u16());
+            Ok(())
+        })
+        .unwrap();
+    // The inputs reach the handlers: some are served, some refused as bad requests.
+    let seen = seen.into_inner();
+    assert!(seen.contains(&200) && seen.contains(&400) && seen.contains(&404), "{seen:?}");
+}
+
+// ---- the corpus -------------------------------------------------------------------------------
+
+/// Workflow files that panicked the CLI or were accepted though wrong, with the field their
+/// error must name.
+const WORKFLOW_CORPUS: &[(&str, &str)] = &[
+    ("name: t\nstop_grace: 1e300\nstages:\n  - {name: a, argv: [x]}\n", "line"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: \"99999999999999999999999h\"}\n", "line"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 1e19}\n", "line"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], start_timeout: 1e300, probe: {tcp: \"h:1\"}}\n", "line"),
+    ("name: t\nretry: {max_attempts: 2, backoff: 1e300}\nstages:\n  - {name: a, argv: [x]}\n", "line"),
+    (
+        "name: t\nretry: {max_attempts: 4294967295, backoff: 1s}\nstages:\n  - {name: a, argv: [x]}\n",
+        "retry.max_attempts",
+    ),
+    ("name: t\nretry: {max_attempts: 3, backoff: 0}\nstages:\n  - {name: a, argv: [x]}\n", "retry.backoff"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log: /home/u/.lachesis/lachesis.db}\n", "stages[0].log"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log: ../../config.yaml}\n", "stages[0].log"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log: .status/a.exit.json}\n", "stages[0].log"),
+    ("name: t\nstages:\n  - {name: \"..\", argv: [x]}\n", "stages[0].name"),
+    ("name: t\nstages:\n  - {name: a/b, argv: [x]}\n", "stages[0].name"),
+    (
+        "name: t\nports: {api: auto}\nvars: {u: \"http://h:{port.api}\"}\nstages:\n  - {name: a, argv: [x]}\n",
+        "vars.u",
+    ),
+];
+
+#[test]
+fn corpus_workflows_are_refused_naming_the_field() {
+    for (text, field) in WORKFLOW_CORPUS {
+        let err = Workflow::parse(Path::new("workflows/t.yaml"), text).expect_err(text).to_string();
+        assert!(err.contains(&format!(": {field}")), "{text:?}: {err}");
+        one_line(&err);
+    }
+    // Deep nesting is refused at once (it took seconds to minutes).
+    let began = std::time::Instant::now();
+    for depth in [20_000, 100_000] {
+        let text = format!("name: t\nstages: {}{}\n", "[".repeat(depth), "]".repeat(depth));
+        let err = Workflow::parse(Path::new("t.yaml"), &text).unwrap_err().to_string();
+        assert!(err.contains("nested more than"), "{err}");
+    }
+    assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
+    // What was refused but documented, or the reverse.
+    let ok = "name: t\nstages:\n  - {name: a, argv: [\"true\"], cwd: \"{tinker_atropos}\", start_delay: 0}\n";
+    Workflow::parse(Path::new("t.yaml"), ok).unwrap();
+}
+
+#[test]
+fn corpus_http_refusals_are_json_naming_the_field() {
+    let api = InProcess::new();
+    let cases: &[(&str, &str, &str, StatusCode, &str)] = &[
+        ("GET", "/runs?limit=abc", "", StatusCode::BAD_REQUEST, "invalid_query"),
+        ("GET", "/tests?limit=1e999", "", StatusCode::BAD_REQUEST, "invalid_query"),
+        (
+            "POST",
+            "/schedules",
+            r#"{"name": "n", "cron": "0 3 * * *", "bogus": 1}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+        ),
+        ("POST", "/schedules", r#"{"name": "", "cron": "0 3 * * *"}"#, StatusCode::BAD_REQUEST, "invalid"),
+        ("POST", "/schedules", r#"{"name": "a/b", "cron": "0 3 * * *"}"#, StatusCode::BAD_REQUEST, "invalid"),
+        ("POST", "/tests", r#"{"timeout": 1e300}"#, StatusCode::BAD_REQUEST, "invalid_body"),
+        (
+            "POST",
+            "/tests",
+            r#"{"timeout": "99999999999999999999999h"}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+        ),
+    ];
+    for (method, uri, body, want_status, want_code) in cases {
+        let (status, answer) = api.call(method, uri, body.as_bytes().to_vec());
+        let answer: Value = serde_json::from_slice(&answer)
+            .unwrap_or_else(|_| panic!("{method} {uri}: not JSON: {}", String::from_utf8_lossy(&answer)));
+        assert_eq!(
+            (status, answer["error"].as_str().unwrap_or_default()),
+            (*want_status, *want_code),
+            "{method} {uri} {body}: {answer}"
+        );
+        one_line(answer["message"].as_str().unwrap_or_default());
+    }
+    let (_, answer) = api.call("POST", "/schedules", br#"{"name": "a/b", "cron": "0 3 * * *"}"#.to_vec());
+    assert!(String::from_utf8_lossy(&answer).contains("name: 'a/b'"), "{}", String::from_utf8_lossy(&answer));
+}
