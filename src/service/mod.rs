@@ -87,6 +87,9 @@ pub struct Service {
 
 impl Service {
     pub async fn open(settings: Settings) -> Result<Service> {
+        settings
+            .ensure_private_home()
+            .map_err(|source| StoreError::Io { path: settings.home.clone(), source })?;
         let store = crate::store::open(&settings.store_location()?).await?;
         Ok(Service { settings, store: Arc::new(store) })
     }
