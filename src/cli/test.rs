@@ -30,10 +30,11 @@ pub struct TestOptions {
     /// OpenAI-compatible base URL [default: OpenRouter, key from OPENROUTER_API_KEY]
     #[arg(long)]
     provider: Option<String>,
-    /// openai, vllm or sglang (with --provider)
+    /// openai, vllm, sglang or trl (with --provider)
     #[arg(long)]
     server_type: Option<String>,
-    /// Environment variable holding the provider's key (with --provider)
+    /// Environment variable holding the provider's key (with --provider): OPENROUTER_API_KEY,
+    /// a *_API_KEY credential of the workflow, or one listed in LACHESIS_PROVIDER_KEYS
     #[arg(long)]
     api_key_env: Option<String>,
     /// Per-model time limit; the process group is killed after it [default: 10m]

@@ -31,7 +31,62 @@ pub struct Provider {
     pub health_check: bool,
 }
 
+/// The `server_type` values atroposlib knows (`APIServerConfig.server_type`).
+pub const SERVER_TYPES: [&str; 4] = ["openai", "vllm", "sglang", "trl"];
+
+/// The provider key every test may use.
+pub const DEFAULT_KEY_VAR: &str = "OPENROUTER_API_KEY";
+
+/// Extra variables an operator allows as provider keys (comma-separated).
+pub const PROVIDER_KEYS_VAR: &str = "LACHESIS_PROVIDER_KEYS";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider '{0}' must be an http(s) URL with a host (e.g. https://openrouter.ai/api/v1)")]
+    NotHttp(String),
+    #[error("server_type '{0}' is not one of openai, vllm, sglang, trl")]
+    ServerType(String),
+    #[error(
+        "api_key_env '{name}' is not a provider key (allowed: {allowed}; an operator can allow more in LACHESIS_PROVIDER_KEYS)"
+    )]
+    KeyNotAllowed { name: String, allowed: String },
+}
+
+/// The variables a test may send to its provider as the key: OPENROUTER_API_KEY, the
+/// `*_API_KEY` names among the workflow's credentials, and those in LACHESIS_PROVIDER_KEYS.
+/// Anything else in the daemon's environment stays there.
+pub fn allowed_key_vars(credentials: &[String]) -> Vec<String> {
+    let mut allowed = vec![DEFAULT_KEY_VAR.to_string()];
+    allowed.extend(credentials.iter().filter(|c| c.ends_with("_API_KEY")).cloned());
+    if let Ok(extra) = std::env::var(PROVIDER_KEYS_VAR) {
+        allowed.extend(extra.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
+    }
+    allowed.sort();
+    allowed.dedup();
+    allowed
+}
+
 impl Provider {
+    /// Refuses what would send a key somewhere unexpected: a provider that isn't an http(s)
+    /// URL, an unknown server type, a key variable not in `allowed`.
+    pub fn check(&self, allowed: &[String]) -> Result<(), ProviderError> {
+        let url = reqwest::Url::parse(&self.base_url).ok();
+        if !url.is_some_and(|u| {
+            matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+        }) {
+            return Err(ProviderError::NotHttp(crate::secrets::redact_url(&self.base_url)));
+        }
+        if !SERVER_TYPES.contains(&self.server_type.as_str()) {
+            return Err(ProviderError::ServerType(self.server_type.clone()));
+        }
+        if let Some(name) = &self.api_key_env
+            && !allowed.contains(name)
+        {
+            return Err(ProviderError::KeyNotAllowed { name: name.clone(), allowed: allowed.join(", ") });
+        }
+        Ok(())
+    }
+
     pub fn openrouter() -> Provider {
         Provider {
             base_url: "https://openrouter.ai/api/v1".into(),

@@ -37,6 +37,10 @@ pub enum ServiceError {
     NeedsEnvironment(String),
     #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
     UnknownVar { name: String, workflow: String, known: String },
+    #[error(
+        "variable '{name}' is set by lachesis and can't be given per run (only a workflow's declared vars can)"
+    )]
+    BuiltinVar { name: String },
     #[error("invalid {what} '{text}': expected NAME=VALUE")]
     BadAssignment { what: &'static str, text: String },
     #[error("workflow '{workflow}': {problem}")]
@@ -53,6 +57,8 @@ pub enum ServiceError {
     Value(#[from] crate::environments::ValueError),
     #[error("no environment is selected: run `lachesis env select NAME` (see `lachesis env list`)")]
     NoSelection,
+    #[error(transparent)]
+    Provider(#[from] crate::inference::spec::ProviderError),
     #[error("no test matches '{0}'")]
     UnknownTest(String),
     #[error("{0}")]

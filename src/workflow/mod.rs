@@ -19,8 +19,17 @@ pub use slurm::SlurmOptions;
 use template::TemplateError;
 
 /// Template variables every workflow may use, filled in by lachesis.
-pub const BUILTIN_VARS: &[&str] =
-    &["run_id", "run_dir", "config_path", "env_file", "env_name", "python", "workflow_dir", "home"];
+pub const BUILTIN_VARS: &[&str] = &[
+    "run_id",
+    "run_dir",
+    "config_path",
+    "env_file",
+    "env_name",
+    "python",
+    "workflow_dir",
+    "home",
+    "tinker_atropos",
+];
 
 /// Default wait for a stage with a probe and no delay.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);

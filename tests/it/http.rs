@@ -106,6 +106,11 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     let (s, run) = api.post("/runs", json!({ "workflow": "demo", "vars": { "steps": "1" } })).await;
     assert_eq!(s, StatusCode::CREATED, "{run}");
     let id = run["id"].as_str().unwrap().to_string();
+    for var in ["python", "tinker_atropos", "undeclared"] {
+        let (s, b) = api.post("/runs", json!({ "workflow": "demo", "vars": { var: "/tmp/evil" } })).await;
+        assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{b}");
+        assert!(b["message"].as_str().unwrap().contains(&format!("variable '{var}'")), "{b}");
+    }
     let (s, b) = api.post("/runs", json!({ "workflow": "nope" })).await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, b) = api.post("/runs", json!({ "workflow": "tinker-atropos", "env": "arith" })).await;
@@ -158,6 +163,34 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, b["tasks"][0]["model"].as_str()), (StatusCode::OK, Some("m")));
     let (s, b) = api.post(&format!("/tests/{test_id}/stop"), json!({})).await;
     assert!(s == StatusCode::OK || code(&b) == "already_ended", "{s} {b}");
+    // Nothing sends a key to an unexpected place.
+    let refused = [
+        (json!({ "provider": "file:///etc/passwd" }), "provider 'file:///etc/passwd' must be an http(s) URL"),
+        (
+            json!({ "provider": "http://127.0.0.1:9/v1", "server_type": "bogus" }),
+            "server_type 'bogus' is not one of",
+        ),
+        (
+            json!({ "provider": "http://127.0.0.1:9/v1", "api_key_env": "HOME" }),
+            "api_key_env 'HOME' is not a provider key (allowed: OPENROUTER_API_KEY, TINKER_API_KEY, WANDB_API_KEY;",
+        ),
+    ];
+    for (fields, message) in refused {
+        let mut body = json!({ "env": "arith", "models": ["m"] });
+        body.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+        for path in ["/tests", "/schedules"] {
+            let mut body = body.clone();
+            if path == "/schedules" {
+                body.as_object_mut()
+                    .unwrap()
+                    .extend([("name".into(), json!("k")), ("cron".into(), json!("@daily"))]);
+            }
+            let (s, b) = api.post(path, body).await;
+            assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{path} {b}");
+            let text = b["message"].as_str().unwrap();
+            assert!(text.starts_with(message) && !text.contains('\n'), "{path} {text}");
+        }
+    }
     let (s, b) = api.post("/tests", json!({ "env": "arith", "modelz": ["m"] })).await;
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid_body"));
     let (s, b) = api.get("/tests/zzz").await;
@@ -166,11 +199,28 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, b) = api.post("/schedules", json!({ "name": "n", "cron": "0 25 * * *", "env": "arith" })).await;
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"));
-    let body = json!({ "name": "n", "cron": "@daily", "env": "arith", "provider": "http://127.0.0.1:9/v1", "models": ["m"] });
+    let hook = "https://alice:hunter2-pass@hooks.example/x?token=t0ps3cret";
+    let body = json!({ "name": "n", "cron": "@daily", "env": "arith", "provider": "http://127.0.0.1:9/v1", "models": ["m"], "webhooks": [hook] });
     let (s, b) = api.post("/schedules", body).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
-    assert_eq!(api.get("/schedules").await.1.as_array().unwrap().len(), 1);
-    assert_eq!(api.get("/schedules/n").await.0, StatusCode::OK);
+    let (_, list) = api.get("/schedules").await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let (s, shown) = api.get("/schedules/n").await;
+    assert_eq!(s, StatusCode::OK);
+    // Webhook credentials are never read back, whichever read it is.
+    assert_eq!(list[0]["webhooks"][0], "https://***@hooks.example/x?***", "{list}");
+    for answer in [&b, &list, &shown, &api.post("/schedules/n/pause", json!({})).await.1] {
+        let text = answer.to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains("t0ps3cret") && !text.contains("alice"),
+            "{text}"
+        );
+    }
+    let cli =
+        home.cli_ok(&["schedule", "list", "--json"]) + &home.cli_ok(&["schedule", "show", "n", "--json"]);
+    assert!(!cli.contains("hunter2") && !cli.contains("t0ps3cret"), "{cli}");
+    // …while the store keeps the real one, for delivery.
+    assert_eq!(home.store().await.schedules().await.unwrap()[0].webhooks, vec![hook.to_string()]);
     assert_eq!(api.post("/schedules/n/pause", json!({})).await.1["paused"], true);
     assert_eq!(api.post("/schedules/n/resume", json!({})).await.1["paused"], false);
     assert_eq!(api.call(Method::DELETE, "/schedules/n", None).await.0, StatusCode::OK);
