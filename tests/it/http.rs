@@ -304,6 +304,46 @@ async fn every_tcp_listener_needs_the_token_and_a_unix_socket_does_not() {
     assert!(unix_get(&socket, "/health").await.contains("\"ok\""));
 }
 
+#[tokio::test]
+async fn files_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut home = TestHome::new();
+    home.umask = Some(0o022);
+    // As a home made under umask 022 would be.
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _api = start(&mut home, "127.0.0.1", None).await;
+    let id = home.submit(&["--workflow", "demo", "--var", "steps=1"]);
+    home.wait_state(id, lachesis::model::RunState::Completed, Duration::from_secs(30)).await;
+
+    let mode = |path: &std::path::Path| std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(home.path()), 0o700);
+    let run_dir = home.path().join("runs").join(id.to_string());
+    for file in ["lachesis.db", "lachesis.db-wal", "lachesis.db-shm", "api-token"] {
+        assert_eq!(mode(&home.path().join(file)), 0o600, "{file}");
+    }
+    for file in ["trainer.log", "api.log"] {
+        assert_eq!(mode(&run_dir.join(file)), 0o600, "{file}");
+    }
+    // Everything lachesis and its stages made is private (the harness's daemon.log is ours).
+    let mut stack = vec![home.path().to_path_buf()];
+    let mut status_files = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path == home.path().join("daemon.log") {
+                continue;
+            }
+            assert_eq!(mode(&path) & 0o077, 0, "{} is mode {:o}", path.display(), mode(&path));
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else if path.parent().is_some_and(|p| p.ends_with(".status")) {
+                status_files += 1;
+            }
+        }
+    }
+    assert!(status_files >= 2, "the stages' status files were checked");
+}
+
 /// A GET over a unix socket, answered whole (the connection closes after one request).
 async fn unix_get(socket: &std::path::Path, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
