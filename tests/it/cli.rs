@@ -37,6 +37,17 @@ async fn unknown_workflow_lists_the_available_ones() {
         "{}",
         stderr(&out)
     );
+    // A path: workflows are catalog names, and the message says where the catalog is.
+    let err = stderr(&home.cli(&["run", "start", "-w", "./my.yaml"]));
+    let catalog = home.workflows().display().to_string();
+    assert!(
+        err.starts_with("lachesis: './my.yaml' is a file path, but workflows are catalog names"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("copy it to {catalog} as NAME.yaml")) && err.trim().lines().count() == 1,
+        "{err}"
+    );
     assert_eq!(run_count(&mut home).await, 0);
 }
 

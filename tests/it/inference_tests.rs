@@ -159,6 +159,31 @@ fn command_lines() -> Vec<(String, String)> {
 }
 
 #[tokio::test]
+async fn test_start_wait_and_test_show_give_a_models_whole_error() {
+    let Some((python, tokenizer)) = atropos() else { return };
+    let stub = Stub::start(&python, &tokenizer, &[]);
+    let mut home = atropos_home(&python);
+    // A tokenizer that isn't there: the environment dies with transformers' exception.
+    test_profile(&home, Path::new("/nonexistent/lachesis-tokenizer"));
+    home.start_daemon();
+    let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    let args = ["test", "start", "--env", "arith", "--models", "m", "--steps", "1", "--group-size", "2"];
+    let mut args = args.to_vec();
+    args.extend(["--provider", &url, "--timeout", "60s", "--workflow", "arith-tests", "--wait"]);
+    let out = home.cli(&args);
+    assert!(!out.status.success());
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.contains("error of m:\n  process code 1; last lines:\n"), "{shown}");
+    assert!(
+        shown.contains("OSError: ") && shown.contains("/nonexistent/lachesis-tokenizer"),
+        "the cause: {shown}"
+    );
+    let id = shown.lines().find_map(|l| l.strip_prefix("test      ")).unwrap().trim().to_string();
+    let again = home.cli_ok(&["test", "show", &id]);
+    assert!(again.contains("error of m:") && again.contains("/nonexistent/lachesis-tokenizer"), "{again}");
+}
+
+#[tokio::test]
 async fn a_test_without_its_key_is_refused() {
     let mut home = TestHome::new();
     home.env = vec![("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string())];
