@@ -15,8 +15,8 @@ use crate::settings::Settings;
 
 #[derive(Clone, Debug)]
 pub struct DaemonOptions {
-    /// Where to serve the HTTP API, if at all.
-    pub listen: Option<std::net::SocketAddr>,
+    /// Where to serve the HTTP API (TCP addresses need the token; unix sockets don't).
+    pub listen: Vec<crate::api::Listen>,
     pub max_parallel: usize,
     pub stop_grace: Duration,
     pub scan_interval: Duration,
@@ -31,7 +31,7 @@ pub struct DaemonOptions {
 impl Default for DaemonOptions {
     fn default() -> Self {
         DaemonOptions {
-            listen: None,
+            listen: Vec::new(),
             max_parallel: 8,
             stop_grace: Duration::from_secs(10),
             scan_interval: Duration::from_secs(2),
@@ -60,8 +60,10 @@ pub enum DaemonError {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), DaemonError> {
-    if let Some(addr) = options.listen {
-        crate::api::token_for(addr)?;
+    let wants_token = options.listen.iter().any(|l| matches!(l, crate::api::Listen::Tcp(_)));
+    // A short LACHESIS_API_TOKEN is refused before anything starts.
+    if wants_token && let Ok(token) = std::env::var("LACHESIS_API_TOKEN") {
+        crate::api::ApiToken::new(&token, "LACHESIS_API_TOKEN")?;
     }
     if options.lease < Duration::from_secs(1) {
         return Err(DaemonError::BadOption(format!(
@@ -123,10 +125,22 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     };
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let reconciler = service.reconciler(registration, config, tx, Arc::clone(&metrics));
-    let api = options.listen.map(|addr| crate::api::serve(addr, service.clone(), Arc::clone(&metrics)));
+    let token = if wants_token {
+        let (token, origin) = crate::api::load_or_create_token(&settings.home)?;
+        info!(token = %origin, "HTTP API token (send it as `Authorization: Bearer …`)");
+        Some(Arc::new(token))
+    } else {
+        None
+    };
+    let mut apis = tokio::task::JoinSet::new();
+    for listen in options.listen.clone() {
+        apis.spawn(crate::api::serve(listen, token.clone(), service.clone(), Arc::clone(&metrics)));
+    }
     let api = async move {
-        match api {
-            Some(api) => api.await,
+        match apis.join_next().await {
+            Some(Ok(result)) => result,
+            Some(Err(join)) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Some(Err(_)) => std::future::pending().await,
             None => std::future::pending().await,
         }
     };
@@ -141,6 +155,11 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         _ = int.recv() => info!("SIGINT: daemon exits; stages keep running under their shims"),
     }
     let _ = std::fs::remove_file(&socket_path);
+    for listen in &options.listen {
+        if let crate::api::Listen::Unix(path) = listen {
+            let _ = std::fs::remove_file(path);
+        }
+    }
     Ok(())
 }
 

@@ -31,6 +31,44 @@ impl Report {
     }
 }
 
+/// Where the HTTP API's bearer token is (never its value), and whether only the owner can read it.
+fn api_token_check(settings: &crate::settings::Settings) -> Check {
+    use std::os::unix::fs::PermissionsExt;
+    if std::env::var_os("LACHESIS_API_TOKEN").is_some() {
+        return check(
+            "api token",
+            true,
+            false,
+            "LACHESIS_API_TOKEN is set: `daemon --listen HOST:PORT` requires it",
+        );
+    }
+    let path = crate::api::token_path(&settings.home);
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.permissions().mode() & 0o077 != 0 => check(
+            "api token",
+            false,
+            false,
+            format!(
+                "{} is readable by others (mode {:o}): chmod 600 it",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            ),
+        ),
+        Ok(_) => check(
+            "api token",
+            true,
+            false,
+            format!("{} (send it as `Authorization: Bearer …`)", path.display()),
+        ),
+        Err(_) => check(
+            "api token",
+            true,
+            false,
+            format!("{} is created when `daemon --listen HOST:PORT` first starts", path.display()),
+        ),
+    }
+}
+
 fn check(name: &str, ok: bool, required: bool, detail: impl Into<String>) -> Check {
     Check { name: name.into(), ok, required, detail: detail.into() }
 }
@@ -51,6 +89,7 @@ pub async fn report(service: &Service) -> Report {
         },
     ));
 
+    checks.push(api_token_check(settings));
     if service.backend().supports_nodes()
         && let Ok(nodes) = service.nodes().await
     {

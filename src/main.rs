@@ -8,6 +8,10 @@ mod cli;
 
 fn main() -> ExitCode {
     cli::output::exit_quietly_on_broken_pipe();
+    // Everything lachesis and its stages create is private to this user (the store holds --var
+    // values and webhook passwords, logs hold prompts) whatever umask the shell had; files
+    // that matter also get their mode set explicitly where they are created.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let args = cli::Cli::parse();
     match cli::dispatch(args) {
         Ok(code) => code,

@@ -67,6 +67,17 @@ impl Settings {
         Ok(catalog)
     }
 
+    /// Creates the home as 0700, or makes an existing one of ours 0700.
+    pub fn ensure_private_home(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.home)?;
+        let meta = std::fs::metadata(&self.home)?;
+        if meta.uid() == rustix::process::geteuid().as_raw() && meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(&self.home, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(())
+    }
+
     pub fn home(&self) -> &Path {
         &self.home
     }

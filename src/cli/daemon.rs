@@ -8,10 +8,11 @@ use super::CliResult;
 
 #[derive(clap::Args)]
 pub struct DaemonArgs {
-    /// Serve the HTTP API here (e.g. 127.0.0.1:7077); other addresses than 127.0.0.1/::1 need
-    /// LACHESIS_API_TOKEN
-    #[arg(long)]
-    listen: Option<std::net::SocketAddr>,
+    /// Serve the HTTP API here (repeatable): HOST:PORT needs the bearer token
+    /// (LACHESIS_API_TOKEN, else $LACHESIS_HOME/api-token, created on first start);
+    /// unix:PATH is a 0600 socket that needs none
+    #[arg(long, value_name = "HOST:PORT|unix:PATH")]
+    listen: Vec<lachesis::api::Listen>,
     /// Runs started at once at most, whatever their resources
     #[arg(long, default_value_t = 8, value_parser = parse_max_parallel)]
     max_parallel: usize,

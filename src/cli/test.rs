@@ -30,10 +30,11 @@ pub struct TestOptions {
     /// OpenAI-compatible base URL [default: OpenRouter, key from OPENROUTER_API_KEY]
     #[arg(long)]
     provider: Option<String>,
-    /// openai, vllm or sglang (with --provider)
+    /// openai, vllm, sglang or trl (with --provider)
     #[arg(long)]
     server_type: Option<String>,
-    /// Environment variable holding the provider's key (with --provider)
+    /// Environment variable holding the provider's key (with --provider): OPENROUTER_API_KEY,
+    /// a *_API_KEY credential of the workflow, or one listed in LACHESIS_PROVIDER_KEYS
     #[arg(long)]
     api_key_env: Option<String>,
     /// Per-model time limit; the process group is killed after it [default: 10m]
@@ -163,7 +164,10 @@ fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
     );
     println!(
         "settings  {} steps x {} completions per model, provider {} ({})",
-        test.spec.steps, test.spec.group_size, test.spec.provider.base_url, test.spec.provider.server_type
+        test.spec.steps,
+        test.spec.group_size,
+        lachesis::secrets::redact_url(&test.spec.provider.base_url),
+        test.spec.provider.server_type
     );
     println!("directory {}", test.test_dir.display());
     let results = test
@@ -198,6 +202,16 @@ fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
         ]);
     }
     println!("{t}");
+    // The table has room for an error's first line; its cause (e.g. the environment's exception,
+    // in the lines after) is shown whole here.
+    for r in &results {
+        if let Some(error) = r["error"].as_str().filter(|e| e.lines().nth(1).is_some()) {
+            println!("error of {}:", r["model"].as_str().unwrap_or("?"));
+            for line in error.lines() {
+                println!("  {line}");
+            }
+        }
+    }
     if let Some(summary) = test.results.as_ref().and_then(|r| r.get("summary")) {
         println!(
             "summary   {}/{} models succeeded, best {}, average accuracy {}, environment working: {}",

@@ -31,7 +31,62 @@ pub struct Provider {
     pub health_check: bool,
 }
 
+/// The `server_type` values atroposlib knows (`APIServerConfig.server_type`).
+pub const SERVER_TYPES: [&str; 4] = ["openai", "vllm", "sglang", "trl"];
+
+/// The provider key every test may use.
+pub const DEFAULT_KEY_VAR: &str = "OPENROUTER_API_KEY";
+
+/// Extra variables an operator allows as provider keys (comma-separated).
+pub const PROVIDER_KEYS_VAR: &str = "LACHESIS_PROVIDER_KEYS";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider '{0}' must be an http(s) URL with a host (e.g. https://openrouter.ai/api/v1)")]
+    NotHttp(String),
+    #[error("server_type '{0}' is not one of openai, vllm, sglang, trl")]
+    ServerType(String),
+    #[error(
+        "api_key_env '{name}' is not a provider key (allowed: {allowed}; an operator can allow more in LACHESIS_PROVIDER_KEYS)"
+    )]
+    KeyNotAllowed { name: String, allowed: String },
+}
+
+/// The variables a test may send to its provider as the key: OPENROUTER_API_KEY, the
+/// `*_API_KEY` names among the workflow's credentials, and those in LACHESIS_PROVIDER_KEYS.
+/// Anything else in the daemon's environment stays there.
+pub fn allowed_key_vars(credentials: &[String]) -> Vec<String> {
+    let mut allowed = vec![DEFAULT_KEY_VAR.to_string()];
+    allowed.extend(credentials.iter().filter(|c| c.ends_with("_API_KEY")).cloned());
+    if let Ok(extra) = std::env::var(PROVIDER_KEYS_VAR) {
+        allowed.extend(extra.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
+    }
+    allowed.sort();
+    allowed.dedup();
+    allowed
+}
+
 impl Provider {
+    /// Refuses what would send a key somewhere unexpected: a provider that isn't an http(s)
+    /// URL, an unknown server type, a key variable not in `allowed`.
+    pub fn check(&self, allowed: &[String]) -> Result<(), ProviderError> {
+        let url = reqwest::Url::parse(&self.base_url).ok();
+        if !url.is_some_and(|u| {
+            matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+        }) {
+            return Err(ProviderError::NotHttp(crate::secrets::redact_url(&self.base_url)));
+        }
+        if !SERVER_TYPES.contains(&self.server_type.as_str()) {
+            return Err(ProviderError::ServerType(self.server_type.clone()));
+        }
+        if let Some(name) = &self.api_key_env
+            && !allowed.contains(name)
+        {
+            return Err(ProviderError::KeyNotAllowed { name: name.clone(), allowed: allowed.join(", ") });
+        }
+        Ok(())
+    }
+
     pub fn openrouter() -> Provider {
         Provider {
             base_url: "https://openrouter.ai/api/v1".into(),
@@ -70,18 +125,39 @@ pub fn output_path(test_dir: &Path, model: &str) -> PathBuf {
     test_dir.join(format!("{}.jsonl", file_stem(model)))
 }
 
+/// The file that hands the provider's key to one model's process.
+pub fn secret_config_path(test_dir: &Path, model: &str) -> PathBuf {
+    test_dir.join(format!("{}.secret.yaml", file_stem(model)))
+}
+
+/// Writes `{openai: {api_key: KEY}}` to `path`, 0600 from its creation: atroposlib's `process
+/// --config FILE` takes its settings from the file under the command-line flags. The daemon
+/// removes the file when the model's process ends.
+pub fn write_secret_config(path: &Path, api_key: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    // JSON is YAML, and serde_json escapes whatever the key holds.
+    let text = serde_json::json!({ "openai": { "api_key": api_key } }).to_string();
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.write_all(b"\n")
+}
+
 pub fn log_path(test_dir: &Path, model: &str) -> PathBuf {
     test_dir.join(format!("{}.log", file_stem(model)))
 }
 
 impl InferenceSpec {
-    /// The process for one model. `api_key` is the provider's key, read from the daemon's
-    /// environment just before starting; it appears only in the process's own arguments.
-    pub fn task_plan(&self, model: &str, test_dir: &Path, api_key: &str) -> StagePlan {
+    /// The process for one model. The provider's key is in no argument: atroposlib reads it from
+    /// `--config` (see [`write_secret_config`]), so `ps` never shows it.
+    pub fn task_plan(&self, model: &str, test_dir: &Path) -> StagePlan {
         let mut argv: Vec<String> = vec![
             self.python.clone(),
             self.env_file.display().to_string(),
             "process".into(),
+            "--config".into(),
+            secret_config_path(test_dir, model).display().to_string(),
             "--env.total_steps".into(),
             self.steps.to_string(),
             "--env.group_size".into(),
@@ -102,8 +178,6 @@ impl InferenceSpec {
         argv.extend([
             "--openai.base_url".into(),
             self.provider.base_url.clone(),
-            "--openai.api_key".into(),
-            api_key.to_string(),
             "--openai.model_name".into(),
             model.to_string(),
             "--openai.server_type".into(),
@@ -146,19 +220,34 @@ mod tests {
                 ("max_token_length".to_string(), serde_json::json!(8192)),
             ]),
         };
-        let plan = spec.task_plan("qwen/qwen3-8b", Path::new("/tests/j1"), "sk-secret");
+        let plan = spec.task_plan("qwen/qwen3-8b", Path::new("/tests/j1"));
         let argv = plan.argv.join(" ");
         assert!(
-            argv.starts_with("python3 /envs/gsm8k.py process --env.total_steps 3 --env.group_size 16"),
+            argv.starts_with(
+                "python3 /envs/gsm8k.py process --config /tests/j1/qwen_qwen3-8b.secret.yaml --env.total_steps 3 --env.group_size 16"
+            ),
             "{argv}"
         );
+        assert!(!argv.contains("api_key"), "{argv}");
         assert!(argv.contains("--env.data_path_to_save_groups /tests/j1/qwen_qwen3-8b.jsonl"), "{argv}");
         assert!(argv.contains("--env.max_token_length 8192 --env.tokenizer_name Qwen/Qwen3-8B"), "{argv}");
         assert!(argv.contains(
             "--openai.model_name qwen/qwen3-8b --openai.server_type openai --openai.health_check false"
         ));
         assert_eq!(plan.log_path, PathBuf::from("/tests/j1/qwen_qwen3-8b.log"));
-        let shown = crate::secrets::redact_argv(&plan.argv);
-        assert!(!shown.contains("sk-secret") && shown.contains("--openai.api_key ***"), "{shown}");
+    }
+
+    #[test]
+    fn the_key_file_is_private_and_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = secret_config_path(dir.path(), "m");
+        write_secret_config(&path, "old").unwrap();
+        write_secret_config(&path, "sk-\"quoted\"").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"openai\":{\"api_key\":\"sk-\\\"quoted\\\"\"}}\n"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     }
 }

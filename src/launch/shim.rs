@@ -4,6 +4,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -64,7 +65,7 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     if !args.cwd.is_dir() {
         return fail(format!("working directory {} does not exist", args.cwd.display()));
     }
-    let log = match OpenOptions::new().create(true).append(true).open(&args.log) {
+    let log = match OpenOptions::new().create(true).append(true).mode(0o600).open(&args.log) {
         Ok(log) => log,
         Err(e) => return fail(format!("cannot open log {}: {e}", args.log.display())),
     };

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -79,7 +80,8 @@ pub fn write_atomic(path: &Path, value: &impl Serialize, durability: Durability)
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(format!(".tmp{}", std::process::id()));
     let tmp = dir.join(tmp_name);
-    let mut file = File::create(&tmp)?;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
     serde_json::to_writer(&mut file, value)?;
     file.write_all(b"\n")?;
     if durability == Durability::Synced {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::recover::{Found, examine};
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
 use crate::inference::results::{ModelResult, read_model_result, stderr_tail, summarize};
-use crate::inference::spec::{log_path, output_path};
+use crate::inference::spec::{log_path, output_path, secret_config_path, write_secret_config};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::{StageFiles, Started};
@@ -90,18 +90,25 @@ impl Reconciler {
     async fn drive_test(&mut self, id: Uuid) -> Result {
         let Some(sup) = self.tests.get_mut(&id) else { return Ok(()) };
         if sup.test.state == TestState::Running {
-            let live = sup.tasks.iter().filter(|t| t.record.state.is_live()).count();
-            let room = sup.test.spec.concurrency.max(1).saturating_sub(live);
-            let pending: Vec<usize> = sup
-                .tasks
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.record.state == ProcessState::Pending)
-                .map(|(i, _)| i)
-                .take(room)
-                .collect();
-            for idx in pending {
-                self.spawn_task(id, idx).await?;
+            // Again while a task ended at once (its key file couldn't be written) and left room.
+            loop {
+                let Some(sup) = self.tests.get(&id) else { return Ok(()) };
+                let live = sup.tasks.iter().filter(|t| t.record.state.is_live()).count();
+                let room = sup.test.spec.concurrency.max(1).saturating_sub(live);
+                let pending: Vec<usize> = sup
+                    .tasks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.record.state == ProcessState::Pending)
+                    .map(|(i, _)| i)
+                    .take(room)
+                    .collect();
+                if pending.is_empty() {
+                    break;
+                }
+                for idx in pending {
+                    self.spawn_task(id, idx).await?;
+                }
             }
         } else {
             for idx in 0..sup.tasks.len() {
@@ -120,6 +127,10 @@ impl Reconciler {
                 return self.complete_test(id).await;
             }
             if !sup.tasks.iter().any(|t| t.record.state.is_live()) {
+                // Also the key files of tasks lost while the daemon was down.
+                for task in &sup.tasks {
+                    let _ = std::fs::remove_file(secret_config_path(&sup.test.test_dir, &task.model));
+                }
                 self.tests.remove(&id);
                 self.node.ledger.forget(&id);
             }
@@ -144,7 +155,18 @@ impl Reconciler {
         let task = &mut sup.tasks[idx];
         task.record.state = ProcessState::Spawning;
         self.store.update_task(task, None).await?;
-        let plan = sup.test.spec.task_plan(&task.model, &sup.test.test_dir, &key);
+        let mut plan = sup.test.spec.task_plan(&task.model, &sup.test.test_dir);
+        // The key reaches the process through a 0600 file, and the shim (to mask it in the
+        // log) through its environment: never through an argv, which every user can read.
+        let secret_file = secret_config_path(&sup.test.test_dir, &task.model);
+        if let Err(err) = write_secret_config(&secret_file, &key) {
+            let reason = format!("cannot write {}: {err}", secret_file.display());
+            let what = task.record.exited(None, Some(&reason), now_millis());
+            let model = task.model.clone();
+            self.store.update_task(task, Some(&NewEvent::stage(&model, what))).await?;
+            return Ok(());
+        }
+        plan.env.insert(format!("{}PROVIDER_KEY", crate::secrets::SECRET_ARG_PREFIX), key);
         let files = sup.files[idx].clone();
         self.launch(Owner::Task { test: id, idx }, plan, files);
         Ok(())
@@ -163,14 +185,15 @@ impl Reconciler {
             Ok(started) => {
                 task.record.started(ProcessState::Up, started.started_at, started.shim, started.process);
                 let pid = task.record.process.as_ref().map_or(0, |p| p.pid);
-                // The command as it may be shown: the provider's key stands as ***.
-                let argv = sup.test.spec.task_plan(&model, &sup.test.test_dir, "***").argv;
+                // The command as it may be shown: it holds no key (that is in the secret file).
+                let argv = sup.test.spec.task_plan(&model, &sup.test.test_dir).argv;
                 let event = NewEvent::stage(&model, format!("started (pid {pid}): {}", argv.join(" ")));
                 self.store.update_task(task, Some(&event)).await?;
                 let timeout = sup.test.spec.timeout.0;
                 self.arm_timeout(id, idx, timeout);
             }
             Err(err) => {
+                let _ = std::fs::remove_file(secret_config_path(&sup.test.test_dir, &model));
                 let what = task.record.exited(None, Some(&err.to_string()), now_millis());
                 self.store.update_task(task, Some(&NewEvent::stage(&model, what))).await?;
             }
@@ -213,6 +236,8 @@ impl Reconciler {
             timer.abort();
         }
         let task = &mut sup.tasks[idx];
+        // The key's file lives no longer than the process that reads it.
+        let _ = std::fs::remove_file(secret_config_path(&sup.test.test_dir, &task.model));
         if !task.record.state.is_live() {
             return Ok(());
         }

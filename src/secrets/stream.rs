@@ -6,12 +6,17 @@ use std::io::{self, Read, Write};
 
 const MASK: &[u8] = super::REDACTED.as_bytes();
 
-/// The secrets a stage could print: values of the secret variables in its environment and of
-/// secret flags in its argv. Short values are ignored: masking `x` would garble the log.
+/// The secrets a stage could print: values of the secret variables and of
+/// `LACHESIS_SECRET_ARG_*` in its environment, and of secret flags in its argv. Short values are
+/// ignored: masking `x` would garble the log.
 pub fn secrets_for(argv: &[String]) -> Vec<Vec<u8>> {
+    let handed = std::env::vars()
+        .filter(|(name, _)| name.starts_with(super::SECRET_ARG_PREFIX))
+        .map(|(_, value)| value);
     let mut secrets: Vec<Vec<u8>> = super::SECRET_VARS
         .iter()
         .filter_map(|var| std::env::var(var).ok())
+        .chain(handed)
         .chain(super::argv::secret_flag_values(argv))
         .filter(|value| value.len() >= 8)
         .map(String::into_bytes)

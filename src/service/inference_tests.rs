@@ -83,10 +83,6 @@ impl Service {
     pub async fn test_spec(&self, request: &TestRequest) -> Result<InferenceSpec> {
         let catalog = self.settings.catalog()?;
         let workflow = catalog.load(&request.workflow.clone().unwrap_or_else(|| catalog.default_name()))?;
-        let env = match &request.env_name {
-            Some(name) => self.environment(name)?,
-            None => self.environment(&self.selection().await?.env_name)?,
-        };
         let provider = match &request.provider {
             None => Provider::openrouter(),
             Some(url) => Provider {
@@ -98,6 +94,7 @@ impl Service {
         };
         let provider =
             Provider { api_key_env: request.api_key_env.clone().or(provider.api_key_env), ..provider };
+        provider.check(&crate::inference::spec::allowed_key_vars(&workflow.credentials))?;
         if let Some(var) = &provider.api_key_env
             && std::env::var_os(var).is_none()
         {
@@ -107,6 +104,10 @@ impl Service {
                 missing: vec![var.clone()],
             });
         }
+        let env = match &request.env_name {
+            Some(name) => self.environment(name)?,
+            None => self.environment(&self.selection().await?.env_name)?,
+        };
         let locked_env: BTreeMap<String, serde_json::Value> = LOCKED_TEST_FIELDS
             .iter()
             .filter_map(|f| {
@@ -231,10 +232,16 @@ impl Service {
         };
         self.store.insert_schedule(&schedule).await?;
         self.wake().await;
-        Ok(schedule)
+        Ok(shown(schedule))
     }
 
+    /// A schedule as it may be shown: its webhooks' credentials redacted.
     pub async fn schedule(&self, name: &str) -> Result<crate::model::Schedule> {
+        self.stored_schedule(name).await.map(shown)
+    }
+
+    /// The schedule as stored, webhook credentials and all: never returned to a caller.
+    async fn stored_schedule(&self, name: &str) -> Result<crate::model::Schedule> {
         let all = self.store.schedules().await?;
         let names: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
         all.into_iter().find(|s| s.name == name).ok_or_else(|| ServiceError::UnknownSchedule {
@@ -243,8 +250,9 @@ impl Service {
         })
     }
 
+    /// Every schedule as it may be shown (webhook credentials redacted).
     pub async fn schedules(&self) -> Result<Vec<crate::model::Schedule>> {
-        Ok(self.store.schedules().await?)
+        Ok(self.store.schedules().await?.into_iter().map(shown).collect())
     }
 
     /// A schedule with its next due time, its latest tests and its history of firings.
@@ -257,7 +265,7 @@ impl Service {
     }
 
     pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<crate::model::Schedule> {
-        let mut schedule = self.schedule(name).await?;
+        let mut schedule = self.stored_schedule(name).await?;
         schedule.paused = paused;
         if !paused {
             // Resuming doesn't catch up on the time it was paused for.
@@ -265,7 +273,7 @@ impl Service {
         }
         self.store.update_schedule(&schedule).await?;
         self.wake().await;
-        Ok(schedule)
+        Ok(shown(schedule))
     }
 
     pub async fn remove_schedule(&self, name: &str) -> Result<crate::model::Schedule> {
@@ -273,4 +281,12 @@ impl Service {
         self.store.delete_schedule(schedule.id).await?;
         Ok(schedule)
     }
+}
+
+/// `schedule` with each webhook's (and its provider's) user:password, query and fragment redacted: reads (CLI,
+/// `--json`, HTTP, MCP) never carry a webhook's credentials.
+fn shown(mut schedule: crate::model::Schedule) -> crate::model::Schedule {
+    schedule.webhooks = schedule.webhooks.iter().map(|url| crate::secrets::redact_url(url)).collect();
+    schedule.spec.provider.base_url = crate::secrets::redact_url(&schedule.spec.provider.base_url);
+    schedule
 }

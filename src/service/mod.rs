@@ -37,6 +37,10 @@ pub enum ServiceError {
     NeedsEnvironment(String),
     #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
     UnknownVar { name: String, workflow: String, known: String },
+    #[error(
+        "variable '{name}' is set by lachesis and can't be given per run (only a workflow's declared vars can)"
+    )]
+    BuiltinVar { name: String },
     #[error("invalid {what} '{text}': expected NAME=VALUE")]
     BadAssignment { what: &'static str, text: String },
     #[error("workflow '{workflow}': {problem}")]
@@ -53,6 +57,8 @@ pub enum ServiceError {
     Value(#[from] crate::environments::ValueError),
     #[error("no environment is selected: run `lachesis env select NAME` (see `lachesis env list`)")]
     NoSelection,
+    #[error(transparent)]
+    Provider(#[from] crate::inference::spec::ProviderError),
     #[error("no test matches '{0}'")]
     UnknownTest(String),
     #[error("{0}")]
@@ -87,6 +93,9 @@ pub struct Service {
 
 impl Service {
     pub async fn open(settings: Settings) -> Result<Service> {
+        settings
+            .ensure_private_home()
+            .map_err(|source| StoreError::Io { path: settings.home.clone(), source })?;
         let store = crate::store::open(&settings.store_location()?).await?;
         Ok(Service { settings, store: Arc::new(store) })
     }

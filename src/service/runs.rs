@@ -86,6 +86,22 @@ impl From<&Run> for RunSummary {
     }
 }
 
+/// Only the workflow's declared vars take per-run values: the built-ins (the interpreter, the
+/// checkout, the run's paths) are the operator's, never a caller's.
+fn check_run_vars(spec: &Workflow, vars: &BTreeMap<String, String>) -> Result<()> {
+    for name in vars.keys() {
+        if crate::workflow::BUILTIN_VARS.contains(&name.as_str()) || name.starts_with("port.") {
+            return Err(ServiceError::BuiltinVar { name: name.clone() });
+        }
+        if !spec.vars.contains_key(name) {
+            let known = spec.vars.keys().cloned().collect::<Vec<_>>();
+            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            return Err(ServiceError::UnknownVar { name: name.clone(), workflow: spec.name.clone(), known });
+        }
+    }
+    Ok(())
+}
+
 impl Service {
     /// Validates everything a run needs, then writes it as pending in one transaction and
     /// wakes the daemon. Nothing is written when anything is wrong.
@@ -103,6 +119,7 @@ impl Service {
                 labels.join(",")
             )));
         }
+        check_run_vars(&spec, &request.vars)?;
         let missing: Vec<String> =
             spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).cloned().collect();
         if !missing.is_empty() {
@@ -169,7 +186,7 @@ impl Service {
         workflow_dir: &std::path::Path,
     ) -> Result<BTreeMap<String, String>> {
         let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
-        let mut builtins = BTreeMap::from([
+        let builtins = BTreeMap::from([
             ("run_id".to_string(), id.to_string()),
             ("run_dir".to_string(), path(run_dir)),
             ("config_path".to_string(), path(&run_dir.join("config.yaml"))),
@@ -180,19 +197,6 @@ impl Service {
             ("home".to_string(), path(&self.settings.home)),
             ("tinker_atropos".to_string(), path(&self.settings.tinker_atropos)),
         ]);
-        for name in vars.keys() {
-            if !spec.vars.contains_key(name) && name != "python" {
-                let known = spec.vars.keys().cloned().collect::<Vec<_>>().join(", ");
-                return Err(ServiceError::UnknownVar {
-                    name: name.clone(),
-                    workflow: spec.name.clone(),
-                    known,
-                });
-            }
-        }
-        if let Some(python) = vars.get("python") {
-            builtins.insert("python".into(), python.clone());
-        }
         let mut resolved = builtins.clone();
         for (name, default) in &spec.vars {
             let raw = vars.get(name).unwrap_or(default);

@@ -21,6 +21,7 @@ pub(super) async fn open(path: &Path) -> Result<AnyPool> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err)?;
     }
+    private_files(path).map_err(io_err)?;
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let target = path.display().to_string();
     let options: AnyConnectOptions =
@@ -43,6 +44,27 @@ pub(super) async fn open(path: &Path) -> Result<AnyPool> {
     drop(file);
 
     Ok(pool)
+}
+
+/// Creates the database file 0600 before SQLite opens it (SQLite gives its -wal and -shm files
+/// the database's mode), and makes 0600 any of the three an older version left readable.
+fn private_files(db: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    OpenOptions::new().create(true).append(true).mode(0o600).open(db)?;
+    for file in [db.to_path_buf(), sibling_raw(db, "-wal"), sibling_raw(db, "-shm")] {
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+fn sibling_raw(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// The daemon lock file of the database at `db`.

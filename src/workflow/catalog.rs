@@ -22,6 +22,11 @@ pub const FALLBACK_DEFAULT: &str = "tinker-atropos";
 pub enum CatalogError {
     #[error("unknown workflow '{name}' (available: {available}) in {}", dir.display())]
     Unknown { name: String, available: String, dir: PathBuf },
+    #[error(
+        "'{name}' is a file path, but workflows are catalog names: copy it to {} as NAME.yaml and pass NAME (available: {available})",
+        dir.display()
+    )]
+    NotAName { name: String, available: String, dir: PathBuf },
     #[error(transparent)]
     Invalid(#[from] InvalidWorkflow),
     #[error("cannot read {}: {source}", path.display())]
@@ -88,6 +93,13 @@ impl Catalog {
 
     /// Loads one workflow by name; only that file is read, so a broken neighbour can't block it.
     pub fn load(&self, name: &str) -> Result<Workflow, CatalogError> {
+        if name.contains('/') || name.ends_with(".yaml") || name.ends_with(".yml") {
+            return Err(CatalogError::NotAName {
+                name: name.to_string(),
+                available: self.names().join(", "),
+                dir: self.dir.clone(),
+            });
+        }
         let path = ["yaml", "yml"]
             .iter()
             .map(|ext| self.dir.join(format!("{name}.{ext}")))

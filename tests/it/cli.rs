@@ -37,6 +37,17 @@ async fn unknown_workflow_lists_the_available_ones() {
         "{}",
         stderr(&out)
     );
+    // A path: workflows are catalog names, and the message says where the catalog is.
+    let err = stderr(&home.cli(&["run", "start", "-w", "./my.yaml"]));
+    let catalog = home.workflows().display().to_string();
+    assert!(
+        err.starts_with("lachesis: './my.yaml' is a file path, but workflows are catalog names"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("copy it to {catalog} as NAME.yaml")) && err.trim().lines().count() == 1,
+        "{err}"
+    );
     assert_eq!(run_count(&mut home).await, 0);
 }
 
@@ -57,6 +68,31 @@ async fn unknown_variables_and_bad_assignments_are_refused() {
     assert!(err.contains("unknown variable 'stepz' for workflow 'demo' (variables: steps)"), "{err}");
     let err = stderr(&home.cli(&["run", "start", "--workflow", "demo", "--var", "steps"]));
     assert!(err.contains("invalid --var 'steps': expected NAME=VALUE"), "{err}");
+    // Built-ins are the operator's: never a caller's, even for a workflow that uses them.
+    for var in ["python=/tmp/evil", "home=/tmp", "tinker_atropos=/tmp", "run_dir=/tmp"] {
+        let out = home.cli(&["run", "start", "--workflow", "tinker-atropos", "--env", "x", "--var", var]);
+        let err = stderr(&out);
+        let name = var.split('=').next().unwrap();
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("variable '{name}' is set by lachesis and can't be given per run")),
+            "{err}"
+        );
+    }
+    let err = stderr(&home.cli(&[
+        "run",
+        "start",
+        "--workflow",
+        "tinker-atropos",
+        "--var",
+        "tinker_atropos_root=/tmp",
+    ]));
+    assert!(
+        err.contains(
+            "unknown variable 'tinker_atropos_root' for workflow 'tinker-atropos' (variables: none)"
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test]

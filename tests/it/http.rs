@@ -42,19 +42,22 @@ impl Api {
     }
 }
 
-/// A daemon serving the API on `host`, and a client for it.
+/// A daemon serving the API on `host`, and a client for it with the daemon's token: the one
+/// given (as LACHESIS_API_TOKEN), else the one the daemon created in the home.
 async fn start(home: &mut TestHome, host: &str, token: Option<&str>) -> Api {
+    start_with(home, host, token, &[]).await
+}
+
+async fn start_with(home: &mut TestHome, host: &str, token: Option<&str>, extra: &[&str]) -> Api {
     let addr = format!("{host}:{}", free_port());
     home.env.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
     if let Some(token) = token {
         home.env.push(("LACHESIS_API_TOKEN".into(), token.into()));
     }
-    home.start_daemon_with(&["--listen", &addr]);
-    let api = Api {
-        base: format!("http://{addr}"),
-        http: reqwest::Client::new(),
-        token: token.map(str::to_string),
-    };
+    let mut args = vec!["--listen", addr.as_str()];
+    args.extend_from_slice(extra);
+    home.start_daemon_with(&args);
+    let mut api = Api { base: format!("http://{addr}"), http: reqwest::Client::new(), token: None };
     let http = api.http.clone();
     let url = format!("{}/openapi.json", api.base);
     wait_for("the API to answer", Duration::from_secs(20), || {
@@ -62,6 +65,10 @@ async fn start(home: &mut TestHome, host: &str, token: Option<&str>) -> Api {
         async move { http.get(url).send().await.ok().map(drop) }
     })
     .await;
+    api.token = Some(match token {
+        Some(token) => token.to_string(),
+        None => std::fs::read_to_string(home.path().join("api-token")).unwrap().trim().to_string(),
+    });
     api
 }
 
@@ -99,6 +106,11 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     let (s, run) = api.post("/runs", json!({ "workflow": "demo", "vars": { "steps": "1" } })).await;
     assert_eq!(s, StatusCode::CREATED, "{run}");
     let id = run["id"].as_str().unwrap().to_string();
+    for var in ["python", "tinker_atropos", "undeclared"] {
+        let (s, b) = api.post("/runs", json!({ "workflow": "demo", "vars": { var: "/tmp/evil" } })).await;
+        assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{b}");
+        assert!(b["message"].as_str().unwrap().contains(&format!("variable '{var}'")), "{b}");
+    }
     let (s, b) = api.post("/runs", json!({ "workflow": "nope" })).await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, b) = api.post("/runs", json!({ "workflow": "tinker-atropos", "env": "arith" })).await;
@@ -151,6 +163,34 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, b["tasks"][0]["model"].as_str()), (StatusCode::OK, Some("m")));
     let (s, b) = api.post(&format!("/tests/{test_id}/stop"), json!({})).await;
     assert!(s == StatusCode::OK || code(&b) == "already_ended", "{s} {b}");
+    // Nothing sends a key to an unexpected place.
+    let refused = [
+        (json!({ "provider": "file:///etc/passwd" }), "provider 'file:///etc/passwd' must be an http(s) URL"),
+        (
+            json!({ "provider": "http://127.0.0.1:9/v1", "server_type": "bogus" }),
+            "server_type 'bogus' is not one of",
+        ),
+        (
+            json!({ "provider": "http://127.0.0.1:9/v1", "api_key_env": "HOME" }),
+            "api_key_env 'HOME' is not a provider key (allowed: OPENROUTER_API_KEY, TINKER_API_KEY, WANDB_API_KEY;",
+        ),
+    ];
+    for (fields, message) in refused {
+        let mut body = json!({ "env": "arith", "models": ["m"] });
+        body.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+        for path in ["/tests", "/schedules"] {
+            let mut body = body.clone();
+            if path == "/schedules" {
+                body.as_object_mut()
+                    .unwrap()
+                    .extend([("name".into(), json!("k")), ("cron".into(), json!("@daily"))]);
+            }
+            let (s, b) = api.post(path, body).await;
+            assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"), "{path} {b}");
+            let text = b["message"].as_str().unwrap();
+            assert!(text.starts_with(message) && !text.contains('\n'), "{path} {text}");
+        }
+    }
     let (s, b) = api.post("/tests", json!({ "env": "arith", "modelz": ["m"] })).await;
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid_body"));
     let (s, b) = api.get("/tests/zzz").await;
@@ -159,11 +199,28 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, b) = api.post("/schedules", json!({ "name": "n", "cron": "0 25 * * *", "env": "arith" })).await;
     assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid"));
-    let body = json!({ "name": "n", "cron": "@daily", "env": "arith", "provider": "http://127.0.0.1:9/v1", "models": ["m"] });
+    let hook = "https://alice:hunter2-pass@hooks.example/x?token=t0ps3cret";
+    let body = json!({ "name": "n", "cron": "@daily", "env": "arith", "provider": "http://127.0.0.1:9/v1", "models": ["m"], "webhooks": [hook] });
     let (s, b) = api.post("/schedules", body).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
-    assert_eq!(api.get("/schedules").await.1.as_array().unwrap().len(), 1);
-    assert_eq!(api.get("/schedules/n").await.0, StatusCode::OK);
+    let (_, list) = api.get("/schedules").await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let (s, shown) = api.get("/schedules/n").await;
+    assert_eq!(s, StatusCode::OK);
+    // Webhook credentials are never read back, whichever read it is.
+    assert_eq!(list[0]["webhooks"][0], "https://***@hooks.example/x?***", "{list}");
+    for answer in [&b, &list, &shown, &api.post("/schedules/n/pause", json!({})).await.1] {
+        let text = answer.to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains("t0ps3cret") && !text.contains("alice"),
+            "{text}"
+        );
+    }
+    let cli =
+        home.cli_ok(&["schedule", "list", "--json"]) + &home.cli_ok(&["schedule", "show", "n", "--json"]);
+    assert!(!cli.contains("hunter2") && !cli.contains("t0ps3cret"), "{cli}");
+    // …while the store keeps the real one, for delivery.
+    assert_eq!(home.store().await.schedules().await.unwrap()[0].webhooks, vec![hook.to_string()]);
     assert_eq!(api.post("/schedules/n/pause", json!({})).await.1["paused"], true);
     assert_eq!(api.post("/schedules/n/resume", json!({})).await.1["paused"], false);
     assert_eq!(api.call(Method::DELETE, "/schedules/n", None).await.0, StatusCode::OK);
@@ -210,19 +267,135 @@ async fn the_openapi_document_covers_every_live_route() {
 }
 
 #[tokio::test]
-async fn off_the_open_address_a_bearer_token_is_required() {
+async fn every_tcp_listener_needs_the_token_and_a_unix_socket_does_not() {
+    use std::os::unix::fs::PermissionsExt;
     let mut home = TestHome::new();
-    let refused = home.cli(&["daemon", "--listen", "127.0.0.2:1"]);
+    home.env.push(("LACHESIS_API_TOKEN".into(), "short-token".into()));
+    let refused = home.cli(&["daemon", "--listen", "127.0.0.1:1"]);
     assert!(!refused.status.success());
-    assert!(crate::support::stderr(&refused).contains("needs a bearer token: set LACHESIS_API_TOKEN"));
+    let err = crate::support::stderr(&refused);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("the API token from LACHESIS_API_TOKEN is 11 bytes long: use at least 16"), "{err}");
+    home.env.clear();
 
-    let mut api = start(&mut home, "127.0.0.2", Some("s3cret-token")).await;
+    // Loopback too: without LACHESIS_API_TOKEN the daemon makes one, 0600, and says where.
+    let socket = home.path().join("api.sock");
+    let unix = format!("unix:{}", socket.display());
+    let mut api = start_with(&mut home, "127.0.0.1", None, &["--listen", &unix]).await;
+    let token_file = home.path().join("api-token");
+    assert_eq!(std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777, 0o600);
+    let token = api.token.clone().unwrap();
+    assert!(token.len() >= 64 && token.chars().all(|c| c.is_ascii_hexdigit()), "{token}");
+    assert!(home.daemon_log().contains(&token_file.display().to_string()), "{}", home.daemon_log());
+    assert!(!home.daemon_log().contains(&token), "the token itself is never logged");
     assert_eq!(api.get("/runs").await.0, StatusCode::OK);
-    api.token = Some("s3cret-tokem".into());
+    api.token = Some(format!("{}x", &token[..token.len() - 1]));
     let (s, b) = api.get("/runs").await;
     assert_eq!((s, code(&b)), (StatusCode::UNAUTHORIZED, "unauthorized"));
     api.token = None;
     assert_eq!(api.get("/health").await.0, StatusCode::UNAUTHORIZED);
+    let (s, _) = api.post("/runs", json!({ "workflow": "demo" })).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    // The unix socket: the same API, 0600, no token.
+    assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
+    let answer = unix_get(&socket, "/runs").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(unix_get(&socket, "/health").await.contains("\"ok\""));
+}
+
+#[tokio::test]
+async fn files_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut home = TestHome::new();
+    home.umask = Some(0o022);
+    // As a home made under umask 022 would be.
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _api = start(&mut home, "127.0.0.1", None).await;
+    let id = home.submit(&["--workflow", "demo", "--var", "steps=1"]);
+    home.wait_state(id, lachesis::model::RunState::Completed, Duration::from_secs(30)).await;
+
+    let mode = |path: &std::path::Path| std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(home.path()), 0o700);
+    let run_dir = home.path().join("runs").join(id.to_string());
+    for file in ["lachesis.db", "lachesis.db-wal", "lachesis.db-shm", "api-token"] {
+        assert_eq!(mode(&home.path().join(file)), 0o600, "{file}");
+    }
+    for file in ["trainer.log", "api.log"] {
+        assert_eq!(mode(&run_dir.join(file)), 0o600, "{file}");
+    }
+    // Everything lachesis and its stages made is private (the harness's daemon.log is ours).
+    let mut stack = vec![home.path().to_path_buf()];
+    let mut status_files = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path == home.path().join("daemon.log") {
+                continue;
+            }
+            assert_eq!(mode(&path) & 0o077, 0, "{} is mode {:o}", path.display(), mode(&path));
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else if path.parent().is_some_and(|p| p.ends_with(".status")) {
+                status_files += 1;
+            }
+        }
+    }
+    assert!(status_files >= 2, "the stages' status files were checked");
+}
+
+/// A GET over a unix socket, answered whole (the connection closes after one request).
+async fn unix_get(socket: &std::path::Path, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: lachesis\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+#[tokio::test]
+async fn another_user_gets_401_on_loopback_and_cannot_read_the_home() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run curl as another user (setpriv)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mut home = TestHome::new();
+    // As a home made under umask 022 would be: the daemon makes it private.
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let api = start(&mut home, "127.0.0.1", None).await;
+    let (s, run) = api.post("/runs", json!({ "workflow": "demo", "vars": { "steps": "1" } })).await;
+    assert_eq!(s, StatusCode::CREATED, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    wait_for("the run's stage logs", Duration::from_secs(30), || {
+        let dir = home.path().join("runs").join(&id);
+        async move { dir.join("trainer.log").exists().then_some(()) }
+    })
+    .await;
+    assert_eq!(std::fs::metadata(home.path()).unwrap().permissions().mode() & 0o777, 0o700);
+
+    let as_nobody = |argv: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+            .args(argv)
+            .output()
+            .unwrap()
+    };
+    let url = format!("{}/runs", api.base);
+    let out = as_nobody(&["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", &url]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401", "{}", crate::support::stderr(&out));
+    let home_path = home.path().display().to_string();
+    let out = as_nobody(&["ls", &home_path]);
+    assert!(!out.status.success() && crate::support::stderr(&out).contains("Permission denied"));
+    for file in ["lachesis.db", "lachesis.db-wal", "api-token", &format!("runs/{id}/trainer.log")] {
+        let path = home.path().join(file);
+        assert!(path.exists(), "{file}");
+        let out = as_nobody(&["cat", &path.display().to_string()]);
+        assert!(!out.status.success(), "{file} was readable by another user");
+        assert!(crate::support::stderr(&out).contains("Permission denied"), "{file}");
+    }
 }
 
 #[tokio::test]

@@ -57,9 +57,30 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
     let stub = Stub::start(&python, &tokenizer, &["silent-model"]);
     let mut home = atropos_home(&python);
     home.env.push(("STUB_KEY".into(), KEY.into()));
+    home.env.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
     test_profile(&home, &tokenizer);
     home.start_daemon();
     let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    // What `ps` shows every user: all command lines, read throughout the test.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let ps = {
+        let watching = watching.clone();
+        std::thread::spawn(move || {
+            let (mut seen_env_processes, mut leaks) = (0, Vec::new());
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                for (pid, cmdline) in command_lines() {
+                    if cmdline.contains(KEY) {
+                        leaks.push(format!("{pid}: {cmdline}"));
+                    }
+                    if cmdline.contains(" process --config ") {
+                        seen_env_processes += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            (seen_env_processes, leaks)
+        })
+    };
     let out = home.cli(&[
         "test",
         "start",
@@ -84,6 +105,10 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
         "--wait",
         "--json",
     ]);
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (seen_env_processes, leaks) = ps.join().unwrap();
+    assert!(leaks.is_empty(), "the key showed in a command line: {leaks:#?}");
+    assert!(seen_env_processes > 0, "the scan saw the environment processes running");
     let text = String::from_utf8_lossy(&out.stdout);
     let shown: serde_json::Value =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{}", stderr(&out)));
@@ -117,6 +142,45 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
         Vec::<i32>::new(),
         "the killed group is gone"
     );
+}
+
+/// Every process's command line, as `ps` shows it to any user.
+fn command_lines() -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter_map(|e| {
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let text = String::from_utf8_lossy(&raw).replace('\0', " ");
+            Some((e.file_name().to_string_lossy().into_owned(), text))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn test_start_wait_and_test_show_give_a_models_whole_error() {
+    let Some((python, tokenizer)) = atropos() else { return };
+    let stub = Stub::start(&python, &tokenizer, &[]);
+    let mut home = atropos_home(&python);
+    // A tokenizer that isn't there: the environment dies with transformers' exception.
+    test_profile(&home, Path::new("/nonexistent/lachesis-tokenizer"));
+    home.start_daemon();
+    let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    let args = ["test", "start", "--env", "arith", "--models", "m", "--steps", "1", "--group-size", "2"];
+    let mut args = args.to_vec();
+    args.extend(["--provider", &url, "--timeout", "60s", "--workflow", "arith-tests", "--wait"]);
+    let out = home.cli(&args);
+    assert!(!out.status.success());
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.contains("error of m:\n  process code 1; last lines:\n"), "{shown}");
+    assert!(
+        shown.contains("OSError: ") && shown.contains("/nonexistent/lachesis-tokenizer"),
+        "the cause: {shown}"
+    );
+    let id = shown.lines().find_map(|l| l.strip_prefix("test      ")).unwrap().trim().to_string();
+    let again = home.cli_ok(&["test", "show", &id]);
+    assert!(again.contains("error of m:") && again.contains("/nonexistent/lachesis-tokenizer"), "{again}");
 }
 
 #[tokio::test]
@@ -179,8 +243,9 @@ async fn a_test_survives_a_daemon_restart_without_running_twice() {
     assert_eq!(messages.iter().filter(|m| m.starts_with("started (pid")).count(), 1, "{messages:#?}");
     assert!(messages.iter().any(|m| m.starts_with("timed out after 6s")), "{messages:#?}");
     let started = messages.iter().find(|m| m.starts_with("started (pid")).unwrap();
-    assert!(started.contains(" process --env.total_steps 1 --env.group_size 2 "), "{started}");
-    assert!(started.contains("--openai.api_key *** --openai.model_name slow-model"), "{started}");
+    assert!(started.contains(" process --config "), "{started}");
+    assert!(started.contains(".secret.yaml --env.total_steps 1 --env.group_size 2 "), "{started}");
+    assert!(started.contains("--openai.model_name slow-model") && !started.contains("api_key"), "{started}");
 }
 
 #[tokio::test]

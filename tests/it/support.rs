@@ -35,6 +35,8 @@ pub struct TestHome {
     pub database_url: Option<String>,
     /// Extra environment for every CLI and daemon process of this home.
     pub env: Vec<(String, String)>,
+    /// A umask the CLI and daemon processes start under (through `sh -c 'umask …'`).
+    pub umask: Option<u32>,
     daemon: Option<Child>,
     service: Option<Service>,
     store: Option<Arc<dyn Store>>,
@@ -46,6 +48,7 @@ impl TestHome {
             dir: tempfile::tempdir().unwrap(),
             database_url: None,
             env: Vec::new(),
+            umask: None,
             daemon: None,
             service: None,
             store: None,
@@ -87,7 +90,14 @@ impl TestHome {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match self.umask {
+            Some(umask) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", &format!("umask {umask:03o} && exec \"$0\" \"$@\""), BIN]);
+                sh
+            }
+            None => Command::new(BIN),
+        };
         cmd.args(args)
             .env("LACHESIS_HOME", self.path())
             .env_remove("LACHESIS_WORKFLOWS")

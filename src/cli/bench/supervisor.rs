@@ -329,15 +329,30 @@ pub async fn http_load(
         .cli()
         .args(["daemon", "--max-parallel", "8", "--listen", &format!("127.0.0.1:{port}")])
         .env("LACHESIS_LOG", "warn")
+        .env_remove("LACHESIS_API_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::OpenOptions::new().create(true).append(true).open(lab.home.join("daemon.log"))?)
         .spawn()?;
     lab.daemon = Some(child);
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(64).build()?;
+    // The bench's scratch daemon makes its API token in the scratch home on first start.
+    let token_file = lachesis::api::token_path(&lab.home);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while http.get(format!("{base}/health")).send().await.is_err() {
+    let token = loop {
+        // Created, then written: wait for the whole token.
+        match std::fs::read_to_string(&token_file) {
+            Ok(text) if text.ends_with('\n') => break text,
+            _ if Instant::now() > deadline => return Err("the HTTP API did not come up".into()),
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    let mut auth = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.trim()))?;
+    auth.set_sensitive(true);
+    let headers = reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, auth)]);
+    let http =
+        reqwest::Client::builder().no_proxy().pool_max_idle_per_host(64).default_headers(headers).build()?;
+    while !http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
         if Instant::now() > deadline {
             return Err("the HTTP API did not come up".into());
         }
