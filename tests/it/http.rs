@@ -292,6 +292,9 @@ async fn a_running_runs_wandb_history_is_stored_and_outlives_wandb() {
         ("WANDB_ENTITY".to_string(), "lab".to_string()),
         ("LACHESIS_WANDB_INTERVAL".to_string(), "1s".to_string()),
     ]);
+    let refused = home.cli(&["daemon", "--wandb-interval", "0s"]);
+    let err = crate::support::stderr(&refused);
+    assert!(!refused.status.success() && err.contains("--wandb-interval 0s is too short"), "{err}");
     let api = start(&mut home, "127.0.0.1", None).await;
     let store = home.store().await;
     wait_for("the W&B history to be stored while the run runs", Duration::from_secs(30), || {
