@@ -26,6 +26,8 @@ pub struct DaemonOptions {
     pub labels: std::collections::BTreeMap<String, String>,
     /// How long a heartbeat keeps this node's lease; other nodes reap it after that.
     pub lease: Duration,
+    /// How often running runs' W&B metric history is read (when WANDB_API_KEY is set).
+    pub wandb_interval: Duration,
 }
 
 impl Default for DaemonOptions {
@@ -38,6 +40,7 @@ impl Default for DaemonOptions {
             node: None,
             labels: Default::default(),
             lease: Duration::from_secs(60),
+            wandb_interval: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -69,6 +72,12 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         return Err(DaemonError::BadOption(format!(
             "--lease {} is too short: a node must heartbeat within it (use 1s or more; 60s by default)",
             crate::workflow::Dur(options.lease)
+        )));
+    }
+    if options.wandb_interval < Duration::from_secs(1) {
+        return Err(DaemonError::BadOption(format!(
+            "--wandb-interval {} is too short (use 1s or more; 5m by default)",
+            crate::workflow::Dur(options.wandb_interval)
         )));
     }
     if let Some(node) = options.node.as_deref().filter(|n| !is_node_id(n)) {
@@ -123,6 +132,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         labels: options.labels.clone(),
         lease: options.lease,
     };
+    tokio::spawn(crate::metric_poller::run(service.clone(), registration.id.clone(), options.wandb_interval));
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let reconciler = service.reconciler(registration, config, tx, Arc::clone(&metrics));
     let token = if wants_token {

@@ -267,6 +267,8 @@ impl RlTools {
                     "wandb_error": results.metrics.wandb_error,
                     "stages": stages,
                     "trained_weights": results.trained_weights,
+                    "history": results.history,
+                    "metric_history": results.metric_history,
                 }))
             }
             Err(err) => error(err),

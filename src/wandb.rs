@@ -16,6 +16,8 @@ use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::model::MetricRow;
+
 /// Where the hosted W&B API lives.
 pub const DEFAULT_BASE: &str = "https://api.wandb.ai";
 
@@ -133,6 +135,33 @@ pub fn snapshot_from(run: &RunRef, now_ms: i64) -> Snapshot {
         loss: number(LOSS_KEYS),
         summary: run.summary.clone(),
         url: run.url.clone(),
+    }
+}
+
+/// The history keys the stored metric history is read from: every key any metric may come from.
+pub const HISTORY_KEYS: &[&str] =
+    &["train/reward_mean", "train/percent_correct", "eval/percent_correct", "train/loss", "loss"];
+
+/// Adds W&B history `rows` (each with `_step` and some metric keys) to `by_step`, read at
+/// `now_ms`. A step already present keeps the values it has and gains those it lacked, so rows of
+/// one step asked for key by key merge into one. Rows without a whole `_step` are skipped.
+pub fn merge_history(
+    by_step: &mut std::collections::BTreeMap<i64, MetricRow>,
+    rows: &[Map<String, Value>],
+    now_ms: i64,
+) {
+    for row in rows {
+        let Some(step) = lookup(row, "_step").and_then(whole) else { continue };
+        let number = |keys: &[&str]| keys.iter().find_map(|key| lookup(row, key).and_then(finite));
+        let entry = by_step.entry(step).or_insert_with(|| MetricRow {
+            step,
+            recorded_at: now_ms,
+            ..MetricRow::default()
+        });
+        entry.reward_mean = entry.reward_mean.or(number(REWARD_MEAN_KEYS));
+        entry.percent_correct = entry.percent_correct.or(number(PERCENT_CORRECT_KEYS));
+        entry.eval_percent_correct = entry.eval_percent_correct.or(number(EVAL_PERCENT_CORRECT_KEYS));
+        entry.loss = entry.loss.or(number(LOSS_KEYS));
     }
 }
 
@@ -392,6 +421,26 @@ impl WandbClient {
             );
         }
         Ok(rows)
+    }
+
+    /// The metric history of `run` (found with `find_run`), up to `samples` sampled rows per key,
+    /// one row per step, read at `now_ms`. Keys are asked for one at a time: W&B samples only rows
+    /// holding every key asked for, and eval metrics are logged at other steps than training ones.
+    /// Only keys the run has history for are asked for, when W&B says which those are.
+    pub async fn metric_history(
+        &self,
+        project: &str,
+        run: &RunRef,
+        samples: u32,
+        now_ms: i64,
+    ) -> Result<Vec<MetricRow>, WandbError> {
+        let mut by_step = std::collections::BTreeMap::new();
+        let logged = |key: &str| run.history_keys.is_empty() || run.history_keys.iter().any(|k| k == key);
+        for key in HISTORY_KEYS.iter().copied().filter(|key| logged(key)) {
+            let rows = self.history(project, &run.id, &[key], samples).await?;
+            merge_history(&mut by_step, &rows, now_ms);
+        }
+        Ok(by_step.into_values().filter(MetricRow::has_metrics).collect())
     }
 
     /// The entity runs are looked up under: `WANDB_ENTITY`, else the key's default entity.
@@ -945,6 +994,76 @@ mod tests {
             assert_eq!(spec, json!({ "keys": keys, "samples": 500 }));
         }
         assert!(bodies[0]["query"].as_str().is_some_and(|q| q.contains("sampledHistory(specs: $specs)")));
+    }
+
+    #[test]
+    fn history_rows_merge_per_step_and_skip_what_is_not_a_metric() {
+        let rows = |v: Value| -> Vec<Map<String, Value>> {
+            v.as_array().unwrap().iter().map(|r| r.as_object().unwrap().clone()).collect()
+        };
+        let mut by_step = std::collections::BTreeMap::new();
+        merge_history(
+            &mut by_step,
+            &rows(json!([
+                {"_step": 0, "train/reward_mean": 0.25, "train/percent_correct": "n/a"},
+                {"_step": 2.0, "train/reward_mean": 0.5, "loss": 0.75},
+                {"train/reward_mean": 9.0},
+                {"_step": 1.5, "train/reward_mean": 9.0},
+            ])),
+            7,
+        );
+        // Eval logged at its own steps, asked for separately: merged into the same rows.
+        merge_history(
+            &mut by_step,
+            &rows(json!([{"_step": 2, "eval/percent_correct": 0.4, "train/reward_mean": 1.0},
+                         {"_step": 4, "eval/percent_correct": 0.6, "train/loss": 0.1}])),
+            8,
+        );
+        let got: Vec<MetricRow> = by_step.into_values().collect();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(
+            got[0],
+            MetricRow { step: 0, reward_mean: Some(0.25), recorded_at: 7, ..MetricRow::default() }
+        );
+        assert_eq!(
+            got[1],
+            MetricRow {
+                step: 2,
+                reward_mean: Some(0.5),
+                eval_percent_correct: Some(0.4),
+                loss: Some(0.75),
+                recorded_at: 7,
+                ..MetricRow::default()
+            }
+        );
+        assert_eq!((got[2].step, got[2].eval_percent_correct, got[2].loss), (4, Some(0.6), Some(0.1)));
+    }
+
+    #[tokio::test]
+    async fn metric_history_asks_key_by_key_for_the_keys_the_run_has() {
+        let fake = Fake::start(|body| {
+            let key = body["variables"]["specs"][0]
+                .as_str()
+                .and_then(|spec| serde_json::from_str::<Value>(spec).ok())
+                .and_then(|spec| spec["keys"][1].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let rows = json!([[{"_step": 1, key.clone(): 0.5}, {"_step": 3, key: 0.25}]]);
+            ok(json!({ "project": { "run": { "sampledHistory": rows } } }))
+        })
+        .await;
+        let client = fake.client(KEY, Some("team"));
+        let mut run = run_with(json!({}));
+        run.history_keys = vec!["_step".into(), "eval/percent_correct".into(), "train/loss".into()];
+        let rows = within(client.metric_history("p", &run, 100, 5)).await.expect("history");
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].step, rows[0].eval_percent_correct, rows[0].loss), (1, Some(0.5), Some(0.5)));
+        assert_eq!((rows[1].step, rows[1].reward_mean, rows[1].loss), (3, None, Some(0.25)));
+        assert_eq!(fake.bodies().len(), 2, "only the two keys the run logged");
+
+        // W&B did not say which keys the run has: every metric key is asked for.
+        run.history_keys.clear();
+        within(client.metric_history("p", &run, 100, 5)).await.expect("history");
+        assert_eq!(fake.bodies().len(), 2 + HISTORY_KEYS.len());
     }
 
     #[tokio::test]

@@ -33,6 +33,10 @@ pub struct DaemonArgs {
     /// its runs
     #[arg(long, env = "LACHESIS_LEASE", default_value = "60s")]
     lease: Dur,
+    /// How often running runs' training metrics are read from W&B and stored (needs
+    /// WANDB_API_KEY)
+    #[arg(long, env = "LACHESIS_WANDB_INTERVAL", default_value = "5m")]
+    wandb_interval: Dur,
 }
 
 /// A duration longer than zero (an interval of 0 would spin); at most 30 days, like every
@@ -75,6 +79,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         node: args.node,
         labels: args.labels.into_iter().collect(),
         lease: args.lease.0,
+        wandb_interval: args.wandb_interval.0,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon::run(settings, options))?;

@@ -1,4 +1,4 @@
-//! `lachesis run …`: start, list, status, stop, logs, events.
+//! `lachesis run …`: start, list, status, stop, logs, events, metrics.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -80,6 +80,12 @@ pub enum RunCommand {
     },
     /// The run's event history
     Events {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The run's training-metric history, as the daemon read it from W&B
+    Metrics {
         id: String,
         #[arg(long)]
         json: bool,
@@ -181,8 +187,37 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 }
             }
         }
+        RunCommand::Metrics { id, json } => {
+            let history = service.metric_history(&id).await?;
+            if json {
+                print_json(&history.rows)?;
+            } else {
+                print_metric_history(&history.rows);
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_metric_history(rows: &[lachesis::model::MetricRow]) {
+    if rows.is_empty() {
+        println!(
+            "no metric history: the daemon reads it from W&B while the run runs, when WANDB_API_KEY is set"
+        );
+        return;
+    }
+    let number = |value: Option<f64>| value.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
+    let mut t = table(["STEP", "REWARD_MEAN", "PERCENT_CORRECT", "EVAL_PERCENT_CORRECT", "LOSS"]);
+    for row in rows {
+        t.add_row([
+            row.step.to_string(),
+            number(row.reward_mean),
+            number(row.percent_correct),
+            number(row.eval_percent_correct),
+            number(row.loss),
+        ]);
+    }
+    println!("{t}");
 }
 
 fn assignments(flag: &'static str, items: &[String]) -> Result<BTreeMap<String, String>, ServiceError> {

@@ -1,9 +1,10 @@
 //! The persisted nouns, one per file: runs (with their transition table), their stages, the
 //! process record stages and inference-test tasks share, inference tests (with their table),
-//! schedules and events.
+//! schedules, events and the training-metric history.
 
 pub mod event;
 pub mod inference_test;
+pub mod metric_row;
 pub mod process;
 pub mod progress;
 pub mod run;
@@ -14,6 +15,7 @@ use uuid::Uuid;
 
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestEvent, TestState, TestTask};
+pub use metric_row::{MetricRow, sample_evenly};
 pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
 pub use progress::{Progress, ProgressPoint};
 pub use run::{IllegalTransition, Run, RunEvent, RunParams, RunState};

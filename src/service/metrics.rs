@@ -26,14 +26,7 @@ pub struct RunMetrics {
 impl Service {
     /// The run's training metrics: fresh from W&B when it answers, else the last snapshot.
     pub async fn run_metrics(&self, run: &Run) -> RunMetrics {
-        let project = run
-            .params
-            .config
-            .get("wandb_project")
-            .and_then(|v| v.as_str())
-            .unwrap_or("atropos-tinker")
-            .to_string();
-        let name = format!("{}-{}", run.env_name.as_deref().unwrap_or("run"), run.short_id());
+        let (project, name) = wandb_names(run);
         let now = now_millis();
         let fetched = match WandbClient::from_env(WANDB_TIMEOUT) {
             Ok(Some(client)) => match client.find_run(&project, &name).await {
@@ -70,4 +63,17 @@ impl Service {
             }
         }
     }
+}
+
+/// The W&B project a run logs to and the display name it logs under: (project, name).
+pub(super) fn wandb_names(run: &Run) -> (String, String) {
+    let project = run
+        .params
+        .config
+        .get("wandb_project")
+        .and_then(|v| v.as_str())
+        .unwrap_or("atropos-tinker")
+        .to_string();
+    let name = format!("{}-{}", run.env_name.as_deref().unwrap_or("run"), run.short_id());
+    (project, name)
 }

@@ -4,6 +4,7 @@
 mod daemon;
 mod environments;
 mod inference_tests;
+mod metric_history;
 mod metrics;
 mod nodes;
 mod runs;
@@ -17,6 +18,7 @@ use crate::workflow::CatalogError;
 
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
+pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::RunMetrics;
 pub use nodes::NodeView;
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};

@@ -349,6 +349,11 @@ pub struct RunResults {
     pub trained_weights: Option<String>,
     /// Training metrics from W&B, or the last snapshot of them.
     pub metrics: super::RunMetrics,
+    /// About ten rows of the stored metric history spread evenly, the last included (the
+    /// reference tool's `history`).
+    pub history: Vec<crate::model::MetricRow>,
+    /// Every stored row of the metric history, by step.
+    pub metric_history: Vec<crate::model::MetricRow>,
 }
 
 impl Service {
@@ -366,6 +371,7 @@ impl Service {
             })
             .collect();
         let trained_weights = status.stages.iter().find_map(|s| trained_weights(&s.log_path));
-        Ok(RunResults { status, durations, trained_weights, metrics })
+        let (metric_history, history) = self.history_of(&run).await?;
+        Ok(RunResults { status, durations, trained_weights, metrics, history, metric_history })
     }
 }

@@ -28,6 +28,7 @@ macro_rules! select_tests_sql {
 mod backend;
 mod claims;
 mod inference_tests;
+mod metric_history;
 mod nodes;
 pub mod postgres;
 mod progress;
@@ -45,6 +46,7 @@ use crate::model::{IllegalTransition, RunEvent};
 pub use backend::Backend;
 pub use claims::{ClaimStore, Pick};
 pub use inference_tests::TestStore;
+pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
 pub use progress::ProgressStore;
 use sql::Locking;
@@ -98,7 +100,7 @@ pub struct DaemonLock {
 }
 
 #[async_trait]
-pub trait Store: TestStore + NodeStore + ClaimStore + ProgressStore + Send + Sync {
+pub trait Store: TestStore + NodeStore + ClaimStore + ProgressStore + MetricStore + Send + Sync {
     /// The database underneath, and what it supports.
     fn backend(&self) -> Backend;
 

@@ -436,6 +436,85 @@ async fn results_carry_wandb_metrics_and_fall_back_to_the_snapshot() {
 }
 
 #[tokio::test]
+async fn a_running_runs_wandb_history_is_stored_and_outlives_wandb() {
+    let mut home = TestHome::new();
+    // Long enough (about 40 s of steps) to be read several times while it runs.
+    let id = home.submit(&["--workflow", "demo", "--var", "steps=100"]);
+    let short = &id.simple().to_string()[..8];
+    // One answer serves both queries: the run lookup reads project.runs, the history project.run.
+    let rows: Vec<Value> = (0..30)
+        .map(|step| {
+            let mut row = json!({ "_step": step, "train/reward_mean": step as f64 / 30.0, "train/loss": 1.0 - step as f64 / 60.0 });
+            if step % 5 == 0 {
+                row["eval/percent_correct"] = json!(step as f64 / 100.0);
+            }
+            row
+        })
+        .collect();
+    let reply = json!({ "data": { "project": {
+        "runs": { "edges": [{ "node": {
+            "name": "abc123", "displayName": format!("run-{short}"), "state": "running",
+            "summaryMetrics": r#"{"_step": 29}"#, "historyKeys": "{}" } }] },
+        "run": { "sampledHistory": [rows] },
+    } } });
+    let wandb = crate::support::Receiver::start_with(vec![], reply.to_string()).await;
+    let base = wandb.url.trim_end_matches("/hook").to_string();
+    home.env.extend([
+        ("WANDB_API_KEY".to_string(), "wandb-test-key-0123456789".to_string()),
+        ("WANDB_BASE_URL".to_string(), base),
+        ("WANDB_ENTITY".to_string(), "lab".to_string()),
+        ("LACHESIS_WANDB_INTERVAL".to_string(), "1s".to_string()),
+    ]);
+    let refused = home.cli(&["daemon", "--wandb-interval", "0s"]);
+    let err = crate::support::stderr(&refused);
+    assert!(!refused.status.success() && err.contains("--wandb-interval 0s is too short"), "{err}");
+    let api = start(&mut home, "127.0.0.1", None).await;
+    let store = home.store().await;
+    wait_for("the W&B history to be stored while the run runs", Duration::from_secs(30), || {
+        let store = std::sync::Arc::clone(&store);
+        async move { (store.metric_rows(id).await.unwrap().len() == 30).then_some(()) }
+    })
+    .await;
+    assert_eq!(home.run(id).await.state, lachesis::model::RunState::Running);
+
+    let printed: Value = serde_json::from_str(&home.cli_ok(&["run", "metrics", short, "--json"])).unwrap();
+    let printed = printed.as_array().expect("a list of rows");
+    assert_eq!(printed.len(), 30);
+    assert_eq!(
+        (printed[10]["step"].as_i64(), printed[10]["reward_mean"].as_f64()),
+        (Some(10), Some(10.0 / 30.0))
+    );
+    assert_eq!(printed[10]["eval_percent_correct"].as_f64(), Some(0.1));
+    assert_eq!(printed[11]["eval_percent_correct"], Value::Null);
+    assert_eq!(printed[29]["loss"].as_f64(), Some(1.0 - 29.0 / 60.0));
+    let table = home.cli_ok(&["run", "metrics", short]);
+    assert!(table.contains("STEP") && table.contains("REWARD_MEAN") && table.contains("LOSS"), "{table}");
+
+    let check = |b: &Value| {
+        let history = b["history"].as_array().unwrap_or_else(|| panic!("no history: {b:#}"));
+        assert_eq!(history.len(), 10, "about ten sampled rows: {b:#}");
+        assert_eq!(history.first().unwrap()["step"], 0);
+        assert_eq!(history.last().unwrap()["step"], 29, "the last row is always there");
+        assert_eq!(b["metric_history"].as_array().map(Vec::len), Some(30));
+    };
+    let (s, b) = api.get(&format!("/runs/{id}/results")).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    check(&b);
+
+    // W&B goes away: the stored history still answers, and the run goes on.
+    drop(wandb);
+    let (s, b) = api.get(&format!("/runs/{id}/results")).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    check(&b);
+    assert!(b["metrics"]["wandb_error"].is_string(), "{b:#}");
+    assert_eq!(home.run(id).await.state, lachesis::model::RunState::Running);
+    assert!(!b.to_string().contains("wandb-test-key"), "the key never shows");
+    assert!(!home.daemon_log().contains("wandb-test-key"), "nor in the daemon's log");
+    home.cli_ok(&["run", "stop", short]);
+    home.wait_settled(id, Duration::from_secs(20)).await;
+}
+
+#[tokio::test]
 async fn selection_and_config_over_http() {
     let Some((python, _)) = crate::atropos::atropos() else { return };
     let mut home = crate::atropos::atropos_home(&python);

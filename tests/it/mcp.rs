@@ -67,6 +67,8 @@ async fn an_agent_selects_edits_starts_checks_stops_and_reads_results() {
         r["results"]
     );
     assert_eq!(r["results"]["stages"].as_array().unwrap().len(), 3);
+    // No W&B here: the reference's `history` is there, empty.
+    assert_eq!(r["results"]["history"], serde_json::json!([]), "{:#}", r["results"]);
     assert_eq!(r["unknown"]["error"], "no run matches 'ffffffff'");
     assert!(
         r["health"]["checks"].as_array().unwrap().iter().any(|c| c["name"] == "daemon" && c["ok"] == true)

@@ -43,6 +43,30 @@ async fn conformance(store: Arc<dyn Store>) {
     supervised_runs_are_the_ones_in_flight(&*store).await;
     racing_writers_cannot_both_win(Arc::clone(&store)).await;
     the_daemon_lock_is_exclusive(&*store).await;
+    metric_history_is_one_row_per_step(&*store).await;
+}
+
+async fn metric_history_is_one_row_per_step(store: &dyn Store) {
+    use lachesis::model::MetricRow;
+    let run = insert(store, 0).await;
+    let other = insert(store, 0).await;
+    assert!(store.metric_rows(run.id).await.unwrap().is_empty());
+    let row = |step, reward: Option<f64>, at| MetricRow {
+        step,
+        reward_mean: reward,
+        loss: Some(1.0 / (step as f64 + 1.0)),
+        recorded_at: at,
+        ..MetricRow::default()
+    };
+    store.put_metric_rows(run.id, &[row(2, Some(0.5), 10), row(0, None, 10)]).await.unwrap();
+    store.put_metric_rows(other.id, &[row(0, Some(9.0), 10)]).await.unwrap();
+    // A later reading: step 2 refreshed, step 4 new, step 0 kept.
+    store.put_metric_rows(run.id, &[row(2, Some(0.75), 20), row(4, Some(1.0), 20)]).await.unwrap();
+    store.put_metric_rows(run.id, &[]).await.unwrap();
+    let rows = store.metric_rows(run.id).await.unwrap();
+    assert_eq!(rows, vec![row(0, None, 10), row(2, Some(0.75), 20), row(4, Some(1.0), 20)]);
+    assert_eq!(rows[0].percent_correct, None);
+    assert_eq!(store.metric_rows(other.id).await.unwrap(), vec![row(0, Some(9.0), 10)]);
 }
 
 async fn round_trips_runs_and_orders_the_queue(store: &dyn Store) {

@@ -1,0 +1,76 @@
+//! The training-metric history: what the daemon's metric poller reads from W&B and stores, and
+//! what results and `run metrics` answer with, from the store alone (so after W&B is gone too).
+
+use serde::Serialize;
+
+use crate::model::{MetricRow, Run, RunState, now_millis, sample_evenly};
+use crate::store::RunFilter;
+use crate::wandb::{WandbClient, WandbError};
+
+use super::metrics::wandb_names;
+use super::{Result, Service};
+
+/// Rows in the short history results show, as the reference tool's `history(samples=10)`.
+pub const HISTORY_SAMPLES: usize = 10;
+
+/// History rows W&B is asked to sample per key and reading: enough for a long run's curve; new
+/// steps of later readings fill it in further, since rows are kept per step.
+const WANDB_SAMPLES: u32 = 500;
+
+/// A run's stored metric history.
+#[derive(Clone, Debug, Serialize)]
+pub struct MetricHistory {
+    pub run_id: uuid::Uuid,
+    /// Every stored step, oldest first.
+    pub rows: Vec<MetricRow>,
+}
+
+/// Why a reading of a run's metric history stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadingError {
+    #[error("W&B has no run named {name} in {project} yet")]
+    NotYet { project: String, name: String },
+    #[error(transparent)]
+    Wandb(#[from] WandbError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+impl Service {
+    /// The runs the metric poller of `node` reads: the running runs it holds (every running run
+    /// on a store without nodes).
+    pub async fn runs_to_read_metrics(&self, node: &str) -> Result<Vec<Run>> {
+        let runs = self.store.list_runs(&RunFilter { state: Some(RunState::Running), limit: None }).await?;
+        Ok(runs.into_iter().filter(|run| run.node.as_deref().is_none_or(|n| n == node)).collect())
+    }
+
+    /// Reads `run`'s metric history from W&B and stores it, one row per step; returns how many
+    /// steps the reading held.
+    pub async fn read_metric_history(
+        &self,
+        run: &Run,
+        client: &WandbClient,
+    ) -> std::result::Result<usize, ReadingError> {
+        let (project, name) = wandb_names(run);
+        let Some(found) = client.find_run(&project, &name).await? else {
+            return Err(ReadingError::NotYet { project, name });
+        };
+        let rows = client.metric_history(&project, &found, WANDB_SAMPLES, now_millis()).await?;
+        self.store.put_metric_rows(run.id, &rows).await?;
+        Ok(rows.len())
+    }
+
+    /// The stored metric history of the run `prefix` names.
+    pub async fn metric_history(&self, prefix: &str) -> Result<MetricHistory> {
+        let run = self.resolve(prefix).await?;
+        Ok(MetricHistory { run_id: run.id, rows: self.store.metric_rows(run.id).await? })
+    }
+
+    /// The stored rows of `run`, and about `HISTORY_SAMPLES` of them spread evenly, the last
+    /// included: (all, sampled).
+    pub(super) async fn history_of(&self, run: &Run) -> Result<(Vec<MetricRow>, Vec<MetricRow>)> {
+        let rows = self.store.metric_rows(run.id).await?;
+        let sampled = sample_evenly(&rows, HISTORY_SAMPLES);
+        Ok((rows, sampled))
+    }
+}
