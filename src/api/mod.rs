@@ -190,6 +190,11 @@ pub fn load_or_create_token(home: &Path) -> Result<(ApiToken, String), ApiError>
             Ok((token, path.display().to_string()))
         }
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            // One an operator wrote by hand may be readable by others: it is the owner's alone.
+            let meta = std::fs::metadata(&path).map_err(file_err)?;
+            if meta.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(file_err)?;
+            }
             let text = std::fs::read_to_string(&path).map_err(file_err)?;
             let origin = path.display().to_string();
             Ok((ApiToken::new(text.trim(), &origin)?, origin))
