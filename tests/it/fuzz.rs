@@ -423,11 +423,20 @@ fn fuzz_every_http_route_body_path_and_query() {
 /// Workflow files that panicked the CLI or were accepted though wrong, with the field their
 /// error must name.
 const WORKFLOW_CORPUS: &[(&str, &str)] = &[
-    ("name: t\nstop_grace: 1e300\nstages:\n  - {name: a, argv: [x]}\n", "line"),
-    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: \"99999999999999999999999h\"}\n", "line"),
-    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 1e19}\n", "line"),
-    ("name: t\nstages:\n  - {name: a, argv: [x], start_timeout: 1e300, probe: {tcp: \"h:1\"}}\n", "line"),
-    ("name: t\nretry: {max_attempts: 2, backoff: 1e300}\nstages:\n  - {name: a, argv: [x]}\n", "line"),
+    ("name: t\nstop_grace: 1e300\nstages:\n  - {name: a, argv: [x]}\n", "stop_grace"),
+    (
+        "name: t\nstages:\n  - {name: a, argv: [x], start_delay: \"99999999999999999999999h\"}\n",
+        "stages[0].start_delay",
+    ),
+    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 1e19}\n", "stages[0].start_delay"),
+    (
+        "name: t\nstages:\n  - {name: a, argv: [x], start_timeout: 1e300, probe: {tcp: \"h:1\"}}\n",
+        "stages[0].start_timeout",
+    ),
+    (
+        "name: t\nretry: {max_attempts: 2, backoff: 1e300}\nstages:\n  - {name: a, argv: [x]}\n",
+        "retry.backoff",
+    ),
     (
         "name: t\nretry: {max_attempts: 4294967295, backoff: 1s}\nstages:\n  - {name: a, argv: [x]}\n",
         "retry.max_attempts",

@@ -86,7 +86,7 @@ impl TestHome {
         Arc::clone(self.store.as_ref().unwrap())
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.args(args)
             .env("LACHESIS_HOME", self.path())
