@@ -16,6 +16,8 @@ pub struct YamlError {
     pub message: String,
     /// 1-based line of the problem, when the parser knows it.
     pub line: Option<usize>,
+    /// Where in the document, e.g. `stages[0].start_delay`, when the problem is a value's.
+    pub path: Option<String>,
 }
 
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
@@ -23,20 +25,33 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
         return Err(YamlError {
             message: format!("the document is {} bytes; the most accepted is {MAX_BYTES}", text.len()),
             line: None,
+            path: None,
         });
     }
     if let Some(line) = too_deep(text) {
         return Err(YamlError {
             message: format!("nested more than {MAX_DEPTH} levels deep"),
             line: Some(line),
+            path: None,
         });
     }
-    serde_yaml::from_str(text)
-        .map_err(|err| YamlError { line: err.location().map(|loc| loc.line()), message: err.to_string() })
+    // serde_path_to_error names the field a bad value sits in (serde_yaml only gives a line).
+    serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text)).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let message = inner.to_string();
+        // serde_yaml sometimes starts its message with the path itself.
+        let message = message.strip_prefix(&format!("{path}: ")).map_or(message.clone(), str::to_string);
+        YamlError {
+            line: inner.location().map(|loc| loc.line()),
+            message,
+            path: (!["", ".", "?"].contains(&path.as_str())).then_some(path),
+        }
+    })
 }
 
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, YamlError> {
-    serde_yaml::to_string(value).map_err(|err| YamlError { line: None, message: err.to_string() })
+    serde_yaml::to_string(value).map_err(|err| YamlError { line: None, message: err.to_string(), path: None })
 }
 
 /// The first 1-based line whose estimated nesting passes [`MAX_DEPTH`].

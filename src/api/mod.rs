@@ -234,6 +234,7 @@ pub fn app(service: Service, metrics: Arc<Metrics>, token: Option<Arc<ApiToken>>
         .fallback(|| async {
             Failure::new(StatusCode::NOT_FOUND, "not_found", "no such route (see /openapi.json)")
         })
+        .layer(middleware::map_response(routes::json_refusals))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)

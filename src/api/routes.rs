@@ -355,6 +355,30 @@ impl TryFrom<serde_json::Map<String, Value>> for ScheduleBody {
     }
 }
 
+/// Turns any refusal axum answers in plain text (a path segment that isn't UTF-8, a wrong
+/// method, a wrong content type) into the JSON error every other refusal is.
+pub async fn json_refusals(response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let status = response.status();
+    if !status.is_client_error() || is_json {
+        return response;
+    }
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::NOT_FOUND => "not_found",
+        _ => "invalid_request",
+    };
+    let text = axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default();
+    let message = crate::workflow::one_line(String::from_utf8_lossy(&text).trim());
+    let message = if message.is_empty() { status.to_string() } else { message };
+    Failure::new(status, code, message).into_response()
+}
+
 /// A query string whose rejections are JSON errors, like the bodies'.
 pub struct Q<T>(T);
 

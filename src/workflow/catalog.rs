@@ -53,11 +53,12 @@ impl Catalog {
             let path = self.dir.join(name);
             let io_err = |source| CatalogError::Io { path: path.clone(), source };
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(io_err)?;
+                // Checked first: create_dir_all fails on a dangling link, and follows a live one.
                 if parent != self.dir && is_symlink(parent) {
                     tracing::warn!(path = %parent.display(), "not installing a bundled workflow file through a symlink");
                     continue;
                 }
+                std::fs::create_dir_all(parent).map_err(io_err)?;
             }
             // create_new is O_CREAT|O_EXCL: it fails on any existing entry, and never follows a
             // symlink to create its target.
@@ -208,9 +209,11 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("victim");
         std::os::unix::fs::symlink(&target, dir.path().join("demo.yaml")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("gone"), dir.path().join("demo")).unwrap();
         let catalog = Catalog::new(dir.path());
         catalog.install_bundled().unwrap();
         assert!(!target.exists(), "the dangling link's target was written");
+        assert!(!outside.path().join("gone").exists(), "a directory was made through a dangling link");
         std::fs::write(&target, "name: demo\nstages:\n  - {name: a, argv: [x]}\n").unwrap();
         let err = catalog.load("demo").unwrap_err().to_string();
         assert!(err.contains("demo.yaml: file: is a symlink"), "{err}");

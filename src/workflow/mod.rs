@@ -168,6 +168,7 @@ pub struct Completion {
 /// daemon intervals): 30 days. Longer values are mistakes, and bounding them keeps every
 /// `Instant + Duration` in range.
 pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+const MAX_DURATION_TEXT: &str = "30 days";
 
 /// A duration written as `500ms`, `5s`, `2m`, `1h`, `1h 30m` (humantime's syntax), or a number
 /// of seconds; at most [`MAX_DURATION`].
@@ -185,11 +186,11 @@ impl Dur {
     /// A number of seconds, as written in YAML or JSON (`5`, `0.25`).
     pub fn from_seconds(secs: f64) -> Result<Dur, String> {
         if !secs.is_finite() || secs < 0.0 {
-            return Err(format!("{secs} is not a duration (e.g. 500ms, 5s, 2m)"));
+            return Err(format!("{secs:e} is not a duration (e.g. 500ms, 5s, 2m)"));
         }
         // Compare before converting: from_secs_f64 panics at 2^64 s.
         if secs > MAX_DURATION.as_secs_f64() {
-            return Err(format!("{secs}s is longer than the maximum of {}", Dur(MAX_DURATION)));
+            return Err(format!("{secs:e}s is longer than the maximum of {MAX_DURATION_TEXT}"));
         }
         Ok(Dur(Duration::from_secs_f64(secs)))
     }
@@ -215,7 +216,7 @@ impl std::str::FromStr for Dur {
         let duration = humantime::parse_duration(normalized.as_deref().unwrap_or(text))
             .map_err(|err| format!("'{shown}' is not a duration ({err}; e.g. 500ms, 5s, 2m, 1h)"))?;
         if duration > MAX_DURATION {
-            return Err(format!("'{shown}' is longer than the maximum of {}", Dur(MAX_DURATION)));
+            return Err(format!("'{shown}' is longer than the maximum of {MAX_DURATION_TEXT}"));
         }
         Ok(Dur(duration))
     }
@@ -278,7 +279,9 @@ impl Workflow {
     pub fn parse(file: &Path, text: &str) -> Result<Workflow, InvalidWorkflow> {
         let workflow: Workflow = crate::yaml::from_str(text).map_err(|err| InvalidWorkflow {
             file: file.to_path_buf(),
-            field: err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}")),
+            field: err.path.clone().unwrap_or_else(|| {
+                err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}"))
+            }),
             problem: one_line(&err.message),
         })?;
         // Names and values from the file end up in the message: keep it on one line.
@@ -369,6 +372,9 @@ impl Workflow {
                 check_log_path(log).or_else(|problem| bad(&at(".log"), problem))?;
             }
             for (key, value) in &stage.env {
+                if key.is_empty() || key.contains(['=', '\0']) {
+                    return bad(&at(".env"), format!("'{}' is not an environment variable name", shown(key)));
+                }
                 template::check(value, &known)
                     .or_else(|e| bad(&at(&format!(".env.{key}")), e.to_string()))?;
             }
@@ -759,7 +765,13 @@ mod tests {
     #[test]
     fn malformed_yaml_reports_a_line() {
         let err = parse("name: t\nstages:\n  - name: a\n   argv: [x\n").unwrap_err();
-        assert!(err.field.starts_with("line "), "{err}");
+        assert_eq!(err.to_string(), "workflows/t.yaml: stages[0]: missing field `argv` at line 3 column 5");
+        let err = parse("name: t\nstages: [\n").unwrap_err();
+        assert!(err.to_string().contains("at line 3"), "{err}");
+        let err = parse(": : :\n").unwrap_err();
+        assert!(err.field.starts_with("line ") || err.field == "yaml", "{err}");
+        let err = parse("name: t\nstop_grace: 1e300\nstages:\n  - {name: a, argv: [x]}\n").unwrap_err();
+        assert_eq!(err.field, "stop_grace", "{err}");
         let err = parse("name: t\nstages:\n  - {name: a, arg: [x]}\n").unwrap_err();
         assert!(err.problem.contains("unknown field `arg`"), "{err}");
     }

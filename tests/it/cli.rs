@@ -13,7 +13,10 @@ async fn malformed_workflow_yaml_is_refused_naming_file_and_line() {
     let out = home.cli(&["run", "start", "--workflow", "bad"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.starts_with("lachesis: ") && err.contains("bad.yaml: line "), "{err}");
+    assert!(
+        err.starts_with("lachesis: ") && err.contains("bad.yaml: stages[0]: missing field `argv` at line 3"),
+        "{err}"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert_eq!(run_count(&mut home).await, 0);
 }

@@ -317,7 +317,7 @@ fn check_answer(method: &str, uri: &str, status: StatusCode, body: &[u8]) {
         "{method} {uri}: 500 {}",
         String::from_utf8_lossy(body)
     );
-    if status.is_client_error() && status != StatusCode::METHOD_NOT_ALLOWED {
+    if status.is_client_error() {
         let answer: Value = serde_json::from_slice(body).unwrap_or_else(|_| {
             panic!("{method} {uri}: {status} is not JSON: {:?}", String::from_utf8_lossy(body))
         });
@@ -423,11 +423,20 @@ fn fuzz_every_http_route_body_path_and_query() {
 /// Workflow files that panicked the CLI or were accepted though wrong, with the field their
 /// error must name.
 const WORKFLOW_CORPUS: &[(&str, &str)] = &[
-    ("name: t\nstop_grace: 1e300\nstages:\n  - {name: a, argv: [x]}\n", "line"),
-    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: \"99999999999999999999999h\"}\n", "line"),
-    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 1e19}\n", "line"),
-    ("name: t\nstages:\n  - {name: a, argv: [x], start_timeout: 1e300, probe: {tcp: \"h:1\"}}\n", "line"),
-    ("name: t\nretry: {max_attempts: 2, backoff: 1e300}\nstages:\n  - {name: a, argv: [x]}\n", "line"),
+    ("name: t\nstop_grace: 1e300\nstages:\n  - {name: a, argv: [x]}\n", "stop_grace"),
+    (
+        "name: t\nstages:\n  - {name: a, argv: [x], start_delay: \"99999999999999999999999h\"}\n",
+        "stages[0].start_delay",
+    ),
+    ("name: t\nstages:\n  - {name: a, argv: [x], start_delay: 1e19}\n", "stages[0].start_delay"),
+    (
+        "name: t\nstages:\n  - {name: a, argv: [x], start_timeout: 1e300, probe: {tcp: \"h:1\"}}\n",
+        "stages[0].start_timeout",
+    ),
+    (
+        "name: t\nretry: {max_attempts: 2, backoff: 1e300}\nstages:\n  - {name: a, argv: [x]}\n",
+        "retry.backoff",
+    ),
     (
         "name: t\nretry: {max_attempts: 4294967295, backoff: 1s}\nstages:\n  - {name: a, argv: [x]}\n",
         "retry.max_attempts",
@@ -501,4 +510,14 @@ fn corpus_http_refusals_are_json_naming_the_field() {
     }
     let (_, answer) = api.call("POST", "/schedules", br#"{"name": "a/b", "cron": "0 3 * * *"}"#.to_vec());
     assert!(String::from_utf8_lossy(&answer).contains("name: 'a/b'"), "{}", String::from_utf8_lossy(&answer));
+}
+
+#[test]
+fn corpus_path_segments_that_are_not_text_get_json_refusals() {
+    let api = InProcess::new();
+    for uri in ["/runs/%FF", "/schedules/%C3%28/pause", "/environments/%80"] {
+        let method = if uri.ends_with("pause") { "POST" } else { "GET" };
+        let (status, answer) = api.call(method, uri, Vec::new());
+        check_answer(method, uri, status, &answer);
+    }
 }

@@ -3,6 +3,7 @@
 mod atropos;
 mod cli;
 mod fuzz;
+mod hostile;
 mod http;
 mod inference_tests;
 mod mcp;

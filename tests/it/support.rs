@@ -89,7 +89,7 @@ impl TestHome {
         Arc::clone(self.store.as_ref().unwrap())
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = match self.umask {
             Some(umask) => {
                 let mut sh = Command::new("sh");
