@@ -2,6 +2,7 @@
 //! route table (`routes.rs`) builds both the router and the OpenAPI document, so the two can't
 //! drift apart. Binds 127.0.0.1 by default; any other address needs a bearer token.
 
+mod dashboard;
 mod routes;
 
 use std::net::SocketAddr;
@@ -78,6 +79,7 @@ impl From<ServiceError> for Failure {
             E::UnknownNode { .. } => (StatusCode::NOT_FOUND, "not_found"),
             E::NodeNotLost { .. } => (StatusCode::CONFLICT, "node_not_lost"),
             E::AlreadyEnded { .. } | E::TestEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
+            E::NotEnded { .. } => (StatusCode::CONFLICT, "not_ended"),
             E::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             E::Introspect(_) => (StatusCode::UNPROCESSABLE_ENTITY, "introspection"),
             _ => (StatusCode::BAD_REQUEST, "invalid"),
@@ -102,14 +104,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn require_token(State(state): State<AppState>, request: Request<Body>, next: Next) -> Response {
-    if let Some(token) = &state.token {
-        let given = request
+    if let Some(token) = &state.token
+        && !dashboard::is_public(request.uri().path())
+    {
+        let bearer = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
+            .map(str::to_string);
+        // The dashboard's login puts the token in a cookie instead.
+        let given = bearer.or_else(|| dashboard::cookie_token(request.headers())).unwrap_or_default();
         if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+            if dashboard::is_page(request.uri().path()) {
+                return dashboard::login_required();
+            }
             return Failure::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -129,6 +138,7 @@ pub fn app(service: Service, metrics: Arc<Metrics>, token: Option<String>) -> Ro
         router = router.route(route.path, (route.handler)());
     }
     router
+        .merge(dashboard::router())
         .fallback(|| async {
             Failure::new(StatusCode::NOT_FOUND, "not_found", "no such route (see /openapi.json)")
         })
