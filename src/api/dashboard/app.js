@@ -21,8 +21,14 @@
     inFlight = false;
     if (again) { again = false; refresh(); }
   }
+  // Streams stay open while a page sits in the back-forward cache, and a browser keeps only
+  // six connections per host: close them when the page is left, reopen when it comes back.
+  const streams = [];
+  window.addEventListener("pagehide", () => { for (const s of streams) s.close(); });
+  window.addEventListener("pageshow", (e) => { if (e.persisted) location.reload(); });
   if (document.body.dataset.live === "true") {
     const changes = new EventSource("/ui/changes");
+    streams.push(changes);
     changes.addEventListener("open", () => { if (liveNote) liveNote.textContent = "live"; });
     changes.addEventListener("error", () => { if (liveNote) liveNote.textContent = "reconnecting…"; });
     changes.addEventListener("change", (e) => {
@@ -38,6 +44,7 @@
     if (tail) tail.close();
     log.textContent = "";
     tail = new EventSource(tab.dataset.log);
+    streams.push(tail);
     tail.onmessage = (e) => {
       const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
       log.textContent += e.data + "\n";
