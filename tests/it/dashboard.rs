@@ -231,6 +231,7 @@ async fn the_runs_page_with_a_thousand_runs_loads_within_the_figures() {
         "FIGURES runs page, 1000 runs: time to first byte {} ms, full load {} ms ({} rows); screenshot {}",
         report["ttfb_ms"], report["load_ms"], report["rows"], report["screenshot_runs_1000"]
     );
+    eprintln!("samples: {}", report["samples"]);
     assert_eq!(report["rows"], 1_000);
     assert!(report["load_ms"].as_f64().unwrap() < 2_000.0, "{report}");
 }

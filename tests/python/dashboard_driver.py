@@ -212,6 +212,7 @@ def bench(plan, cdp):
         samples.append(cdp.eval(
             "(() => { const n = performance.getEntriesByType('navigation')[0];"
             " return {ttfb: n.responseStart - n.requestStart, load: n.loadEventEnd - n.startTime,"
+            " response_end: n.responseEnd - n.startTime, dom_ready: n.domContentLoadedEventEnd - n.startTime,"
             " rows: document.querySelectorAll('tr[data-run]').length} })()"))
     samples.sort(key=lambda s: s["load"])
     median = samples[len(samples) // 2]

@@ -104,6 +104,18 @@ pub fn progress_bar(progress: Option<&Value>) -> String {
     let Some(p) = progress.filter(|p| p.is_object()) else {
         return "<span class=\"muted\">no progress reported</span>".into();
     };
+    progress_of(p)
+}
+
+/// The table's short form: the bar, or a dash that says why on hover (1,000 rows stay light).
+pub fn progress_cell(progress: Option<&Value>) -> String {
+    match progress.filter(|p| p.is_object()) {
+        Some(p) => progress_of(p),
+        None => "<span class=\"muted\" title=\"no progress reported\">-</span>".into(),
+    }
+}
+
+fn progress_of(p: &Value) -> String {
     let step = p.get("step").and_then(Value::as_i64);
     let total = p.get("total").and_then(Value::as_i64);
     let fraction = p

@@ -35,6 +35,8 @@ use crate::service::ServiceError;
 pub const COOKIE: &str = "lachesis_token";
 /// How often an open page's change feed looks at the newest event id.
 const CHANGE_CHECK: Duration = Duration::from_millis(200);
+/// How often pages refresh while runs are running (their progress moves between events).
+const PROGRESS_TICK: Duration = Duration::from_secs(5);
 /// How often a log tail looks for new bytes.
 const LOG_CHECK: Duration = Duration::from_millis(100);
 /// How much of a log a tail opens with.
@@ -240,14 +242,25 @@ async fn set_paused(s: AppState, headers: HeaderMap, name: String, paused: bool)
     }
 }
 
-/// `change` whenever the newest event id of the store moves (and once at the start).
+/// `change` whenever the newest event id of the store moves (and once at the start); and,
+/// while a run is running, every `PROGRESS_TICK`, since progress reports need not be events.
 async fn changes(State(s): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let stream = futures_util::stream::unfold((s.service, -1i64), |(service, last)| async move {
+    let start = (s.service, -1i64, tokio::time::Instant::now(), 0u64);
+    let stream = futures_util::stream::unfold(start, |(service, last, mut ticked, mut ticks)| async move {
         loop {
             let now = service.last_event_id().await.unwrap_or(last);
             if now != last {
                 let event = SseEvent::default().event("change").data(now.to_string());
-                return Some((Ok(event), (service, now)));
+                return Some((Ok(event), (service, now, ticked, ticks)));
+            }
+            if ticked.elapsed() >= PROGRESS_TICK {
+                ticked = tokio::time::Instant::now();
+                let counts = service.run_counts().await.unwrap_or_default();
+                if counts.iter().any(|(state, n)| state == "running" && *n > 0) {
+                    ticks += 1;
+                    let event = SseEvent::default().event("change").data(format!("{now}.{ticks}"));
+                    return Some((Ok(event), (service, now, ticked, ticks)));
+                }
             }
             tokio::time::sleep(CHANGE_CHECK).await;
         }

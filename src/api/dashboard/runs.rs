@@ -5,7 +5,7 @@ use std::fmt::Write;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::html::{badge, duration, esc, progress_bar, time, url_segment};
+use super::html::{badge, duration, esc, progress_cell, time, url_segment};
 use crate::model::{RunState, now_millis};
 use crate::service::{Result, RunSummary, Service};
 use crate::store::RunFilter;
@@ -160,7 +160,7 @@ fn row(run: &RunSummary, now: i64) -> String {
         env = esc(run.env_name.as_deref().unwrap_or("-")),
         attempt = run.attempt,
         node = esc(run.node.as_deref().unwrap_or("-")),
-        progress = progress_bar(value.get("progress")),
+        progress = progress_cell(value.get("progress")),
         started = time(run.started_at),
         reason = esc(run.reason.as_deref().unwrap_or("")),
     )
