@@ -195,6 +195,44 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
         "the regression marker is below the baseline (SVG y grows downwards): {regression}"
     );
     assert_eq!(report["accuracy_bars"], 1);
+    // Actions: POST forms with the cookie only, from the same origin; re-queue makes a new run.
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let post = |path: &str, cookie: Option<&str>, origin: Option<&str>| {
+        let mut request = http.post(format!("{base}{path}"));
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", format!("lachesis_token={cookie}"));
+        }
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    let requeue = format!("/ui/runs/{failed}/requeue");
+    let refused = post(&requeue, Some("wrong"), None).await.unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::UNAUTHORIZED);
+    assert!(refused.text().await.unwrap().contains("Sign in"));
+    let cross = post(&requeue, Some(TOKEN), Some("http://elsewhere.example")).await.unwrap();
+    assert_eq!(cross.status(), reqwest::StatusCode::FORBIDDEN);
+    let moved = post(&requeue, Some(TOKEN), Some(&base)).await.unwrap();
+    assert_eq!(moved.status(), reqwest::StatusCode::SEE_OTHER);
+    let location = moved.headers()["location"].to_str().unwrap().to_string();
+    let again = uuid::Uuid::parse_str(location.strip_prefix("/ui/runs/").unwrap()).unwrap();
+    assert_ne!(again, failed);
+    assert_eq!(home.run(again).await.workflow, "bad");
+    let paused = post("/ui/schedules/nightly/pause", Some(TOKEN), None).await.unwrap();
+    assert_eq!(paused.status(), reqwest::StatusCode::SEE_OTHER);
+    assert!(home.store().await.schedules().await.unwrap()[0].paused);
+    let login_with = |token: &str| {
+        http.post(format!("{base}/ui/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+    };
+    assert_eq!(login_with("wrong").await.unwrap().status(), reqwest::StatusCode::UNAUTHORIZED);
+    let login = login_with(TOKEN).await.unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+
     for key in ["login", "runs", "run", "failed_run", "schedules", "tests", "nodes"] {
         let path = report[format!("screenshot_{key}")].as_str().unwrap();
         assert!(std::fs::metadata(path).unwrap().len() > 1_000, "{path}");
