@@ -52,10 +52,12 @@ fn drive(plan: &Value) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-async fn serve(home: &mut TestHome) -> String {
+async fn serve(home: &mut TestHome, extra: &[&str]) -> String {
     let addr = format!("127.0.0.1:{}", free_port());
     home.env.push(("LACHESIS_API_TOKEN".into(), TOKEN.into()));
-    home.start_daemon_with(&["--listen", &addr]);
+    let mut args = vec!["--listen", &addr];
+    args.extend_from_slice(extra);
+    home.start_daemon_with(&args);
     let url = format!("http://{addr}/health");
     wait_for("the API to answer", T, || {
         let url = url.clone();
@@ -143,7 +145,7 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
          - name: trainer\n    argv: [sh, -c, \"echo step 1; exec sleep 600\"]\ncompletion: {stages: [trainer]}\nstop_grace: 2s\n",
     );
     regressed_schedule(&mut home).await;
-    let base = serve(&mut home).await;
+    let base = serve(&mut home, &[]).await;
     let completed = home.submit(&["--workflow", "ok"]);
     let failed = home.submit(&["--workflow", "bad"]);
     let running = home.submit(&["--workflow", "long"]);
@@ -240,6 +242,32 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     }
 }
 
+#[tokio::test]
+async fn the_nodes_page_on_postgres_lists_each_node_with_its_labels_and_runs() {
+    if chromium().is_none() {
+        return;
+    }
+    let Some(url) = crate::store::fresh_postgres().await else { return };
+    let mut home = TestHome::new();
+    home.database_url = Some(url);
+    home.workflow(
+        "long",
+        "name: long\nstages:\n  - {name: main, argv: [sh, -c, \"exec sleep 600\"]}\nstop_grace: 1s\n",
+    );
+    let base = serve(&mut home, &["--label", "gpu=a100"]).await;
+    let id = home.submit(&["--workflow", "long"]);
+    home.wait_state(id, RunState::Running, T).await;
+    let out = screenshot_dir();
+    let report = drive(&json!({ "mode": "screens", "base": base, "token": TOKEN, "out": out,
+        "pages": { "nodes-postgres": "/ui/nodes" } }));
+    let page = &report["nodes-postgres"];
+    eprintln!("screenshot: {}", page["screenshot"]);
+    let text = page["text"].as_str().unwrap();
+    let node = lachesis::daemon::hostname();
+    assert!(text.contains(&node) && text.contains("up") && text.contains("gpu=a100"), "{text}");
+    assert!(text.contains(&id.to_string()[..8]), "the node holds the running run: {text}");
+}
+
 /// Figures: the runs page with 1,000 runs (time to first byte and full load in Chromium, median
 /// of 5). Asserts a loose bound; the figures are printed.
 #[tokio::test]
@@ -262,7 +290,7 @@ async fn the_runs_page_with_a_thousand_runs_loads_within_the_figures() {
         let stages = run.pending_stages();
         store.insert_run(&run, &stages).await.unwrap();
     }
-    let base = serve(&mut home).await;
+    let base = serve(&mut home, &[]).await;
     let out = screenshot_dir();
     let report = drive(&json!({ "mode": "bench", "base": base, "token": TOKEN, "out": out, "rounds": 5 }));
     eprintln!(

@@ -200,11 +200,25 @@ def check(plan, cdp):
     return report
 
 
-def bench(plan, cdp):
+def login(plan, cdp):
     cdp.open(plan["base"] + "/ui/login")
     cdp.eval(f"document.querySelector('input[name=token]').value = {json.dumps(plan['token'])};"
              "document.querySelector('.login form').submit(); true")
     cdp.wait("location.pathname === '/ui/runs' && document.readyState === 'complete'", what="login")
+
+
+def screens(plan, cdp):
+    login(plan, cdp)
+    report = {}
+    for name, path in plan["pages"].items():
+        cdp.open(plan["base"] + path)
+        report[name] = {"text": cdp.eval("document.getElementById('main').innerText"),
+                        "screenshot": cdp.screenshot(os.path.join(plan["out"], f"{name}.png"))}
+    return report
+
+
+def bench(plan, cdp):
+    login(plan, cdp)
     samples = []
     for _ in range(plan.get("rounds", 5)):
         cdp.open(plan["base"] + "/ui/runs")
@@ -225,7 +239,7 @@ def main():
     profile = tempfile.mkdtemp(prefix="lachesis-chromium-")
     proc, cdp = start_chromium(profile)
     try:
-        report = bench(plan, cdp) if plan["mode"] == "bench" else check(plan, cdp)
+        report = {"bench": bench, "screens": screens, "check": check}[plan["mode"]](plan, cdp)
         print(json.dumps(report))
     finally:
         proc.kill()
