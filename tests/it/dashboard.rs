@@ -257,9 +257,19 @@ async fn the_nodes_page_on_postgres_lists_each_node_with_its_labels_and_runs() {
     let base = serve(&mut home, &["--label", "gpu=a100"]).await;
     let id = home.submit(&["--workflow", "long"]);
     home.wait_state(id, RunState::Running, T).await;
+    // A run pinned to labels no node has waits in the queue, saying for what.
+    home.workflow(
+        "nowhere",
+        "name: nowhere\nnode_labels: {gpu: b200}\nstages:\n  - {name: main, argv: [\"true\"]}\n",
+    );
+    let waiting = home.submit(&["--workflow", "nowhere"]);
     let out = screenshot_dir();
     let report = drive(&json!({ "mode": "screens", "base": base, "token": TOKEN, "out": out,
-        "pages": { "nodes-postgres": "/ui/nodes" } }));
+        "pages": { "nodes-postgres": "/ui/nodes", "runs-queue": "/ui/runs" } }));
+    let queue = report["runs-queue"]["text"].as_str().unwrap();
+    eprintln!("screenshot: {}", report["runs-queue"]["screenshot"]);
+    assert!(queue.contains("Queue (1)") && queue.contains(&waiting.to_string()[..8]), "{queue}");
+    assert!(queue.contains("a node labelled gpu=b200"), "{queue}");
     let page = &report["nodes-postgres"];
     eprintln!("screenshot: {}", page["screenshot"]);
     let text = page["text"].as_str().unwrap();

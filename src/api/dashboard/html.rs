@@ -61,7 +61,7 @@ pub fn login(message: Option<&str>) -> String {
     let note = message.map(|m| format!("<p class=\"error\">{}</p>", esc(m))).unwrap_or_default();
     let body = format!(
         "<section class=\"login\"><h1>Sign in</h1>\
-         <p>This dashboard needs the API token (the file <code>api-token</code> in the lachesis home).</p>\
+         <p>This dashboard needs the API token (<code>LACHESIS_API_TOKEN</code>, or the file <code>api-token</code> in the lachesis home).</p>\
          {note}<form method=\"post\" action=\"/ui/login\"><input type=\"password\" name=\"token\" \
          placeholder=\"API token\" autocomplete=\"current-password\" required autofocus>\
          <button type=\"submit\">Sign in</button></form></section>"
