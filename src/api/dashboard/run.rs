@@ -16,7 +16,10 @@ use serde_json::Value;
 use super::html::{action_button, badge, duration, esc, progress_bar, time, url_segment};
 use super::svg::{LineChart, Series, StageSpan, timeline};
 use crate::model::{Event, now_millis};
-use crate::service::{Result, RunResults, Service};
+use crate::service::{Result, RunStatus, Service};
+
+/// How long the page waits for a run's metrics (W&B) before it is drawn without them.
+const METRICS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One row of a run's metric history.
 #[derive(Debug, Default, PartialEq)]
@@ -146,10 +149,21 @@ fn signals(events: &[Event], stage: &str) -> Vec<(i64, String)> {
 }
 
 pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
-    let results: RunResults = service.results(id).await?;
-    let (_, events) = service.events(&results.status.run.id.to_string()).await?;
-    let value = serde_json::to_value(&results).unwrap_or(Value::Null);
-    let run = &results.status.run;
+    let status: RunStatus = service.status(id).await?;
+    let full_id = status.run.id.to_string();
+    let (_, events) = service.events(&full_id).await?;
+    // Results add the W&B metrics, which may wait on W&B: the page doesn't wait long for them.
+    let results =
+        tokio::time::timeout(METRICS_WAIT, service.results(&full_id)).await.ok().and_then(Result::ok);
+    let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
+    if let (Some(results), Value::Object(fields)) = (&results, &mut value)
+        && let Ok(Value::Object(more)) = serde_json::to_value(results)
+    {
+        for (key, more_value) in more {
+            fields.entry(key).or_insert(more_value);
+        }
+    }
+    let run = &status.run;
     let now = now_millis();
     let short = crate::model::short_id(&run.id);
     let mut body = format!(
@@ -192,8 +206,7 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
         "<h2>Progress</h2><div class=\"run-progress\">{}</div>",
         progress_bar(value.get("progress"))
     );
-    let spans: Vec<StageSpan> = results
-        .status
+    let spans: Vec<StageSpan> = status
         .stages
         .iter()
         .map(|s| StageSpan {
@@ -219,12 +232,14 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
             let _ = write!(body, "<figure><figcaption>{}</figcaption>{chart}</figure>", esc(&name));
         }
         body.push_str("</div>");
-    } else if let Some(error) = &results.metrics.wandb_error {
+    } else if results.is_none() {
+        body.push_str("<p class=\"muted\">No metric history: the metrics did not answer in time.</p>");
+    } else if let Some(error) = results.as_ref().and_then(|r| r.metrics.wandb_error.as_ref()) {
         let _ = write!(body, "<p class=\"muted\">No metric history: {}</p>", esc(error));
     }
 
     body.push_str("</div><h2>Logs</h2><div class=\"tabs\">");
-    for (i, stage) in results.status.stages.iter().enumerate() {
+    for (i, stage) in status.stages.iter().enumerate() {
         let _ = write!(
             body,
             "<button type=\"button\" class=\"tab{}\" data-log=\"/ui/runs/{target}/log?stage={}\">{}</button>",
