@@ -107,8 +107,8 @@ class Cdp:
         self.wait(f"document.readyState === 'complete' && location.href.startsWith({json.dumps(url.split('?')[0])})",
                   what=f"{url} to load")
 
-    def screenshot(self, path):
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+    def screenshot(self, path, whole_page=True):
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=whole_page)["data"]
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
         return path
@@ -231,7 +231,7 @@ def bench(plan, cdp):
     samples.sort(key=lambda s: s["load"])
     median = samples[len(samples) // 2]
     return {"ttfb_ms": round(median["ttfb"], 1), "load_ms": round(median["load"], 1), "rows": median["rows"],
-            "samples": samples, "screenshot_runs_1000": cdp.screenshot(os.path.join(plan["out"], "runs-1000.png"))}
+            "samples": samples, "screenshot_runs_1000": cdp.screenshot(os.path.join(plan["out"], "runs-1000.png"), whole_page=False)}
 
 
 def main():
