@@ -51,5 +51,17 @@ else
   say "no Slurm cluster (${slurm_conf:-cluster.sh failed}): the Slurm tests will say they skip"
 fi
 
+# The dashboard's browser tier: Debian's headless Chromium (installed when missing and we are
+# root). Once it is there, its tests are required; otherwise they say they skip.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  say "installing Chromium"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null || true
+fi
+if command -v chromium >/dev/null; then
+  export LACHESIS_REQUIRE_CHROMIUM=1
+else
+  say "no Chromium: the dashboard's browser tests will say they skip"
+fi
+
 say "cargo test"
 cargo test --locked "$@"

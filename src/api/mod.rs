@@ -4,6 +4,7 @@
 //! (`LACHESIS_API_TOKEN`, else `$LACHESIS_HOME/api-token`, created on first start); a unix socket
 //! (`--listen unix:PATH`, mode 0600) is guarded by its file mode instead.
 
+mod dashboard;
 mod routes;
 
 use std::io::Write;
@@ -89,6 +90,7 @@ impl From<ServiceError> for Failure {
             E::UnknownNode { .. } => (StatusCode::NOT_FOUND, "not_found"),
             E::NodeNotLost { .. } => (StatusCode::CONFLICT, "node_not_lost"),
             E::AlreadyEnded { .. } | E::TestEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
+            E::NotEnded { .. } => (StatusCode::CONFLICT, "not_ended"),
             E::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             E::Introspect(_) => (StatusCode::UNPROCESSABLE_ENTITY, "introspection"),
             _ => (StatusCode::BAD_REQUEST, "invalid"),
@@ -204,14 +206,21 @@ pub fn load_or_create_token(home: &Path) -> Result<(ApiToken, String), ApiError>
 }
 
 async fn require_token(State(state): State<AppState>, request: Request<Body>, next: Next) -> Response {
-    if let Some(token) = &state.token {
-        let given = request
+    if let Some(token) = &state.token
+        && !dashboard::is_public(request.uri().path())
+    {
+        let bearer = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !token.matches(given) {
+            .map(str::to_string);
+        // The dashboard's login puts the token in a cookie instead.
+        let given = bearer.or_else(|| dashboard::cookie_token(request.headers())).unwrap_or_default();
+        if !token.matches(&given) {
+            if dashboard::is_page(request.uri().path()) {
+                return dashboard::login_required();
+            }
             return Failure::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -231,6 +240,7 @@ pub fn app(service: Service, metrics: Arc<Metrics>, token: Option<Arc<ApiToken>>
         router = router.route(route.path, (route.handler)());
     }
     router
+        .merge(dashboard::router())
         .fallback(|| async {
             Failure::new(StatusCode::NOT_FOUND, "not_found", "no such route (see /openapi.json)")
         })

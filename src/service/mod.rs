@@ -49,6 +49,8 @@ pub enum ServiceError {
     Unplannable { workflow: String, problem: String },
     #[error("run {id} has already ended ({state})")]
     AlreadyEnded { id: String, state: RunState },
+    #[error("run {id} has not ended ({state}): stop it before queueing it again")]
+    NotEnded { id: String, state: RunState },
     #[error(transparent)]
     Environment(#[from] crate::environments::LookupError),
     #[error(transparent)]

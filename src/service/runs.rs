@@ -297,6 +297,39 @@ impl Service {
         Ok(self.store.events(id, after).await?)
     }
 
+    /// The newest event id across the store: it moves whenever a run, test or schedule does.
+    pub async fn last_event_id(&self) -> Result<i64> {
+        Ok(self.store.last_event_id().await?)
+    }
+
+    /// Queues a new run of an ended run's workflow with its environment, variables and
+    /// priority (the old run is left as it is). A run without an environment keeps its config
+    /// fields too; one with an environment takes that environment's configuration as it is now
+    /// (its stored config holds locked fields, which `--set` refuses).
+    pub async fn requeue(&self, prefix: &str) -> Result<Run> {
+        let run = self.resolve(prefix).await?;
+        if !run.state.is_terminal() {
+            return Err(ServiceError::NotEnded { id: run.id.to_string(), state: run.state });
+        }
+        let set = match run.env_name {
+            Some(_) => BTreeMap::new(),
+            None => run
+                .params
+                .config
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                .collect(),
+        };
+        let request = SubmitRequest {
+            workflow: Some(run.workflow.clone()),
+            env_name: run.env_name.clone(),
+            vars: run.params.vars.clone(),
+            set,
+            priority: run.priority,
+        };
+        self.submit(request).await
+    }
+
     /// Cancels a pending run or asks a started one to stop; stopping twice is not an error.
     pub async fn stop(&self, prefix: &str) -> Result<Run> {
         let mut run = self.resolve(prefix).await?;

@@ -156,6 +156,9 @@ pub trait Store: TestStore + NodeStore + ClaimStore + ProgressStore + MetricStor
     async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()>;
     /// Events of a run with id greater than `after`, oldest first.
     async fn events(&self, run_id: Uuid, after: i64) -> Result<Vec<Event>>;
+    /// The id of the newest event of any run, test or schedule (0 when there is none): a
+    /// change marker that pages following the store compare.
+    async fn last_event_id(&self) -> Result<i64>;
 
     /// The selected environment, if any.
     async fn selection(&self) -> Result<Option<crate::environments::Selection>>;

@@ -559,6 +559,12 @@ impl Store for SqlStore {
         rows.iter().map(event_from_row).collect()
     }
 
+    async fn last_event_id(&self) -> Result<i64> {
+        let row =
+            sqlx::query("SELECT COALESCE(MAX(id), 0) AS last FROM events").fetch_one(&self.pool).await?;
+        Ok(row.try_get("last")?)
+    }
+
     async fn selection(&self) -> Result<Option<Selection>> {
         let row = sqlx::query(
             "SELECT env_name, env_file, class_name, config_class, fields, config, updated_at FROM selection WHERE id = 1",

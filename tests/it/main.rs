@@ -2,6 +2,7 @@
 
 mod atropos;
 mod cli;
+mod dashboard;
 mod fuzz;
 mod hostile;
 mod http;
