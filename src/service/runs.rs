@@ -326,6 +326,8 @@ impl Service {
             vars: run.params.vars.clone(),
             set,
             priority: run.priority,
+            // The stall timeout the run had, its own override included.
+            stall_timeout: run.spec.stall_timeout.map(|d| d.0),
         };
         self.submit(request).await
     }
