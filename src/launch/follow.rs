@@ -30,10 +30,16 @@ impl Follower {
     /// Calls `on_line` for every complete line written since the last call (the file may not
     /// exist yet). A file that shrank (truncated, replaced) is read again from its start.
     pub fn read_new(&mut self, mut on_line: impl FnMut(&str)) -> std::io::Result<()> {
+        self.read_some(u64::MAX, &mut on_line).map(|_| ())
+    }
+
+    /// Like `read_new`, but stops after about `budget` bytes so a log that grows faster than
+    /// it is read can't hold the caller; true if it stopped with more to read.
+    pub fn read_some(&mut self, budget: u64, mut on_line: impl FnMut(&str)) -> std::io::Result<bool> {
         if self.file.is_none() {
             match File::open(&self.path) {
                 Ok(file) => self.file = Some(file),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
                 Err(err) => return Err(err),
             }
         }
@@ -44,11 +50,16 @@ impl Follower {
             self.partial.clear();
             file.seek(SeekFrom::Start(0))?;
         }
+        let mut read = 0u64;
         loop {
+            if read >= budget {
+                return Ok(true);
+            }
             let n = file.read(&mut self.buf)?;
             if n == 0 {
-                return Ok(());
+                return Ok(false);
             }
+            read += n as u64;
             self.offset += n as u64;
             let mut chunk = &self.buf[..n];
             while let Some(end) = chunk.iter().position(|b| *b == b'\n') {

@@ -18,6 +18,8 @@ use crate::workflow::retry::AfterFailure;
 
 /// How often a followed log is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
+/// The most of a log read in one go before the newest step is reported.
+const FOLLOW_SLICE: u64 = 8 * 1024 * 1024;
 /// The longest an HTTP progress reading may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of a log's end is read for the last step once its stage exited.
@@ -133,16 +135,28 @@ fn spawn_worker(
                 }
             }
             ResolvedSource::Log { path, .. } => {
+                // Reads happen off the runtime's threads, a bounded slice at a time, so a log
+                // written faster than it is read holds up neither exits nor other runs.
                 let mut follower = Follower::new(&path);
                 loop {
-                    let mut newest = None;
-                    if let Err(err) = follower.read_new(|line| {
-                        if let Some(reading) = resolved.read_line(line) {
-                            newest = Some(reading);
-                        }
-                    }) {
-                        warn!("progress: cannot read {}: {err}", path.display());
-                    }
+                    let resolved_now = resolved.clone();
+                    let path_now = path.clone();
+                    let pass = tokio::task::spawn_blocking(move || {
+                        let mut newest = None;
+                        let more = follower
+                            .read_some(FOLLOW_SLICE, |line| {
+                                if let Some(reading) = resolved_now.read_line(line) {
+                                    newest = Some(reading);
+                                }
+                            })
+                            .unwrap_or_else(|err| {
+                                warn!("progress: cannot read {}: {err}", path_now.display());
+                                false
+                            });
+                        (follower, newest, more)
+                    });
+                    let Ok((back, newest, more)) = pass.await else { return };
+                    follower = back;
                     if let Some(reading) = newest
                         && last != Some(reading)
                     {
@@ -151,7 +165,9 @@ fn spawn_worker(
                             return;
                         }
                     }
-                    tokio::time::sleep(FOLLOW_INTERVAL).await;
+                    if !more {
+                        tokio::time::sleep(FOLLOW_INTERVAL).await;
+                    }
                 }
             }
         }
