@@ -29,6 +29,8 @@ const TAIL_WINDOW: u64 = 256 * 1024;
 #[derive(Default)]
 pub struct ProgressWatch {
     pub resolved: Option<ResolvedProgress>,
+    /// Where this attempt's lines begin in a followed log.
+    log_start: u64,
     worker: Option<AbortHandle>,
     timer: Option<(Millis, AbortHandle)>,
     pub last: Option<ProgressPoint>,
@@ -91,10 +93,28 @@ impl Reconciler {
             let log_of = |stage: &str| plans.iter().find(|p| p.name == stage).map(|p| p.log_path.clone());
             match spec.resolve(&run.params.resolved, &config, log_of) {
                 Ok(resolved) => {
+                    if let ResolvedSource::Log { path, .. } = &resolved.source {
+                        let idx =
+                            spec.log.as_ref().and_then(|l| plans.iter().position(|p| p.name == l.stage));
+                        // Spawned by another daemon: a first attempt's log is all its own; a
+                        // later attempt's lines are taken from now on.
+                        let now = || std::fs::metadata(path).map_or(0, |m| m.len());
+                        watch.log_start = match idx.and_then(|i| sup.log_starts[i]) {
+                            Some(start) => start,
+                            None if run.attempt == 1 => 0,
+                            None => now(),
+                        };
+                    }
                     let known =
                         watch.last.map(|p| Reading { step: p.step as u64, total: p.total.map(|t| t as u64) });
-                    watch.worker =
-                        Some(spawn_worker(self.tx.clone(), self.http.clone(), id, resolved.clone(), known));
+                    watch.worker = Some(spawn_worker(
+                        self.tx.clone(),
+                        self.http.clone(),
+                        id,
+                        resolved.clone(),
+                        known,
+                        watch.log_start,
+                    ));
                     watch.resolved = Some(resolved);
                 }
                 Err(err) => problem = Some(format!("cannot read progress: {err}")),
@@ -116,6 +136,7 @@ fn spawn_worker(
     id: Uuid,
     resolved: ResolvedProgress,
     known: Option<Reading>,
+    log_start: u64,
 ) -> AbortHandle {
     let task = tokio::spawn(async move {
         let mut last = known;
@@ -137,7 +158,7 @@ fn spawn_worker(
             ResolvedSource::Log { path, .. } => {
                 // Reads happen off the runtime's threads, a bounded slice at a time, so a log
                 // written faster than it is read holds up neither exits nor other runs.
-                let mut follower = Follower::new(&path);
+                let mut follower = Follower::from_offset(&path, log_start);
                 loop {
                     let resolved_now = resolved.clone();
                     let path_now = path.clone();
@@ -265,9 +286,10 @@ impl Reconciler {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let require_total = sup.run.spec.completion.require_total;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
+        let log_start = sup.progress.as_ref().map_or(0, |w| w.log_start);
         let last_reading = match &resolved {
             Some(r @ ResolvedProgress { source: ResolvedSource::Log { path, .. }, .. }) => {
-                last_in_tail(path, TAIL_WINDOW, |line| r.read_line(line))
+                last_in_tail(path, log_start, TAIL_WINDOW, |line| r.read_line(line))
             }
             // A request can take seconds: only when the outcome depends on it.
             Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) if require_total => {
