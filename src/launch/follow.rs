@@ -18,10 +18,15 @@ pub struct Follower {
 
 impl Follower {
     pub fn new(path: &Path) -> Follower {
+        Follower::from_offset(path, 0)
+    }
+
+    /// Follows from byte `offset` on (the lines before it are another attempt's).
+    pub fn from_offset(path: &Path, offset: u64) -> Follower {
         Follower {
             path: path.to_path_buf(),
             file: None,
-            offset: 0,
+            offset,
             partial: Vec::new(),
             buf: vec![0; 64 * 1024],
         }
@@ -30,10 +35,23 @@ impl Follower {
     /// Calls `on_line` for every complete line written since the last call (the file may not
     /// exist yet). A file that shrank (truncated, replaced) is read again from its start.
     pub fn read_new(&mut self, mut on_line: impl FnMut(&str)) -> std::io::Result<()> {
+        self.read_some(u64::MAX, &mut on_line).map(|_| ())
+    }
+
+    /// Like `read_new`, but stops after about `budget` bytes so a log that grows faster than
+    /// it is read can't hold the caller; true if it stopped with more to read.
+    pub fn read_some(&mut self, budget: u64, mut on_line: impl FnMut(&str)) -> std::io::Result<bool> {
         if self.file.is_none() {
             match File::open(&self.path) {
-                Ok(file) => self.file = Some(file),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Ok(mut file) => {
+                    if file.metadata()?.len() >= self.offset {
+                        file.seek(SeekFrom::Start(self.offset))?;
+                    } else {
+                        self.offset = 0;
+                    }
+                    self.file = Some(file);
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
                 Err(err) => return Err(err),
             }
         }
@@ -44,11 +62,16 @@ impl Follower {
             self.partial.clear();
             file.seek(SeekFrom::Start(0))?;
         }
+        let mut read = 0u64;
         loop {
+            if read >= budget {
+                return Ok(true);
+            }
             let n = file.read(&mut self.buf)?;
             if n == 0 {
-                return Ok(());
+                return Ok(false);
             }
+            read += n as u64;
             self.offset += n as u64;
             let mut chunk = &self.buf[..n];
             while let Some(end) = chunk.iter().position(|b| *b == b'\n') {
@@ -73,10 +96,16 @@ impl Follower {
 
 /// The last line of the file's final `window` bytes for which `pick` gives something: a last
 /// look at a log whose stage just exited, without reading the whole of it.
-pub fn last_in_tail<T>(path: &Path, window: u64, mut pick: impl FnMut(&str) -> Option<T>) -> Option<T> {
+/// Nothing before byte `from` is looked at.
+pub fn last_in_tail<T>(
+    path: &Path,
+    from: u64,
+    window: u64,
+    mut pick: impl FnMut(&str) -> Option<T>,
+) -> Option<T> {
     let mut file = File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
-    file.seek(SeekFrom::Start(len.saturating_sub(window))).ok()?;
+    file.seek(SeekFrom::Start(len.saturating_sub(window).max(from))).ok()?;
     let mut tail = Vec::new();
     file.read_to_end(&mut tail).ok()?;
     String::from_utf8_lossy(&tail).lines().rev().find_map(&mut pick)
@@ -104,8 +133,12 @@ mod tests {
         assert_eq!(seen, ["Step 1/5", "Step 2/5", "Step 3/5"]);
         follower.read_new(|l| seen.push(l.to_string())).unwrap();
         assert_eq!(seen.len(), 3, "nothing new, nothing read again");
+        let mut later = Follower::from_offset(&path, "Step 1/5\n".len() as u64);
+        let mut rest = Vec::new();
+        later.read_new(|l| rest.push(l.to_string())).unwrap();
+        assert_eq!(rest, ["Step 2/5", "Step 3/5"], "an attempt's lines start where its stage did");
         assert_eq!(
-            last_in_tail(&path, 1024, |l| l.starts_with("Step").then(|| l.to_string())),
+            last_in_tail(&path, 0, 1024, |l| l.starts_with("Step").then(|| l.to_string())),
             Some("Step 3/5".into())
         );
     }

@@ -141,6 +141,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn run_steps_are_gauges_until_the_run_is_forgotten() {
+        let metrics = Metrics::default();
+        metrics.set_run_step("r1", Some((420, Some(2500))));
+        let text = metrics.render(vec![], vec![]);
+        assert!(text.contains("lachesis_run_step{run=\"r1\"} 420"), "{text}");
+        assert!(text.contains("lachesis_run_total_steps{run=\"r1\"} 2500"), "{text}");
+        metrics.set_run_step("r1", None);
+        assert!(!metrics.render(vec![], vec![]).contains("run=\"r1\""));
+    }
+
+    #[test]
     fn histograms_are_cumulative() {
         let h = Histogram::default();
         for ms in [0.5, 3.0, 3.0, 700.0] {

@@ -235,6 +235,7 @@ impl Reconciler {
     pub(super) fn abandon_run(&mut self, id: Uuid, why: &str) {
         if let Some(mut sup) = self.runs.remove(&id) {
             sup.cancel_all_readiness();
+            self.forget_progress(id);
             let processes: Vec<ProcessIdentity> = sup
                 .stages
                 .iter()

@@ -18,6 +18,8 @@ use crate::workflow::retry::AfterFailure;
 
 /// How often a followed log is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
+/// The most of a log read in one go before the newest step is reported.
+const FOLLOW_SLICE: u64 = 8 * 1024 * 1024;
 /// The longest an HTTP progress reading may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of a log's end is read for the last step once its stage exited.
@@ -27,6 +29,8 @@ const TAIL_WINDOW: u64 = 256 * 1024;
 #[derive(Default)]
 pub struct ProgressWatch {
     pub resolved: Option<ResolvedProgress>,
+    /// Where this attempt's lines begin in a followed log.
+    log_start: u64,
     worker: Option<AbortHandle>,
     timer: Option<(Millis, AbortHandle)>,
     pub last: Option<ProgressPoint>,
@@ -89,10 +93,28 @@ impl Reconciler {
             let log_of = |stage: &str| plans.iter().find(|p| p.name == stage).map(|p| p.log_path.clone());
             match spec.resolve(&run.params.resolved, &config, log_of) {
                 Ok(resolved) => {
+                    if let ResolvedSource::Log { path, .. } = &resolved.source {
+                        let idx =
+                            spec.log.as_ref().and_then(|l| plans.iter().position(|p| p.name == l.stage));
+                        // Spawned by another daemon: a first attempt's log is all its own; a
+                        // later attempt's lines are taken from now on.
+                        let now = || std::fs::metadata(path).map_or(0, |m| m.len());
+                        watch.log_start = match idx.and_then(|i| sup.log_starts[i]) {
+                            Some(start) => start,
+                            None if run.attempt == 1 => 0,
+                            None => now(),
+                        };
+                    }
                     let known =
                         watch.last.map(|p| Reading { step: p.step as u64, total: p.total.map(|t| t as u64) });
-                    watch.worker =
-                        Some(spawn_worker(self.tx.clone(), self.http.clone(), id, resolved.clone(), known));
+                    watch.worker = Some(spawn_worker(
+                        self.tx.clone(),
+                        self.http.clone(),
+                        id,
+                        resolved.clone(),
+                        known,
+                        watch.log_start,
+                    ));
                     watch.resolved = Some(resolved);
                 }
                 Err(err) => problem = Some(format!("cannot read progress: {err}")),
@@ -114,6 +136,7 @@ fn spawn_worker(
     id: Uuid,
     resolved: ResolvedProgress,
     known: Option<Reading>,
+    log_start: u64,
 ) -> AbortHandle {
     let task = tokio::spawn(async move {
         let mut last = known;
@@ -133,16 +156,28 @@ fn spawn_worker(
                 }
             }
             ResolvedSource::Log { path, .. } => {
-                let mut follower = Follower::new(&path);
+                // Reads happen off the runtime's threads, a bounded slice at a time, so a log
+                // written faster than it is read holds up neither exits nor other runs.
+                let mut follower = Follower::from_offset(&path, log_start);
                 loop {
-                    let mut newest = None;
-                    if let Err(err) = follower.read_new(|line| {
-                        if let Some(reading) = resolved.read_line(line) {
-                            newest = Some(reading);
-                        }
-                    }) {
-                        warn!("progress: cannot read {}: {err}", path.display());
-                    }
+                    let resolved_now = resolved.clone();
+                    let path_now = path.clone();
+                    let pass = tokio::task::spawn_blocking(move || {
+                        let mut newest = None;
+                        let more = follower
+                            .read_some(FOLLOW_SLICE, |line| {
+                                if let Some(reading) = resolved_now.read_line(line) {
+                                    newest = Some(reading);
+                                }
+                            })
+                            .unwrap_or_else(|err| {
+                                warn!("progress: cannot read {}: {err}", path_now.display());
+                                false
+                            });
+                        (follower, newest, more)
+                    });
+                    let Ok((back, newest, more)) = pass.await else { return };
+                    follower = back;
                     if let Some(reading) = newest
                         && last != Some(reading)
                     {
@@ -151,7 +186,9 @@ fn spawn_worker(
                             return;
                         }
                     }
-                    tokio::time::sleep(FOLLOW_INTERVAL).await;
+                    if !more {
+                        tokio::time::sleep(FOLLOW_INTERVAL).await;
+                    }
                 }
             }
         }
@@ -249,9 +286,10 @@ impl Reconciler {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let require_total = sup.run.spec.completion.require_total;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
+        let log_start = sup.progress.as_ref().map_or(0, |w| w.log_start);
         let last_reading = match &resolved {
             Some(r @ ResolvedProgress { source: ResolvedSource::Log { path, .. }, .. }) => {
-                last_in_tail(path, TAIL_WINDOW, |line| r.read_line(line))
+                last_in_tail(path, log_start, TAIL_WINDOW, |line| r.read_line(line))
             }
             // A request can take seconds: only when the outcome depends on it.
             Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) if require_total => {

@@ -208,6 +208,7 @@ impl Reconciler {
             self.submit_slurm(id, idx);
             return Ok(());
         }
+        sup.log_starts[idx] = Some(std::fs::metadata(&sup.plans[idx].log_path).map_or(0, |m| m.len()));
         let plan = sup.plans[idx].clone();
         let files = sup.files[idx].clone();
         self.launch(Owner::Stage { run: id, idx }, plan, files);

@@ -26,6 +26,9 @@ pub struct Supervised {
     pub stop: Vec<StopStep>,
     /// Its progress reader and stall timer, once it runs.
     pub progress: Option<super::progress::ProgressWatch>,
+    /// Each stage's log size when this daemon spawned it: where this attempt's lines begin
+    /// (logs continue across attempts).
+    pub log_starts: Vec<Option<u64>>,
 }
 
 impl Supervised {
@@ -41,6 +44,7 @@ impl Supervised {
             readiness: vec![None; n],
             stop: vec![StopStep::Running; n],
             progress: None,
+            log_starts: vec![None; n],
         })
     }
 

@@ -755,6 +755,18 @@ mod tests {
                 "name: t\nstages:\n  - {name: a, argv: [x], start_delay: 10s, start_timeout: 1s}\n",
                 "stages[0].start_timeout: 1s is shorter",
             ),
+            (
+                "name: t\nstages:\n  - {name: a, argv: [x]}\ncompletion: {require_total: true}\n",
+                "completion.require_total: needs a `progress:` block",
+            ),
+            (
+                "name: t\nstages:\n  - {name: a, argv: [x]}\nstall_timeout: 0s\n",
+                "stall_timeout: must be longer",
+            ),
+            (
+                "name: t\nstages:\n  - {name: a, argv: [x]}\nprogress: {log: {stage: b, pattern: '(?P<step>1)'}, total: 3}\n",
+                "progress.log.stage: no stage is called 'b'",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).unwrap_err().to_string();

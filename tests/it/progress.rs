@@ -232,3 +232,26 @@ async fn hung_inference_stalls_the_real_loop_and_leaves_nothing_running() {
     home.kill_daemon();
     no_process_left(&home);
 }
+
+#[tokio::test]
+async fn hung_inference_with_retry_on_stall_runs_a_second_attempt() {
+    let Some((python, tokenizer)) = atropos() else { return };
+    let mut home = atropos_home(&python);
+    home.env.push(("STAND_IN_TRAINER_HANG_MODEL".into(), "*".into()));
+    home.cli_ok(&["env", "select", "arith"]);
+    let retry = "stall_timeout: 8s\nretry: {max_attempts: 2, backoff: 100ms, retry_on_stall: true}\n";
+    home.workflow("atropos-retry", &atropos_progress("atropos-retry", retry));
+    let mut args = vec!["--workflow".to_string(), "atropos-retry".to_string()];
+    args.extend(vars(&python, &tokenizer));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    home.start_daemon();
+    let id = home.submit(&args);
+    let (run, stages) = home.wait_settled(id, Duration::from_secs(240)).await;
+    assert_eq!((run.state, run.attempt), (RunState::Failed, 2), "{:?}", run.reason);
+    assert_eq!(run.reason.as_deref(), Some("stalled: no progress for 8s (at step 0 of 2)"));
+    let events = home.messages(id).await;
+    assert!(events.iter().any(|e| e.starts_with("retry: stalled: no progress for 8s")), "{events:#?}");
+    assert_no_stage_alive(&stages);
+    home.kill_daemon();
+    no_process_left(&home);
+}

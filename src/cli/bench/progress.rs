@@ -263,7 +263,7 @@ pub async fn run(exe: &Path, options: &ProgressOptions, say: &dyn Fn(&str)) -> B
 
     // Exit detection, alone and while a followed log grows as fast as `yes` can write it.
     {
-        let flood = "name: flood\nstop_grace: 2s\nstages:\n  - {name: main, argv: [sh, -c, \"yes 'Step 7/10 loss 0.1' | head -n 50000000; sleep 3600\"]}\nprogress: {log: {stage: main, pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}}\n";
+        let flood = "name: flood\nstop_grace: 2s\nstages:\n  - {name: main, argv: [sh, -c, \"yes 'Step 7/10 loss 0.1' | head -n 20000000; sleep 3600\"]}\nprogress: {log: {stage: main, pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}}\n";
         let one = "name: one\nstages:\n  - {name: main, argv: [\"true\"]}\n";
         let mut lab = Lab::new(exe, &[("flood", flood.to_string()), ("one", one.to_string())]).await?;
         lab.start_daemon(4)?;
