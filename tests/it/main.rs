@@ -2,6 +2,7 @@
 
 mod atropos;
 mod cli;
+mod faults;
 mod http;
 mod inference_tests;
 mod mcp;
