@@ -157,6 +157,11 @@ async fn a_full_disk_delays_but_never_falsifies_the_recorded_exits() {
     })
     .await;
 
+    let doctor: serde_json::Value = serde_json::from_slice(&home.cli(&["doctor", "--json"]).stdout).unwrap();
+    let disk = doctor["checks"].as_array().unwrap().iter().find(|c| c["name"] == "disk").cloned().unwrap();
+    assert_eq!(disk["ok"], false, "doctor warns below the reserve: {disk}");
+    assert!(disk["detail"].as_str().unwrap().contains("reserve"), "{disk}");
+
     // Full: the first two stages exit while the daemon runs, and it cannot write a byte.
     fill(&filler, 0);
     std::fs::write(&go_live, b"").unwrap();
