@@ -269,3 +269,36 @@ async fn a_run_ends_at_its_deciding_exit_even_when_the_daemon_was_down() {
     assert_eq!(stages[0].record.ended_at, Some(finished.ended_at));
     assert_eq!(run.ended_at, Some(finished.ended_at), "the run ends at its deciding exit, not when noticed");
 }
+
+#[tokio::test]
+async fn with_the_store_elsewhere_an_exit_on_a_full_home_is_recorded_at_once() {
+    let Some(tmpfs) = Tmpfs::mount("16m") else { return };
+    let Some(url) = crate::store::fresh_postgres().await else { return };
+    let flags = tempfile::tempdir().unwrap();
+    let go = flags.path().join("go");
+    let mut home = TestHome::new();
+    home.dir = tempfile::tempdir_in(tmpfs.path()).unwrap();
+    home.database_url = Some(url);
+    home.workflow("quick", &waiting_stage("quick", &go, 4));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "quick"]);
+    home.wait_state(id, RunState::Running, T).await;
+    let filler = home.path().join("filler");
+    fill(&filler, 0);
+    std::fs::write(&go, b"").unwrap();
+    // The shim's pipe carries the exit to the daemon; PostgreSQL has room for it.
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.reason.as_deref(), Some("stage 'main' exited with code 4"), "{}", home.daemon_log());
+    assert_eq!(stages[0].record.exit, Some(Exit::Code(4)));
+    let shim = stages[0].record.shim.clone().unwrap();
+    assert_eq!(liveness(&shim), Liveness::Alive, "the shim still waits to write its exit file");
+    std::fs::remove_file(&filler).unwrap();
+    wait_for("the shim to write its file and exit", T, || {
+        let gone = liveness(&shim) != Liveness::Alive;
+        async move { gone.then_some(()) }
+    })
+    .await;
+    let exit_file = run.run_dir.join(".status/main.exit.json");
+    let finished: Finished = serde_json::from_slice(&std::fs::read(exit_file).unwrap()).unwrap();
+    assert_eq!((finished.exit, Some(finished.ended_at)), (Some(Exit::Code(4)), stages[0].record.ended_at));
+}
