@@ -214,11 +214,21 @@ pub(super) fn examine(
                         shim.pid
                     )
                 }
+                None if status_disk_is_low(files) => {
+                    "could not record the exit: disk full (its shim ended before space returned)".to_string()
+                }
                 None => "process vanished while the daemon was down, leaving no exit status".to_string(),
             };
             Found::Ended(ProcessEnd::Vanished(why))
         }
     }
+}
+
+/// Whether the filesystem of a stage's status files is below the reserve: then a missing exit
+/// file is explained by the full disk, not by a stage that vanished unseen.
+fn status_disk_is_low(files: &StageFiles) -> bool {
+    let dir = files.exit.parent().unwrap_or(std::path::Path::new("."));
+    crate::launch::space::space_at(dir).is_ok_and(|space| space.is_low())
 }
 
 #[cfg(test)]

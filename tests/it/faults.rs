@@ -302,3 +302,45 @@ async fn with_the_store_elsewhere_an_exit_on_a_full_home_is_recorded_at_once() {
     let finished: Finished = serde_json::from_slice(&std::fs::read(exit_file).unwrap()).unwrap();
     assert_eq!((finished.exit, Some(finished.ended_at)), (Some(Exit::Code(4)), stages[0].record.ended_at));
 }
+
+#[tokio::test]
+async fn an_exit_lost_to_a_full_disk_says_so_rather_than_vanished() {
+    let Some(tmpfs) = Tmpfs::mount("16m") else { return };
+    let Some(url) = crate::store::fresh_postgres().await else { return };
+    let flags = tempfile::tempdir().unwrap();
+    let go = flags.path().join("go");
+    let mut home = TestHome::new();
+    home.dir = tempfile::tempdir_in(tmpfs.path()).unwrap();
+    home.database_url = Some(url);
+    home.workflow("quick", &waiting_stage("quick", &go, 0));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "quick"]);
+    home.wait_state(id, RunState::Running, T).await;
+    home.kill_daemon();
+    fill(&home.path().join("filler"), 0);
+    std::fs::write(&go, b"").unwrap();
+    stage_process_gone(&mut home, id).await;
+    // The shim, waiting for space to write the exit file, is killed: nobody knows the status.
+    let shim = home.stages(id).await[0].record.shim.clone().unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(shim.pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_for("the shim to die", T, || {
+        let gone = liveness(&shim) != Liveness::Alive;
+        async move { gone.then_some(()) }
+    })
+    .await;
+    home.start_daemon();
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Failed);
+    assert_eq!(
+        run.reason.as_deref(),
+        Some(
+            "stage 'main' lost: could not record the exit: disk full (its shim ended before space returned)"
+        ),
+        "{}",
+        home.daemon_log()
+    );
+}
