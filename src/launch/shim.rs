@@ -66,12 +66,12 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     let daemon = rustix::process::getppid();
     let me = identity_of(std::process::id() as i32).map_err(|e| format!("cannot read own identity: {e}"))?;
     let fail = |reason: String| -> Result<(), String> {
+        // The report first: it needs no disk, and the files may not fit on a full one.
+        report(&ShimReport::Failed(reason.clone()));
         let started = Started { shim: me.clone(), process: None, started_at: now_millis() };
         write_atomic(&args.files.started, &started, Durability::Cached).map_err(|e| e.to_string())?;
-        let finished = Finished { exit: None, spawn_error: Some(reason.clone()), ended_at: now_millis() };
-        write_atomic(&args.files.exit, &finished, Durability::Synced).map_err(|e| e.to_string())?;
-        report(&ShimReport::Failed(reason));
-        Ok(())
+        let finished = Finished { exit: None, spawn_error: Some(reason), ended_at: now_millis() };
+        write_atomic(&args.files.exit, &finished, Durability::Synced).map_err(|e| e.to_string())
     };
 
     if !args.cwd.is_dir() {
