@@ -117,6 +117,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
             }
         });
     }
+    tokio::spawn(watch_free_space(settings.home.clone()));
     let config = ReconcilerConfig {
         exe,
         max_parallel: options.max_parallel.max(1),
@@ -171,6 +172,32 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         }
     }
     Ok(())
+}
+
+/// How often the daemon looks at the home's free space.
+const SPACE_CHECK_EVERY: Duration = Duration::from_secs(30);
+
+/// Warns (once per episode) while the home's filesystem is below the reserve that keeps the
+/// store and status files writable; stage logs stop growing there on their own.
+async fn watch_free_space(home: std::path::PathBuf) {
+    use crate::launch::space::{human_bytes, space_at};
+    let mut low = false;
+    let mut every = tokio::time::interval(SPACE_CHECK_EVERY);
+    loop {
+        every.tick().await;
+        let Ok(space) = space_at(&home) else { continue };
+        if space.is_low() && !low {
+            tracing::warn!(
+                home = %home.display(),
+                "only {} free, below the {} reserve: stage logs drop output until space returns",
+                human_bytes(space.available),
+                human_bytes(space.reserve())
+            );
+        } else if !space.is_low() && low {
+            info!(home = %home.display(), "{} free again", human_bytes(space.available));
+        }
+        low = space.is_low();
+    }
 }
 
 /// This machine's host name, the default node id.

@@ -69,6 +69,38 @@ fn api_token_check(settings: &crate::settings::Settings) -> Check {
     }
 }
 
+/// Free space on the home's filesystem against the reserve the store and status files need.
+fn disk_check(home: &std::path::Path) -> Check {
+    use crate::launch::space::{human_bytes, space_at};
+    match space_at(home) {
+        Ok(space) if space.is_low() => check(
+            "disk",
+            false,
+            false,
+            format!(
+                "only {} free under {}, below the {} reserve: stage logs drop output until space is freed",
+                human_bytes(space.available),
+                home.display(),
+                human_bytes(space.reserve())
+            ),
+        ),
+        Ok(space) => check(
+            "disk",
+            true,
+            false,
+            format!(
+                "{} free under {} (reserve {})",
+                human_bytes(space.available),
+                home.display(),
+                human_bytes(space.reserve())
+            ),
+        ),
+        Err(err) => {
+            check("disk", false, false, format!("cannot read free space under {}: {err}", home.display()))
+        }
+    }
+}
+
 fn check(name: &str, ok: bool, required: bool, detail: impl Into<String>) -> Check {
     Check { name: name.into(), ok, required, detail: detail.into() }
 }
@@ -90,6 +122,8 @@ pub async fn report(service: &Service) -> Report {
     ));
 
     checks.push(api_token_check(settings));
+    checks.push(disk_check(&settings.home));
+
     if service.backend().supports_nodes()
         && let Ok(nodes) = service.nodes().await
     {

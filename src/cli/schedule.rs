@@ -59,6 +59,19 @@ fn next_due(schedule: &Schedule) -> Option<i64> {
     schedule.next_due(chrono::Utc::now())
 }
 
+/// A due time in the schedule's own zone, named (`2026-11-24 09:00:00 Europe/Paris`), or in UTC
+/// saying so: the cron line is read in that zone, so its times read best there.
+fn due_time(ms: Option<i64>, tz: Option<&str>) -> String {
+    use chrono::TimeZone;
+    let Some(utc) = ms.and_then(|ms| chrono::Utc.timestamp_millis_opt(ms).single()) else {
+        return "-".into();
+    };
+    match tz.and_then(|name| name.parse::<chrono_tz::Tz>().ok()) {
+        Some(zone) => format!("{} {zone}", utc.with_timezone(&zone).format("%Y-%m-%d %H:%M:%S")),
+        None => format!("{} UTC", utc.format("%Y-%m-%d %H:%M:%S")),
+    }
+}
+
 pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
@@ -73,7 +86,7 @@ pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
                     "added schedule {} ({}); next due {}",
                     schedule.name,
                     schedule.cron,
-                    time(next_due(&schedule))
+                    due_time(next_due(&schedule), schedule.tz.as_deref())
                 );
             }
         }
@@ -97,7 +110,7 @@ pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
                         s.spec.env_name.clone(),
                         s.spec.models.join(", "),
                         if s.paused { "paused".into() } else { "active".into() },
-                        if s.paused { "-".into() } else { time(next_due(s)) },
+                        if s.paused { "-".into() } else { due_time(next_due(s), s.tz.as_deref()) },
                     ]);
                 }
                 println!("{t}");
@@ -113,12 +126,16 @@ pub async fn run(settings: Settings, command: ScheduleCommand) -> CliResult {
                     "schedule  {} ({}{})",
                     schedule.name,
                     schedule.cron,
-                    schedule.tz.map(|t| format!(", {t}")).unwrap_or_default()
+                    schedule.tz.as_ref().map(|t| format!(", {t}")).unwrap_or_default()
                 );
                 println!("test      {} against {}", schedule.spec.env_name, schedule.spec.models.join(", "));
                 println!(
                     "next due  {}",
-                    if schedule.paused { "- (paused)".to_string() } else { time(next_due) }
+                    if schedule.paused {
+                        "- (paused)".to_string()
+                    } else {
+                        due_time(next_due, schedule.tz.as_deref())
+                    }
                 );
                 for event in &events {
                     println!("{}  {}", time(Some(event.at)), event.message);

@@ -6,5 +6,6 @@ pub mod probe;
 pub mod process;
 pub mod shim;
 pub mod slurm;
+pub mod space;
 pub mod spawn;
 pub mod status;

@@ -1,6 +1,15 @@
 //! `lachesis shim`: the small parent that outlives the daemon. It starts the stage in its own
 //! process group with output appended to the stage log, reports who it started, waits, and
 //! records the exit status atomically (the conmon / containerd-shim pattern).
+//!
+//! The exit reaches the daemon by two paths. The daemon that started us reads our stdout, so the
+//! status goes there first: a pipe needs no disk space. Then it goes to the exit file, for a
+//! daemon that restarts; on a full disk we keep retrying and stay alive until it lands, so a
+//! restarted daemon finds us alive and re-attaches rather than calling the stage lost. (Our own
+//! exit code cannot carry the status: a re-attached daemon is not our parent and cannot read it.)
+//!
+//! The shim's exit code is its own health: 0 once the stage's status is in the exit file, 1 if
+//! the shim failed (its message on stderr).
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -12,6 +21,7 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use super::process::identity_of;
+use super::space::{ReservedLog, is_out_of_space};
 use super::status::{Durability, Finished, StageFiles, Started, write_atomic};
 use crate::model::{Exit, now_millis};
 
@@ -21,6 +31,8 @@ use crate::model::{Exit, now_millis};
 pub enum ShimReport {
     Started(Started),
     Failed(String),
+    /// The stage ended; sent before the exit file is written, which may wait for disk space.
+    Exited(Finished),
 }
 
 pub struct ShimArgs {
@@ -52,14 +64,15 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     // First, leave the daemon's session and process group: its death or a Ctrl-C aimed at it
     // must not reach us. (Fails only for a group leader, which a freshly spawned shim is not.)
     let _ = rustix::process::setsid();
+    let daemon = rustix::process::getppid();
     let me = identity_of(std::process::id() as i32).map_err(|e| format!("cannot read own identity: {e}"))?;
     let fail = |reason: String| -> Result<(), String> {
+        // The report first: it needs no disk, and the files may not fit on a full one.
+        report(&ShimReport::Failed(reason.clone()));
         let started = Started { shim: me.clone(), process: None, started_at: now_millis() };
         write_atomic(&args.files.started, &started, Durability::Cached).map_err(|e| e.to_string())?;
-        let finished = Finished { exit: None, spawn_error: Some(reason.clone()), ended_at: now_millis() };
-        write_atomic(&args.files.exit, &finished, Durability::Synced).map_err(|e| e.to_string())?;
-        report(&ShimReport::Failed(reason));
-        Ok(())
+        let finished = Finished { exit: None, spawn_error: Some(reason), ended_at: now_millis() };
+        write_atomic(&args.files.exit, &finished, Durability::Synced).map_err(|e| e.to_string())
     };
 
     if !args.cwd.is_dir() {
@@ -72,16 +85,12 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     let Some((program, rest)) = args.argv.split_first() else {
         return fail("empty argv".into());
     };
-    // With secrets about, output goes through us to be redacted; otherwise straight to the file.
+    // Output goes through us: to be redacted when secrets are about, and always so that the
+    // log stops growing before the disk is full (see `space`).
     let secrets = crate::secrets::secrets_for(&args.argv);
-    let (stdout, stderr, redacting) = if secrets.is_empty() {
-        let stderr = log.try_clone().map_err(|e| e.to_string())?;
-        (Stdio::from(log), Stdio::from(stderr), None)
-    } else {
-        let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-        let stderr = writer.try_clone().map_err(|e| e.to_string())?;
-        (Stdio::from(writer), Stdio::from(stderr), Some((reader, log)))
-    };
+    let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let stderr = writer.try_clone().map_err(|e| e.to_string())?;
+    let (stdout, stderr) = (Stdio::from(writer), Stdio::from(stderr));
     let spawned = Command::new(program)
         .args(rest)
         .current_dir(&args.cwd)
@@ -97,32 +106,59 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     };
     let process = identity_of(child.id() as i32).ok();
     let started = Started { shim: me, process, started_at: now_millis() };
-    write_atomic(&args.files.started, &started, Durability::Cached)
-        .map_err(|e| format!("cannot record start: {e}"))?;
+    // Not fatal: the daemon records who runs from the report, and the stage must stay watched.
+    if let Err(e) = write_atomic(&args.files.started, &started, Durability::Cached) {
+        eprintln!("lachesis shim: cannot record start: {e}");
+    }
     report(&ShimReport::Started(started));
 
     // The pipe's write ends went to the child with the Command, which is dropped by now.
-    let copier = redacting.map(|(reader, log)| {
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = crate::secrets::copy_redacted(reader, log, &secrets);
-            let _ = done_tx.send(());
-        });
-        done_rx
+    let log = ReservedLog::new(log);
+    let (done_tx, copied) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = crate::secrets::copy_redacted(reader, log, &secrets);
+        let _ = done_tx.send(());
     });
     let status = child.wait().map_err(|e| format!("cannot wait for the stage: {e}"))?;
-    if let Some(done) = copier {
-        // A grandchild may hold the pipe open forever; the exit status must not wait for it.
-        let _ = done.recv_timeout(std::time::Duration::from_secs(2));
-    }
+    let ended_at = now_millis();
+    // A grandchild may hold the pipe open forever; the exit status must not wait for it.
+    let _ = copied.recv_timeout(std::time::Duration::from_secs(2));
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => Exit::Code(code),
         (None, Some(signal)) => Exit::Signal(signal),
         (None, None) => Exit::Code(-1),
     };
-    let finished = Finished { exit: Some(exit), spawn_error: None, ended_at: now_millis() };
-    write_atomic(&args.files.exit, &finished, Durability::Synced)
-        .map_err(|e| format!("cannot record exit: {e}"))
+    let finished = Finished { exit: Some(exit), spawn_error: None, ended_at };
+    // The daemon that started us learns it here, disk full or not. Only while it is still our
+    // parent: a gone daemon's pipe has no reader (and a write to it may raise SIGPIPE).
+    if rustix::process::getppid() == daemon {
+        report(&ShimReport::Exited(finished.clone()));
+    }
+    record_exit(&args.files.exit, &finished)
+}
+
+/// Other write errors are retried this many times (the run directory vanished, a flaky mount).
+const OTHER_ERROR_ATTEMPTS: u32 = 20;
+
+/// Writes the exit file. A full disk is waited out however long it lasts: until the file lands
+/// we stay alive, and a restarted daemon re-attaches to us instead of calling the stage lost.
+fn record_exit(path: &std::path::Path, finished: &Finished) -> Result<(), String> {
+    let mut pause = std::time::Duration::from_millis(100);
+    let mut other_errors = 0;
+    loop {
+        match write_atomic(path, finished, Durability::Synced) {
+            Ok(()) => return Ok(()),
+            Err(e) if is_out_of_space(&e) => {}
+            Err(e) => {
+                other_errors += 1;
+                if other_errors >= OTHER_ERROR_ATTEMPTS {
+                    return Err(format!("cannot record exit: {e}"));
+                }
+            }
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+    }
 }
 
 /// `No such file or directory` rather than `No such file or directory (os error 2)`.

@@ -9,10 +9,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdout, Command};
 
 use super::shim::ShimReport;
-use super::status::{StageFiles, Started};
+use super::status::{Finished, StageFiles, Started};
 use crate::workflow::StagePlan;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +29,27 @@ pub enum SpawnError {
 pub struct Spawned {
     pub shim: Child,
     pub started: Started,
+    /// The rest of the shim's reports: its `exited` line comes here, needing no disk space.
+    reports: BufReader<ChildStdout>,
+}
+
+impl Spawned {
+    /// The stage's end as the shim reports it on its stdout, or None if the shim exited (or
+    /// died) without saying. The shim may outlive this report while it writes its exit file.
+    pub async fn exit_report(&mut self) -> Option<Finished> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match self.reports.read_line(&mut line).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {
+                    if let Ok(ShimReport::Exited(finished)) = serde_json::from_str(&line) {
+                        return Some(finished);
+                    }
+                }
+            }
+        }
+    }
 }
 
 const SHIM_REPORT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -61,7 +82,8 @@ pub async fn spawn_stage(exe: &Path, plan: &StagePlan, files: &StageFiles) -> Re
     let mut shim = command.spawn().map_err(|e| SpawnError::Shim(e.to_string()))?;
     let stdout = shim.stdout.take().ok_or_else(|| SpawnError::Shim("no stdout".into()))?;
     let mut line = String::new();
-    let read = tokio::time::timeout(SHIM_REPORT_TIMEOUT, BufReader::new(stdout).read_line(&mut line)).await;
+    let mut reports = BufReader::new(stdout);
+    let read = tokio::time::timeout(SHIM_REPORT_TIMEOUT, reports.read_line(&mut line)).await;
     match read {
         Ok(Ok(n)) if n > 0 => {}
         Ok(Ok(_)) => return Err(SpawnError::Shim("it exited without reporting".into())),
@@ -71,8 +93,9 @@ pub async fn spawn_stage(exe: &Path, plan: &StagePlan, files: &StageFiles) -> Re
         }
     }
     match serde_json::from_str::<ShimReport>(&line) {
-        Ok(ShimReport::Started(started)) => Ok(Spawned { shim, started }),
+        Ok(ShimReport::Started(started)) => Ok(Spawned { shim, started, reports }),
         Ok(ShimReport::Failed(reason)) => Err(SpawnError::Stage(reason)),
+        Ok(ShimReport::Exited(_)) => Err(SpawnError::Shim("it reported an exit before a start".into())),
         Err(e) => Err(SpawnError::Shim(format!("unreadable report {line:?}: {e}"))),
     }
 }

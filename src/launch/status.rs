@@ -51,6 +51,22 @@ impl StageFiles {
     pub fn read_finished(&self) -> io::Result<Option<Finished>> {
         read_json(&self.exit)
     }
+
+    /// Removes temporary files a writer left behind (it died, or the disk was full). Only
+    /// for a stage whose shim is gone: a live shim may be writing one right now.
+    pub fn remove_leftovers(&self) {
+        for path in [&self.started, &self.exit] {
+            let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { continue };
+            let mut prefix = name.to_os_string();
+            prefix.push(".tmp");
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            for entry in entries.flatten() {
+                if entry.file_name().as_encoded_bytes().starts_with(prefix.as_encoded_bytes()) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
@@ -80,18 +96,32 @@ pub fn write_atomic(path: &Path, value: &impl Serialize, durability: Durability)
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(format!(".tmp{}", std::process::id()));
     let tmp = dir.join(tmp_name);
+    let written = write_then_rename(&tmp, path, value, durability);
+    if written.is_err() {
+        // An empty or partial temporary file (a full disk) must not stay behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    if durability == Durability::Synced {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn write_then_rename(
+    tmp: &Path,
+    path: &Path,
+    value: &impl Serialize,
+    durability: Durability,
+) -> io::Result<()> {
     let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(tmp)?;
     serde_json::to_writer(&mut file, value)?;
     file.write_all(b"\n")?;
     if durability == Durability::Synced {
         file.sync_all()?;
     }
-    std::fs::rename(&tmp, path)?;
-    if durability == Durability::Synced {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    std::fs::rename(tmp, path)
 }
 
 #[cfg(test)]
@@ -108,5 +138,27 @@ mod tests {
         assert_eq!(files.read_finished().unwrap(), Some(done));
         let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn leftover_temporary_files_are_ignored_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = StageFiles::new(dir.path(), "env");
+        let other = StageFiles::new(dir.path(), "env2");
+        let status = files.exit.parent().unwrap();
+        std::fs::create_dir_all(status).unwrap();
+        std::fs::write(status.join("env.exit.json.tmp123"), b"").unwrap();
+        std::fs::write(status.join("env.started.json.tmp9"), b"{\"sh").unwrap();
+        std::fs::write(status.join("env2.exit.json.tmp5"), b"").unwrap();
+        assert_eq!(files.read_finished().unwrap(), None, "a temporary file is not a status");
+        files.remove_leftovers();
+        let mut left: Vec<_> = std::fs::read_dir(status)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["env2.exit.json.tmp5"], "only this stage's leftovers go");
+        other.remove_leftovers();
+        assert_eq!(std::fs::read_dir(status).unwrap().count(), 0);
     }
 }

@@ -346,7 +346,7 @@ impl Reconciler {
                     &mut task.record.started_at,
                 ) {
                     Found::Ended(end) => self.on_task_ended(id, idx, end).await?,
-                    Found::Alive(watch) => {
+                    Found::Alive(watch, _) => {
                         task.record.state = ProcessState::Up;
                         let model = task.model.clone();
                         let event = NewEvent::stage(&model, "re-attached after a daemon restart");

@@ -50,7 +50,7 @@ pub struct ReconcilerConfig {
 }
 
 /// How a process (a stage's or a task's) ended, as far as the daemon can tell.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum ProcessEnd {
     Finished(Finished),
     /// Gone without a recorded status.
@@ -136,6 +136,12 @@ pub enum Msg {
         run: Uuid,
         deadline: crate::model::Millis,
     },
+    /// A stage's end whose commit failed (a full disk under the store), tried again.
+    EndedAgain {
+        run: Uuid,
+        idx: usize,
+        end: ProcessEnd,
+    },
 }
 
 pub struct Reconciler {
@@ -156,6 +162,13 @@ pub struct Reconciler {
 }
 
 type Result<T = ()> = std::result::Result<T, StoreError>;
+
+/// How long a shim that reported its stage's exit gets to write its exit file and exit, before
+/// the daemon acts on the report alone.
+const SHIM_EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a stage's end waits before its commit is tried again.
+const END_RETRY: Duration = Duration::from_secs(1);
 
 impl Reconciler {
     pub fn new(
@@ -262,7 +275,16 @@ impl Reconciler {
             }
             Msg::Ready { run, idx, how } => self.on_ready(run, idx, how).await,
             Msg::NotReady { run, idx, error } => self.on_not_ready(run, idx, error).await,
-            Msg::Ended { owner: Owner::Stage { run, idx }, end } => self.on_ended(run, idx, end).await,
+            Msg::Ended { owner: Owner::Stage { run, idx }, end } => {
+                let retry = end.clone();
+                let result = self.on_ended(run, idx, end).await;
+                self.retry_end_if_transient(run, idx, retry, result)
+            }
+            Msg::EndedAgain { run, idx, end } => {
+                let retry = end.clone();
+                let result = self.end_stage(run, idx, end, true).await;
+                self.retry_end_if_transient(run, idx, retry, result)
+            }
             Msg::Ended { owner: Owner::Task { test, idx }, end } => self.on_task_ended(test, idx, end).await,
             Msg::TaskTimedOut { test, idx } => self.on_task_timed_out(test, idx).await,
             Msg::GraceElapsed { run, idx } => self.on_grace_elapsed(run, idx).await,
@@ -272,6 +294,24 @@ impl Reconciler {
             Msg::Progress { run, reading } => self.on_progress(run, reading).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
         }
+    }
+
+    /// A stage's end that could not be committed (the store's disk is full, the database is
+    /// away) is kept and committed again shortly, however long that takes: dropping it would
+    /// leave its run `running` with no process.
+    fn retry_end_if_transient(&self, run: Uuid, idx: usize, end: ProcessEnd, result: Result) -> Result {
+        let err = match result {
+            Err(err @ (StoreError::Database(_) | StoreError::Locked(_) | StoreError::Io { .. })) => err,
+            other => return other,
+        };
+        let why = if err.to_string().contains("full") { "disk full".to_string() } else { err.to_string() };
+        warn!(run = %run, stage = idx, "could not record the exit: {why}; retrying in {}s", END_RETRY.as_secs());
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(END_RETRY).await;
+            let _ = tx.send(Msg::EndedAgain { run, idx, end });
+        });
+        Ok(())
     }
 
     /// A failed step: a rejected write means the run (or test) is someone else's now.
@@ -299,11 +339,22 @@ impl Reconciler {
         tokio::spawn(async move {
             match spawn_stage(&exe, &plan, &files).await {
                 Ok(mut spawned) => {
-                    let _ = tx.send(Msg::Spawned { owner, result: Ok(spawned.started) });
-                    // The shim writes the exit file before it exits, so its exit means "read it".
-                    let _ = spawned.shim.wait().await;
-                    let end = read_end(&files, "its shim exited without recording a status");
+                    let _ = tx.send(Msg::Spawned { owner, result: Ok(spawned.started.clone()) });
+                    // The shim's report needs no disk; without one, its exit file is the word.
+                    let end = match spawned.exit_report().await {
+                        Some(finished) => {
+                            // It exits once its exit file is written; only a full disk holds it.
+                            let _ = tokio::time::timeout(SHIM_EXIT_GRACE, spawned.shim.wait()).await;
+                            ProcessEnd::Finished(finished)
+                        }
+                        None => {
+                            let _ = spawned.shim.wait().await;
+                            read_end(&files, "its shim exited without recording a status")
+                        }
+                    };
                     let _ = tx.send(Msg::Ended { owner, end });
+                    // Reaped once it has written its exit file (on a full disk, when space returns).
+                    let _ = spawned.shim.wait().await;
                 }
                 Err(err) => {
                     let _ = tx.send(Msg::Spawned { owner, result: Err(err) });

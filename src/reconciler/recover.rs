@@ -1,8 +1,10 @@
 //! Restart repair: for every run the store says is in flight, find out what became of its
 //! stages while no daemon was watching.
 //!
-//! - a status file → the stage exited with that status;
-//! - its shim alive with the recorded identity → re-attach (pidfd on the shim);
+//! - its shim alive with the recorded identity → re-attach (pidfd on the shim), even if an exit
+//!   file is there: a live shim means its stage has not been recorded as ended, so such a file is
+//!   stale or forged; it is ignored with an event, and the shim overwrites it when it ends;
+//! - otherwise a status file → the stage exited with that status;
 //! - otherwise → lost, and the run fails saying so. A pid whose start time or boot differs is
 //!   someone else's process and is never signalled.
 
@@ -20,7 +22,40 @@ use crate::model::{Millis, NewEvent, ProcessIdentity, ProcessState, RunState, no
 /// What became of one live-looking process.
 pub(super) enum Found {
     Ended(ProcessEnd),
-    Alive(ExitWatch),
+    /// Its shim runs; with a note when an exit file was there and was ignored for it.
+    Alive(ExitWatch, Option<String>),
+}
+
+/// What the exit file of a stage recorded as live holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ExitFile {
+    Absent,
+    Valid,
+    Unreadable,
+}
+
+/// Which evidence wins for a stage the store says is live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Watch the shim; any exit file is not its own yet.
+    Reattach,
+    /// The shim is gone and left its status.
+    TrustFile,
+    /// The shim is gone; its status file cannot be read (that is what the stage's end says).
+    Unreadable,
+    /// The shim is gone without a status.
+    NoStatus,
+}
+
+/// The recorded shim, alive with its recorded identity, outranks any exit file: a shim writes its
+/// file just before it exits, so a file beside a live shim was not written by it for this end.
+pub(super) fn weigh(shim_alive: bool, file: ExitFile) -> Verdict {
+    match (shim_alive, file) {
+        (true, _) => Verdict::Reattach,
+        (false, ExitFile::Valid) => Verdict::TrustFile,
+        (false, ExitFile::Unreadable) => Verdict::Unreadable,
+        (false, ExitFile::Absent) => Verdict::NoStatus,
+    }
 }
 
 impl Reconciler {
@@ -70,8 +105,13 @@ impl Reconciler {
             ) {
                 // Handled exactly like an exit seen live.
                 Found::Ended(end) => self.on_ended(id, idx, end).await?,
-                Found::Alive(watch) => {
+                Found::Alive(watch, ignored) => {
                     reattached += 1;
+                    if let Some(note) = ignored {
+                        let name = sup.stages[idx].name.clone();
+                        warn!(run = %id, stage = %name, "{note}");
+                        self.store.add_event(id, &NewEvent::stage(&name, note)).await?;
+                    }
                     let stage = &mut sup.stages[idx];
                     let pid = stage.record.process.as_ref().map_or(0, |p| p.pid);
                     if stage.record.state == ProcessState::Spawning {
@@ -107,9 +147,7 @@ pub(super) fn examine(
     process: &mut Option<ProcessIdentity>,
     started_at: &mut Option<Millis>,
 ) -> Found {
-    if let Ok(Some(finished)) = files.read_finished() {
-        return Found::Ended(ProcessEnd::Finished(finished));
-    }
+    let file = files.read_finished();
     if shim.is_none()
         && let Ok(Some(started)) = files.read_started()
     {
@@ -118,18 +156,47 @@ pub(super) fn examine(
         *started_at = Some(started.started_at);
     }
     let Some(shim) = shim.clone() else {
+        if let Ok(Some(finished)) = file {
+            return Found::Ended(ProcessEnd::Finished(finished));
+        }
         return Found::Ended(ProcessEnd::Vanished(
             "the daemon stopped while starting it, and it never ran".into(),
         ));
     };
-    match liveness(&shim) {
-        Liveness::Alive => match ExitWatch::open(&shim) {
-            Ok(Some(watch)) => return Found::Alive(watch),
-            Ok(None) => {} // exited between the two looks: settled below
-            Err(err) => warn!("cannot watch shim {}: {err}", shim.pid),
-        },
-        Liveness::Zombie | Liveness::Gone | Liveness::Reused => {}
+    let watch = match liveness(&shim) {
+        Liveness::Alive => ExitWatch::open(&shim).unwrap_or_else(|err| {
+            warn!("cannot watch shim {}: {err}", shim.pid);
+            None
+        }),
+        Liveness::Zombie | Liveness::Gone | Liveness::Reused => None,
+    };
+    let evidence = match &file {
+        Ok(Some(_)) => ExitFile::Valid,
+        Ok(None) => ExitFile::Absent,
+        Err(_) => ExitFile::Unreadable,
+    };
+    match (weigh(watch.is_some(), evidence), watch) {
+        (Verdict::Reattach, Some(watch)) => {
+            let exit = files.exit.file_name().unwrap_or_default().to_string_lossy();
+            let ignored = match evidence {
+                ExitFile::Absent => None,
+                ExitFile::Valid | ExitFile::Unreadable => Some(format!(
+                    "ignored {exit} found at restart: its shim (pid {}) still runs, so the stage has not \
+                     ended; re-attached to it",
+                    shim.pid
+                )),
+            };
+            return Found::Alive(watch, ignored);
+        }
+        (Verdict::TrustFile, _) => {
+            if let Ok(Some(finished)) = file {
+                files.remove_leftovers();
+                return Found::Ended(ProcessEnd::Finished(finished));
+            }
+        }
+        _ => {}
     }
+    files.remove_leftovers();
     // The shim is gone (or is a stranger now). Its status file may have landed meanwhile.
     match read_end(files, "") {
         ProcessEnd::Finished(finished) => Found::Ended(ProcessEnd::Finished(finished)),
@@ -147,9 +214,84 @@ pub(super) fn examine(
                         shim.pid
                     )
                 }
+                None if status_disk_is_low(files) => {
+                    "could not record the exit: disk full (its shim ended before space returned)".to_string()
+                }
                 None => "process vanished while the daemon was down, leaving no exit status".to_string(),
             };
             Found::Ended(ProcessEnd::Vanished(why))
         }
+    }
+}
+
+/// Whether the filesystem of a stage's status files is below the reserve: then a missing exit
+/// file is explained by the full disk, not by a stage that vanished unseen.
+fn status_disk_is_low(files: &StageFiles) -> bool {
+    let dir = files.exit.parent().unwrap_or(std::path::Path::new("."));
+    crate::launch::space::space_at(dir).is_ok_and(|space| space.is_low())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_shim_outranks_any_exit_file() {
+        for file in [ExitFile::Absent, ExitFile::Valid, ExitFile::Unreadable] {
+            assert_eq!(weigh(true, file), Verdict::Reattach, "{file:?}");
+        }
+        assert_eq!(weigh(false, ExitFile::Valid), Verdict::TrustFile);
+        assert_eq!(weigh(false, ExitFile::Unreadable), Verdict::Unreadable);
+        assert_eq!(weigh(false, ExitFile::Absent), Verdict::NoStatus);
+    }
+
+    fn identity(pid: i32) -> ProcessIdentity {
+        crate::launch::process::identity_of(pid).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_forged_exit_file_beside_a_live_shim_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = StageFiles::new(dir.path(), "trainer");
+        let forged = crate::launch::status::Finished {
+            exit: Some(crate::model::Exit::Code(0)),
+            spawn_error: None,
+            ended_at: 1,
+        };
+        crate::launch::status::write_atomic(&files.exit, &forged, crate::launch::status::Durability::Cached)
+            .unwrap();
+        // This test process plays the live shim.
+        let mut shim = Some(identity(std::process::id() as i32));
+        let (mut process, mut started_at) = (None, Some(1));
+        match examine(&files, &mut shim, &mut process, &mut started_at) {
+            Found::Alive(_, Some(note)) => assert!(note.contains("ignored trainer.exit.json"), "{note}"),
+            Found::Alive(_, None) => panic!("the ignored file is not noted"),
+            Found::Ended(end) => panic!("the forged file was trusted: {end:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_gone_shim_leaves_its_exit_file_as_the_word_and_no_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = StageFiles::new(dir.path(), "env");
+        let done = crate::launch::status::Finished {
+            exit: Some(crate::model::Exit::Code(3)),
+            spawn_error: None,
+            ended_at: 5,
+        };
+        crate::launch::status::write_atomic(&files.exit, &done, crate::launch::status::Durability::Cached)
+            .unwrap();
+        let leftover = files.exit.with_file_name("env.exit.json.tmp77");
+        std::fs::write(&leftover, b"").unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = identity(child.id() as i32);
+        child.wait().unwrap();
+        let (mut shim, mut process, mut started_at) = (Some(gone), None, Some(1));
+        match examine(&files, &mut shim, &mut process, &mut started_at) {
+            Found::Ended(ProcessEnd::Finished(finished)) => assert_eq!(finished, done),
+            Found::Ended(end) => panic!("not the file's status: {end:?}"),
+            Found::Alive(..) => panic!("a gone shim is not alive"),
+        }
+        assert!(!leftover.exists(), "the empty temporary file is cleaned");
     }
 }

@@ -13,7 +13,7 @@ use crate::launch::probe::{NotReady, ReadyHow, wait_ready};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::Started;
-use crate::model::{Exit, NewEvent, ProcessState, RunEvent, RunState, now_millis};
+use crate::model::{Exit, Millis, NewEvent, ProcessState, RunEvent, RunState, now_millis};
 use crate::store::StoreError;
 use crate::workflow::retry::AfterFailure;
 
@@ -118,10 +118,28 @@ impl Reconciler {
 
     /// Applies `event` to a supervised run; on a conflict, adopts what the store holds instead.
     pub(super) async fn transition(&mut self, id: Uuid, event: RunEvent, reason: Option<&str>) -> Result {
+        self.transition_at(id, event, reason, None).await
+    }
+
+    /// `transition`; a terminal state ends at `exited_at` when given (the deciding exit's time).
+    async fn transition_at(
+        &mut self,
+        id: Uuid,
+        event: RunEvent,
+        reason: Option<&str>,
+        exited_at: Option<Millis>,
+    ) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
-        match self.store.transition(&sup.run, event, reason, None).await {
+        let moved = match exited_at {
+            Some(at) => {
+                let at = run_end_time(at, sup.run.started_at, now_millis());
+                self.store.transition_ended(&sup.run, event, reason, at).await
+            }
+            None => self.store.transition(&sup.run, event, reason, None).await,
+        };
+        match moved {
             Ok(run) => {
                 info!(run = %run.short_id(), state = %run.state, reason = reason.unwrap_or(""), "transition");
                 sup.run = run;
@@ -150,6 +168,17 @@ impl Reconciler {
     /// Fails a started run, or — when a stage's `exit` is transient by the workflow's retry
     /// policy and attempts are left — sends it to `retrying`.
     pub(super) async fn fail_after(&mut self, id: Uuid, reason: &str, exit: Option<Exit>) -> Result {
+        self.fail_after_at(id, reason, exit, None).await
+    }
+
+    /// `fail_after` for a stage that ended at `exited_at`: a failed run ends then.
+    async fn fail_after_at(
+        &mut self,
+        id: Uuid,
+        reason: &str,
+        exit: Option<Exit>,
+        exited_at: Option<Millis>,
+    ) -> Result {
         let Some(sup) = self.runs.get(&id) else { return Ok(()) };
         if !matches!(sup.run.state, RunState::Starting | RunState::Running) {
             return Ok(());
@@ -165,7 +194,7 @@ impl Reconciler {
                 );
                 self.transition(id, RunEvent::Retry, Some(&reason)).await
             }
-            AfterFailure::Fail => self.transition(id, RunEvent::Fail, Some(reason)).await,
+            AfterFailure::Fail => self.transition_at(id, RunEvent::Fail, Some(reason), exited_at).await,
         }
     }
 
@@ -305,22 +334,37 @@ impl Reconciler {
     }
 
     pub(super) async fn on_ended(&mut self, id: Uuid, idx: usize, end: ProcessEnd) -> Result {
+        self.end_stage(id, idx, end, false).await
+    }
+
+    /// Records a stage's end and decides its run. `again`: a retry of an end whose commit
+    /// failed part-way, so a stage already recorded still gets its run decided.
+    pub(super) async fn end_stage(&mut self, id: Uuid, idx: usize, end: ProcessEnd, again: bool) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
         sup.cancel_readiness(idx);
-        let stage = &mut sup.stages[idx];
-        if !stage.record.state.is_live() {
+        let live = sup.stages[idx].record.state.is_live();
+        if !live && !again {
             return Ok(()); // already recorded (a repair and a watcher both reported it)
         }
-        let name = stage.name.clone();
-        if let ProcessEnd::Finished(finished) = &end {
-            self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
-        }
-        self.metrics.stage_ended(end.exit());
-        let what = end.record_on(&mut stage.record);
+        let name = sup.stages[idx].name.clone();
+        // Changed in memory only once committed: a failed commit is tried again from scratch.
+        let mut ended = sup.stages[idx].clone();
+        let what = end.record_on(&mut ended.record);
         let exit = end.exit();
-        self.store.update_stage(stage, Some(&NewEvent::stage(&name, what.clone()))).await?;
+        if live {
+            self.store.update_stage(&ended, Some(&NewEvent::stage(&name, what.clone()))).await?;
+            if let ProcessEnd::Finished(finished) = &end {
+                self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
+            }
+            self.metrics.stage_ended(end.exit());
+            sup.stages[idx] = ended;
+        }
+        let exited_at = match &end {
+            ProcessEnd::Finished(finished) => Some(finished.ended_at),
+            ProcessEnd::Vanished(_) => None,
+        };
 
         let state = sup.run.state;
         let deciding = sup.run.spec.deciding_stages().contains(&name.as_str());
@@ -330,22 +374,23 @@ impl Reconciler {
                     Some(_) => format!("stage '{name}' {what} during start-up"),
                     None => format!("stage '{name}' {what}"),
                 };
-                self.fail_after(id, &reason, exit).await?;
+                self.fail_after_at(id, &reason, exit, exited_at).await?;
             }
             RunState::Running if deciding && exit.is_some_and(Exit::success) => {
                 match self.short_of_total(id, &name).await? {
-                    Some(reason) => self.transition(id, RunEvent::Fail, Some(&reason)).await?,
+                    Some(reason) => self.transition_at(id, RunEvent::Fail, Some(&reason), exited_at).await?,
                     None => {
-                        self.transition(id, RunEvent::Complete, Some(&format!("stage '{name}' finished")))
-                            .await?
+                        let reason = format!("stage '{name}' finished");
+                        self.transition_at(id, RunEvent::Complete, Some(&reason), exited_at).await?
                     }
                 }
             }
             RunState::Running if deciding => {
-                self.fail_after(id, &format!("stage '{name}' {what}"), exit).await?
+                self.fail_after_at(id, &format!("stage '{name}' {what}"), exit, exited_at).await?
             }
             RunState::Running => {
-                self.fail_after(id, &format!("stage '{name}' {what} while the run was running"), exit).await?
+                let reason = format!("stage '{name}' {what} while the run was running");
+                self.fail_after_at(id, &reason, exit, exited_at).await?
             }
             _ => {}
         }
@@ -399,5 +444,24 @@ impl Reconciler {
             self.store.add_event(id, &event).await?;
         }
         Ok(())
+    }
+}
+
+/// When a run that a stage's exit decided ends: at that exit, kept within [started, now] so
+/// a skewed or forged time cannot give a negative or future duration.
+fn run_end_time(exited_at: Millis, run_started_at: Option<Millis>, now: Millis) -> Millis {
+    exited_at.min(now).max(run_started_at.unwrap_or(Millis::MIN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_end_time;
+
+    #[test]
+    fn a_run_ends_at_its_deciding_exit_within_its_lifetime() {
+        assert_eq!(run_end_time(1_500, Some(1_000), 9_000), 1_500, "the exit's time, not now");
+        assert_eq!(run_end_time(500, Some(1_000), 9_000), 1_000, "never before it started");
+        assert_eq!(run_end_time(20_000, Some(1_000), 9_000), 9_000, "never in the future");
+        assert_eq!(run_end_time(1_500, None, 9_000), 1_500);
     }
 }

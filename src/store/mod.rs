@@ -135,6 +135,16 @@ pub trait Store: TestStore + NodeStore + ClaimStore + ProgressStore + MetricStor
         params: Option<&crate::model::RunParams>,
     ) -> Result<Run>;
 
+    /// `transition` for an end decided by a process's exit: a terminal state's `ended_at` is
+    /// `ended_at` (when the process exited, which a daemon that was down learns late), not now.
+    async fn transition_ended(
+        &self,
+        run: &Run,
+        event: RunEvent,
+        reason: Option<&str>,
+        ended_at: crate::model::Millis,
+    ) -> Result<Run>;
+
     /// Moves `run` back to `pending` as its next attempt (a retry after its stages are gone,
     /// or a requeue after its node was lost): attempt + 1, no owner, its stages reset, not
     /// claimed before `not_before`.

@@ -238,6 +238,77 @@ async fn lose_live_stages(
     Ok(())
 }
 
+impl SqlStore {
+    /// `transition`, with a terminal state's `ended_at` given (an exit's time) rather than now.
+    async fn transition_ending_at(
+        &self,
+        run: &Run,
+        event: RunEvent,
+        reason: Option<&str>,
+        params: Option<&RunParams>,
+        ends_at: Option<Millis>,
+    ) -> Result<Run> {
+        let to = transitions::next(run.state, event)?;
+        if to == RunState::Pending {
+            return self.requeue(run, event, reason.unwrap_or(event.as_str()), now_millis()).await;
+        }
+        let now = now_millis();
+        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
+        let ended_at = if to.is_terminal() { Some(ends_at.unwrap_or(now)) } else { run.ended_at };
+        let reason = reason.map(str::to_string).or_else(|| run.reason.clone());
+        let params = params.unwrap_or(&run.params);
+        // A lost node's claim ends here: nothing it writes later may land.
+        let fence = if event == RunEvent::NodeLost { None } else { run.fence };
+
+        let mut tx = self.pool.begin().await?;
+        // The update comes first, so SQLite takes its write lock before reading anything.
+        let updated = sqlx::query(
+            "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
+             reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END WHERE id = $8 AND state = $9 AND version = $10 \
+             AND (CAST($11 AS BIGINT) IS NULL OR fence = $11)",
+        )
+        .bind(to.as_str())
+        .bind(now)
+        .bind(started_at)
+        .bind(ended_at)
+        .bind(reason.as_deref())
+        .bind(json(params))
+        .bind(i64::from(event == RunEvent::NodeLost))
+        .bind(run.id.to_string())
+        .bind(run.state.as_str())
+        .bind(run.version)
+        .bind(self.fence)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            drop(tx);
+            return Err(self.conflict_or_fenced(run).await);
+        }
+        if event == RunEvent::NodeLost {
+            lose_live_stages(&mut tx, run.id, now).await?;
+        }
+        let message = match &reason {
+            Some(reason) if to != RunState::Starting && to != RunState::Running => {
+                format!("{event}: {reason}")
+            }
+            _ => event.to_string(),
+        };
+        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
+        tx.commit().await?;
+        Ok(Run {
+            state: to,
+            version: run.version + 1,
+            updated_at: now,
+            started_at,
+            ended_at,
+            reason,
+            params: params.clone(),
+            fence,
+            ..run.clone()
+        })
+    }
+}
+
 #[async_trait]
 impl Store for SqlStore {
     fn backend(&self) -> Backend {
@@ -370,66 +441,18 @@ impl Store for SqlStore {
         reason: Option<&str>,
         params: Option<&RunParams>,
     ) -> Result<Run> {
-        let to = transitions::next(run.state, event)?;
-        if to == RunState::Pending {
-            return self.requeue(run, event, reason.unwrap_or(event.as_str()), now_millis()).await;
-        }
-        let now = now_millis();
-        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
-        let ended_at = if to.is_terminal() { Some(now) } else { run.ended_at };
-        let reason = reason.map(str::to_string).or_else(|| run.reason.clone());
-        let params = params.unwrap_or(&run.params);
-        // A lost node's claim ends here: nothing it writes later may land.
-        let fence = if event == RunEvent::NodeLost { None } else { run.fence };
-
-        let mut tx = self.pool.begin().await?;
-        // The update comes first, so SQLite takes its write lock before reading anything.
-        let updated = sqlx::query(
-            "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
-             reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END WHERE id = $8 AND state = $9 AND version = $10 \
-             AND (CAST($11 AS BIGINT) IS NULL OR fence = $11)",
-        )
-        .bind(to.as_str())
-        .bind(now)
-        .bind(started_at)
-        .bind(ended_at)
-        .bind(reason.as_deref())
-        .bind(json(params))
-        .bind(i64::from(event == RunEvent::NodeLost))
-        .bind(run.id.to_string())
-        .bind(run.state.as_str())
-        .bind(run.version)
-        .bind(self.fence)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            drop(tx);
-            return Err(self.conflict_or_fenced(run).await);
-        }
-        if event == RunEvent::NodeLost {
-            lose_live_stages(&mut tx, run.id, now).await?;
-        }
-        let message = match &reason {
-            Some(reason) if to != RunState::Starting && to != RunState::Running => {
-                format!("{event}: {reason}")
-            }
-            _ => event.to_string(),
-        };
-        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
-        tx.commit().await?;
-        Ok(Run {
-            state: to,
-            version: run.version + 1,
-            updated_at: now,
-            started_at,
-            ended_at,
-            reason,
-            params: params.clone(),
-            fence,
-            ..run.clone()
-        })
+        self.transition_ending_at(run, event, reason, params, None).await
     }
 
+    async fn transition_ended(
+        &self,
+        run: &Run,
+        event: RunEvent,
+        reason: Option<&str>,
+        ended_at: Millis,
+    ) -> Result<Run> {
+        self.transition_ending_at(run, event, reason, None, Some(ended_at)).await
+    }
     async fn requeue(&self, run: &Run, event: RunEvent, reason: &str, not_before: Millis) -> Result<Run> {
         let to = transitions::next(run.state, event)?;
         if to != RunState::Pending {

@@ -31,6 +31,13 @@ pub(super) async fn open(path: &Path) -> Result<AnyPool> {
         .after_connect(|conn, _meta| {
             Box::pin(async move { conn.execute(sqlx::raw_sql(PRAGMAS)).await.map(drop) })
         })
+        // On a full disk SQLite may roll a transaction back itself; sqlx's ROLLBACK then fails
+        // and it still counts the connection as in a transaction, so every later "commit" would
+        // only release a savepoint of it. Such a connection is closed, not reused.
+        .after_release(|conn, _meta| {
+            use sqlx::Connection;
+            Box::pin(async move { Ok(!conn.is_in_transaction()) })
+        })
         .connect_with(options)
         .await
         .map_err(|source| StoreError::Open { target, source })?;

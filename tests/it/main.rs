@@ -3,6 +3,7 @@
 mod atropos;
 mod cli;
 mod dashboard;
+mod faults;
 mod fuzz;
 mod hostile;
 mod http;

@@ -47,7 +47,10 @@ async fn schedules_are_validated_listed_paused_and_removed() {
         "Europe/Paris",
     ];
     args.extend(LOCAL);
-    assert!(home.cli_ok(&args).starts_with("added schedule weekdays (0 9 * * 1-5); next due "));
+    let added = home.cli_ok(&args);
+    assert!(added.starts_with("added schedule weekdays (0 9 * * 1-5); next due "), "{added}");
+    // Due times read in the schedule's own zone, named.
+    assert!(added.trim_end().ends_with(" 09:00:00 Europe/Paris"), "{added}");
     let err = stderr(&home.cli(&args));
     assert!(err.contains("a schedule called 'weekdays' already exists"), "{err}");
     let list: serde_json::Value =
@@ -57,6 +60,8 @@ async fn schedules_are_validated_listed_paused_and_removed() {
         chrono::DateTime::from_timestamp_millis(next).unwrap().with_timezone(&chrono_tz::Europe::Paris);
     use chrono::{Datelike, Timelike};
     assert!(weekday.weekday().number_from_monday() <= 5 && weekday.hour() == 9, "{weekday}");
+    let table = home.cli_ok(&["schedule", "list"]);
+    assert!(table.contains(" 09:00:00 Europe/Paris"), "{table}");
     home.cli_ok(&["schedule", "pause", "weekdays"]);
     assert!(home.cli_ok(&["schedule", "list"]).contains("paused"));
     home.cli_ok(&["schedule", "resume", "weekdays"]);
