@@ -17,7 +17,7 @@ use crate::workflow::CatalogError;
 
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
-pub use metrics::RunMetrics;
+pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 

@@ -41,7 +41,7 @@ async fn an_agent_selects_edits_starts_checks_stops_and_reads_results() {
     assert_eq!(r["environments"]["count"], 1);
     assert_eq!(r["select"]["environment"], "arith");
     assert_eq!(r["edit"]["value"], 8);
-    assert!(r["edit_locked"]["error"].as_str().unwrap().starts_with("field 'total_steps' is locked"));
+    assert!(r["edit_locked"]["error"].as_str().unwrap().starts_with("Field 'total_steps' is locked"));
     let group = r["config"]["configurable_fields"]
         .as_array()
         .unwrap()
@@ -52,14 +52,17 @@ async fn an_agent_selects_edits_starts_checks_stops_and_reads_results() {
     assert_eq!(group["current_value"], 8);
     assert!(r["start"]["run_id"].is_string() && r["start"]["status"] == "pending");
     assert_eq!(r["status"]["rate_limited"], false);
-    assert!(r["status"]["processes"]["trainer"].is_object(), "{:#}", r["status"]);
+    // The reference's process strings; lachesis's stage objects beside them.
+    let trainer = r["status"]["processes"]["trainer"].as_str().unwrap_or_default();
+    assert!(trainer == "running" || trainer.starts_with("exited ("), "{:#}", r["status"]);
+    assert_eq!(r["status"]["stages"].as_array().unwrap().len(), 3, "{:#}", r["status"]);
     // Inside the rate-limit window the agent gets the last snapshot and when to ask again.
     assert_eq!(r["status_again"]["rate_limited"], true);
     assert_eq!(r["status_again"]["run_id"], r["status"]["run_id"]);
     assert!(r["status_again"]["next_check_in_seconds"].as_u64().unwrap() > 0);
     // The demo may have finished on its own by the time the stop arrives.
     let stopped = r["stop"]["status"] == "stopping";
-    let ended = r["stop"]["error"].as_str().is_some_and(|e| e.contains("has already ended"));
+    let ended = r["stop"]["message"].as_str().is_some_and(|e| e.contains("is not running (status: "));
     assert!(stopped || ended, "{:#}", r["stop"]);
     assert!(
         ["stopped", "completed"].contains(&r["results"]["status"].as_str().unwrap()),
@@ -67,7 +70,8 @@ async fn an_agent_selects_edits_starts_checks_stops_and_reads_results() {
         r["results"]
     );
     assert_eq!(r["results"]["stages"].as_array().unwrap().len(), 3);
-    assert_eq!(r["unknown"]["error"], "no run matches 'ffffffff'");
+    assert_eq!(r["unknown"]["error"], "Run 'ffffffff' not found");
+    assert!(r["unknown"]["active_runs"].is_array());
     assert!(
         r["health"]["checks"].as_array().unwrap().iter().any(|c| c["name"] == "daemon" && c["ok"] == true)
     );
