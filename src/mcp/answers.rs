@@ -25,6 +25,10 @@ pub fn agent_error(service: &Service, err: &ServiceError) -> String {
             service.settings.home.join(".env").display()
         ),
         ServiceError::UnknownRun(id) => format!("Run '{id}' not found"),
+        ServiceError::EnvironmentFileMissing { name, path } => format!(
+            "Environment file not found for '{name}' ({}). Use rl_list_environments() and rl_select_environment(name) again.",
+            path.display()
+        ),
         other => other.to_string(),
     }
 }

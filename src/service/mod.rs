@@ -53,6 +53,8 @@ pub enum ServiceError {
     Value(#[from] crate::environments::ValueError),
     #[error("no environment is selected: run `lachesis env select NAME` (see `lachesis env list`)")]
     NoSelection,
+    #[error("environment '{name}' file {} no longer exists (select the environment again)", .path.display())]
+    EnvironmentFileMissing { name: String, path: std::path::PathBuf },
     #[error("no test matches '{0}'")]
     UnknownTest(String),
     #[error("{0}")]
