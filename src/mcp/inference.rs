@@ -70,7 +70,8 @@ async fn notify(peer: &Peer<RoleServer>, token: ProgressToken, progress: f64, to
     let _ = peer.notify_progress(param).await;
 }
 
-/// "qwen/qwen3-8b 2/3 groups, stub 0/3 groups".
+/// "test <id>: qwen/qwen3-8b 2/3 groups, stub 0/3 groups (running)"; the id lets a client that
+/// cancels or loses the call find the test with rl_get_results.
 fn progress_message(status: &TestStatus) -> String {
     let steps = status.test.spec.steps;
     let parts: Vec<String> = status
@@ -79,7 +80,7 @@ fn progress_message(status: &TestStatus) -> String {
         .zip(&status.groups_written)
         .map(|(task, written)| format!("{} {written}/{steps} groups", task.model))
         .collect();
-    format!("{} ({})", parts.join(", "), status.test.state)
+    format!("test {}: {} ({})", status.test.id, parts.join(", "), status.test.state)
 }
 
 /// The immediate answer (`wait: false`): the test's id and what it will run.

@@ -115,7 +115,7 @@ async fn an_agent_selects_edits_starts_checks_stops_and_reads_results() {
 async fn every_answer_holds_the_reference_keys_and_types() {
     use crate::inference_tests::{KEY, Stub, test_profile};
     let Some((python, tokenizer)) = atropos() else { return };
-    let stub = Stub::start(&python, &tokenizer, &[]);
+    let stub = Stub::start(&python, &tokenizer, &["silent-model"]);
     let mut home = atropos_home(&python);
     home.env.push(("STUB_KEY".into(), KEY.into()));
     test_profile(&home, &tokenizer);
@@ -129,7 +129,7 @@ async fn every_answer_holds_the_reference_keys_and_types() {
     cmd.arg(repo().join("tests/python/conformance.py"))
         .args([BIN, "arith", "--provider", &url, "--server-type", "openai", "--api-key-env", "STUB_KEY"])
         .args(["--models", "stub", "--workflow", "demo", "--fake-wandb", "--test-timeout", "300"])
-        .args(["--server-args", "mcp --no-daemon"]);
+        .args(["--server-args", "mcp --no-daemon", "--cancel-model", "silent-model"]);
     cmd.env("LACHESIS_HOME", home.path()).envs(home.env.iter().map(|(k, v)| (k, v)));
     cmd.env_remove("TINKER_API_KEY").env_remove("OPENROUTER_API_KEY");
     let out = cmd.output().unwrap();
@@ -158,6 +158,12 @@ async fn every_answer_holds_the_reference_keys_and_types() {
         progress.iter().all(|p| p["message"].as_str().unwrap_or_default().contains("stub ")),
         "{progress:?}"
     );
+    // The client that gave up on the silent model's test cancelled it.
+    assert_eq!(r["answers"]["cancel"]["answer"]["test_status"], "cancelled", "{:#}", r["answers"]["cancel"]);
+    let listed: serde_json::Value = serde_json::from_str(&home.cli_ok(&["test", "list", "--json"])).unwrap();
+    let silent =
+        listed.as_array().unwrap().iter().find(|t| t["spec"]["models"][0] == "silent-model").cloned();
+    assert_eq!(silent.map(|t| t["state"].clone()), Some(serde_json::json!("cancelled")), "{listed:#}");
     // Agent wording: errors name MCP tools, never shell commands.
     assert_eq!(
         a("config_no_env")["error"],

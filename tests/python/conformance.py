@@ -447,6 +447,43 @@ class Conformance:
         await self.call("test", "rl_test_inference", self.test_args(), timeout=a.test_timeout, progress=progress)
         self.answers["test"]["progress"] = progress
         self.check("test", "ok")
+        if a.cancel_model:
+            await self.cancel_test(a.cancel_model)
+
+    async def cancel_test(self, model):
+        """A waiting test the client gives up on: cancelling the call must cancel the test (the
+        caller checks the test's state; this records what the client saw)."""
+        progress = []
+        args = {**self.test_args(), "models": [model]}
+        first = asyncio.Event()
+
+        async def on_progress(done, total, message):
+            progress.append({"progress": done, "total": total, "message": message})
+            first.set()
+
+        call = asyncio.ensure_future(self.session.call_tool("rl_test_inference", args, progress_callback=on_progress))
+        try:
+            await asyncio.wait_for(first.wait(), 60)
+        except asyncio.TimeoutError:
+            self.note("cancel", "no progress notification within 60 s before cancelling")
+        call.cancel()
+        try:
+            await call
+        except (asyncio.CancelledError, Exception):
+            pass
+        # The progress messages name the test ("test <id>: ..."); wait for the server to cancel it.
+        found = re.match(r"test ([0-9a-f-]+):", (progress[0]["message"] or "") if progress else "")
+        state = None
+        if found:
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                results = await self.call("cancel_results", "rl_get_results", {"run_id": found.group(1)})
+                state = results.get("status") if isinstance(results, dict) else None
+                if state == "cancelled":
+                    break
+                await asyncio.sleep(0.1)
+        self.answers["cancel"] = {"tool": "rl_test_inference", "arguments": args, "progress": progress,
+                                  "answer": {"cancelled_by_client": True, "test_status": state}}
 
     def test_args(self):
         a = self.args
@@ -536,6 +573,7 @@ async def main(argv=None):
                         help="JSON object merged into rl_test_inference's arguments")
     parser.add_argument("--fake-wandb", action="store_true",
                         help="point the server at a fake W&B (fake_wandb.py) that knows every run")
+    parser.add_argument("--cancel-model", help="then start a test of this (silent) model and cancel the call")
     parser.add_argument("--server-args", default="mcp", help="the binary's arguments (space-separated)")
     args = parser.parse_args(argv)
     if args.models is None and args.provider:
