@@ -172,3 +172,33 @@ async fn every_answer_holds_the_reference_keys_and_types() {
     assert!(a("start_no_tinker_key")["error"].as_str().unwrap().starts_with("TINKER_API_KEY not set"));
     assert!(!stdout.contains("`lachesis "), "a shell command in an answer");
 }
+
+/// `--no-daemon`: none is started, and the health tool says that nothing will start.
+#[tokio::test]
+async fn without_a_daemon_the_tools_say_so() {
+    let Some((python, _)) = atropos() else { return };
+    let home = atropos_home(&python);
+    let script = r#"
+import asyncio, json, os, sys
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "--no-daemon"], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("rl_health_check", {})
+            print(result.content[0].text.replace("\n", " "))
+asyncio.run(main())
+"#;
+    let mut cmd = std::process::Command::new(&python);
+    cmd.args(["-c", script, BIN]);
+    cmd.env("LACHESIS_HOME", home.path()).envs(home.env.iter().map(|(k, v)| (k, v)));
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let health: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(health["daemon_running"], false, "{health:#}");
+    assert!(health["note"].as_str().unwrap().starts_with("No lachesis daemon is running"), "{health:#}");
+    assert!(!home.path().join("daemon.log").exists(), "no daemon was started");
+}
