@@ -192,8 +192,13 @@ pub async fn report(service: &Service) -> Report {
     let environments = service.environments().environments.len();
     checks.push(check("environments", environments > 0, false, format!("{environments} environments found")));
     for key in ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"] {
-        let set = std::env::var_os(key).is_some_and(|v| !v.is_empty());
-        checks.push(check(key, set, false, if set { "set".to_string() } else { "not set".to_string() }));
+        // Where it came from, never its value.
+        let detail = match crate::envfile::source(key) {
+            None => "not set".to_string(),
+            Some(crate::envfile::KeySource::Environment) => "set (from the environment)".to_string(),
+            Some(crate::envfile::KeySource::File(path)) => format!("set (from {})", path.display()),
+        };
+        checks.push(check(key, detail != "not set", false, detail));
     }
     for port in [8000u16, 8001] {
         let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();

@@ -5,6 +5,7 @@ pub mod api;
 pub mod cron;
 pub mod daemon;
 pub mod doctor;
+pub mod envfile;
 pub mod environments;
 pub mod http_client;
 pub mod inference;

@@ -35,6 +35,10 @@ pub struct Cli {
     /// Use this database instead of the embedded SQLite file (postgres://… or sqlite://PATH)
     #[arg(long, global = true, env = "LACHESIS_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// Read missing keys from this file (mode 600) instead of $LACHESIS_HOME/.env; for the
+    /// daemon, `mcp` and `doctor`
+    #[arg(long, global = true, env = "LACHESIS_ENV_FILE")]
+    env_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -67,7 +71,7 @@ enum Command {
     /// Check what runs need: Python, atroposlib, checkout, keys (never shown), store, daemon, ports
     Doctor(doctor::DoctorArgs),
     /// Serve the RL tools (rl_list_environments, rl_start_training, …) to an agent over MCP on stdio
-    Mcp,
+    Mcp(mcp::McpArgs),
     /// Measure the supervisor: exit detection, recovery, throughput, idle memory
     Bench(bench::BenchArgs),
     /// (internal) Parent of one stage process; started by the daemon
@@ -89,6 +93,11 @@ pub fn dispatch(cli: Cli) -> CliResult {
         return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
     }
     let settings = Settings::new(cli.home, cli.database_url);
+    if matches!(cli.command, Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_)) {
+        // Before any thread exists: this sets process environment variables.
+        let (path, required) = lachesis::envfile::choose(cli.env_file, &settings.home);
+        lachesis::envfile::load(&path, required)?;
+    }
     match cli.command {
         Command::Daemon(args) => daemon::run(settings, args),
         Command::Run(command) => current_thread()?.block_on(run::run(settings, command)),
@@ -100,7 +109,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),
         Command::Bench(args) => bench::run(args),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
-        Command::Mcp => current_thread()?.block_on(mcp::run(settings)),
+        Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),
         Command::Shim(_) | Command::Redact => unreachable!("handled above"),
     }
 }

@@ -18,7 +18,7 @@ pub struct TestOptions {
     /// Environment [default: the selected one]
     #[arg(long)]
     env: Option<String>,
-    /// Models, comma-separated [default: qwen/qwen3-8b, z-ai/glm-4.7-flash, minimax/minimax-m2.5]
+    /// Models, comma-separated [default: qwen/qwen3-8b, z-ai/glm-4.7-flash, minimax/minimax-m2.7]
     #[arg(long, value_delimiter = ',')]
     models: Vec<String>,
     /// Steps (groups) per model [default: 3]

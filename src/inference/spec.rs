@@ -9,8 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::workflow::{DEFAULT_START_TIMEOUT, Dur, StagePlan};
 
-/// The reference's three test models.
-pub const DEFAULT_MODELS: [&str; 3] = ["qwen/qwen3-8b", "z-ai/glm-4.7-flash", "minimax/minimax-m2.5"];
+/// The reference's three test models (its latest release moved the large one to MiniMax M2.7).
+pub const DEFAULT_MODELS: [&str; 3] = ["qwen/qwen3-8b", "z-ai/glm-4.7-flash", "minimax/minimax-m2.7"];
+
+/// atroposlib's ManagedServer refuses an OpenAI-type server (no token ids to track) unless this is
+/// set; atroposlib documents it for exactly this evaluation use.
+pub const ALLOW_DUMMY_MANAGED_SERVER: &str = "ATROPOS_ALLOW_DUMMY_MANAGED_SERVER";
 pub const DEFAULT_STEPS: u32 = 3;
 pub const DEFAULT_GROUP_SIZE: u32 = 16;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -144,6 +148,13 @@ pub fn write_secret_config(path: &Path, api_key: &str) -> std::io::Result<()> {
     file.write_all(b"\n")
 }
 
+/// The W&B run name a test's processes log under (when W&B is on): one per test, as the reference
+/// names its test runs.
+pub fn wandb_run_name(env_name: &str, test_dir: &Path) -> String {
+    let id = test_dir.file_name().map(|n| n.to_string_lossy().chars().take(8).collect::<String>());
+    format!("test_inference_lachesis_{env_name}_{}", id.unwrap_or_default())
+}
+
 pub fn log_path(test_dir: &Path, model: &str) -> PathBuf {
     test_dir.join(format!("{}.log", file_stem(model)))
 }
@@ -167,6 +178,8 @@ impl InferenceSpec {
             // W&B only when a key is there to use it; offline `process` would otherwise fail.
             "--env.use_wandb".into(),
             std::env::var_os("WANDB_API_KEY").is_some().to_string(),
+            "--env.wandb_name".into(),
+            wandb_run_name(&self.env_name, test_dir),
         ];
         for (field, value) in &self.locked_env {
             let text = match value {
@@ -186,11 +199,15 @@ impl InferenceSpec {
             self.provider.health_check.to_string(),
         ]);
         let cwd = self.env_file.parent().map_or_else(|| test_dir.to_path_buf(), Path::to_path_buf);
+        let mut env = BTreeMap::from([("PYTHONUNBUFFERED".to_string(), "1".to_string())]);
+        if self.provider.server_type == "openai" {
+            env.insert(ALLOW_DUMMY_MANAGED_SERVER.to_string(), "1".to_string());
+        }
         StagePlan {
             name: file_stem(model),
             argv,
             cwd,
-            env: BTreeMap::from([("PYTHONUNBUFFERED".to_string(), "1".to_string())]),
+            env,
             log_path: log_path(test_dir, model),
             start_delay: None,
             probe: None,
@@ -235,6 +252,14 @@ mod tests {
             "--openai.model_name qwen/qwen3-8b --openai.server_type openai --openai.health_check false"
         ));
         assert_eq!(plan.log_path, PathBuf::from("/tests/j1/qwen_qwen3-8b.log"));
+        // ManagedServer environments run against an OpenAI-type provider only with this set.
+        assert_eq!(plan.env.get(ALLOW_DUMMY_MANAGED_SERVER).map(String::as_str), Some("1"));
+        let vllm = InferenceSpec {
+            provider: Provider { server_type: "vllm".into(), ..Provider::openrouter() },
+            ..spec.clone()
+        };
+        let plan = vllm.task_plan("qwen/qwen3-8b", Path::new("/tests/j1"));
+        assert!(!plan.env.contains_key(ALLOW_DUMMY_MANAGED_SERVER));
     }
 
     #[test]

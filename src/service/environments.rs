@@ -141,6 +141,10 @@ impl Service {
             }
             (None, None) => return Err(ServiceError::NoSelection),
         };
+        if !file.is_file() {
+            // Deleted or moved since it was selected: the run would only fail when its env stage starts.
+            return Err(ServiceError::EnvironmentFileMissing { name, path: file });
+        }
         for (field, raw) in overrides {
             let value = match &fields {
                 Some(sel) => sel.check_edit(locked, field, raw)?,

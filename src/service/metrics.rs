@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use serde_json::{Map, Value};
+
 use crate::model::{Run, now_millis};
 use crate::wandb::{Snapshot, WandbClient, age_text, snapshot_from};
 
@@ -23,7 +25,37 @@ pub struct RunMetrics {
     pub wandb_error: Option<String>,
 }
 
+/// The W&B run a training run logs to: `{env}-{short id}`, as the trainer is told.
+pub fn wandb_run_name(env_name: Option<&str>, id: &uuid::Uuid) -> String {
+    format!("{}-{}", env_name.unwrap_or("run"), crate::model::short_id(id))
+}
+
+/// The W&B project a run logs to: its `wandb_project` config field, else `atropos-tinker`.
+pub fn wandb_project(run: &Run) -> String {
+    run.params.config.get("wandb_project").and_then(|v| v.as_str()).unwrap_or("atropos-tinker").to_string()
+}
+
+/// How many rows of history `run_history` samples (as the reference does).
+const HISTORY_SAMPLES: u32 = 10;
+
 impl Service {
+    /// Up to ten sampled rows of the run's W&B history, every logged key, oldest first; `Ok(None)`
+    /// when W&B is not configured or has no such run yet.
+    pub async fn run_history(
+        &self,
+        run: &Run,
+    ) -> std::result::Result<Option<Vec<Map<String, Value>>>, String> {
+        let (project, name) = (wandb_project(run), wandb_run_name(run.env_name.as_deref(), &run.id));
+        let Some(client) = WandbClient::from_env(WANDB_TIMEOUT).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let Some(found) = client.find_run(&project, &name).await.map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let keys: Vec<&str> = found.history_keys.iter().map(String::as_str).collect();
+        client.history(&project, &found.id, &keys, HISTORY_SAMPLES).await.map(Some).map_err(|e| e.to_string())
+    }
+
     /// The run's training metrics: fresh from W&B when it answers, else the last snapshot.
     pub async fn run_metrics(&self, run: &Run) -> RunMetrics {
         let (project, name) = wandb_names(run);
@@ -67,13 +99,5 @@ impl Service {
 
 /// The W&B project a run logs to and the display name it logs under: (project, name).
 pub(super) fn wandb_names(run: &Run) -> (String, String) {
-    let project = run
-        .params
-        .config
-        .get("wandb_project")
-        .and_then(|v| v.as_str())
-        .unwrap_or("atropos-tinker")
-        .to_string();
-    let name = format!("{}-{}", run.env_name.as_deref().unwrap_or("run"), run.short_id());
-    (project, name)
+    (wandb_project(run), wandb_run_name(run.env_name.as_deref(), &run.id))
 }

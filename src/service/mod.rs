@@ -19,7 +19,7 @@ use crate::workflow::CatalogError;
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
-pub use metrics::RunMetrics;
+pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 
@@ -63,6 +63,8 @@ pub enum ServiceError {
     NoSelection,
     #[error(transparent)]
     Provider(#[from] crate::inference::spec::ProviderError),
+    #[error("environment '{name}' file {} no longer exists (select the environment again)", .path.display())]
+    EnvironmentFileMissing { name: String, path: std::path::PathBuf },
     #[error("no test matches '{0}'")]
     UnknownTest(String),
     #[error("{0}")]

@@ -9,13 +9,13 @@ use crate::atropos::{atropos, atropos_home, repo};
 use crate::support::{TestHome, files_containing, stderr};
 
 /// The stub inference server on a free port; killed when dropped.
-struct Stub {
+pub struct Stub {
     child: Child,
-    port: u16,
+    pub port: u16,
 }
 
 impl Stub {
-    fn start(python: &Path, tokenizer: &Path, hang: &[&str]) -> Stub {
+    pub fn start(python: &Path, tokenizer: &Path, hang: &[&str]) -> Stub {
         let mut cmd = Command::new(python);
         cmd.arg(repo().join("tests/python/stub_inference.py"))
             .args(["--port", "0", "--tokenizer"])
@@ -39,7 +39,7 @@ impl Drop for Stub {
 }
 
 /// A workflow whose locked profile points inference tests at the local tokenizer.
-fn test_profile(home: &TestHome, tokenizer: &Path) {
+pub fn test_profile(home: &TestHome, tokenizer: &Path) {
     home.workflow(
         "arith-tests",
         &format!(
@@ -49,7 +49,7 @@ fn test_profile(home: &TestHome, tokenizer: &Path) {
     );
 }
 
-const KEY: &str = "sk-stub-7d41c0ffee9b2a55e3";
+pub const KEY: &str = "sk-stub-7d41c0ffee9b2a55e3";
 
 #[tokio::test]
 async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout() {
@@ -340,4 +340,58 @@ async fn a_scheduled_test_below_its_baseline_is_marked_regressed() {
     })
     .await;
     assert!(messages.iter().any(|m| m.contains("told of") && m.contains("(attempt 2)")), "{messages:#?}");
+}
+
+#[tokio::test]
+async fn a_managed_server_environment_runs_against_an_openai_type_provider() {
+    let Some((python, tokenizer)) = atropos() else { return };
+    let stub = Stub::start(&python, &tokenizer, &[]);
+    let mut home = atropos_home(&python);
+    let dirs = format!("{}:{}", crate::atropos::envs_dir().display(), managed_envs_dir().display());
+    home.env.retain(|(k, _)| k != "LACHESIS_ENV_DIRS");
+    home.env.push(("LACHESIS_ENV_DIRS".into(), dirs));
+    home.env.push(("STUB_KEY".into(), KEY.into()));
+    test_profile(&home, &tokenizer);
+    home.start_daemon();
+    let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    let out = home.cli(&[
+        "test",
+        "start",
+        "--env",
+        "arith_managed",
+        "--models",
+        "stub",
+        "--steps",
+        "1",
+        "--group-size",
+        "2",
+        "--provider",
+        &url,
+        "--server-type",
+        "openai",
+        "--api-key-env",
+        "STUB_KEY",
+        "--timeout",
+        "120s",
+        "--workflow",
+        "arith-tests",
+        "--wait",
+        "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let shown: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{}", stderr(&out)));
+    // Without ATROPOS_ALLOW_DUMMY_MANAGED_SERVER=1 atroposlib raises NotImplementedError here.
+    assert_eq!(shown["test"]["state"], "succeeded", "{shown:#}");
+    let model = &shown["test"]["results"]["models"][0];
+    assert_eq!(
+        (model["steps_tested"].as_u64(), model["accuracy"].as_f64()),
+        (Some(1), Some(0.5)),
+        "{model:#}"
+    );
+}
+
+/// Test environments kept apart from `envs/` (so listings there keep their count).
+pub fn managed_envs_dir() -> std::path::PathBuf {
+    repo().join("tests/python/envs_managed")
 }

@@ -3,7 +3,7 @@
     python conformance.py LACHESIS_BIN ENV_NAME [--provider URL] [--server-type TYPE]
                           [--api-key-env NAME] [--models M1,M2] [--workflow demo]
                           [--golden reference_keys.json] [--test-timeout SECONDS]
-                          [--test-extra JSON]
+                          [--test-extra JSON] [--fake-wandb] [--server-args "mcp --no-daemon"]
 
 LACHESIS_HOME, LACHESIS_ENV_DIRS, LACHESIS_PYTHON, ... are inherited from the environment; the home
 should be fresh (no environment selected yet) and have a daemon running on it, so runs start.
@@ -203,11 +203,18 @@ class Conformance:
         self.notes = []
         self.counts = {}  # tool -> answers checked
 
-    async def call(self, step, tool, arguments=None, timeout=120.0):
-        """Calls a tool; never raises. The answer is the parsed JSON text (or what came instead)."""
+    async def call(self, step, tool, arguments=None, timeout=120.0, progress=None):
+        """Calls a tool; never raises. The answer is the parsed JSON text (or what came instead).
+        With a `progress` list, the call asks for progress notifications and appends each one."""
         arguments = arguments or {}
+
+        async def on_progress(done, total, message):
+            progress.append({"progress": done, "total": total, "message": message})
+
         try:
-            result = await asyncio.wait_for(self.session.call_tool(tool, arguments), timeout)
+            callback = on_progress if progress is not None else None
+            result = await asyncio.wait_for(
+                self.session.call_tool(tool, arguments, progress_callback=callback), timeout)
             texts = [c.text for c in (result.content or []) if getattr(c, "text", None) is not None]
             text = texts[0] if texts else ""
             try:
@@ -436,8 +443,47 @@ class Conformance:
             self.check("test_no_key", "missing_provider_key")
         if a.provider is None:
             self.note("test", "no --provider: the test runs against OpenRouter")
-        await self.call("test", "rl_test_inference", self.test_args(), timeout=a.test_timeout)
+        progress = []
+        await self.call("test", "rl_test_inference", self.test_args(), timeout=a.test_timeout, progress=progress)
+        self.answers["test"]["progress"] = progress
         self.check("test", "ok")
+        if a.cancel_model:
+            await self.cancel_test(a.cancel_model)
+
+    async def cancel_test(self, model):
+        """A waiting test the client gives up on: cancelling the call must cancel the test (the
+        caller checks the test's state; this records what the client saw)."""
+        progress = []
+        args = {**self.test_args(), "models": [model]}
+        first = asyncio.Event()
+
+        async def on_progress(done, total, message):
+            progress.append({"progress": done, "total": total, "message": message})
+            first.set()
+
+        call = asyncio.ensure_future(self.session.call_tool("rl_test_inference", args, progress_callback=on_progress))
+        try:
+            await asyncio.wait_for(first.wait(), 60)
+        except asyncio.TimeoutError:
+            self.note("cancel", "no progress notification within 60 s before cancelling")
+        call.cancel()
+        try:
+            await call
+        except (asyncio.CancelledError, Exception):
+            pass
+        # The progress messages name the test ("test <id>: ..."); wait for the server to cancel it.
+        found = re.match(r"test ([0-9a-f-]+):", (progress[0]["message"] or "") if progress else "")
+        state = None
+        if found:
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                results = await self.call("cancel_results", "rl_get_results", {"run_id": found.group(1)})
+                state = results.get("status") if isinstance(results, dict) else None
+                if state == "cancelled":
+                    break
+                await asyncio.sleep(0.1)
+        self.answers["cancel"] = {"tool": "rl_test_inference", "arguments": args, "progress": progress,
+                                  "answer": {"cancelled_by_client": True, "test_status": state}}
 
     def test_args(self):
         a = self.args
@@ -525,6 +571,10 @@ async def main(argv=None):
     parser.add_argument("--test-timeout", type=float, default=900.0, help="seconds to wait for rl_test_inference")
     parser.add_argument("--test-extra", type=json.loads, default={},
                         help="JSON object merged into rl_test_inference's arguments")
+    parser.add_argument("--fake-wandb", action="store_true",
+                        help="point the server at a fake W&B (fake_wandb.py) that knows every run")
+    parser.add_argument("--cancel-model", help="then start a test of this (silent) model and cancel the call")
+    parser.add_argument("--server-args", default="mcp", help="the binary's arguments (space-separated)")
     args = parser.parse_args(argv)
     if args.models is None and args.provider:
         args.models = ["stub"]
@@ -533,7 +583,12 @@ async def main(argv=None):
     gone_dir = tempfile.mkdtemp(prefix="lachesis-conformance-envs-")
     env = dict(os.environ)
     env["LACHESIS_ENV_DIRS"] = ":".join(p for p in [env.get("LACHESIS_ENV_DIRS", ""), gone_dir] if p)
-    params = StdioServerParameters(command=args.binary, args=["mcp"], env=env)
+    if args.fake_wandb:
+        sys.path.insert(0, str(HERE))
+        import fake_wandb
+        base, _server = fake_wandb.start()
+        env.update({"WANDB_API_KEY": "fake-wandb-key-0123456789", "WANDB_BASE_URL": base, "WANDB_ENTITY": "lab"})
+    params = StdioServerParameters(command=args.binary, args=args.server_args.split(), env=env)
     runner = None
     try:
         async with stdio_client(params) as (read, write):
