@@ -44,10 +44,18 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
         let message = message.strip_prefix(&format!("{path}: ")).map_or(message.clone(), str::to_string);
         YamlError {
             line: inner.location().map(|loc| loc.line()),
-            message,
-            path: (!["", ".", "?"].contains(&path.as_str())).then_some(path),
+            message: one_line(&message),
+            // A key from the document may hold a newline: errors stay on one line.
+            path: (!["", ".", "?"].contains(&path.as_str())).then(|| one_line(&path)),
         }
     })
+}
+
+/// `text` with its control characters (newlines included) escaped, for one-line errors.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+        .collect()
 }
 
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, YamlError> {

@@ -489,12 +489,7 @@ pub fn shown(text: &str) -> String {
     out
 }
 
-/// `text` with its control characters (newlines included) escaped.
-pub fn one_line(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
-        .collect()
-}
+pub use crate::yaml::one_line;
 
 /// Files of the run directory a stage log may not be: lachesis writes them.
 const RESERVED_RUN_FILES: &[&str] = &[".status", "config.yaml", ".env"];

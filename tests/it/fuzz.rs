@@ -25,6 +25,18 @@ fn config(cases: u32) -> Config {
     Config { cases, failure_persistence: None, ..Config::default() }
 }
 
+/// A runner with `cases` cases (`PROPTEST_CASES` overrides). Its seed is fixed, so CI sees the
+/// same cases every run; `LACHESIS_FUZZ_RANDOM=1` draws new ones (to hunt, not to gate).
+fn fuzz_runner(cases: u32) -> TestRunner {
+    let config = config(cases);
+    if std::env::var_os("LACHESIS_FUZZ_RANDOM").is_some() {
+        TestRunner::new(config)
+    } else {
+        let rng = proptest::test_runner::TestRng::deterministic_rng(config.rng_algorithm);
+        TestRunner::new_with_rng(config, rng)
+    }
+}
+
 fn one_line(err: &str) {
     assert!(!err.contains(['\n', '\r']), "a multi-line error: {err:?}");
 }
@@ -115,7 +127,7 @@ fn fuzz_workflows_never_panic_and_errors_are_one_line() {
     let hostile = prop::sample::select(HOSTILE);
     let value =
         prop_oneof![hostile.prop_map(str::to_string), "\\PC{0,12}".prop_map(|s| json!(s).to_string())];
-    let mut runner = TestRunner::new(config(256));
+    let mut runner = fuzz_runner(256);
     runner
         .run(&(0..12usize, value, "\\PC{0,8}"), |(field, value, fill)| {
             check_workflow_text(&workflow_with(field, &value), &fill);
@@ -123,7 +135,7 @@ fn fuzz_workflows_never_panic_and_errors_are_one_line() {
         })
         .unwrap();
     // Whole documents: arbitrary text, and YAML-looking punctuation soup.
-    let mut runner = TestRunner::new(config(256));
+    let mut runner = fuzz_runner(256);
     runner
         .run(&prop_oneof!["\\PC{0,200}", "[-:{}\\[\\]\n #a-z0-9'\"]{0,200}"], |text| {
             check_workflow_text(&text, "x");
@@ -136,7 +148,7 @@ fn fuzz_workflows_never_panic_and_errors_are_one_line() {
 fn fuzz_templates_expand_or_fail_on_one_line() {
     let vars: BTreeMap<String, String> =
         BUILTIN_VARS.iter().map(|name| (name.to_string(), format!("<{name}>"))).collect();
-    let mut runner = TestRunner::new(config(512));
+    let mut runner = fuzz_runner(512);
     runner
         .run(&prop_oneof!["\\PC{0,40}", "[{}a-z_. \n]{0,40}"], |text| {
             match template::expand(&text, &vars) {
@@ -150,7 +162,7 @@ fn fuzz_templates_expand_or_fail_on_one_line() {
 
 #[test]
 fn fuzz_durations_are_bounded_and_never_panic() {
-    let mut runner = TestRunner::new(config(512));
+    let mut runner = fuzz_runner(512);
     let text = prop_oneof![
         "\\PC{0,24}",
         "[0-9]{1,30}(\\.[0-9]{0,5})?(ns|us|ms|s|m|h|d|w|M|y| days| hours|e300)?",
@@ -165,7 +177,7 @@ fn fuzz_durations_are_bounded_and_never_panic() {
             Ok(())
         })
         .unwrap();
-    let mut runner = TestRunner::new(config(512));
+    let mut runner = fuzz_runner(512);
     runner
         .run(&any::<f64>(), |secs| {
             match Dur::from_seconds(secs) {
@@ -198,7 +210,7 @@ fn fuzz_cron_and_time_zones() {
         .prop_map(|tz| Some(tz.to_string())),
         "\\PC{0,20}".prop_map(Some),
     ];
-    let mut runner = TestRunner::new(config(256));
+    let mut runner = fuzz_runner(256);
     runner
         .run(&(expr, tz, 0i64..4_102_444_800, 0i64..10_000_000), |(expr, tz, start, gap)| {
             match Cron::parse(&expr, tz.as_deref()) {
@@ -254,7 +266,7 @@ fn fuzz_config_values_are_typed_or_refused_on_one_line() {
         "\\PC{0,20}",
     ];
     let raw = prop_oneof!["\\PC{0,30}", "[\\[\\]{}\",0-9a-z. -]{0,30}", Just("[1,2]".to_string())];
-    let mut runner = TestRunner::new(config(512));
+    let mut runner = fuzz_runner(512);
     runner
         .run(&(kind, type_name, any::<bool>(), raw), |(kind, type_name, optional, raw)| {
             let field = FieldInfo {
@@ -384,7 +396,7 @@ fn fuzz_every_http_route_body_path_and_query() {
         prop_oneof!["\\PC{0,12}", Just(String::new()), Just("..".to_string()), Just("00000000".to_string())];
     let query = prop::option::of((prop::sample::select(&["limit", "state", "stage", "x"][..]), "\\PC{0,8}"));
     let seen = std::cell::RefCell::new(std::collections::BTreeSet::new());
-    let mut runner = TestRunner::new(config(384));
+    let mut runner = fuzz_runner(384);
     runner
         .run(&(0..routes.len(), segment, query, body), |(idx, segment, query, (bytes, shaped))| {
             let route = &routes[idx];
