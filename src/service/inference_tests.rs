@@ -154,11 +154,11 @@ impl Service {
                 ))
             })
             .collect();
-        Ok(TestStatus { test, tasks, groups_written, events })
+        Ok(TestStatus { test: shown_test(test), tasks, groups_written, events })
     }
 
     pub async fn list_tests(&self, limit: i64) -> Result<Vec<InferenceTest>> {
-        Ok(self.store.list_tests(limit).await?)
+        Ok(self.store.list_tests(limit).await?.into_iter().map(shown_test).collect())
     }
 
     /// Cancels a queued or running test (its processes are killed by the daemon).
@@ -281,6 +281,12 @@ impl Service {
         self.store.delete_schedule(schedule.id).await?;
         Ok(schedule)
     }
+}
+
+/// `test` with its provider URL's user:password, query and fragment redacted, for reads.
+fn shown_test(mut test: InferenceTest) -> InferenceTest {
+    test.spec.provider.base_url = crate::secrets::redact_url(&test.spec.provider.base_url);
+    test
 }
 
 /// `schedule` with each webhook's (and its provider's) user:password, query and fragment redacted: reads (CLI,

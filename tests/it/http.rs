@@ -155,12 +155,17 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!(api.get("/tests").await.0, StatusCode::OK);
     let (s, b) = api.post("/tests", json!({ "env": "arith" })).await;
     assert_eq!((s, code(&b)), (StatusCode::UNPROCESSABLE_ENTITY, "missing_credentials"), "{b}");
-    let test = json!({ "env": "arith", "provider": "http://127.0.0.1:9/v1", "models": ["m"], "steps": 1 });
+    let provider = "http://bob:pr0vider-pass@127.0.0.1:9/v1";
+    let test = json!({ "env": "arith", "provider": provider, "models": ["m"], "steps": 1 });
     let (s, test) = api.post("/tests", test).await;
     assert_eq!(s, StatusCode::CREATED, "{test}");
     let test_id = test["id"].as_str().unwrap();
     let (s, b) = api.get(&format!("/tests/{test_id}")).await;
     assert_eq!((s, b["tasks"][0]["model"].as_str()), (StatusCode::OK, Some("m")));
+    // A provider URL's credentials are not read back either.
+    for answer in [&b, &api.get("/tests").await.1] {
+        assert!(!answer.to_string().contains("pr0vider-pass"), "{answer}");
+    }
     let (s, b) = api.post(&format!("/tests/{test_id}/stop"), json!({})).await;
     assert!(s == StatusCode::OK || code(&b) == "already_ended", "{s} {b}");
     // Nothing sends a key to an unexpected place.

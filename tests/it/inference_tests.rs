@@ -351,6 +351,7 @@ async fn a_managed_server_environment_runs_against_an_openai_type_provider() {
     home.env.retain(|(k, _)| k != "LACHESIS_ENV_DIRS");
     home.env.push(("LACHESIS_ENV_DIRS".into(), dirs));
     home.env.push(("STUB_KEY".into(), KEY.into()));
+    home.env.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
     test_profile(&home, &tokenizer);
     home.start_daemon();
     let url = format!("http://127.0.0.1:{}/v1", stub.port);

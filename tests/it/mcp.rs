@@ -120,6 +120,7 @@ async fn every_answer_holds_the_reference_keys_and_types() {
     let stub = Stub::start(&python, &tokenizer, &["silent-model"]);
     let mut home = atropos_home(&python);
     home.env.push(("STUB_KEY".into(), KEY.into()));
+    home.env.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
     test_profile(&home, &tokenizer);
     // The inference test's locked profile comes from the default workflow; the start without a
     // workflow (the default) must be refused for want of the Tinker key, as the reference's is.
