@@ -237,6 +237,11 @@ impl Service {
         })
     }
 
+    /// Every recorded change of step of the run's current attempt, oldest first (the step chart).
+    pub async fn progress_series(&self, run: &Run) -> Result<Vec<crate::model::ProgressPoint>> {
+        Ok(self.store.progress(run.id, run.attempt).await?)
+    }
+
     /// The progress of a run's current attempt, from its recorded changes of step.
     pub async fn progress_of(&self, run: &Run) -> Result<Option<crate::model::Progress>> {
         if run.spec.progress.is_none() {

@@ -142,7 +142,9 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     home.workflow(
         "long",
         "name: long\nstages:\n  - name: api\n    argv: [sh, -c, \"echo api listening; exec sleep 600\"]\n    start_delay: 100ms\n  \
-         - name: trainer\n    argv: [sh, -c, \"echo step 1; exec sleep 600\"]\ncompletion: {stages: [trainer]}\nstop_grace: 2s\n",
+         - name: trainer\n    argv: [sh, -c, \"i=0; while :; do i=$((i+1)); echo Step $i/1000; sleep 0.4; done\"]\n\
+         completion: {stages: [trainer]}\nstop_grace: 2s\n\
+         progress:\n  log: {stage: trainer, pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}\n",
     );
     regressed_schedule(&mut home).await;
     let base = serve(&mut home, &[]).await;
@@ -155,7 +157,7 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     let log_path = home.stages(running).await[1].log_path.clone();
     wait_for("the trainer's first line", T, || {
         let log_path = log_path.clone();
-        async move { std::fs::read_to_string(&log_path).ok().filter(|t| t.contains("step 1")).map(drop) }
+        async move { std::fs::read_to_string(&log_path).ok().filter(|t| t.contains("Step 2/1000")).map(drop) }
     })
     .await;
 
@@ -177,7 +179,7 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     let report = drive(&json!({
         "mode": "check", "base": base, "token": TOKEN, "out": out,
         "run_ids": [completed, failed, running], "running": running, "failed": failed,
-        "log_path": log_path, "log_tab": 1, "log_opening": "step 1", "live_workflow": "ok",
+        "log_path": log_path, "log_tab": 1, "log_opening": "Step 1/1000", "live_workflow": "ok",
     }));
     eprintln!("dashboard report: {report:#}");
     assert_eq!(report["anonymous_login"], true);
@@ -187,6 +189,11 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     assert_eq!(rows[failed.to_string()], "failed");
     assert_eq!(rows[running.to_string()], "running");
     assert_eq!(report["live_without_reload"], true, "the new run's row came by a reload");
+    let (first, later) = (&report["progress_first"], &report["progress_later"]);
+    assert!(first.as_f64().unwrap() > 0.0, "the running run shows its progress: {report}");
+    assert!(later.as_f64().unwrap() > first.as_f64().unwrap(), "{report}");
+    assert_eq!(report["progress_without_reload"], true, "the progress bar advanced by a reload");
+    assert!(report["step_chart_series"].as_u64().unwrap() >= 1, "a step chart is drawn: {report}");
     assert_eq!(report["stages"], 2);
     assert_eq!(report["stage_bars"], 2, "one bar per started stage");
     assert_eq!(report["failed_stage_bars"], 1);

@@ -168,6 +168,15 @@ def check(plan, cdp):
     report["live_row_ms"] = round((time.monotonic() - queued_at) * 1000)
     report["live_without_reload"] = cdp.eval("window.__sameDocument === true")
     report["live_run"] = new_run
+    # The running run's progress bar moves without a reload.
+    fraction = ("(() => { const p = document.querySelector('tr[data-run=\"%s\"] .progress');"
+                " return p ? +p.dataset.fraction : -1 })()" % plan["running"])
+    cdp.wait(fraction + " > 0", what="the running run's progress")
+    first = cdp.eval(fraction)
+    report["progress_first"] = first
+    cdp.wait(fraction + " > %r" % first, what="the progress bar to advance")
+    report["progress_later"] = cdp.eval(fraction)
+    report["progress_without_reload"] = cdp.eval("window.__sameDocument === true")
     # One run: a bar per stage, the log tail, then a line written after the page opened.
     cdp.open(f"{base}/ui/runs/{plan['running']}")
     report["stage_bars"] = cdp.eval("document.querySelectorAll('.stage-bar').length")

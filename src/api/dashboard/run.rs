@@ -156,6 +156,16 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
     let results =
         tokio::time::timeout(METRICS_WAIT, service.results(&full_id)).await.ok().and_then(Result::ok);
     let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
+    // The status carries progress on its run; the page reads it at the top level.
+    if let Some(progress) = value.pointer("/run/progress").cloned()
+        && let Value::Object(fields) = &mut value
+    {
+        fields.entry("progress").or_insert(progress);
+    }
+    let series = match service.resolve(&full_id).await {
+        Ok(run) => service.progress_series(&run).await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     if let (Some(results), Value::Object(fields)) = (&results, &mut value)
         && let Ok(Value::Object(more)) = serde_json::to_value(results)
     {
@@ -222,7 +232,13 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
     let _ = write!(body, "<h2>Stages</h2>{}", timeline(&spans, now));
 
     let rows = history_rows(&value);
-    if let Some(chart) = step_chart(&value, &rows) {
+    // The recorded changes of step draw the chart; W&B's history stands in without them.
+    let steps: Vec<HistoryRow> = series
+        .iter()
+        .map(|p| HistoryRow { step: Some(p.step as f64), at: Some(p.at as f64), ..HistoryRow::default() })
+        .collect();
+    let chart_rows = if steps.len() >= 2 { &steps } else { &rows };
+    if let Some(chart) = step_chart(&value, chart_rows) {
         let _ = write!(body, "<h2>Steps over time</h2><div class=\"step-chart\">{chart}</div>");
     }
     let charts = metric_charts(&rows);
