@@ -74,6 +74,9 @@ pub enum ServiceError {
          the embedded SQLite store serves one daemon on one machine"
     )]
     NeedsPostgres(String),
+    /// One request of a bulk submission was refused (`index` counts from 1); nothing was written.
+    #[error("run {index} of the batch: {source}")]
+    InBatch { index: usize, source: Box<ServiceError> },
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;

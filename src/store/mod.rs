@@ -107,6 +107,9 @@ pub trait Store: TestStore + NodeStore + ClaimStore + Send + Sync {
 
     /// Inserts a pending run with its (pending) stages and a `submitted` event.
     async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()>;
+    /// Inserts many pending runs, each with its stages and `submitted` event, in one
+    /// transaction and in order: all of them or none.
+    async fn insert_runs(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()>;
     async fn run(&self, id: Uuid) -> Result<Option<Run>>;
     /// Runs whose id starts with `prefix` (hex digits and dashes only), at most `limit`.
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;

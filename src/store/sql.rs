@@ -238,19 +238,13 @@ async fn lose_live_stages(
     Ok(())
 }
 
-#[async_trait]
-impl Store for SqlStore {
-    fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store> {
-        std::sync::Arc::new(self.with_fence(token))
-    }
-
-    async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
+/// One pending run's rows: the run, its stages and its `submitted` event.
+async fn insert_pending_run(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    run: &Run,
+    stages: &[Stage],
+) -> Result<()> {
+    sqlx::query(
             "INSERT INTO runs (id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, \
              started_at, ended_at, reason, run_dir, spec, params) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
@@ -270,22 +264,42 @@ impl Store for SqlStore {
         .bind(run.run_dir.to_string_lossy().into_owned())
         .bind(json(&run.spec))
         .bind(json(&run.params))
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        for stage in stages {
-            sqlx::query(
-                "INSERT INTO stages (run_id, idx, name, state, log_path) VALUES ($1, $2, $3, $4, $5)",
-            )
+    for stage in stages {
+        sqlx::query("INSERT INTO stages (run_id, idx, name, state, log_path) VALUES ($1, $2, $3, $4, $5)")
             .bind(stage.run_id.to_string())
             .bind(stage.idx)
             .bind(&stage.name)
             .bind(stage.record.state.as_str())
             .bind(stage.log_path.to_string_lossy().into_owned())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
+    }
+    let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
+    insert_event(&mut **tx, run.id, EventKind::Note, None, None, &message).await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store> {
+        std::sync::Arc::new(self.with_fence(token))
+    }
+
+    async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()> {
+        self.insert_runs(&[(run.clone(), stages.to_vec())]).await
+    }
+
+    async fn insert_runs(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for (run, stages) in runs {
+            insert_pending_run(&mut tx, run, stages).await?;
         }
-        let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
-        insert_event(&mut *tx, run.id, EventKind::Note, None, None, &message).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -38,6 +38,7 @@ async fn insert(store: &dyn Store, priority: i64) -> Run {
 
 async fn conformance(store: Arc<dyn Store>) {
     round_trips_runs_and_orders_the_queue(&*store).await;
+    a_batch_is_written_in_order_or_not_at_all(&*store).await;
     transitions_are_conditional_and_recorded(&*store).await;
     stages_round_trip(&*store).await;
     supervised_runs_are_the_ones_in_flight(&*store).await;
@@ -65,6 +66,26 @@ async fn round_trips_runs_and_orders_the_queue(store: &dyn Store) {
     let events = store.events(low.id, 0).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].message, "submitted (workflow t, priority 0)");
+}
+
+async fn a_batch_is_written_in_order_or_not_at_all(store: &dyn Store) {
+    let batch: Vec<(Run, Vec<Stage>)> = (0..50).map(|_| new_run(-5)).collect();
+    store.insert_runs(&batch).await.unwrap();
+    let pending: Vec<Uuid> = store.pending_runs(10_000, 0).await.unwrap().iter().map(|r| r.id).collect();
+    let mine: Vec<Uuid> = pending.into_iter().filter(|id| batch.iter().any(|(r, _)| r.id == *id)).collect();
+    assert_eq!(mine, batch.iter().map(|(r, _)| r.id).collect::<Vec<_>>(), "claimed in submission order");
+    let last = &batch[49].0;
+    assert_eq!(store.stages(last.id).await.unwrap().len(), 2);
+    assert_eq!(store.events(last.id, 0).await.unwrap().len(), 1);
+    // A duplicate id in the middle refuses the whole batch: none of the fresh runs lands.
+    let fresh = new_run(-5);
+    let refused = vec![fresh.clone(), batch[0].clone()];
+    assert!(store.insert_runs(&refused).await.is_err());
+    assert!(store.run(fresh.0.id).await.unwrap().is_none());
+    for (run, _) in &batch {
+        let cancelled = store.transition(run, RunEvent::Cancel, None, None).await.unwrap();
+        assert_eq!(cancelled.state, RunState::Stopped);
+    }
 }
 
 async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
