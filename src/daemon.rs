@@ -26,6 +26,8 @@ pub struct DaemonOptions {
     pub labels: std::collections::BTreeMap<String, String>,
     /// How long a heartbeat keeps this node's lease; other nodes reap it after that.
     pub lease: Duration,
+    /// Forget finished runs and tests this long after they ended; `None` keeps everything.
+    pub keep_finished: Option<Duration>,
 }
 
 impl Default for DaemonOptions {
@@ -38,6 +40,7 @@ impl Default for DaemonOptions {
             node: None,
             labels: Default::default(),
             lease: Duration::from_secs(60),
+            keep_finished: None,
         }
     }
 }
@@ -106,6 +109,11 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
             }
         });
     }
+    if let Some(keep) = options.keep_finished {
+        // On a shared store each node forgets the runs it ran: their directories are on its disk.
+        let only = service.backend().supports_nodes().then(|| node.clone());
+        tokio::spawn(collect_garbage(service.clone(), keep, only));
+    }
     let config = ReconcilerConfig {
         exe,
         max_parallel: options.max_parallel.max(1),
@@ -143,6 +151,25 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     let _ = std::fs::remove_file(&socket_path);
     Ok(())
 }
+
+/// Forgets what ended more than `keep` ago, now and then hourly. Only terminal rows are
+/// touched, which the reconciler no longer moves, so this runs beside it.
+async fn collect_garbage(service: Service, keep: Duration, node: Option<String>) {
+    let mut tick = tokio::time::interval(GC_INTERVAL);
+    loop {
+        tick.tick().await;
+        match service.collect_garbage(keep, false, node.as_deref()).await {
+            Ok(r) if r.runs + r.tests > 0 => {
+                info!(runs = r.runs, tests = r.tests, bytes = r.bytes, "forgot finished runs and tests")
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!("retention: {err}"),
+        }
+    }
+}
+
+/// How often `--keep-finished` looks for what to forget.
+const GC_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// This machine's host name, the default node id.
 pub fn hostname() -> String {

@@ -128,7 +128,53 @@ pub async fn report(service: &Service) -> Report {
             if free { "free" } else { "in use (a tinker-atropos run holds it, or something else)" },
         ));
     }
+    let limit = home_warn_size();
+    let used = service.home_size();
+    checks.push(check(
+        "home size",
+        used <= limit,
+        false,
+        if used <= limit {
+            format!("{} uses {}", settings.home.display(), human_bytes(used))
+        } else {
+            format!(
+                "{} uses {}, over {} (LACHESIS_HOME_WARN_SIZE): forget old runs with `lachesis gc --older-than 30d` or `daemon --keep-finished 30d`",
+                settings.home.display(),
+                human_bytes(used),
+                human_bytes(limit)
+            )
+        },
+    ));
     Report { checks }
+}
+
+/// The home size `doctor` warns above: `LACHESIS_HOME_WARN_SIZE` in bytes or with a K/M/G/T
+/// suffix (powers of 1024), 10 GiB otherwise.
+fn home_warn_size() -> u64 {
+    const DEFAULT: u64 = 10 << 30;
+    let Ok(text) = std::env::var("LACHESIS_HOME_WARN_SIZE") else {
+        return DEFAULT;
+    };
+    let text = text.trim().trim_end_matches(['B', 'b']).trim_end_matches(['i']);
+    let (number, shift) = match text.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&text[..text.len() - 1], 10),
+        Some('M') => (&text[..text.len() - 1], 20),
+        Some('G') => (&text[..text.len() - 1], 30),
+        Some('T') => (&text[..text.len() - 1], 40),
+        _ => (text, 0),
+    };
+    number.trim().parse::<u64>().map_or(DEFAULT, |n| n << shift)
+}
+
+pub fn human_bytes(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", units[unit]) }
 }
 
 /// Whether Slurm answers, when some workflow launches its stages there.

@@ -32,6 +32,10 @@ pub struct DaemonArgs {
     /// its runs
     #[arg(long, env = "LACHESIS_LEASE", default_value = "60s")]
     lease: Dur,
+    /// Forget finished runs and tests (rows and directories) this long after they ended,
+    /// checked hourly (e.g. 30d) [default: keep everything]
+    #[arg(long, value_name = "AGE")]
+    keep_finished: Option<Dur>,
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -58,6 +62,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         node: args.node,
         labels: args.labels.into_iter().collect(),
         lease: args.lease.0,
+        keep_finished: args.keep_finished.map(|d| d.0),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon::run(settings, options))?;

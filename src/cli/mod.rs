@@ -5,6 +5,7 @@ mod config;
 mod daemon;
 mod doctor;
 mod env;
+mod gc;
 mod mcp;
 mod node;
 mod output;
@@ -68,6 +69,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve the RL tools (rl_list_environments, rl_start_training, …) to an agent over MCP on stdio
     Mcp,
+    /// Forget finished runs and tests older than a limit: rows, events, logs and directories
+    Gc(gc::GcArgs),
     /// Measure the supervisor: exit detection, recovery, throughput, idle memory
     Bench(bench::BenchArgs),
     /// (internal) Parent of one stage process; started by the daemon
@@ -99,6 +102,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),
         Command::Bench(args) => bench::run(args),
+        Command::Gc(args) => current_thread()?.block_on(gc::run(settings, args)),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp => current_thread()?.block_on(mcp::run(settings)),
         Command::Shim(_) | Command::Redact => unreachable!("handled above"),

@@ -6,6 +6,7 @@ mod environments;
 mod inference_tests;
 mod metrics;
 mod nodes;
+mod retention;
 mod runs;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use metrics::RunMetrics;
 pub use nodes::NodeView;
+pub use retention::{GcReport, disk_usage};
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,7 @@ mod claims;
 mod inference_tests;
 mod nodes;
 pub mod postgres;
+mod retention;
 mod sql;
 mod sqlite;
 
@@ -45,6 +46,7 @@ pub use backend::Backend;
 pub use claims::{ClaimStore, Pick};
 pub use inference_tests::TestStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
+pub use retention::{Expired, RetentionStore};
 use sql::Locking;
 pub use sql::SqlStore;
 
@@ -96,7 +98,7 @@ pub struct DaemonLock {
 }
 
 #[async_trait]
-pub trait Store: TestStore + NodeStore + ClaimStore + Send + Sync {
+pub trait Store: TestStore + NodeStore + ClaimStore + RetentionStore + Send + Sync {
     /// The database underneath, and what it supports.
     fn backend(&self) -> Backend;
 

@@ -165,8 +165,9 @@ impl std::str::FromStr for Dur {
             "" | "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
+            "d" => 86400.0,
             other => {
-                return Err(format!("unknown duration unit '{other}' in '{s}' (use ms, s, m or h)"));
+                return Err(format!("unknown duration unit '{other}' in '{s}' (use ms, s, m, h or d)"));
             }
         };
         Ok(Dur(Duration::from_secs_f64(value * scale)))

@@ -6,6 +6,7 @@ mod http;
 mod inference_tests;
 mod mcp;
 mod nodes;
+mod retention;
 mod schedules;
 mod slurm;
 mod store;

@@ -44,6 +44,7 @@ async fn conformance(store: Arc<dyn Store>) {
     supervised_runs_are_the_ones_in_flight(&*store).await;
     racing_writers_cannot_both_win(Arc::clone(&store)).await;
     the_daemon_lock_is_exclusive(&*store).await;
+    retention_forgets_only_what_has_ended(&*store).await;
 }
 
 async fn round_trips_runs_and_orders_the_queue(store: &dyn Store) {
@@ -171,6 +172,39 @@ async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
     let ids: Vec<Uuid> = store.supervised_runs().await.unwrap().iter().map(|r| r.id).collect();
     assert!(ids.contains(&started.id) && ids.contains(&ending.id));
     assert!(!ids.contains(&pending.id) && !ids.contains(&done.id));
+}
+
+async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
+    let pending = insert(store, 0).await;
+    let started = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let ending = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let ending = store.transition(&ending, RunEvent::Fail, Some("x"), None).await.unwrap();
+    let mut live = store.stages(ending.id).await.unwrap().remove(0);
+    live.record.state = ProcessState::Up;
+    store.update_stage(&live, None).await.unwrap();
+    let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
+    store.put_snapshot(done.id, 1, &serde_json::json!({ "loss": 1 })).await.unwrap();
+    let soon = lachesis::model::now_millis() + 1000;
+    let expired: Vec<Uuid> =
+        store.expired_runs(soon, None, 10_000).await.unwrap().iter().map(|e| e.id).collect();
+    assert!(expired.contains(&done.id));
+    for kept in [pending.id, started.id, ending.id] {
+        assert!(!expired.contains(&kept), "a run not yet over is never expired");
+    }
+    assert!(
+        store
+            .expired_runs(done.ended_at.unwrap() - 1, None, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.id != done.id)
+    );
+    store.forget_runs(&[done.id]).await.unwrap();
+    assert!(store.run(done.id).await.unwrap().is_none());
+    assert!(store.stages(done.id).await.unwrap().is_empty());
+    assert!(store.events(done.id, 0).await.unwrap().is_empty());
+    assert!(store.snapshot(done.id).await.unwrap().is_none());
+    assert!(store.run(ending.id).await.unwrap().is_some());
 }
 
 async fn racing_writers_cannot_both_win(store: Arc<dyn Store>) {
