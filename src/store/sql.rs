@@ -85,6 +85,21 @@ impl SqlStore {
     }
 }
 
+/// Whether the store already has every migration of `migrator`: one indexed read, where
+/// running the migrator would read and checksum every applied migration on each command.
+pub(super) async fn schema_is_current(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> bool {
+    let Some(latest) = migrator.iter().map(|m| m.version).max() else {
+        return true;
+    };
+    // A fresh store has no `_sqlx_migrations` table yet: the error says "not current".
+    sqlx::query("SELECT MAX(version) AS version FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
+        .ok()
+        .and_then(|row| row.try_get::<Option<i64>, _>("version").ok().flatten())
+        .is_some_and(|applied| applied >= latest)
+}
+
 pub(super) fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
@@ -317,8 +332,26 @@ impl Store for SqlStore {
         if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Ok(Vec::new());
         }
-        let pattern = format!("{}%", prefix.to_ascii_lowercase());
-        self.query_runs(select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), &[&pattern], limit).await
+        let prefix = prefix.to_ascii_lowercase();
+        match self.backend {
+            // A range on the unique id index (SQLite's LIKE is case-insensitive, so it cannot use
+            // it): ids are hex and dashes, all below '~' in byte order.
+            Backend::Sqlite => {
+                let end = format!("{prefix}~");
+                self.query_runs(
+                    select_runs!("WHERE id >= $1 AND id < $2 ORDER BY seq LIMIT $3"),
+                    &[&prefix, &end],
+                    limit,
+                )
+                .await
+            }
+            // The `text_pattern_ops` index serves LIKE whatever the database's collation.
+            Backend::Postgres => {
+                let pattern = format!("{prefix}%");
+                self.query_runs(select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), &[&pattern], limit)
+                    .await
+            }
+        }
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>> {
@@ -354,11 +387,13 @@ impl Store for SqlStore {
     }
 
     async fn supervised_runs(&self) -> Result<Vec<Run>> {
+        // Two indexed lookups (in-flight states; live stages, a partial index), never a walk
+        // over the finished runs, which only grow.
         let rows = sqlx::query(select_runs!(
-            "WHERE (CAST($1 AS BIGINT) IS NULL OR fence = $1) \
-             AND (state IN ('starting', 'running', 'stopping', 'retrying') \
-             OR (state IN ('stopped', 'completed', 'failed') AND EXISTS (SELECT 1 FROM stages \
-             WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up')))) ORDER BY seq"
+            "WHERE seq IN (SELECT seq FROM runs WHERE state IN ('starting', 'running', 'stopping', 'retrying') \
+             UNION SELECT seq FROM runs WHERE id IN (SELECT run_id FROM stages \
+             WHERE state IN ('spawning', 'starting', 'up'))) \
+             AND state <> 'pending' AND (CAST($1 AS BIGINT) IS NULL OR fence = $1) ORDER BY seq"
         ))
         .bind(self.fence)
         .fetch_all(&self.pool)
