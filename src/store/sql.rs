@@ -339,17 +339,24 @@ impl Store for SqlStore {
             Backend::Sqlite => {
                 let end = format!("{prefix}~");
                 self.query_runs(
-                    select_runs!("WHERE id >= $1 AND id < $2 ORDER BY seq LIMIT $3"),
+                    select_runs!("WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"),
                     &[&prefix, &end],
                     limit,
                 )
                 .await
             }
-            // The `text_pattern_ops` index serves LIKE whatever the database's collation.
+            // The same range in the byte-order operators of the `text_pattern_ops` index, which
+            // also gives the order: the plan is that index whatever the collation or statistics
+            // (with `LIKE … ORDER BY seq LIMIT`, stale statistics walk the primary key through
+            // every run: 2.7x slower at 100,000 runs).
             Backend::Postgres => {
-                let pattern = format!("{prefix}%");
-                self.query_runs(select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), &[&pattern], limit)
-                    .await
+                let end = format!("{prefix}~");
+                self.query_runs(
+                    select_runs!("WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id USING ~<~ LIMIT $3"),
+                    &[&prefix, &end],
+                    limit,
+                )
+                .await
             }
         }
     }
