@@ -28,6 +28,8 @@ pub struct DaemonOptions {
     pub lease: Duration,
     /// How often running runs' W&B metric history is read (when WANDB_API_KEY is set).
     pub wandb_interval: Duration,
+    /// Forget finished runs and tests this long after they ended; `None` keeps everything.
+    pub keep_finished: Option<Duration>,
 }
 
 impl Default for DaemonOptions {
@@ -41,6 +43,7 @@ impl Default for DaemonOptions {
             labels: Default::default(),
             lease: Duration::from_secs(60),
             wandb_interval: Duration::from_secs(5 * 60),
+            keep_finished: None,
         }
     }
 }
@@ -118,6 +121,11 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         });
     }
     tokio::spawn(watch_free_space(settings.home.clone()));
+    if let Some(keep) = options.keep_finished {
+        // On a shared store each node forgets the runs it ran: their directories are on its disk.
+        let only = service.backend().supports_nodes().then(|| node.clone());
+        tokio::spawn(collect_garbage(service.clone(), keep, only));
+    }
     let config = ReconcilerConfig {
         exe,
         max_parallel: options.max_parallel.max(1),
@@ -199,6 +207,25 @@ async fn watch_free_space(home: std::path::PathBuf) {
         low = space.is_low();
     }
 }
+
+/// Forgets what ended more than `keep` ago, now and then hourly. Only terminal rows are
+/// touched, which the reconciler no longer moves, so this runs beside it.
+async fn collect_garbage(service: Service, keep: Duration, node: Option<String>) {
+    let mut tick = tokio::time::interval(GC_INTERVAL);
+    loop {
+        tick.tick().await;
+        match service.collect_garbage(keep, false, node.as_deref()).await {
+            Ok(r) if r.runs + r.tests > 0 => {
+                info!(runs = r.runs, tests = r.tests, bytes = r.bytes, "forgot finished runs and tests")
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!("retention: {err}"),
+        }
+    }
+}
+
+/// How often `--keep-finished` looks for what to forget.
+const GC_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// This machine's host name, the default node id.
 pub fn hostname() -> String {

@@ -1,6 +1,7 @@
 //! `lachesis doctor`: what a training run needs, checked one line each. Key values are never
 //! shown, only whether they are set.
 
+use crate::launch::space::human_bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -71,7 +72,7 @@ fn api_token_check(settings: &crate::settings::Settings) -> Check {
 
 /// Free space on the home's filesystem against the reserve the store and status files need.
 fn disk_check(home: &std::path::Path) -> Check {
-    use crate::launch::space::{human_bytes, space_at};
+    use crate::launch::space::space_at;
     match space_at(home) {
         Ok(space) if space.is_low() => check(
             "disk",
@@ -209,6 +210,23 @@ pub async fn report(service: &Service) -> Report {
             if free { "free" } else { "in use (a tinker-atropos run holds it, or something else)" },
         ));
     }
+    let limit = home_warn_size();
+    let used = service.home_size();
+    checks.push(check(
+        "home size",
+        used <= limit,
+        false,
+        if used <= limit {
+            format!("{} uses {}", settings.home.display(), human_bytes(used))
+        } else {
+            format!(
+                "{} uses {}, over {} (LACHESIS_HOME_WARN_SIZE): forget old runs with `lachesis gc --older-than 30d` or `daemon --keep-finished 30d`",
+                settings.home.display(),
+                human_bytes(used),
+                human_bytes(limit)
+            )
+        },
+    ));
     Report { checks }
 }
 
@@ -227,6 +245,24 @@ fn workflows_check(service: &Service) -> Option<Check> {
         format!("{} of {} workflows unusable: {}", broken.len(), names.len(), broken.join("; "))
     };
     Some(check("workflows", broken.is_empty(), false, detail))
+}
+
+/// The home size `doctor` warns above: `LACHESIS_HOME_WARN_SIZE` in bytes or with a K/M/G/T
+/// suffix (powers of 1024), 10 GiB otherwise.
+fn home_warn_size() -> u64 {
+    const DEFAULT: u64 = 10 << 30;
+    let Ok(text) = std::env::var("LACHESIS_HOME_WARN_SIZE") else {
+        return DEFAULT;
+    };
+    let text = text.trim().trim_end_matches(['B', 'b']).trim_end_matches(['i']);
+    let (number, shift) = match text.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&text[..text.len() - 1], 10),
+        Some('M') => (&text[..text.len() - 1], 20),
+        Some('G') => (&text[..text.len() - 1], 30),
+        Some('T') => (&text[..text.len() - 1], 40),
+        _ => (text, 0),
+    };
+    number.trim().parse::<u64>().ok().and_then(|n| n.checked_mul(1 << shift)).unwrap_or(DEFAULT)
 }
 
 /// Whether Slurm answers, when some workflow launches its stages there.

@@ -74,7 +74,12 @@ impl IntoResponse for Failure {
 impl From<ServiceError> for Failure {
     fn from(err: ServiceError) -> Failure {
         use ServiceError as E;
-        let (status, code) = match &err {
+        // A refused item of a batch answers as that item would alone, with its number.
+        let inner = match &err {
+            E::InBatch { source, .. } => source.as_ref(),
+            other => other,
+        };
+        let (status, code) = match inner {
             E::UnknownRun(_) | E::UnknownTest(_) | E::UnknownSchedule { .. } => {
                 (StatusCode::NOT_FOUND, "not_found")
             }

@@ -50,7 +50,13 @@ pub static ROUTES: &[Route] = &[
     route!("post", "/selection", "Select an environment", Some(r#"{"name": "gsm8k"}"#), post(select)),
     route!("put", "/config/{field}", "Set a configurable field", Some(r#"{"value": 16}"#), put(set_config)),
     route!("get", "/runs", "Runs, newest first (?state=, ?limit=)", None, get(list_runs)),
-    route!("post", "/runs", "Queue a run", Some(r#"{"workflow": "demo", "priority": 0}"#), post(start_run)),
+    route!(
+        "post",
+        "/runs",
+        "Queue a run, or a list of runs in one transaction (answers a list, in order)",
+        Some(r#"{"workflow": "demo", "priority": 0}"#),
+        post(start_run)
+    ),
     route!("get", "/runs/{id}", "A run with its stages", None, get(run_status)),
     route!("post", "/runs/{id}/stop", "Stop a run (a pending one is cancelled)", None, post(stop_run)),
     route!(
@@ -218,25 +224,55 @@ struct StartBody {
     stall_timeout: Option<crate::workflow::Dur>,
 }
 
-async fn start_run(State(s): State<AppState>, Body(body): Body<StartBody>) -> Response {
-    let set = body
-        .set
-        .into_iter()
-        .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-        .collect();
-    let request = SubmitRequest {
-        workflow: body.workflow,
-        env_name: body.env,
-        vars: body.vars,
-        set,
-        priority: body.priority,
-        stall_timeout: body.stall_timeout.map(|d| d.0),
-    };
-    match s.service.submit(request).await {
-        Ok(run) => {
-            (StatusCode::CREATED, axum::Json(json!(crate::service::RunSummary::from(&run)))).into_response()
+impl From<StartBody> for SubmitRequest {
+    fn from(body: StartBody) -> SubmitRequest {
+        let set = body
+            .set
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            .collect();
+        SubmitRequest {
+            workflow: body.workflow,
+            env_name: body.env,
+            vars: body.vars,
+            set,
+            priority: body.priority,
+            stall_timeout: body.stall_timeout.map(|d| d.0),
         }
-        Err(err) => Failure::from(err).into_response(),
+    }
+}
+
+/// One object queues one run; a list queues them all in one transaction, or none.
+async fn start_run(State(s): State<AppState>, Body(body): Body<Value>) -> Response {
+    let invalid = |e: String| Failure::new(StatusCode::BAD_REQUEST, "invalid_body", e).into_response();
+    match body {
+        Value::Array(items) => {
+            let mut requests = Vec::with_capacity(items.len());
+            for (index, item) in items.into_iter().enumerate() {
+                match serde_json::from_value::<StartBody>(item) {
+                    Ok(body) => requests.push(SubmitRequest::from(body)),
+                    Err(e) => return invalid(format!("run {} of the batch: {e}", index + 1)),
+                }
+            }
+            if requests.is_empty() {
+                return invalid("an empty list queues nothing".into());
+            }
+            match s.service.submit_many(requests).await {
+                Ok(runs) => {
+                    let summaries: Vec<_> = runs.iter().map(crate::service::RunSummary::from).collect();
+                    (StatusCode::CREATED, axum::Json(json!(summaries))).into_response()
+                }
+                Err(err) => Failure::from(err).into_response(),
+            }
+        }
+        item => match serde_json::from_value::<StartBody>(item) {
+            Ok(body) => match s.service.submit(body.into()).await {
+                Ok(run) => (StatusCode::CREATED, axum::Json(json!(crate::service::RunSummary::from(&run))))
+                    .into_response(),
+                Err(err) => Failure::from(err).into_response(),
+            },
+            Err(e) => invalid(e.to_string()),
+        },
     }
 }
 

@@ -37,6 +37,10 @@ pub struct DaemonArgs {
     /// WANDB_API_KEY)
     #[arg(long, env = "LACHESIS_WANDB_INTERVAL", default_value = "5m")]
     wandb_interval: Dur,
+    /// Forget finished runs and tests (rows and directories) this long after they ended,
+    /// checked hourly (e.g. 30d) [default: keep everything]
+    #[arg(long, value_name = "AGE")]
+    keep_finished: Option<Dur>,
 }
 
 /// A duration longer than zero (an interval of 0 would spin); at most 30 days, like every
@@ -80,6 +84,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         labels: args.labels.into_iter().collect(),
         lease: args.lease.0,
         wandb_interval: args.wandb_interval.0,
+        keep_finished: args.keep_finished.map(|d| d.0),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon::run(settings, options))?;

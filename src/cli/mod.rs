@@ -5,6 +5,7 @@ mod config;
 mod daemon;
 mod doctor;
 mod env;
+mod gc;
 mod mcp;
 mod node;
 pub(crate) mod output;
@@ -72,6 +73,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve the RL tools (rl_list_environments, rl_start_training, …) to an agent over MCP on stdio
     Mcp(mcp::McpArgs),
+    /// Forget finished runs and tests older than a limit: rows, events, logs and directories
+    Gc(gc::GcArgs),
     /// Measure the supervisor: exit detection, recovery, throughput, idle memory
     Bench(bench::BenchArgs),
     /// (internal) Parent of one stage process; started by the daemon
@@ -108,6 +111,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),
         Command::Bench(args) => bench::run(args),
+        Command::Gc(args) => current_thread()?.block_on(gc::run(settings, args)),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),
         Command::Shim(_) | Command::Redact => unreachable!("handled above"),

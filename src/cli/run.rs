@@ -38,8 +38,15 @@ pub enum RunCommand {
         #[arg(long, value_name = "DURATION")]
         stall_timeout: Option<lachesis::workflow::Dur>,
         /// Wait for the run to end, showing its progress; exit non-zero unless it completed
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["count", "from"])]
         wait: bool,
+        /// Queue N identical runs in one transaction; prints their ids in order
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        count: Option<u32>,
+        /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with
+        /// any of workflow, env, set, vars, priority, over the flags given here
+        #[arg(long, value_name = "FILE", conflicts_with = "count")]
+        from: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -95,7 +102,7 @@ pub enum RunCommand {
 pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
-        RunCommand::Start { workflow, env, set, var, priority, stall_timeout, wait, json } => {
+        RunCommand::Start { workflow, env, set, var, priority, stall_timeout, wait, count, from, json } => {
             let request = SubmitRequest {
                 workflow,
                 env_name: env,
@@ -104,6 +111,24 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 priority,
                 stall_timeout: stall_timeout.map(|d| d.0),
             };
+            if count.is_some() || from.is_some() {
+                let requests = match &from {
+                    Some(path) => requests_from(path, &request)?,
+                    None => vec![request; count.unwrap_or(1) as usize],
+                };
+                let runs = service.submit_many(requests).await?;
+                if json {
+                    let summaries: Vec<_> = runs.iter().map(lachesis::service::RunSummary::from).collect();
+                    print_json(&summaries)?;
+                } else {
+                    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+                    for run in &runs {
+                        writeln!(out, "{}", run.id)?;
+                    }
+                    out.flush()?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let run = service.submit(request).await?;
             if json && !wait {
                 print_json(&lachesis::service::RunSummary::from(&run))?;
@@ -228,6 +253,51 @@ fn assignments(flag: &'static str, items: &[String]) -> Result<BTreeMap<String, 
             _ => Err(ServiceError::BadAssignment { what: flag, text: item.clone() }),
         })
         .collect()
+}
+
+/// One line of `run start --from`: what this run changes over the command line's flags.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunLine {
+    workflow: Option<String>,
+    env: Option<String>,
+    #[serde(default)]
+    set: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    vars: BTreeMap<String, serde_json::Value>,
+    priority: Option<i64>,
+}
+
+/// The requests of a `--from` file (or stdin), one per non-blank line, over `base`.
+fn requests_from(path: &std::path::Path, base: &SubmitRequest) -> Result<Vec<SubmitRequest>, String> {
+    let text = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| format!("cannot read --from {}: {e}", path.display()))?;
+    // Numbers and booleans are passed as their JSON text, the way `--set`/`--var` take them.
+    let text_of = |v: serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    let mut requests = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let line: RunLine = serde_json::from_str(line)
+            .map_err(|e| format!("--from {} line {}: {e}", path.display(), number + 1))?;
+        let mut request = base.clone();
+        request.workflow = line.workflow.or(request.workflow);
+        request.env_name = line.env.or(request.env_name);
+        request.priority = line.priority.unwrap_or(request.priority);
+        request.set.extend(line.set.into_iter().map(|(k, v)| (k, text_of(v))));
+        request.vars.extend(line.vars.into_iter().map(|(k, v)| (k, text_of(v))));
+        requests.push(request);
+    }
+    if requests.is_empty() {
+        return Err(format!("--from {}: no runs in it (one JSON object per line)", path.display()));
+    }
+    Ok(requests)
 }
 
 fn print_status(status: &RunStatus) {

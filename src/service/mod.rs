@@ -7,6 +7,7 @@ mod inference_tests;
 mod metric_history;
 mod metrics;
 mod nodes;
+mod retention;
 mod runs;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
+pub use retention::{GcReport, disk_usage};
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +88,9 @@ pub enum ServiceError {
          the embedded SQLite store serves one daemon on one machine"
     )]
     NeedsPostgres(String),
+    /// One request of a bulk submission was refused (`index` counts from 1); nothing was written.
+    #[error("run {index} of the batch: {source}")]
+    InBatch { index: usize, source: Box<ServiceError> },
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;

@@ -1,6 +1,6 @@
 //! Runs: submit, find, inspect, stop.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -106,28 +106,52 @@ impl Service {
     /// Validates everything a run needs, then writes it as pending in one transaction and
     /// wakes the daemon. Nothing is written when anything is wrong.
     pub async fn submit(&self, request: SubmitRequest) -> Result<Run> {
+        let mut runs = self.submit_many(vec![request]).await?;
+        Ok(runs.remove(0))
+    }
+
+    /// Validates every request, then writes all the runs as pending in one transaction (in
+    /// order, so they are claimed in order at equal priority) and wakes the daemon once.
+    /// Nothing is written when any request is wrong; the error names the request (from 1).
+    pub async fn submit_many(&self, requests: Vec<SubmitRequest>) -> Result<Vec<Run>> {
         let catalog = self.settings.catalog()?;
+        let single = requests.len() == 1;
+        // A sweep names a handful of workflows: each is loaded and checked once.
+        let mut specs: HashMap<String, Workflow> = HashMap::new();
+        let mut batch = Vec::with_capacity(requests.len());
+        for (index, request) in requests.into_iter().enumerate() {
+            let run = self.prepare(&catalog, &mut specs, request).await.map_err(|err| {
+                if single { err } else { ServiceError::InBatch { index: index + 1, source: Box::new(err) } }
+            })?;
+            let stages = run.pending_stages();
+            batch.push((run, stages));
+        }
+        self.store.insert_runs(&batch).await?;
+        self.wake().await;
+        Ok(batch.into_iter().map(|(run, _)| run).collect())
+    }
+
+    /// One run, checked and planned, not yet written.
+    async fn prepare(
+        &self,
+        catalog: &crate::workflow::Catalog,
+        specs: &mut HashMap<String, Workflow>,
+        request: SubmitRequest,
+    ) -> Result<Run> {
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
-        let mut spec = catalog.load(&name)?;
+        let cached = specs.get(&name).cloned();
+        let mut spec = match cached {
+            Some(spec) => spec,
+            None => catalog.load(&name)?,
+        };
+        // Per-run values first: a bad variable is named even when a credential is missing too.
+        check_run_vars(&spec, &request.vars)?;
+        if !specs.contains_key(&name) {
+            self.check_workflow(&name, &spec)?;
+            specs.insert(name.clone(), spec.clone());
+        }
         if let Some(timeout) = request.stall_timeout {
             spec.stall_timeout = Some(crate::workflow::Dur(timeout));
-        }
-        if !spec.node_labels.is_empty() && !self.store.backend().supports_nodes() {
-            let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            return Err(ServiceError::NeedsPostgres(format!(
-                "workflow '{name}' pins its runs to nodes labelled {}, which",
-                labels.join(",")
-            )));
-        }
-        check_run_vars(&spec, &request.vars)?;
-        let missing: Vec<String> =
-            spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).cloned().collect();
-        if !missing.is_empty() {
-            return Err(ServiceError::MissingCredentials {
-                workflow: name,
-                wanted: spec.credentials.clone(),
-                missing,
-            });
         }
         let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
         let (env_name, env_file, config) = if runs_env || request.env_name.is_some() {
@@ -169,10 +193,28 @@ impl Service {
         let params = RunParams { vars: request.vars, config, resolved };
         let run =
             Run { env_name, workflow: name, ..Run::queued(id, spec, run_dir, request.priority, params) };
-        let stages = run.pending_stages();
-        self.store.insert_run(&run, &stages).await?;
-        self.wake().await;
         Ok(run)
+    }
+
+    /// What a workflow needs of this store and environment, checked once per submission.
+    fn check_workflow(&self, name: &str, spec: &Workflow) -> Result<()> {
+        if !spec.node_labels.is_empty() && !self.store.backend().supports_nodes() {
+            let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            return Err(ServiceError::NeedsPostgres(format!(
+                "workflow '{name}' pins its runs to nodes labelled {}, which",
+                labels.join(",")
+            )));
+        }
+        let missing: Vec<String> =
+            spec.credentials.iter().filter(|c| std::env::var_os(c).is_none()).cloned().collect();
+        if !missing.is_empty() {
+            return Err(ServiceError::MissingCredentials {
+                workflow: name.to_string(),
+                wanted: spec.credentials.clone(),
+                missing,
+            });
+        }
+        Ok(())
     }
 
     /// Every template value of a run except its ports (those are picked when it is claimed).

@@ -36,6 +36,9 @@ impl MetricStore for SqlStore {
                  eval_percent_correct = excluded.eval_percent_correct, loss = excluded.loss, \
                  recorded_at = excluded.recorded_at",
             )
+            // Not cached: PostgreSQL would keep the parameter types of the first rows it saw, and
+            // a metric that was NULL there (typed as such) refuses a number later.
+            .persistent(false)
             .bind(&run_id)
             .bind(row.step)
             .bind(row.reward_mean)

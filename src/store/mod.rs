@@ -32,6 +32,7 @@ mod metric_history;
 mod nodes;
 pub mod postgres;
 mod progress;
+mod retention;
 mod sql;
 mod sqlite;
 
@@ -49,6 +50,7 @@ pub use inference_tests::TestStore;
 pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
 pub use progress::ProgressStore;
+pub use retention::{Expired, RetentionStore};
 use sql::Locking;
 pub use sql::SqlStore;
 
@@ -100,7 +102,9 @@ pub struct DaemonLock {
 }
 
 #[async_trait]
-pub trait Store: TestStore + NodeStore + ClaimStore + ProgressStore + MetricStore + Send + Sync {
+pub trait Store:
+    TestStore + NodeStore + ClaimStore + ProgressStore + MetricStore + RetentionStore + Send + Sync
+{
     /// The database underneath, and what it supports.
     fn backend(&self) -> Backend;
 
@@ -111,6 +115,9 @@ pub trait Store: TestStore + NodeStore + ClaimStore + ProgressStore + MetricStor
 
     /// Inserts a pending run with its (pending) stages and a `submitted` event.
     async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()>;
+    /// Inserts many pending runs, each with its stages and `submitted` event, in one
+    /// transaction and in order: all of them or none.
+    async fn insert_runs(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()>;
     async fn run(&self, id: Uuid) -> Result<Option<Run>>;
     /// Runs whose id starts with `prefix` (hex digits and dashes only), at most `limit`.
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;

@@ -54,8 +54,11 @@ pub(super) async fn open(url: &str) -> Result<AnyPool> {
         .connect_with(options)
         .await
         .map_err(|source| StoreError::Open { target, source })?;
-    // sqlx takes an advisory lock of its own around PostgreSQL migrations.
-    sqlx::migrate!("migrations/postgres").run(&pool).await?;
+    let migrator = sqlx::migrate!("migrations/postgres");
+    if !super::sql::schema_is_current(&pool, &migrator).await {
+        // sqlx takes an advisory lock of its own around PostgreSQL migrations.
+        migrator.run(&pool).await?;
+    }
     Ok(pool)
 }
 

@@ -85,6 +85,21 @@ impl SqlStore {
     }
 }
 
+/// Whether the store already has every migration of `migrator`: one indexed read, where
+/// running the migrator would read and checksum every applied migration on each command.
+pub(super) async fn schema_is_current(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> bool {
+    let Some(latest) = migrator.iter().map(|m| m.version).max() else {
+        return true;
+    };
+    // A fresh store has no `_sqlx_migrations` table yet: the error says "not current".
+    sqlx::query("SELECT MAX(version) AS version FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
+        .ok()
+        .and_then(|row| row.try_get::<Option<i64>, _>("version").ok().flatten())
+        .is_some_and(|applied| applied >= latest)
+}
+
 pub(super) fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
@@ -309,19 +324,13 @@ impl SqlStore {
     }
 }
 
-#[async_trait]
-impl Store for SqlStore {
-    fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store> {
-        std::sync::Arc::new(self.with_fence(token))
-    }
-
-    async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
+/// One pending run's rows: the run, its stages and its `submitted` event.
+async fn insert_pending_run(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    run: &Run,
+    stages: &[Stage],
+) -> Result<()> {
+    sqlx::query(
             "INSERT INTO runs (id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, \
              started_at, ended_at, reason, run_dir, spec, params) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
@@ -341,22 +350,42 @@ impl Store for SqlStore {
         .bind(run.run_dir.to_string_lossy().into_owned())
         .bind(json(&run.spec))
         .bind(json(&run.params))
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        for stage in stages {
-            sqlx::query(
-                "INSERT INTO stages (run_id, idx, name, state, log_path) VALUES ($1, $2, $3, $4, $5)",
-            )
+    for stage in stages {
+        sqlx::query("INSERT INTO stages (run_id, idx, name, state, log_path) VALUES ($1, $2, $3, $4, $5)")
             .bind(stage.run_id.to_string())
             .bind(stage.idx)
             .bind(&stage.name)
             .bind(stage.record.state.as_str())
             .bind(stage.log_path.to_string_lossy().into_owned())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
+    }
+    let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
+    insert_event(&mut **tx, run.id, EventKind::Note, None, None, &message).await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    fn fenced(&self, token: i64) -> std::sync::Arc<dyn Store> {
+        std::sync::Arc::new(self.with_fence(token))
+    }
+
+    async fn insert_run(&self, run: &Run, stages: &[Stage]) -> Result<()> {
+        self.insert_runs(&[(run.clone(), stages.to_vec())]).await
+    }
+
+    async fn insert_runs(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for (run, stages) in runs {
+            insert_pending_run(&mut tx, run, stages).await?;
         }
-        let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
-        insert_event(&mut *tx, run.id, EventKind::Note, None, None, &message).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -374,8 +403,33 @@ impl Store for SqlStore {
         if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Ok(Vec::new());
         }
-        let pattern = format!("{}%", prefix.to_ascii_lowercase());
-        self.query_runs(select_runs!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), &[&pattern], limit).await
+        let prefix = prefix.to_ascii_lowercase();
+        match self.backend {
+            // A range on the unique id index (SQLite's LIKE is case-insensitive, so it cannot use
+            // it): ids are hex and dashes, all below '~' in byte order.
+            Backend::Sqlite => {
+                let end = format!("{prefix}~");
+                self.query_runs(
+                    select_runs!("WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"),
+                    &[&prefix, &end],
+                    limit,
+                )
+                .await
+            }
+            // The same range in the byte-order operators of the `text_pattern_ops` index, which
+            // also gives the order: the plan is that index whatever the collation or statistics
+            // (with `LIKE … ORDER BY seq LIMIT`, stale statistics walk the primary key through
+            // every run: 2.7x slower at 100,000 runs).
+            Backend::Postgres => {
+                let end = format!("{prefix}~");
+                self.query_runs(
+                    select_runs!("WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id USING ~<~ LIMIT $3"),
+                    &[&prefix, &end],
+                    limit,
+                )
+                .await
+            }
+        }
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>> {
@@ -411,11 +465,13 @@ impl Store for SqlStore {
     }
 
     async fn supervised_runs(&self) -> Result<Vec<Run>> {
+        // Two indexed lookups (in-flight states; live stages, a partial index), never a walk
+        // over the finished runs, which only grow.
         let rows = sqlx::query(select_runs!(
-            "WHERE (CAST($1 AS BIGINT) IS NULL OR fence = $1) \
-             AND (state IN ('starting', 'running', 'stopping', 'retrying') \
-             OR (state IN ('stopped', 'completed', 'failed') AND EXISTS (SELECT 1 FROM stages \
-             WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up')))) ORDER BY seq"
+            "WHERE seq IN (SELECT seq FROM runs WHERE state IN ('starting', 'running', 'stopping', 'retrying') \
+             UNION SELECT seq FROM runs WHERE id IN (SELECT run_id FROM stages \
+             WHERE state IN ('spawning', 'starting', 'up'))) \
+             AND state <> 'pending' AND (CAST($1 AS BIGINT) IS NULL OR fence = $1) ORDER BY seq"
         ))
         .bind(self.fence)
         .fetch_all(&self.pool)

@@ -42,12 +42,16 @@ pub(super) async fn open(path: &Path) -> Result<AnyPool> {
         .await
         .map_err(|source| StoreError::Open { target, source })?;
 
+    let migrator = sqlx::migrate!("migrations/sqlite");
+    if super::sql::schema_is_current(&pool, &migrator).await {
+        return Ok(pool);
+    }
     // sqlx does not serialise migrations on SQLite: two processes opening a fresh home at once
     // would both try to create the tables. A file lock makes them take turns.
     let migrate_lock = sibling(path, "migrate.lock");
     let file = OpenOptions::new().create(true).append(true).open(&migrate_lock).map_err(io_err)?;
     flock(&file, FlockOperation::LockExclusive).map_err(|e| io_err(e.into()))?;
-    sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+    migrator.run(&pool).await?;
     drop(file);
 
     Ok(pool)

@@ -185,3 +185,44 @@ async fn doctor_says_what_is_missing_and_never_prints_a_key() {
     let report: serde_json::Value = serde_json::from_slice(&home.cli(&["doctor", "--json"]).stdout).unwrap();
     assert_eq!(report["healthy"], false);
 }
+
+#[tokio::test]
+async fn bulk_start_queues_every_run_in_one_go_or_none() {
+    let mut home = TestHome::new();
+    let out = home.cli(&["run", "start", "--workflow", "demo", "--count", "25"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(ids.len(), 25);
+    let listed: Vec<String> = home
+        .service()
+        .await
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id.to_string())
+        .collect();
+    let mut oldest_first = listed.clone();
+    oldest_first.reverse();
+    assert_eq!(oldest_first, ids, "printed in submission order");
+
+    let lines = home.path().join("sweep.jsonl");
+    std::fs::write(&lines, "{\"vars\": {\"steps\": 2}}\n\n{\"vars\": {\"steps\": \"3\"}, \"priority\": 4}\n")
+        .unwrap();
+    let out = home.cli(&["run", "start", "--workflow", "demo", "--from", lines.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    assert_eq!(runs[1]["priority"], 4);
+    assert_eq!(run_count(&mut home).await, 27);
+
+    // One bad line refuses the whole file, naming the run and the field.
+    std::fs::write(&lines, "{\"vars\": {\"steps\": 2}}\n{\"vars\": {\"stepz\": 2}}\n").unwrap();
+    let err = stderr(&home.cli(&["run", "start", "--workflow", "demo", "--from", lines.to_str().unwrap()]));
+    assert!(err.contains("run 2 of the batch: unknown variable 'stepz'"), "{err}");
+    std::fs::write(&lines, "{\"vars\": {\"steps\": 2}}\n{\"prio\": 1}\n").unwrap();
+    let err = stderr(&home.cli(&["run", "start", "--workflow", "demo", "--from", lines.to_str().unwrap()]));
+    assert!(err.contains("line 2: unknown field `prio`"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(run_count(&mut home).await, 27);
+}

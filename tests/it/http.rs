@@ -241,6 +241,17 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert!(text.contains("lachesis_exit_detection_seconds_count 3"), "{text}");
     let (s, b) = api.get("/nope").await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
+    // A list queues every run in one transaction, or none (after the metrics: these run too).
+    let (s, b) =
+        api.post("/runs", json!([{ "workflow": "demo", "priority": -1 }, { "workflow": "demo" }])).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b.as_array().map(Vec::len), Some(2));
+    assert_eq!(b[0]["priority"], -1);
+    let (s, b) = api.post("/runs", json!([{ "workflow": "demo" }, { "workflow": "nope" }])).await;
+    assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
+    assert!(b["message"].as_str().unwrap_or("").contains("run 2 of the batch"), "{b}");
+    let (s, b) = api.post("/runs", json!([{ "workflw": "demo" }])).await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid_body"));
     let big = "x".repeat(lachesis::api::BODY_LIMIT + 1);
     let (s, b) = api.post("/selection", json!({ "name": big })).await;
     assert_eq!((s, code(&b)), (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"));

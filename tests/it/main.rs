@@ -11,6 +11,7 @@ mod inference_tests;
 mod mcp;
 mod nodes;
 mod progress;
+mod retention;
 mod schedules;
 mod slurm;
 mod store;

@@ -38,11 +38,13 @@ async fn insert(store: &dyn Store, priority: i64) -> Run {
 
 async fn conformance(store: Arc<dyn Store>) {
     round_trips_runs_and_orders_the_queue(&*store).await;
+    a_batch_is_written_in_order_or_not_at_all(&*store).await;
     transitions_are_conditional_and_recorded(&*store).await;
     stages_round_trip(&*store).await;
     supervised_runs_are_the_ones_in_flight(&*store).await;
     racing_writers_cannot_both_win(Arc::clone(&store)).await;
     the_daemon_lock_is_exclusive(&*store).await;
+    retention_forgets_only_what_has_ended(&*store).await;
     metric_history_is_one_row_per_step(&*store).await;
 }
 
@@ -89,6 +91,26 @@ async fn round_trips_runs_and_orders_the_queue(store: &dyn Store) {
     let events = store.events(low.id, 0).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].message, "submitted (workflow t, priority 0)");
+}
+
+async fn a_batch_is_written_in_order_or_not_at_all(store: &dyn Store) {
+    let batch: Vec<(Run, Vec<Stage>)> = (0..50).map(|_| new_run(-5)).collect();
+    store.insert_runs(&batch).await.unwrap();
+    let pending: Vec<Uuid> = store.pending_runs(10_000, 0).await.unwrap().iter().map(|r| r.id).collect();
+    let mine: Vec<Uuid> = pending.into_iter().filter(|id| batch.iter().any(|(r, _)| r.id == *id)).collect();
+    assert_eq!(mine, batch.iter().map(|(r, _)| r.id).collect::<Vec<_>>(), "claimed in submission order");
+    let last = &batch[49].0;
+    assert_eq!(store.stages(last.id).await.unwrap().len(), 2);
+    assert_eq!(store.events(last.id, 0).await.unwrap().len(), 1);
+    // A duplicate id in the middle refuses the whole batch: none of the fresh runs lands.
+    let fresh = new_run(-5);
+    let refused = vec![fresh.clone(), batch[0].clone()];
+    assert!(store.insert_runs(&refused).await.is_err());
+    assert!(store.run(fresh.0.id).await.unwrap().is_none());
+    for (run, _) in &batch {
+        let cancelled = store.transition(run, RunEvent::Cancel, None, None).await.unwrap();
+        assert_eq!(cancelled.state, RunState::Stopped);
+    }
 }
 
 async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
@@ -174,6 +196,45 @@ async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
     let ids: Vec<Uuid> = store.supervised_runs().await.unwrap().iter().map(|r| r.id).collect();
     assert!(ids.contains(&started.id) && ids.contains(&ending.id));
     assert!(!ids.contains(&pending.id) && !ids.contains(&done.id));
+}
+
+async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
+    let pending = insert(store, 0).await;
+    let started = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let ending = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let ending = store.transition(&ending, RunEvent::Fail, Some("x"), None).await.unwrap();
+    let mut live = store.stages(ending.id).await.unwrap().remove(0);
+    live.record.state = ProcessState::Up;
+    store.update_stage(&live, None).await.unwrap();
+    let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
+    store.put_snapshot(done.id, 1, &serde_json::json!({ "loss": 1 })).await.unwrap();
+    let point = lachesis::model::ProgressPoint { attempt: 1, step: 3, total: Some(5), at: 1 };
+    store.record_progress(done.id, &point).await.unwrap();
+    let row = lachesis::model::MetricRow { step: 3, recorded_at: 1, ..Default::default() };
+    store.put_metric_rows(done.id, &[row]).await.unwrap();
+    let soon = lachesis::model::now_millis() + 1000;
+    let expired: Vec<Uuid> =
+        store.expired_runs(soon, None, 10_000).await.unwrap().iter().map(|e| e.id).collect();
+    assert!(expired.contains(&done.id));
+    for kept in [pending.id, started.id, ending.id] {
+        assert!(!expired.contains(&kept), "a run not yet over is never expired");
+    }
+    assert!(
+        store
+            .expired_runs(done.ended_at.unwrap() - 1, None, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.id != done.id)
+    );
+    store.forget_runs(&[done.id]).await.unwrap();
+    assert!(store.run(done.id).await.unwrap().is_none());
+    assert!(store.stages(done.id).await.unwrap().is_empty());
+    assert!(store.events(done.id, 0).await.unwrap().is_empty());
+    assert!(store.snapshot(done.id).await.unwrap().is_none());
+    assert!(store.progress(done.id, 1).await.unwrap().is_empty(), "its progress series goes too");
+    assert!(store.metric_rows(done.id).await.unwrap().is_empty(), "its metric history goes too");
+    assert!(store.run(ending.id).await.unwrap().is_some());
 }
 
 async fn racing_writers_cannot_both_win(store: Arc<dyn Store>) {

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 mod claims;
+mod history;
 mod progress;
 mod supervisor;
 
@@ -54,6 +55,16 @@ pub struct BenchArgs {
     /// Pending runs per round (with --claims)
     #[arg(long, default_value_t = 2000)]
     claim_runs: usize,
+    /// Instead: command, claim and idle-daemon costs with an empty store, then with a long
+    /// history of finished runs
+    #[arg(long)]
+    history: bool,
+    /// Finished runs inserted (with --history)
+    #[arg(long, default_value_t = 100_000)]
+    history_runs: usize,
+    /// Also measure --history on a scratch database of the --postgres server
+    #[arg(long)]
+    history_postgres: bool,
     #[arg(long)]
     json: bool,
 }
@@ -67,6 +78,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.progress {
         return progress(args);
+    }
+    if args.history {
+        return history(args);
     }
     let options = BenchOptions {
         runs: args.runs,
@@ -169,6 +183,39 @@ fn http(args: BenchArgs) -> CliResult {
             l.max,
             report.errors
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn history(args: BenchArgs) -> CliResult {
+    let exe = std::env::current_exe()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let postgres = args.history_postgres.then_some(args.postgres.as_str());
+    let report = runtime
+        .block_on(history::history(&exe, args.history_runs, postgres, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for b in &report.backends {
+        let (e, f) = (&b.empty, &b.full);
+        println!("{} — empty store vs {} finished runs (ratio):", b.backend, f.finished_runs);
+        let row = |what: &str, empty: f64, full: f64, unit: &str| {
+            println!(
+                "  {what:<34} {empty:>8.2} {unit:<5} {full:>8.2} {unit:<5} {:>5.2}x",
+                full / empty.max(1e-9)
+            );
+        };
+        row("run start p50", e.start_ms.p50, f.start_ms.p50, "ms");
+        row("run start CPU p50", e.start_cpu_ms, f.start_cpu_ms, "ms");
+        row("run status <8-char prefix> p50", e.status_prefix_ms.p50, f.status_prefix_ms.p50, "ms");
+        row("run status CPU p50", e.status_cpu_ms, f.status_cpu_ms, "ms");
+        row("run list (first page) p50", e.list_ms.p50, f.list_ms.p50, "ms");
+        row("run list CPU p50", e.list_cpu_ms, f.list_cpu_ms, "ms");
+        row("exit detection p99", e.exit_detection_ms.p99, f.exit_detection_ms.p99, "ms");
+        row("claim + run throughput", e.claim_runs_per_s, f.claim_runs_per_s, "run/s");
+        row("idle daemon CPU", e.idle_cpu_percent, f.idle_cpu_percent, "%");
+        row("idle daemon RSS", e.idle_rss_mb, f.idle_rss_mb, "MB");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -43,7 +43,7 @@ pub struct BenchReport {
     pub idle_rss_mb: f64,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Percentiles {
     pub samples: usize,
     pub p50: f64,
@@ -279,7 +279,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
     Ok(report)
 }
 
-fn wait_for_socket(home: &Path) -> BenchResult<()> {
+pub(super) fn wait_for_socket(home: &Path) -> BenchResult<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !home.join("daemon.sock").exists() {
         if Instant::now() > deadline {
@@ -290,7 +290,7 @@ fn wait_for_socket(home: &Path) -> BenchResult<()> {
     Ok(())
 }
 
-fn rss_mb(pid: u32) -> f64 {
+pub(super) fn rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kb: f64 = status
         .lines()
