@@ -236,10 +236,12 @@ def bench(plan, cdp):
             "(() => { const n = performance.getEntriesByType('navigation')[0];"
             " return {ttfb: n.responseStart - n.requestStart, load: n.loadEventEnd - n.startTime,"
             " response_end: n.responseEnd - n.startTime, dom_ready: n.domContentLoadedEventEnd - n.startTime,"
-            " rows: document.querySelectorAll('tr[data-run]').length} })()"))
+            " rows: document.querySelectorAll('tr[data-run]').length,"
+            " next_page: [...document.querySelectorAll('a')].some(a => a.textContent === 'next')} })()"))
     samples.sort(key=lambda s: s["load"])
     median = samples[len(samples) // 2]
     return {"ttfb_ms": round(median["ttfb"], 1), "load_ms": round(median["load"], 1), "rows": median["rows"],
+            "next_page": median["next_page"],
             "samples": samples, "screenshot_runs_1000": cdp.screenshot(os.path.join(plan["out"], "runs-1000.png"), whole_page=False)}
 
 
