@@ -404,7 +404,7 @@ impl Service {
                         .store
                         .run(run.id)
                         .await?
-                        .ok_or_else(|| ServiceError::UnknownRun(prefix.to_string()))?;
+                        .ok_or_else(|| ServiceError::UnknownRun(crate::yaml::one_line(prefix)))?;
                 }
                 Err(err) => return Err(err.into()),
             }

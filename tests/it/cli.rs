@@ -129,6 +129,9 @@ async fn unknown_and_ambiguous_run_ids() {
     let out = home.cli_ok(&["run", "status", &a.to_string()[..common.len() + 1], "--json"]);
     assert!(out.contains(&a.to_string()));
     assert!(stderr(&home.cli(&["run", "status", "%"])).contains("no run matches '%'"));
+    // A control character in an id is shown escaped: the error stays one printable line.
+    let odd = stderr(&home.cli(&["run", "status", "a\u{1}b\nc"]));
+    assert_eq!(odd.trim_end(), "lachesis: no run matches 'a\\u{1}b\\nc'", "{odd:?}");
 }
 
 #[tokio::test]
