@@ -2,8 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 mod cli;
 
 fn main() -> ExitCode {
@@ -12,7 +10,7 @@ fn main() -> ExitCode {
     // values and webhook passwords, logs hold prompts) whatever umask the shell had; files
     // that matter also get their mode set explicitly where they are created.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    let args = cli::Cli::parse();
+    let args = cli::parse();
     match cli::dispatch(args) {
         Ok(code) => code,
         Err(err) if cli::output::is_broken_pipe(err.as_ref()) => ExitCode::SUCCESS,

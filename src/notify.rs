@@ -136,7 +136,7 @@ pub struct Notifier {
 impl Notifier {
     /// `timeout` bounds each attempt.
     pub fn new(timeout: Duration, policy: RetryPolicy) -> Result<Self, NotifyError> {
-        let client = reqwest::Client::builder()
+        let client = crate::http_client::builder()
             .timeout(timeout)
             // A redirected POST may turn into a GET or carry the body elsewhere; a webhook that
             // moved should be reconfigured, not followed.

@@ -245,7 +245,7 @@ impl WandbClient {
             // The base itself is not shown: a mistyped variable may hold anything, the key included.
             _ => return Err(WandbError::Config { detail: "the base URL is not an http(s) URL".into() }),
         }
-        let http = reqwest::Client::builder()
+        let http = crate::http_client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             // A redirected POST turns into a GET; a moved server should be reconfigured instead.

@@ -86,6 +86,17 @@ enum Command {
     Redact,
 }
 
+/// The command line, parsed as `Cli::parse` would, minus tearing the parser down afterwards:
+/// freeing every subcommand's definitions cost more instructions than parsing `run start`.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut command = Cli::command();
+    let matches = command.try_get_matches_from_mut(std::env::args_os()).unwrap_or_else(|err| err.exit());
+    let parsed = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.format(&mut command).exit());
+    std::mem::forget(command);
+    parsed
+}
+
 pub fn dispatch(cli: Cli) -> CliResult {
     if let Command::Shim(args) = cli.command {
         // No runtime, no store: the shim must start fast and depend on nothing.
@@ -94,6 +105,9 @@ pub fn dispatch(cli: Cli) -> CliResult {
     if let Command::Redact = cli.command {
         let code = lachesis::secrets::filter_main();
         return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+    }
+    if !matches!(cli.command, Command::Daemon(_) | Command::Mcp(_) | Command::Bench(_)) {
+        one_malloc_arena();
     }
     let settings = Settings::new(cli.home, cli.database_url);
     if matches!(cli.command, Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_)) {
@@ -115,6 +129,17 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),
         Command::Shim(_) | Command::Redact => unreachable!("handled above"),
+    }
+}
+
+/// A short command's second thread (SQLite's worker) would otherwise get a malloc arena of its
+/// own: a fresh 64 MB mapping and its first-touch page faults, about a tenth of `run start`'s CPU.
+/// Long-lived, busy processes (daemon, MCP server, bench) keep glibc's default.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 

@@ -178,7 +178,7 @@ impl Reconciler {
         tx: UnboundedSender<Msg>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Reconciler {
-        let http = reqwest::Client::builder().no_proxy().build().unwrap_or_default();
+        let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
         let notifier = crate::notify::Notifier::with_defaults().ok();
         let node = node::NodeState::new(registration, config.claims_dir.clone());
         Reconciler {

@@ -82,10 +82,11 @@ impl Service {
                 continue;
             }
             bytes += disk_usage(&item.dir);
-            if !dry_run && let Err(err) = std::fs::remove_dir_all(&item.dir) {
-                if err.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!("cannot remove {}: {err}", item.dir.display());
-                }
+            if !dry_run
+                && let Err(err) = std::fs::remove_dir_all(&item.dir)
+                && err.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("cannot remove {}: {err}", item.dir.display());
             }
         }
         bytes

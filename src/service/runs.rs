@@ -319,9 +319,16 @@ impl Service {
         ))
     }
 
-    /// How many runs are in each state (cheap: no rows parsed).
+    /// How many runs are in each state (no rows parsed, but every run counted: for pages, not
+    /// for loops; see `live_run_counts`).
     pub async fn run_counts(&self) -> Result<Vec<(String, i64)>> {
         Ok(self.store.run_counts().await?)
+    }
+
+    /// How many runs are pending, starting, running, stopping or retrying: an index range, as
+    /// cheap with a year of finished runs as with none.
+    pub async fn live_run_counts(&self) -> Result<Vec<(String, i64)>> {
+        Ok(self.store.live_run_counts().await?)
     }
 
     pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {

@@ -29,6 +29,7 @@ mod backend;
 mod claims;
 mod inference_tests;
 mod metric_history;
+mod migrations;
 mod nodes;
 pub mod postgres;
 mod progress;
@@ -123,8 +124,11 @@ pub trait Store:
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;
     /// Runs newest first, or pending runs in queue order when filtering on `pending`.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>>;
-    /// How many runs are in each state.
+    /// How many runs are in each state (walks every run: for pages and scrapes, not loops).
     async fn run_counts(&self) -> Result<Vec<(String, i64)>>;
+    /// How many runs are in each state that is not terminal: an index range, flat however many
+    /// finished runs the store keeps.
+    async fn live_run_counts(&self) -> Result<Vec<(String, i64)>>;
     /// Runs in `starting`, `running`, `stopping` or `retrying` (held under the fence, if any).
     async fn active_runs(&self) -> Result<Vec<Run>>;
     /// Runs a daemon must look after: not terminal, or with a stage that may still be alive.

@@ -16,6 +16,16 @@ use super::sql::{SqlStore, corrupt, from_json, insert_event, json, run_from_row}
 use super::{Result, Store, StoreError};
 use crate::model::{EventKind, Millis, Run, RunState, now_millis};
 
+/// The runs a daemon still supervises: in flight, or ended with stages still up. Both halves
+/// are indexed lookups (run state; the partial index of live stages), so what a restart
+/// touches does not grow with the finished runs a node has kept, which keep their old fence.
+macro_rules! supervised_run_ids {
+    () => {
+        "(SELECT id FROM runs WHERE state IN ('starting', 'running', 'stopping', 'retrying') \
+         UNION SELECT run_id FROM stages WHERE state IN ('spawning', 'starting', 'up'))"
+    };
+}
+
 /// Who a daemon is, as it registers.
 #[derive(Clone, Debug)]
 pub struct NodeRegistration {
@@ -241,9 +251,9 @@ impl NodeStore for SqlStore {
     async fn node_runs(&self, node: &str, token: i64) -> Result<Vec<Run>> {
         let rows = sqlx::query(concat!(
             select_runs_sql!(),
-            "WHERE node = $1 AND fence = $2 AND (state IN ('starting', 'running', 'stopping', 'retrying') ",
-            "OR EXISTS (SELECT 1 FROM stages WHERE stages.run_id = runs.id ",
-            "AND stages.state IN ('spawning', 'starting', 'up'))) ORDER BY seq"
+            "WHERE node = $1 AND fence = $2 AND id IN ",
+            supervised_run_ids!(),
+            " ORDER BY seq"
         ))
         .bind(node.to_string())
         .bind(token)
@@ -323,10 +333,12 @@ impl NodeStore for SqlStore {
     }
 }
 
-const ADOPT_RUNS: &str = "UPDATE runs SET fence = $1 WHERE node = $2 AND fence = $3";
-const ADOPT_TESTS: &str = "UPDATE tests SET fence = $1 WHERE node = $2 AND fence = $3";
-const ADOPT_UNOWNED_RUNS: &str = "UPDATE runs SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL \
-     AND (state IN ('starting', 'running', 'stopping', 'retrying') OR (state IN ('stopped', 'completed', 'failed') \
-     AND EXISTS (SELECT 1 FROM stages WHERE stages.run_id = runs.id AND stages.state IN ('spawning', 'starting', 'up'))))";
+const ADOPT_RUNS: &str =
+    concat!("UPDATE runs SET fence = $1 WHERE node = $2 AND fence = $3 AND id IN ", supervised_run_ids!());
+const ADOPT_TESTS: &str = "UPDATE tests SET fence = $1 WHERE node = $2 AND fence = $3 AND state = 'running'";
+const ADOPT_UNOWNED_RUNS: &str = concat!(
+    "UPDATE runs SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL AND state <> 'pending' AND id IN ",
+    supervised_run_ids!()
+);
 const ADOPT_UNOWNED_TESTS: &str =
     "UPDATE tests SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL AND state = 'running'";

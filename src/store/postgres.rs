@@ -54,10 +54,10 @@ pub(super) async fn open(url: &str) -> Result<AnyPool> {
         .connect_with(options)
         .await
         .map_err(|source| StoreError::Open { target, source })?;
-    let migrator = sqlx::migrate!("migrations/postgres");
-    if !super::sql::schema_is_current(&pool, &migrator).await {
+    let schema = super::migrations::Schema::Postgres;
+    if !super::sql::schema_is_current(&pool, schema.latest()).await {
         // sqlx takes an advisory lock of its own around PostgreSQL migrations.
-        migrator.run(&pool).await?;
+        schema.migrator().run(&pool).await?;
     }
     Ok(pool)
 }

@@ -85,12 +85,9 @@ impl SqlStore {
     }
 }
 
-/// Whether the store already has every migration of `migrator`: one indexed read, where
+/// Whether the store already has migration `latest`: one indexed read, where
 /// running the migrator would read and checksum every applied migration on each command.
-pub(super) async fn schema_is_current(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> bool {
-    let Some(latest) = migrator.iter().map(|m| m.version).max() else {
-        return true;
-    };
+pub(super) async fn schema_is_current(pool: &AnyPool, latest: i64) -> bool {
     // A fresh store has no `_sqlx_migrations` table yet: the error says "not current".
     sqlx::query("SELECT MAX(version) AS version FROM _sqlx_migrations WHERE success")
         .fetch_one(pool)
@@ -451,6 +448,15 @@ impl Store for SqlStore {
     async fn run_counts(&self) -> Result<Vec<(String, i64)>> {
         count_by_state(&self.pool, "SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
             .await
+    }
+
+    async fn live_run_counts(&self) -> Result<Vec<(String, i64)>> {
+        count_by_state(
+            &self.pool,
+            "SELECT state, COUNT(*) AS n FROM runs \
+             WHERE state IN ('pending', 'starting', 'running', 'stopping', 'retrying') GROUP BY state ORDER BY state",
+        )
+        .await
     }
 
     async fn active_runs(&self) -> Result<Vec<Run>> {

@@ -42,8 +42,8 @@ pub(super) async fn open(path: &Path) -> Result<AnyPool> {
         .await
         .map_err(|source| StoreError::Open { target, source })?;
 
-    let migrator = sqlx::migrate!("migrations/sqlite");
-    if super::sql::schema_is_current(&pool, &migrator).await {
+    let schema = super::migrations::Schema::Sqlite;
+    if super::sql::schema_is_current(&pool, schema.latest()).await {
         return Ok(pool);
     }
     // sqlx does not serialise migrations on SQLite: two processes opening a fresh home at once
@@ -51,7 +51,7 @@ pub(super) async fn open(path: &Path) -> Result<AnyPool> {
     let migrate_lock = sibling(path, "migrate.lock");
     let file = OpenOptions::new().create(true).append(true).open(&migrate_lock).map_err(io_err)?;
     flock(&file, FlockOperation::LockExclusive).map_err(|e| io_err(e.into()))?;
-    migrator.run(&pool).await?;
+    schema.migrator().run(&pool).await?;
     drop(file);
 
     Ok(pool)

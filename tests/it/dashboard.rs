@@ -61,7 +61,7 @@ async fn serve(home: &mut TestHome, extra: &[&str]) -> String {
     let url = format!("http://{addr}/health");
     wait_for("the API to answer", T, || {
         let url = url.clone();
-        async move { reqwest::get(url).await.ok().map(drop) }
+        async move { http_get(url).await.ok().map(drop) }
     })
     .await;
     format!("http://{addr}")
@@ -162,17 +162,23 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     .await;
 
     // The JSON API still wants the bearer token; the pages answer with the login prompt.
-    let anonymous = reqwest::get(format!("{base}/runs")).await.unwrap();
+    let anonymous = http_get(format!("{base}/runs")).await.unwrap();
     assert_eq!(anonymous.status(), reqwest::StatusCode::UNAUTHORIZED);
-    let page = reqwest::get(format!("{base}/ui/runs/{running}")).await.unwrap();
+    let page = http_get(format!("{base}/ui/runs/{running}")).await.unwrap();
     assert_eq!(page.status(), reqwest::StatusCode::UNAUTHORIZED);
     let text = page.text().await.unwrap();
     assert!(text.contains("Sign in") && !text.contains(&running.to_string()[..8]), "{text}");
 
     for page in ["/ui/runs", "/ui/schedules", "/ui/tests", "/ui/nodes"] {
         let started = std::time::Instant::now();
-        let answer =
-            reqwest::Client::new().get(format!("{base}{page}")).bearer_auth(TOKEN).send().await.unwrap();
+        let answer = lachesis::http_client::builder()
+            .build()
+            .unwrap()
+            .get(format!("{base}{page}"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
         eprintln!("{page}: {} in {:?}", answer.status(), started.elapsed());
     }
     let out = screenshot_dir();
@@ -205,7 +211,7 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     );
     assert_eq!(report["accuracy_bars"], 1);
     // Actions: POST forms with the cookie only, from the same origin; re-queue makes a new run.
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let http = lachesis::http_client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let post = |path: &str, cookie: Option<&str>, origin: Option<&str>| {
         let mut request = http.post(format!("{base}{path}"));
         if let Some(cookie) = cookie {
@@ -319,4 +325,10 @@ async fn the_runs_page_with_a_thousand_runs_loads_within_the_figures() {
     assert_eq!(report["rows"], 100);
     assert_eq!(report["next_page"], true, "{report}");
     assert!(report["load_ms"].as_f64().unwrap() < 2_000.0, "{report}");
+}
+
+/// A plain GET, as `reqwest::get` sends it, from a client made the way lachesis makes its own
+/// (which installs the TLS provider first).
+async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
+    lachesis::http_client::builder().build()?.get(url).send().await
 }

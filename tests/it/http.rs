@@ -57,7 +57,11 @@ async fn start_with(home: &mut TestHome, host: &str, token: Option<&str>, extra:
     let mut args = vec!["--listen", addr.as_str()];
     args.extend_from_slice(extra);
     home.start_daemon_with(&args);
-    let mut api = Api { base: format!("http://{addr}"), http: reqwest::Client::new(), token: None };
+    let mut api = Api {
+        base: format!("http://{addr}"),
+        http: lachesis::http_client::builder().build().unwrap(),
+        token: None,
+    };
     let http = api.http.clone();
     let url = format!("{}/openapi.json", api.base);
     wait_for("the API to answer", Duration::from_secs(20), || {

@@ -256,7 +256,7 @@ async fn changes(State(s): State<AppState>) -> Sse<impl Stream<Item = Result<Sse
             }
             if ticked.elapsed() >= PROGRESS_TICK {
                 ticked = tokio::time::Instant::now();
-                let counts = service.run_counts().await.unwrap_or_default();
+                let counts = service.live_run_counts().await.unwrap_or_default();
                 if counts.iter().any(|(state, n)| state == "running" && *n > 0) {
                     ticks += 1;
                     let event = SseEvent::default().event("change").data(format!("{now}.{ticks}"));

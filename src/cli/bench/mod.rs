@@ -212,6 +212,7 @@ fn history(args: BenchArgs) -> CliResult {
         row("run status CPU p50", e.status_cpu_ms, f.status_cpu_ms, "ms");
         row("run list (first page) p50", e.list_ms.p50, f.list_ms.p50, "ms");
         row("run list CPU p50", e.list_cpu_ms, f.list_cpu_ms, "ms");
+        row("exit detection p50", e.exit_detection_ms.p50, f.exit_detection_ms.p50, "ms");
         row("exit detection p99", e.exit_detection_ms.p99, f.exit_detection_ms.p99, "ms");
         row("claim + run throughput", e.claim_runs_per_s, f.claim_runs_per_s, "run/s");
         row("idle daemon CPU", e.idle_cpu_percent, f.idle_cpu_percent, "%");
