@@ -75,6 +75,30 @@ impl SqlStore {
         StoreError::Conflict { id: run.id, expected: run.state, version: run.version }
     }
 
+    /// Runs `update`, a write of `run` guarded by the run's id, state and version and this
+    /// store's fence (bound here, last, in that order), in `tx`. When no row matched, the
+    /// transaction is given up first (on SQLite it holds the one connection) and the error
+    /// says whether the run changed or moved to another node's token.
+    async fn guarded_update<'t>(
+        &self,
+        mut tx: sqlx::Transaction<'t, sqlx::Any>,
+        update: sqlx::query::Query<'_, sqlx::Any, sqlx::any::AnyArguments>,
+        run: &Run,
+    ) -> Result<sqlx::Transaction<'t, sqlx::Any>> {
+        let updated = update
+            .bind(run.id.to_string())
+            .bind(run.state.as_str())
+            .bind(run.version)
+            .bind(self.fence)
+            .execute(&mut *tx)
+            .await?;
+        if updated.rows_affected() == 0 {
+            drop(tx);
+            return Err(self.conflict_or_fenced(run).await);
+        }
+        Ok(tx)
+    }
+
     async fn query_runs(&self, sql: &'static str, binds: &[&str], limit: i64) -> Result<Vec<Run>> {
         let mut query = sqlx::query(sql);
         for bind in binds {
@@ -272,9 +296,9 @@ impl SqlStore {
         // A lost node's claim ends here: nothing it writes later may land.
         let fence = if event == RunEvent::NodeLost { None } else { run.fence };
 
-        let mut tx = self.pool.begin().await?;
+        let tx = self.pool.begin().await?;
         // The update comes first, so SQLite takes its write lock before reading anything.
-        let updated = sqlx::query(
+        let update = sqlx::query(
             "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
              reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END WHERE id = $8 AND state = $9 AND version = $10 \
              AND (CAST($11 AS BIGINT) IS NULL OR fence = $11)",
@@ -285,17 +309,8 @@ impl SqlStore {
         .bind(ended_at)
         .bind(reason.as_deref())
         .bind(json(params))
-        .bind(i64::from(event == RunEvent::NodeLost))
-        .bind(run.id.to_string())
-        .bind(run.state.as_str())
-        .bind(run.version)
-        .bind(self.fence)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            drop(tx);
-            return Err(self.conflict_or_fenced(run).await);
-        }
+        .bind(i64::from(event == RunEvent::NodeLost));
+        let mut tx = self.guarded_update(tx, update, run).await?;
         if event == RunEvent::NodeLost {
             lose_live_stages(&mut tx, run.id, now).await?;
         }
@@ -521,25 +536,16 @@ impl Store for SqlStore {
             return Err(StoreError::Illegal(transitions::IllegalTransition { from: run.state, event }));
         }
         let now = now_millis();
-        let mut tx = self.pool.begin().await?;
-        let updated = sqlx::query(
+        let tx = self.pool.begin().await?;
+        let update = sqlx::query(
             "UPDATE runs SET state = 'pending', version = version + 1, updated_at = $1, started_at = NULL, \
              ended_at = NULL, reason = $2, attempt = attempt + 1, node = NULL, fence = NULL, not_before = $3 \
              WHERE id = $4 AND state = $5 AND version = $6 AND (CAST($7 AS BIGINT) IS NULL OR fence = $7)",
         )
         .bind(now)
         .bind(reason)
-        .bind(not_before)
-        .bind(run.id.to_string())
-        .bind(run.state.as_str())
-        .bind(run.version)
-        .bind(self.fence)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            drop(tx);
-            return Err(self.conflict_or_fenced(run).await);
-        }
+        .bind(not_before);
+        let mut tx = self.guarded_update(tx, update, run).await?;
         // The next attempt starts from scratch; what the last one did stays in the events.
         sqlx::query(
             "UPDATE stages SET state = 'pending', shim = NULL, process = NULL, started_at = NULL, ready_at = NULL, \

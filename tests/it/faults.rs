@@ -109,6 +109,35 @@ async fn settled_as(
     assert_eq!(status_leftovers(run_dir), Vec::<PathBuf>::new(), "no temporary status file stays");
 }
 
+/// A daemon whose home is a 16 MB tmpfs and whose store is a scratch PostgreSQL database, with
+/// one run of `quick` running: its stage exits with `code` once `go` exists. None (the test
+/// skips) where a tmpfs can't be mounted or PostgreSQL isn't there.
+struct FullHomeLab {
+    // Fields drop in order: the home (inside the tmpfs) before the tmpfs.
+    home: TestHome,
+    id: uuid::Uuid,
+    go: PathBuf,
+    _flags: tempfile::TempDir,
+    _tmpfs: Tmpfs,
+}
+
+impl FullHomeLab {
+    async fn running(code: i32) -> Option<FullHomeLab> {
+        let tmpfs = Tmpfs::mount("16m")?;
+        let url = crate::store::fresh_postgres().await?;
+        let flags = tempfile::tempdir().unwrap();
+        let go = flags.path().join("go");
+        let mut home = TestHome::new();
+        home.dir = tempfile::tempdir_in(tmpfs.path()).unwrap();
+        home.database_url = Some(url);
+        home.workflow("quick", &waiting_stage("quick", &go, code));
+        home.start_daemon();
+        let id = home.submit(&["--workflow", "quick"]);
+        home.wait_state(id, RunState::Running, T).await;
+        Some(FullHomeLab { home, id, go, _flags: flags, _tmpfs: tmpfs })
+    }
+}
+
 async fn stage_process_gone(home: &mut TestHome, id: uuid::Uuid) {
     let process = home.stages(id).await[0].record.process.clone().unwrap();
     wait_for("the stage process to exit", T, || {
@@ -272,17 +301,8 @@ async fn a_run_ends_at_its_deciding_exit_even_when_the_daemon_was_down() {
 
 #[tokio::test]
 async fn with_the_store_elsewhere_an_exit_on_a_full_home_is_recorded_at_once() {
-    let Some(tmpfs) = Tmpfs::mount("16m") else { return };
-    let Some(url) = crate::store::fresh_postgres().await else { return };
-    let flags = tempfile::tempdir().unwrap();
-    let go = flags.path().join("go");
-    let mut home = TestHome::new();
-    home.dir = tempfile::tempdir_in(tmpfs.path()).unwrap();
-    home.database_url = Some(url);
-    home.workflow("quick", &waiting_stage("quick", &go, 4));
-    home.start_daemon();
-    let id = home.submit(&["--workflow", "quick"]);
-    home.wait_state(id, RunState::Running, T).await;
+    let Some(mut lab) = FullHomeLab::running(4).await else { return };
+    let (home, id, go) = (&mut lab.home, lab.id, lab.go.clone());
     let filler = home.path().join("filler");
     fill(&filler, 0);
     std::fs::write(&go, b"").unwrap();
@@ -305,21 +325,12 @@ async fn with_the_store_elsewhere_an_exit_on_a_full_home_is_recorded_at_once() {
 
 #[tokio::test]
 async fn an_exit_lost_to_a_full_disk_says_so_rather_than_vanished() {
-    let Some(tmpfs) = Tmpfs::mount("16m") else { return };
-    let Some(url) = crate::store::fresh_postgres().await else { return };
-    let flags = tempfile::tempdir().unwrap();
-    let go = flags.path().join("go");
-    let mut home = TestHome::new();
-    home.dir = tempfile::tempdir_in(tmpfs.path()).unwrap();
-    home.database_url = Some(url);
-    home.workflow("quick", &waiting_stage("quick", &go, 0));
-    home.start_daemon();
-    let id = home.submit(&["--workflow", "quick"]);
-    home.wait_state(id, RunState::Running, T).await;
+    let Some(mut lab) = FullHomeLab::running(0).await else { return };
+    let (home, id, go) = (&mut lab.home, lab.id, lab.go.clone());
     home.kill_daemon();
     fill(&home.path().join("filler"), 0);
     std::fs::write(&go, b"").unwrap();
-    stage_process_gone(&mut home, id).await;
+    stage_process_gone(home, id).await;
     // The shim, waiting for space to write the exit file, is killed: nobody knows the status.
     let shim = home.stages(id).await[0].record.shim.clone().unwrap();
     rustix::process::kill_process(
