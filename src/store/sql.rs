@@ -416,32 +416,20 @@ impl Store for SqlStore {
             return Ok(Vec::new());
         }
         let prefix = prefix.to_ascii_lowercase();
-        match self.backend {
+        let end = format!("{prefix}~");
+        let sql = match self.backend {
             // A range on the unique id index (SQLite's LIKE is case-insensitive, so it cannot use
             // it): ids are hex and dashes, all below '~' in byte order.
-            Backend::Sqlite => {
-                let end = format!("{prefix}~");
-                self.query_runs(
-                    select_runs!("WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"),
-                    &[&prefix, &end],
-                    limit,
-                )
-                .await
-            }
+            Backend::Sqlite => select_runs!("WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"),
             // The same range in the byte-order operators of the `text_pattern_ops` index, which
             // also gives the order: the plan is that index whatever the collation or statistics
             // (with `LIKE … ORDER BY seq LIMIT`, stale statistics walk the primary key through
             // every run: 2.7x slower at 100,000 runs).
             Backend::Postgres => {
-                let end = format!("{prefix}~");
-                self.query_runs(
-                    select_runs!("WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id USING ~<~ LIMIT $3"),
-                    &[&prefix, &end],
-                    limit,
-                )
-                .await
+                select_runs!("WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id USING ~<~ LIMIT $3")
             }
-        }
+        };
+        self.query_runs(sql, &[&prefix, &end], limit).await
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>> {
