@@ -2,6 +2,7 @@
 //! reconciler. Stopping the daemon leaves stages running under their shims; the next daemon
 //! re-attaches them.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -152,7 +153,16 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         None
     };
     let mut apis = tokio::task::JoinSet::new();
+    apis.spawn(crate::api::home::serve(service.clone(), Arc::clone(&metrics)));
+    let home_socket = settings.api_socket_path();
     for listen in options.listen.clone() {
+        // `--listen unix:$LACHESIS_HOME/api.sock` names the socket served above: binding it
+        // twice would leave one listener without its file.
+        if let crate::api::Listen::Unix(path) = &listen
+            && same_place(path, &home_socket)
+        {
+            continue;
+        }
         apis.spawn(crate::api::serve(listen, token.clone(), service.clone(), Arc::clone(&metrics)));
     }
     let api = async move {
@@ -174,6 +184,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         _ = int.recv() => info!("SIGINT: daemon exits; stages keep running under their shims"),
     }
     let _ = std::fs::remove_file(&socket_path);
+    let _ = std::fs::remove_file(settings.api_socket_path());
     for listen in &options.listen {
         if let crate::api::Listen::Unix(path) = listen {
             let _ = std::fs::remove_file(path);
@@ -234,4 +245,32 @@ pub fn hostname() -> String {
 
 fn is_node_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 200 && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+/// Whether two socket paths name the same place: their directories resolved, their names equal.
+fn same_place(a: &Path, b: &Path) -> bool {
+    let resolve = |p: &Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some((std::fs::canonicalize(dir).ok()?, p.file_name()?.to_owned()))
+    };
+    match (resolve(a), resolve(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_place;
+
+    #[test]
+    fn a_socket_path_is_the_same_place_through_any_spelling_of_its_directory() {
+        let home = tempfile::tempdir().unwrap();
+        let socket = home.path().join("api.sock");
+        std::fs::create_dir(home.path().join("runs")).unwrap();
+        assert!(same_place(&home.path().join("runs/../api.sock"), &socket));
+        assert!(!same_place(&home.path().join("other.sock"), &socket));
+        assert!(!same_place(&home.path().join("runs/api.sock"), &socket));
+        assert!(same_place(std::path::Path::new("/nowhere/x.sock"), std::path::Path::new("/nowhere/x.sock")));
+    }
 }

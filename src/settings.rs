@@ -58,6 +58,40 @@ impl Settings {
         self.home.join("daemon.sock")
     }
 
+    /// The unix socket a daemon serves the HTTP API on, always (mode 0600, in the private
+    /// home): the CLI submits through it instead of opening the store (see `api::client`).
+    pub fn api_socket_path(&self) -> PathBuf {
+        self.home.join("api.sock")
+    }
+
+    /// A digest of every setting that changes what a submission means: the store, where
+    /// workflows and environments are found, the Python of `{python}`. A CLI hands its work to
+    /// the home's daemon only when both have the same.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let location = match StoreLocation::resolve(self.database_url.as_deref(), &self.home) {
+            Ok(StoreLocation::Sqlite(path)) => {
+                format!("sqlite:{}", std::path::absolute(&path).unwrap_or(path).display())
+            }
+            Ok(StoreLocation::Postgres(url)) => url,
+            Err(_) => String::new(),
+        };
+        let mut digest = sha2::Sha256::new();
+        for part in
+            [location, self.workflows_dir.display().to_string(), self.python.clone()].into_iter().chain(
+                [&self.tinker_atropos]
+                    .into_iter()
+                    .chain(&self.environment_dirs)
+                    .map(|p| p.display().to_string()),
+            )
+        {
+            // Length-prefixed, so no two lists of parts give the same bytes.
+            digest.update((part.len() as u64).to_le_bytes());
+            digest.update(part.as_bytes());
+        }
+        digest.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// The workflow catalog, with the bundled workflows installed into the default directory.
     pub fn catalog(&self) -> Result<Catalog, crate::workflow::CatalogError> {
         let catalog = Catalog::new(&self.workflows_dir);
@@ -80,5 +114,28 @@ impl Settings {
 
     pub fn home(&self) -> &Path {
         &self.home
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fingerprint_changes_with_what_a_submission_means() {
+        let base = Settings::new(Some("/h".into()), None);
+        assert_eq!(base.fingerprint(), Settings::new(Some("/h".into()), None).fingerprint());
+        let same_file = Settings::new(Some("/h".into()), Some("sqlite:///h/lachesis.db".into()));
+        assert_eq!(base.fingerprint(), same_file.fingerprint(), "the same file, named by URL");
+        let others = [
+            Settings::new(Some("/other".into()), None),
+            Settings::new(Some("/h".into()), Some("postgres://127.0.0.1/db".into())),
+            Settings { workflows_dir: "/elsewhere".into(), ..base.clone() },
+            Settings { python: "python3.12".into(), ..base.clone() },
+            Settings { environment_dirs: vec!["/envs".into()], ..base.clone() },
+        ];
+        for other in others {
+            assert_ne!(base.fingerprint(), other.fingerprint(), "{other:?}");
+        }
     }
 }

@@ -4,7 +4,9 @@
 //! (`LACHESIS_API_TOKEN`, else `$LACHESIS_HOME/api-token`, created on first start); a unix socket
 //! (`--listen unix:PATH`, mode 0600) is guarded by its file mode instead.
 
+pub mod client;
 mod dashboard;
+pub mod home;
 mod routes;
 
 use std::io::Write;
@@ -21,7 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-pub use routes::ROUTES;
+pub use routes::{ROUTES, StartBody};
 
 use crate::metrics::Metrics;
 use crate::service::{Service, ServiceError};
@@ -283,14 +285,14 @@ pub async fn serve(
     Ok(())
 }
 
-enum UnixBindError {
+pub(crate) enum UnixBindError {
     NotASocket,
     Io(std::io::Error),
 }
 
 /// Binds a unix socket at `path`, replacing a stale socket (the daemon lock is held, so no
 /// other daemon of this home listens there) but never another kind of file; mode 0600.
-fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, UnixBindError> {
+pub(crate) fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, UnixBindError> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {

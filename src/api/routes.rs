@@ -8,8 +8,8 @@ use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{AppState, Failure};
@@ -208,9 +208,10 @@ async fn list_runs(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
     ok(s.service.list(&RunFilter { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
 }
 
-#[derive(Deserialize, Default)]
+/// The body of `POST /runs`, one run's worth.
+#[derive(Debug, Deserialize, Serialize, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
-struct StartBody {
+pub struct StartBody {
     workflow: Option<String>,
     env: Option<String>,
     #[serde(default)]
@@ -238,6 +239,20 @@ impl From<StartBody> for SubmitRequest {
             set,
             priority: body.priority,
             stall_timeout: body.stall_timeout.map(|d| d.0),
+        }
+    }
+}
+
+/// What the CLI sends for a run it hands to the daemon (see `api::client`).
+impl From<&SubmitRequest> for StartBody {
+    fn from(request: &SubmitRequest) -> StartBody {
+        StartBody {
+            workflow: request.workflow.clone(),
+            env: request.env_name.clone(),
+            set: request.set.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect(),
+            vars: request.vars.clone(),
+            priority: request.priority,
+            stall_timeout: request.stall_timeout.map(crate::workflow::Dur),
         }
     }
 }
@@ -497,4 +512,28 @@ pub fn openapi_document() -> Value {
         },
         "security": [{ "bearer": [] }],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cli_request_survives_the_trip_through_the_body() {
+        let request = SubmitRequest {
+            workflow: Some("demo".into()),
+            env_name: Some("gsm8k".into()),
+            vars: [("steps".to_string(), "3".to_string())].into(),
+            set: [("group_size".to_string(), "16".to_string()), ("name".to_string(), "a \"b\"".to_string())]
+                .into(),
+            priority: -2,
+            stall_timeout: Some(std::time::Duration::from_millis(1500)),
+        };
+        let json = serde_json::to_string(&StartBody::from(&request)).unwrap();
+        let body: StartBody = serde_json::from_str(&json).unwrap();
+        assert_eq!(SubmitRequest::from(body), request);
+        let empty: StartBody =
+            serde_json::from_str(&serde_json::to_string(&StartBody::default()).unwrap()).unwrap();
+        assert_eq!(SubmitRequest::from(empty), SubmitRequest::default());
+    }
 }

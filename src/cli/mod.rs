@@ -11,7 +11,6 @@ mod node;
 pub(crate) mod output;
 mod run;
 mod schedule;
-mod shim;
 mod test;
 mod workflow;
 
@@ -77,9 +76,6 @@ enum Command {
     Gc(gc::GcArgs),
     /// Measure the supervisor: exit detection, recovery, throughput, idle memory
     Bench(bench::BenchArgs),
-    /// (internal) Parent of one stage process; started by the daemon
-    #[command(hide = true)]
-    Shim(shim::ShimCommand),
     /// (internal) Copies stdin to stdout with secrets redacted; Slurm stages' output filter
     /// (`mask` was its name before 0.2: jobs submitted then still call it so)
     #[command(hide = true, alias = "mask")]
@@ -98,10 +94,6 @@ pub fn parse() -> Cli {
 }
 
 pub fn dispatch(cli: Cli) -> CliResult {
-    if let Command::Shim(args) = cli.command {
-        // No runtime, no store: the shim must start fast and depend on nothing.
-        return Ok(shim::run(args));
-    }
     if let Command::Redact = cli.command {
         let code = lachesis::secrets::filter_main();
         return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
@@ -128,7 +120,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Gc(args) => current_thread()?.block_on(gc::run(settings, args)),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),
-        Command::Shim(_) | Command::Redact => unreachable!("handled above"),
+        Command::Redact => unreachable!("handled above"),
     }
 }
 

@@ -17,39 +17,7 @@ use super::output::{duration, is_tty, print_json, stage_state, table, time};
 #[derive(clap::Subcommand)]
 pub enum RunCommand {
     /// Queue a run; prints its id
-    Start {
-        /// Workflow name [default: the default workflow]
-        #[arg(long, short)]
-        workflow: Option<String>,
-        /// Environment to train (name from `lachesis env list`)
-        #[arg(long)]
-        env: Option<String>,
-        /// Config field for this run (repeatable): --set group_size=16
-        #[arg(long = "set", value_name = "FIELD=VALUE")]
-        set: Vec<String>,
-        /// Workflow variable for this run (repeatable): --var steps=3
-        #[arg(long = "var", value_name = "NAME=VALUE")]
-        var: Vec<String>,
-        /// Higher runs first
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-        priority: i64,
-        /// Fail the run when its step has not moved for this long (e.g. 30m); overrides the
-        /// workflow's `stall_timeout`
-        #[arg(long, value_name = "DURATION")]
-        stall_timeout: Option<lachesis::workflow::Dur>,
-        /// Wait for the run to end, showing its progress; exit non-zero unless it completed
-        #[arg(long, conflicts_with_all = ["count", "from"])]
-        wait: bool,
-        /// Queue N identical runs in one transaction; prints their ids in order
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-        count: Option<u32>,
-        /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with
-        /// any of workflow, env, set, vars, priority, over the flags given here
-        #[arg(long, value_name = "FILE", conflicts_with = "count")]
-        from: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-    },
+    Start(StartArgs),
     /// List runs, newest first (pending runs in queue order)
     List {
         #[arg(long)]
@@ -99,20 +67,74 @@ pub enum RunCommand {
     },
 }
 
+#[derive(clap::Args)]
+pub struct StartArgs {
+    /// Workflow name [default: the default workflow]
+    #[arg(long, short)]
+    workflow: Option<String>,
+    /// Environment to train (name from `lachesis env list`)
+    #[arg(long)]
+    env: Option<String>,
+    /// Config field for this run (repeatable): --set group_size=16
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    set: Vec<String>,
+    /// Workflow variable for this run (repeatable): --var steps=3
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    var: Vec<String>,
+    /// Higher runs first
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i64,
+    /// Fail the run when its step has not moved for this long (e.g. 30m); overrides the
+    /// workflow's `stall_timeout`
+    #[arg(long, value_name = "DURATION")]
+    stall_timeout: Option<lachesis::workflow::Dur>,
+    /// Wait for the run to end, showing its progress; exit non-zero unless it completed
+    #[arg(long, conflicts_with_all = ["count", "from"])]
+    wait: bool,
+    /// Queue N identical runs in one transaction; prints their ids in order
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    count: Option<u32>,
+    /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with
+    /// any of workflow, env, set, vars, priority, over the flags given here
+    #[arg(long, value_name = "FILE", conflicts_with = "count")]
+    from: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+impl StartArgs {
+    /// The run the flags describe (for `--from`, what each line's fields fall back to).
+    fn request(&self) -> Result<SubmitRequest, ServiceError> {
+        Ok(SubmitRequest {
+            workflow: self.workflow.clone(),
+            env_name: self.env.clone(),
+            vars: assignments("--var", &self.var)?,
+            set: assignments("--set", &self.set)?,
+            priority: self.priority,
+            stall_timeout: self.stall_timeout.map(|d| d.0),
+        })
+    }
+}
+
 pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
+    // One run, nothing to wait for: the home's daemon can write it with the store it holds.
+    if let RunCommand::Start(args @ StartArgs { wait: false, count: None, from: None, .. }) = &command
+        && let Some(run) = lachesis::api::client::submit(&settings, &args.request()?).await?
+    {
+        if args.json {
+            print_json(&run)?;
+        } else {
+            println!("{}", run.id);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let service = Service::open(settings).await?;
     match command {
-        RunCommand::Start { workflow, env, set, var, priority, stall_timeout, wait, count, from, json } => {
-            let request = SubmitRequest {
-                workflow,
-                env_name: env,
-                vars: assignments("--var", &var)?,
-                set: assignments("--set", &set)?,
-                priority,
-                stall_timeout: stall_timeout.map(|d| d.0),
-            };
-            if count.is_some() || from.is_some() {
-                let requests = match &from {
+        RunCommand::Start(args) => {
+            let StartArgs { wait, count, json, .. } = args;
+            let request = args.request()?;
+            if count.is_some() || args.from.is_some() {
+                let requests = match &args.from {
                     Some(path) => requests_from(path, &request)?,
                     None => vec![request; count.unwrap_or(1) as usize],
                 };

@@ -1,4 +1,4 @@
-//! `lachesis shim`: the small parent that outlives the daemon. It starts the stage in its own
+//! `lachesis-shim` (or `lachesis shim`): the small parent that outlives the daemon. It starts the stage in its own
 //! process group with output appended to the stage log, reports who it started, waits, and
 //! records the exit status atomically (the conmon / containerd-shim pattern).
 //!
@@ -11,6 +11,7 @@
 //! The shim's exit code is its own health: 0 once the stage's status is in the exit file, 1 if
 //! the shim failed (its message on stderr).
 
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -35,11 +36,63 @@ pub enum ShimReport {
     Exited(Finished),
 }
 
+#[derive(Debug)]
 pub struct ShimArgs {
     pub files: StageFiles,
     pub log: PathBuf,
     pub cwd: PathBuf,
     pub argv: Vec<String>,
+}
+
+/// The program of `lachesis-shim`, and of `lachesis shim` (the same, for a daemon whose
+/// executable has no `lachesis-shim` beside it): parses the command line `spawn` builds and
+/// runs the shim. Exit code 2 for a command line it cannot read.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
+    match parse_args(args) {
+        Ok(args) => run(args),
+        Err(message) => {
+            eprintln!("lachesis shim: {message}");
+            eprintln!(
+                "usage: lachesis-shim --started FILE --exit FILE --log FILE --cwd DIR -- PROGRAM [ARGS…]"
+            );
+            2
+        }
+    }
+}
+
+/// `--started FILE --exit FILE --log FILE --cwd DIR -- PROGRAM [ARGS…]`, the options in any
+/// order, each once. No option parser: this runs once per stage, and must start fast.
+pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<ShimArgs, String> {
+    let mut args = args.into_iter();
+    let (mut started, mut exit, mut log, mut cwd) = (None, None, None, None);
+    loop {
+        let Some(flag) = args.next() else { return Err("no `--` before the stage's command".into()) };
+        let slot = match flag.to_str() {
+            Some("--") => break,
+            Some("--started") => &mut started,
+            Some("--exit") => &mut exit,
+            Some("--log") => &mut log,
+            Some("--cwd") => &mut cwd,
+            _ => return Err(format!("unexpected argument {flag:?}")),
+        };
+        let value = args.next().ok_or_else(|| format!("{} needs a value", flag.to_string_lossy()))?;
+        if slot.replace(PathBuf::from(value)).is_some() {
+            return Err(format!("{} given twice", flag.to_string_lossy()));
+        }
+    }
+    let argv = args
+        .map(|arg| arg.into_string().map_err(|arg| format!("the stage's argument {arg:?} is not UTF-8")))
+        .collect::<Result<Vec<String>, String>>()?;
+    if argv.is_empty() {
+        return Err("no stage command after `--`".into());
+    }
+    let need = |value: Option<PathBuf>, flag: &str| value.ok_or_else(|| format!("{flag} is required"));
+    Ok(ShimArgs {
+        files: StageFiles { started: need(started, "--started")?, exit: need(exit, "--exit")? },
+        log: need(log, "--log")?,
+        cwd: need(cwd, "--cwd")?,
+        argv,
+    })
 }
 
 /// Runs the shim to the end; the process exit code is the shim's own health, not the stage's.
@@ -167,5 +220,78 @@ fn plain_io_error(err: &std::io::Error) -> String {
     match text.find(" (os error") {
         Some(pos) => text[..pos].to_lowercase(),
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn reads_the_command_line_spawn_builds() {
+        let args = parse_args(os(&[
+            "--started",
+            "s.json",
+            "--exit",
+            "e.json",
+            "--log",
+            "main.log",
+            "--cwd",
+            "/w",
+            "--",
+            "python",
+            "--",
+            "-x",
+        ]))
+        .unwrap();
+        assert_eq!(args.files.started, PathBuf::from("s.json"));
+        assert_eq!(args.files.exit, PathBuf::from("e.json"));
+        assert_eq!(args.log, PathBuf::from("main.log"));
+        assert_eq!(args.cwd, PathBuf::from("/w"));
+        // Everything after the first `--` is the stage's, a later `--` included.
+        assert_eq!(args.argv, ["python", "--", "-x"]);
+    }
+
+    #[test]
+    fn refuses_what_spawn_never_builds() {
+        let full = ["--started", "s", "--exit", "e", "--log", "l", "--cwd", "c"];
+        for (args, says) in [
+            (os(&full), "no `--`"),
+            (os(&[&full[..], &["--"]].concat()), "no stage command"),
+            (os(&["--exit", "e", "--log", "l", "--cwd", "c", "--", "true"]), "--started is required"),
+            (os(&["--started", "s", "--started", "t", "--", "true"]), "given twice"),
+            (os(&["--log"]), "--log needs a value"),
+            (os(&["--verbose", "--", "true"]), "unexpected argument"),
+        ] {
+            let err = parse_args(args.clone()).err().unwrap_or_else(|| panic!("{args:?} was accepted"));
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        use std::os::unix::ffi::OsStringExt;
+        let mut args = os(&full);
+        args.extend([OsString::from("--"), OsString::from_vec(vec![0xff, b'x'])]);
+        assert!(parse_args(args).unwrap_err().contains("not UTF-8"));
+    }
+
+    proptest! {
+        #[test]
+        fn any_command_line_is_read_or_refused_in_words(
+            args in proptest::collection::vec(
+                prop_oneof![
+                    Just("--".to_string()), Just("--started".to_string()), Just("--exit".to_string()),
+                    Just("--log".to_string()), Just("--cwd".to_string()), ".{0,8}",
+                ],
+                0..12,
+            )
+        ) {
+            match parse_args(args.iter().map(OsString::from)) {
+                Ok(parsed) => prop_assert!(!parsed.argv.is_empty()),
+                Err(message) => prop_assert!(!message.is_empty() && !message.contains('\n')),
+            }
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! The daemon's side of starting a stage: start `lachesis shim` (which moves itself into a
+//! The daemon's side of starting a stage: start `lachesis-shim` (which moves itself into a
 //! session of its own, so it survives the daemon) and read back who it started.
 //!
 //! No `pre_exec` here on purpose: it would force fork+exec of the whole daemon, where plain
@@ -54,6 +54,22 @@ impl Spawned {
 
 const SHIM_REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The small executable that runs only the shim, built beside `lachesis`.
+pub const SHIM_PROGRAM: &str = "lachesis-shim";
+
+/// `lachesis-shim` beside the daemon's executable: it starts in a fraction of the time the
+/// whole CLI takes, and every stage pays that. Without it (a lone copied binary), the daemon's
+/// own executable as `lachesis shim`.
+fn shim_command(exe: &Path) -> Command {
+    let small = exe.with_file_name(SHIM_PROGRAM);
+    if small.is_file() {
+        return Command::new(small);
+    }
+    let mut command = Command::new(exe);
+    command.arg("shim");
+    command
+}
+
 pub async fn spawn_stage(exe: &Path, plan: &StagePlan, files: &StageFiles) -> Result<Spawned, SpawnError> {
     if let Some(dir) = files.started.parent() {
         std::fs::create_dir_all(dir).map_err(|e| SpawnError::Shim(format!("{}: {e}", dir.display())))?;
@@ -62,9 +78,8 @@ pub async fn spawn_stage(exe: &Path, plan: &StagePlan, files: &StageFiles) -> Re
         std::fs::create_dir_all(dir)
             .map_err(|e| SpawnError::Stage(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let mut command = Command::new(exe);
+    let mut command = shim_command(exe);
     command
-        .arg("shim")
         .arg("--started")
         .arg(&files.started)
         .arg("--exit")

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::model::RunEvent;
@@ -14,7 +14,7 @@ use crate::workflow::Workflow;
 use super::{Result, Service, ServiceError};
 
 /// What a surface asks for when it starts a run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SubmitRequest {
     /// The default workflow when absent.
     pub workflow: Option<String>,
@@ -43,7 +43,7 @@ pub struct RunStatus {
 }
 
 /// A run as listings show it (without the workflow snapshot).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunSummary {
     pub id: Uuid,
     pub workflow: String,

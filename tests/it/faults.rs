@@ -247,16 +247,16 @@ async fn a_forged_exit_file_does_not_orphan_a_live_stage() {
 
     home.start_daemon();
     let store = home.store().await;
-    let messages = wait_for("the event about the ignored file", T, || {
+    wait_for("the events of the ignored file and the re-attach", T, || {
         let store = store.clone();
         async move {
             let messages: Vec<_> =
                 store.events(id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
-            messages.iter().any(|m| m.starts_with("ignored main.exit.json")).then_some(messages)
+            let said = |prefix: &str| messages.iter().any(|m| m.starts_with(prefix));
+            (said("ignored main.exit.json") && said("re-attached after a daemon restart")).then_some(messages)
         }
     })
     .await;
-    assert!(messages.iter().any(|m| m.starts_with("re-attached after a daemon restart")), "{messages:#?}");
     let run = home.run(id).await;
     assert_eq!(run.state, RunState::Running, "{:?}", run.reason);
     let process = home.stages(id).await[0].record.process.clone().unwrap();

@@ -5,6 +5,7 @@ mod cli;
 mod dashboard;
 mod faults;
 mod fuzz;
+mod handoff;
 mod hostile;
 mod http;
 mod inference_tests;

@@ -283,7 +283,8 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
 
 pub(super) fn wait_for_socket(home: &Path) -> BenchResult<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !home.join("daemon.sock").exists() {
+    // The API socket too: until it is there, `run start` writes the store itself.
+    while !home.join("daemon.sock").exists() || !home.join("api.sock").exists() {
         if Instant::now() > deadline {
             return Err("the daemon did not start".into());
         }
