@@ -105,8 +105,13 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     let wake_tx = tx.clone();
     tokio::spawn(async move {
         let mut buf = [0u8; 16];
-        while socket.recv(&mut buf).await.is_ok() {
-            if wake_tx.send(Msg::Wake).is_err() {
+        while let Ok(len) = socket.recv(&mut buf).await {
+            let msg = match crate::wake::Poke::read(&buf[..len]) {
+                crate::wake::Poke::Changed => Msg::Wake,
+                crate::wake::Poke::Queued => Msg::Queued,
+                crate::wake::Poke::Probe => continue,
+            };
+            if wake_tx.send(msg).is_err() {
                 break;
             }
         }

@@ -119,7 +119,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
 }
 
 async fn health(State(s): State<AppState>) -> Answer {
-    let daemon = crate::wake::notify(&s.service.settings.socket_path());
+    let daemon = crate::wake::notify(&s.service.settings.socket_path(), crate::wake::Poke::Probe);
     ok(json!({ "status": "ok", "store": s.service.backend().as_str(), "daemon": daemon }))
 }
 

@@ -91,7 +91,7 @@ pub enum Durability {
 /// Write to a temporary file, rename over `path` (with `Synced`, fsync both file and directory):
 /// a reader sees the file absent or complete, never half-written.
 pub fn write_atomic(path: &Path, value: &impl Serialize, durability: Durability) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = parent_dir(path);
     std::fs::create_dir_all(dir)?;
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(format!(".tmp{}", std::process::id()));
@@ -108,6 +108,12 @@ pub fn write_atomic(path: &Path, value: &impl Serialize, durability: Durability)
     Ok(())
 }
 
+/// The directory holding `path`; "." for a bare file name, whose parent is "" (which cannot be
+/// opened to sync).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
 fn write_then_rename(
     tmp: &Path,
     path: &Path,
@@ -116,8 +122,10 @@ fn write_then_rename(
 ) -> io::Result<()> {
     let mut file =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(tmp)?;
-    serde_json::to_writer(&mut file, value)?;
-    file.write_all(b"\n")?;
+    // One write: the file is unbuffered, and a serializer writes token by token.
+    let mut bytes = serde_json::to_vec(value)?;
+    bytes.push(b'\n');
+    file.write_all(&bytes)?;
     if durability == Durability::Synced {
         file.sync_all()?;
     }
@@ -138,6 +146,13 @@ mod tests {
         assert_eq!(files.read_finished().unwrap(), Some(done));
         let leftovers: Vec<_> = std::fs::read_dir(files.exit.parent().unwrap()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn a_bare_file_name_lives_in_the_working_directory() {
+        assert_eq!(parent_dir(Path::new("exit.json")), Path::new("."));
+        assert_eq!(parent_dir(Path::new("/runs/x/exit.json")), Path::new("/runs/x"));
+        assert_eq!(parent_dir(Path::new("/")), Path::new("."));
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub enum Owner {
 pub enum Msg {
     /// The store changed (a CLI wrote something) or the fallback timer fired.
     Wake,
+    /// New runs or tests were queued: only the queue needs a look.
+    Queued,
     Spawned {
         owner: Owner,
         result: std::result::Result<Started, SpawnError>,
@@ -219,12 +221,14 @@ impl Reconciler {
             let batch_started = std::time::Instant::now();
             // Handle everything already queued before rescanning the store once.
             let mut rescan = false;
+            let mut queued = false;
             let supervised_before = self.runs.len();
             let tests_before = self.tests.len();
             let mut next = Some(first);
             while let Some(msg) = next {
                 match msg {
                     Msg::Wake => rescan = true,
+                    Msg::Queued => queued = true,
                     msg => {
                         if let Err(err) = self.handle(msg).await {
                             self.on_error(err).await;
@@ -249,14 +253,14 @@ impl Reconciler {
                     Err(err) => warn!("reconciler: cannot check schedules: {err}"),
                 }
             }
-            if (rescan || self.tests.len() < tests_before)
+            if (rescan || queued || self.tests.len() < tests_before)
                 && let Err(err) = self.claim_tests().await
             {
                 warn!("reconciler: cannot schedule tests: {err}");
             }
             self.metrics.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
             // The queue only needs a look when work may have arrived or a slot came free.
-            if (rescan || self.runs.len() < supervised_before)
+            if (rescan || queued || self.runs.len() < supervised_before)
                 && let Err(err) = self.claim_runs().await
             {
                 warn!("reconciler: cannot schedule: {err}");
@@ -266,7 +270,7 @@ impl Reconciler {
 
     async fn handle(&mut self, msg: Msg) -> Result {
         match msg {
-            Msg::Wake => Ok(()),
+            Msg::Wake | Msg::Queued => Ok(()),
             Msg::Spawned { owner: Owner::Stage { run, idx }, result } => {
                 self.on_spawned(run, idx, result).await
             }

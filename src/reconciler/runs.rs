@@ -13,8 +13,8 @@ use crate::launch::probe::{NotReady, ReadyHow, wait_ready};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::Started;
-use crate::model::{Exit, Millis, NewEvent, ProcessState, RunEvent, RunState, now_millis};
-use crate::store::StoreError;
+use crate::model::{Exit, Millis, NewEvent, ProcessState, Run, RunEvent, RunState, now_millis};
+use crate::store::{RunMove, StoreError};
 use crate::workflow::retry::AfterFailure;
 
 impl Reconciler {
@@ -139,14 +139,21 @@ impl Reconciler {
             }
             None => self.store.transition(&sup.run, event, reason, None).await,
         };
+        self.adopt(id, moved.map(Some)).await
+    }
+
+    /// Takes the outcome of a move of run `id`: the moved run; or, when the store's run had
+    /// changed under us (a stop request), what the store holds now.
+    async fn adopt(&mut self, id: Uuid, moved: std::result::Result<Option<Run>, StoreError>) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         match moved {
-            Ok(run) => {
-                info!(run = %run.short_id(), state = %run.state, reason = reason.unwrap_or(""), "transition");
+            Ok(Some(run)) => {
+                info!(run = %run.short_id(), state = %run.state, reason = run.reason.as_deref().unwrap_or(""), "transition");
                 sup.run = run;
                 self.notify_run(&self.runs[&id].run);
                 Ok(())
             }
-            Err(StoreError::Conflict { .. }) => {
+            Ok(None) | Err(StoreError::Conflict { .. }) => {
                 if let Some(run) = self.store.run(id).await? {
                     sup.run = run;
                 }
@@ -180,21 +187,9 @@ impl Reconciler {
         exited_at: Option<Millis>,
     ) -> Result {
         let Some(sup) = self.runs.get(&id) else { return Ok(()) };
-        if !matches!(sup.run.state, RunState::Starting | RunState::Running) {
-            return Ok(());
-        }
-        let policy = sup.run.spec.retry.as_ref();
-        match crate::workflow::retry::after_exit(policy, sup.run.attempt, exit.and_then(Exit::code)) {
-            AfterFailure::RetryIn(wait) => {
-                let max = policy.map_or(1, |p| p.max_attempts);
-                let reason = format!(
-                    "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
-                    sup.run.attempt + 1,
-                    crate::workflow::Dur(wait)
-                );
-                self.transition(id, RunEvent::Retry, Some(&reason)).await
-            }
-            AfterFailure::Fail => self.transition_at(id, RunEvent::Fail, Some(reason), exited_at).await,
+        match failure_move(&sup.run, reason, exit) {
+            Some((event, reason)) => self.transition_at(id, event, Some(&reason), exited_at).await,
+            None => Ok(()),
         }
     }
 
@@ -256,6 +251,7 @@ impl Reconciler {
         let name = sup.stages[idx].name.clone();
         match result {
             Ok(started) => {
+                let at_once = sup.run.state == RunState::Starting && sup.plans[idx].up_at_once();
                 let stage = &mut sup.stages[idx];
                 stage.record.started(
                     ProcessState::Starting,
@@ -264,19 +260,35 @@ impl Reconciler {
                     started.process,
                 );
                 let pid = stage.record.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
-                let event = NewEvent::stage(
+                let mut events = vec![NewEvent::stage(
                     &name,
                     format!("started (pid {pid}): {}", crate::secrets::redact_argv(&sup.plans[idx].argv)),
-                );
-                self.store.update_stage(&sup.stages[idx], Some(&event)).await?;
-                if sup.run.state == RunState::Starting {
-                    let plan = &sup.plans[idx];
-                    if plan.up_at_once() {
-                        // Up at once, decided here: a task would race the stage's own exit.
-                        let how = plan.up_at_once_how();
-                        return self.on_ready(id, idx, how.into()).await;
+                )];
+                if at_once {
+                    // Up at once, decided here (a task would race the stage's own exit). Its start,
+                    // its being up and, with the last stage up, the run's running: one commit.
+                    let how = ReadyHow::from(sup.plans[idx].up_at_once_how());
+                    stage.record.state = ProcessState::Up;
+                    stage.ready_at = Some(now_millis());
+                    events.push(NewEvent::stage(&name, format!("up ({how})")));
+                    let all_up = sup.stages.iter().all(|s| s.record.state == ProcessState::Up);
+                    let then = all_up.then_some(RunMove {
+                        run: &sup.run,
+                        event: RunEvent::AllStagesUp,
+                        reason: None,
+                        ended_at: None,
+                    });
+                    let moved = self.store.record_stage(&sup.stages[idx], &events, then).await;
+                    if all_up {
+                        self.adopt(id, moved).await?;
+                    } else {
+                        moved?;
                     }
-                    self.start_readiness(id, idx, Duration::ZERO);
+                } else {
+                    self.store.update_stage(&sup.stages[idx], events.first()).await?;
+                    if sup.run.state == RunState::Starting {
+                        self.start_readiness(id, idx, Duration::ZERO);
+                    }
                 }
             }
             Err(err) => {
@@ -353,48 +365,68 @@ impl Reconciler {
         let mut ended = sup.stages[idx].clone();
         let what = end.record_on(&mut ended.record);
         let exit = end.exit();
-        if live {
-            self.store.update_stage(&ended, Some(&NewEvent::stage(&name, what.clone()))).await?;
-            if let ProcessEnd::Finished(finished) = &end {
-                self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
-            }
-            self.metrics.stage_ended(end.exit());
-            sup.stages[idx] = ended;
-        }
         let exited_at = match &end {
             ProcessEnd::Finished(finished) => Some(finished.ended_at),
             ProcessEnd::Vanished(_) => None,
         };
-
-        let state = sup.run.state;
-        let deciding = sup.run.spec.deciding_stages().contains(&name.as_str());
-        match state {
-            RunState::Starting => {
-                let reason = match exit {
-                    Some(_) => format!("stage '{name}' {what} during start-up"),
-                    None => format!("stage '{name}' {what}"),
-                };
-                self.fail_after_at(id, &reason, exit, exited_at).await?;
+        let decision = self.decide_end(id, &name, &what, exit).await?;
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let ended_at = exited_at.map(|at| run_end_time(at, sup.run.started_at, now_millis()));
+        if live {
+            // The stage's end and the run state it decides land in one commit.
+            let then = decision.as_ref().map(|(event, reason)| RunMove {
+                run: &sup.run,
+                event: *event,
+                reason: Some(reason),
+                ended_at,
+            });
+            let event = NewEvent::stage(&name, what);
+            let moved = self.store.record_stage(&ended, std::slice::from_ref(&event), then).await;
+            if matches!(moved, Err(ref err) if !matches!(err, StoreError::Conflict { .. } | StoreError::Illegal(_)))
+            {
+                return moved.map(|_| ());
             }
-            RunState::Running if deciding && exit.is_some_and(Exit::success) => {
-                match self.short_of_total(id, &name).await? {
-                    Some(reason) => self.transition_at(id, RunEvent::Fail, Some(&reason), exited_at).await?,
-                    None => {
-                        let reason = format!("stage '{name}' finished");
-                        self.transition_at(id, RunEvent::Complete, Some(&reason), exited_at).await?
-                    }
-                }
+            if let ProcessEnd::Finished(finished) = &end {
+                self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
             }
-            RunState::Running if deciding => {
-                self.fail_after_at(id, &format!("stage '{name}' {what}"), exit, exited_at).await?
+            self.metrics.stage_ended(exit);
+            sup.stages[idx] = ended;
+            if decision.is_some() {
+                self.adopt(id, moved).await?;
             }
-            RunState::Running => {
-                let reason = format!("stage '{name}' {what} while the run was running");
-                self.fail_after_at(id, &reason, exit, exited_at).await?
-            }
-            _ => {}
+        } else if let Some((event, reason)) = decision {
+            self.transition_at(id, event, Some(&reason), exited_at).await?;
         }
         self.drive(id).await
+    }
+
+    /// What a stage's end does to its run, by the run's state as we know it: complete it, fail
+    /// it, send it to a retry, or nothing (it is already stopping or ended).
+    async fn decide_end(
+        &mut self,
+        id: Uuid,
+        name: &str,
+        what: &str,
+        exit: Option<Exit>,
+    ) -> Result<Option<(RunEvent, String)>> {
+        let Some(sup) = self.runs.get(&id) else { return Ok(None) };
+        let deciding = sup.run.spec.deciding_stages().contains(&name);
+        let reason = match sup.run.state {
+            RunState::Starting => match exit {
+                Some(_) => format!("stage '{name}' {what} during start-up"),
+                None => format!("stage '{name}' {what}"),
+            },
+            RunState::Running if deciding && exit.is_some_and(Exit::success) => {
+                return Ok(Some(match self.short_of_total(id, name).await? {
+                    Some(reason) => (RunEvent::Fail, reason),
+                    None => (RunEvent::Complete, format!("stage '{name}' finished")),
+                }));
+            }
+            RunState::Running if deciding => format!("stage '{name}' {what}"),
+            RunState::Running => format!("stage '{name}' {what} while the run was running"),
+            _ => return Ok(None),
+        };
+        Ok(failure_move(&sup.run, &reason, exit))
     }
 
     /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.
@@ -445,6 +477,27 @@ impl Reconciler {
         }
         Ok(())
     }
+}
+
+/// A failure of a started run: `retry` when the stage's `exit` is transient by the workflow's
+/// retry policy and attempts are left, else `fail`. None for a run not starting or running.
+fn failure_move(run: &Run, reason: &str, exit: Option<Exit>) -> Option<(RunEvent, String)> {
+    if !matches!(run.state, RunState::Starting | RunState::Running) {
+        return None;
+    }
+    let policy = run.spec.retry.as_ref();
+    Some(match crate::workflow::retry::after_exit(policy, run.attempt, exit.and_then(Exit::code)) {
+        AfterFailure::RetryIn(wait) => {
+            let max = policy.map_or(1, |p| p.max_attempts);
+            let reason = format!(
+                "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
+                run.attempt + 1,
+                crate::workflow::Dur(wait)
+            );
+            (RunEvent::Retry, reason)
+        }
+        AfterFailure::Fail => (RunEvent::Fail, reason.to_string()),
+    })
 }
 
 /// When a run that a stage's exit decided ends: at that exit, kept within [started, now] so

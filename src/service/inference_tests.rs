@@ -74,7 +74,7 @@ impl Service {
         );
         let tasks = test.pending_tasks();
         self.store.insert_test(&test, &tasks).await?;
-        self.wake().await;
+        self.wake_queued().await;
         Ok(test)
     }
 

@@ -114,10 +114,19 @@ impl Service {
     /// After a write the daemons must act on: pokes this machine's daemon through its socket,
     /// and the daemons of other machines through the store. Returns whether a local one heard.
     pub async fn wake(&self) -> bool {
+        self.poke(crate::wake::Poke::Changed).await
+    }
+
+    /// `wake` after queueing new work: the local daemon only looks at its queue.
+    pub async fn wake_queued(&self) -> bool {
+        self.poke(crate::wake::Poke::Queued).await
+    }
+
+    async fn poke(&self, poke: crate::wake::Poke) -> bool {
         if let Err(err) = self.store.announce().await {
             tracing::debug!("cannot announce to other daemons: {err}");
         }
-        crate::wake::notify(&self.settings.socket_path())
+        crate::wake::notify(&self.settings.socket_path(), poke)
     }
 }
 

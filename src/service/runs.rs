@@ -127,7 +127,7 @@ impl Service {
             batch.push((run, stages));
         }
         self.store.insert_runs(&batch).await?;
-        self.wake().await;
+        self.wake_queued().await;
         Ok(batch.into_iter().map(|(run, _)| run).collect())
     }
 

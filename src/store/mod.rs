@@ -97,6 +97,17 @@ pub struct RunFilter {
     pub limit: Option<i64>,
 }
 
+/// A move of a run made together with a stage's change (see `Store::record_stage`).
+#[derive(Clone, Copy, Debug)]
+pub struct RunMove<'a> {
+    /// The run as last read: the move lands only if it is still in that state and version.
+    pub run: &'a Run,
+    pub event: RunEvent,
+    pub reason: Option<&'a str>,
+    /// A terminal state's end, when an exit decides it (see `Store::transition_ended`).
+    pub ended_at: Option<crate::model::Millis>,
+}
+
 /// Held while a daemon owns the store; dropping it lets another daemon start.
 pub struct DaemonLock {
     _held: Box<dyn std::any::Any + Send + Sync>,
@@ -173,6 +184,17 @@ pub trait Store:
     async fn stages(&self, run_id: Uuid) -> Result<Vec<Stage>>;
     /// Writes a stage's row (and an event about it, in the same transaction).
     async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()>;
+    /// Writes a stage's row with `events` and, in the same transaction, moves its run as
+    /// `then` says, if the run is still in the state and version it was read at: a stage's
+    /// change and the run state it decides land together. The stage lands either way; `None`
+    /// means the run was not moved (it had changed, or the move is a requeue or not allowed
+    /// from its state), and the caller re-reads it.
+    async fn record_stage(
+        &self,
+        stage: &Stage,
+        events: &[NewEvent],
+        then: Option<RunMove<'_>>,
+    ) -> Result<Option<Run>>;
 
     async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()>;
     /// Events of a run with id greater than `after`, oldest first.

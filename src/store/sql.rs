@@ -8,7 +8,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use uuid::Uuid;
 
-use super::{Backend, DaemonLock, Result, RunFilter, Store, StoreError, postgres, sqlite};
+use super::{Backend, DaemonLock, Result, RunFilter, RunMove, Store, StoreError, postgres, sqlite};
 use crate::environments::Selection;
 use crate::model::run::{self as transitions, RunEvent};
 use crate::model::{
@@ -274,6 +274,45 @@ async fn lose_live_stages(
     Ok(())
 }
 
+/// A run's row after a move, computed before the write: what `move_run` writes and returns.
+struct Moved {
+    run: Run,
+    event: RunEvent,
+    from: RunState,
+}
+
+impl Moved {
+    /// `run` moved by `event` to `to` (not `pending`: that is a requeue), at `now`.
+    fn new(
+        run: &Run,
+        event: RunEvent,
+        to: RunState,
+        reason: Option<&str>,
+        params: Option<&RunParams>,
+        ends_at: Option<Millis>,
+    ) -> Moved {
+        let now = now_millis();
+        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
+        let ended_at = if to.is_terminal() { Some(ends_at.unwrap_or(now)) } else { run.ended_at };
+        Moved {
+            run: Run {
+                state: to,
+                version: run.version + 1,
+                updated_at: now,
+                started_at,
+                ended_at,
+                reason: reason.map(str::to_string).or_else(|| run.reason.clone()),
+                params: params.unwrap_or(&run.params).clone(),
+                // A lost node's claim ends here: nothing it writes later may land.
+                fence: if event == RunEvent::NodeLost { None } else { run.fence },
+                ..run.clone()
+            },
+            event,
+            from: run.state,
+        }
+    }
+}
+
 impl SqlStore {
     /// `transition`, with a terminal state's `ended_at` given (an exit's time) rather than now.
     async fn transition_ending_at(
@@ -288,51 +327,97 @@ impl SqlStore {
         if to == RunState::Pending {
             return self.requeue(run, event, reason.unwrap_or(event.as_str()), now_millis()).await;
         }
-        let now = now_millis();
-        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
-        let ended_at = if to.is_terminal() { Some(ends_at.unwrap_or(now)) } else { run.ended_at };
-        let reason = reason.map(str::to_string).or_else(|| run.reason.clone());
-        let params = params.unwrap_or(&run.params);
-        // A lost node's claim ends here: nothing it writes later may land.
-        let fence = if event == RunEvent::NodeLost { None } else { run.fence };
+        let moved = Moved::new(run, event, to, reason, params, ends_at);
+        let mut tx = self.pool.begin().await?;
+        if !self.move_run(&mut tx, run, &moved).await? {
+            // Given up first: on SQLite the transaction holds the one connection.
+            drop(tx);
+            return Err(self.conflict_or_fenced(run).await);
+        }
+        tx.commit().await?;
+        Ok(moved.run)
+    }
 
-        let tx = self.pool.begin().await?;
+    /// Writes `moved` over `run` in `tx` if the run is still in the state and version it was
+    /// read at (and holds this store's fence), with its state event. False if it was not.
+    async fn move_run(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        run: &Run,
+        moved: &Moved,
+    ) -> Result<bool> {
+        let next = &moved.run;
         // The update comes first, so SQLite takes its write lock before reading anything.
-        let update = sqlx::query(
+        let updated = sqlx::query(
             "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
              reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END WHERE id = $8 AND state = $9 AND version = $10 \
              AND (CAST($11 AS BIGINT) IS NULL OR fence = $11)",
         )
-        .bind(to.as_str())
-        .bind(now)
-        .bind(started_at)
-        .bind(ended_at)
-        .bind(reason.as_deref())
-        .bind(json(params))
-        .bind(i64::from(event == RunEvent::NodeLost));
-        let mut tx = self.guarded_update(tx, update, run).await?;
-        if event == RunEvent::NodeLost {
-            lose_live_stages(&mut tx, run.id, now).await?;
+        .bind(next.state.as_str())
+        .bind(next.updated_at)
+        .bind(next.started_at)
+        .bind(next.ended_at)
+        .bind(next.reason.as_deref())
+        .bind(json(&next.params))
+        .bind(i64::from(moved.event == RunEvent::NodeLost))
+        .bind(run.id.to_string())
+        .bind(run.state.as_str())
+        .bind(run.version)
+        .bind(self.fence)
+        .execute(&mut **tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            return Ok(false);
         }
-        let message = match &reason {
+        if moved.event == RunEvent::NodeLost {
+            lose_live_stages(tx, run.id, next.updated_at).await?;
+        }
+        let to = next.state;
+        let message = match &next.reason {
             Some(reason) if to != RunState::Starting && to != RunState::Running => {
-                format!("{event}: {reason}")
+                format!("{}: {reason}", moved.event)
             }
-            _ => event.to_string(),
+            _ => moved.event.to_string(),
         };
-        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
-        tx.commit().await?;
-        Ok(Run {
-            state: to,
-            version: run.version + 1,
-            updated_at: now,
-            started_at,
-            ended_at,
-            reason,
-            params: params.clone(),
-            fence,
-            ..run.clone()
-        })
+        insert_event(&mut **tx, run.id, EventKind::State, Some((moved.from, to)), None, &message).await?;
+        Ok(true)
+    }
+
+    /// A stage's row, and its events, in `tx`. `Fenced` if the run is no longer this store's.
+    async fn write_stage(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        stage: &Stage,
+        events: &[NewEvent],
+    ) -> Result<()> {
+        let (code, signal) = exit_columns(stage.record.exit);
+        let updated = sqlx::query(
+            "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
+             exit_code = $7, exit_signal = $8, slurm_job = $12 WHERE run_id = $9 AND idx = $10 \
+             AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM runs WHERE runs.id = $9 AND runs.fence = $11))",
+        )
+        .bind(stage.record.state.as_str())
+        .bind(stage.record.shim.as_ref().map(json))
+        .bind(stage.record.process.as_ref().map(json))
+        .bind(stage.record.started_at)
+        .bind(stage.ready_at)
+        .bind(stage.record.ended_at)
+        .bind(code)
+        .bind(signal)
+        .bind(stage.run_id.to_string())
+        .bind(stage.idx)
+        .bind(self.fence)
+        .bind(stage.slurm_job.map(|job| job as i64))
+        .execute(&mut **tx)
+        .await?;
+        if let (0, Some(token)) = (updated.rows_affected(), self.fence) {
+            return Err(StoreError::Fenced { id: stage.run_id, token });
+        }
+        for event in events {
+            insert_event(&mut **tx, stage.run_id, event.kind, None, event.stage.as_deref(), &event.message)
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -590,36 +675,34 @@ impl Store for SqlStore {
     }
 
     async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()> {
-        let (code, signal) = exit_columns(stage.record.exit);
         let mut tx = self.pool.begin().await?;
-        let updated = sqlx::query(
-            "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
-             exit_code = $7, exit_signal = $8, slurm_job = $12 WHERE run_id = $9 AND idx = $10 \
-             AND (CAST($11 AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM runs WHERE runs.id = $9 AND runs.fence = $11))",
-        )
-        .bind(stage.record.state.as_str())
-        .bind(stage.record.shim.as_ref().map(json))
-        .bind(stage.record.process.as_ref().map(json))
-        .bind(stage.record.started_at)
-        .bind(stage.ready_at)
-        .bind(stage.record.ended_at)
-        .bind(code)
-        .bind(signal)
-        .bind(stage.run_id.to_string())
-        .bind(stage.idx)
-        .bind(self.fence)
-        .bind(stage.slurm_job.map(|job| job as i64))
-        .execute(&mut *tx)
-        .await?;
-        if let (0, Some(token)) = (updated.rows_affected(), self.fence) {
-            return Err(StoreError::Fenced { id: stage.run_id, token });
-        }
-        if let Some(event) = event {
-            insert_event(&mut *tx, stage.run_id, event.kind, None, event.stage.as_deref(), &event.message)
-                .await?;
-        }
+        self.write_stage(&mut tx, stage, event.map(std::slice::from_ref).unwrap_or_default()).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn record_stage(
+        &self,
+        stage: &Stage,
+        events: &[NewEvent],
+        then: Option<RunMove<'_>>,
+    ) -> Result<Option<Run>> {
+        // A move this path doesn't make (a requeue, or one the run's state forbids) is left to
+        // the caller, who re-reads the run: the stage still lands.
+        let moved = then.and_then(|m| match transitions::next(m.run.state, m.event) {
+            Ok(to) if to != RunState::Pending => {
+                Some((m.run, Moved::new(m.run, m.event, to, m.reason, None, m.ended_at)))
+            }
+            _ => None,
+        });
+        let mut tx = self.pool.begin().await?;
+        self.write_stage(&mut tx, stage, events).await?;
+        let landed = match &moved {
+            Some((run, moved)) => self.move_run(&mut tx, run, moved).await?,
+            None => false,
+        };
+        tx.commit().await?;
+        Ok(moved.filter(|_| landed).map(|(_, moved)| moved.run))
     }
 
     async fn add_event(&self, run_id: Uuid, event: &NewEvent) -> Result<()> {

@@ -7,7 +7,7 @@ use lachesis::model::RunEvent;
 use lachesis::model::{
     EventKind, Exit, NewEvent, ProcessIdentity, ProcessState, Run, RunParams, RunState, Stage,
 };
-use lachesis::store::{RunFilter, Store, StoreError, StoreLocation};
+use lachesis::store::{RunFilter, RunMove, Store, StoreError, StoreLocation};
 use lachesis::workflow::Workflow;
 use sqlx::Connection;
 use uuid::Uuid;
@@ -41,6 +41,7 @@ async fn conformance(store: Arc<dyn Store>) {
     a_batch_is_written_in_order_or_not_at_all(&*store).await;
     transitions_are_conditional_and_recorded(&*store).await;
     stages_round_trip(&*store).await;
+    a_stage_and_the_run_move_it_decides_land_together(&*store).await;
     supervised_runs_are_the_ones_in_flight(&*store).await;
     racing_writers_cannot_both_win(Arc::clone(&store)).await;
     the_daemon_lock_is_exclusive(&*store).await;
@@ -181,6 +182,59 @@ async fn stages_round_trip(store: &dyn Store) {
     assert_eq!((last.kind, last.stage.as_deref()), (EventKind::Stage, Some("env")));
     let after = store.events(run.id, last.id).await.unwrap();
     assert!(after.is_empty());
+}
+
+async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
+    let run = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let run = store.transition(&run, RunEvent::AllStagesUp, None, None).await.unwrap();
+    let mut stage = store.stages(run.id).await.unwrap().remove(0);
+    stage.record.state = ProcessState::Exited;
+    stage.record.exit = Some(Exit::Code(0));
+    stage.record.ended_at = Some(run.started_at.unwrap() + 5);
+    let exited = [NewEvent::stage("api", "exited with code 0")];
+    let then = RunMove {
+        run: &run,
+        event: RunEvent::Complete,
+        reason: Some("stage 'api' finished"),
+        ended_at: stage.record.ended_at,
+    };
+    let moved = store.record_stage(&stage, &exited, Some(then)).await.unwrap().expect("the run moved");
+    assert_eq!(
+        (moved.state, moved.version, moved.ended_at),
+        (RunState::Completed, run.version + 1, stage.record.ended_at)
+    );
+    let stored = store.run(run.id).await.unwrap().unwrap();
+    assert_eq!((stored.state, stored.version, stored.ended_at), (moved.state, moved.version, moved.ended_at));
+    assert_eq!(store.stages(run.id).await.unwrap()[0].record.exit, Some(Exit::Code(0)));
+    let messages: Vec<String> =
+        store.events(run.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+    assert_eq!(messages[messages.len() - 2..], ["exited with code 0", "complete: stage 'api' finished"]);
+
+    // The run changed under the caller (a stop request): the stage still lands, the run is
+    // left as the other writer put it, and the caller is told to look again.
+    let run = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let running = store.transition(&run, RunEvent::AllStagesUp, None, None).await.unwrap();
+    let stopping = store.transition(&running, RunEvent::Stop, Some("stop requested"), None).await.unwrap();
+    let mut stage = store.stages(run.id).await.unwrap().remove(1);
+    stage.record.state = ProcessState::Exited;
+    stage.record.exit = Some(Exit::Code(3));
+    let then = RunMove {
+        run: &running,
+        event: RunEvent::Fail,
+        reason: Some("stage 'env' exited with code 3"),
+        ended_at: None,
+    };
+    assert!(store.record_stage(&stage, &[], Some(then)).await.unwrap().is_none());
+    assert_eq!(store.stages(run.id).await.unwrap()[1].record.exit, Some(Exit::Code(3)));
+    let stored = store.run(run.id).await.unwrap().unwrap();
+    assert_eq!((stored.state, stored.version), (RunState::Stopping, stopping.version));
+
+    // A move the run's state forbids is not made; the stage lands all the same.
+    let then = RunMove { run: &stopping, event: RunEvent::Complete, reason: None, ended_at: None };
+    stage.record.exit = Some(Exit::Code(4));
+    assert!(store.record_stage(&stage, &[], Some(then)).await.unwrap().is_none());
+    assert_eq!(store.stages(run.id).await.unwrap()[1].record.exit, Some(Exit::Code(4)));
+    assert_eq!(store.run(run.id).await.unwrap().unwrap().state, RunState::Stopping);
 }
 
 async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
