@@ -278,11 +278,9 @@ impl Reconciler {
                         reason: None,
                         ended_at: None,
                     });
-                    let moved = self.store.record_stage(&sup.stages[idx], &events, then).await;
+                    let moved = self.store.record_stage(&sup.stages[idx], &events, then).await?;
                     if all_up {
-                        self.adopt(id, moved).await?;
-                    } else {
-                        moved?;
+                        self.adopt(id, Ok(moved)).await?;
                     }
                 } else {
                     self.store.update_stage(&sup.stages[idx], events.first()).await?;
@@ -381,18 +379,15 @@ impl Reconciler {
                 ended_at,
             });
             let event = NewEvent::stage(&name, what);
-            let moved = self.store.record_stage(&ended, std::slice::from_ref(&event), then).await;
-            if matches!(moved, Err(ref err) if !matches!(err, StoreError::Conflict { .. } | StoreError::Illegal(_)))
-            {
-                return moved.map(|_| ());
-            }
+            // An error means nothing landed: the end is tried again from scratch.
+            let moved = self.store.record_stage(&ended, std::slice::from_ref(&event), then).await?;
             if let ProcessEnd::Finished(finished) = &end {
                 self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
             }
             self.metrics.stage_ended(exit);
             sup.stages[idx] = ended;
             if decision.is_some() {
-                self.adopt(id, moved).await?;
+                self.adopt(id, Ok(moved)).await?;
             }
         } else if let Some((event, reason)) = decision {
             self.transition_at(id, event, Some(&reason), exited_at).await?;
