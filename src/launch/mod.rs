@@ -2,6 +2,7 @@
 
 pub mod collect;
 pub mod follow;
+pub mod forkserver;
 pub mod probe;
 pub mod process;
 pub mod shim;

@@ -117,6 +117,7 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     // First, leave the daemon's session and process group: its death or a Ctrl-C aimed at it
     // must not reach us. (Fails only for a group leader, which a freshly spawned shim is not.)
     let _ = rustix::process::setsid();
+    // Who started us: the daemon, or its fork server, which lives exactly as long as it does.
     let daemon = rustix::process::getppid();
     let me = identity_of(std::process::id() as i32).map_err(|e| format!("cannot read own identity: {e}"))?;
     let fail = |reason: String| -> Result<(), String> {

@@ -1,16 +1,19 @@
-//! The daemon's side of starting a stage: start `lachesis-shim` (which moves itself into a
-//! session of its own, so it survives the daemon) and read back who it started.
+//! The daemon's side of starting a stage: have a shim started (forked by the fork server, or
+//! executed), which moves itself into a session of its own so it survives the daemon, and read
+//! back who it started.
 //!
 //! No `pre_exec` here on purpose: it would force fork+exec of the whole daemon, where plain
 //! spawning uses posix_spawn, several times cheaper for a large multi-threaded process.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
 
+use super::forkserver::ForkServer;
 use super::shim::ShimReport;
 use super::status::{Finished, StageFiles, Started};
 use crate::workflow::StagePlan;
@@ -25,12 +28,13 @@ pub enum SpawnError {
     Shim(String),
 }
 
-/// A started stage: the shim (our child while we live) and the identities it reported.
+/// A started stage: its shim and the identities it reported.
 pub struct Spawned {
-    pub shim: Child,
+    /// The shim, when the daemon executed it itself; a forked one is the fork server's child.
+    shim: Option<Child>,
     pub started: Started,
     /// The rest of the shim's reports: its `exited` line comes here, needing no disk space.
-    reports: BufReader<ChildStdout>,
+    reports: BufReader<Box<dyn AsyncRead + Send + Unpin>>,
 }
 
 impl Spawned {
@@ -50,6 +54,19 @@ impl Spawned {
             }
         }
     }
+
+    /// Waits for the shim to exit (its exit file written), reaping it if it is our child. A
+    /// forked shim's report pipe closes when it exits: nobody else holds the write end.
+    pub async fn exited(&mut self) {
+        match &mut self.shim {
+            Some(child) => {
+                let _ = child.wait().await;
+            }
+            None => {
+                let _ = tokio::io::copy(&mut self.reports, &mut tokio::io::sink()).await;
+            }
+        }
+    }
 }
 
 const SHIM_REPORT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -57,60 +74,94 @@ const SHIM_REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The small executable that runs only the shim, built beside `lachesis`.
 pub const SHIM_PROGRAM: &str = "lachesis-shim";
 
-/// `lachesis-shim` beside the daemon's executable: it starts in a fraction of the time the
-/// whole CLI takes, and every stage pays that. Without it (a lone copied binary), the daemon's
-/// own executable as `lachesis shim`.
-fn shim_command(exe: &Path) -> Command {
-    let small = exe.with_file_name(SHIM_PROGRAM);
-    if small.is_file() {
-        return Command::new(small);
-    }
-    let mut command = Command::new(exe);
-    command.arg("shim");
-    command
+/// How this daemon starts shims: forked by its fork server when `lachesis-shim` is beside its
+/// executable; else (a lone copied binary) its own executable as `lachesis shim`.
+pub struct Shims {
+    exe: PathBuf,
+    server: Option<ForkServer>,
 }
 
-pub async fn spawn_stage(exe: &Path, plan: &StagePlan, files: &StageFiles) -> Result<Spawned, SpawnError> {
-    if let Some(dir) = files.started.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| SpawnError::Shim(format!("{}: {e}", dir.display())))?;
+impl Shims {
+    pub fn new(exe: &Path) -> Shims {
+        let small = exe.with_file_name(SHIM_PROGRAM);
+        let server = small.is_file().then(|| ForkServer::new(small));
+        Shims { exe: exe.to_path_buf(), server }
     }
-    if let Some(dir) = plan.log_path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| SpawnError::Stage(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let mut command = shim_command(exe);
-    command
-        .arg("--started")
-        .arg(&files.started)
-        .arg("--exit")
-        .arg(&files.exit)
-        .arg("--log")
-        .arg(&plan.log_path)
-        .arg("--cwd")
-        .arg(&plan.cwd)
-        .arg("--")
-        .args(&plan.argv)
-        .envs(&plan.env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut shim = command.spawn().map_err(|e| SpawnError::Shim(e.to_string()))?;
-    let stdout = shim.stdout.take().ok_or_else(|| SpawnError::Shim("no stdout".into()))?;
-    let mut line = String::new();
-    let mut reports = BufReader::new(stdout);
-    let read = tokio::time::timeout(SHIM_REPORT_TIMEOUT, reports.read_line(&mut line)).await;
-    match read {
-        Ok(Ok(n)) if n > 0 => {}
-        Ok(Ok(_)) => return Err(SpawnError::Shim("it exited without reporting".into())),
-        Ok(Err(e)) => return Err(SpawnError::Shim(e.to_string())),
-        Err(_) => {
-            return Err(SpawnError::Shim(format!("no report within {}s", SHIM_REPORT_TIMEOUT.as_secs())));
+
+    /// An executed shim: `lachesis-shim` beside the daemon's executable, which loads in a
+    /// fraction of the time the whole CLI takes; without it, `lachesis shim`.
+    fn command(&self) -> Command {
+        let small = self.exe.with_file_name(SHIM_PROGRAM);
+        if small.is_file() {
+            return Command::new(small);
         }
+        let mut command = Command::new(&self.exe);
+        command.arg("shim");
+        command
     }
-    match serde_json::from_str::<ShimReport>(&line) {
-        Ok(ShimReport::Started(started)) => Ok(Spawned { shim, started, reports }),
-        Ok(ShimReport::Failed(reason)) => Err(SpawnError::Stage(reason)),
-        Ok(ShimReport::Exited(_)) => Err(SpawnError::Shim("it reported an exit before a start".into())),
-        Err(e) => Err(SpawnError::Shim(format!("unreadable report {line:?}: {e}"))),
+
+    pub async fn spawn_stage(&self, plan: &StagePlan, files: &StageFiles) -> Result<Spawned, SpawnError> {
+        if let Some(dir) = files.started.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| SpawnError::Shim(format!("{}: {e}", dir.display())))?;
+        }
+        if let Some(dir) = plan.log_path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| SpawnError::Stage(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let mut args: Vec<OsString> = Vec::with_capacity(plan.argv.len() + 9);
+        for (flag, value) in [
+            ("--started", files.started.as_os_str()),
+            ("--exit", files.exit.as_os_str()),
+            ("--log", plan.log_path.as_os_str()),
+            ("--cwd", plan.cwd.as_os_str()),
+        ] {
+            args.extend([OsString::from(flag), value.to_os_string()]);
+        }
+        args.push(OsString::from("--"));
+        args.extend(plan.argv.iter().map(OsString::from));
+
+        let forked = self.server.as_ref().and_then(|server| match server.fork_shim(&args, &plan.env) {
+            Ok(reports) => Some(reports),
+            Err(err) => {
+                tracing::warn!("shim fork server: {err}; executing the shim instead");
+                None
+            }
+        });
+        let (shim, reports): (Option<Child>, Box<dyn AsyncRead + Send + Unpin>) = match forked {
+            Some(reports) => {
+                let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reports)
+                    .map_err(|e| SpawnError::Shim(e.to_string()))?;
+                (None, Box::new(pipe))
+            }
+            None => {
+                let mut command = self.command();
+                command
+                    .args(&args)
+                    .envs(&plan.env)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null());
+                let mut shim = command.spawn().map_err(|e| SpawnError::Shim(e.to_string()))?;
+                let stdout = shim.stdout.take().ok_or_else(|| SpawnError::Shim("no stdout".into()))?;
+                (Some(shim), Box::new(stdout))
+            }
+        };
+        let mut line = String::new();
+        let mut reports = BufReader::new(reports);
+        let read = tokio::time::timeout(SHIM_REPORT_TIMEOUT, reports.read_line(&mut line)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(Ok(_)) => return Err(SpawnError::Shim("it exited without reporting".into())),
+            Ok(Err(e)) => return Err(SpawnError::Shim(e.to_string())),
+            Err(_) => {
+                return Err(SpawnError::Shim(format!("no report within {}s", SHIM_REPORT_TIMEOUT.as_secs())));
+            }
+        }
+        match serde_json::from_str::<ShimReport>(&line) {
+            Ok(ShimReport::Started(started)) => Ok(Spawned { shim, started, reports }),
+            Ok(ShimReport::Failed(reason)) => Err(SpawnError::Stage(reason)),
+            Ok(ShimReport::Exited(_)) => Err(SpawnError::Shim("it reported an exit before a start".into())),
+            Err(e) => Err(SpawnError::Shim(format!("unreadable report {line:?}: {e}"))),
+        }
     }
 }

@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::launch::probe::{NotReady, ReadyHow};
 use crate::launch::process::ExitWatch;
-use crate::launch::spawn::{SpawnError, spawn_stage};
+use crate::launch::spawn::{Shims, SpawnError};
 use crate::launch::status::{Finished, StageFiles, Started};
 use crate::model::{Exit, ProcessRecord, now_millis};
 use crate::store::{Store, StoreError};
@@ -33,7 +33,7 @@ pub use supervised::ports_of;
 
 #[derive(Clone, Debug)]
 pub struct ReconcilerConfig {
-    /// The lachesis binary, started again as `lachesis shim`.
+    /// The lachesis binary; `lachesis-shim` beside it starts stages (else `lachesis shim`).
     pub exe: PathBuf,
     /// Runs started at once at most, whatever their resources.
     pub max_parallel: usize,
@@ -161,6 +161,7 @@ pub struct Reconciler {
     http: reqwest::Client,
     notifier: Option<crate::notify::Notifier>,
     metrics: Arc<crate::metrics::Metrics>,
+    shims: Arc<Shims>,
 }
 
 type Result<T = ()> = std::result::Result<T, StoreError>;
@@ -183,6 +184,7 @@ impl Reconciler {
         let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
         let notifier = crate::notify::Notifier::with_defaults().ok();
         let node = node::NodeState::new(registration, config.claims_dir.clone());
+        let shims = Arc::new(Shims::new(&config.exe));
         Reconciler {
             base: Arc::clone(&store),
             store,
@@ -195,6 +197,7 @@ impl Reconciler {
             http,
             notifier,
             metrics,
+            shims,
         }
     }
 
@@ -338,27 +341,27 @@ impl Reconciler {
 
     /// Starts a process under a shim; its start and its end are reported as messages.
     fn launch(&self, owner: Owner, plan: crate::workflow::StagePlan, files: StageFiles) {
-        let exe = self.config.exe.clone();
+        let shims = Arc::clone(&self.shims);
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            match spawn_stage(&exe, &plan, &files).await {
+            match shims.spawn_stage(&plan, &files).await {
                 Ok(mut spawned) => {
                     let _ = tx.send(Msg::Spawned { owner, result: Ok(spawned.started.clone()) });
                     // The shim's report needs no disk; without one, its exit file is the word.
                     let end = match spawned.exit_report().await {
                         Some(finished) => {
                             // It exits once its exit file is written; only a full disk holds it.
-                            let _ = tokio::time::timeout(SHIM_EXIT_GRACE, spawned.shim.wait()).await;
+                            let _ = tokio::time::timeout(SHIM_EXIT_GRACE, spawned.exited()).await;
                             ProcessEnd::Finished(finished)
                         }
                         None => {
-                            let _ = spawned.shim.wait().await;
+                            spawned.exited().await;
                             read_end(&files, "its shim exited without recording a status")
                         }
                     };
                     let _ = tx.send(Msg::Ended { owner, end });
                     // Reaped once it has written its exit file (on a full disk, when space returns).
-                    let _ = spawned.shim.wait().await;
+                    spawned.exited().await;
                 }
                 Err(err) => {
                     let _ = tx.send(Msg::Spawned { owner, result: Err(err) });

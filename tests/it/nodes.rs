@@ -14,7 +14,7 @@ use lachesis::workflow::Workflow;
 use uuid::Uuid;
 
 use crate::store::fresh_postgres;
-use crate::support::{TestHome, processes_mentioning, wait_for};
+use crate::support::{TestHome, fork_server_of, processes_mentioning, wait_for};
 
 const RETRY_ON_NODE_LOSS: &str = "retry: {max_attempts: 2, backoff: 100ms}\n";
 
@@ -451,7 +451,10 @@ async fn a_killed_nodes_runs_are_reaped_and_its_stale_claims_rejected_when_it_re
     start_node(&mut homes[2], "c", SHORT, &[]);
     let daemon = homes[2].daemon_pid().unwrap();
     wait_for("c's leftover stage processes to be gone", Duration::from_secs(20), || async {
-        processes_mentioning(&c_home).into_iter().all(|pid| pid == daemon).then_some(())
+        processes_mentioning(&c_home)
+            .into_iter()
+            .all(|pid| pid == daemon || Some(pid) == fork_server_of(daemon))
+            .then_some(())
     })
     .await;
     for id in [failing, retried] {
@@ -571,7 +574,10 @@ async fn a_frozen_node_finds_its_lease_lost_on_waking_and_stands_down() {
     // longer owns and takes a new lease, writing nothing over the survivor's decision.
     let home = homes[0].path().to_path_buf();
     wait_for("the woken node to kill the stage it lost", Duration::from_secs(20), || async {
-        processes_mentioning(&home).into_iter().all(|p| p == daemon).then_some(())
+        processes_mentioning(&home)
+            .into_iter()
+            .all(|p| p == daemon || Some(p) == fork_server_of(daemon))
+            .then_some(())
     })
     .await;
     // Whichever it noticed first (a rejected write or a refused heartbeat), it stood down.

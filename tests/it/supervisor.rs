@@ -6,7 +6,10 @@ use std::time::Duration;
 use lachesis::launch::process::{Liveness, identity_of, liveness};
 use lachesis::model::{Exit, ProcessState, RunState};
 
-use crate::support::{TestHome, assert_no_stage_alive, processes_mentioning, stderr, wait_for};
+use crate::support::{
+    TestHome, assert_no_stage_alive, fork_server_of, gone_or_zombie, parent_and_state, processes_mentioning,
+    stderr, wait_for,
+};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -95,6 +98,50 @@ async fn daemon_killed_while_running_still_learns_the_exit_code() {
     assert_eq!(stages[1].record.exit, Some(Exit::Code(3)));
     assert_eq!(stages[0].record.exit, Some(Exit::Signal(15)));
     assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn stages_are_forked_by_a_server_that_dies_with_the_daemon_while_their_shims_live_on() {
+    let mut home = TestHome::new();
+    home.workflow("chain", &two_stage("chain", "100ms", "sleep 1.5; exit 3"));
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "chain"]);
+    home.wait_state(id, RunState::Running, T).await;
+    let daemon = home.daemon_pid().unwrap();
+    let server = fork_server_of(daemon).expect("the daemon runs a shim fork server");
+    let shim = home.stages(id).await[0].record.shim.clone().expect("stage a has a shim");
+    assert_eq!(parent_and_state(shim.pid).map(|(parent, _)| parent), Some(server), "a's shim was forked");
+    home.kill_daemon();
+    assert!(gone_or_zombie(server), "the fork server exits with its daemon");
+    assert_eq!(liveness(&shim), Liveness::Alive, "the shim outlives daemon and server");
+    home.start_daemon();
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(run.reason.as_deref(), Some("stage 'b' exited with code 3"), "{}", home.daemon_log());
+    assert_eq!(stages[0].record.exit, Some(Exit::Signal(15)));
+    assert_no_stage_alive(&stages);
+}
+
+#[tokio::test]
+async fn a_killed_fork_server_is_replaced_and_the_next_run_starts() {
+    let mut home = TestHome::new();
+    home.workflow("quick", "name: quick\nstages:\n  - {name: main, argv: [sh, -c, \"exit 0\"]}\n");
+    home.start_daemon();
+    let first = home.submit(&["--workflow", "quick"]);
+    assert_eq!(home.wait_state(first, RunState::Completed, T).await.state, RunState::Completed);
+    let daemon = home.daemon_pid().unwrap();
+    let server = fork_server_of(daemon).expect("the daemon runs a shim fork server");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(server).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_for("the fork server to die", T, || async move { gone_or_zombie(server).then_some(()) }).await;
+    let second = home.submit(&["--workflow", "quick"]);
+    let run = home.wait_state(second, RunState::Completed, T).await;
+    assert_eq!(run.reason.as_deref(), Some("stage 'main' finished"), "{}", home.daemon_log());
+    let replacement = fork_server_of(daemon).expect("a new fork server");
+    assert_ne!(replacement, server);
+    assert_eq!(parent_and_state(server), None, "the dead server was reaped");
 }
 
 #[tokio::test]

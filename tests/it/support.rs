@@ -150,11 +150,20 @@ impl TestHome {
         self.daemon = Some(child);
     }
 
-    /// SIGKILL, as a crash would.
+    /// SIGKILL, as a crash would. Returns once its shim fork server, which exits when the
+    /// daemon's end of its socket closes, is gone too (the shims it forked stay).
     pub fn kill_daemon(&mut self) {
         let mut child = self.daemon.take().expect("no daemon running");
+        let server = fork_server_of(child.id() as i32);
         child.kill().unwrap();
         child.wait().unwrap();
+        if let Some(server) = server {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !gone_or_zombie(server) {
+                assert!(Instant::now() < deadline, "the fork server {server} outlived its daemon");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
     }
 
     pub fn daemon_pid(&self) -> Option<i32> {
@@ -233,6 +242,28 @@ impl Drop for TestHome {
 }
 
 /// Every process whose command line or environment mentions `needle` (the test's home).
+/// The parent pid and state letter of `pid`, from /proc (None once it is gone).
+pub fn parent_and_state(pid: i32) -> Option<(i32, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((rest.next()?.parse().ok()?, state))
+}
+
+/// The live `lachesis-shim --serve` started by `daemon`, if any.
+pub fn fork_server_of(daemon: i32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let (parent, state) = parent_and_state(pid)?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        (parent == daemon && state != 'Z' && cmdline.ends_with(b"--serve\0")).then_some(pid)
+    })
+}
+
+pub fn gone_or_zombie(pid: i32) -> bool {
+    parent_and_state(pid).is_none_or(|(_, state)| state == 'Z')
+}
+
 pub fn processes_mentioning(needle: &Path) -> Vec<i32> {
     let needle = needle.to_string_lossy().into_owned();
     let mut pids = Vec::new();
