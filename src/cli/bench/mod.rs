@@ -6,6 +6,7 @@ use std::process::ExitCode;
 mod claims;
 mod history;
 mod progress;
+mod pueue;
 mod supervisor;
 
 use supervisor::BenchOptions;
@@ -30,6 +31,10 @@ pub struct BenchArgs {
     /// CLI processes submitting at once for the throughput figure
     #[arg(long, default_value_t = 4)]
     submitters: usize,
+    /// Also measure the throughput figure through pueue, in the same run: the path of its
+    /// `pueue` client, with `pueued` beside it (`cargo install pueue --locked --root DIR`)
+    #[arg(long, value_name = "PATH")]
+    pueue: Option<std::path::PathBuf>,
     /// Instead: load the HTTP API with status requests while runs start and stop
     #[arg(long)]
     http: bool,
@@ -82,12 +87,17 @@ pub fn run(args: BenchArgs) -> CliResult {
     if args.history {
         return history(args);
     }
+    // Checked before the minute of lachesis figures, not after it.
+    if let Some(client) = &args.pueue {
+        pueue::daemon_beside(client)?;
+    }
     let options = BenchOptions {
         runs: args.runs,
         parallel: args.parallel,
         live: args.live,
         exits: args.exits,
         submitters: args.submitters,
+        pueue: args.pueue,
     };
     let exe = std::env::current_exe()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -106,7 +116,7 @@ pub fn run(args: BenchArgs) -> CliResult {
         report.recovered_runs, report.recovery_ms
     );
     println!(
-        "throughput ({} runs of `true` via the CLI from {} submitters, {} at once): {:.1} runs/s first submit -> last completed; daemon alone {:.1} runs/s ({:.1} ms of submitting per run)",
+        "throughput ({} runs of `true` via the CLI from {} submitting loop(s), {} at once): {:.1} runs/s first submit -> last completed; daemon alone {:.1} runs/s ({:.1} ms of submitting per run)",
         report.throughput_runs,
         report.submitters,
         args.parallel,
@@ -114,6 +124,18 @@ pub fn run(args: BenchArgs) -> CliResult {
         report.daemon_runs_per_s,
         report.submit_ms_per_run
     );
+    if let Some(pueue) = &report.pueue {
+        println!(
+            "the same through {} ({} runs, {} adding loop(s), {} at once): {:.1} runs/s first add -> last ended ({:.1} ms of adding per run); lachesis {:.1}x pueue",
+            pueue.version,
+            pueue.runs,
+            pueue.submitters,
+            args.parallel,
+            pueue.runs_per_s,
+            pueue.add_ms_per_run,
+            report.throughput_runs_per_s / pueue.runs_per_s.max(1e-9)
+        );
+    }
     println!(
         "daemon alone, draining {} runs queued before it started: {:.1} runs/s",
         report.throughput_runs, report.drain_runs_per_s

@@ -25,6 +25,8 @@ pub struct BenchOptions {
     pub exits: usize,
     /// CLI processes submitting at once during the throughput figure.
     pub submitters: usize,
+    /// A pueue client (with pueued beside it): the throughput figure through it too.
+    pub pueue: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -41,6 +43,8 @@ pub struct BenchReport {
     pub drain_runs_per_s: f64,
     pub submit_ms_per_run: f64,
     pub idle_rss_mb: f64,
+    /// The throughput figure through pueue, when asked for (`--pueue`).
+    pub pueue: Option<super::pueue::PueueReport>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -223,32 +227,17 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
     }
 
     // Throughput: `runs` submissions through the CLI, `parallel` at once, until the last ends.
+    let submitters = options.submitters.max(1);
     {
         let mut lab = Lab::new(exe, &scratch).await?;
         lab.start_daemon(options.parallel)?;
         wait_for_socket(&lab.home)?;
-        let submitters = options.submitters.max(1);
         progress(&format!(
             "queueing {} runs through the CLI ({submitters} submitting at once), {} running at once",
             options.runs, options.parallel
         ));
         let begun = Instant::now();
-        std::thread::scope(|scope| -> BenchResult<()> {
-            let lab = &lab;
-            let workers: Vec<_> = (0..submitters)
-                .map(|w| {
-                    scope.spawn(move || {
-                        (w..options.runs)
-                            .step_by(submitters)
-                            .try_for_each(|_| lab.submit("one").map_err(|e| e.to_string()))
-                    })
-                })
-                .collect();
-            for worker in workers {
-                worker.join().map_err(|_| "a submitter panicked")??;
-            }
-            Ok(())
-        })?;
+        submit_in_loops(options.runs, submitters, &|| lab.submit("one").map_err(|e| e.to_string()))?;
         report.submit_ms_per_run = begun.elapsed().as_secs_f64() * 1000.0 / options.runs as f64;
         let done = lab.wait_count(RunState::Completed, options.runs, Duration::from_secs(600)).await?;
         let failed = lab.count(RunState::Failed).await?;
@@ -262,6 +251,10 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         let first = runs.iter().filter_map(|r| r.started_at).min().unwrap_or(0);
         let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
         report.daemon_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
+    }
+    if let Some(client) = &options.pueue {
+        let runs = options.runs;
+        report.pueue = Some(super::pueue::throughput(client, runs, options.parallel, submitters, progress)?);
     }
 
     // The daemon alone: the same runs queued first (no CLI competing for the CPU), then drained.
@@ -279,6 +272,24 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         report.drain_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
     }
     Ok(report)
+}
+
+/// Calls `submit` `runs` times in all from `submitters` loops at once, each waiting for its
+/// last call before the next, as that many shell loops would.
+pub(super) fn submit_in_loops(
+    runs: usize,
+    submitters: usize,
+    submit: &(dyn Fn() -> Result<(), String> + Sync),
+) -> BenchResult<()> {
+    std::thread::scope(|scope| {
+        let loops: Vec<_> = (0..submitters)
+            .map(|first| scope.spawn(move || (first..runs).step_by(submitters).try_for_each(|_| submit())))
+            .collect();
+        for each in loops {
+            each.join().map_err(|_| "a submitting loop panicked")??;
+        }
+        Ok(())
+    })
 }
 
 pub(super) fn wait_for_socket(home: &Path) -> BenchResult<()> {
