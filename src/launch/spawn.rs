@@ -89,7 +89,8 @@ impl Shims {
     }
 
     /// An executed shim: `lachesis-shim` beside the daemon's executable, which loads in a
-    /// fraction of the time the whole CLI takes; without it, `lachesis shim`.
+    /// fraction of the time the whole CLI takes; without it, `lachesis shim`. Looked for again
+    /// each time: an upgrade may have removed it since the daemon started.
     fn command(&self) -> Command {
         let small = self.exe.with_file_name(SHIM_PROGRAM);
         if small.is_file() {

@@ -252,10 +252,6 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
         report.daemon_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
     }
-    if let Some(client) = &options.pueue {
-        let runs = options.runs;
-        report.pueue = Some(super::pueue::throughput(client, runs, options.parallel, submitters, progress)?);
-    }
 
     // The daemon alone: the same runs queued first (no CLI competing for the CPU), then drained.
     {
@@ -270,6 +266,13 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         let first = runs.iter().filter_map(|r| r.started_at).min().unwrap_or(0);
         let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
         report.drain_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
+    }
+
+    // Last: removing pueue's scratch directory (a log file per task) would tax the file
+    // creations of any figure after it, as the homes' removal would (see `Lab::new`).
+    if let Some(client) = &options.pueue {
+        let runs = options.runs;
+        report.pueue = Some(super::pueue::throughput(client, runs, options.parallel, submitters, progress)?);
     }
     Ok(report)
 }
