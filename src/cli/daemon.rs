@@ -52,7 +52,7 @@ fn parse_positive(text: &str) -> Result<Dur, String> {
 /// The most runs a daemon may start at once.
 const MAX_PARALLEL: usize = 4096;
 
-fn parse_max_parallel(text: &str) -> Result<usize, String> {
+pub(super) fn parse_max_parallel(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
         Ok(n) if (1..=MAX_PARALLEL).contains(&n) => Ok(n),
         _ => Err(format!("'{text}' is not a number of runs from 1 to {MAX_PARALLEL}")),

@@ -17,10 +17,10 @@ use super::output::print_json;
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// Runs of `true` queued through the CLI for the throughput figure
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = parse_runs)]
     runs: usize,
     /// Runs allowed at once during the throughput figure
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = super::daemon::parse_max_parallel)]
     parallel: usize,
     /// Live runs when the daemon is SIGKILLed, for the recovery figure
     #[arg(long, default_value_t = 100)]
@@ -72,6 +72,14 @@ pub struct BenchArgs {
     history_postgres: bool,
     #[arg(long)]
     json: bool,
+}
+
+/// A throughput figure needs runs to time; a million is hours of this machine's work.
+fn parse_runs(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("'{text}' is not a number of runs from 1 to 1000000")),
+    }
 }
 
 pub fn run(args: BenchArgs) -> CliResult {
