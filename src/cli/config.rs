@@ -9,6 +9,7 @@ use super::CliResult;
 use super::output::{print_json, table};
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum ConfigCommand {
     /// Show configurable and locked fields with their current values
     Show {

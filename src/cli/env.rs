@@ -9,6 +9,7 @@ use super::CliResult;
 use super::output::{print_json, table};
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum EnvCommand {
     /// List the environments found in the environment directories
     List {

@@ -44,6 +44,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 enum Command {
     /// Run the supervisor: claims queued runs, starts and watches their stages
     Daemon(daemon::DaemonArgs),

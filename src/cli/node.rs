@@ -7,6 +7,7 @@ use super::CliResult;
 use super::output::{print_json, table};
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum NodeCommand {
     /// The daemons sharing this PostgreSQL store: labels, heartbeat age, runs
     List {

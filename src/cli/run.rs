@@ -15,6 +15,7 @@ use super::CliResult;
 use super::output::{duration, is_tty, print_json, stage_state, table, time};
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum RunCommand {
     /// Queue a run; prints its id
     Start(StartArgs),

@@ -10,6 +10,7 @@ use super::CliResult;
 use super::output::{print_json, table, time};
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum ScheduleCommand {
     /// Add a schedule: `--cron "0 3 * * *"` (5-field crontab or @daily-style aliases)
     Add {

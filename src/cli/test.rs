@@ -12,7 +12,8 @@ use lachesis::workflow::Dur;
 use super::CliResult;
 use super::output::{duration, is_tty, print_json, table, time};
 
-/// What an inference test runs; shared by `test start` and `schedule add`.
+// What an inference test runs; shared by `test start` and `schedule add`. (A plain comment: a
+// doc comment would be the about text of every command that flattens it.)
 #[derive(clap::Args)]
 pub struct TestOptions {
     /// Environment [default: the selected one]
@@ -67,6 +68,7 @@ impl TestOptions {
 }
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum TestCommand {
     /// Queue an inference test: the environment's `process` mode against each model
     Start {

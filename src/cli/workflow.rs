@@ -6,6 +6,7 @@ use super::CliResult;
 use super::output::{print_json, table};
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum WorkflowCommand {
     /// List the workflows in the workflow directory
     List {
