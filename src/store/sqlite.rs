@@ -28,6 +28,9 @@ pub(super) async fn open(path: &Path) -> Result<AnyPool> {
         url.parse().map_err(|source| StoreError::Open { target: target.clone(), source })?;
     let pool = AnyPoolOptions::new()
         .max_connections(1)
+        // An embedded file has no far end to hang up: the ping sqlx makes before each acquire
+        // would only be one more round trip to its worker thread for every statement.
+        .test_before_acquire(false)
         .after_connect(|conn, _meta| {
             Box::pin(async move { conn.execute(sqlx::raw_sql(PRAGMAS)).await.map(drop) })
         })
