@@ -229,3 +229,27 @@ async fn bulk_start_queues_every_run_in_one_go_or_none() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert_eq!(run_count(&mut home).await, 27);
 }
+
+/// Subcommands are built only when entered (clap's `defer`), so clap's checks of a command's
+/// definition (run in debug builds) would meet a broken one only when somebody uses it: walk
+/// every command path's help here instead.
+#[test]
+fn every_command_path_has_help() {
+    let home = TestHome::new();
+    let mut paths: Vec<Vec<String>> = vec![Vec::new()];
+    let mut seen = 0;
+    while let Some(path) = paths.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = home.cli(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("Usage: lachesis"), "{args:?}: {}", stderr(&out));
+        seen += 1;
+        let commands = text.split("\nCommands:\n").nth(1).unwrap_or("").split("\n\n").next().unwrap_or("");
+        for line in commands.lines() {
+            let Some(name) = line.split_whitespace().next().filter(|n| *n != "help") else { continue };
+            paths.push(path.iter().cloned().chain([name.to_string()]).collect());
+        }
+    }
+    assert!(seen > 30, "only {seen} command paths found");
+}
