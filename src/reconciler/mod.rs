@@ -262,6 +262,10 @@ impl Reconciler {
                 warn!("reconciler: cannot schedule tests: {err}");
             }
             self.metrics.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
+            // A submission's poke: its run is there to claim, no read needs to say so first.
+            if queued {
+                self.queue_drained = false;
+            }
             // The queue only needs a look when work may have arrived or a slot came free.
             if (rescan || queued || self.runs.len() < supervised_before)
                 && let Err(err) = self.claim_runs().await

@@ -258,6 +258,57 @@ where
     Ok(())
 }
 
+/// One event of a batch `insert_events` writes.
+struct EventRow<'a> {
+    kind: EventKind,
+    states: Option<(RunState, RunState)>,
+    stage: Option<&'a str>,
+    message: std::borrow::Cow<'a, str>,
+}
+
+impl<'a> From<&'a NewEvent> for EventRow<'a> {
+    fn from(event: &'a NewEvent) -> Self {
+        EventRow {
+            kind: event.kind,
+            states: None,
+            stage: event.stage.as_deref(),
+            message: (&event.message).into(),
+        }
+    }
+}
+
+/// `INSERT_EVENTS[n - 1]` writes n events of one run (`$1`) at one time (`$2`).
+const INSERT_EVENTS: [&str; 3] = [
+    INSERT_EVENT,
+    "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7), \
+     ($1, $2, $8, $9, $10, $11, $12)",
+    "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7), \
+     ($1, $2, $8, $9, $10, $11, $12), ($1, $2, $13, $14, $15, $16, $17)",
+];
+
+/// Writes a run's events in order, up to three in one statement: on SQLite every statement is a
+/// round trip to sqlx's worker thread, and a stage's start or end writes two or three at once.
+async fn insert_events(
+    conn: &mut sqlx::AnyConnection,
+    run_id: Uuid,
+    rows: &[EventRow<'_>],
+) -> Result<()> {
+    let at = now_millis();
+    for chunk in rows.chunks(INSERT_EVENTS.len()) {
+        let mut query = sqlx::query(INSERT_EVENTS[chunk.len() - 1]).bind(run_id.to_string()).bind(at);
+        for row in chunk {
+            query = query
+                .bind(row.kind.as_str())
+                .bind(row.states.map(|s| s.0.as_str()))
+                .bind(row.states.map(|s| s.1.as_str()))
+                .bind(row.stage)
+                .bind(&*row.message);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 /// Marks a run's live-looking stages lost: their node is gone and nobody can watch them.
 async fn lose_live_stages(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
@@ -329,23 +380,25 @@ impl SqlStore {
         }
         let moved = Moved::new(run, event, to, reason, params, ends_at);
         let mut tx = self.pool.begin().await?;
-        if !self.move_run(&mut tx, run, &moved).await? {
+        let Some(event) = self.move_run(&mut tx, run, &moved).await? else {
             // Given up first: on SQLite the transaction holds the one connection.
             drop(tx);
             return Err(self.conflict_or_fenced(run).await);
-        }
+        };
+        insert_events(&mut tx, run.id, &[event]).await?;
         tx.commit().await?;
         Ok(moved.run)
     }
 
     /// Writes `moved` over `run` in `tx` if the run is still in the state and version it was
-    /// read at (and holds this store's fence), with its state event. False if it was not.
+    /// read at (and holds this store's fence), and returns its state event for the caller to
+    /// write with the others of the transaction. None if it was not.
     async fn move_run(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
         run: &Run,
         moved: &Moved,
-    ) -> Result<bool> {
+    ) -> Result<Option<EventRow<'static>>> {
         let next = &moved.run;
         // The update comes first, so SQLite takes its write lock before reading anything.
         let updated = sqlx::query(
@@ -367,7 +420,7 @@ impl SqlStore {
         .execute(&mut **tx)
         .await?;
         if updated.rows_affected() == 0 {
-            return Ok(false);
+            return Ok(None);
         }
         if moved.event == RunEvent::NodeLost {
             lose_live_stages(tx, run.id, next.updated_at).await?;
@@ -379,17 +432,16 @@ impl SqlStore {
             }
             _ => moved.event.to_string(),
         };
-        insert_event(&mut **tx, run.id, EventKind::State, Some((moved.from, to)), None, &message).await?;
-        Ok(true)
+        Ok(Some(EventRow {
+            kind: EventKind::State,
+            states: Some((moved.from, to)),
+            stage: None,
+            message: message.into(),
+        }))
     }
 
-    /// A stage's row, and its events, in `tx`. `Fenced` if the run is no longer this store's.
-    async fn write_stage(
-        &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-        stage: &Stage,
-        events: &[NewEvent],
-    ) -> Result<()> {
+    /// A stage's row. `Fenced` if the run is no longer this store's.
+    async fn write_stage(&self, conn: &mut sqlx::AnyConnection, stage: &Stage) -> Result<()> {
         let (code, signal) = exit_columns(stage.record.exit);
         let updated = sqlx::query(
             "UPDATE stages SET state = $1, shim = $2, process = $3, started_at = $4, ready_at = $5, ended_at = $6, \
@@ -408,14 +460,10 @@ impl SqlStore {
         .bind(stage.idx)
         .bind(self.fence)
         .bind(stage.slurm_job.map(|job| job as i64))
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
         if let (0, Some(token)) = (updated.rows_affected(), self.fence) {
             return Err(StoreError::Fenced { id: stage.run_id, token });
-        }
-        for event in events {
-            insert_event(&mut **tx, stage.run_id, event.kind, None, event.stage.as_deref(), &event.message)
-                .await?;
         }
         Ok(())
     }
@@ -675,8 +723,13 @@ impl Store for SqlStore {
     }
 
     async fn update_stage(&self, stage: &Stage, event: Option<&NewEvent>) -> Result<()> {
+        let Some(event) = event else {
+            // One statement needs no transaction: two round trips less on SQLite.
+            return self.write_stage(&mut *self.pool.acquire().await?, stage).await;
+        };
         let mut tx = self.pool.begin().await?;
-        self.write_stage(&mut tx, stage, event.map(std::slice::from_ref).unwrap_or_default()).await?;
+        self.write_stage(&mut tx, stage).await?;
+        insert_events(&mut tx, stage.run_id, &[event.into()]).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -696,11 +749,15 @@ impl Store for SqlStore {
             _ => None,
         });
         let mut tx = self.pool.begin().await?;
-        self.write_stage(&mut tx, stage, events).await?;
+        self.write_stage(&mut tx, stage).await?;
+        let mut rows: Vec<EventRow> = events.iter().map(EventRow::from).collect();
         let landed = match &moved {
-            Some((run, moved)) => self.move_run(&mut tx, run, moved).await?,
+            Some((run, moved)) => {
+                self.move_run(&mut tx, run, moved).await?.map(|event| rows.push(event)).is_some()
+            }
             None => false,
         };
+        insert_events(&mut tx, stage.run_id, &rows).await?;
         tx.commit().await?;
         Ok(moved.filter(|_| landed).map(|(_, moved)| moved.run))
     }

@@ -235,6 +235,30 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
     assert!(store.record_stage(&stage, &[], Some(then)).await.unwrap().is_none());
     assert_eq!(store.stages(run.id).await.unwrap()[1].record.exit, Some(Exit::Code(4)));
     assert_eq!(store.run(run.id).await.unwrap().unwrap().state, RunState::Stopping);
+
+    // Events are written several to a statement: more than one statement's worth all land, in
+    // order, the run's state event last.
+    let run = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let mut stage = store.stages(run.id).await.unwrap().remove(0);
+    stage.record.state = ProcessState::Up;
+    let notes: Vec<NewEvent> = (1..=4).map(|n| NewEvent::stage("api", format!("note {n}"))).collect();
+    let then = RunMove { run: &run, event: RunEvent::AllStagesUp, reason: None, ended_at: None };
+    let moved = store.record_stage(&stage, &notes, Some(then)).await.unwrap().expect("the run moved");
+    assert_eq!(moved.state, RunState::Running);
+    let events = store.events(run.id, 0).await.unwrap();
+    let last: Vec<(&str, Option<RunState>)> =
+        events[events.len() - 5..].iter().map(|e| (e.message.as_str(), e.to_state)).collect();
+    assert_eq!(
+        last,
+        [
+            ("note 1", None),
+            ("note 2", None),
+            ("note 3", None),
+            ("note 4", None),
+            ("all stages up", Some(RunState::Running))
+        ]
+    );
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id));
 }
 
 async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
