@@ -288,11 +288,7 @@ const INSERT_EVENTS: [&str; 3] = [
 
 /// Writes a run's events in order, up to three in one statement: on SQLite every statement is a
 /// round trip to sqlx's worker thread, and a stage's start or end writes two or three at once.
-async fn insert_events(
-    conn: &mut sqlx::AnyConnection,
-    run_id: Uuid,
-    rows: &[EventRow<'_>],
-) -> Result<()> {
+async fn insert_events(conn: &mut sqlx::AnyConnection, run_id: Uuid, rows: &[EventRow<'_>]) -> Result<()> {
     let at = now_millis();
     for chunk in rows.chunks(INSERT_EVENTS.len()) {
         let mut query = sqlx::query(INSERT_EVENTS[chunk.len() - 1]).bind(run_id.to_string()).bind(at);
@@ -751,12 +747,12 @@ impl Store for SqlStore {
         let mut tx = self.pool.begin().await?;
         self.write_stage(&mut tx, stage).await?;
         let mut rows: Vec<EventRow> = events.iter().map(EventRow::from).collect();
-        let landed = match &moved {
-            Some((run, moved)) => {
-                self.move_run(&mut tx, run, moved).await?.map(|event| rows.push(event)).is_some()
-            }
-            None => false,
+        let state_event = match &moved {
+            Some((run, moved)) => self.move_run(&mut tx, run, moved).await?,
+            None => None,
         };
+        let landed = state_event.is_some();
+        rows.extend(state_event);
         insert_events(&mut tx, stage.run_id, &rows).await?;
         tx.commit().await?;
         Ok(moved.filter(|_| landed).map(|(_, moved)| moved.run))
