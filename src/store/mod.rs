@@ -26,6 +26,7 @@ macro_rules! select_tests_sql {
 }
 
 mod backend;
+mod checkpoint;
 mod claims;
 mod inference_tests;
 mod metric_history;
@@ -246,11 +247,9 @@ impl StoreLocation {
 /// Opens (creating and migrating if needed) the store at `location`.
 pub async fn open(location: &StoreLocation) -> Result<SqlStore> {
     match location {
-        StoreLocation::Sqlite(path) => Ok(SqlStore::new(
-            sqlite::open(path).await?,
-            Backend::Sqlite,
-            Locking::File(sqlite::lock_path(path)),
-        )),
+        StoreLocation::Sqlite(path) => {
+            Ok(SqlStore::new(sqlite::open(path).await?, Backend::Sqlite, Locking::File(path.clone())))
+        }
         StoreLocation::Postgres(url) => {
             Ok(SqlStore::new(postgres::open(url).await?, Backend::Postgres, Locking::Advisory))
         }

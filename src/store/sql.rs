@@ -16,7 +16,7 @@ use crate::model::{
     Stage, now_millis,
 };
 
-/// Where the daemon lock lives: a file beside an SQLite database, or an advisory lock.
+/// Where the daemon lock lives: a file beside an SQLite database (this one), or an advisory lock.
 #[derive(Clone)]
 pub(super) enum Locking {
     File(PathBuf),
@@ -853,7 +853,7 @@ impl Store for SqlStore {
 
     async fn lock_daemon(&self, node: &str) -> Result<DaemonLock> {
         match &self.locking {
-            Locking::File(path) => sqlite::lock_daemon(path),
+            Locking::File(db) => sqlite::lock_daemon(db, &self.pool).await,
             Locking::Advisory => postgres::lock_daemon(&self.pool, node).await,
         }
     }

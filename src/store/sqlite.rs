@@ -75,14 +75,14 @@ fn private_files(db: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn sibling_raw(db: &Path, suffix: &str) -> PathBuf {
+pub(super) fn sibling_raw(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_os_string();
     name.push(suffix);
     PathBuf::from(name)
 }
 
 /// The daemon lock file of the database at `db`.
-pub(super) fn lock_path(db: &Path) -> PathBuf {
+fn lock_path(db: &Path) -> PathBuf {
     sibling(db, "daemon.lock")
 }
 
@@ -93,8 +93,15 @@ fn sibling(db: &Path, suffix: &str) -> PathBuf {
 }
 
 /// An exclusive `flock` on a file beside the database, released by the kernel when the daemon
-/// dies, holding the owner's pid for the message a second daemon prints.
-pub(super) fn lock_daemon(lock_path: &Path) -> Result<DaemonLock> {
+/// dies, holding the owner's pid for the message a second daemon prints. While it is held, the
+/// WAL is checkpointed off the daemon's commits (`checkpoint`).
+pub(super) async fn lock_daemon(db: &Path, pool: &AnyPool) -> Result<DaemonLock> {
+    let file = lock_file(&lock_path(db))?;
+    let checkpointer = super::checkpoint::start(db, pool).await?;
+    Ok(DaemonLock { _held: Box::new((file, checkpointer)) })
+}
+
+fn lock_file(lock_path: &Path) -> Result<File> {
     let io_err = |source| StoreError::Io { path: lock_path.to_path_buf(), source };
     let mut file: File = OpenOptions::new()
         .create(true)
@@ -116,5 +123,5 @@ pub(super) fn lock_daemon(lock_path: &Path) -> Result<DaemonLock> {
     file.set_len(0).map_err(io_err)?;
     file.rewind().map_err(io_err)?;
     write!(file, "{}", std::process::id()).map_err(io_err)?;
-    Ok(DaemonLock { _held: Box::new(file) })
+    Ok(file)
 }
