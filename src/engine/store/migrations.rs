@@ -18,7 +18,7 @@ macro_rules! migrations {
         &[$((
             $version,
             $name,
-            include_str!(concat!("../../migrations/", $dir, "/", $name, ".sql")),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/", $dir, "/", $name, ".sql")),
         )),*]
     };
 }
