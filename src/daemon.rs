@@ -53,8 +53,6 @@ impl Default for DaemonOptions {
 pub enum DaemonError {
     #[error(transparent)]
     Service(#[from] ServiceError),
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
     #[error("cannot listen on {path}: {source}")]
     Socket { path: String, source: std::io::Error },
     #[error("cannot find the lachesis binary to start shims: {0}")]
@@ -141,7 +139,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         runs_dir: settings.home.join("runs"),
         claims_dir: settings.home.join("claims"),
     };
-    let registration = crate::store::NodeRegistration {
+    let registration = crate::service::NodeRegistration {
         id: node,
         hostname: hostname(),
         labels: options.labels.clone(),
@@ -183,7 +181,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     let mut int = signal(SignalKind::interrupt())
         .map_err(|source| DaemonError::Socket { path: "SIGINT".into(), source })?;
     tokio::select! {
-        result = reconciler.run(rx) => result?,
+        result = reconciler.run(rx) => result.map_err(ServiceError::from)?,
         result = api => result?,
         _ = term.recv() => info!("SIGTERM: daemon exits; stages keep running under their shims"),
         _ = int.recv() => info!("SIGINT: daemon exits; stages keep running under their shims"),

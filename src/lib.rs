@@ -24,4 +24,4 @@ pub mod wandb;
 pub mod workflow;
 pub mod yaml;
 
-pub use engine::{reconciler, service, store};
+pub use engine::{reconciler, service};

@@ -4,8 +4,35 @@ use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
-use crate::store::{StoreLocation, StoreResult};
 use crate::workflow::Catalog;
+
+/// Where the store is: the embedded default, or a database URL.
+#[derive(Clone, Debug)]
+pub enum StoreLocation {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// `url` when given (`sqlite://PATH`, `postgres://…`), else the SQLite file in `home`.
+    pub fn resolve(url: Option<&str>, home: &Path) -> Result<StoreLocation, UnsupportedUrl> {
+        match url {
+            None => Ok(StoreLocation::Sqlite(home.join("lachesis.db"))),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(StoreLocation::Postgres(url.to_string()))
+            }
+            Some(url) => match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+                Some(path) if !path.is_empty() => Ok(StoreLocation::Sqlite(PathBuf::from(path))),
+                _ => Err(UnsupportedUrl(url.to_string())),
+            },
+        }
+    }
+}
+
+/// A `--database-url` that names neither SQLite nor PostgreSQL.
+#[derive(Debug, thiserror::Error)]
+#[error("unsupported database url '{0}' (use sqlite://PATH or postgres://…)")]
+pub struct UnsupportedUrl(pub String);
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -45,7 +72,7 @@ impl Settings {
         Settings { home, database_url, workflows_dir, python, tinker_atropos, environment_dirs }
     }
 
-    pub fn store_location(&self) -> StoreResult<StoreLocation> {
+    pub fn store_location(&self) -> Result<StoreLocation, UnsupportedUrl> {
         StoreLocation::resolve(self.database_url.as_deref(), &self.home)
     }
 

@@ -98,7 +98,7 @@ impl From<ServiceError> for Failure {
             E::NodeNotLost { .. } => (StatusCode::CONFLICT, "node_not_lost"),
             E::AlreadyEnded { .. } | E::TestEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
             E::NotEnded { .. } => (StatusCode::CONFLICT, "not_ended"),
-            E::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
+            E::Storage(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             E::Introspect(_) => (StatusCode::UNPROCESSABLE_ENTITY, "introspection"),
             _ => (StatusCode::BAD_REQUEST, "invalid"),
         };

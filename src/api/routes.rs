@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{AppState, Failure};
+use crate::model::RunQuery;
 use crate::model::RunState;
 use crate::service::{SubmitRequest, TestRequest};
-use crate::store::RunFilter;
 
 pub struct Route {
     pub method: &'static str,
@@ -205,7 +205,7 @@ async fn list_runs(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
         .map(|text| text.parse::<RunState>())
         .transpose()
         .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
-    ok(s.service.list(&RunFilter { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
+    ok(s.service.list(&RunQuery { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
 }
 
 /// The body of `POST /runs`, one run's worth.

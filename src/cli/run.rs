@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use lachesis::model::RunQuery;
 use lachesis::model::{Event, RunState, Stage, now_millis, short_id};
 use lachesis::service::{RunStatus, Service, ServiceError, SubmitRequest};
 use lachesis::settings::Settings;
-use lachesis::store::RunFilter;
 
 use super::CliResult;
 use super::output::{duration, is_tty, print_json, stage_state, table, time};
@@ -168,7 +168,7 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
             }
         }
         RunCommand::List { state, limit, json } => {
-            let runs = service.list(&RunFilter { state, limit: Some(limit) }).await?;
+            let runs = service.list(&RunQuery { state, limit: Some(limit) }).await?;
             if json {
                 print_json(&runs)?;
             } else if runs.is_empty() {

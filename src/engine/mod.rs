@@ -3,4 +3,4 @@
 
 pub mod reconciler;
 pub mod service;
-pub mod store;
+mod store;

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::environments::EditError;
+use crate::model::RunQuery;
 use crate::service::{Service, ServiceError, SubmitRequest, TestRequest};
-use crate::store::RunFilter;
 
 use answers::answer;
 
@@ -326,7 +326,7 @@ impl RlTools {
         description = "List all training runs (queued, running and ended) with their status, newest first."
     )]
     async fn rl_list_runs(&self) -> String {
-        match self.service.list(&RunFilter { state: None, limit: Some(100) }).await {
+        match self.service.list(&RunQuery { state: None, limit: Some(100) }).await {
             Ok(runs) => {
                 let runs: Vec<Value> = runs.iter().map(answers::run_item).collect();
                 answer(json!({ "runs": runs, "count": runs.len() }))
@@ -395,7 +395,7 @@ impl RlTools {
     async fn rl_health_check(&self) -> String {
         let mut out = crate::doctor::report(&self.service).await.to_json();
         let running = answers::daemon_running(&self.service);
-        let filter = RunFilter { state: Some(crate::model::RunState::Pending), limit: Some(100) };
+        let filter = RunQuery { state: Some(crate::model::RunState::Pending), limit: Some(100) };
         let queued = self.service.list(&filter).await.map(|r| r.len()).unwrap_or(0);
         out["daemon_running"] = json!(running);
         out["queued_runs"] = json!(queued);

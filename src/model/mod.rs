@@ -18,7 +18,7 @@ pub use inference_test::{IllegalTestTransition, InferenceTest, TestEvent, TestSt
 pub use metric_row::{MetricRow, sample_evenly};
 pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
 pub use progress::{Progress, ProgressPoint};
-pub use run::{IllegalTransition, Run, RunEvent, RunParams, RunState};
+pub use run::{IllegalTransition, Run, RunEvent, RunParams, RunQuery, RunState};
 pub use schedule::Schedule;
 pub use stage::Stage;
 

@@ -91,6 +91,14 @@ impl FromStr for RunState {
     }
 }
 
+/// Which runs a listing returns: newest first, or pending runs in queue order when asking for
+/// `pending`; at most `limit` of them.
+#[derive(Clone, Debug, Default)]
+pub struct RunQuery {
+    pub state: Option<RunState>,
+    pub limit: Option<i64>,
+}
+
 /// One execution of a workflow.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {

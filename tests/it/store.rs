@@ -7,7 +7,7 @@ use lachesis::model::RunEvent;
 use lachesis::model::{
     EventKind, Exit, NewEvent, ProcessIdentity, ProcessState, Run, RunParams, RunState, Stage,
 };
-use lachesis::store::{RunFilter, RunMove, Store, StoreError, StoreLocation};
+use lachesis::store::{RunMove, RunQuery, Store, StoreError, StoreLocation};
 use lachesis::workflow::Workflow;
 use sqlx::Connection;
 use uuid::Uuid;
@@ -83,7 +83,7 @@ async fn round_trips_runs_and_orders_the_queue(store: &dyn Store) {
     let pending: Vec<Uuid> = store.pending_runs(100, 0).await.unwrap().iter().map(|r| r.id).collect();
     let mine: Vec<Uuid> = pending.into_iter().filter(|id| [low.id, high.id, low2.id].contains(id)).collect();
     assert_eq!(mine, [high.id, low.id, low2.id], "priority first, then submission order");
-    let newest = store.list_runs(&RunFilter { state: None, limit: Some(1) }).await.unwrap();
+    let newest = store.list_runs(&RunQuery { state: None, limit: Some(1) }).await.unwrap();
     assert_eq!(newest[0].id, low2.id);
     let by_prefix = store.runs_by_prefix(&high.id.to_string()[..30], 5).await.unwrap();
     assert_eq!(by_prefix.len(), 1);

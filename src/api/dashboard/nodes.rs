@@ -4,8 +4,8 @@
 use std::fmt::Write;
 
 use super::html::{badge, duration, esc, time};
+use crate::model::RunQuery;
 use crate::service::{Result, Service, ServiceError};
-use crate::store::RunFilter;
 
 /// Recent runs looked through for the ones each node holds.
 const RECENT_RUNS: i64 = 1000;
@@ -20,7 +20,7 @@ pub async fn render(service: &Service) -> Result<String> {
         }
         Err(err) => return Err(err),
     };
-    let runs = service.list(&RunFilter { state: None, limit: Some(RECENT_RUNS) }).await?;
+    let runs = service.list(&RunQuery { state: None, limit: Some(RECENT_RUNS) }).await?;
     body.push_str(
         "<table class=\"nodes\"><thead><tr><th>node</th><th>health</th><th>host</th><th>labels</th>\
          <th>heartbeat</th><th>lease</th><th>started</th><th>runs held</th></tr></thead><tbody>",

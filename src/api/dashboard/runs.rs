@@ -6,9 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::html::{badge, duration, esc, progress_cell, time, url_segment};
+use crate::model::RunQuery;
 use crate::model::{RunState, now_millis};
 use crate::service::{Result, RunSummary, Service};
-use crate::store::RunFilter;
 
 /// Rows per page of the runs table: a morning's glance, and a page Chromium lays out in a
 /// few milliseconds (1,000 rows took it most of a second).
@@ -30,13 +30,13 @@ pub async fn render(service: &Service, query: &RunsQuery) -> Result<String> {
     let counts = service.run_counts().await?;
     // The service lists newest first; a page is a window of that order.
     let wanted = if workflow.is_some() { 10_000 } else { page * PAGE_SIZE + 1 };
-    let listed = service.list(&RunFilter { state, limit: Some(wanted as i64) }).await?;
+    let listed = service.list(&RunQuery { state, limit: Some(wanted as i64) }).await?;
     let matching: Vec<&RunSummary> =
         listed.iter().filter(|r| workflow.is_none_or(|w| r.workflow == w)).collect();
     let rows: Vec<&RunSummary> =
         matching.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE).copied().collect();
     let more = matching.len() > page * PAGE_SIZE;
-    let pending = service.list(&RunFilter { state: Some(RunState::Pending), limit: Some(200) }).await?;
+    let pending = service.list(&RunQuery { state: Some(RunState::Pending), limit: Some(200) }).await?;
 
     let mut body = String::from("<h1>Runs</h1><div class=\"counts\">");
     let total: i64 = counts.iter().map(|(_, n)| n).sum();

@@ -5,8 +5,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 use sqlx::Connection;
@@ -14,7 +13,8 @@ use uuid::Uuid;
 
 use super::supervisor::{BenchResult, Percentiles};
 use lachesis::model::{Run, RunParams, Stage};
-use lachesis::store::{ClaimStore, NodeRegistration, NodeStore, Pick, Store, StoreLocation};
+use lachesis::service::Service;
+use lachesis::settings::Settings;
 use lachesis::workflow::Workflow;
 
 #[derive(Debug, Serialize)]
@@ -63,22 +63,23 @@ pub async fn claims(
 }
 
 async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str)) -> BenchResult<ClaimRound> {
-    let location = StoreLocation::Postgres(url.to_string());
-    let store: Arc<dyn Store> = Arc::new(lachesis::store::open(&location).await?);
+    // Each claimer opens a service of its own (its own connection pool) on the scratch database;
+    // the home only has to exist.
+    let home = tempfile::Builder::new().prefix("lachesis-bench").tempdir()?;
+    let settings = Settings::new(Some(home.path().to_path_buf()), Some(url.to_string()));
+    let service = Service::open(settings.clone()).await?;
     progress(&format!("{claimers} claimer(s): queueing {runs} runs"));
     let spec = Workflow::parse(
         std::path::Path::new("bench.yaml"),
         "name: bench\nstages:\n  - {name: api, argv: ['true']}\n  - {name: trainer, argv: ['true']}\n",
     )?;
-    for _ in 0..runs {
-        let (run, stages) = pending_run(&spec);
-        store.insert_run(&run, &stages).await?;
-    }
+    let queued: Vec<(Run, Vec<Stage>)> = (0..runs).map(|_| pending_run(&spec)).collect();
+    service.insert_as_given(&queued).await?;
     let mut tasks = Vec::new();
     let started = Instant::now();
     for n in 0..claimers {
-        let location = location.clone();
-        tasks.push(tokio::spawn(async move { claim_until_empty(location, n).await }));
+        let settings = settings.clone();
+        tasks.push(tokio::spawn(async move { claim_until_empty(settings, n).await }));
     }
     let mut latencies = Vec::new();
     let mut seen = HashSet::new();
@@ -99,32 +100,19 @@ async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str))
 }
 
 /// One daemon's worth of claiming: its own pool and lease, one run per call.
-async fn claim_until_empty(location: StoreLocation, n: usize) -> Result<(Vec<Uuid>, Vec<f64>), String> {
-    let store = lachesis::store::open(&location).await.map_err(|e| e.to_string())?;
-    let registration = NodeRegistration {
-        id: format!("bench-{n}"),
-        hostname: "bench".into(),
-        labels: Default::default(),
-        lease: Duration::from_secs(60),
-    };
-    let lease = store.register_node(&registration).await.map_err(|e| e.to_string())?;
+async fn claim_until_empty(settings: Settings, n: usize) -> Result<(Vec<Uuid>, Vec<f64>), String> {
+    let service = Service::open(settings).await.map_err(|e| e.to_string())?;
+    let claimer = service.claimer(&format!("bench-{n}")).await.map_err(|e| e.to_string())?;
     let (mut ids, mut times) = (Vec::new(), Vec::new());
     loop {
-        let mut taken = false;
-        let mut pick = |run: &Run| {
-            if taken {
-                return Pick::Stop;
-            }
-            taken = true;
-            Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
-        };
         let started = Instant::now();
-        let claimed = store.claim_runs(&lease, 8, 1, &mut pick).await.map_err(|e| e.to_string())?;
-        if claimed.is_empty() {
-            return Ok((ids, times));
+        match claimer.claim_one().await.map_err(|e| e.to_string())? {
+            Some(id) => {
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+                ids.push(id);
+            }
+            None => return Ok((ids, times)),
         }
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
-        ids.extend(claimed.into_iter().map(|r| r.id));
     }
 }
 

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::supervisor::{BenchResult, Percentiles, rss_mb, wait_for_socket};
 use lachesis::model::{EventKind, ProcessState, Run, RunParams, RunState, Stage};
-use lachesis::store::{Store, StoreLocation};
+use lachesis::service::Service;
+use lachesis::settings::Settings;
 use lachesis::workflow::Workflow;
 
 /// Commands timed per figure (the median is reported).
@@ -64,7 +65,7 @@ struct Lab {
     exe: PathBuf,
     database_url: Option<String>,
     daemon: Option<Child>,
-    store: std::sync::Arc<dyn Store>,
+    service: Service,
 }
 
 impl Lab {
@@ -76,9 +77,8 @@ impl Lab {
             home.join("workflows/one.yaml"),
             "name: one\nstages:\n  - {name: main, argv: [\"true\"]}\n",
         )?;
-        let location = StoreLocation::resolve(database_url.as_deref(), &home)?;
-        let store = std::sync::Arc::new(lachesis::store::open(&location).await?);
-        Ok(Lab { _dir: dir, home, exe: exe.to_path_buf(), database_url, daemon: None, store })
+        let service = Service::open(Settings::new(Some(home.clone()), database_url.clone())).await?;
+        Ok(Lab { _dir: dir, home, exe: exe.to_path_buf(), database_url, daemon: None, service })
     }
 
     fn cli(&self) -> Command {
@@ -125,7 +125,7 @@ impl Lab {
     }
 
     async fn count(&self, state: RunState) -> BenchResult<usize> {
-        let counts = self.store.run_counts().await?;
+        let counts = self.service.run_counts().await?;
         Ok(counts.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n as usize))
     }
 
@@ -134,7 +134,7 @@ impl Lab {
     /// 50 ms of a core per count at 100,000 runs).
     async fn wait_drained(&self, limit: Duration) -> BenchResult<()> {
         let deadline = Instant::now() + limit;
-        while self.store.live_run_counts().await?.iter().any(|(_, n)| *n > 0) {
+        while self.service.live_run_counts().await?.iter().any(|(_, n)| *n > 0) {
             if Instant::now() > deadline {
                 return Err("timed out waiting for the queued runs to finish".into());
             }
@@ -186,7 +186,7 @@ impl Lab {
                     (run, stages)
                 })
                 .collect();
-            self.store.insert_runs(&batch).await?;
+            self.service.insert_as_given(&batch).await?;
             done += batch.len();
             if done % 20_000 == 0 {
                 progress(&format!("{done} finished runs in the store"));
@@ -240,8 +240,8 @@ impl Lab {
             let (out, _, _) = self.time(&["run", "start", "--workflow", "one"])?;
             self.wait_completed(before + total + i + 1, Duration::from_secs(30)).await?;
             let id = Uuid::parse_str(out.trim())?;
-            let stages = self.store.stages(id).await?;
-            let events = self.store.events(id, 0).await?;
+            let stages = self.service.status(&id.to_string()).await?.stages;
+            let events = self.service.events_after(id, 0).await?;
             let exited =
                 events.iter().find(|e| e.kind == EventKind::Stage && e.message.starts_with("exited"));
             if let (Some(ended), Some(event)) = (stages[0].record.ended_at, exited) {

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use lachesis::model::RunQuery;
 use lachesis::model::RunState;
 use lachesis::service::{Service, SubmitRequest};
 use lachesis::settings::Settings;
-use lachesis::store::RunFilter;
 
 use super::supervisor::{BenchResult, Percentiles};
 
@@ -104,7 +104,7 @@ impl Lab {
     }
 
     async fn stop_all(&self) -> BenchResult<()> {
-        for run in self.service.list(&RunFilter { state: Some(RunState::Running), limit: None }).await? {
+        for run in self.service.list(&RunQuery { state: Some(RunState::Running), limit: None }).await? {
             let _ = self.service.stop(&run.id.to_string()).await;
         }
         Ok(())

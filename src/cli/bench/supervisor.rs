@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use lachesis::model::RunQuery;
 use lachesis::model::{EventKind, RunState};
 use lachesis::service::Service;
 use lachesis::settings::Settings;
-use lachesis::store::RunFilter;
 
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
@@ -174,7 +174,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
             lab.wait_count(RunState::Completed, i + 1, Duration::from_secs(30)).await?;
         }
         let mut samples = Vec::new();
-        for run in lab.service.list(&RunFilter::default()).await? {
+        for run in lab.service.list(&RunQuery::default()).await? {
             let stages = lab.service.status(&run.id.to_string()).await?.stages;
             let events = lab.service.events_after(run.id, 0).await?;
             let exited =
@@ -199,7 +199,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         let begun = Instant::now();
         lab.start_daemon(options.live)?;
         let deadline = begun + Duration::from_secs(60);
-        let runs = lab.service.list(&RunFilter { state: Some(RunState::Running), limit: None }).await?;
+        let runs = lab.service.list(&RunQuery { state: Some(RunState::Running), limit: None }).await?;
         let mut pending: Vec<_> = runs.iter().map(|r| r.id).collect();
         while !pending.is_empty() {
             let mut still = Vec::new();
@@ -247,7 +247,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         report.throughput_runs = options.runs;
         report.submitters = submitters;
         report.throughput_runs_per_s = options.runs as f64 / (done - begun).as_secs_f64();
-        let runs = lab.service.list(&RunFilter::default()).await?;
+        let runs = lab.service.list(&RunQuery::default()).await?;
         let first = runs.iter().filter_map(|r| r.started_at).min().unwrap_or(0);
         let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
         report.daemon_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
@@ -262,7 +262,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         }
         lab.start_daemon(options.parallel)?;
         lab.wait_count(RunState::Completed, options.runs, Duration::from_secs(600)).await?;
-        let runs = lab.service.list(&RunFilter::default()).await?;
+        let runs = lab.service.list(&RunQuery::default()).await?;
         let first = runs.iter().filter_map(|r| r.started_at).min().unwrap_or(0);
         let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
         report.drain_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
@@ -432,7 +432,7 @@ pub async fn http_load(
         }
     }
     churn.abort();
-    let runs_churned = lab.service.list(&RunFilter::default()).await?.len();
+    let runs_churned = lab.service.list(&RunQuery::default()).await?.len();
     Ok(HttpReport {
         rate,
         seconds,

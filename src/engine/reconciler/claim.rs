@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use tracing::info;
 
 use super::{Reconciler, Result, Supervised, ports_of};
+use crate::engine::store::Pick;
 use crate::model::Run;
 use crate::model::RunEvent;
-use crate::store::Pick;
 
 /// Queue rows read per scheduling page, and how deep the scheduler looks for runs it can start.
 const SCHEDULE_PAGE: i64 = 32;

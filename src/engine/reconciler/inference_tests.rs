@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::recover::{Found, examine};
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
+use crate::engine::store::StoreError;
 use crate::inference::results::{ModelResult, read_model_result, stderr_tail, summarize};
 use crate::inference::spec::{log_path, output_path, secret_config_path, write_secret_config};
 use crate::launch::process::signal_group;
@@ -19,7 +20,6 @@ use crate::launch::spawn::SpawnError;
 use crate::launch::status::{StageFiles, Started};
 use crate::model::{InferenceTest, TestEvent, TestState, TestTask};
 use crate::model::{NewEvent, ProcessState, now_millis};
-use crate::store::StoreError;
 
 /// Tests run at once; each has its own per-model concurrency.
 const MAX_TESTS: usize = 2;

@@ -22,12 +22,12 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tracing::warn;
 use uuid::Uuid;
 
+use crate::engine::store::{Store, StoreError};
 use crate::launch::probe::{NotReady, ReadyHow};
 use crate::launch::process::ExitWatch;
 use crate::launch::spawn::{Shims, SpawnError};
 use crate::launch::status::{Finished, StageFiles, Started};
 use crate::model::{Exit, ProcessRecord, now_millis};
-use crate::store::{Store, StoreError};
 use supervised::Supervised;
 pub use supervised::ports_of;
 
@@ -176,7 +176,7 @@ const END_RETRY: Duration = Duration::from_secs(1);
 impl Reconciler {
     pub fn new(
         store: Arc<dyn Store>,
-        registration: crate::store::NodeRegistration,
+        registration: crate::engine::store::NodeRegistration,
         config: ReconcilerConfig,
         tx: UnboundedSender<Msg>,
         metrics: Arc<crate::metrics::Metrics>,

@@ -18,10 +18,10 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::{Msg, Reconciler, Result};
+use crate::engine::store::{Lease, NodeRegistration, Reap, StoreError};
 use crate::launch::process::{Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
 use crate::model::{NewEvent, ProcessIdentity, Run, RunState, now_millis};
-use crate::store::{Lease, NodeRegistration, Reap, StoreError};
 use crate::workflow::retry::{AfterFailure, after_node_lost};
 
 /// What the reconciler knows about itself as a node.

@@ -9,12 +9,12 @@ use uuid::Uuid;
 
 use super::supervised::StopStep;
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result, slurm};
+use crate::engine::store::{RunMove, StoreError};
 use crate::launch::probe::{NotReady, ReadyHow, wait_ready};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::Started;
 use crate::model::{Exit, Millis, NewEvent, ProcessState, Run, RunEvent, RunState, now_millis};
-use crate::store::{RunMove, StoreError};
 use crate::workflow::retry::AfterFailure;
 
 impl Reconciler {

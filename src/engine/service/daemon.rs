@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Result, Service};
+use crate::engine::store::{Backend, DaemonLock, NodeRegistration};
 use crate::metrics::Metrics;
 use crate::reconciler::{Msg, Reconciler, ReconcilerConfig};
-use crate::store::{Backend, DaemonLock, NodeRegistration};
 
 impl Service {
     /// The database underneath, and what it supports.
@@ -36,7 +36,9 @@ impl Service {
     /// until `wake` returns false; returns at once on a store that serves one machine.
     pub async fn listen_for_wakes(&self, wake: impl Fn() -> bool) -> Result<()> {
         match (&self.settings.database_url, self.backend()) {
-            (Some(url), Backend::Postgres) => Ok(crate::store::postgres::listen_for_wakes(url, wake).await?),
+            (Some(url), Backend::Postgres) => {
+                Ok(crate::engine::store::postgres::listen_for_wakes(url, wake).await?)
+            }
             _ => Ok(()),
         }
     }

@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
+use crate::engine::store::StoreError;
 use crate::inference::spec::{
     DEFAULT_CONCURRENCY, DEFAULT_GROUP_SIZE, DEFAULT_MODELS, DEFAULT_STEPS, DEFAULT_TIMEOUT,
     LOCKED_TEST_FIELDS,
 };
 use crate::inference::{InferenceSpec, Provider};
 use crate::model::{InferenceTest, TestEvent, TestTask};
-use crate::store::StoreError;
 use crate::workflow::Dur;
 
 use super::{Result, Service, ServiceError};

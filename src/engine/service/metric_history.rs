@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
+use crate::model::RunQuery;
 use crate::model::{MetricRow, Run, RunState, now_millis, sample_evenly};
-use crate::store::RunFilter;
 use crate::wandb::{WandbClient, WandbError};
 
 use super::metrics::wandb_names;
@@ -33,14 +33,14 @@ pub enum ReadingError {
     #[error(transparent)]
     Wandb(#[from] WandbError),
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::engine::store::StoreError),
 }
 
 impl Service {
     /// The runs the metric poller of `node` reads: the running runs it holds (every running run
     /// on a store without nodes).
     pub async fn runs_to_read_metrics(&self, node: &str) -> Result<Vec<Run>> {
-        let runs = self.store.list_runs(&RunFilter { state: Some(RunState::Running), limit: None }).await?;
+        let runs = self.store.list_runs(&RunQuery { state: Some(RunState::Running), limit: None }).await?;
         Ok(runs.into_iter().filter(|run| run.node.as_deref().is_none_or(|n| n == node)).collect())
     }
 

@@ -1,6 +1,7 @@
 //! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
 //! print; they decide nothing.
 
+mod bench;
 mod daemon;
 mod environments;
 mod inference_tests;
@@ -12,11 +13,13 @@ mod runs;
 
 use std::sync::Arc;
 
+use crate::engine::store::{Store, StoreError};
 use crate::model::RunState;
 use crate::settings::Settings;
-use crate::store::{Store, StoreError};
 use crate::workflow::CatalogError;
 
+pub use crate::engine::store::NodeRegistration;
+pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
@@ -34,7 +37,7 @@ pub enum ServiceError {
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Storage(#[from] StoreError),
     #[error("workflow '{workflow}' needs {} in the environment (not set: {})", wanted.join(", "), missing.join(", "))]
     MissingCredentials { workflow: String, wanted: Vec<String>, missing: Vec<String> },
     #[error("workflow '{0}' runs an environment: pass --env NAME (or select one)")]
@@ -107,7 +110,7 @@ impl Service {
         settings
             .ensure_private_home()
             .map_err(|source| StoreError::Io { path: settings.home.clone(), source })?;
-        let store = crate::store::open(&settings.store_location()?).await?;
+        let store = crate::engine::store::open(&settings.store_location().map_err(StoreError::from)?).await?;
         Ok(Service { settings, store: Arc::new(store) })
     }
 
@@ -135,8 +138,8 @@ impl Service {
 async fn resolve_prefix<T>(
     prefix: &str,
     what: &'static str,
-    by_id: impl AsyncFnOnce(uuid::Uuid) -> crate::store::Result<Option<T>>,
-    by_prefix: impl AsyncFnOnce(&str) -> crate::store::Result<Vec<T>>,
+    by_id: impl AsyncFnOnce(uuid::Uuid) -> crate::engine::store::Result<Option<T>>,
+    by_prefix: impl AsyncFnOnce(&str) -> crate::engine::store::Result<Vec<T>>,
     id_of: impl Fn(&T) -> uuid::Uuid,
     unknown: fn(String) -> ServiceError,
 ) -> Result<T> {

@@ -3,8 +3,8 @@
 use serde::Serialize;
 
 use super::{Result, Service, ServiceError};
+use crate::engine::store::NodeInfo;
 use crate::model::{Millis, now_millis};
-use crate::store::NodeInfo;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct NodeView {

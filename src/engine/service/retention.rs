@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Result, Service};
+use crate::engine::store::Expired;
 use crate::model::now_millis;
-use crate::store::Expired;
 
 /// Rows per transaction: a long purge never holds the write lock for long.
 const CHUNK: i64 = 500;

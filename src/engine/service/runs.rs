@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::engine::store::StoreError;
 use crate::model::RunEvent;
+use crate::model::RunQuery;
 use crate::model::{Event, Run, RunParams, RunState, Stage};
-use crate::store::{RunFilter, StoreError};
 use crate::workflow::Workflow;
 
 use super::{Result, Service, ServiceError};
@@ -297,8 +298,7 @@ impl Service {
         if run.state != RunState::Pending {
             return Ok(None);
         }
-        let pending =
-            self.store.list_runs(&RunFilter { state: Some(RunState::Pending), limit: None }).await?;
+        let pending = self.store.list_runs(&RunQuery { state: Some(RunState::Pending), limit: None }).await?;
         Ok(pending.iter().position(|r| r.id == run.id).map(|i| i + 1))
     }
 
@@ -309,7 +309,8 @@ impl Service {
         }
         let nodes = self.nodes().await.ok()?;
         let wanted = &run.spec.node_labels;
-        if nodes.iter().any(|n| n.health == "up" && crate::store::labels_fit(&n.node.labels, wanted)) {
+        if nodes.iter().any(|n| n.health == "up" && crate::engine::store::labels_fit(&n.node.labels, wanted))
+        {
             return None;
         }
         let labels: Vec<String> = wanted.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -331,7 +332,7 @@ impl Service {
         Ok(self.store.live_run_counts().await?)
     }
 
-    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
+    pub async fn list(&self, filter: &RunQuery) -> Result<Vec<RunSummary>> {
         let mut summaries = Vec::new();
         for run in self.store.list_runs(filter).await? {
             let progress = self.progress_of(&run).await?;

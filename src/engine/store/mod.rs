@@ -38,12 +38,14 @@ mod retention;
 mod sql;
 mod sqlite;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use crate::settings::StoreLocation;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::model::{Event, NewEvent, Run, RunState, Stage};
+use crate::model::{Event, NewEvent, Run, RunQuery, RunState, Stage};
 use crate::model::{IllegalTransition, RunEvent};
 
 pub use backend::Backend;
@@ -84,19 +86,11 @@ pub enum StoreError {
     Fenced { id: Uuid, token: i64 },
     #[error("cannot use {}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("unsupported database url '{0}' (use sqlite://PATH or postgres://…)")]
-    UnsupportedUrl(String),
+    #[error(transparent)]
+    UnsupportedUrl(#[from] crate::settings::UnsupportedUrl),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-pub use Result as StoreResult;
-
-/// Which runs `list_runs` returns.
-#[derive(Clone, Debug, Default)]
-pub struct RunFilter {
-    pub state: Option<RunState>,
-    pub limit: Option<i64>,
-}
 
 /// A move of a run made together with a stage's change (see `Store::record_stage`).
 #[derive(Clone, Copy, Debug)]
@@ -135,7 +129,7 @@ pub trait Store:
     /// Runs whose id starts with `prefix` (hex digits and dashes only), at most `limit`.
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;
     /// Runs newest first, or pending runs in queue order when filtering on `pending`.
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>>;
+    async fn list_runs(&self, filter: &RunQuery) -> Result<Vec<Run>>;
     /// How many runs are in each state (walks every run: for pages and scrapes, not loops).
     async fn run_counts(&self) -> Result<Vec<(String, i64)>>;
     /// How many runs are in each state that is not terminal: an index range, flat however many
@@ -219,29 +213,6 @@ pub trait Store:
     /// Takes the daemon lock for `node` (SQLite: one daemon per store file), or says who
     /// holds it.
     async fn lock_daemon(&self, node: &str) -> Result<DaemonLock>;
-}
-
-/// Where the store is: the embedded default, or a database URL.
-#[derive(Clone, Debug)]
-pub enum StoreLocation {
-    Sqlite(PathBuf),
-    Postgres(String),
-}
-
-impl StoreLocation {
-    /// `url` when given (`sqlite://PATH`, `postgres://…`), else the SQLite file in `home`.
-    pub fn resolve(url: Option<&str>, home: &Path) -> Result<StoreLocation> {
-        match url {
-            None => Ok(StoreLocation::Sqlite(home.join("lachesis.db"))),
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                Ok(StoreLocation::Postgres(url.to_string()))
-            }
-            Some(url) => match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
-                Some(path) if !path.is_empty() => Ok(StoreLocation::Sqlite(PathBuf::from(path))),
-                _ => Err(StoreError::UnsupportedUrl(url.to_string())),
-            },
-        }
-    }
 }
 
 /// Opens (creating and migrating if needed) the store at `location`.

@@ -8,8 +8,9 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use uuid::Uuid;
 
-use super::{Backend, DaemonLock, Result, RunFilter, RunMove, Store, StoreError, postgres, sqlite};
+use super::{Backend, DaemonLock, Result, RunMove, Store, StoreError, postgres, sqlite};
 use crate::environments::Selection;
+use crate::model::RunQuery;
 use crate::model::run::{self as transitions, RunEvent};
 use crate::model::{
     Event, EventKind, Exit, Millis, NewEvent, ProcessIdentity, ProcessRecord, Run, RunParams, RunState,
@@ -561,7 +562,7 @@ impl Store for SqlStore {
         self.query_runs(sql, &[&prefix, &end], limit).await
     }
 
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<Run>> {
+    async fn list_runs(&self, filter: &RunQuery) -> Result<Vec<Run>> {
         let limit = filter.limit.unwrap_or(i64::MAX);
         match filter.state {
             Some(RunState::Pending) => self.pending_runs(limit, 0).await,
