@@ -91,8 +91,8 @@ async fn regressed_schedule(home: &mut TestHome) {
         "--models",
         "m1",
     ]);
-    let store = home.store().await;
-    let schedule = store.schedules().await.unwrap().remove(0);
+    let service = home.service().await;
+    let schedule = service.schedules().await.unwrap().remove(0);
     let hour = 3_600_000;
     for i in 0..6 {
         let mut test = InferenceTest::queued(
@@ -102,12 +102,12 @@ async fn regressed_schedule(home: &mut TestHome) {
             &home.path().join("tests"),
         );
         test.created_at = now_millis() - (6 - i) * hour;
-        store.insert_test(&test, &test.pending_tasks()).await.unwrap();
-        let running = store.transition_test(&test, TestEvent::Claim, None, None).await.unwrap();
+        service.insert_test_as_given(&test, &test.pending_tasks()).await.unwrap();
+        let running = service.move_test(&test, TestEvent::Claim, None, None).await.unwrap();
         if i < 5 {
             let results = json!({ "models": [model_result("m1", 0.8)] });
-            store
-                .transition_test(
+            service
+                .move_test(
                     &running,
                     TestEvent::Succeed,
                     Some("1 of 1 models produced results"),
@@ -118,8 +118,8 @@ async fn regressed_schedule(home: &mut TestHome) {
         } else {
             let results = json!({ "models": [model_result("m1", 0.4)], "regressions": [
                 { "model": "m1", "baseline": 0.8, "current": 0.4, "reason": "accuracy 0.400 is 0.400 below the baseline 0.800" }] });
-            store
-                .transition_test(&running, TestEvent::Regress, Some("m1 regressed"), Some(&results))
+            service
+                .move_test(&running, TestEvent::Regress, Some("m1 regressed"), Some(&results))
                 .await
                 .unwrap();
         }
@@ -236,7 +236,7 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
     assert_eq!(home.run(again).await.workflow, "bad");
     let paused = post("/ui/schedules/nightly/pause", Some(TOKEN), None).await.unwrap();
     assert_eq!(paused.status(), reqwest::StatusCode::SEE_OTHER);
-    assert!(home.store().await.schedules().await.unwrap()[0].paused);
+    assert!(home.service().await.schedules().await.unwrap()[0].paused);
     let login_with = |token: &str| {
         http.post(format!("{base}/ui/login"))
             .header("content-type", "application/x-www-form-urlencoded")
@@ -260,7 +260,7 @@ async fn the_nodes_page_on_postgres_lists_each_node_with_its_labels_and_runs() {
     if chromium().is_none() {
         return;
     }
-    let Some(url) = crate::store::fresh_postgres().await else { return };
+    let Some(url) = crate::support::fresh_postgres().await else { return };
     let mut home = TestHome::new();
     home.database_url = Some(url);
     home.workflow(
@@ -301,7 +301,7 @@ async fn the_runs_page_with_a_thousand_runs_loads_within_the_figures() {
     let mut home = TestHome::new();
     home.workflow("ok", "name: ok\nstages:\n  - {name: main, argv: [sh, -c, \"exit 0\"]}\n");
     let spec = home.settings().catalog().unwrap().load("ok").unwrap();
-    let store = home.store().await;
+    let service = home.service().await;
     let now = now_millis();
     for i in 0..1_000 {
         let id = uuid::Uuid::new_v4();
@@ -311,7 +311,7 @@ async fn the_runs_page_with_a_thousand_runs_loads_within_the_figures() {
         run.ended_at = Some(now - i);
         run.reason = Some("stage 'main' exited with code 0".into());
         let stages = run.pending_stages();
-        store.insert_run(&run, &stages).await.unwrap();
+        service.insert_as_given(&[(run, stages)]).await.unwrap();
     }
     let base = serve(&mut home, &[]).await;
     let out = screenshot_dir();

@@ -124,7 +124,7 @@ struct FullHomeLab {
 impl FullHomeLab {
     async fn running(code: i32) -> Option<FullHomeLab> {
         let tmpfs = Tmpfs::mount("16m")?;
-        let url = crate::store::fresh_postgres().await?;
+        let url = crate::support::fresh_postgres().await?;
         let flags = tempfile::tempdir().unwrap();
         let go = flags.path().join("go");
         let mut home = TestHome::new();
@@ -246,12 +246,12 @@ async fn a_forged_exit_file_does_not_orphan_a_live_stage() {
     write_atomic(&run_dir.join(".status/main.exit.json"), &forged, Durability::Cached).unwrap();
 
     home.start_daemon();
-    let store = home.store().await;
+    let service = home.service().await;
     wait_for("the events of the ignored file and the re-attach", T, || {
-        let store = store.clone();
+        let service = service.clone();
         async move {
             let messages: Vec<_> =
-                store.events(id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+                service.events_after(id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
             let said = |prefix: &str| messages.iter().any(|m| m.starts_with(prefix));
             (said("ignored main.exit.json") && said("re-attached after a daemon restart")).then_some(messages)
         }

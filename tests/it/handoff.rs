@@ -105,13 +105,14 @@ async fn other_settings_are_not_handed_to_this_daemon() {
         home.command(&["run", "start", "-w", "one"]).env("LACHESIS_DATABASE_URL", &url).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let id = Uuid::parse_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let theirs =
-        lachesis::store::open(&lachesis::store::StoreLocation::Sqlite(other.path().join("other.db")))
-            .await
-            .unwrap();
-    use lachesis::store::Store;
+    let theirs = lachesis::service::Service::open(lachesis::settings::Settings::new(
+        Some(other.path().to_path_buf()),
+        Some(url.clone()),
+    ))
+    .await
+    .unwrap();
     assert!(theirs.run(id).await.unwrap().is_some(), "the run is in the CLI's own store");
-    assert!(home.store().await.run(id).await.unwrap().is_none(), "and not in the daemon's");
+    assert!(home.service().await.run(id).await.unwrap().is_none(), "and not in the daemon's");
 }
 
 #[tokio::test]

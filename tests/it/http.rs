@@ -229,7 +229,7 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
         home.cli_ok(&["schedule", "list", "--json"]) + &home.cli_ok(&["schedule", "show", "n", "--json"]);
     assert!(!cli.contains("hunter2") && !cli.contains("t0ps3cret"), "{cli}");
     // …while the store keeps the real one, for delivery.
-    assert_eq!(home.store().await.schedules().await.unwrap()[0].webhooks, vec![hook.to_string()]);
+    assert_eq!(home.service().await.schedules().await.unwrap()[0].webhooks, vec![hook.to_string()]);
     assert_eq!(api.post("/schedules/n/pause", json!({})).await.1["paused"], true);
     assert_eq!(api.post("/schedules/n/resume", json!({})).await.1["paused"], false);
     assert_eq!(api.call(Method::DELETE, "/schedules/n", None).await.0, StatusCode::OK);
@@ -489,10 +489,10 @@ async fn a_running_runs_wandb_history_is_stored_and_outlives_wandb() {
     let err = crate::support::stderr(&refused);
     assert!(!refused.status.success() && err.contains("--wandb-interval 0s is too short"), "{err}");
     let api = start(&mut home, "127.0.0.1", None).await;
-    let store = home.store().await;
+    let service = home.service().await;
     wait_for("the W&B history to be stored while the run runs", Duration::from_secs(30), || {
-        let store = std::sync::Arc::clone(&store);
-        async move { (store.metric_rows(id).await.unwrap().len() == 30).then_some(()) }
+        let service = service.clone();
+        async move { (service.metric_rows(id).await.unwrap().len() == 30).then_some(()) }
     })
     .await;
     assert_eq!(home.run(id).await.state, lachesis::model::RunState::Running);
@@ -556,7 +556,7 @@ async fn selection_and_config_over_http() {
 
 #[tokio::test]
 async fn nodes_over_http_on_postgres() {
-    let Some(url) = crate::store::fresh_postgres().await else { return };
+    let Some(url) = crate::support::fresh_postgres().await else { return };
     let mut home = TestHome::new();
     home.database_url = Some(url);
     let api = start(&mut home, "127.0.0.1", None).await;

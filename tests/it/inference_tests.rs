@@ -222,18 +222,18 @@ async fn a_test_survives_a_daemon_restart_without_running_twice() {
         ])
         .trim()
         .to_string();
-    let store = home.store().await;
+    let service = home.service().await;
     let test_id = uuid::Uuid::parse_str(&id).unwrap();
     crate::support::wait_for("the task to start", Duration::from_secs(60), || {
-        let store = store.clone();
-        async move { store.test_tasks(test_id).await.unwrap()[0].record.process.is_some().then_some(()) }
+        let service = service.clone();
+        async move { service.test_tasks(test_id).await.unwrap()[0].record.process.is_some().then_some(()) }
     })
     .await;
     home.kill_daemon();
     home.start_daemon();
     let test = crate::support::wait_for("the test to end", Duration::from_secs(60), || {
-        let store = store.clone();
-        async move { store.test(test_id).await.unwrap().filter(|j| j.state.is_terminal()) }
+        let service = service.clone();
+        async move { service.test(test_id).await.unwrap().filter(|j| j.state.is_terminal()) }
     })
     .await;
     // Re-attached, then killed at the timeout counted from its real start: failed, not re-run.
@@ -281,8 +281,8 @@ async fn a_scheduled_test_below_its_baseline_is_marked_regressed() {
         &hook.url,
     ]);
     // Three earlier nights at 0.9 accuracy make the baseline; the stub scores 0.5.
-    let store = home.store().await;
-    let mut schedule = store.schedules().await.unwrap().remove(0);
+    let service = home.service().await;
+    let mut schedule = service.schedules().await.unwrap().remove(0);
     for _ in 0..3 {
         let mut test = lachesis::model::InferenceTest::queued(
             uuid::Uuid::new_v4(),
@@ -294,15 +294,15 @@ async fn a_scheduled_test_below_its_baseline_is_marked_regressed() {
         test.results = Some(
             serde_json::json!({"models": [{"model": "good-model", "accuracy": 0.9, "steps_tested": 2, "error": null}]}),
         );
-        store.insert_test(&test, &[]).await.unwrap();
+        service.insert_test_as_given(&test, &[]).await.unwrap();
     }
     schedule.last_fired -= 24 * 3600 * 1000;
-    store.update_schedule(&schedule).await.unwrap();
+    service.overwrite_schedule(&schedule).await.unwrap();
     home.start_daemon();
     let test = crate::support::wait_for("the scheduled test to end", Duration::from_secs(120), || {
-        let store = store.clone();
+        let service = service.clone();
         async move {
-            let tests = store.schedule_tests(schedule.id, 1).await.unwrap();
+            let tests = service.schedule_tests(schedule.id, 1).await.unwrap();
             tests.into_iter().next().filter(|j| {
                 j.state.is_terminal() && j.results.as_ref().is_some_and(|r| r.get("summary").is_some())
             })
@@ -331,10 +331,10 @@ async fn a_scheduled_test_below_its_baseline_is_marked_regressed() {
     .await;
     assert_eq!(finished["summary"]["models_succeeded"], 1);
     let messages = crate::support::wait_for("delivery events", Duration::from_secs(10), || {
-        let store = store.clone();
+        let service = service.clone();
         async move {
             let messages: Vec<String> =
-                store.events(test.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+                service.events_after(test.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
             (messages.iter().filter(|m| m.starts_with("webhook ")).count() == 2).then_some(messages)
         }
     })

@@ -15,6 +15,5 @@ mod progress;
 mod retention;
 mod schedules;
 mod slurm;
-mod store;
 mod supervisor;
 mod support;

@@ -10,13 +10,13 @@ use uuid::Uuid;
 use crate::support::{TestHome, wait_for};
 
 async fn wait_settled(home: &mut TestHome, ids: &[Uuid]) {
-    let store = home.store().await;
+    let service = home.service().await;
     wait_for("the runs to end with every stage gone", Duration::from_secs(60), || {
-        let store = store.clone();
+        let service = service.clone();
         async move {
             for id in ids {
-                let run = store.run(*id).await.ok()??;
-                let stages = store.stages(*id).await.ok()?;
+                let run = service.run(*id).await.ok()??;
+                let stages = service.stages(*id).await.ok()?;
                 if run.state != RunState::Completed || stages.iter().any(|s| s.record.state.is_live()) {
                     return None;
                 }
@@ -53,13 +53,13 @@ async fn gc_forgets_finished_runs_with_their_files_and_keeps_the_rest() {
 
     let report = gc(&home, &["--older-than", "0s"]);
     assert_eq!(report["runs"], 2, "{report}");
-    let store = home.store().await;
+    let service = home.service().await;
     for id in &done {
         assert!(!dir(id).exists());
-        assert!(store.run(*id).await.unwrap().is_none());
-        assert!(store.events(*id, 0).await.unwrap().is_empty());
+        assert!(service.run(*id).await.unwrap().is_none());
+        assert!(service.events_after(*id, 0).await.unwrap().is_empty());
     }
-    assert_eq!(store.run(pending).await.unwrap().unwrap().state, RunState::Pending);
+    assert_eq!(service.run(pending).await.unwrap().unwrap().state, RunState::Pending);
     let text = home.cli_ok(&["gc", "--older-than", "0s"]);
     assert!(text.starts_with("freed 0 runs, 0 tests, 0 B on disk (ended more than 0ms ago)"), "{text}");
 
@@ -68,10 +68,10 @@ async fn gc_forgets_finished_runs_with_their_files_and_keeps_the_rest() {
     wait_settled(&mut home, &[pending]).await;
     home.kill_daemon();
     home.start_daemon_with(&["--keep-finished", "0s"]);
-    let store = home.store().await;
+    let service = home.service().await;
     wait_for("the daemon to forget the finished run", Duration::from_secs(20), || {
-        let store = store.clone();
-        async move { store.run(pending).await.ok()?.is_none().then_some(()) }
+        let service = service.clone();
+        async move { service.run(pending).await.ok()?.is_none().then_some(()) }
     })
     .await;
     assert!(!dir(&pending).exists());

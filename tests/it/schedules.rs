@@ -71,16 +71,12 @@ async fn schedules_are_validated_listed_paused_and_removed() {
 }
 
 /// Waits for the schedule's first event starting with `prefix` and returns its message.
-async fn schedule_note(
-    store: &std::sync::Arc<dyn lachesis::store::Store>,
-    schedule: uuid::Uuid,
-    prefix: &str,
-) -> String {
+async fn schedule_note(service: &lachesis::service::Service, schedule: uuid::Uuid, prefix: &str) -> String {
     wait_for(&format!("a schedule note starting with {prefix:?}"), Duration::from_secs(20), || {
-        let store = store.clone();
+        let service = service.clone();
         let prefix = prefix.to_string();
         async move {
-            let events = store.events(schedule, 0).await.unwrap();
+            let events = service.events_after(schedule, 0).await.unwrap();
             events.into_iter().map(|e| e.message).find(|m| m.starts_with(&prefix))
         }
     })
@@ -92,10 +88,10 @@ async fn add_missed_schedule(home: &mut TestHome, days_down: i64) -> lachesis::m
     args.extend(LOCAL);
     home.cli_ok(&args);
     // As if the daemon had been down for `days_down` days since the schedule last fired.
-    let store = home.store().await;
-    let mut schedule = store.schedules().await.unwrap().remove(0);
+    let service = home.service().await;
+    let mut schedule = service.schedules().await.unwrap().remove(0);
     schedule.last_fired -= days_down * 24 * 3600 * 1000;
-    store.update_schedule(&schedule).await.unwrap();
+    service.overwrite_schedule(&schedule).await.unwrap();
     schedule
 }
 
@@ -104,13 +100,13 @@ async fn downtime_over_several_due_times_enqueues_one_catch_up_test() {
     let mut home = home_with_envs();
     let schedule = add_missed_schedule(&mut home, 3).await;
     home.start_daemon();
-    let store = home.store().await;
-    let note = schedule_note(&store, schedule.id, "caught up").await;
+    let service = home.service().await;
+    let note = schedule_note(&service, schedule.id, "caught up").await;
     assert!(
         note.starts_with("caught up: 3 due times passed while no daemon ran; enqueued one test"),
         "{note}"
     );
-    let tests = store.schedule_tests(schedule.id, 10).await.unwrap();
+    let tests = service.schedule_tests(schedule.id, 10).await.unwrap();
     assert_eq!(tests.len(), 1, "one test for three missed due times");
     // A restart does not fire again for the same due times.
     home.kill_daemon();
@@ -120,7 +116,7 @@ async fn downtime_over_several_due_times_enqueues_one_catch_up_test() {
     // Nothing to wait for: watch a bounded window in which a second test would have appeared.
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
     while std::time::Instant::now() < deadline {
-        assert_eq!(store.schedule_tests(schedule.id, 10).await.unwrap().len(), 1, "fired twice");
+        assert_eq!(service.schedule_tests(schedule.id, 10).await.unwrap().len(), 1, "fired twice");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -130,17 +126,17 @@ async fn a_due_time_while_the_previous_test_runs_is_skipped() {
     let mut home = home_with_envs();
     let schedule = add_missed_schedule(&mut home, 1).await;
     // The previous test of this schedule is still queued (no daemon has taken it yet).
-    let store = home.store().await;
+    let service = home.service().await;
     let test = lachesis::model::InferenceTest::queued(
         uuid::Uuid::new_v4(),
         schedule.spec.clone(),
         Some(schedule.id),
         &home.path().join("tests"),
     );
-    store.insert_test(&test, &test.pending_tasks()).await.unwrap();
+    service.insert_test_as_given(&test, &test.pending_tasks()).await.unwrap();
     home.start_daemon();
-    let note = schedule_note(&store, schedule.id, "skipped").await;
+    let note = schedule_note(&service, schedule.id, "skipped").await;
     assert!(note.starts_with("skipped 1 due time up to "), "{note}");
     assert!(note.ends_with("the previous test is still running"), "{note}");
-    assert_eq!(store.schedule_tests(schedule.id, 10).await.unwrap().len(), 1, "no second test");
+    assert_eq!(service.schedule_tests(schedule.id, 10).await.unwrap().len(), 1, "no second test");
 }

@@ -388,10 +388,10 @@ async fn a_daemon_restart_reattaches_slurm_jobs_and_stop_cancels_them_in_reverse
         );
     }
     home.start_daemon();
-    let store = home.store().await;
+    let service = home.service().await;
     wait_for("the restarted daemon to re-attach all three jobs", Duration::from_secs(20), || async {
         let messages: Vec<String> =
-            store.events(id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+            service.events_after(id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
         let reattached = jobs
             .iter()
             .filter(|job| {

@@ -65,10 +65,10 @@ async fn daemon_killed_while_starting_resumes_the_start() {
     home.workflow("chain", &two_stage("chain", "2s", "sleep 0.5; exit 0"));
     home.start_daemon();
     let id = home.submit(&["--workflow", "chain"]);
-    let store = home.store().await;
+    let service = home.service().await;
     wait_for("stage a to be starting", T, || {
-        let store = store.clone();
-        async move { (store.stages(id).await.unwrap()[0].record.state == ProcessState::Starting).then_some(()) }
+        let service = service.clone();
+        async move { (service.stages(id).await.unwrap()[0].record.state == ProcessState::Starting).then_some(()) }
     })
     .await;
     home.kill_daemon();
@@ -185,12 +185,12 @@ async fn daemon_killed_while_stopping_finishes_the_stop() {
     home.wait_state(id, RunState::Running, T).await;
     home.cli_ok(&["run", "stop", &id.to_string()]);
     home.wait_state(id, RunState::Stopping, T).await;
-    let store = home.store().await;
+    let service = home.service().await;
     wait_for("the SIGTERM event", T, || {
-        let store = store.clone();
+        let service = service.clone();
         async move {
-            store
-                .events(id, 0)
+            service
+                .events_after(id, 0)
                 .await
                 .unwrap()
                 .iter()
@@ -221,8 +221,8 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
 
     // Make stage b's recorded pids belong to an unrelated process: kill b's shim and process,
     // start a stranger, and write the stranger's pid with b's old start time into the store.
-    let store = home.store().await;
-    let mut b = store.stages(id).await.unwrap().remove(1);
+    let service = home.service().await;
+    let mut b = service.stages(id).await.unwrap().remove(1);
     let (shim, process) = (b.record.shim.clone().unwrap(), b.record.process.clone().unwrap());
     for pid in [shim.pid, process.pid] {
         let _ = rustix::process::kill_process(
@@ -240,7 +240,7 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
     assert_eq!(recorded.boot_id, shim.boot_id);
     b.record.shim = Some(recorded.clone());
     b.record.process = Some(recorded);
-    store.update_stage(&b, None).await.unwrap();
+    service.overwrite_stage(&b).await.unwrap();
 
     home.start_daemon();
     let (run, stages) = home.wait_settled(id, T).await;

@@ -9,7 +9,7 @@ use lachesis::launch::process::{Liveness, liveness};
 use lachesis::model::{Event, Run, RunState, Stage};
 use lachesis::service::Service;
 use lachesis::settings::Settings;
-use lachesis::store::Store;
+use sqlx::Connection;
 use uuid::Uuid;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lachesis");
@@ -39,7 +39,6 @@ pub struct TestHome {
     pub umask: Option<u32>,
     daemon: Option<Child>,
     service: Option<Service>,
-    store: Option<Arc<dyn Store>>,
 }
 
 impl TestHome {
@@ -51,7 +50,6 @@ impl TestHome {
             umask: None,
             daemon: None,
             service: None,
-            store: None,
         }
     }
 
@@ -78,15 +76,6 @@ impl TestHome {
             self.service = Some(Service::open(self.settings()).await.unwrap());
         }
         self.service.clone().unwrap()
-    }
-
-    /// The home's store, opened directly: tests look beneath the service.
-    pub async fn store(&mut self) -> Arc<dyn Store> {
-        if self.store.is_none() {
-            let location = self.settings().store_location().unwrap();
-            self.store = Some(Arc::new(lachesis::store::open(&location).await.unwrap()));
-        }
-        Arc::clone(self.store.as_ref().unwrap())
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
@@ -175,15 +164,15 @@ impl TestHome {
     }
 
     pub async fn run(&mut self, id: Uuid) -> Run {
-        self.store().await.run(id).await.unwrap().unwrap()
+        self.service().await.run(id).await.unwrap().unwrap()
     }
 
     pub async fn stages(&mut self, id: Uuid) -> Vec<Stage> {
-        self.store().await.stages(id).await.unwrap()
+        self.service().await.stages(id).await.unwrap()
     }
 
     pub async fn events(&mut self, id: Uuid) -> Vec<Event> {
-        self.store().await.events(id, 0).await.unwrap()
+        self.service().await.events_after(id, 0).await.unwrap()
     }
 
     /// The messages of a run's events, oldest first.
@@ -192,13 +181,13 @@ impl TestHome {
     }
 
     pub async fn wait_state(&mut self, id: Uuid, state: RunState, timeout: Duration) -> Run {
-        let store = self.store().await;
+        let service = self.service().await;
         let log = self.path().join("daemon.log");
         let what = format!("run {id} to be {state}");
         let run = wait_for(&what, timeout, || {
-            let store = Arc::clone(&store);
+            let service = service.clone();
             async move {
-                let run = store.run(id).await.unwrap().unwrap();
+                let run = service.run(id).await.unwrap().unwrap();
                 (run.state == state || run.state.is_terminal()).then_some(run)
             }
         })
@@ -216,12 +205,12 @@ impl TestHome {
 
     /// Waits until the run is terminal and none of its stages may still be alive.
     pub async fn wait_settled(&mut self, id: Uuid, timeout: Duration) -> (Run, Vec<Stage>) {
-        let store = self.store().await;
+        let service = self.service().await;
         wait_for(&format!("run {id} to settle"), timeout, || {
-            let store = Arc::clone(&store);
+            let service = service.clone();
             async move {
-                let run = store.run(id).await.unwrap().unwrap();
-                let stages = store.stages(id).await.unwrap();
+                let run = service.run(id).await.unwrap().unwrap();
+                let stages = service.stages(id).await.unwrap();
                 (run.state.is_terminal() && stages.iter().all(|s| !s.record.state.is_live()))
                     .then_some((run, stages))
             }
@@ -411,4 +400,31 @@ impl Receiver {
     pub fn of_kind(&self, kind: &str) -> Vec<serde_json::Value> {
         self.bodies.lock().unwrap().iter().filter(|b| b["kind"] == kind).cloned().collect()
     }
+}
+
+/// The server to create test databases on; `LACHESIS_TEST_POSTGRES` overrides.
+fn postgres_admin_url() -> String {
+    std::env::var("LACHESIS_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/postgres".into())
+}
+
+/// A fresh database for one test, or None (with a message) when PostgreSQL is not reachable
+/// and the run does not require it (`LACHESIS_REQUIRE_POSTGRES=1` turns the skip into a failure).
+pub async fn fresh_postgres() -> Option<String> {
+    let admin = postgres_admin_url();
+    let mut conn = match sqlx::postgres::PgConnection::connect(&admin).await {
+        Ok(conn) => conn,
+        Err(err) => {
+            assert!(
+                std::env::var("LACHESIS_REQUIRE_POSTGRES").is_err(),
+                "PostgreSQL at {admin} is required but unreachable: {err}"
+            );
+            eprintln!("skipped: PostgreSQL at {admin} is unreachable ({err})");
+            return None;
+        }
+    };
+    let name = format!("lachesis_test_{}", Uuid::new_v4().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
+    Some(format!("{base}/{name}"))
 }

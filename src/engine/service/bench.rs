@@ -1,6 +1,5 @@
-//! What `lachesis bench` asks of the service beyond what users do: a store filled with a long
-//! history in a few transactions, and claims made as a daemon's loop makes them, one at a time.
-//! Nothing else calls these.
+//! What `lachesis bench --claims` asks of the service: claims made as a daemon's loop makes
+//! them, one at a time, by as many nodes as it likes. Nothing else calls these.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,15 +8,9 @@ use uuid::Uuid;
 
 use super::{Result, Service};
 use crate::engine::store::{Lease, NodeRegistration, Pick, Store};
-use crate::model::{Run, Stage};
+use crate::model::Run;
 
 impl Service {
-    /// Writes `runs` with their stages exactly as given (in whatever state), in one
-    /// transaction, skipping submission's checks: a store filled so is measured as one that grew.
-    pub async fn insert_as_given(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()> {
-        Ok(self.store.insert_runs(runs).await?)
-    }
-
     /// Registers `node` (a 60 s lease, no labels) and returns a claimer holding its lease.
     pub async fn claimer(&self, node: &str) -> Result<Claimer> {
         let registration = NodeRegistration {

@@ -4,10 +4,12 @@
 mod bench;
 mod daemon;
 mod environments;
+mod fixtures;
 mod inference_tests;
 mod metric_history;
 mod metrics;
 mod nodes;
+mod records;
 mod retention;
 mod runs;
 

@@ -37,6 +37,8 @@ mod progress;
 mod retention;
 mod sql;
 mod sqlite;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 

@@ -3,14 +3,17 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use lachesis::model::RunEvent;
-use lachesis::model::{
+use crate::engine::store::{RunMove, Store, StoreError};
+use crate::model::RunEvent;
+use crate::model::RunQuery;
+use crate::model::{
     EventKind, Exit, NewEvent, ProcessIdentity, ProcessState, Run, RunParams, RunState, Stage,
 };
-use lachesis::store::{RunMove, RunQuery, Store, StoreError, StoreLocation};
-use lachesis::workflow::Workflow;
-use sqlx::Connection;
+use crate::settings::StoreLocation;
+use crate::workflow::Workflow;
 use uuid::Uuid;
+
+use super::fresh_postgres;
 
 fn workflow() -> Workflow {
     Workflow::parse(
@@ -50,7 +53,7 @@ async fn conformance(store: Arc<dyn Store>) {
 }
 
 async fn metric_history_is_one_row_per_step(store: &dyn Store) {
-    use lachesis::model::MetricRow;
+    use crate::model::MetricRow;
     let run = insert(store, 0).await;
     let other = insert(store, 0).await;
     assert!(store.metric_rows(run.id).await.unwrap().is_empty());
@@ -286,11 +289,11 @@ async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
     store.update_stage(&live, None).await.unwrap();
     let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
     store.put_snapshot(done.id, 1, &serde_json::json!({ "loss": 1 })).await.unwrap();
-    let point = lachesis::model::ProgressPoint { attempt: 1, step: 3, total: Some(5), at: 1 };
+    let point = crate::model::ProgressPoint { attempt: 1, step: 3, total: Some(5), at: 1 };
     store.record_progress(done.id, &point).await.unwrap();
-    let row = lachesis::model::MetricRow { step: 3, recorded_at: 1, ..Default::default() };
+    let row = crate::model::MetricRow { step: 3, recorded_at: 1, ..Default::default() };
     store.put_metric_rows(done.id, &[row]).await.unwrap();
-    let soon = lachesis::model::now_millis() + 1000;
+    let soon = crate::model::now_millis() + 1000;
     let expired: Vec<Uuid> =
         store.expired_runs(soon, None, 10_000).await.unwrap().iter().map(|e| e.id).collect();
     assert!(expired.contains(&done.id));
@@ -360,35 +363,9 @@ async fn the_daemon_lock_is_exclusive(store: &dyn Store) {
 #[tokio::test]
 async fn sqlite_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
-    let store = lachesis::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
+    let store =
+        crate::engine::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
     conformance(Arc::new(store)).await;
-}
-
-/// The server to create test databases on; `LACHESIS_TEST_POSTGRES` overrides.
-fn postgres_admin_url() -> String {
-    std::env::var("LACHESIS_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/postgres".into())
-}
-
-/// A fresh database for one test, or None (with a message) when PostgreSQL is not reachable
-/// and the run does not require it (`LACHESIS_REQUIRE_POSTGRES=1` turns the skip into a failure).
-pub async fn fresh_postgres() -> Option<String> {
-    let admin = postgres_admin_url();
-    let mut conn = match sqlx::postgres::PgConnection::connect(&admin).await {
-        Ok(conn) => conn,
-        Err(err) => {
-            assert!(
-                std::env::var("LACHESIS_REQUIRE_POSTGRES").is_err(),
-                "PostgreSQL at {admin} is required but unreachable: {err}"
-            );
-            eprintln!("skipped: PostgreSQL at {admin} is unreachable ({err})");
-            return None;
-        }
-    };
-    let name = format!("lachesis_test_{}", Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
-    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
-    Some(format!("{base}/{name}"))
 }
 
 #[tokio::test]
@@ -396,24 +373,6 @@ async fn postgres_store_conforms() {
     let Some(url) = fresh_postgres().await else {
         return;
     };
-    let store = lachesis::store::open(&StoreLocation::Postgres(url)).await.unwrap();
+    let store = crate::engine::store::open(&StoreLocation::Postgres(url)).await.unwrap();
     conformance(Arc::new(store)).await;
-}
-
-#[tokio::test]
-async fn postgres_backs_a_real_daemon() {
-    let Some(url) = fresh_postgres().await else {
-        return;
-    };
-    let mut home = crate::support::TestHome::new();
-    home.database_url = Some(url);
-    home.start_daemon();
-    let id = home.submit(&["--workflow", "demo", "--var", "steps=1"]);
-    let (run, stages) = home.wait_settled(id, std::time::Duration::from_secs(30)).await;
-    assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
-    assert!(stages.iter().all(|s| s.record.exit == Some(Exit::Code(0))));
-    let out = home.cli(&["daemon"]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("another lachesis daemon is already running as node")
-    );
 }

@@ -1,0 +1,40 @@
+//! Writes beneath the rules, for tests and benchmarks that need a state no user action makes
+//! quickly: a long history, a test that ended hours ago, a schedule a day overdue, a stage whose
+//! recorded process is now someone else's. No surface calls these.
+
+use super::{Result, Service};
+use crate::model::{InferenceTest, Run, Schedule, Stage, TestEvent, TestTask};
+
+impl Service {
+    /// Writes `runs` with their stages exactly as given (in whatever state), in one
+    /// transaction, skipping submission's checks: a store filled so is measured as one that grew.
+    pub async fn insert_as_given(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()> {
+        Ok(self.store.insert_runs(runs).await?)
+    }
+
+    /// Writes a test and its tasks exactly as given.
+    pub async fn insert_test_as_given(&self, test: &InferenceTest, tasks: &[TestTask]) -> Result<()> {
+        Ok(self.store.insert_test(test, tasks).await?)
+    }
+
+    /// Moves a test by `event` as the daemon would, with `results` when it ends.
+    pub async fn move_test(
+        &self,
+        test: &InferenceTest,
+        event: TestEvent,
+        reason: Option<&str>,
+        results: Option<&serde_json::Value>,
+    ) -> Result<InferenceTest> {
+        Ok(self.store.transition_test(test, event, reason, results).await?)
+    }
+
+    /// Overwrites a stage's row (its recorded process included).
+    pub async fn overwrite_stage(&self, stage: &Stage) -> Result<()> {
+        Ok(self.store.update_stage(stage, None).await?)
+    }
+
+    /// Overwrites a schedule's row (when it last fired included).
+    pub async fn overwrite_schedule(&self, schedule: &Schedule) -> Result<()> {
+        Ok(self.store.update_schedule(schedule).await?)
+    }
+}
