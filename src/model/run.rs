@@ -73,6 +73,11 @@ impl RunState {
     pub fn is_terminal(self) -> bool {
         matches!(self, RunState::Stopped | RunState::Completed | RunState::Failed)
     }
+
+    /// Claimed and not ended: a daemon holds it (the store's `in_flight_states!` lists these).
+    pub fn is_in_flight(self) -> bool {
+        !self.is_terminal() && self != RunState::Pending
+    }
 }
 
 impl fmt::Display for RunState {

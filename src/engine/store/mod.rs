@@ -25,6 +25,38 @@ macro_rules! select_tests_sql {
     };
 }
 
+/// The run states a daemon holds a run in (`RunState::is_in_flight`), as an SQL list's inside;
+/// a unit test checks it against the model.
+macro_rules! in_flight_states {
+    () => {
+        "'starting', 'running', 'stopping', 'retrying'"
+    };
+}
+
+/// The process states of a stage or task that may still be alive (`ProcessState::is_live`), as
+/// an SQL list's inside; a unit test checks it against the model.
+macro_rules! live_process_states {
+    () => {
+        "'spawning', 'starting', 'up'"
+    };
+}
+
+/// The runs a daemon supervises, as a condition on `runs`: in flight, or ended with a stage
+/// that may still be alive; never a pending run (the queue's, whatever its stages say). Both
+/// halves are indexed lookups (run state; the partial index of live stages), so what a
+/// restart touches does not grow with the finished runs a node has kept.
+macro_rules! supervised_runs_sql {
+    () => {
+        concat!(
+            "id IN (SELECT id FROM runs WHERE state IN (",
+            in_flight_states!(),
+            ") UNION SELECT run_id FROM stages WHERE state IN (",
+            live_process_states!(),
+            ")) AND state <> 'pending'"
+        )
+    };
+}
+
 mod backend;
 mod checkpoint;
 mod claims;

@@ -14,17 +14,7 @@ use sqlx::any::AnyRow;
 
 use super::sql::{SqlStore, corrupt, from_json, insert_event, json, run_from_row};
 use super::{Result, Store, StoreError};
-use crate::model::{EventKind, Millis, Run, RunState, now_millis};
-
-/// The runs a daemon still supervises: in flight, or ended with stages still up. Both halves
-/// are indexed lookups (run state; the partial index of live stages), so what a restart
-/// touches does not grow with the finished runs a node has kept, which keep their old fence.
-macro_rules! supervised_run_ids {
-    () => {
-        "(SELECT id FROM runs WHERE state IN ('starting', 'running', 'stopping', 'retrying') \
-         UNION SELECT run_id FROM stages WHERE state IN ('spawning', 'starting', 'up'))"
-    };
-}
+use crate::model::{EventKind, Millis, Run, now_millis};
 
 /// Who a daemon is, as it registers.
 #[derive(Clone, Debug)]
@@ -205,12 +195,13 @@ impl NodeStore for SqlStore {
     }
 
     async fn nodes(&self) -> Result<Vec<NodeInfo>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "SELECT id, hostname, pid, labels, token, lease_ms, started_at, heartbeat_at, state, \
              (SELECT COUNT(*) FROM runs WHERE runs.node = nodes.id AND runs.fence = nodes.token \
-              AND runs.state IN ('starting', 'running', 'stopping', 'retrying')) AS runs \
-             FROM nodes ORDER BY id",
-        )
+              AND runs.state IN (",
+            in_flight_states!(),
+            ")) AS runs FROM nodes ORDER BY id"
+        ))
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(node_from_row).collect()
@@ -251,8 +242,8 @@ impl NodeStore for SqlStore {
     async fn node_runs(&self, node: &str, token: i64) -> Result<Vec<Run>> {
         let rows = sqlx::query(concat!(
             select_runs_sql!(),
-            "WHERE node = $1 AND fence = $2 AND id IN ",
-            supervised_run_ids!(),
+            "WHERE node = $1 AND fence = $2 AND ",
+            supervised_runs_sql!(),
             " ORDER BY seq"
         ))
         .bind(node.to_string())
@@ -266,11 +257,9 @@ impl NodeStore for SqlStore {
         let fenced = self.with_fence(token);
         let result = match how {
             Reap::Fail { reason } => {
-                let event = match run.state {
-                    RunState::Starting | RunState::Running | RunState::Retrying | RunState::Stopping => {
-                        crate::model::RunEvent::NodeLost
-                    }
-                    _ => return fenced.release_run(run).await,
+                let event = match run.state.is_in_flight() {
+                    true => crate::model::RunEvent::NodeLost,
+                    false => return fenced.release_run(run).await,
                 };
                 Store::transition(&fenced, run, event, Some(reason), None).await.map(|_| ())
             }
@@ -309,10 +298,11 @@ impl NodeStore for SqlStore {
             .bind(token)
             .execute(&mut *tx)
             .await?;
-            sqlx::query(
-                "UPDATE test_tasks SET state = 'lost', ended_at = $1 WHERE test_id = $2 \
-                 AND state IN ('spawning', 'starting', 'up')",
-            )
+            sqlx::query(concat!(
+                "UPDATE test_tasks SET state = 'lost', ended_at = $1 WHERE test_id = $2 AND state IN (",
+                live_process_states!(),
+                ")"
+            ))
             .bind(now)
             .bind(id)
             .execute(&mut *tx)
@@ -334,11 +324,11 @@ impl NodeStore for SqlStore {
 }
 
 const ADOPT_RUNS: &str =
-    concat!("UPDATE runs SET fence = $1 WHERE node = $2 AND fence = $3 AND id IN ", supervised_run_ids!());
+    concat!("UPDATE runs SET fence = $1 WHERE node = $2 AND fence = $3 AND ", supervised_runs_sql!());
 const ADOPT_TESTS: &str = "UPDATE tests SET fence = $1 WHERE node = $2 AND fence = $3 AND state = 'running'";
 const ADOPT_UNOWNED_RUNS: &str = concat!(
-    "UPDATE runs SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL AND state <> 'pending' AND id IN ",
-    supervised_run_ids!()
+    "UPDATE runs SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL AND ",
+    supervised_runs_sql!()
 );
 const ADOPT_UNOWNED_TESTS: &str =
     "UPDATE tests SET node = $1, fence = $2 WHERE node IS NULL AND fence IS NULL AND state = 'running'";

@@ -34,18 +34,22 @@ pub trait RetentionStore: Send + Sync {
     async fn compact(&self) -> Result<()>;
 }
 
-const EXPIRED_RUNS: &str = "SELECT id, run_dir AS dir FROM runs \
+const EXPIRED_RUNS: &str = concat!(
+    "SELECT id, run_dir AS dir FROM runs \
      WHERE state IN ('stopped', 'completed', 'failed') AND ended_at < $1 \
      AND (CAST($2 AS TEXT) IS NULL OR node = $2) \
-     AND NOT EXISTS (SELECT 1 FROM stages WHERE stages.run_id = runs.id \
-     AND stages.state IN ('spawning', 'starting', 'up')) \
-     ORDER BY ended_at LIMIT $3";
+     AND NOT EXISTS (SELECT 1 FROM stages WHERE stages.run_id = runs.id AND stages.state IN (",
+    live_process_states!(),
+    ")) ORDER BY ended_at LIMIT $3"
+);
 
-const EXPIRED_TESTS: &str = "SELECT id, test_dir AS dir FROM tests \
+const EXPIRED_TESTS: &str = concat!(
+    "SELECT id, test_dir AS dir FROM tests \
      WHERE state IN ('succeeded', 'regressed', 'failed', 'cancelled') AND ended_at < $1 \
-     AND NOT EXISTS (SELECT 1 FROM test_tasks WHERE test_tasks.test_id = tests.id \
-     AND test_tasks.state IN ('spawning', 'starting', 'up')) \
-     ORDER BY ended_at LIMIT $2";
+     AND NOT EXISTS (SELECT 1 FROM test_tasks WHERE test_tasks.test_id = tests.id AND test_tasks.state IN (",
+    live_process_states!(),
+    ")) ORDER BY ended_at LIMIT $2"
+);
 
 fn expired_from_rows(rows: &[sqlx::any::AnyRow]) -> Result<Vec<Expired>> {
     rows.iter()

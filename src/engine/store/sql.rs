@@ -36,8 +36,8 @@ pub struct SqlStore {
 /// `SELECT <every run column> FROM runs <rest>`, as a `'static` string: sqlx 0.9 takes dynamic
 /// SQL only wrapped in `AssertSqlSafe`, and these never need to be dynamic.
 macro_rules! select_runs {
-    ($rest:literal) => {
-        concat!(select_runs_sql!(), $rest)
+    ($($rest:expr),+) => {
+        concat!(select_runs_sql!(), $($rest),+)
     };
 }
 
@@ -312,9 +312,11 @@ async fn lose_live_stages(
     run: Uuid,
     now: Millis,
 ) -> Result<()> {
-    sqlx::query(
-        "UPDATE stages SET state = 'lost', ended_at = $1 WHERE run_id = $2 AND state IN ('spawning', 'starting', 'up')",
-    )
+    sqlx::query(concat!(
+        "UPDATE stages SET state = 'lost', ended_at = $1 WHERE run_id = $2 AND state IN (",
+        live_process_states!(),
+        ")"
+    ))
     .bind(now)
     .bind(run.to_string())
     .execute(&mut **tx)
@@ -586,16 +588,20 @@ impl Store for SqlStore {
     async fn live_run_counts(&self) -> Result<Vec<(String, i64)>> {
         count_by_state(
             &self.pool,
-            "SELECT state, COUNT(*) AS n FROM runs \
-             WHERE state IN ('pending', 'starting', 'running', 'stopping', 'retrying') GROUP BY state ORDER BY state",
+            concat!(
+                "SELECT state, COUNT(*) AS n FROM runs WHERE state IN ('pending', ",
+                in_flight_states!(),
+                ") GROUP BY state ORDER BY state"
+            ),
         )
         .await
     }
 
     async fn active_runs(&self) -> Result<Vec<Run>> {
         let rows = sqlx::query(select_runs!(
-            "WHERE state IN ('starting', 'running', 'stopping', 'retrying') \
-             AND (CAST($1 AS BIGINT) IS NULL OR fence = $1) ORDER BY seq"
+            "WHERE state IN (",
+            in_flight_states!(),
+            ") AND (CAST($1 AS BIGINT) IS NULL OR fence = $1) ORDER BY seq"
         ))
         .bind(self.fence)
         .fetch_all(&self.pool)
@@ -604,13 +610,10 @@ impl Store for SqlStore {
     }
 
     async fn supervised_runs(&self) -> Result<Vec<Run>> {
-        // Two indexed lookups (in-flight states; live stages, a partial index), never a walk
-        // over the finished runs, which only grow.
         let rows = sqlx::query(select_runs!(
-            "WHERE seq IN (SELECT seq FROM runs WHERE state IN ('starting', 'running', 'stopping', 'retrying') \
-             UNION SELECT seq FROM runs WHERE id IN (SELECT run_id FROM stages \
-             WHERE state IN ('spawning', 'starting', 'up'))) \
-             AND state <> 'pending' AND (CAST($1 AS BIGINT) IS NULL OR fence = $1) ORDER BY seq"
+            "WHERE ",
+            supervised_runs_sql!(),
+            " AND (CAST($1 AS BIGINT) IS NULL OR fence = $1) ORDER BY seq"
         ))
         .bind(self.fence)
         .fetch_all(&self.pool)

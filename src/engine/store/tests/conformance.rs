@@ -274,6 +274,10 @@ async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
     live.record.state = ProcessState::Up;
     store.update_stage(&live, None).await.unwrap();
     let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
+    // A pending run is the queue's, whatever its stages say: the one rule every query shares.
+    let mut stray = store.stages(pending.id).await.unwrap().remove(0);
+    stray.record.state = ProcessState::Up;
+    store.update_stage(&stray, None).await.unwrap();
     let ids: Vec<Uuid> = store.supervised_runs().await.unwrap().iter().map(|r| r.id).collect();
     assert!(ids.contains(&started.id) && ids.contains(&ending.id));
     assert!(!ids.contains(&pending.id) && !ids.contains(&done.id));

@@ -47,3 +47,19 @@ async fn wait_for<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The names inside an SQL list such as `'a', 'b'`.
+fn sql_list(list: &str) -> Vec<String> {
+    list.split(',').map(|name| name.trim().trim_matches('\'').to_string()).collect()
+}
+
+#[test]
+fn the_sql_state_lists_are_the_models() {
+    use crate::model::{ProcessState, RunState};
+    let in_flight: Vec<String> =
+        RunState::ALL.iter().filter(|s| s.is_in_flight()).map(|s| s.as_str().to_string()).collect();
+    assert_eq!(sql_list(in_flight_states!()), in_flight);
+    let live: Vec<String> =
+        ProcessState::ALL.iter().filter(|s| s.is_live()).map(|s| s.as_str().to_string()).collect();
+    assert_eq!(sql_list(live_process_states!()), live);
+}
