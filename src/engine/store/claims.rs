@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
+use super::events::insert_event;
 use super::nodes::Lease;
-use super::sql::{SqlStore, insert_event, json, run_from_row};
+use super::rows::{json, run_from_row};
+use super::sql::SqlStore;
 use super::{Result, Store, StoreError};
 use crate::model::{EventKind, InferenceTest, Millis, Run, RunParams, RunState, TestState, now_millis};
 

@@ -8,7 +8,9 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use super::sql::{SqlStore, corrupt, exit_columns, from_json, insert_event, json, record_from_row};
+use super::events::insert_event;
+use super::rows::{corrupt, exit_columns, from_json, json, record_from_row};
+use super::sql::SqlStore;
 use super::{Result, StoreError};
 use crate::model::{EventKind, NewEvent, now_millis};
 use crate::model::{InferenceTest, Schedule, TestEvent, TestState, TestTask};

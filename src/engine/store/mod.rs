@@ -60,13 +60,16 @@ macro_rules! supervised_runs_sql {
 mod backend;
 mod checkpoint;
 mod claims;
+mod events;
 mod inference_tests;
 mod metric_history;
 mod migrations;
+mod moves;
 mod nodes;
 pub mod postgres;
 mod progress;
 mod retention;
+mod rows;
 mod sql;
 mod sqlite;
 #[cfg(test)]

@@ -12,7 +12,9 @@ use serde::Serialize;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::sql::{SqlStore, corrupt, from_json, insert_event, json, run_from_row};
+use super::events::insert_event;
+use super::rows::{corrupt, from_json, json, run_from_row};
+use super::sql::SqlStore;
 use super::{Result, Store, StoreError};
 use crate::model::{EventKind, Millis, Run, now_millis};
 

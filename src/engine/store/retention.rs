@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::sql::{SqlStore, corrupt};
+use super::rows::corrupt;
+use super::sql::SqlStore;
 use super::{Result, Store, StoreError};
 use crate::model::Millis;
 

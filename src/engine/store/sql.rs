@@ -4,18 +4,17 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use uuid::Uuid;
 
+use super::events::{EventRow, insert_event, insert_events};
+use super::moves::{Moved, lose_live_stages};
+use super::rows::{event_from_row, exit_columns, from_json, json, run_from_row, stage_from_row};
 use super::{Backend, DaemonLock, Result, RunMove, Store, StoreError, postgres, sqlite};
 use crate::environments::Selection;
 use crate::model::RunQuery;
 use crate::model::run::{self as transitions, RunEvent};
-use crate::model::{
-    Event, EventKind, Exit, Millis, NewEvent, ProcessIdentity, ProcessRecord, Run, RunParams, RunState,
-    Stage, now_millis,
-};
+use crate::model::{Event, EventKind, Millis, NewEvent, Run, RunParams, RunState, Stage, now_millis};
 
 /// Where the daemon lock lives: a file beside an SQLite database (this one), or an advisory lock.
 #[derive(Clone)]
@@ -60,7 +59,7 @@ impl SqlStore {
 
     /// After a conditional write matched no row: `Fenced` if the run moved to another token,
     /// else a plain conflict.
-    async fn conflict_or_fenced(&self, run: &Run) -> StoreError {
+    pub(super) async fn conflict_or_fenced(&self, run: &Run) -> StoreError {
         if let Some(token) = self.fence {
             let fence = sqlx::query("SELECT fence FROM runs WHERE id = $1")
                 .bind(run.id.to_string())
@@ -122,323 +121,7 @@ pub(super) async fn schema_is_current(pool: &AnyPool, latest: i64) -> bool {
         .is_some_and(|applied| applied >= latest)
 }
 
-pub(super) fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
-}
-
-pub(super) fn json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).expect("store values serialize")
-}
-
-pub(super) fn from_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
-    serde_json::from_str(text).map_err(|e| corrupt(format!("{what}: {e}")))
-}
-
-pub(super) fn run_from_row(row: &AnyRow) -> Result<Run> {
-    let id: String = row.try_get("id")?;
-    let state: String = row.try_get("state")?;
-    let spec: String = row.try_get("spec")?;
-    let params: String = row.try_get("params")?;
-    Ok(Run {
-        id: Uuid::parse_str(&id).map_err(|e| corrupt(format!("run id {id}: {e}")))?,
-        workflow: row.try_get("workflow")?,
-        env_name: row.try_get("env_name")?,
-        state: state.parse().map_err(corrupt)?,
-        version: row.try_get("version")?,
-        priority: row.try_get("priority")?,
-        attempt: row.try_get("attempt")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        started_at: row.try_get("started_at")?,
-        ended_at: row.try_get("ended_at")?,
-        reason: row.try_get("reason")?,
-        run_dir: PathBuf::from(row.try_get::<String, _>("run_dir")?),
-        spec: from_json(&spec, "workflow snapshot")?,
-        params: from_json(&params, "run params")?,
-        node: row.try_get("node")?,
-        fence: row.try_get("fence")?,
-        not_before: row.try_get("not_before")?,
-    })
-}
-
-/// A process identity stored as JSON in `column`.
-fn identity(row: &AnyRow, column: &str) -> Result<Option<ProcessIdentity>> {
-    row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
-}
-
-/// An exit status stored as `exit_code` or `exit_signal`.
-fn exit_from_row(row: &AnyRow) -> Result<Option<Exit>> {
-    Ok(match (row.try_get::<Option<i64>, _>("exit_code")?, row.try_get::<Option<i64>, _>("exit_signal")?) {
-        (Some(code), _) => Some(Exit::Code(code as i32)),
-        (None, Some(signal)) => Some(Exit::Signal(signal as i32)),
-        (None, None) => None,
-    })
-}
-
-/// The `(exit_code, exit_signal)` columns of an exit status.
-pub(super) fn exit_columns(exit: Option<Exit>) -> (Option<i64>, Option<i64>) {
-    match exit {
-        Some(Exit::Code(code)) => (Some(code as i64), None),
-        Some(Exit::Signal(signal)) => (None, Some(signal as i64)),
-        None => (None, None),
-    }
-}
-
-/// The process-record columns a stage row and a task row share.
-pub(super) fn record_from_row(row: &AnyRow) -> Result<ProcessRecord> {
-    let state: String = row.try_get("state")?;
-    Ok(ProcessRecord {
-        state: state.parse().map_err(corrupt)?,
-        shim: identity(row, "shim")?,
-        process: identity(row, "process")?,
-        started_at: row.try_get("started_at")?,
-        ended_at: row.try_get("ended_at")?,
-        exit: exit_from_row(row)?,
-    })
-}
-
-fn stage_from_row(row: &AnyRow) -> Result<Stage> {
-    let run_id: String = row.try_get("run_id")?;
-    Ok(Stage {
-        run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
-        idx: row.try_get("idx")?,
-        name: row.try_get("name")?,
-        record: record_from_row(row)?,
-        ready_at: row.try_get("ready_at")?,
-        log_path: PathBuf::from(row.try_get::<String, _>("log_path")?),
-        slurm_job: row.try_get::<Option<i64>, _>("slurm_job")?.map(|job| job as u64),
-    })
-}
-
-fn event_from_row(row: &AnyRow) -> Result<Event> {
-    let run_id: String = row.try_get("run_id")?;
-    let kind: String = row.try_get("kind")?;
-    let state = |column: &str| -> Result<Option<RunState>> {
-        row.try_get::<Option<String>, _>(column)?.map(|s| s.parse().map_err(corrupt)).transpose()
-    };
-    Ok(Event {
-        id: row.try_get("id")?,
-        run_id: Uuid::parse_str(&run_id).map_err(corrupt)?,
-        at: row.try_get("at")?,
-        kind: kind.parse().map_err(corrupt)?,
-        from_state: state("from_state")?,
-        to_state: state("to_state")?,
-        stage: row.try_get("stage")?,
-        message: row.try_get("message")?,
-    })
-}
-
-const INSERT_EVENT: &str = "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7)";
-
-pub(super) async fn count_by_state(pool: &AnyPool, sql: &'static str) -> Result<Vec<(String, i64)>> {
-    let rows = sqlx::query(sql).fetch_all(pool).await?;
-    rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
-}
-
-pub(super) async fn insert_event<'c, E>(
-    executor: E,
-    run_id: Uuid,
-    kind: EventKind,
-    states: Option<(RunState, RunState)>,
-    stage: Option<&str>,
-    message: &str,
-) -> Result<()>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Any>,
-{
-    sqlx::query(INSERT_EVENT)
-        .bind(run_id.to_string())
-        .bind(now_millis())
-        .bind(kind.as_str())
-        .bind(states.map(|s| s.0.as_str()))
-        .bind(states.map(|s| s.1.as_str()))
-        .bind(stage)
-        .bind(message)
-        .execute(executor)
-        .await?;
-    Ok(())
-}
-
-/// One event of a batch `insert_events` writes.
-struct EventRow<'a> {
-    kind: EventKind,
-    states: Option<(RunState, RunState)>,
-    stage: Option<&'a str>,
-    message: std::borrow::Cow<'a, str>,
-}
-
-impl<'a> From<&'a NewEvent> for EventRow<'a> {
-    fn from(event: &'a NewEvent) -> Self {
-        EventRow {
-            kind: event.kind,
-            states: None,
-            stage: event.stage.as_deref(),
-            message: (&event.message).into(),
-        }
-    }
-}
-
-/// `INSERT_EVENTS[n - 1]` writes n events of one run (`$1`) at one time (`$2`).
-const INSERT_EVENTS: [&str; 3] = [
-    INSERT_EVENT,
-    "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7), \
-     ($1, $2, $8, $9, $10, $11, $12)",
-    "INSERT INTO events (run_id, at, kind, from_state, to_state, stage, message) VALUES ($1, $2, $3, $4, $5, $6, $7), \
-     ($1, $2, $8, $9, $10, $11, $12), ($1, $2, $13, $14, $15, $16, $17)",
-];
-
-/// Writes a run's events in order, up to three in one statement: on SQLite every statement is a
-/// round trip to sqlx's worker thread, and a stage's start or end writes two or three at once.
-async fn insert_events(conn: &mut sqlx::AnyConnection, run_id: Uuid, rows: &[EventRow<'_>]) -> Result<()> {
-    let at = now_millis();
-    for chunk in rows.chunks(INSERT_EVENTS.len()) {
-        let mut query = sqlx::query(INSERT_EVENTS[chunk.len() - 1]).bind(run_id.to_string()).bind(at);
-        for row in chunk {
-            query = query
-                .bind(row.kind.as_str())
-                .bind(row.states.map(|s| s.0.as_str()))
-                .bind(row.states.map(|s| s.1.as_str()))
-                .bind(row.stage)
-                .bind(&*row.message);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-/// Marks a run's live-looking stages lost: their node is gone and nobody can watch them.
-async fn lose_live_stages(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    run: Uuid,
-    now: Millis,
-) -> Result<()> {
-    sqlx::query(concat!(
-        "UPDATE stages SET state = 'lost', ended_at = $1 WHERE run_id = $2 AND state IN (",
-        live_process_states!(),
-        ")"
-    ))
-    .bind(now)
-    .bind(run.to_string())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// A run's row after a move, computed before the write: what `move_run` writes and returns.
-struct Moved {
-    run: Run,
-    event: RunEvent,
-    from: RunState,
-}
-
-impl Moved {
-    /// `run` moved by `event` to `to` (not `pending`: that is a requeue), at `now`.
-    fn new(
-        run: &Run,
-        event: RunEvent,
-        to: RunState,
-        reason: Option<&str>,
-        params: Option<&RunParams>,
-        ends_at: Option<Millis>,
-    ) -> Moved {
-        let now = now_millis();
-        let started_at = if to == RunState::Starting { Some(now) } else { run.started_at };
-        let ended_at = if to.is_terminal() { Some(ends_at.unwrap_or(now)) } else { run.ended_at };
-        Moved {
-            run: Run {
-                state: to,
-                version: run.version + 1,
-                updated_at: now,
-                started_at,
-                ended_at,
-                reason: reason.map(str::to_string).or_else(|| run.reason.clone()),
-                params: params.unwrap_or(&run.params).clone(),
-                // A lost node's claim ends here: nothing it writes later may land.
-                fence: if event == RunEvent::NodeLost { None } else { run.fence },
-                ..run.clone()
-            },
-            event,
-            from: run.state,
-        }
-    }
-}
-
 impl SqlStore {
-    /// `transition`, with a terminal state's `ended_at` given (an exit's time) rather than now.
-    async fn transition_ending_at(
-        &self,
-        run: &Run,
-        event: RunEvent,
-        reason: Option<&str>,
-        params: Option<&RunParams>,
-        ends_at: Option<Millis>,
-    ) -> Result<Run> {
-        let to = transitions::next(run.state, event)?;
-        if to == RunState::Pending {
-            return self.requeue(run, event, reason.unwrap_or(event.as_str()), now_millis()).await;
-        }
-        let moved = Moved::new(run, event, to, reason, params, ends_at);
-        let mut tx = self.pool.begin().await?;
-        let Some(event) = self.move_run(&mut tx, run, &moved).await? else {
-            // Given up first: on SQLite the transaction holds the one connection.
-            drop(tx);
-            return Err(self.conflict_or_fenced(run).await);
-        };
-        insert_events(&mut tx, run.id, &[event]).await?;
-        tx.commit().await?;
-        Ok(moved.run)
-    }
-
-    /// Writes `moved` over `run` in `tx` if the run is still in the state and version it was
-    /// read at (and holds this store's fence), and returns its state event for the caller to
-    /// write with the others of the transaction. None if it was not.
-    async fn move_run(
-        &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-        run: &Run,
-        moved: &Moved,
-    ) -> Result<Option<EventRow<'static>>> {
-        let next = &moved.run;
-        // The update comes first, so SQLite takes its write lock before reading anything.
-        let updated = sqlx::query(
-            "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
-             reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END WHERE id = $8 AND state = $9 AND version = $10 \
-             AND (CAST($11 AS BIGINT) IS NULL OR fence = $11)",
-        )
-        .bind(next.state.as_str())
-        .bind(next.updated_at)
-        .bind(next.started_at)
-        .bind(next.ended_at)
-        .bind(next.reason.as_deref())
-        .bind(json(&next.params))
-        .bind(i64::from(moved.event == RunEvent::NodeLost))
-        .bind(run.id.to_string())
-        .bind(run.state.as_str())
-        .bind(run.version)
-        .bind(self.fence)
-        .execute(&mut **tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            return Ok(None);
-        }
-        if moved.event == RunEvent::NodeLost {
-            lose_live_stages(tx, run.id, next.updated_at).await?;
-        }
-        let to = next.state;
-        let message = match &next.reason {
-            Some(reason) if to != RunState::Starting && to != RunState::Running => {
-                format!("{}: {reason}", moved.event)
-            }
-            _ => moved.event.to_string(),
-        };
-        Ok(Some(EventRow {
-            kind: EventKind::State,
-            states: Some((moved.from, to)),
-            stage: None,
-            message: message.into(),
-        }))
-    }
-
     /// A stage's row. `Fenced` if the run is no longer this store's.
     async fn write_stage(&self, conn: &mut sqlx::AnyConnection, stage: &Stage) -> Result<()> {
         let (code, signal) = exit_columns(stage.record.exit);
@@ -466,6 +149,11 @@ impl SqlStore {
         }
         Ok(())
     }
+}
+
+pub(super) async fn count_by_state(pool: &AnyPool, sql: &'static str) -> Result<Vec<(String, i64)>> {
+    let rows = sqlx::query(sql).fetch_all(pool).await?;
+    rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
 }
 
 /// One pending run's rows: the run, its stages and its `submitted` event.
