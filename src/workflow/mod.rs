@@ -2,19 +2,23 @@
 //! are up, what they hold exclusively and when the run is over.
 
 mod catalog;
+mod duration;
+mod names;
 pub mod progress;
 pub mod retry;
 mod slurm;
 pub mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::yaml::one_line;
 pub use catalog::{Catalog, CatalogError};
+pub use duration::{Dur, MAX_DURATION};
+pub use names::{NAME_RULE, check_log_path, is_simple_name, shown};
 pub use progress::ProgressSpec;
 pub use retry::RetryPolicy;
 pub use slurm::SlurmOptions;
@@ -162,106 +166,6 @@ pub struct Completion {
     /// A deciding stage exiting 0 completes the run only once the step has reached the total.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub require_total: bool,
-}
-
-/// The longest duration lachesis accepts anywhere (timeouts, delays, grace periods, backoffs,
-/// daemon intervals): 30 days. Longer values are mistakes, and bounding them keeps every
-/// `Instant + Duration` in range.
-pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
-const MAX_DURATION_TEXT: &str = "30 days";
-
-/// A duration written as `500ms`, `5s`, `2m`, `1h`, `1h 30m` (humantime's syntax), or a number
-/// of seconds; at most [`MAX_DURATION`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Dur(pub Duration);
-
-impl fmt::Display for Dur {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = self.0.as_millis();
-        if !ms.is_multiple_of(1000) { write!(f, "{ms}ms") } else { write!(f, "{}s", ms / 1000) }
-    }
-}
-
-impl Dur {
-    /// A number of seconds, as written in YAML or JSON (`5`, `0.25`).
-    pub fn from_seconds(secs: f64) -> Result<Dur, String> {
-        if !secs.is_finite() || secs < 0.0 {
-            return Err(format!("{secs:e} is not a duration (e.g. 500ms, 5s, 2m)"));
-        }
-        // Compare before converting: from_secs_f64 panics at 2^64 s.
-        if secs > MAX_DURATION.as_secs_f64() {
-            return Err(format!("{secs:e}s is longer than the maximum of {MAX_DURATION_TEXT}"));
-        }
-        Ok(Dur(Duration::from_secs_f64(secs)))
-    }
-
-    /// Refuses zero, for intervals and waits that must make progress.
-    pub fn positive(self) -> Result<Dur, String> {
-        if self.0.is_zero() { Err("must be longer than 0s".into()) } else { Ok(self) }
-    }
-}
-
-impl std::str::FromStr for Dur {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let text = s.trim();
-        let shown: String = text.chars().take(40).flat_map(char::escape_default).collect();
-        if text.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !text.is_empty() {
-            let secs: f64 =
-                text.parse().map_err(|_| format!("'{shown}' is not a duration (e.g. 500ms, 5s, 2m)"))?;
-            return Dur::from_seconds(secs);
-        }
-        // humantime has no fractions; `1.5s` is kept by turning it into milliseconds.
-        let normalized = fraction_to_millis(text);
-        let duration = humantime::parse_duration(normalized.as_deref().unwrap_or(text))
-            .map_err(|err| format!("'{shown}' is not a duration ({err}; e.g. 500ms, 5s, 2m, 1h)"))?;
-        if duration > MAX_DURATION {
-            return Err(format!("'{shown}' is longer than the maximum of {MAX_DURATION_TEXT}"));
-        }
-        Ok(Dur(duration))
-    }
-}
-
-/// `1.5s` / `0.5m` / `2.25h` → the same in whole milliseconds; None when `text` isn't one
-/// decimal number with one unit.
-fn fraction_to_millis(text: &str) -> Option<String> {
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    if !number.contains('.') {
-        return None;
-    }
-    let scale = match unit.trim() {
-        "ms" => 1.0,
-        "s" => 1e3,
-        "m" => 60e3,
-        "h" => 3600e3,
-        _ => return None,
-    };
-    let millis = number.parse::<f64>().ok()? * scale;
-    // Out-of-range values are left to humantime's error (and the maximum check).
-    (millis.is_finite() && millis <= MAX_DURATION.as_millis() as f64)
-        .then(|| format!("{}ms", millis.round() as u64))
-}
-
-impl Serialize for Dur {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Seconds(f64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Seconds(secs) => Dur::from_seconds(secs).map_err(serde::de::Error::custom),
-            Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
-        }
-    }
 }
 
 /// A workflow file that can't be used, with where and why.
@@ -467,67 +371,6 @@ impl Workflow {
         held.extend(ports.values().map(|p| format!("port:{p}")));
         held
     }
-}
-
-/// Letters, digits, '-', '_' and '.', not starting with '.' (so never `.` or `..`), at most
-/// [`MAX_NAME_LEN`] bytes: safe as a file name and on one line.
-pub fn is_simple_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-}
-
-pub const NAME_RULE: &str = "must be 1 to 64 letters, digits, '-', '_' or '.' (not starting with '.')";
-
-/// `text` on one line and of bounded length, for error messages.
-pub fn shown(text: &str) -> String {
-    let mut out: String = text.chars().take(80).flat_map(char::escape_default).collect();
-    if text.chars().count() > 80 {
-        out.push('…');
-    }
-    out
-}
-
-pub use crate::yaml::one_line;
-
-/// Files of the run directory a stage log may not be: lachesis writes them.
-const RESERVED_RUN_FILES: &[&str] = &[".status", "config.yaml", ".env"];
-
-/// A stage log must stay inside the run directory and off the files lachesis writes there
-/// (the exit records in `.status/`, the run's config).
-pub fn check_log_path(log: &str) -> Result<(), String> {
-    use std::path::Component;
-    let shown = shown(log);
-    if log.trim().is_empty() {
-        return Err("must name a file".into());
-    }
-    if log.chars().any(char::is_control) {
-        return Err(format!("'{shown}' has a control character"));
-    }
-    let path = Path::new(log);
-    let mut parts = 0;
-    for component in path.components() {
-        match component {
-            Component::Normal(part) => {
-                if parts == 0 && RESERVED_RUN_FILES.iter().any(|r| part == *r) {
-                    return Err(format!("'{shown}' is a file lachesis keeps in the run directory"));
-                }
-                parts += 1;
-            }
-            Component::CurDir => {}
-            Component::ParentDir => {
-                return Err(format!("'{shown}' must stay inside the run directory (no '..')"));
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(format!("'{shown}' must be relative to the run directory"));
-            }
-        }
-    }
-    if parts == 0 || log.ends_with('/') {
-        return Err(format!("'{shown}' must name a file"));
-    }
-    Ok(())
 }
 
 /// A stage with every placeholder filled in: what the launcher needs.
