@@ -28,6 +28,13 @@ use tokio::process::Command;
 use crate::model::Exit;
 use crate::workflow::{SlurmOptions, StagePlan};
 
+mod records;
+mod script;
+
+use records::SACCT_FORMAT;
+pub use records::{JobRecord, decode_wait_status, parse_sacct, parse_scontrol};
+pub use script::{BatchScript, batch_script};
+
 /// A Slurm job id. Serialized as a plain number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -116,238 +123,6 @@ impl SlurmError {
                 | SlurmError::Unexpected { .. }
         )
     }
-}
-
-/// One job as scontrol or sacct describes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobRecord {
-    /// Slurm's state word (`RUNNING`, `CANCELLED`, ...), without sacct's `by UID` or `+`.
-    pub state: String,
-    /// `ExitCode=N:S`: exit code N, or the signal S that ended the batch script.
-    pub exit_code: Option<(i32, i32)>,
-    /// Whether the job was given nodes (a job cancelled while pending never was).
-    pub ran: bool,
-}
-
-impl JobRecord {
-    /// What the record means for lachesis.
-    ///
-    /// An ended job whose record says `0:0` but did not complete (the completion record of a
-    /// cancelled job always does, see the module docs) counts as ended by SIGTERM, which is what
-    /// Slurm sends on cancel, time limit and preemption; one lost with its node, or to the
-    /// out-of-memory killer, by SIGKILL; a plain FAILED with no code as code 1.
-    pub fn job_state(&self) -> Result<JobState, SlurmError> {
-        let state = self.state.as_str();
-        let live = match state {
-            "PENDING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "RESV_DEL_HOLD" | "SPECIAL_EXIT" => {
-                Some(JobState::Pending)
-            }
-            "CONFIGURING" | "RUNNING" | "COMPLETING" | "SUSPENDED" | "STOPPED" | "SIGNALING"
-            | "STAGE_OUT" | "RESIZING" => Some(JobState::Running),
-            _ => None,
-        };
-        if let Some(live) = live {
-            return Ok(live);
-        }
-        let unrecorded = match state {
-            "COMPLETED" => Exit::Code(0),
-            "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "DEADLINE" => Exit::Signal(15),
-            "NODE_FAIL" | "OUT_OF_MEMORY" => Exit::Signal(9),
-            "FAILED" => Exit::Code(1),
-            "BOOT_FAIL" | "REVOKED" => return Ok(JobState::Vanished(format!("{state}: it never ran here"))),
-            _ => return Err(SlurmError::UnknownState(state.to_string())),
-        };
-        if !self.ran {
-            return Ok(JobState::Vanished(format!("{state} before it ran")));
-        }
-        let exit = match self.exit_code {
-            Some((_, signal)) if signal != 0 => Exit::Signal(signal),
-            Some((code, _)) if code != 0 => Exit::Code(code),
-            _ => unrecorded,
-        };
-        Ok(JobState::Ended { exit, state: state.to_string() })
-    }
-}
-
-/// Reads `scontrol show job ID` (one record per job, `Key=Value` pairs over several lines).
-/// Returns None if `job`'s record is not there or has no `JobState`.
-pub fn parse_scontrol(text: &str, job: SlurmJobId) -> Option<JobRecord> {
-    let wanted = format!("JobId={job}");
-    // Records are separated by blank lines; a job array or het job prints several.
-    let record = text
-        .split("\n\n")
-        .find(|record| record.split_whitespace().next().is_some_and(|first| first == wanted))?;
-    // First occurrence wins: JobName (user text, before JobState) cannot hold spaces once
-    // `submit` has cleaned it, so it cannot smuggle in a `JobState=` token.
-    let value = |key: &str| {
-        record.split_whitespace().find_map(|token| token.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-    };
-    let state = base_state(value("JobState")?)?;
-    let exit_code = value("ExitCode").and_then(parse_exit_code);
-    let ran = value("NodeList").is_some_and(assigned_nodes);
-    Some(JobRecord { state, exit_code, ran })
-}
-
-/// The fields `query_sacct` asks sacct for, in order.
-const SACCT_FORMAT: &str = "--format=JobIDRaw,State,ExitCode,NodeList";
-
-/// Reads `sacct --parsable2 --noheader --format=JobIDRaw,State,ExitCode,NodeList`. The last
-/// line for `job` wins: a requeued job, or one whose id a reset cluster handed out again, has
-/// several.
-pub fn parse_sacct(text: &str, job: SlurmJobId) -> Option<JobRecord> {
-    let wanted = job.to_string();
-    text.lines().rev().find_map(|line| {
-        let mut fields = line.trim().split('|');
-        if fields.next()? != wanted {
-            return None;
-        }
-        let state = base_state(fields.next()?)?;
-        let exit_code = fields.next().and_then(parse_exit_code);
-        let ran = fields.next().is_some_and(assigned_nodes);
-        Some(JobRecord { state, exit_code, ran })
-    })
-}
-
-/// `CANCELLED by 0` (sacct), `CANCELLED+` (truncated sacct columns) → `CANCELLED`.
-fn base_state(text: &str) -> Option<String> {
-    let word = text.split_whitespace().next()?.trim_end_matches('+');
-    (!word.is_empty() && word.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')).then(|| word.to_string())
-}
-
-/// `N:S` (scontrol, sacct), or a bare number, which is a raw wait status (squeue's JSON, and
-/// the accounting of some Slurm versions).
-fn parse_exit_code(text: &str) -> Option<(i32, i32)> {
-    let text = text.trim();
-    match text.split_once(':') {
-        Some((code, signal)) => Some((code.parse().ok()?, signal.parse().ok()?)),
-        None => Some(match decode_wait_status(text.parse().ok()?) {
-            Exit::Code(code) => (code, 0),
-            Exit::Signal(signal) => (0, signal),
-        }),
-    }
-}
-
-fn assigned_nodes(list: &str) -> bool {
-    !matches!(list.trim(), "" | "(null)" | "None assigned" | "None")
-}
-
-/// Decodes a raw wait status (`squeue --json`'s `exit_code`): `>> 8` is the exit code, `& 0x7f`
-/// the signal that killed the process.
-pub fn decode_wait_status(raw: i64) -> Exit {
-    let signal = (raw & 0x7f) as i32;
-    if signal != 0 { Exit::Signal(signal) } else { Exit::Code(((raw >> 8) & 0xff) as i32) }
-}
-
-/// A batch script and the environment it needs on top of the stage's own.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BatchScript {
-    pub text: String,
-    pub env: BTreeMap<String, String>,
-}
-
-/// The batch script for `plan`: `#!/bin/bash`, into the working directory, then the stage.
-///
-/// Without `mask_exe` the script `exec`s the stage, so the stage is the job's main process
-/// and gets scancel's SIGTERM itself. With `mask_exe` (the lachesis binary, reachable at that
-/// path on the compute node) output goes through `lachesis redact`, and the shell stays as the
-/// stage's parent: the masking filter must outlive the stage to copy its last lines, and
-/// Slurm kills everything left once the main process exits. The shell forwards TERM, INT,
-/// HUP, USR1 and USR2 to the stage, waits for the filter to drain (5 s at most) and exits as
-/// the stage did, re-raising its signal, so Slurm records `ExitCode=0:15` for a stage killed
-/// by SIGTERM. (A stage exiting with a code above 128 is taken to have died of signal
-/// code-128; bash cannot tell the two apart.)
-///
-/// Arguments holding a secret (a secret variable's value, or a value of a `--…key`/`--…token`
-/// flag) are read from `LACHESIS_SECRET_ARG_<i>` variables, returned in `env`.
-pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
-    let secrets = argv_secrets(plan);
-    let mut env = BTreeMap::new();
-    let mut words = Vec::with_capacity(plan.argv.len());
-    for (i, arg) in plan.argv.iter().enumerate() {
-        let var = format!("{}{i}", crate::secrets::SECRET_ARG_PREFIX);
-        let is_secret = |text: &str| secrets.iter().any(|s| text == s);
-        let holds_secret = |text: &str| secrets.iter().any(|s| s.len() >= 8 && text.contains(s.as_str()));
-        match arg.split_once('=') {
-            Some((flag, value)) if is_secret(value) && !holds_secret(flag) => {
-                env.insert(var.clone(), value.to_string());
-                words.push(format!("{}\"${var}\"", quote(&format!("{flag}="))));
-            }
-            _ if is_secret(arg) || holds_secret(arg) => {
-                env.insert(var.clone(), arg.clone());
-                words.push(format!("\"${var}\""));
-            }
-            _ => words.push(quote(arg)),
-        }
-    }
-    let command = words.join(" ");
-    let name: String = plan
-        .name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
-        .collect();
-    let cwd = quote(&plan.cwd.to_string_lossy());
-    let text = match mask_exe {
-        None => format!(
-            "#!/bin/bash\n\
-             # lachesis stage {name}: a Slurm batch job. The stage replaces this shell, so scancel's\n\
-             # SIGTERM reaches it.\n\
-             cd -- {cwd} || exit 126\n\
-             exec -- {command}\n"
-        ),
-        Some(exe) => format!(
-            "#!/bin/bash\n\
-             # lachesis stage {name}: a Slurm batch job, output masked by `lachesis redact`. This shell\n\
-             # stays as the stage's parent to let the filter drain; it forwards signals.\n\
-             cd -- {cwd} || exit 126\n\
-             lachesis_mask_exe={exe}\n\
-             if [ ! -x \"$lachesis_mask_exe\" ]; then\n  \
-               echo \"lachesis: $lachesis_mask_exe is not executable on $(hostname); stage not started\" >&2\n  \
-               exit 127\n\
-             fi\n\
-             exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" redact) 2>&1\n\
-             lachesis_mask=$!\n\
-             lachesis_forward() {{\n  \
-               lachesis_signal=$1\n  \
-               [ -z \"${{lachesis_stage:-}}\" ] || kill -s \"$1\" \"$lachesis_stage\" 2>/dev/null\n\
-             }}\n\
-             for lachesis_s in TERM INT HUP USR1 USR2; do trap \"lachesis_forward $lachesis_s\" \"$lachesis_s\"; done\n\
-             {command} &\n\
-             lachesis_stage=$!\n\
-             [ -z \"${{lachesis_signal:-}}\" ] || kill -s \"$lachesis_signal\" \"$lachesis_stage\" 2>/dev/null\n\
-             while kill -0 \"$lachesis_stage\" 2>/dev/null; do wait \"$lachesis_stage\"; done\n\
-             wait \"$lachesis_stage\"\n\
-             lachesis_status=$?\n\
-             trap - TERM INT HUP USR1 USR2\n\
-             exec >/dev/null 2>&1\n\
-             {{ sleep 5; kill -KILL \"$lachesis_mask\"; }} &\n\
-             lachesis_watchdog=$!\n\
-             wait \"$lachesis_mask\"\n\
-             kill \"$lachesis_watchdog\"\n\
-             if ((lachesis_status > 128 && lachesis_status < 160)); then\n  \
-               ulimit -c 0\n  \
-               kill -$((lachesis_status - 128)) $$\n\
-             fi\n\
-             exit \"$lachesis_status\"\n",
-            exe = quote(&exe.to_string_lossy()),
-        ),
-    };
-    BatchScript { text, env }
-}
-
-/// Secret strings that may appear in argv: values of secret flags, and of the secret variables
-/// the stage will see (its own env first, else the daemon's, which `--export=ALL` passes on).
-fn argv_secrets(plan: &StagePlan) -> Vec<String> {
-    let mut secrets = crate::secrets::secret_flag_values(&plan.argv);
-    for var in crate::secrets::SECRET_VARS {
-        secrets.extend(plan.env.get(*var).cloned().or_else(|| std::env::var(var).ok()));
-    }
-    secrets.retain(|s| !s.is_empty());
-    secrets
-}
-
-/// Single-quotes `text` for bash: everything inside is literal, `'` becomes `'\''`.
-fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// What a Slurm command printed, once it exited 0.
@@ -606,6 +381,7 @@ fn clip(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::script::quote;
     use super::*;
 
     // Real outputs of Slurm 22.05.8 on the test cluster (tests/slurm/cluster.sh).
