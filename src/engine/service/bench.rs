@@ -10,6 +10,7 @@ use super::{Result, Service};
 use crate::engine::store::{Lease, NodeRegistration, Pick, Store};
 use crate::model::Run;
 
+#[doc(hidden)]
 impl Service {
     /// Registers `node` (a 60 s lease, no labels) and returns a claimer holding its lease.
     pub async fn claimer(&self, node: &str) -> Result<Claimer> {
@@ -25,6 +26,7 @@ impl Service {
 }
 
 /// One node's claims, as its daemon makes them.
+#[doc(hidden)]
 pub struct Claimer {
     store: Arc<dyn Store>,
     lease: Lease,

@@ -5,6 +5,7 @@
 use super::{Result, Service};
 use crate::model::{InferenceTest, Run, Schedule, Stage, TestEvent, TestTask};
 
+#[doc(hidden)]
 impl Service {
     /// Writes `runs` with their stages exactly as given (in whatever state), in one
     /// transaction, skipping submission's checks: a store filled so is measured as one that grew.
