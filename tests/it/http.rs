@@ -229,7 +229,7 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
         home.cli_ok(&["schedule", "list", "--json"]) + &home.cli_ok(&["schedule", "show", "n", "--json"]);
     assert!(!cli.contains("hunter2") && !cli.contains("t0ps3cret"), "{cli}");
     // …while the store keeps the real one, for delivery.
-    assert_eq!(home.service().await.schedules().await.unwrap()[0].webhooks, vec![hook.to_string()]);
+    assert_eq!(home.service().await.stored_schedules().await.unwrap()[0].webhooks, vec![hook.to_string()]);
     assert_eq!(api.post("/schedules/n/pause", json!({})).await.1["paused"], true);
     assert_eq!(api.post("/schedules/n/resume", json!({})).await.1["paused"], false);
     assert_eq!(api.call(Method::DELETE, "/schedules/n", None).await.0, StatusCode::OK);

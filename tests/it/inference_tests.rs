@@ -282,7 +282,7 @@ async fn a_scheduled_test_below_its_baseline_is_marked_regressed() {
     ]);
     // Three earlier nights at 0.9 accuracy make the baseline; the stub scores 0.5.
     let service = home.service().await;
-    let mut schedule = service.schedules().await.unwrap().remove(0);
+    let mut schedule = service.stored_schedules().await.unwrap().remove(0);
     for _ in 0..3 {
         let mut test = lachesis::model::InferenceTest::queued(
             uuid::Uuid::new_v4(),

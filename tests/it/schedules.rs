@@ -89,7 +89,7 @@ async fn add_missed_schedule(home: &mut TestHome, days_down: i64) -> lachesis::m
     home.cli_ok(&args);
     // As if the daemon had been down for `days_down` days since the schedule last fired.
     let service = home.service().await;
-    let mut schedule = service.schedules().await.unwrap().remove(0);
+    let mut schedule = service.stored_schedules().await.unwrap().remove(0);
     schedule.last_fired -= days_down * 24 * 3600 * 1000;
     service.overwrite_schedule(&schedule).await.unwrap();
     schedule

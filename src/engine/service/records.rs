@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use super::{Result, Service};
-use crate::model::{InferenceTest, MetricRow, Millis, ProgressPoint, Run, Stage, TestTask};
+use crate::model::{InferenceTest, MetricRow, Millis, ProgressPoint, Run, Schedule, Stage, TestTask};
 
 impl Service {
     /// The run with exactly this id, if the store still has it.
@@ -40,6 +40,11 @@ impl Service {
     /// The test's tasks, one per model.
     pub async fn test_tasks(&self, id: Uuid) -> Result<Vec<TestTask>> {
         Ok(self.store.test_tasks(id).await?)
+    }
+
+    /// Every schedule as stored: webhook credentials included, where `schedules` redacts them.
+    pub async fn stored_schedules(&self) -> Result<Vec<Schedule>> {
+        Ok(self.store.schedules().await?)
     }
 
     /// The newest `limit` tests a schedule fired, newest first.
