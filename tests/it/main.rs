@@ -3,6 +3,7 @@
 mod atropos;
 mod cli;
 mod dashboard;
+mod docs;
 mod faults;
 mod fuzz;
 mod handoff;
