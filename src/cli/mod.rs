@@ -104,7 +104,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
     }
     let settings = Settings::new(cli.home, cli.database_url);
     if matches!(cli.command, Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_)) {
-        // Before any thread exists: this sets process environment variables.
+        // Keys the environment lacks; looked up through envfile::var, handed to children.
         let (path, required) = lachesis::envfile::choose(cli.env_file, &settings.home);
         lachesis::envfile::load(&path, required)?;
     }

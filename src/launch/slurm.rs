@@ -339,7 +339,7 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
 fn argv_secrets(plan: &StagePlan) -> Vec<String> {
     let mut secrets = crate::secrets::secret_flag_values(&plan.argv);
     for var in crate::secrets::SECRET_VARS {
-        secrets.extend(plan.env.get(*var).cloned().or_else(|| std::env::var(var).ok()));
+        secrets.extend(plan.env.get(*var).cloned().or_else(|| crate::envfile::var(var)));
     }
     secrets.retain(|s| !s.is_empty());
     secrets
@@ -422,7 +422,7 @@ impl Slurm {
             "--export=ALL".to_string(),
         ];
         args.extend(options.sbatch_args(&plan.name));
-        let mut env = plan.env.clone();
+        let mut env = crate::envfile::child_env(&plan.env);
         env.extend(script.env);
         let out = self.run("sbatch", &args, &env, Some(script.text.as_bytes())).await?;
         let line = out.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
