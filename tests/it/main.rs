@@ -4,6 +4,7 @@ mod atropos;
 mod cli;
 mod dashboard;
 mod docs;
+mod envfile;
 mod faults;
 mod fuzz;
 mod handoff;
