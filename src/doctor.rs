@@ -35,7 +35,7 @@ impl Report {
 /// Where the HTTP API's bearer token is (never its value), and whether only the owner can read it.
 fn api_token_check(settings: &crate::settings::Settings) -> Check {
     use std::os::unix::fs::PermissionsExt;
-    if std::env::var_os("LACHESIS_API_TOKEN").is_some() {
+    if crate::envfile::is_set("LACHESIS_API_TOKEN") {
         return check(
             "api token",
             true,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::OnceLock;
 
 /// Where a key's value came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,10 +27,20 @@ pub enum EnvFileError {
     Read { path: String, source: std::io::Error },
     #[error("parse the env file {path}: {detail}")]
     Parse { path: String, detail: String },
+    #[error("load the env file {path}: keys were already loaded from an env file")]
+    Twice { path: String },
 }
 
-/// Keys loaded from a file in this process, by name.
-static FROM_FILE: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+/// The keys the file gave this process (those its environment lacked), set once at start. They
+/// are never written into the process environment (`set_var` is unsound once threads exist):
+/// lookups go through `var`, and children get them through `child_env`.
+static FROM_FILE: OnceLock<FileKeys> = OnceLock::new();
+
+#[derive(Debug, Default)]
+struct FileKeys {
+    path: PathBuf,
+    values: BTreeMap<String, String>,
+}
 
 /// The keys a file at `path` holds, checked for its mode. `Ok(None)` when it does not exist and
 /// `required` is false (the default file is optional; one named by a flag is not).
@@ -57,30 +67,44 @@ pub fn read(path: &Path, required: bool) -> Result<Option<Vec<(String, String)>>
     Ok(Some(pairs))
 }
 
-/// Sets the file's keys that the environment lacks, and remembers them as from the file.
-///
-/// Call it before any thread starts (it changes the process environment).
+/// Takes the file's keys that the environment lacks, for `var` and `child_env`; returns how
+/// many. Once per process: a second call is refused.
 pub fn load(path: &Path, required: bool) -> Result<usize, EnvFileError> {
-    let Some(pairs) = read(path, required)? else { return Ok(0) };
-    let mut loaded = 0;
-    let mut from_file = FROM_FILE.lock().unwrap_or_else(|e| e.into_inner());
-    for (key, value) in pairs {
-        if std::env::var_os(&key).is_some() {
-            continue;
-        }
-        // SAFETY: called from `main` before the runtime and any other thread exist.
-        unsafe { std::env::set_var(&key, value) };
-        from_file.insert(key, path.to_path_buf());
-        loaded += 1;
-    }
+    let pairs = read(path, required)?.unwrap_or_default();
+    let values: BTreeMap<String, String> =
+        pairs.into_iter().filter(|(key, _)| std::env::var_os(key).is_none()).collect();
+    let loaded = values.len();
+    FROM_FILE
+        .set(FileKeys { path: path.to_path_buf(), values })
+        .map_err(|_| EnvFileError::Twice { path: path.display().to_string() })?;
     Ok(loaded)
+}
+
+/// A variable's value: the process environment's, else the env file's.
+pub fn var(key: &str) -> Option<String> {
+    std::env::var(key).ok().or_else(|| FROM_FILE.get()?.values.get(key).cloned())
+}
+
+/// Whether `key` is set (to anything), in the environment or the file.
+pub fn is_set(key: &str) -> bool {
+    std::env::var_os(key).is_some() || FROM_FILE.get().is_some_and(|keys| keys.values.contains_key(key))
+}
+
+/// The environment for a child process: the file's keys, then `own` (which wins). The child
+/// inherits the rest of this process's environment as usual.
+pub fn child_env(own: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut env = FROM_FILE.get().map(|keys| keys.values.clone()).unwrap_or_default();
+    env.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
 }
 
 /// Where `key` came from, `None` when it is not set.
 pub fn source(key: &str) -> Option<KeySource> {
-    std::env::var_os(key).filter(|v| !v.is_empty())?;
-    let from_file = FROM_FILE.lock().unwrap_or_else(|e| e.into_inner());
-    Some(from_file.get(key).map_or(KeySource::Environment, |p| KeySource::File(p.clone())))
+    if std::env::var_os(key).is_some_and(|v| !v.is_empty()) {
+        return Some(KeySource::Environment);
+    }
+    let keys = FROM_FILE.get()?;
+    keys.values.get(key).filter(|v| !v.is_empty()).map(|_| KeySource::File(keys.path.clone()))
 }
 
 /// The file to read: the flag's or `LACHESIS_ENV_FILE`'s (then required), else `home/.env`.
@@ -126,17 +150,26 @@ mod tests {
         assert!(read(&path, true).is_err());
     }
 
+    /// The file's keys never enter this process's environment (the daemon has threads); lookups
+    /// and children see them, and the real environment wins.
     #[test]
-    fn the_environment_wins_over_the_file() {
+    fn the_environment_wins_over_the_file_and_stays_unchanged() {
         // Names only this test uses: tests share the process environment.
         let (_dir, path) = file("LACHESIS_ENVFILE_T1=file\nLACHESIS_ENVFILE_T2=file\n", 0o600);
-        // SAFETY: no other test touches these names.
+        // SAFETY: no other test touches these names, and this runs before `load`.
         unsafe { std::env::set_var("LACHESIS_ENVFILE_T1", "real") };
         assert_eq!(load(&path, true).unwrap(), 1);
-        assert_eq!(std::env::var("LACHESIS_ENVFILE_T1").unwrap(), "real");
-        assert_eq!(std::env::var("LACHESIS_ENVFILE_T2").unwrap(), "file");
+        assert_eq!(var("LACHESIS_ENVFILE_T1").as_deref(), Some("real"));
+        assert_eq!(var("LACHESIS_ENVFILE_T2").as_deref(), Some("file"));
+        assert!(std::env::var_os("LACHESIS_ENVFILE_T2").is_none(), "the process environment was changed");
+        assert!(is_set("LACHESIS_ENVFILE_T2") && !is_set("LACHESIS_ENVFILE_UNSET"));
+        let own = BTreeMap::from([("LACHESIS_ENVFILE_T2".to_string(), "stage".to_string())]);
+        assert_eq!(child_env(&BTreeMap::new())["LACHESIS_ENVFILE_T2"], "file");
+        assert_eq!(child_env(&own)["LACHESIS_ENVFILE_T2"], "stage", "a stage's own value wins");
+        assert!(!child_env(&BTreeMap::new()).contains_key("LACHESIS_ENVFILE_T1"));
         assert_eq!(source("LACHESIS_ENVFILE_T1"), Some(KeySource::Environment));
         assert_eq!(source("LACHESIS_ENVFILE_T2"), Some(KeySource::File(path.clone())));
         assert_eq!(source("LACHESIS_ENVFILE_UNSET"), None);
+        assert!(matches!(load(&path, true), Err(EnvFileError::Twice { .. })));
     }
 }

@@ -26,7 +26,7 @@ use serde_json::json;
 pub use routes::{ROUTES, StartBody};
 
 use crate::metrics::Metrics;
-use crate::service::{Service, ServiceError};
+use crate::service::{ErrorKind, Service, ServiceError};
 
 /// Request bodies are small JSON documents; anything bigger is refused.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -75,34 +75,21 @@ impl IntoResponse for Failure {
 
 impl From<ServiceError> for Failure {
     fn from(err: ServiceError) -> Failure {
-        use ServiceError as E;
-        // A refused item of a batch answers as that item would alone, with its number.
-        let inner = match &err {
-            E::InBatch { source, .. } => source.as_ref(),
-            other => other,
-        };
-        let (status, code) = match inner {
-            E::UnknownRun(_) | E::UnknownTest(_) | E::UnknownSchedule { .. } => {
-                (StatusCode::NOT_FOUND, "not_found")
-            }
-            E::Environment(crate::environments::LookupError::Unknown { .. }) => {
-                (StatusCode::NOT_FOUND, "not_found")
-            }
-            E::Catalog(crate::workflow::CatalogError::Unknown { .. }) => (StatusCode::NOT_FOUND, "not_found"),
-            E::Ambiguous { .. } | E::Environment(_) => (StatusCode::CONFLICT, "ambiguous"),
-            E::MissingCredentials { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "missing_credentials"),
-            E::Edit(crate::environments::EditError::Locked { .. }) => (StatusCode::FORBIDDEN, "locked_field"),
-            E::NoSelection => (StatusCode::CONFLICT, "no_selection"),
-            E::NeedsPostgres(_) => (StatusCode::CONFLICT, "needs_postgres"),
-            E::UnknownNode { .. } => (StatusCode::NOT_FOUND, "not_found"),
-            E::NodeNotLost { .. } => (StatusCode::CONFLICT, "node_not_lost"),
-            E::AlreadyEnded { .. } | E::TestEnded { .. } => (StatusCode::CONFLICT, "already_ended"),
-            E::NotEnded { .. } => (StatusCode::CONFLICT, "not_ended"),
-            E::Storage(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
-            E::Introspect(_) => (StatusCode::UNPROCESSABLE_ENTITY, "introspection"),
-            _ => (StatusCode::BAD_REQUEST, "invalid"),
-        };
-        Failure::new(status, code, err.to_string())
+        Failure::new(status_of(err.kind()), err.code(), err.to_string())
+    }
+}
+
+/// The HTTP status of each kind of service error.
+fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::Ambiguous | ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        // Nothing was written and the same request can succeed once space returns.
+        ErrorKind::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -180,7 +167,7 @@ pub fn token_path(home: &Path) -> PathBuf {
 /// `$home/api-token`, created on first start (random, 32 bytes as hex, 0600 from the start).
 /// Returns the token and where it came from.
 pub fn load_or_create_token(home: &Path) -> Result<(ApiToken, String), ApiError> {
-    if let Ok(token) = std::env::var("LACHESIS_API_TOKEN") {
+    if let Some(token) = crate::envfile::var("LACHESIS_API_TOKEN") {
         return Ok((ApiToken::new(&token, "LACHESIS_API_TOKEN")?, "LACHESIS_API_TOKEN".into()));
     }
     let path = token_path(home);
@@ -309,6 +296,61 @@ pub(crate) fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, UnixBin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each kind of service error answers with its own status; the codes clients match on stay.
+    #[test]
+    fn each_kind_of_error_has_its_status() {
+        use crate::model::RunState;
+        let cases: [(ServiceError, StatusCode, &str); 8] = [
+            (ServiceError::UnknownRun("x".into()), StatusCode::NOT_FOUND, "not_found"),
+            (
+                ServiceError::BadAssignment { what: "--var", text: "x".into() },
+                StatusCode::BAD_REQUEST,
+                "invalid",
+            ),
+            (
+                ServiceError::Ambiguous { what: "runs", prefix: "a".into(), candidates: vec![] },
+                StatusCode::CONFLICT,
+                "ambiguous",
+            ),
+            (
+                ServiceError::AlreadyEnded { id: "x".into(), state: RunState::Failed },
+                StatusCode::CONFLICT,
+                "already_ended",
+            ),
+            (ServiceError::NoSelection, StatusCode::CONFLICT, "no_selection"),
+            (
+                ServiceError::MissingCredentials { workflow: "w".into(), wanted: vec![], missing: vec![] },
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "missing_credentials",
+            ),
+            (
+                ServiceError::Edit(crate::environments::EditError::Locked {
+                    field: "f".into(),
+                    value: serde_json::json!(1),
+                }),
+                StatusCode::FORBIDDEN,
+                "locked_field",
+            ),
+            (
+                ServiceError::InBatch { index: 2, source: Box::new(ServiceError::UnknownTest("t".into())) },
+                StatusCode::NOT_FOUND,
+                "not_found",
+            ),
+        ];
+        for (err, status, code) in cases {
+            let failure = Failure::from(err);
+            assert_eq!((failure.status, failure.code), (status, code), "{}", failure.message);
+        }
+        let kinds = [
+            (ErrorKind::Conflict, StatusCode::CONFLICT),
+            (ErrorKind::StorageFull, StatusCode::INSUFFICIENT_STORAGE),
+            (ErrorKind::Internal, StatusCode::INTERNAL_SERVER_ERROR),
+        ];
+        for (kind, status) in kinds {
+            assert_eq!(status_of(kind), status, "{kind:?}");
+        }
+    }
 
     #[test]
     fn tokens_compare_by_digest_and_short_ones_are_refused() {

@@ -103,8 +103,12 @@ pub fn dispatch(cli: Cli) -> CliResult {
         one_malloc_arena();
     }
     let settings = Settings::new(cli.home, cli.database_url);
-    if matches!(cli.command, Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_)) {
-        // Before any thread exists: this sets process environment variables.
+    if matches!(
+        cli.command,
+        Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_) | Command::Run(_) | Command::Test(_)
+    ) {
+        // Keys the environment lacks; looked up through envfile::var, handed to children. Run
+        // and test commands check credentials when no daemon takes their request.
         let (path, required) = lachesis::envfile::choose(cli.env_file, &settings.home);
         lachesis::envfile::load(&path, required)?;
     }

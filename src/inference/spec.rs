@@ -62,7 +62,7 @@ pub enum ProviderError {
 pub fn allowed_key_vars(credentials: &[String]) -> Vec<String> {
     let mut allowed = vec![DEFAULT_KEY_VAR.to_string()];
     allowed.extend(credentials.iter().filter(|c| c.ends_with("_API_KEY")).cloned());
-    if let Ok(extra) = std::env::var(PROVIDER_KEYS_VAR) {
+    if let Some(extra) = crate::envfile::var(PROVIDER_KEYS_VAR) {
         allowed.extend(extra.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
     }
     allowed.sort();
@@ -177,7 +177,7 @@ impl InferenceSpec {
             output_path(test_dir, model).display().to_string(),
             // W&B only when a key is there to use it; offline `process` would otherwise fail.
             "--env.use_wandb".into(),
-            std::env::var_os("WANDB_API_KEY").is_some().to_string(),
+            crate::envfile::is_set("WANDB_API_KEY").to_string(),
             "--env.wandb_name".into(),
             wandb_run_name(&self.env_name, test_dir),
         ];

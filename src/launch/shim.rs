@@ -48,17 +48,22 @@ pub struct ShimArgs {
 /// executable has no `lachesis-shim` beside it): parses the command line `spawn` builds and
 /// runs the shim. Exit code 2 for a command line it cannot read.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
+    let mut args = args.into_iter().peekable();
+    if args.peek().is_some_and(|first| first == "--help" || first == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
     match parse_args(args) {
         Ok(args) => run(args),
         Err(message) => {
             eprintln!("lachesis shim: {message}");
-            eprintln!(
-                "usage: lachesis-shim --started FILE --exit FILE --log FILE --cwd DIR -- PROGRAM [ARGS…]"
-            );
+            eprintln!("{USAGE}");
             2
         }
     }
 }
+
+const USAGE: &str = "usage: lachesis-shim --started FILE --exit FILE --log FILE --cwd DIR -- PROGRAM [ARGS…]";
 
 /// `--started FILE --exit FILE --log FILE --cwd DIR -- PROGRAM [ARGS…]`, the options in any
 /// order, each once. No option parser: this runs once per stage, and must start fast.

@@ -121,7 +121,8 @@ impl Shims {
         args.push(OsString::from("--"));
         args.extend(plan.argv.iter().map(OsString::from));
 
-        let forked = self.server.as_ref().and_then(|server| match server.fork_shim(&args, &plan.env) {
+        let env = crate::envfile::child_env(&plan.env);
+        let forked = self.server.as_ref().and_then(|server| match server.fork_shim(&args, &env) {
             Ok(reports) => Some(reports),
             Err(err) => {
                 tracing::warn!("shim fork server: {err}; executing the shim instead");
@@ -138,7 +139,7 @@ impl Shims {
                 let mut command = self.command();
                 command
                     .args(&args)
-                    .envs(&plan.env)
+                    .envs(&env)
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::null());

@@ -206,14 +206,9 @@ impl RlTools {
         description = "Start training the selected environment with its current config; answers at once with the run id. Training takes hours: test the environment with rl_test_inference() first, then follow the run with rl_check_status(run_id) no more often than every 30 minutes."
     )]
     async fn rl_start_training(&self, Parameters(args): Parameters<StartArgs>) -> String {
-        let Ok(selection) = self.service.selection().await else {
-            return answer(json!({ "error": answers::NO_SELECTION }));
-        };
-        let request = SubmitRequest {
-            workflow: args.workflow,
-            env_name: Some(selection.env_name),
-            ..SubmitRequest::default()
-        };
+        // The service applies the selection when the workflow runs an environment, and asks for
+        // one only then: a workflow that takes none (the demo) starts without a selection.
+        let request = SubmitRequest { workflow: args.workflow, ..SubmitRequest::default() };
         match self.service.submit(request).await {
             Ok(run) => {
                 let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);
@@ -430,4 +425,38 @@ pub async fn serve(service: Service) -> Result<(), Box<dyn std::error::Error>> {
     let running = RlTools::new(service).serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(workflow: Option<&str>) -> Parameters<StartArgs> {
+        Parameters(StartArgs { workflow: workflow.map(str::to_string) })
+    }
+
+    /// Only a workflow that runs an environment asks for a selection; `run start -w demo` and
+    /// `rl_start_training(workflow="demo")` agree.
+    #[tokio::test]
+    async fn a_workflow_without_an_environment_starts_with_nothing_selected() {
+        let home = tempfile::tempdir().unwrap();
+        let settings = crate::settings::Settings::new(Some(home.path().to_path_buf()), None);
+        std::fs::create_dir_all(home.path().join("workflows")).unwrap();
+        std::fs::write(
+            home.path().join("workflows/envy.yaml"),
+            "name: envy\nstages:\n  - name: env\n    argv: [\"{python}\", \"{env_file}\", serve]\n",
+        )
+        .unwrap();
+        let tools = RlTools::new(Service::open(settings).await.unwrap());
+
+        let started: Value =
+            serde_json::from_str(&tools.rl_start_training(start(Some("demo"))).await).unwrap();
+        assert_eq!(started["status"], "pending", "{started:#}");
+        assert_eq!(started["workflow"], "demo");
+        assert_eq!(started["environment"], Value::Null);
+
+        let refused: Value =
+            serde_json::from_str(&tools.rl_start_training(start(Some("envy"))).await).unwrap();
+        assert_eq!(refused["error"], answers::NO_SELECTION, "{refused:#}");
+    }
 }

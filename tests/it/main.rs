@@ -3,6 +3,8 @@
 mod atropos;
 mod cli;
 mod dashboard;
+mod docs;
+mod envfile;
 mod faults;
 mod fuzz;
 mod handoff;

@@ -67,13 +67,8 @@ impl Reconciler {
         let ledger =
             self.node.ledger.record(&run, token).err().map(|e| format!("cannot record the claim: {e}"));
         let stages = self.store.stages(id).await?;
-        let missing: Vec<&str> = run
-            .spec
-            .credentials
-            .iter()
-            .filter(|c| std::env::var_os(c).is_none())
-            .map(String::as_str)
-            .collect();
+        let missing: Vec<&str> =
+            run.spec.credentials.iter().filter(|c| !crate::envfile::is_set(c)).map(String::as_str).collect();
         let problem = if let Some(problem) = ledger {
             Some(problem)
         } else if !missing.is_empty() {

@@ -142,8 +142,8 @@ impl Reconciler {
         let Some(sup) = self.tests.get_mut(&id) else { return Ok(()) };
         let provider = &sup.test.spec.provider;
         let key = match &provider.api_key_env {
-            Some(var) => match std::env::var(var) {
-                Ok(key) if !key.is_empty() => key,
+            Some(var) => match crate::envfile::var(var) {
+                Some(key) if !key.is_empty() => key,
                 _ => {
                     let reason = format!("the daemon's environment lacks {var}");
                     return self.finish_test(id, TestEvent::Fail, &reason, None).await;

@@ -10,7 +10,7 @@ use crate::notify::{Notification, Webhook};
 
 /// Webhooks told about every run that completes or fails (`LACHESIS_WEBHOOKS`, comma-separated).
 pub fn run_webhooks() -> Vec<String> {
-    std::env::var("LACHESIS_WEBHOOKS")
+    crate::envfile::var("LACHESIS_WEBHOOKS")
         .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
         .unwrap_or_default()
 }

@@ -100,6 +100,110 @@ pub enum ServiceError {
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
 
+/// What kind of failure an error is, for a surface that answers with a status (HTTP) or an
+/// exit code. Every error has exactly one kind; the match in `kind` has no catch-all, so a new
+/// error must choose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request names something that does not exist (a run, test, schedule, workflow, node).
+    NotFound,
+    /// The request is malformed or asks for something no state of the store would allow.
+    Invalid,
+    /// A prefix or name matches several things.
+    Ambiguous,
+    /// The request is sound but the current state refuses it (an ended run, a concurrent move,
+    /// no selection, a node that is not lost).
+    Conflict,
+    /// An operator's setting forbids it (a locked field).
+    Forbidden,
+    /// The request is understood, but something it needs is missing (credentials, an
+    /// environment's introspection).
+    Unprocessable,
+    /// The store's disk is full: nothing was written, and the same request can succeed later.
+    StorageFull,
+    /// A fault of this machine or its store, not of the request.
+    Internal,
+}
+
+impl ServiceError {
+    pub fn kind(&self) -> ErrorKind {
+        use ServiceError as E;
+        match self {
+            E::UnknownRun(_) | E::UnknownTest(_) | E::UnknownSchedule { .. } | E::UnknownNode { .. } => {
+                ErrorKind::NotFound
+            }
+            E::Environment(crate::environments::LookupError::Unknown { .. }) => ErrorKind::NotFound,
+            E::Environment(crate::environments::LookupError::Ambiguous { .. }) | E::Ambiguous { .. } => {
+                ErrorKind::Ambiguous
+            }
+            E::Catalog(CatalogError::Unknown { .. }) => ErrorKind::NotFound,
+            E::Catalog(CatalogError::NotAName { .. } | CatalogError::Invalid(_)) => ErrorKind::Invalid,
+            E::Catalog(CatalogError::Io { .. }) => ErrorKind::Internal,
+            E::Storage(err) => store_kind(err),
+            E::MissingCredentials { .. } | E::Introspect(_) => ErrorKind::Unprocessable,
+            E::Edit(crate::environments::EditError::Locked { .. }) => ErrorKind::Forbidden,
+            E::Edit(_) | E::Value(_) | E::Provider(_) | E::Schedule(_) => ErrorKind::Invalid,
+            E::NeedsEnvironment(_) | E::UnknownVar { .. } | E::BuiltinVar { .. } => ErrorKind::Invalid,
+            E::BadAssignment { .. } | E::Unplannable { .. } => ErrorKind::Invalid,
+            E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
+            E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
+            E::NodeNotLost { .. } => ErrorKind::Conflict,
+            E::InBatch { source, .. } => source.kind(),
+        }
+    }
+
+    /// A stable machine-readable name for the error (the HTTP API's `error` field): its kind's
+    /// name, or a finer one that clients already match on.
+    pub fn code(&self) -> &'static str {
+        use ServiceError as E;
+        match self {
+            E::InBatch { source, .. } => source.code(),
+            E::MissingCredentials { .. } => "missing_credentials",
+            E::Edit(crate::environments::EditError::Locked { .. }) => "locked_field",
+            E::NoSelection => "no_selection",
+            E::NeedsPostgres(_) => "needs_postgres",
+            E::NodeNotLost { .. } => "node_not_lost",
+            E::AlreadyEnded { .. } | E::TestEnded { .. } => "already_ended",
+            E::NotEnded { .. } => "not_ended",
+            E::Introspect(_) => "introspection",
+            other => other.kind().name(),
+        }
+    }
+}
+
+impl ErrorKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::Ambiguous => "ambiguous",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::Unprocessable => "unprocessable",
+            ErrorKind::StorageFull => "storage_full",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+fn store_kind(err: &StoreError) -> ErrorKind {
+    match err {
+        _ if err.is_out_of_space() => ErrorKind::StorageFull,
+        StoreError::Conflict { .. }
+        | StoreError::TestConflict { .. }
+        | StoreError::Illegal(_)
+        | StoreError::LeaseLost { .. }
+        | StoreError::Fenced { .. }
+        | StoreError::Locked(_) => ErrorKind::Conflict,
+        StoreError::UnsupportedUrl(_) => ErrorKind::Invalid,
+        StoreError::Open { .. }
+        | StoreError::Migrate(_)
+        | StoreError::Database(_)
+        | StoreError::Corrupt(_)
+        | StoreError::Io { .. } => ErrorKind::Internal,
+    }
+}
+
 #[derive(Clone)]
 pub struct Service {
     pub settings: Settings,
@@ -161,5 +265,28 @@ async fn resolve_prefix<T>(
             prefix: crate::yaml::one_line(prefix),
             candidates: matches.iter().map(|m| id_of(m).to_string()).collect(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store error is a conflict, a full disk or a fault by its kind, never by its message.
+    #[test]
+    fn store_errors_are_classified_by_kind() {
+        let conflict =
+            StoreError::Conflict { id: uuid::Uuid::nil(), expected: RunState::Pending, version: 1 };
+        assert_eq!(ServiceError::Storage(conflict).kind(), ErrorKind::Conflict);
+        let enospc = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
+        let full = ServiceError::Storage(StoreError::Io { path: "/h".into(), source: enospc });
+        assert_eq!((full.kind(), full.code()), (ErrorKind::StorageFull, "storage_full"));
+        let sql_full = StoreError::Database(sqlx::Error::Io(std::io::Error::from_raw_os_error(
+            rustix::io::Errno::DQUOT.raw_os_error(),
+        )));
+        assert_eq!(ServiceError::Storage(sql_full).kind(), ErrorKind::StorageFull);
+        // A message that merely says "full" is not a full disk.
+        let corrupt = ServiceError::Storage(StoreError::Corrupt("the table is full of surprises".into()));
+        assert_eq!((corrupt.kind(), corrupt.code()), (ErrorKind::Internal, "internal"));
     }
 }

@@ -197,7 +197,7 @@ impl Slurm {
             "--export=ALL".to_string(),
         ];
         args.extend(options.sbatch_args(&plan.name));
-        let mut env = plan.env.clone();
+        let mut env = crate::envfile::child_env(&plan.env);
         env.extend(script.env);
         let out = self.run("sbatch", &args, &env, Some(script.text.as_bytes())).await?;
         let line = out.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();

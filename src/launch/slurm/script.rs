@@ -107,7 +107,7 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
 pub(super) fn argv_secrets(plan: &StagePlan) -> Vec<String> {
     let mut secrets = crate::secrets::secret_flag_values(&plan.argv);
     for var in crate::secrets::SECRET_VARS {
-        secrets.extend(plan.env.get(*var).cloned().or_else(|| std::env::var(var).ok()));
+        secrets.extend(plan.env.get(*var).cloned().or_else(|| crate::envfile::var(var)));
     }
     secrets.retain(|s| !s.is_empty());
     secrets
