@@ -14,7 +14,7 @@ use rustix::process::Signal;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::{ProcessEnd, Reconciler, Result, Supervised, read_end};
+use super::{Msg, ProcessEnd, Reconciler, Result, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
 use crate::model::{Millis, NewEvent, ProcessIdentity, ProcessState, RunState, now_millis};
@@ -73,7 +73,14 @@ impl Reconciler {
                 }
             };
             self.runs.insert(id, sup);
-            reattached += self.recover_run(id).await?;
+            // A write that cannot land (a full disk) holds this run's repair, not the others'.
+            match self.recover_run(id).await {
+                Ok(count) => reattached += count,
+                Err(err) if super::outcome::holds(&err) => {
+                    self.or_hold(id, Err(err), Msg::Drive { run: id })?
+                }
+                Err(err) => return Err(err),
+            }
         }
         if !self.runs.is_empty() {
             info!(runs = self.runs.len(), stages = reattached, "recovered in-flight runs");
@@ -93,26 +100,41 @@ impl Reconciler {
             let Some(sup) = self.runs.get_mut(&id) else {
                 break;
             };
-            if !sup.stages[idx].record.state.is_live() {
+            if !sup.stages[idx].stage.record.state.is_live() {
                 continue;
             }
-            let stage = &mut sup.stages[idx];
-            match examine(
-                &sup.files[idx],
+            let tracked = &mut sup.stages[idx];
+            let stage = &mut tracked.stage;
+            let known = stage.record.shim.is_some();
+            let found = examine(
+                &tracked.files,
                 &mut stage.record.shim,
                 &mut stage.record.process,
                 &mut stage.record.started_at,
-            ) {
-                // Handled exactly like an exit seen live.
-                Found::Ended(end) => self.on_ended(id, idx, end).await?,
+            );
+            if !known && let Some(pid) = stage.record.process.as_ref().map(|p| p.pid) {
+                // Its start was never recorded (the daemon stopped, or the disk was full): the
+                // shim's started file tells it now, so the record of events is complete.
+                let name = stage.name.clone();
+                self.note(id, NewEvent::stage(&name, format!("started (pid {pid}), as found at restart")))
+                    .await?;
+            }
+            let Some(sup) = self.runs.get_mut(&id) else { break };
+            match found {
+                // Handled exactly like an exit seen live, held like one when it cannot land.
+                Found::Ended(end) => {
+                    self.handle_or_hold(Msg::Ended { owner: super::Owner::Stage { run: id, idx }, end })
+                        .await?
+                }
                 Found::Alive(watch, ignored) => {
                     reattached += 1;
                     if let Some(note) = ignored {
-                        let name = sup.stages[idx].name.clone();
+                        let name = sup.stages[idx].stage.name.clone();
                         warn!(run = %id, stage = %name, "{note}");
-                        self.store.add_event(id, &NewEvent::stage(&name, note)).await?;
+                        self.note(id, NewEvent::stage(&name, note)).await?;
                     }
-                    let stage = &mut sup.stages[idx];
+                    let Some(sup) = self.runs.get_mut(&id) else { break };
+                    let stage = &mut sup.stages[idx].stage;
                     let pid = stage.record.process.as_ref().map_or(0, |p| p.pid);
                     if stage.record.state == ProcessState::Spawning {
                         stage.record.state = ProcessState::Starting;
@@ -123,8 +145,12 @@ impl Reconciler {
                         &stage.name,
                         format!("re-attached after a daemon restart (pid {pid})"),
                     );
-                    self.store.update_stage(stage, Some(&event)).await?;
-                    let files = sup.files[idx].clone();
+                    // What the shim's files and liveness told is a fact: watched either way, and
+                    // its record held until it lands.
+                    let written = self.store.update_stage(stage, Some(&event)).await;
+                    self.or_hold(id, written, Msg::Record { run: id, idx, event })?;
+                    let Some(sup) = self.runs.get_mut(&id) else { break };
+                    let files = sup.stages[idx].files.clone();
                     let run_starting = sup.run.state == RunState::Starting;
                     self.watch_reattached(super::Owner::Stage { run: id, idx }, watch, files);
                     if starting && run_starting {
@@ -134,7 +160,7 @@ impl Reconciler {
                 }
             }
         }
-        self.drive(id).await?;
+        self.handle_or_hold(Msg::Drive { run: id }).await?;
         Ok(reattached)
     }
 }

@@ -28,6 +28,7 @@ macro_rules! select_tests_sql {
 mod backend;
 mod checkpoint;
 mod claims;
+mod full;
 mod inference_tests;
 mod metric_history;
 mod migrations;
