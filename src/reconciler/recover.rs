@@ -112,12 +112,22 @@ impl Reconciler {
                 &mut stage.record.process,
                 &mut stage.record.started_at,
             );
-            if !known && let Some(pid) = stage.record.process.as_ref().map(|p| p.pid) {
-                // Its start was never recorded (the daemon stopped, or the disk was full): the
-                // shim's started file tells it now, so the record of events is complete.
+            // Its start was never recorded (the daemon stopped, or the disk was full): what the
+            // shim left tells it now, so the record of events is complete.
+            let found_start = match (&stage.record.process, &stage.record.shim) {
+                _ if known => None,
+                (Some(process), _) => Some(format!("started (pid {}), as found at restart", process.pid)),
+                (None, Some(shim)) => Some(format!("started (shim pid {}), as found at restart", shim.pid)),
+                (None, None) => match &found {
+                    Found::Ended(ProcessEnd::Finished(finished)) if finished.exit.is_some() => {
+                        Some("started (its exit file, found at restart, shows it ran)".to_string())
+                    }
+                    _ => None,
+                },
+            };
+            if let Some(message) = found_start {
                 let name = stage.name.clone();
-                self.note(id, NewEvent::stage(&name, format!("started (pid {pid}), as found at restart")))
-                    .await?;
+                self.note(id, NewEvent::stage(&name, message)).await?;
             }
             let Some(sup) = self.runs.get_mut(&id) else { break };
             match found {
