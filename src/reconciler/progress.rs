@@ -292,7 +292,10 @@ impl Reconciler {
         let log_start = sup.progress.as_ref().map_or(0, |w| w.log_start);
         let last_reading = match &resolved {
             Some(r @ ResolvedProgress { source: ResolvedSource::Log { path, .. }, .. }) => {
-                last_in_tail(path, log_start, TAIL_WINDOW, |line| r.read_line(line))
+                // Off the loop's thread: a read must not hold up other runs' exits.
+                let (path, r) = (path.clone(), r.clone());
+                let read = move || last_in_tail(&path, log_start, TAIL_WINDOW, |line| r.read_line(line));
+                tokio::task::spawn_blocking(read).await.ok().flatten()
             }
             // A request can take seconds: only when the outcome depends on it.
             Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) if require_total => {
