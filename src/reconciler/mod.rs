@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use tracing::warn;
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::launch::probe::ReadyHow;
@@ -373,7 +373,13 @@ impl Reconciler {
     /// Keeps `msg` first in its run's queue and has the queue replayed shortly.
     fn hold(&mut self, run: Uuid, msg: Msg, err: &StoreError) {
         let why = outcome::why_held(err);
-        warn!(run = %run, "could not record {}: {why}; trying again in {}s", msg.what(), HOLD_RETRY.as_secs());
+        let again = HOLD_RETRY.as_secs();
+        // Said when the run's writes start being held, not every second while they are.
+        if self.held.contains_key(&run) {
+            debug!(run = %run, "still cannot record {}: {why}; trying again in {again}s", msg.what());
+        } else {
+            warn!(run = %run, "could not record {}: {why}; trying again every {again}s", msg.what());
+        }
         self.held.entry(run).or_default().push_front(msg);
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -395,7 +401,9 @@ impl Reconciler {
                 Err(err) => self.on_error(err).await,
             }
         }
-        self.held.remove(&run);
+        if self.held.remove(&run).is_some() {
+            info!(run = %run, "recorded what was held");
+        }
         Ok(())
     }
 

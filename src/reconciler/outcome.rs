@@ -152,47 +152,42 @@ mod tests {
         Some(ProgressPoint { attempt: 1, step, total, at: 0 })
     }
 
+    /// One case: the run's state, the stage that ended and how, and the move (with its reason).
+    type Case = (RunState, &'static str, Option<Exit>, Option<(RunEvent, &'static str)>);
+
     #[test]
     fn a_stage_end_in_each_state() {
         use RunEvent::{Complete, Fail};
-        let f = |s: &str| Some(s.to_string());
-        // (run state, stage, exit, the move, its reason)
-        let table: &[(RunState, &str, Option<Exit>, Option<RunEvent>, Option<String>)] = &[
+        let table: &[Case] = &[
             // A deciding stage's exit 0 completes the run however early it comes.
-            (S::Starting, "trainer", OK, Some(Complete), f("stage 'trainer' finished")),
-            (S::Running, "trainer", OK, Some(Complete), f("stage 'trainer' finished")),
+            (S::Starting, "trainer", OK, Some((Complete, "stage 'trainer' finished"))),
+            (S::Running, "trainer", OK, Some((Complete, "stage 'trainer' finished"))),
             // A deciding stage's failure is its run's failure, in start-up or not.
-            (S::Starting, "trainer", BAD, Some(Fail), f("stage 'trainer' exited with code 3")),
-            (S::Running, "trainer", BAD, Some(Fail), f("stage 'trainer' exited with code 3")),
-            (S::Running, "trainer", KILLED, Some(Fail), f("stage 'trainer' killed by signal 9")),
-            (S::Running, "trainer", None, Some(Fail), f("stage 'trainer' vanished")),
+            (S::Starting, "trainer", BAD, Some((Fail, "stage 'trainer' exited with code 3"))),
+            (S::Running, "trainer", BAD, Some((Fail, "stage 'trainer' exited with code 3"))),
+            (S::Running, "trainer", KILLED, Some((Fail, "stage 'trainer' killed by signal 9"))),
+            (S::Running, "trainer", None, Some((Fail, "stage 'trainer' vanished"))),
             // A stage meant to stay up that exits, even 0, fails its run.
-            (S::Starting, "api", OK, Some(Fail), f("stage 'api' exited with code 0 during start-up")),
-            (S::Starting, "api", None, Some(Fail), f("stage 'api' vanished")),
-            (
-                S::Running,
-                "api",
-                OK,
-                Some(Fail),
-                f("stage 'api' exited with code 0 while the run was running"),
-            ),
+            (S::Starting, "api", OK, Some((Fail, "stage 'api' exited with code 0 during start-up"))),
+            (S::Starting, "api", None, Some((Fail, "stage 'api' vanished"))),
+            (S::Running, "api", OK, Some((Fail, "stage 'api' exited with code 0 while the run was running"))),
             // Runs that are stopping, retrying, waiting or over are not decided by an exit.
-            (S::Pending, "trainer", OK, None, None),
-            (S::Stopping, "trainer", OK, None, None),
-            (S::Stopping, "api", BAD, None, None),
-            (S::Retrying, "trainer", BAD, None, None),
-            (S::Stopped, "trainer", OK, None, None),
-            (S::Completed, "api", BAD, None, None),
-            (S::Failed, "trainer", OK, None, None),
+            (S::Pending, "trainer", OK, None),
+            (S::Stopping, "trainer", OK, None),
+            (S::Stopping, "api", BAD, None),
+            (S::Retrying, "trainer", BAD, None),
+            (S::Stopped, "trainer", OK, None),
+            (S::Completed, "api", BAD, None),
+            (S::Failed, "trainer", OK, None),
         ];
-        for (state, stage, exit, event, reason) in table {
+        for (state, stage, exit, want) in table {
             let what = match exit {
                 Some(Exit::Code(c)) => format!("exited with code {c}"),
                 Some(Exit::Signal(s)) => format!("killed by signal {s}"),
                 None => "vanished".to_string(),
             };
             let got = end_move(&run(*state, false, false, 1), stage, &what, *exit, None);
-            let want = event.map(|e| (e, reason.clone().unwrap()));
+            let want = want.map(|(event, reason)| (event, reason.to_string()));
             assert_eq!(got, want, "{state} {stage} {exit:?}");
         }
     }

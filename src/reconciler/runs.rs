@@ -34,8 +34,8 @@ impl Reconciler {
                 if let Some(sup) = self.runs.get_mut(&id) {
                     sup.run = run;
                 }
-                let driven = self.drive(id).await;
-                self.or_hold(id, driven, Msg::Drive { run: id })?;
+                // Behind any of its messages still held, so it acts on what they record.
+                self.handle_or_hold(Msg::Drive { run: id }).await?;
             }
         }
         // A run we think is active but that our token no longer holds was taken over.
