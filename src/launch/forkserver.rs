@@ -172,12 +172,14 @@ fn fork_shim(request: Request, report: OwnedFd) {
             -1 => {
                 let err = io::Error::last_os_error();
                 // A burst of starts can meet the process or memory limit for a moment.
-                if attempt < FORK_TRIES && super::spawn::is_transient(&err) {
+                let transient = super::spawn::is_transient(&err);
+                if attempt < FORK_TRIES && transient {
                     std::thread::sleep(wait);
                     wait *= 2;
                     continue;
                 }
-                say(&report, &ShimReport::Failed(format!("cannot fork a shim: {err}")));
+                let why = format!("cannot fork a shim: {err}");
+                say(&report, &if transient { ShimReport::Busy(why) } else { ShimReport::Failed(why) });
             }
             0 => std::process::exit(become_shim(request, report)),
             _ => {}

@@ -191,8 +191,35 @@ impl Shims {
         match serde_json::from_str::<ShimReport>(&line) {
             Ok(ShimReport::Started(started)) => Ok(Spawned { shim, started, reports }),
             Ok(ShimReport::Failed(reason)) => Err(SpawnError::Stage(reason)),
+            Ok(ShimReport::Busy(reason)) => Err(SpawnError::Busy(reason)),
             Ok(ShimReport::Exited(_)) => Err(SpawnError::Shim("it reported an exit before a start".into())),
             Err(e) => Err(SpawnError::Shim(format!("unreadable report {line:?}: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_machines_passing_limits_are_transient() {
+        let err = |errno| std::io::Error::from_raw_os_error(errno);
+        for (errno, transient) in [
+            (libc::EAGAIN, true),
+            (libc::EMFILE, true),
+            (libc::ENFILE, true),
+            (libc::ENOMEM, true),
+            (libc::ENOENT, false),
+            (libc::EACCES, false),
+            (libc::ENOEXEC, false),
+        ] {
+            assert_eq!(is_transient(&err(errno)), transient, "errno {errno}");
+            assert_eq!(SpawnError::shim(&err(errno)).is_transient(), transient, "errno {errno}");
+        }
+        assert!(
+            !SpawnError::Stage("cannot start 'x': EAGAIN".into()).is_transient(),
+            "words are not the kind"
+        );
     }
 }
