@@ -4,15 +4,17 @@
 //!
 //! ```text
 //! pending ──claim──▶ starting ──all stages up──▶ running ──complete──▶ completed
-//!    │                  │  ├──complete──▶ completed│  └──fail──▶ failed
+//!    │                  │  │                       │  └──fail──▶ failed
 //!    │                  │  └──fail──▶ failed       │
 //!    │                  └──stop──▶ stopping ◀──stop──┘
 //!    └──cancel──▶ stopped            stopping ──all stages gone──▶ stopped
 //! ```
 //!
-//! Retries and lost nodes (a workflow's retry policy decides which applies):
+//! A deciding stage may finish before the other stages are up (a trainer resumed at its last
+//! checkpoint), retries and lost nodes (a workflow's retry policy decides which applies):
 //!
 //! ```text
+//! starting ──complete──▶ completed
 //! starting, running ──retry──▶ retrying ──all stages gone──▶ pending (next attempt)
 //! starting, running, retrying ──node lost──▶ failed     stopping ──node lost──▶ stopped
 //! starting, running, retrying ──requeue──▶ pending (next attempt; its node was lost)

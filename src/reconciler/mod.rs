@@ -407,8 +407,8 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Runs `step`'s outcome for run `id` through the hold: a write that could not land is
-    /// held as `msg`, to be made again.
+    /// Takes the outcome of a step for run `id` taken outside a message (a claim, a repair, a
+    /// rescan): when its write could not land, `msg` is held to take it again.
     fn or_hold(&mut self, id: Uuid, result: Result, msg: Msg) -> Result {
         match result {
             Err(err) if outcome::holds(&err) => {
