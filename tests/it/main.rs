@@ -4,6 +4,7 @@ mod atropos;
 mod cli;
 mod dashboard;
 mod faults;
+mod full_disk;
 mod fuzz;
 mod handoff;
 mod hostile;
