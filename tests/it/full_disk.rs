@@ -121,7 +121,7 @@ async fn a_full_disk_at_a_claim_delays_it_and_loses_nothing() {
     let once = flags.path().join("once");
     let script = format!("if [ -e {0} ]; then exit 0; fi; touch {0}; exit 75", once.display());
     let workflow = format!(
-        "name: w\nstages:\n  - {{name: main, argv: [sh, -c, \"{script}\"]}}\nretry: {{max_attempts: 2, backoff: 1s, retry_on_exit_codes: [75]}}\n"
+        "name: w\nstages:\n  - {{name: main, argv: [sh, -c, \"{script}\"]}}\nretry: {{max_attempts: 2, backoff: 2s, retry_on_exit_codes: [75]}}\n"
     );
     let Some(mut lab) = FullDiskLab::new(&workflow) else { return };
     let id = lab.home.submit(&["--workflow", "w"]);
@@ -242,7 +242,7 @@ async fn a_start_held_by_a_full_disk_then_a_restart_still_gives_the_true_outcome
 async fn a_full_disk_as_a_stage_comes_up_holds_it_and_loses_nothing() {
     let flags = tempfile::tempdir().unwrap();
     let go = flags.path().join("go");
-    let Some(mut lab) = FullDiskLab::new(&waits_for(&go, "    start_delay: 1s\n")) else { return };
+    let Some(mut lab) = FullDiskLab::new(&waits_for(&go, "    start_delay: 2s\n")) else { return };
     let id = lab.home.submit(&["--workflow", "w"]);
     let store = lab.home.store().await;
     wait_for("the stage to be starting", T, || {
@@ -266,7 +266,7 @@ async fn a_full_disk_as_a_stage_comes_up_holds_it_and_loses_nothing() {
         Exit::Code(0),
         &[
             "started (pid",
-            "up (start delay of 1s elapsed)",
+            "up (start delay of 2s elapsed)",
             "all stages up",
             "exited with code 0",
             "complete",
@@ -300,7 +300,7 @@ async fn a_full_disk_as_a_stage_exits_holds_its_end_and_loses_nothing() {
 #[tokio::test]
 async fn a_full_disk_as_a_run_stops_holds_its_events_and_loses_nothing() {
     // The stage ignores SIGTERM: the stop ends in a SIGKILL after the grace, on a full disk.
-    let workflow = "name: w\nstop_grace: 1s\nstages:\n  - name: main\n    argv: [sh, -c, \"trap '' TERM; while true; do sleep 0.05; done\"]\n";
+    let workflow = "name: w\nstop_grace: 2s\nstages:\n  - name: main\n    argv: [sh, -c, \"trap '' TERM; while true; do sleep 0.05; done\"]\n";
     let Some(mut lab) = FullDiskLab::new(workflow) else { return };
     let id = lab.home.submit(&["--workflow", "w"]);
     lab.home.wait_state(id, RunState::Running, T).await;
@@ -333,4 +333,43 @@ async fn a_full_disk_as_a_run_stops_holds_its_events_and_loses_nothing() {
         ],
     )
     .await;
+}
+
+#[tokio::test]
+async fn eight_runs_starting_as_the_disk_fills_all_complete_with_every_event() {
+    // The case: short runs of a one-stage workflow, the disk full while they start.
+    let workflow = "name: w\nstages:\n  - {name: w, argv: [sh, -c, \"echo hello\"]}\n";
+    let Some(mut lab) = FullDiskLab::new(workflow) else { return };
+    // A first run gets the fork server going; paused, it makes the eight start on a full disk.
+    let first = lab.home.submit(&["--workflow", "w"]);
+    lab.home.wait_settled(first, T).await;
+    let server = fork_server_of(lab.home.daemon_pid().unwrap()).expect("the fork server");
+    let server = rustix::process::Pid::from_raw(server).unwrap();
+    rustix::process::kill_process(server, rustix::process::Signal::STOP).unwrap();
+    let out = lab.home.cli_ok(&["run", "start", "--workflow", "w", "--count", "8"]);
+    let ids: Vec<uuid::Uuid> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
+    let store = lab.home.store().await;
+    for &id in &ids {
+        wait_for("each stage to be spawning", T, || {
+            let store = store.clone();
+            async move {
+                (store.stages(id).await.unwrap()[0].record.state == ProcessState::Spawning).then_some(())
+            }
+        })
+        .await;
+    }
+    lab.fill_under_the_store().await;
+    rustix::process::kill_process(server, rustix::process::Signal::CONT).unwrap();
+    lab.wait_warned("could not record").await;
+    std::fs::remove_file(lab.filler()).unwrap();
+    for id in ids {
+        lab.settled(
+            id,
+            RunState::Completed,
+            "stage 'w' finished",
+            Exit::Code(0),
+            &["claim", "started (pid", "up (no start delay or probe)", "exited with code 0", "complete"],
+        )
+        .await;
+    }
 }
