@@ -161,6 +161,12 @@ pub enum Msg {
         idx: usize,
         event: NewEvent,
     },
+    /// Restart repair looks again at a stage that had left no trace.
+    Examine {
+        run: Uuid,
+        idx: usize,
+        looks_left: u32,
+    },
     /// The messages held for `run` (their writes could not land) are due again.
     Replay {
         run: Uuid,
@@ -184,7 +190,8 @@ impl Msg {
             | Msg::Drive { run }
             | Msg::Fail { run, .. }
             | Msg::Note { run, .. }
-            | Msg::Record { run, .. } => Some(*run),
+            | Msg::Record { run, .. }
+            | Msg::Examine { run, .. } => Some(*run),
             Msg::Spawned { owner: Owner::Task { .. }, .. }
             | Msg::Ended { owner: Owner::Task { .. }, .. }
             | Msg::Wake
@@ -208,6 +215,7 @@ impl Msg {
             Msg::StallCheck { .. } => "a stall",
             Msg::Fail { .. } => "a failure",
             Msg::Note { .. } | Msg::Record { .. } => "an event",
+            Msg::Examine { .. } => "a stage found at restart",
             Msg::Drive { .. } | Msg::Wake | Msg::Queued | Msg::Replay { .. } => "the run's next step",
             Msg::TaskTimedOut { .. } | Msg::LeaseLost => "a change",
         }
@@ -455,6 +463,7 @@ impl Reconciler {
                 Some(sup) => self.store.update_stage(&sup.stages[idx].stage, Some(&event)).await,
                 None => Ok(()),
             },
+            Msg::Examine { run, idx, looks_left } => self.on_examine(run, idx, looks_left).await,
             // Taken by `handle_or_hold`: a replay is not itself replayed.
             Msg::Replay { .. } => Ok(()),
         }
