@@ -20,14 +20,13 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{self, Write};
+use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::Stdio;
+use std::time::Duration;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
@@ -160,15 +159,32 @@ fn read_exact(socket: &OwnedFd, mut buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// How often a fork the kernel refused for want of processes or memory is tried again, and
+/// the first wait between tries (doubling): about 3 s in all.
+const FORK_TRIES: u32 = 8;
+const FORK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+
 fn fork_shim(request: Request, report: OwnedFd) {
-    // SAFETY: this process has one thread (see `serve`), so the child may do anything.
-    match unsafe { libc::fork() } {
-        -1 => {
-            let err = io::Error::last_os_error();
-            say(&report, &ShimReport::Failed(format!("cannot fork a shim: {err}")));
+    let mut wait = FORK_RETRY;
+    for attempt in 1..=FORK_TRIES {
+        // SAFETY: this process has one thread (see `serve`), so the child may do anything.
+        match unsafe { libc::fork() } {
+            -1 => {
+                let err = io::Error::last_os_error();
+                // A burst of starts can meet the process or memory limit for a moment.
+                let transient = super::spawn::is_transient(&err);
+                if attempt < FORK_TRIES && transient {
+                    std::thread::sleep(wait);
+                    wait *= 2;
+                    continue;
+                }
+                let why = format!("cannot fork a shim: {err}");
+                say(&report, &if transient { ShimReport::Busy(why) } else { ShimReport::Failed(why) });
+            }
+            0 => std::process::exit(become_shim(request, report)),
+            _ => {}
         }
-        0 => std::process::exit(become_shim(request, report)),
-        _ => {}
+        return;
     }
 }
 
@@ -201,34 +217,33 @@ fn say(report: &OwnedFd, line: &ShimReport) {
     let _ = rustix::io::write(report, &bytes);
 }
 
+/// How long a request may wait for room in the server's socket before the server counts as
+/// wedged: it forks in well under a millisecond, so only a stuck server takes this long.
+const WEDGED: Duration = Duration::from_secs(30);
+
 /// The daemon's handle on its fork server, started on first use and again after it died.
 pub struct ForkServer {
     program: PathBuf,
-    link: Mutex<Option<Link>>,
+    /// Held across a whole request, so requests never interleave on the socket.
+    link: tokio::sync::Mutex<Option<Link>>,
 }
 
 struct Link {
-    socket: UnixStream,
-    process: Child,
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        // Closing the socket ends the server; reap it so no zombie stays behind.
-        let _ = self.socket.shutdown(std::net::Shutdown::Both);
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
+    socket: tokio::net::UnixStream,
+    /// Reaped by tokio once dropped (no kill: the requests it has read are still served).
+    _process: tokio::process::Child,
 }
 
 impl ForkServer {
     pub fn new(program: PathBuf) -> ForkServer {
-        ForkServer { program, link: Mutex::new(None) }
+        ForkServer { program, link: tokio::sync::Mutex::new(None) }
     }
 
     /// Has the server fork a shim with `args` and `env`; answers the read end of the shim's
-    /// report pipe. An error means no shim was asked for (the caller starts one itself).
-    pub fn fork_shim(&self, args: &[OsString], env: &BTreeMap<String, String>) -> io::Result<OwnedFd> {
+    /// report pipe. A full socket (a burst of starts) is waited out, never a reason to drop the
+    /// server: requests already queued in it are served. An error means no shim was asked for
+    /// (the caller starts one itself).
+    pub async fn fork_shim(&self, args: &[OsString], env: &BTreeMap<String, String>) -> io::Result<OwnedFd> {
         let request = Request {
             args: args.to_vec(),
             env: env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect(),
@@ -237,20 +252,25 @@ impl ForkServer {
         if body.len() > MAX_REQUEST {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "the request is too large"));
         }
-        let mut link = self.link.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut link = self.link.lock().await;
         // A server that died since the last request is replaced once.
         for _ in 0..2 {
             if link.is_none() {
                 *link = Some(self.start()?);
             }
             let Some(current) = link.as_mut() else { break };
-            match send(&current.socket, &body) {
-                Ok(reader) => return Ok(reader),
-                Err(err) => {
+            match tokio::time::timeout(WEDGED, send(&mut current.socket, &body)).await {
+                Ok(Ok(reader)) => return Ok(reader),
+                // Out of descriptors for the pipe: the server is fine, the daemon is busy.
+                Ok(Err(err)) if super::spawn::is_transient(&err) => return Err(err),
+                Ok(Err(_)) => *link = None,
+                Err(_) => {
+                    // Part of a request may be in the socket: this server's stream is spoilt.
                     *link = None;
-                    if err.kind() == io::ErrorKind::WouldBlock {
-                        return Err(err);
-                    }
+                    return Err(io::Error::other(format!(
+                        "the shim server took no request for {}s",
+                        WEDGED.as_secs()
+                    )));
                 }
             }
         }
@@ -258,21 +278,22 @@ impl ForkServer {
     }
 
     fn start(&self) -> io::Result<Link> {
-        let (ours, theirs) = UnixStream::pair()?;
-        // A wedged server must not block the daemon: a full socket fails the request instead.
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         ours.set_nonblocking(true)?;
-        let process = Command::new(&self.program)
+        let process = tokio::process::Command::new(&self.program)
             .arg(SERVE_FLAG)
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()?;
-        Ok(Link { socket: ours, process })
+        Ok(Link { socket: tokio::net::UnixStream::from_std(ours)?, _process: process })
     }
 }
 
-/// Sends one request with a new report pipe's write end; answers the read end.
-fn send(socket: &UnixStream, body: &[u8]) -> io::Result<OwnedFd> {
+/// Sends one request with a new report pipe's write end, waiting for room in the socket as
+/// often as it takes; answers the read end.
+async fn send(socket: &mut tokio::net::UnixStream, body: &[u8]) -> io::Result<OwnedFd> {
+    use tokio::io::{AsyncWriteExt, Interest};
     let (reader, writer) = std::io::pipe()?;
     let writer = OwnedFd::from(writer);
     let header = u32::try_from(body.len()).map_err(io::Error::other)?.to_le_bytes();
@@ -280,10 +301,20 @@ fn send(socket: &UnixStream, body: &[u8]) -> io::Result<OwnedFd> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     control.push(SendAncillaryMessage::ScmRights(&fds));
-    let sent = sendmsg(socket, &[io::IoSlice::new(&header)], &mut control, SendFlags::NOSIGNAL)?;
-    let mut stream = socket;
-    stream.write_all(&header[sent..])?;
-    stream.write_all(body)?;
+    // The descriptor goes with the first byte that lands; a refused try sends nothing.
+    let sent = socket
+        .async_io(Interest::WRITABLE, || {
+            sendmsg(
+                &*socket,
+                &[io::IoSlice::new(&header)],
+                &mut control,
+                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            )
+            .map_err(io::Error::from)
+        })
+        .await?;
+    socket.write_all(&header[sent..]).await?;
+    socket.write_all(body).await?;
     Ok(OwnedFd::from(reader))
 }
 

@@ -32,6 +32,9 @@ use crate::model::{Exit, now_millis};
 pub enum ShimReport {
     Started(Started),
     Failed(String),
+    /// No shim could be made for now (the fork server met the machine's process or memory
+    /// limit): worth trying again, never the stage's fault.
+    Busy(String),
     /// The stage ended; sent before the exit file is written, which may wait for disk space.
     Exited(Finished),
 }

@@ -18,7 +18,7 @@ use super::shim::ShimReport;
 use super::status::{Finished, StageFiles, Started};
 use crate::workflow::StagePlan;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum SpawnError {
     /// The stage process itself could not start (missing program, bad cwd, unwritable log).
     #[error("{0}")]
@@ -26,6 +26,31 @@ pub enum SpawnError {
     /// The shim could not be started or said nothing sensible.
     #[error("cannot start the shim: {0}")]
     Shim(String),
+    /// The machine is short of processes, descriptors or memory for now (EAGAIN, EMFILE,
+    /// ENFILE, ENOMEM): worth trying again shortly, never the stage's fault.
+    #[error("{0}")]
+    Busy(String),
+}
+
+impl SpawnError {
+    /// Whether trying again later may succeed where this failed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SpawnError::Busy(_))
+    }
+
+    /// A shim that could not be started because of `err`: `Busy` when that is transient.
+    fn shim(err: &std::io::Error) -> SpawnError {
+        if is_transient(err) {
+            SpawnError::Busy(format!("cannot start the shim: {err}"))
+        } else {
+            SpawnError::Shim(err.to_string())
+        }
+    }
+}
+
+/// EAGAIN, EMFILE, ENFILE, ENOMEM: the machine's limits for now, not the stage's fault.
+pub fn is_transient(err: &std::io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EMFILE | libc::ENFILE | libc::ENOMEM))
 }
 
 /// A started stage: its shim and the identities it reported.
@@ -122,17 +147,22 @@ impl Shims {
         args.extend(plan.argv.iter().map(OsString::from));
 
         let env = crate::envfile::child_env(&plan.env);
-        let forked = self.server.as_ref().and_then(|server| match server.fork_shim(&args, &env) {
-            Ok(reports) => Some(reports),
-            Err(err) => {
-                tracing::warn!("shim fork server: {err}; executing the shim instead");
-                None
-            }
-        });
+        let forked = match &self.server {
+            Some(server) => match server.fork_shim(&args, &env).await {
+                Ok(reports) => Some(reports),
+                // Short of descriptors or processes: executing it would meet the same limit.
+                Err(err) if is_transient(&err) => return Err(SpawnError::shim(&err)),
+                Err(err) => {
+                    tracing::warn!("shim fork server: {err}; executing the shim instead");
+                    None
+                }
+            },
+            None => None,
+        };
         let (shim, reports): (Option<Child>, Box<dyn AsyncRead + Send + Unpin>) = match forked {
             Some(reports) => {
                 let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reports)
-                    .map_err(|e| SpawnError::Shim(e.to_string()))?;
+                    .map_err(|e| SpawnError::shim(&e))?;
                 (None, Box::new(pipe))
             }
             None => {
@@ -143,7 +173,7 @@ impl Shims {
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::null());
-                let mut shim = command.spawn().map_err(|e| SpawnError::Shim(e.to_string()))?;
+                let mut shim = command.spawn().map_err(|e| SpawnError::shim(&e))?;
                 let stdout = shim.stdout.take().ok_or_else(|| SpawnError::Shim("no stdout".into()))?;
                 (Some(shim), Box::new(stdout))
             }
@@ -154,7 +184,7 @@ impl Shims {
         match read {
             Ok(Ok(n)) if n > 0 => {}
             Ok(Ok(_)) => return Err(SpawnError::Shim("it exited without reporting".into())),
-            Ok(Err(e)) => return Err(SpawnError::Shim(e.to_string())),
+            Ok(Err(e)) => return Err(SpawnError::shim(&e)),
             Err(_) => {
                 return Err(SpawnError::Shim(format!("no report within {}s", SHIM_REPORT_TIMEOUT.as_secs())));
             }
@@ -162,8 +192,35 @@ impl Shims {
         match serde_json::from_str::<ShimReport>(&line) {
             Ok(ShimReport::Started(started)) => Ok(Spawned { shim, started, reports }),
             Ok(ShimReport::Failed(reason)) => Err(SpawnError::Stage(reason)),
+            Ok(ShimReport::Busy(reason)) => Err(SpawnError::Busy(reason)),
             Ok(ShimReport::Exited(_)) => Err(SpawnError::Shim("it reported an exit before a start".into())),
             Err(e) => Err(SpawnError::Shim(format!("unreadable report {line:?}: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_machines_passing_limits_are_transient() {
+        let err = |errno| std::io::Error::from_raw_os_error(errno);
+        for (errno, transient) in [
+            (libc::EAGAIN, true),
+            (libc::EMFILE, true),
+            (libc::ENFILE, true),
+            (libc::ENOMEM, true),
+            (libc::ENOENT, false),
+            (libc::EACCES, false),
+            (libc::ENOEXEC, false),
+        ] {
+            assert_eq!(is_transient(&err(errno)), transient, "errno {errno}");
+            assert_eq!(SpawnError::shim(&err(errno)).is_transient(), transient, "errno {errno}");
+        }
+        assert!(
+            !SpawnError::Stage("cannot start 'x': EAGAIN".into()).is_transient(),
+            "words are not the kind"
+        );
     }
 }

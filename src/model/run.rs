@@ -10,9 +10,11 @@
 //!    └──cancel──▶ stopped            stopping ──all stages gone──▶ stopped
 //! ```
 //!
-//! Retries and lost nodes (a workflow's retry policy decides which applies):
+//! A deciding stage may finish before the other stages are up (a trainer resumed at its last
+//! checkpoint), retries and lost nodes (a workflow's retry policy decides which applies):
 //!
 //! ```text
+//! starting ──complete──▶ completed
 //! starting, running ──retry──▶ retrying ──all stages gone──▶ pending (next attempt)
 //! starting, running, retrying ──node lost──▶ failed     stopping ──node lost──▶ stopped
 //! starting, running, retrying ──requeue──▶ pending (next attempt; its node was lost)
@@ -264,7 +266,9 @@ pub fn next(from: RunState, event: RunEvent) -> Result<RunState, IllegalTransiti
         (S::Pending, E::Cancel) => S::Stopped,
         (S::Starting, E::AllStagesUp) => S::Running,
         (S::Starting | S::Running, E::Fail) => S::Failed,
-        (S::Running, E::Complete) => S::Completed,
+        // A deciding stage may finish its work before the others are up (a trainer resumed
+        // at its last checkpoint): that completes the run as it would a running one.
+        (S::Starting | S::Running, E::Complete) => S::Completed,
         (S::Starting | S::Running | S::Retrying, E::Stop) => S::Stopping,
         (S::Stopping, E::AllStagesGone) => S::Stopped,
         (S::Starting | S::Running, E::Retry) => S::Retrying,
@@ -277,6 +281,12 @@ pub fn next(from: RunState, event: RunEvent) -> Result<RunState, IllegalTransiti
     Ok(to)
 }
 
+/// What a stop request does to a run in `from`, by the table: cancel a pending run, stop a
+/// started (or retrying) one. None where neither applies: stopping already, or ended.
+pub fn stop_event(from: RunState) -> Option<RunEvent> {
+    [RunEvent::Cancel, RunEvent::Stop].into_iter().find(|event| next(from, *event).is_ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,12 +295,13 @@ mod tests {
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, event) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunEvent, RunState); 20] = [
+    const LEGAL: [(RunState, RunEvent, RunState); 21] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
         (S::Starting, E::AllStagesUp, S::Running),
         (S::Starting, E::Fail, S::Failed),
         (S::Starting, E::Stop, S::Stopping),
+        (S::Starting, E::Complete, S::Completed),
         (S::Running, E::Complete, S::Completed),
         (S::Running, E::Fail, S::Failed),
         (S::Running, E::Stop, S::Stopping),
@@ -319,6 +330,22 @@ mod tests {
                     (got, want) => panic!("{from} --{event}--> gave {got:?}, table says {want:?}"),
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_stop_request_applies_whatever_the_table_allows() {
+        for (from, event) in [
+            (S::Pending, Some(E::Cancel)),
+            (S::Starting, Some(E::Stop)),
+            (S::Running, Some(E::Stop)),
+            (S::Retrying, Some(E::Stop)),
+            (S::Stopping, None),
+            (S::Stopped, None),
+            (S::Completed, None),
+            (S::Failed, None),
+        ] {
+            assert_eq!(stop_event(from), event, "{from}");
         }
     }
 
@@ -374,9 +401,9 @@ mod tests {
                 }
             }
             prop_assert!(visited.iter().filter(|s| s.is_terminal()).count() <= 1);
-            // Reaching `running` always went through `starting`; `completed` through `running`.
+            // Reaching `running` or `completed` always went through `starting`.
             if visited.contains(&S::Running) { prop_assert!(visited.contains(&S::Starting)); }
-            if visited.contains(&S::Completed) { prop_assert!(visited.contains(&S::Running)); }
+            if visited.contains(&S::Completed) { prop_assert!(visited.contains(&S::Starting)); }
             // Only a started run can be retrying.
             if visited.contains(&S::Retrying) { prop_assert!(visited.contains(&S::Starting)); }
         }

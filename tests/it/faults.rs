@@ -15,13 +15,13 @@ use crate::support::{TestHome, assert_no_stage_alive, wait_for};
 const T: Duration = Duration::from_secs(30);
 
 /// A tmpfs mounted for one test, unmounted when dropped (also when the test fails).
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
     /// None (and a note on stderr) where mounting is not permitted.
-    fn mount(size: &str) -> Option<Tmpfs> {
+    pub(crate) fn mount(size: &str) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
@@ -40,7 +40,7 @@ impl Tmpfs {
         }
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 }
@@ -53,7 +53,7 @@ impl Drop for Tmpfs {
 }
 
 /// Fills the filesystem holding `dir` with `file` until at most `leave` bytes are free.
-fn fill(file: &Path, leave: u64) {
+pub(crate) fn fill(file: &Path, leave: u64) {
     let mut out = std::fs::OpenOptions::new().create(true).append(true).open(file).unwrap();
     let chunk = vec![0u8; 4096];
     loop {
@@ -138,7 +138,7 @@ impl FullHomeLab {
     }
 }
 
-async fn stage_process_gone(home: &mut TestHome, id: uuid::Uuid) {
+pub(crate) async fn stage_process_gone(home: &mut TestHome, id: uuid::Uuid) {
     let process = home.stages(id).await[0].record.process.clone().unwrap();
     wait_for("the stage process to exit", T, || {
         let gone = liveness(&process) != Liveness::Alive;

@@ -6,6 +6,7 @@ mod dashboard;
 mod docs;
 mod envfile;
 mod faults;
+mod full_disk;
 mod fuzz;
 mod handoff;
 mod hostile;

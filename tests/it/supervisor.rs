@@ -448,3 +448,118 @@ async fn credentials_reach_the_stages_but_never_the_home() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_deciding_stage_that_exits_0_at_once_completes_its_run_before_its_start_delay() {
+    let mut home = TestHome::new();
+    // A trainer resumed at its last checkpoint: done long before its start delay.
+    home.workflow(
+        "resumed",
+        "name: resumed\nstages:\n  - {name: s, argv: [sh, -c, \"echo Step 3/3\"], start_delay: 60s}\ncompletion: {stages: [s]}\n",
+    );
+    home.workflow(
+        "resumed-total",
+        "name: resumed-total\nstages:\n  - {name: s, argv: [sh, -c, \"echo Step 3/3\"], start_delay: 60s}\ncompletion: {stages: [s], require_total: true}\nprogress:\n  log: {stage: s, pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}\n",
+    );
+    home.workflow(
+        "short",
+        "name: short\nstages:\n  - {name: s, argv: [sh, -c, \"echo Step 1/3\"], start_delay: 60s}\ncompletion: {stages: [s], require_total: true}\nprogress:\n  log: {stage: s, pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}\n",
+    );
+    home.start_daemon();
+    let resumed = home.submit(&["--workflow", "resumed"]);
+    let total = home.submit(&["--workflow", "resumed-total"]);
+    let short = home.submit(&["--workflow", "short"]);
+    // Well within the 60 s start delay: nothing waits for it.
+    for (id, state, reason) in [
+        (resumed, RunState::Completed, "stage 's' finished"),
+        (total, RunState::Completed, "stage 's' finished"),
+        (short, RunState::Failed, "stage 's' exited 0 at step 1 of 3"),
+    ] {
+        let (run, stages) = home.wait_settled(id, T).await;
+        assert_eq!((run.state, run.reason.as_deref()), (state, Some(reason)), "{}", run.workflow);
+        assert_eq!(stages[0].record.exit, Some(Exit::Code(0)));
+        let events = home.messages(id).await;
+        assert!(events.iter().any(|e| e.starts_with("started (pid")), "{events:#?}");
+        assert!(!events.iter().any(|e| e.contains("all stages up")), "it never came up: {events:#?}");
+    }
+}
+
+#[tokio::test]
+async fn a_stage_meant_to_stay_up_that_exits_0_during_start_up_fails_its_run() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "early-zero",
+        "name: early-zero\nstages:\n  - {name: api, argv: [\"true\"], start_delay: 60s}\n  - {name: trainer, argv: [\"true\"]}\ncompletion: {stages: [trainer]}\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "early-zero"]);
+    let (run, stages) = home.wait_settled(id, T).await;
+    assert_eq!(
+        (run.state, run.reason.as_deref()),
+        (RunState::Failed, Some("stage 'api' exited with code 0 during start-up"))
+    );
+    assert_eq!(stages[1].record.state, ProcessState::Pending, "the trainer never started");
+}
+
+#[tokio::test]
+async fn a_retrying_run_can_be_stopped() {
+    use lachesis::model::RunEvent;
+    let mut home = TestHome::new();
+    home.workflow("quick", "name: quick\nstages:\n  - {name: main, argv: [\"true\"]}\n");
+    // No daemon: the run is put in `retrying` by hand, as a daemon would between attempts.
+    let id = home.submit(&["--workflow", "quick"]);
+    let service = home.service().await;
+    let run = service.run(id).await.unwrap().unwrap();
+    let run = service.move_run(&run, RunEvent::Claim, None).await.unwrap();
+    let run = service.move_run(&run, RunEvent::Retry, Some("exit 75 is transient")).await.unwrap();
+    assert_eq!(run.state, RunState::Retrying);
+    let stopped = home.service().await.stop(&id.to_string()).await.unwrap();
+    assert_eq!(stopped.state, RunState::Stopping, "the table allows retrying → stopping");
+    // The CLI says the same, and a second request is no error.
+    home.cli_ok(&["run", "stop", &id.to_string()]);
+    assert_eq!(home.run(id).await.state, RunState::Stopping);
+}
+
+/// Raises this process's soft limit on open files to its hard limit (the daemon it starts
+/// inherits it): a thousand live stages hold a report pipe each.
+fn raise_fd_limit() {
+    use rustix::process::{Resource, getrlimit};
+    if let Some(hard) = getrlimit(Resource::Nofile).maximum {
+        let limit = rustix::process::Rlimit { current: Some(hard), maximum: Some(hard) };
+        let _ = rustix::process::setrlimit(Resource::Nofile, limit);
+    }
+}
+
+#[tokio::test]
+async fn a_thousand_runs_started_at_once_all_complete() {
+    const RUNS: usize = 1000;
+    raise_fd_limit();
+    let mut home = TestHome::new();
+    home.workflow("burst", "name: burst\nstages:\n  - {name: s, argv: [sleep, \"1\"]}\n");
+    home.start_daemon_with(&["--max-parallel", "1000"]);
+    let out = home.cli_ok(&["run", "start", "--workflow", "burst", "--count", &RUNS.to_string()]);
+    let ids: Vec<uuid::Uuid> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(ids.len(), RUNS);
+    let service = home.service().await;
+    let counts = wait_for("every run to end", Duration::from_secs(240), || {
+        let service = service.clone();
+        async move {
+            let counts = service.run_counts().await.unwrap();
+            let ended: i64 = counts
+                .iter()
+                .filter(|(state, _)| ["completed", "failed", "stopped"].contains(&state.as_str()))
+                .map(|(_, n)| n)
+                .sum();
+            (ended as usize == RUNS).then_some(counts)
+        }
+    })
+    .await;
+    let failed: Vec<_> = service
+        .list(&lachesis::model::RunQuery { state: Some(RunState::Failed), limit: Some(5) })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.reason)
+        .collect();
+    assert_eq!(counts, vec![("completed".to_string(), RUNS as i64)], "some failed, e.g. {failed:?}");
+}

@@ -55,7 +55,11 @@ impl Reconciler {
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
         self.queue_drained = claimed.len() < free;
         for run in claimed {
-            self.start_claimed(run, lease.token).await?;
+            let id = run.id;
+            // Each claimed run gets under way on its own: one whose write cannot land is held,
+            // and does not leave the others claimed and unsupervised.
+            let started = self.start_claimed(run, lease.token).await;
+            self.or_hold(id, started, super::Msg::Drive { run: id })?;
         }
         Ok(())
     }
@@ -66,7 +70,13 @@ impl Reconciler {
         let id = run.id;
         let ledger =
             self.node.ledger.record(&run, token).err().map(|e| format!("cannot record the claim: {e}"));
-        let stages = self.store.stages(id).await?;
+        // A run just claimed has its stages pending, as submitted (or requeued); they are read
+        // back when the store answers, else taken as such so the run is supervised anyway.
+        let stages = match self.store.stages(id).await {
+            Ok(stages) => stages,
+            Err(err) if super::outcome::holds(&err) => run.pending_stages(),
+            Err(err) => return Err(err),
+        };
         let missing: Vec<&str> =
             run.spec.credentials.iter().filter(|c| !crate::envfile::is_set(c)).map(String::as_str).collect();
         let problem = if let Some(problem) = ledger {
@@ -84,7 +94,8 @@ impl Reconciler {
             Ok(sup) => {
                 self.runs.insert(id, sup);
                 if let Some(problem) = problem {
-                    self.fail(id, &problem).await?;
+                    let failed = self.fail(id, &problem).await;
+                    return self.or_hold(id, failed, super::Msg::Fail { run: id, reason: problem.clone() });
                 }
             }
             Err(err) => {

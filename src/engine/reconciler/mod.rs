@@ -6,6 +6,7 @@ mod claim;
 mod inference_tests;
 mod node;
 mod notifications;
+mod outcome;
 mod progress;
 mod recover;
 mod runs;
@@ -13,21 +14,21 @@ mod schedules;
 mod slurm;
 mod supervised;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use tracing::warn;
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::engine::store::{Store, StoreError};
-use crate::launch::probe::{NotReady, ReadyHow};
+use crate::launch::probe::ReadyHow;
 use crate::launch::process::ExitWatch;
 use crate::launch::spawn::{Shims, SpawnError};
 use crate::launch::status::{Finished, StageFiles, Started};
-use crate::model::{Exit, ProcessRecord, now_millis};
+use crate::model::{Exit, NewEvent, ProcessRecord, now_millis};
 use supervised::Supervised;
 pub use supervised::ports_of;
 
@@ -82,7 +83,7 @@ pub enum Owner {
     Task { test: Uuid, idx: usize },
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Msg {
     /// The store changed (a CLI wrote something) or the fallback timer fired.
     Wake,
@@ -100,7 +101,8 @@ pub enum Msg {
     NotReady {
         run: Uuid,
         idx: usize,
-        error: NotReady,
+        /// Why, in words (`NotReady`'s).
+        error: String,
     },
     Ended {
         owner: Owner,
@@ -138,12 +140,86 @@ pub enum Msg {
         run: Uuid,
         deadline: crate::model::Millis,
     },
-    /// A stage's end whose commit failed (a full disk under the store), tried again.
-    EndedAgain {
+    /// Do whatever the run's state asks next (after a spawn's backoff, or a write held while
+    /// the run was found in the store).
+    Drive {
+        run: Uuid,
+    },
+    /// Fail (or retry) a run for a reason found outside a message (its claim).
+    Fail {
+        run: Uuid,
+        reason: String,
+    },
+    /// An event of a run to record (a signal it was sent, a note on its restart).
+    Note {
+        run: Uuid,
+        event: NewEvent,
+    },
+    /// Write a stage's row as the loop holds it, with an event (what restart repair found).
+    Record {
         run: Uuid,
         idx: usize,
-        end: ProcessEnd,
+        event: NewEvent,
     },
+    /// Restart repair looks again at a stage that had left no trace.
+    Examine {
+        run: Uuid,
+        idx: usize,
+        looks_left: u32,
+    },
+    /// The messages held for `run` (their writes could not land) are due again.
+    Replay {
+        run: Uuid,
+    },
+}
+
+impl Msg {
+    /// The run this message is about, if it is about one: its messages are handled in order,
+    /// and held together when one of their writes cannot land.
+    fn run(&self) -> Option<Uuid> {
+        match self {
+            Msg::Spawned { owner: Owner::Stage { run, .. }, .. }
+            | Msg::Ended { owner: Owner::Stage { run, .. }, .. } => Some(*run),
+            Msg::Ready { run, .. }
+            | Msg::NotReady { run, .. }
+            | Msg::GraceElapsed { run, .. }
+            | Msg::Submitted { run, .. }
+            | Msg::SlurmRunning { run, .. }
+            | Msg::Progress { run, .. }
+            | Msg::StallCheck { run, .. }
+            | Msg::Drive { run }
+            | Msg::Fail { run, .. }
+            | Msg::Note { run, .. }
+            | Msg::Record { run, .. }
+            | Msg::Examine { run, .. } => Some(*run),
+            Msg::Spawned { owner: Owner::Task { .. }, .. }
+            | Msg::Ended { owner: Owner::Task { .. }, .. }
+            | Msg::Wake
+            | Msg::Queued
+            | Msg::TaskTimedOut { .. }
+            | Msg::LeaseLost
+            | Msg::Replay { .. } => None,
+        }
+    }
+
+    /// What handling it records, for the warning when that cannot land.
+    fn what(&self) -> &'static str {
+        match self {
+            Msg::Spawned { .. } => "a stage's start",
+            Msg::Ready { .. } => "a stage being up",
+            Msg::NotReady { .. } => "a stage not coming up",
+            Msg::Ended { .. } => "the exit",
+            Msg::GraceElapsed { .. } => "a SIGKILL after the grace",
+            Msg::Submitted { .. } | Msg::SlurmRunning { .. } => "a Slurm job's start",
+            Msg::Progress { .. } => "a step",
+            Msg::StallCheck { .. } => "a stall",
+            Msg::Fail { .. } => "a failure",
+            Msg::Note { .. } | Msg::Record { .. } => "an event",
+            Msg::Examine { .. } => "a stage found at restart",
+            Msg::Drive { .. } | Msg::Wake | Msg::Queued | Msg::Replay { .. } => "the run's next step",
+            Msg::TaskTimedOut { .. } | Msg::LeaseLost => "a change",
+        }
+    }
 }
 
 pub struct Reconciler {
@@ -157,6 +233,9 @@ pub struct Reconciler {
     config: ReconcilerConfig,
     tx: UnboundedSender<Msg>,
     runs: HashMap<Uuid, Supervised>,
+    /// Per run, the messages whose writes could not land (a full disk, the database away),
+    /// oldest first, with the ones that came after them: replayed in order once due.
+    held: HashMap<Uuid, VecDeque<Msg>>,
     tests: HashMap<Uuid, inference_tests::SupervisedTest>,
     http: reqwest::Client,
     notifier: Option<crate::notify::Notifier>,
@@ -170,8 +249,8 @@ type Result<T = ()> = std::result::Result<T, StoreError>;
 /// the daemon acts on the report alone.
 const SHIM_EXIT_GRACE: Duration = Duration::from_secs(2);
 
-/// How long a stage's end waits before its commit is tried again.
-const END_RETRY: Duration = Duration::from_secs(1);
+/// How long a held write waits before it is tried again.
+const HOLD_RETRY: Duration = Duration::from_secs(1);
 
 impl Reconciler {
     pub fn new(
@@ -193,6 +272,7 @@ impl Reconciler {
             config,
             tx,
             runs: HashMap::new(),
+            held: HashMap::new(),
             tests: HashMap::new(),
             http,
             notifier,
@@ -233,7 +313,7 @@ impl Reconciler {
                     Msg::Wake => rescan = true,
                     Msg::Queued => queued = true,
                     msg => {
-                        if let Err(err) = self.handle(msg).await {
+                        if let Err(err) = self.handle_or_hold(msg).await {
                             self.on_error(err).await;
                             rescan = true;
                         }
@@ -275,6 +355,84 @@ impl Reconciler {
         }
     }
 
+    /// Handles `msg`, or holds it: behind earlier messages of its run still held, or because
+    /// a write it made could not land. A held message is tried again as it was, so a handler
+    /// changes the loop's state only once its writes landed, and does again on a replay only
+    /// what is not done yet.
+    async fn handle_or_hold(&mut self, msg: Msg) -> Result {
+        if let Msg::Replay { run } = msg {
+            return self.replay(run).await;
+        }
+        let Some(run) = msg.run() else { return self.handle(msg).await };
+        if let Some(queue) = self.held.get_mut(&run) {
+            queue.push_back(msg);
+            return Ok(());
+        }
+        let copy = msg.clone();
+        match self.handle(msg).await {
+            Err(err) if outcome::holds(&err) => {
+                self.hold(run, copy, &err);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Keeps `msg` first in its run's queue and has the queue replayed shortly.
+    fn hold(&mut self, run: Uuid, msg: Msg, err: &StoreError) {
+        let why = outcome::why_held(err);
+        let again = HOLD_RETRY.as_secs();
+        // Said when the run's writes start being held, not every second while they are.
+        if self.held.contains_key(&run) {
+            debug!(run = %run, "still cannot record {}: {why}; trying again in {again}s", msg.what());
+        } else {
+            warn!(run = %run, "could not record {}: {why}; trying again every {again}s", msg.what());
+        }
+        self.held.entry(run).or_default().push_front(msg);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(HOLD_RETRY).await;
+            let _ = tx.send(Msg::Replay { run });
+        });
+    }
+
+    /// Handles the held messages of `run` in order, until one cannot land again.
+    async fn replay(&mut self, run: Uuid) -> Result {
+        while let Some(msg) = self.held.get_mut(&run).and_then(VecDeque::pop_front) {
+            let copy = msg.clone();
+            match self.handle(msg).await {
+                Ok(()) => {}
+                Err(err) if outcome::holds(&err) => {
+                    self.hold(run, copy, &err);
+                    return Ok(());
+                }
+                Err(err) => self.on_error(err).await,
+            }
+        }
+        if self.held.remove(&run).is_some() {
+            info!(run = %run, "recorded what was held");
+        }
+        Ok(())
+    }
+
+    /// Takes the outcome of a step for run `id` taken outside a message (a claim, a repair, a
+    /// rescan): when its write could not land, `msg` is held to take it again.
+    fn or_hold(&mut self, id: Uuid, result: Result, msg: Msg) -> Result {
+        match result {
+            Err(err) if outcome::holds(&err) => {
+                self.hold(id, msg, &err);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Records an event of run `id`, or holds it until it can land.
+    async fn note(&mut self, id: Uuid, event: NewEvent) -> Result {
+        let result = self.store.add_event(id, &event).await;
+        self.or_hold(id, result, Msg::Note { run: id, event })
+    }
+
     async fn handle(&mut self, msg: Msg) -> Result {
         match msg {
             Msg::Wake | Msg::Queued => Ok(()),
@@ -286,16 +444,7 @@ impl Reconciler {
             }
             Msg::Ready { run, idx, how } => self.on_ready(run, idx, how).await,
             Msg::NotReady { run, idx, error } => self.on_not_ready(run, idx, error).await,
-            Msg::Ended { owner: Owner::Stage { run, idx }, end } => {
-                let retry = end.clone();
-                let result = self.on_ended(run, idx, end).await;
-                self.retry_end_if_transient(run, idx, retry, result)
-            }
-            Msg::EndedAgain { run, idx, end } => {
-                let retry = end.clone();
-                let result = self.end_stage(run, idx, end, true).await;
-                self.retry_end_if_transient(run, idx, retry, result)
-            }
+            Msg::Ended { owner: Owner::Stage { run, idx }, end } => self.on_ended(run, idx, end).await,
             Msg::Ended { owner: Owner::Task { test, idx }, end } => self.on_task_ended(test, idx, end).await,
             Msg::TaskTimedOut { test, idx } => self.on_task_timed_out(test, idx).await,
             Msg::GraceElapsed { run, idx } => self.on_grace_elapsed(run, idx).await,
@@ -304,25 +453,20 @@ impl Reconciler {
             Msg::SlurmRunning { run, idx } => self.on_slurm_running(run, idx).await,
             Msg::Progress { run, reading } => self.on_progress(run, reading).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
+            Msg::Drive { run } => self.drive(run).await,
+            Msg::Fail { run, reason } => {
+                self.fail(run, &reason).await?;
+                self.drive(run).await
+            }
+            Msg::Note { run, event } => self.store.add_event(run, &event).await,
+            Msg::Record { run, idx, event } => match self.runs.get(&run) {
+                Some(sup) => self.store.update_stage(&sup.stages[idx].stage, Some(&event)).await,
+                None => Ok(()),
+            },
+            Msg::Examine { run, idx, looks_left } => self.on_examine(run, idx, looks_left).await,
+            // Taken by `handle_or_hold`: a replay is not itself replayed.
+            Msg::Replay { .. } => Ok(()),
         }
-    }
-
-    /// A stage's end that could not be committed (the store's disk is full, the database is
-    /// away) is kept and committed again shortly, however long that takes: dropping it would
-    /// leave its run `running` with no process.
-    fn retry_end_if_transient(&self, run: Uuid, idx: usize, end: ProcessEnd, result: Result) -> Result {
-        let err = match result {
-            Err(err @ (StoreError::Database(_) | StoreError::Locked(_) | StoreError::Io { .. })) => err,
-            other => return other,
-        };
-        let why = if err.to_string().contains("full") { "disk full".to_string() } else { err.to_string() };
-        warn!(run = %run, stage = idx, "could not record the exit: {why}; retrying in {}s", END_RETRY.as_secs());
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(END_RETRY).await;
-            let _ = tx.send(Msg::EndedAgain { run, idx, end });
-        });
-        Ok(())
     }
 
     /// A failed step: a rejected write means the run (or test) is someone else's now.

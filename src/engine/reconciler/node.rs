@@ -237,12 +237,11 @@ impl Reconciler {
             sup.cancel_all_readiness();
             self.forget_progress(id);
             let processes: Vec<ProcessIdentity> = sup
-                .stages
-                .iter()
+                .rows()
                 .filter(|s| s.record.state.is_live())
                 .filter_map(|s| s.record.process.clone())
                 .collect();
-            for job in sup.stages.iter().filter(|s| s.record.state.is_live()).filter_map(|s| s.slurm_job) {
+            for job in sup.rows().filter(|s| s.record.state.is_live()).filter_map(|s| s.slurm_job) {
                 super::slurm::cancel(job);
             }
             let killed = self.kill_leftovers(processes);

@@ -9,6 +9,7 @@ use tokio::task::AbortHandle;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use super::outcome::of_total;
 use super::{Msg, Reconciler, Result};
 use crate::launch::follow::{Follower, last_in_tail};
 use crate::model::progress::span;
@@ -55,11 +56,6 @@ impl Drop for ProgressWatch {
     }
 }
 
-/// `of 2500`, or what is known of the total.
-fn of_total(total: Option<i64>) -> String {
-    total.map_or_else(|| "of an unknown total".to_string(), |t| format!("of {t}"))
-}
-
 impl Reconciler {
     /// Starts reading a running run's progress and arms its stall timer (once per run and
     /// daemon; a restarted daemon carries on from the recorded series).
@@ -89,17 +85,20 @@ impl Reconciler {
                 &run.short_id(),
                 &run.params.resolved,
             );
-            let plans = &sup.plans;
-            let log_of = |stage: &str| plans.iter().find(|p| p.name == stage).map(|p| p.log_path.clone());
+            let stages = &sup.stages;
+            let log_of =
+                |stage: &str| stages.iter().find(|s| s.plan.name == stage).map(|s| s.plan.log_path.clone());
             match spec.resolve(&run.params.resolved, &config, log_of) {
                 Ok(resolved) => {
                     if let ResolvedSource::Log { path, .. } = &resolved.source {
-                        let idx =
-                            spec.log.as_ref().and_then(|l| plans.iter().position(|p| p.name == l.stage));
+                        let idx = spec
+                            .log
+                            .as_ref()
+                            .and_then(|l| stages.iter().position(|s| s.plan.name == l.stage));
                         // Spawned by another daemon: a first attempt's log is all its own; a
                         // later attempt's lines are taken from now on.
                         let now = || std::fs::metadata(path).map_or(0, |m| m.len());
-                        watch.log_start = match idx.and_then(|i| sup.log_starts[i]) {
+                        watch.log_start = match idx.and_then(|i| stages[i].log_start) {
                             Some(start) => start,
                             None if run.attempt == 1 => 0,
                             None => now(),
@@ -280,16 +279,23 @@ impl Reconciler {
     }
 
     /// Takes a last reading of the progress once a deciding stage exited 0 (the follower may
-    /// not have seen the log's last lines yet); with `require_total`, says why the exit is not
-    /// a success when the step has not reached the total.
-    pub(super) async fn short_of_total(&mut self, id: Uuid, stage: &str) -> Result<Option<String>> {
+    /// not have seen the log's last lines yet, or, for a stage that finished during start-up,
+    /// was not started), records it, and answers the run's last step for `require_total`.
+    pub(super) async fn last_step(&mut self, id: Uuid) -> Result<Option<ProgressPoint>> {
+        let Some(sup) = self.runs.get(&id) else { return Ok(None) };
+        if sup.progress.is_none() {
+            self.watch_progress(id).await?;
+        }
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let require_total = sup.run.spec.completion.require_total;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
         let log_start = sup.progress.as_ref().map_or(0, |w| w.log_start);
         let last_reading = match &resolved {
             Some(r @ ResolvedProgress { source: ResolvedSource::Log { path, .. }, .. }) => {
-                last_in_tail(path, log_start, TAIL_WINDOW, |line| r.read_line(line))
+                // Off the loop's thread: a read must not hold up other runs' exits.
+                let (path, r) = (path.clone(), r.clone());
+                let read = move || last_in_tail(&path, log_start, TAIL_WINDOW, |line| r.read_line(line));
+                tokio::task::spawn_blocking(read).await.ok().flatten()
             }
             // A request can take seconds: only when the outcome depends on it.
             Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) if require_total => {
@@ -300,15 +306,7 @@ impl Reconciler {
         if let Some(reading) = last_reading {
             self.on_progress(id, reading).await?;
         }
-        if !require_total {
-            return Ok(None);
-        }
-        let last = self.runs.get(&id).and_then(|s| s.progress.as_ref()).and_then(|w| w.last);
-        Ok(match last {
-            Some(p) if p.total.is_some_and(|t| p.step >= t) => None,
-            Some(p) => Some(format!("stage '{stage}' exited 0 at step {} {}", p.step, of_total(p.total))),
-            None => Some(format!("stage '{stage}' exited 0 before any step was reported")),
-        })
+        Ok(self.runs.get(&id).and_then(|s| s.progress.as_ref()).and_then(|w| w.last))
     }
 
     /// The run leaves supervision: its gauge goes.

@@ -14,10 +14,16 @@ use rustix::process::Signal;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::{ProcessEnd, Reconciler, Result, Supervised, read_end};
+use super::{Msg, ProcessEnd, Reconciler, Result, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
 use crate::model::{Millis, NewEvent, ProcessIdentity, ProcessState, RunState, now_millis};
+
+/// How many more looks, and how far apart, restart repair gives a stage that left no trace
+/// (no identity, no status file) before it counts as lost: a shim waiting out a full disk
+/// tries to write its files every 2 s at most.
+const TRACE_LOOKS: u32 = 5;
+const TRACE_LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// What became of one live-looking process.
 pub(super) enum Found {
@@ -73,7 +79,14 @@ impl Reconciler {
                 }
             };
             self.runs.insert(id, sup);
-            reattached += self.recover_run(id).await?;
+            // A write that cannot land (a full disk) holds this run's repair, not the others'.
+            match self.recover_run(id).await {
+                Ok(count) => reattached += count,
+                Err(err) if super::outcome::holds(&err) => {
+                    self.or_hold(id, Err(err), Msg::Drive { run: id })?
+                }
+                Err(err) => return Err(err),
+            }
         }
         if !self.runs.is_empty() {
             info!(runs = self.runs.len(), stages = reattached, "recovered in-flight runs");
@@ -90,52 +103,109 @@ impl Reconciler {
                 reattached += 1;
                 continue;
             }
-            let Some(sup) = self.runs.get_mut(&id) else {
-                break;
-            };
-            if !sup.stages[idx].record.state.is_live() {
-                continue;
-            }
-            let stage = &mut sup.stages[idx];
-            match examine(
-                &sup.files[idx],
-                &mut stage.record.shim,
-                &mut stage.record.process,
-                &mut stage.record.started_at,
-            ) {
-                // Handled exactly like an exit seen live.
-                Found::Ended(end) => self.on_ended(id, idx, end).await?,
-                Found::Alive(watch, ignored) => {
-                    reattached += 1;
-                    if let Some(note) = ignored {
-                        let name = sup.stages[idx].name.clone();
-                        warn!(run = %id, stage = %name, "{note}");
-                        self.store.add_event(id, &NewEvent::stage(&name, note)).await?;
-                    }
-                    let stage = &mut sup.stages[idx];
-                    let pid = stage.record.process.as_ref().map_or(0, |p| p.pid);
-                    if stage.record.state == ProcessState::Spawning {
-                        stage.record.state = ProcessState::Starting;
-                    }
-                    let starting = stage.record.state == ProcessState::Starting;
-                    let since = stage.record.started_at.unwrap_or_else(now_millis);
-                    let event = NewEvent::stage(
-                        &stage.name,
-                        format!("re-attached after a daemon restart (pid {pid})"),
-                    );
-                    self.store.update_stage(stage, Some(&event)).await?;
-                    let files = sup.files[idx].clone();
-                    let run_starting = sup.run.state == RunState::Starting;
-                    self.watch_reattached(super::Owner::Stage { run: id, idx }, watch, files);
-                    if starting && run_starting {
-                        let elapsed = Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
-                        self.start_readiness(id, idx, elapsed);
-                    }
-                }
+            if self.settle(id, idx, TRACE_LOOKS).await? {
+                reattached += 1;
             }
         }
-        self.drive(id).await?;
+        self.handle_or_hold(Msg::Drive { run: id }).await?;
         Ok(reattached)
+    }
+
+    /// Looks again at a stage that had left no trace (`Msg::Examine`).
+    pub(super) async fn on_examine(&mut self, id: Uuid, idx: usize, looks_left: u32) -> Result {
+        self.settle(id, idx, looks_left).await?;
+        self.drive(id).await
+    }
+
+    /// Finds out what became of stage `idx` of run `id`, recorded as live: re-attaches to its
+    /// shim (true) or records its end. A stage that left no trace yet (no identity, no status
+    /// file) is looked at again `looks_left` more times, a second apart, before it counts as
+    /// lost: its shim may still be waiting out a full disk to write its files.
+    async fn settle(&mut self, id: Uuid, idx: usize, looks_left: u32) -> Result<bool> {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
+        let Some(tracked) = sup.stages.get_mut(idx) else { return Ok(false) };
+        if !tracked.stage.record.state.is_live() {
+            return Ok(false);
+        }
+        let stage = &mut tracked.stage;
+        let known = stage.record.shim.is_some();
+        let found = examine(
+            &tracked.files,
+            &mut stage.record.shim,
+            &mut stage.record.process,
+            &mut stage.record.started_at,
+        );
+        if looks_left > 0
+            && stage.record.shim.is_none()
+            && matches!(found, Found::Ended(ProcessEnd::Vanished(_)))
+        {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(TRACE_LOOK_EVERY).await;
+                let _ = tx.send(Msg::Examine { run: id, idx, looks_left: looks_left - 1 });
+            });
+            return Ok(false);
+        }
+        // Its start was never recorded (the daemon stopped, or the disk was full): what the
+        // shim left tells it now, so the record of events is complete.
+        let found_start = match (&stage.record.process, &stage.record.shim) {
+            _ if known => None,
+            (Some(process), _) => Some(format!("started (pid {}), as found at restart", process.pid)),
+            (None, Some(shim)) => Some(format!("started (shim pid {}), as found at restart", shim.pid)),
+            (None, None) => match &found {
+                Found::Ended(ProcessEnd::Finished(finished)) if finished.exit.is_some() => {
+                    Some("started (its exit file, found at restart, shows it ran)".to_string())
+                }
+                _ => None,
+            },
+        };
+        if let Some(message) = found_start {
+            let name = stage.name.clone();
+            self.note(id, NewEvent::stage(&name, message)).await?;
+        }
+        let (watch, ignored) = match found {
+            // Handled exactly like an exit seen live, held like one when it cannot land.
+            Found::Ended(end) => {
+                let msg = Msg::Ended { owner: super::Owner::Stage { run: id, idx }, end: end.clone() };
+                match self.held.get_mut(&id) {
+                    Some(queue) => queue.push_back(msg),
+                    None => {
+                        let ended = self.on_ended(id, idx, end).await;
+                        self.or_hold(id, ended, msg)?;
+                    }
+                }
+                return Ok(false);
+            }
+            Found::Alive(watch, ignored) => (watch, ignored),
+        };
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
+        if let Some(note) = ignored {
+            let name = sup.stages[idx].stage.name.clone();
+            warn!(run = %id, stage = %name, "{note}");
+            self.note(id, NewEvent::stage(&name, note)).await?;
+        }
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
+        let stage = &mut sup.stages[idx].stage;
+        let pid = stage.record.process.as_ref().map_or(0, |p| p.pid);
+        if stage.record.state == ProcessState::Spawning {
+            stage.record.state = ProcessState::Starting;
+        }
+        let starting = stage.record.state == ProcessState::Starting;
+        let since = stage.record.started_at.unwrap_or_else(now_millis);
+        let event = NewEvent::stage(&stage.name, format!("re-attached after a daemon restart (pid {pid})"));
+        // What the shim's files and liveness told is a fact: watched either way, and its
+        // record held until it lands.
+        let written = self.store.update_stage(stage, Some(&event)).await;
+        self.or_hold(id, written, Msg::Record { run: id, idx, event })?;
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(true) };
+        let files = sup.stages[idx].files.clone();
+        let run_starting = sup.run.state == RunState::Starting;
+        self.watch_reattached(super::Owner::Stage { run: id, idx }, watch, files);
+        if starting && run_starting {
+            let elapsed = Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
+            self.start_readiness(id, idx, elapsed);
+        }
+        Ok(true)
     }
 }
 

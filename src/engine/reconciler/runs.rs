@@ -8,14 +8,13 @@ use tracing::{debug, info};
 use uuid::Uuid;
 
 use super::supervised::StopStep;
-use super::{Msg, Owner, ProcessEnd, Reconciler, Result, slurm};
+use super::{Msg, Owner, ProcessEnd, Reconciler, Result, outcome, slurm};
 use crate::engine::store::{RunMove, StoreError};
-use crate::launch::probe::{NotReady, ReadyHow, wait_ready};
+use crate::launch::probe::{ReadyHow, wait_ready};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::Started;
 use crate::model::{Exit, Millis, NewEvent, ProcessState, Run, RunEvent, RunState, now_millis};
-use crate::workflow::retry::AfterFailure;
 
 impl Reconciler {
     /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
@@ -35,7 +34,8 @@ impl Reconciler {
                 if let Some(sup) = self.runs.get_mut(&id) {
                     sup.run = run;
                 }
-                self.drive(id).await?;
+                // Behind any of its messages still held, so it acts on what they record.
+                self.handle_or_hold(Msg::Drive { run: id }).await?;
             }
         }
         // A run we think is active but that our token no longer holds was taken over.
@@ -73,13 +73,17 @@ impl Reconciler {
                     }
                 }
                 RunState::Starting => {
-                    match sup.stages.iter().position(|s| s.record.state != ProcessState::Up) {
+                    let waiting = sup.rows().position(|s| s.record.state != ProcessState::Up);
+                    match waiting.map(|idx| (idx, &sup.stages[idx])) {
                         None => {
                             self.transition(id, RunEvent::AllStagesUp, None).await?;
                             continue;
                         }
-                        Some(idx) if sup.stages[idx].record.state == ProcessState::Pending => {
-                            self.spawn(id, idx).await?
+                        Some((idx, tracked)) if tracked.stage.record.state == ProcessState::Pending => {
+                            // After a transient failure to start, its backoff's timer drives it.
+                            if tracked.spawn_after.is_none_or(|at| at <= std::time::Instant::now()) {
+                                self.spawn(id, idx).await?
+                            }
                         }
                         Some(_) => {}
                     }
@@ -93,7 +97,7 @@ impl Reconciler {
                     if let Some(watch) = sup.progress.as_mut() {
                         watch.stop();
                     }
-                    if sup.stages.iter().any(|s| s.record.state == ProcessState::Spawning) {
+                    if sup.rows().any(|s| s.record.state == ProcessState::Spawning) {
                         // A stage is being started: stop it once we know who it is.
                     } else if let Some(idx) = sup.next_to_stop() {
                         self.stop_stage(id, idx).await?;
@@ -224,17 +228,21 @@ impl Reconciler {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
-        let stage = &mut sup.stages[idx];
-        stage.record.state = ProcessState::Spawning;
+        let tracked = &mut sup.stages[idx];
+        let mut spawning = tracked.stage.clone();
+        spawning.record.state = ProcessState::Spawning;
         // Committed before the shim exists: after a crash, "spawning" means "look for its files".
-        self.store.update_stage(stage, None).await?;
+        // Held in memory only once it landed: until then the stage is still to be started.
+        self.store.update_stage(&spawning, None).await?;
+        tracked.stage = spawning;
+        tracked.spawn_after = None;
         if sup.run.spec.launcher == crate::workflow::Launcher::Slurm {
             self.submit_slurm(id, idx);
             return Ok(());
         }
-        sup.log_starts[idx] = Some(std::fs::metadata(&sup.plans[idx].log_path).map_or(0, |m| m.len()));
-        let plan = sup.plans[idx].clone();
-        let files = sup.files[idx].clone();
+        tracked.log_start = Some(std::fs::metadata(&tracked.plan.log_path).map_or(0, |m| m.len()));
+        let plan = tracked.plan.clone();
+        let files = tracked.files.clone();
         self.launch(Owner::Stage { run: id, idx }, plan, files);
         Ok(())
     }
@@ -248,119 +256,181 @@ impl Reconciler {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
-        let name = sup.stages[idx].name.clone();
+        if sup.stages[idx].stage.record.state != ProcessState::Spawning {
+            // Recorded already (this is a replay whose later step could not land): go on from there.
+            return self.drive(id).await;
+        }
         match result {
-            Ok(started) => {
-                let at_once = sup.run.state == RunState::Starting && sup.plans[idx].up_at_once();
-                let stage = &mut sup.stages[idx];
-                stage.record.started(
-                    ProcessState::Starting,
-                    started.started_at,
-                    started.shim,
-                    started.process,
-                );
-                let pid = stage.record.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
-                let mut events = vec![NewEvent::stage(
-                    &name,
-                    format!("started (pid {pid}): {}", crate::secrets::redact_argv(&sup.plans[idx].argv)),
-                )];
-                if at_once {
-                    // Up at once, decided here (a task would race the stage's own exit). Its start,
-                    // its being up and, with the last stage up, the run's running: one commit.
-                    let how = ReadyHow::from(sup.plans[idx].up_at_once_how());
-                    stage.record.state = ProcessState::Up;
-                    stage.ready_at = Some(now_millis());
-                    events.push(NewEvent::stage(&name, format!("up ({how})")));
-                    let all_up = sup.stages.iter().all(|s| s.record.state == ProcessState::Up);
-                    let then = all_up.then_some(RunMove {
-                        run: &sup.run,
-                        event: RunEvent::AllStagesUp,
-                        reason: None,
-                        ended_at: None,
-                    });
-                    let moved = self.store.record_stage(&sup.stages[idx], &events, then).await?;
-                    if all_up {
-                        self.adopt(id, Ok(moved)).await?;
-                    }
-                } else {
-                    self.store.update_stage(&sup.stages[idx], events.first()).await?;
-                    if sup.run.state == RunState::Starting {
-                        self.start_readiness(id, idx, Duration::ZERO);
-                    }
-                }
-            }
+            Ok(started) => self.record_start(id, idx, started).await?,
+            Err(err) if err.is_transient() => self.spawn_later(id, idx, &err).await?,
             Err(err) => {
-                let stage = &mut sup.stages[idx];
-                let what = stage.record.exited(None, Some(&err.to_string()), now_millis());
-                self.store.update_stage(stage, Some(&NewEvent::stage(&name, what))).await?;
-                self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;
+                let tracked = &sup.stages[idx];
+                let name = tracked.stage.name.clone();
+                let mut failed = tracked.stage.clone();
+                let what = failed.record.exited(None, Some(&err.to_string()), now_millis());
+                let reason = format!("stage '{name}' failed to start: {err}");
+                // The stage's failure and its run's move: one commit.
+                let then = failure_move(&sup.run, &reason, None);
+                let then = then.as_ref().map(|(event, reason)| RunMove {
+                    run: &sup.run,
+                    event: *event,
+                    reason: Some(reason),
+                    ended_at: None,
+                });
+                let moved = self.store.record_stage(&failed, &[NewEvent::stage(&name, what)], then).await?;
+                sup.stages[idx].stage = failed;
+                self.adopt(id, Ok(moved)).await?;
             }
         }
         self.drive(id).await
+    }
+
+    /// Records a started stage: its start and, when nothing needs to be awaited, its being up
+    /// and (for the last stage) the run's `running`, in one commit. The loop's state changes
+    /// once that landed.
+    async fn record_start(&mut self, id: Uuid, idx: usize, started: Started) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let tracked = &sup.stages[idx];
+        let name = tracked.stage.name.clone();
+        let at_once = sup.run.state == RunState::Starting && tracked.plan.up_at_once();
+        let mut stage = tracked.stage.clone();
+        stage.record.started(ProcessState::Starting, started.started_at, started.shim, started.process);
+        let pid = stage.record.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
+        let mut events = vec![NewEvent::stage(
+            &name,
+            format!("started (pid {pid}): {}", crate::secrets::redact_argv(&tracked.plan.argv)),
+        )];
+        if !at_once {
+            self.store.update_stage(&stage, events.first()).await?;
+            sup.stages[idx].stage = stage;
+            sup.stages[idx].spawn_failures = 0;
+            if sup.run.state == RunState::Starting {
+                self.start_readiness(id, idx, Duration::ZERO);
+            }
+            return Ok(());
+        }
+        // Up at once, decided here (a task would race the stage's own exit).
+        let how = ReadyHow::from(tracked.plan.up_at_once_how());
+        stage.record.state = ProcessState::Up;
+        stage.ready_at = Some(now_millis());
+        events.push(NewEvent::stage(&name, format!("up ({how})")));
+        let all_up =
+            sup.stages.iter().enumerate().all(|(i, s)| i == idx || s.stage.record.state == ProcessState::Up);
+        let then = all_up.then_some(RunMove {
+            run: &sup.run,
+            event: RunEvent::AllStagesUp,
+            reason: None,
+            ended_at: None,
+        });
+        let moved = self.store.record_stage(&stage, &events, then).await?;
+        sup.stages[idx].stage = stage;
+        sup.stages[idx].spawn_failures = 0;
+        if all_up {
+            self.adopt(id, Ok(moved)).await?;
+        }
+        Ok(())
+    }
+
+    /// A transient failure to start stage `idx` (the machine is short of processes, files or
+    /// memory for a moment): the stage goes back to pending, with an event, and is started
+    /// again after a backoff. Never a failure of its run.
+    async fn spawn_later(&mut self, id: Uuid, idx: usize, err: &SpawnError) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let tracked = &sup.stages[idx];
+        let wait = spawn_backoff(tracked.spawn_failures);
+        let mut pending = tracked.stage.clone();
+        pending.record.state = ProcessState::Pending;
+        let event = NewEvent::stage(
+            &pending.name,
+            format!("could not start yet: {err}; trying again in {}", crate::workflow::Dur(wait)),
+        );
+        self.store.update_stage(&pending, Some(&event)).await?;
+        info!(run = %sup.run.short_id(), stage = %pending.name, "{}", event.message);
+        let tracked = &mut sup.stages[idx];
+        tracked.stage = pending;
+        tracked.spawn_failures = tracked.spawn_failures.saturating_add(1);
+        tracked.spawn_after = Some(std::time::Instant::now() + wait);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _ = tx.send(Msg::Drive { run: id });
+        });
+        Ok(())
     }
 
     pub(super) fn start_readiness(&mut self, id: Uuid, idx: usize, elapsed: Duration) {
         let Some(sup) = self.runs.get_mut(&id) else {
             return;
         };
-        let plan = sup.plans[idx].clone();
+        let plan = sup.stages[idx].plan.clone();
         let tx = self.tx.clone();
         let http = self.http.clone();
         let task = tokio::spawn(async move {
             let msg = match wait_ready(&plan, elapsed, &http).await {
                 Ok(how) => Msg::Ready { run: id, idx, how },
-                Err(error) => Msg::NotReady { run: id, idx, error },
+                Err(error) => Msg::NotReady { run: id, idx, error: error.to_string() },
             };
             let _ = tx.send(msg);
         });
-        sup.readiness[idx] = Some(task.abort_handle());
+        sup.stages[idx].readiness = Some(task.abort_handle());
     }
 
     pub(super) async fn on_ready(&mut self, id: Uuid, idx: usize, how: ReadyHow) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
-        sup.readiness[idx] = None;
-        let stage = &mut sup.stages[idx];
-        if stage.record.state != ProcessState::Starting {
-            return Ok(());
+        sup.stages[idx].readiness = None;
+        if sup.stages[idx].stage.record.state != ProcessState::Starting {
+            return self.drive(id).await;
         }
-        stage.record.state = ProcessState::Up;
-        stage.ready_at = Some(now_millis());
-        let event = NewEvent::stage(&stage.name, format!("up ({how})"));
-        self.store.update_stage(stage, Some(&event)).await?;
+        let mut up = sup.stages[idx].stage.clone();
+        up.record.state = ProcessState::Up;
+        up.ready_at = Some(now_millis());
+        let event = NewEvent::stage(&up.name, format!("up ({how})"));
+        self.store.update_stage(&up, Some(&event)).await?;
+        sup.stages[idx].stage = up;
         self.drive(id).await
     }
 
-    pub(super) async fn on_not_ready(&mut self, id: Uuid, idx: usize, error: NotReady) -> Result {
+    pub(super) async fn on_not_ready(&mut self, id: Uuid, idx: usize, error: String) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
-        sup.readiness[idx] = None;
-        let name = sup.stages[idx].name.clone();
-        self.store.add_event(id, &NewEvent::stage(&name, error.to_string())).await?;
-        self.fail(id, &format!("stage '{name}' {error}")).await?;
+        sup.stages[idx].readiness = None;
+        let stage = &sup.stages[idx].stage;
+        if stage.record.state != ProcessState::Starting {
+            return self.drive(id).await;
+        }
+        let name = stage.name.clone();
+        let reason = format!("stage '{name}' {error}");
+        // Its event and the run's failure: one commit.
+        let then = failure_move(&sup.run, &reason, None);
+        let then = then.as_ref().map(|(event, reason)| RunMove {
+            run: &sup.run,
+            event: *event,
+            reason: Some(reason),
+            ended_at: None,
+        });
+        let moved = self.store.record_stage(stage, &[NewEvent::stage(&name, error)], then).await?;
+        if then.is_some() {
+            self.adopt(id, Ok(moved)).await?;
+        }
         self.drive(id).await
     }
 
+    /// Records a stage's end and decides its run; the two land in one commit, and the loop's
+    /// state changes once they did (a replay of an end that could not land starts afresh).
     pub(super) async fn on_ended(&mut self, id: Uuid, idx: usize, end: ProcessEnd) -> Result {
-        self.end_stage(id, idx, end, false).await
-    }
-
-    /// Records a stage's end and decides its run. `again`: a retry of an end whose commit
-    /// failed part-way, so a stage already recorded still gets its run decided.
-    pub(super) async fn end_stage(&mut self, id: Uuid, idx: usize, end: ProcessEnd, again: bool) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
         sup.cancel_readiness(idx);
-        let live = sup.stages[idx].record.state.is_live();
-        if !live && !again {
-            return Ok(()); // already recorded (a repair and a watcher both reported it)
+        if !sup.stages[idx].stage.record.state.is_live() {
+            // Recorded already (a repair and a watcher both reported it, or a replay).
+            return self.drive(id).await;
         }
-        let name = sup.stages[idx].name.clone();
-        // Changed in memory only once committed: a failed commit is tried again from scratch.
-        let mut ended = sup.stages[idx].clone();
+        let name = sup.stages[idx].stage.name.clone();
+        let mut ended = sup.stages[idx].stage.clone();
         let what = end.record_on(&mut ended.record);
         let exit = end.exit();
         let exited_at = match &end {
@@ -370,33 +440,27 @@ impl Reconciler {
         let decision = self.decide_end(id, &name, &what, exit).await?;
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let ended_at = exited_at.map(|at| run_end_time(at, sup.run.started_at, now_millis()));
-        if live {
-            // The stage's end and the run state it decides land in one commit.
-            let then = decision.as_ref().map(|(event, reason)| RunMove {
-                run: &sup.run,
-                event: *event,
-                reason: Some(reason),
-                ended_at,
-            });
-            let event = NewEvent::stage(&name, what);
-            // An error means nothing landed: the end is tried again from scratch.
-            let moved = self.store.record_stage(&ended, std::slice::from_ref(&event), then).await?;
-            if let ProcessEnd::Finished(finished) = &end {
-                self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
-            }
-            self.metrics.stage_ended(exit);
-            sup.stages[idx] = ended;
-            if decision.is_some() {
-                self.adopt(id, Ok(moved)).await?;
-            }
-        } else if let Some((event, reason)) = decision {
-            self.transition_at(id, event, Some(&reason), exited_at).await?;
+        let then = decision.as_ref().map(|(event, reason)| RunMove {
+            run: &sup.run,
+            event: *event,
+            reason: Some(reason),
+            ended_at,
+        });
+        let event = NewEvent::stage(&name, what);
+        let moved = self.store.record_stage(&ended, std::slice::from_ref(&event), then).await?;
+        if let ProcessEnd::Finished(finished) = &end {
+            self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
+        }
+        self.metrics.stage_ended(exit);
+        sup.stages[idx].stage = ended;
+        if decision.is_some() {
+            self.adopt(id, Ok(moved)).await?;
         }
         self.drive(id).await
     }
 
-    /// What a stage's end does to its run, by the run's state as we know it: complete it, fail
-    /// it, send it to a retry, or nothing (it is already stopping or ended).
+    /// What a stage's end does to its run (`outcome::end_move`); reads the run's last step
+    /// first when a deciding stage finished.
     async fn decide_end(
         &mut self,
         id: Uuid,
@@ -406,22 +470,12 @@ impl Reconciler {
     ) -> Result<Option<(RunEvent, String)>> {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let deciding = sup.run.spec.deciding_stages().contains(&name);
-        let reason = match sup.run.state {
-            RunState::Starting => match exit {
-                Some(_) => format!("stage '{name}' {what} during start-up"),
-                None => format!("stage '{name}' {what}"),
-            },
-            RunState::Running if deciding && exit.is_some_and(Exit::success) => {
-                return Ok(Some(match self.short_of_total(id, name).await? {
-                    Some(reason) => (RunEvent::Fail, reason),
-                    None => (RunEvent::Complete, format!("stage '{name}' finished")),
-                }));
-            }
-            RunState::Running if deciding => format!("stage '{name}' {what}"),
-            RunState::Running => format!("stage '{name}' {what} while the run was running"),
-            _ => return Ok(None),
+        let last = match outcome::verdict(sup.run.state, deciding, name, what, exit) {
+            outcome::Verdict::Finished => self.last_step(id).await?,
+            outcome::Verdict::Nothing | outcome::Verdict::Failure(_) => None,
         };
-        Ok(failure_move(&sup.run, &reason, exit))
+        let Some(sup) = self.runs.get(&id) else { return Ok(None) };
+        Ok(outcome::end_move(&sup.run, name, what, exit, last))
     }
 
     /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.
@@ -429,18 +483,19 @@ impl Reconciler {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
-        if sup.stop[idx] != StopStep::Running {
+        if sup.stages[idx].stop != StopStep::Running {
             return Ok(()); // signalled already; its exit or the grace timer comes next
         }
-        sup.stop[idx] = StopStep::Termed;
-        let stage = &sup.stages[idx];
+        sup.stages[idx].stop = StopStep::Termed;
+        let stage = &sup.stages[idx].stage;
         let grace = sup.run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        // Signals are sent once; their events are held until they land.
         if let Some(job) = stage.slurm_job {
             // Slurm escalates to SIGKILL itself after its KillWait.
             slurm::cancel(job);
             let message = format!("scancel Slurm job {job}: SIGTERM to the stage process");
-            self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
-            return Ok(());
+            let event = NewEvent::stage(&stage.name, message);
+            return self.note(id, event).await;
         }
         let sent = stage.record.process.as_ref().is_some_and(|p| signal_group(p, Signal::TERM));
         let message = if sent {
@@ -448,51 +503,42 @@ impl Reconciler {
         } else {
             "already exiting; waiting for its status".to_string()
         };
-        self.store.add_event(id, &NewEvent::stage(&stage.name, message)).await?;
+        let event = NewEvent::stage(&stage.name, message);
         let tx = self.tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
             let _ = tx.send(Msg::GraceElapsed { run: id, idx });
         });
-        Ok(())
+        self.note(id, event).await
     }
 
     pub(super) async fn on_grace_elapsed(&mut self, id: Uuid, idx: usize) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else {
             return Ok(());
         };
-        let stage = &sup.stages[idx];
-        if !stage.record.state.is_live() || sup.stop[idx] != StopStep::Termed {
+        let stage = &sup.stages[idx].stage;
+        if !stage.record.state.is_live() || sup.stages[idx].stop != StopStep::Termed {
             return Ok(());
         }
-        sup.stop[idx] = StopStep::Killed;
-        if stage.record.process.as_ref().is_some_and(|p| signal_group(p, Signal::KILL)) {
-            let event = NewEvent::stage(&stage.name, "grace period over: sent SIGKILL to its process group");
-            self.store.add_event(id, &event).await?;
+        let killed = stage.record.process.as_ref().is_some_and(|p| signal_group(p, Signal::KILL));
+        let event = NewEvent::stage(&stage.name, "grace period over: sent SIGKILL to its process group");
+        sup.stages[idx].stop = StopStep::Killed;
+        if killed {
+            return self.note(id, event).await;
         }
         Ok(())
     }
 }
 
-/// A failure of a started run: `retry` when the stage's `exit` is transient by the workflow's
-/// retry policy and attempts are left, else `fail`. None for a run not starting or running.
+/// `outcome::failure_move` for `run` as it stands.
 fn failure_move(run: &Run, reason: &str, exit: Option<Exit>) -> Option<(RunEvent, String)> {
-    if !matches!(run.state, RunState::Starting | RunState::Running) {
-        return None;
-    }
-    let policy = run.spec.retry.as_ref();
-    Some(match crate::workflow::retry::after_exit(policy, run.attempt, exit.and_then(Exit::code)) {
-        AfterFailure::RetryIn(wait) => {
-            let max = policy.map_or(1, |p| p.max_attempts);
-            let reason = format!(
-                "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
-                run.attempt + 1,
-                crate::workflow::Dur(wait)
-            );
-            (RunEvent::Retry, reason)
-        }
-        AfterFailure::Fail => (RunEvent::Fail, reason.to_string()),
-    })
+    outcome::failure_move(run.state, run.attempt, run.spec.retry.as_ref(), reason, exit)
+}
+
+/// The wait before starting a stage again after `failures` transient failures in a row:
+/// 100 ms, doubling, at most 5 s.
+fn spawn_backoff(failures: u32) -> Duration {
+    Duration::from_millis(100u64.saturating_mul(1 << failures.min(6))).min(Duration::from_secs(5))
 }
 
 /// When a run that a stage's exit decided ends: at that exit, kept within [started, now] so
@@ -503,7 +549,8 @@ fn run_end_time(exited_at: Millis, run_started_at: Option<Millis>, now: Millis) 
 
 #[cfg(test)]
 mod tests {
-    use super::run_end_time;
+    use super::{run_end_time, spawn_backoff};
+    use std::time::Duration;
 
     #[test]
     fn a_run_ends_at_its_deciding_exit_within_its_lifetime() {
@@ -511,5 +558,15 @@ mod tests {
         assert_eq!(run_end_time(500, Some(1_000), 9_000), 1_000, "never before it started");
         assert_eq!(run_end_time(20_000, Some(1_000), 9_000), 9_000, "never in the future");
         assert_eq!(run_end_time(1_500, None, 9_000), 1_500);
+    }
+
+    #[test]
+    fn a_stage_that_cannot_start_yet_waits_longer_each_time_within_bounds() {
+        let waits: Vec<_> = (0..10).map(spawn_backoff).collect();
+        assert_eq!(waits[0], Duration::from_millis(100));
+        assert_eq!(waits[1], Duration::from_millis(200));
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert_eq!(waits[9], Duration::from_secs(5));
+        assert_eq!(spawn_backoff(u32::MAX), Duration::from_secs(5));
     }
 }

@@ -22,7 +22,7 @@ impl Reconciler {
     /// Submits stage `idx` of run `id`; its job id, its start and its end come back as messages.
     pub(super) fn submit_slurm(&self, id: Uuid, idx: usize) {
         let Some(sup) = self.runs.get(&id) else { return };
-        let plan = sup.plans[idx].clone();
+        let plan = sup.stages[idx].plan.clone();
         let options = sup.run.spec.slurm.clone().unwrap_or_default();
         let job_name = format!("lachesis-{}-{}", sup.run.short_id(), plan.name);
         // Output goes through `lachesis mask` only when there is something to mask.
@@ -49,13 +49,13 @@ impl Reconciler {
         result: std::result::Result<u64, String>,
     ) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
-        let stage = &mut sup.stages[idx];
+        let argv = crate::secrets::redact_argv(&sup.stages[idx].plan.argv);
+        let stage = &mut sup.stages[idx].stage;
         let name = stage.name.clone();
         match result {
             Ok(job) => {
                 stage.record.state = ProcessState::Starting;
                 stage.slurm_job = Some(job);
-                let argv = crate::secrets::redact_argv(&sup.plans[idx].argv);
                 let event = NewEvent::stage(&name, format!("submitted as Slurm job {job}: {argv}"));
                 self.store.update_stage(stage, Some(&event)).await?;
             }
@@ -73,7 +73,7 @@ impl Reconciler {
     /// The job left the queue: from now on its start delay and probe count.
     pub(super) async fn on_slurm_running(&mut self, id: Uuid, idx: usize) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
-        let stage = &mut sup.stages[idx];
+        let stage = &mut sup.stages[idx].stage;
         if stage.record.state != ProcessState::Starting || stage.record.started_at.is_some() {
             return Ok(());
         }
@@ -82,7 +82,7 @@ impl Reconciler {
         let event = NewEvent::stage(&stage.name, format!("Slurm job {job} is running"));
         self.store.update_stage(stage, Some(&event)).await?;
         if sup.run.state == RunState::Starting {
-            let plan = &sup.plans[idx];
+            let plan = &sup.stages[idx].plan;
             if plan.up_at_once() {
                 let how = plan.up_at_once_how();
                 return self.on_ready(id, idx, how.into()).await;
@@ -95,7 +95,7 @@ impl Reconciler {
     /// After a restart: watch the recorded job again. True if the stage had a job to watch.
     pub(super) async fn reattach_slurm(&mut self, id: Uuid, idx: usize) -> Result<bool> {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
-        let stage = &mut sup.stages[idx];
+        let stage = &mut sup.stages[idx].stage;
         let Some(job) = stage.slurm_job.filter(|_| stage.record.state.is_live()) else { return Ok(false) };
         let event =
             NewEvent::stage(&stage.name, format!("re-attached to Slurm job {job} after a daemon restart"));

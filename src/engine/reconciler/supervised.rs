@@ -16,36 +16,50 @@ pub enum StopStep {
     Killed,
 }
 
+/// One stage of a supervised run, with everything the loop keeps about it.
+pub struct SupervisedStage {
+    /// Its row, as last committed.
+    pub stage: Stage,
+    pub plan: StagePlan,
+    pub files: StageFiles,
+    /// Its readiness wait while it starts, cancelled when no longer needed.
+    pub readiness: Option<AbortHandle>,
+    pub stop: StopStep,
+    /// Its log's size when this daemon spawned it: where this attempt's lines begin (logs
+    /// continue across attempts).
+    pub log_start: Option<u64>,
+    /// Transient failures to start it in a row (EAGAIN, EMFILE, ENOMEM): its next try waits
+    /// longer.
+    pub spawn_failures: u32,
+    /// Not started again before this (a backoff after a transient failure to start).
+    pub spawn_after: Option<std::time::Instant>,
+}
+
 pub struct Supervised {
     pub run: Run,
-    pub stages: Vec<Stage>,
-    pub plans: Vec<StagePlan>,
-    pub files: Vec<StageFiles>,
-    /// The readiness wait of a starting stage, cancelled when it is no longer needed.
-    pub readiness: Vec<Option<AbortHandle>>,
-    pub stop: Vec<StopStep>,
+    pub stages: Vec<SupervisedStage>,
     /// Its progress reader and stall timer, once it runs.
     pub progress: Option<super::progress::ProgressWatch>,
-    /// Each stage's log size when this daemon spawned it: where this attempt's lines begin
-    /// (logs continue across attempts).
-    pub log_starts: Vec<Option<u64>>,
 }
 
 impl Supervised {
     pub fn new(run: Run, stages: Vec<Stage>) -> Result<Supervised, PlanError> {
         let plans = plan_stages(&run)?;
-        let files = run.spec.stages.iter().map(|s| StageFiles::new(&run.run_dir, &s.name)).collect();
-        let n = stages.len();
-        Ok(Supervised {
-            run,
-            stages,
-            plans,
-            files,
-            readiness: vec![None; n],
-            stop: vec![StopStep::Running; n],
-            progress: None,
-            log_starts: vec![None; n],
-        })
+        let stages = stages
+            .into_iter()
+            .zip(plans)
+            .map(|(stage, plan)| SupervisedStage {
+                files: StageFiles::new(&run.run_dir, &stage.name),
+                stage,
+                plan,
+                readiness: None,
+                stop: StopStep::Running,
+                log_start: None,
+                spawn_failures: 0,
+                spawn_after: None,
+            })
+            .collect();
+        Ok(Supervised { run, stages, progress: None })
     }
 
     pub fn resources(&self) -> BTreeSet<String> {
@@ -53,20 +67,25 @@ impl Supervised {
     }
 
     pub fn cancel_readiness(&mut self, idx: usize) {
-        if let Some(handle) = self.readiness.get_mut(idx).and_then(Option::take) {
+        if let Some(handle) = self.stages.get_mut(idx).and_then(|s| s.readiness.take()) {
             handle.abort();
         }
     }
 
     pub fn cancel_all_readiness(&mut self) {
-        for idx in 0..self.readiness.len() {
+        for idx in 0..self.stages.len() {
             self.cancel_readiness(idx);
         }
     }
 
+    /// The stages' rows, as last committed.
+    pub fn rows(&self) -> impl DoubleEndedIterator<Item = &Stage> + ExactSizeIterator {
+        self.stages.iter().map(|s| &s.stage)
+    }
+
     /// The stage to stop next: the live one started last (env before trainer before api).
     pub fn next_to_stop(&self) -> Option<usize> {
-        self.stages.iter().rposition(|s| matches!(s.record.state, ProcessState::Starting | ProcessState::Up))
+        self.rows().rposition(|s| matches!(s.record.state, ProcessState::Starting | ProcessState::Up))
     }
 }
 

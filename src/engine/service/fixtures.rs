@@ -3,7 +3,7 @@
 //! recorded process is now someone else's. No surface calls these.
 
 use super::{Result, Service};
-use crate::model::{InferenceTest, Run, Schedule, Stage, TestEvent, TestTask};
+use crate::model::{InferenceTest, Run, RunEvent, Schedule, Stage, TestEvent, TestTask};
 
 #[doc(hidden)]
 impl Service {
@@ -27,6 +27,11 @@ impl Service {
         results: Option<&serde_json::Value>,
     ) -> Result<InferenceTest> {
         Ok(self.store.transition_test(test, event, reason, results).await?)
+    }
+
+    /// Moves a run by `event` as the daemon would (through the state table).
+    pub async fn move_run(&self, run: &Run, event: RunEvent, reason: Option<&str>) -> Result<Run> {
+        Ok(self.store.transition(run, event, reason, None).await?)
     }
 
     /// Overwrites a stage's row (its recorded process included).

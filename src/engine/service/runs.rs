@@ -391,13 +391,11 @@ impl Service {
     pub async fn stop(&self, prefix: &str) -> Result<Run> {
         let mut run = self.resolve(prefix).await?;
         loop {
-            let event = match run.state {
-                RunState::Pending => RunEvent::Cancel,
-                RunState::Starting | RunState::Running => RunEvent::Stop,
-                RunState::Stopping => return Ok(run),
-                state => {
-                    return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state });
-                }
+            // The state table says what a stop does; this only knows that stopping twice is fine.
+            let event = match crate::model::run::stop_event(run.state) {
+                Some(event) => event,
+                None if run.state == RunState::Stopping => return Ok(run),
+                None => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state: run.state }),
             };
             let reason =
                 if event == RunEvent::Cancel { "cancelled before it started" } else { "stop requested" };

@@ -61,6 +61,7 @@ mod backend;
 mod checkpoint;
 mod claims;
 mod events;
+mod full;
 mod inference_tests;
 mod metric_history;
 mod migrations;

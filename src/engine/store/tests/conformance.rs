@@ -131,7 +131,7 @@ async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
     }
     // An illegal move is refused before touching the store.
     assert!(matches!(
-        store.transition(&claimed, RunEvent::Complete, None, None).await,
+        store.transition(&claimed, RunEvent::AllStagesGone, None, None).await,
         Err(StoreError::Illegal(_))
     ));
     let params =
