@@ -146,8 +146,8 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         lease: options.lease,
     };
     tokio::spawn(crate::metric_poller::run(service.clone(), registration.id.clone(), options.wandb_interval));
-    let metrics = Arc::new(crate::metrics::Metrics::default());
-    let reconciler = service.reconciler(registration, config, tx, Arc::clone(&metrics));
+    let telemetry = Arc::new(crate::telemetry::Telemetry::default());
+    let reconciler = service.reconciler(registration, config, tx, Arc::clone(&telemetry));
     let token = if wants_token {
         let (token, origin) = crate::api::load_or_create_token(&settings.home)?;
         info!(token = %origin, "HTTP API token (send it as `Authorization: Bearer …`)");
@@ -156,7 +156,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         None
     };
     let mut apis = tokio::task::JoinSet::new();
-    apis.spawn(crate::api::home::serve(service.clone(), Arc::clone(&metrics)));
+    apis.spawn(crate::api::home::serve(service.clone(), Arc::clone(&telemetry)));
     let home_socket = settings.api_socket_path();
     for listen in options.listen.clone() {
         // `--listen unix:$LACHESIS_HOME/api.sock` names the socket served above: binding it
@@ -166,7 +166,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         {
             continue;
         }
-        apis.spawn(crate::api::serve(listen, token.clone(), service.clone(), Arc::clone(&metrics)));
+        apis.spawn(crate::api::serve(listen, token.clone(), service.clone(), Arc::clone(&telemetry)));
     }
     let api = async move {
         match apis.join_next().await {

@@ -110,7 +110,7 @@ pub async fn report(service: &Service) -> Report {
     let settings = &service.settings;
     let mut checks = Vec::new();
     checks.push(check("store", true, true, format!("{} store reachable", service.backend())));
-    let daemon = crate::wake::notify(&settings.socket_path(), crate::wake::Poke::Probe);
+    let daemon = crate::wake::poke(&settings.socket_path(), crate::wake::Poke::Probe);
     checks.push(check(
         "daemon",
         daemon,

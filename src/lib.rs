@@ -13,14 +13,14 @@ pub mod inference;
 pub mod launch;
 pub mod mcp;
 pub mod metric_poller;
-pub mod metrics;
 pub mod model;
-pub mod notify;
 pub mod pyjson;
 pub mod secrets;
 pub mod settings;
+pub mod telemetry;
 pub mod wake;
 pub mod wandb;
+pub mod webhooks;
 pub mod workflow;
 pub mod yaml;
 

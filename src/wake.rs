@@ -37,7 +37,7 @@ impl Poke {
 
 /// Pokes the daemon if one listens at `socket`; returns whether one did. A missing daemon is
 /// not an error: the work waits in the store for the next one.
-pub fn notify(socket: &Path, poke: Poke) -> bool {
+pub fn poke(socket: &Path, poke: Poke) -> bool {
     UnixDatagram::unbound().and_then(|sock| sock.send_to(&[poke.byte()], socket)).is_ok()
 }
 

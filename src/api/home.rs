@@ -16,8 +16,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, Failure, Listen, UnixBindError, app, bind_unix};
-use crate::metrics::Metrics;
 use crate::service::Service;
+use crate::telemetry::Telemetry;
 
 /// The header carrying `Settings::fingerprint` of the sender.
 pub const SETTINGS_HEADER: &str = "x-lachesis-settings";
@@ -25,7 +25,7 @@ pub const SETTINGS_HEADER: &str = "x-lachesis-settings";
 pub const OTHER_SETTINGS: &str = "other_settings";
 
 /// Binds the home socket and serves until the task is dropped.
-pub async fn serve(service: Service, metrics: Arc<Metrics>) -> Result<(), ApiError> {
+pub async fn serve(service: Service, telemetry: Arc<Telemetry>) -> Result<(), ApiError> {
     let path: PathBuf = service.settings.api_socket_path();
     let listen = Listen::Unix(path.clone());
     let listener = bind_unix(&path).map_err(|e| match e {
@@ -34,7 +34,7 @@ pub async fn serve(service: Service, metrics: Arc<Metrics>) -> Result<(), ApiErr
     })?;
     let fingerprint: Arc<str> = service.settings.fingerprint().into();
     let router =
-        app(service, metrics, None).layer(middleware::from_fn_with_state(fingerprint, same_settings));
+        app(service, telemetry, None).layer(middleware::from_fn_with_state(fingerprint, same_settings));
     let _ = axum::serve(listener, router).await;
     Ok(())
 }

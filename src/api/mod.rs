@@ -25,8 +25,8 @@ use serde_json::json;
 
 pub use routes::{ROUTES, StartBody};
 
-use crate::metrics::Metrics;
 use crate::service::{ErrorKind, Service, ServiceError};
+use crate::telemetry::Telemetry;
 
 /// Request bodies are small JSON documents; anything bigger is refused.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -34,7 +34,7 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct AppState {
     pub service: Service,
-    pub metrics: Arc<Metrics>,
+    pub telemetry: Arc<Telemetry>,
     token: Option<Arc<ApiToken>>,
 }
 
@@ -227,8 +227,8 @@ async fn require_token(State(state): State<AppState>, request: Request<Body>, ne
 }
 
 /// The application, with the token check when `token` is set.
-pub fn app(service: Service, metrics: Arc<Metrics>, token: Option<Arc<ApiToken>>) -> Router {
-    let state = AppState { service, metrics, token };
+pub fn app(service: Service, telemetry: Arc<Telemetry>, token: Option<Arc<ApiToken>>) -> Router {
+    let state = AppState { service, telemetry, token };
     let mut router = Router::new();
     for route in ROUTES {
         router = router.route(route.path, (route.handler)());
@@ -250,7 +250,7 @@ pub async fn serve(
     listen: Listen,
     token: Option<Arc<ApiToken>>,
     service: Service,
-    metrics: Arc<Metrics>,
+    telemetry: Arc<Telemetry>,
 ) -> Result<(), ApiError> {
     let bind_err = |source| ApiError::Bind { listen: listen.clone(), source };
     match &listen {
@@ -258,7 +258,7 @@ pub async fn serve(
             let Some(token) = token else { return Err(ApiError::TokenRequired { listen }) };
             let listener = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
             tracing::info!(%listen, "HTTP API listening (bearer token required)");
-            let _ = axum::serve(listener, app(service, metrics, Some(token))).await;
+            let _ = axum::serve(listener, app(service, telemetry, Some(token))).await;
         }
         Listen::Unix(path) => {
             let listener = bind_unix(path).map_err(|e| match e {
@@ -266,7 +266,7 @@ pub async fn serve(
                 UnixBindError::Io(source) => bind_err(source),
             })?;
             tracing::info!(%listen, "HTTP API listening (unix socket, mode 0600, no token)");
-            let _ = axum::serve(listener, app(service, metrics, None)).await;
+            let _ = axum::serve(listener, app(service, telemetry, None)).await;
         }
     }
     Ok(())

@@ -119,7 +119,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
 }
 
 async fn health(State(s): State<AppState>) -> Answer {
-    let daemon = crate::wake::notify(&s.service.settings.socket_path(), crate::wake::Poke::Probe);
+    let daemon = crate::wake::poke(&s.service.settings.socket_path(), crate::wake::Poke::Probe);
     ok(json!({ "status": "ok", "store": s.service.backend().as_str(), "daemon": daemon }))
 }
 
@@ -128,7 +128,7 @@ async fn openapi() -> axum::Json<Value> {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s.service.prometheus(&s.metrics).await;
+    let text = s.service.prometheus(&s.telemetry).await;
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

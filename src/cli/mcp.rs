@@ -19,7 +19,7 @@ const DAEMON_READY: Duration = Duration::from_secs(10);
 
 pub async fn run(settings: Settings, args: McpArgs) -> CliResult {
     // stdout is the protocol: nothing else may print there.
-    if !args.no_daemon && !lachesis::wake::notify(&settings.socket_path(), lachesis::wake::Poke::Probe) {
+    if !args.no_daemon && !lachesis::wake::poke(&settings.socket_path(), lachesis::wake::Poke::Probe) {
         match start_daemon(&settings) {
             Ok(pid) => eprintln!(
                 "lachesis mcp: started a daemon (pid {pid}), logging to {}",
@@ -63,7 +63,7 @@ fn start_daemon(settings: &Settings) -> std::io::Result<u32> {
 
 fn wait_listening(socket: &Path) {
     let deadline = Instant::now() + DAEMON_READY;
-    while Instant::now() < deadline && !lachesis::wake::notify(socket, lachesis::wake::Poke::Probe) {
+    while Instant::now() < deadline && !lachesis::wake::poke(socket, lachesis::wake::Poke::Probe) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -159,7 +159,7 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 println!("{}", run.id);
             }
             if wait {
-                if !lachesis::wake::notify(&service.settings.socket_path(), lachesis::wake::Poke::Probe) {
+                if !lachesis::wake::poke(&service.settings.socket_path(), lachesis::wake::Poke::Probe) {
                     eprintln!(
                         "note: no daemon is running for this store yet; start one with `lachesis daemon`"
                     );

@@ -68,7 +68,7 @@ fn stage_objects(stages: &[Stage]) -> Vec<Value> {
 
 /// Whether a daemon serves this home (it answers on the wake socket).
 pub fn daemon_running(service: &Service) -> bool {
-    crate::wake::notify(&service.settings.socket_path(), crate::wake::Poke::Probe)
+    crate::wake::poke(&service.settings.socket_path(), crate::wake::Poke::Probe)
 }
 
 /// What an agent should know about when a run will start: queued behind others, or no daemon.

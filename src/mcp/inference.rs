@@ -48,7 +48,8 @@ pub async fn wait(
                 && last_sent != Some(written)
             {
                 last_sent = Some(written);
-                notify(&ctx.peer, token.clone(), written as f64, total, progress_message(status)).await;
+                report_progress(&ctx.peer, token.clone(), written as f64, total, progress_message(status))
+                    .await;
             }
             if status.test.state.is_terminal() {
                 return (Some(status.clone()), false);
@@ -64,7 +65,13 @@ pub async fn wait(
     }
 }
 
-async fn notify(peer: &Peer<RoleServer>, token: ProgressToken, progress: f64, total: f64, message: String) {
+async fn report_progress(
+    peer: &Peer<RoleServer>,
+    token: ProgressToken,
+    progress: f64,
+    total: f64,
+    message: String,
+) {
     let param = ProgressNotificationParam::new(token, progress).with_total(total).with_message(message);
     // A client that went away gets no progress; the wait notices the cancellation.
     let _ = peer.notify_progress(param).await;

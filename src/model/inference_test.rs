@@ -66,7 +66,7 @@ impl FromStr for TestState {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TestEvent {
+pub enum TestTrigger {
     Claim,
     Succeed,
     Regress,
@@ -78,14 +78,14 @@ pub enum TestEvent {
 #[error("a {from} test cannot {event:?}")]
 pub struct IllegalTestTransition {
     pub from: TestState,
-    pub event: TestEvent,
+    pub event: TestTrigger,
 }
 
 /// The test state machine: `queued → running → succeeded | regressed | failed`, and
 /// `cancelled` from either live state. Pure, like the run table.
-pub fn next(from: TestState, event: TestEvent) -> Result<TestState, IllegalTestTransition> {
-    use TestEvent as E;
+pub fn next(from: TestState, event: TestTrigger) -> Result<TestState, IllegalTestTransition> {
     use TestState as S;
+    use TestTrigger as E;
     Ok(match (from, event) {
         (S::Queued, E::Claim) => S::Running,
         (S::Queued | S::Running, E::Cancel) => S::Cancelled,
@@ -177,8 +177,8 @@ impl InferenceTest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use TestEvent as E;
     use TestState as S;
+    use TestTrigger as E;
 
     #[test]
     fn the_test_table_is_exactly_this() {

@@ -14,11 +14,11 @@ pub mod stage;
 use uuid::Uuid;
 
 pub use event::{Event, EventKind, NewEvent};
-pub use inference_test::{IllegalTestTransition, InferenceTest, TestEvent, TestState, TestTask};
+pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};
 pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
 pub use progress::{Progress, ProgressPoint};
-pub use run::{IllegalTransition, Run, RunEvent, RunParams, RunQuery, RunState};
+pub use run::{IllegalTransition, Run, RunParams, RunQuery, RunState, RunTrigger};
 pub use schedule::Schedule;
 pub use stage::Stage;
 

@@ -191,7 +191,7 @@ pub struct RunParams {
 
 /// What can happen to a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RunEvent {
+pub enum RunTrigger {
     /// A daemon took a pending run and is about to start its first stage.
     Claim,
     /// A pending run was stopped before it started.
@@ -214,37 +214,37 @@ pub enum RunEvent {
     Requeue,
 }
 
-impl RunEvent {
-    pub const ALL: [RunEvent; 10] = [
-        RunEvent::Claim,
-        RunEvent::Cancel,
-        RunEvent::AllStagesUp,
-        RunEvent::Complete,
-        RunEvent::Fail,
-        RunEvent::Stop,
-        RunEvent::AllStagesGone,
-        RunEvent::Retry,
-        RunEvent::NodeLost,
-        RunEvent::Requeue,
+impl RunTrigger {
+    pub const ALL: [RunTrigger; 10] = [
+        RunTrigger::Claim,
+        RunTrigger::Cancel,
+        RunTrigger::AllStagesUp,
+        RunTrigger::Complete,
+        RunTrigger::Fail,
+        RunTrigger::Stop,
+        RunTrigger::AllStagesGone,
+        RunTrigger::Retry,
+        RunTrigger::NodeLost,
+        RunTrigger::Requeue,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            RunEvent::Claim => "claim",
-            RunEvent::Cancel => "cancel",
-            RunEvent::AllStagesUp => "all stages up",
-            RunEvent::Complete => "complete",
-            RunEvent::Fail => "fail",
-            RunEvent::Stop => "stop",
-            RunEvent::AllStagesGone => "all stages gone",
-            RunEvent::Retry => "retry",
-            RunEvent::NodeLost => "node lost",
-            RunEvent::Requeue => "requeue",
+            RunTrigger::Claim => "claim",
+            RunTrigger::Cancel => "cancel",
+            RunTrigger::AllStagesUp => "all stages up",
+            RunTrigger::Complete => "complete",
+            RunTrigger::Fail => "fail",
+            RunTrigger::Stop => "stop",
+            RunTrigger::AllStagesGone => "all stages gone",
+            RunTrigger::Retry => "retry",
+            RunTrigger::NodeLost => "node lost",
+            RunTrigger::Requeue => "requeue",
         }
     }
 }
 
-impl fmt::Display for RunEvent {
+impl fmt::Display for RunTrigger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -254,13 +254,13 @@ impl fmt::Display for RunEvent {
 #[error("a {from} run cannot {event}")]
 pub struct IllegalTransition {
     pub from: RunState,
-    pub event: RunEvent,
+    pub event: RunTrigger,
 }
 
 /// The state `event` moves a run in state `from` to, or why it can't.
-pub fn next(from: RunState, event: RunEvent) -> Result<RunState, IllegalTransition> {
-    use RunEvent as E;
+pub fn next(from: RunState, event: RunTrigger) -> Result<RunState, IllegalTransition> {
     use RunState as S;
+    use RunTrigger as E;
     let to = match (from, event) {
         (S::Pending, E::Claim) => S::Starting,
         (S::Pending, E::Cancel) => S::Stopped,
@@ -283,19 +283,19 @@ pub fn next(from: RunState, event: RunEvent) -> Result<RunState, IllegalTransiti
 
 /// What a stop request does to a run in `from`, by the table: cancel a pending run, stop a
 /// started (or retrying) one. None where neither applies: stopping already, or ended.
-pub fn stop_event(from: RunState) -> Option<RunEvent> {
-    [RunEvent::Cancel, RunEvent::Stop].into_iter().find(|event| next(from, *event).is_ok())
+pub fn stop_event(from: RunState) -> Option<RunTrigger> {
+    [RunTrigger::Cancel, RunTrigger::Stop].into_iter().find(|event| next(from, *event).is_ok())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use RunEvent as E;
     use RunState as S;
+    use RunTrigger as E;
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, event) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunEvent, RunState); 21] = [
+    const LEGAL: [(RunState, RunTrigger, RunState); 21] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
         (S::Starting, E::AllStagesUp, S::Running),
@@ -322,7 +322,7 @@ mod tests {
     #[test]
     fn every_pair_is_either_listed_or_refused() {
         for from in RunState::ALL {
-            for event in RunEvent::ALL {
+            for event in RunTrigger::ALL {
                 let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == event).map(|t| t.2);
                 match (next(from, event), expected) {
                     (Ok(to), Some(want)) => assert_eq!(to, want, "{from} --{event}-->"),
@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn terminal_states_accept_nothing() {
         for from in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
-            for event in RunEvent::ALL {
+            for event in RunTrigger::ALL {
                 assert!(next(from, event).is_err(), "{from} accepted {event}");
             }
         }
@@ -364,8 +364,8 @@ mod tests {
         assert_eq!(err.to_string(), "a completed run cannot stop");
     }
 
-    fn any_event() -> impl Strategy<Value = RunEvent> {
-        prop::sample::select(RunEvent::ALL.to_vec())
+    fn any_event() -> impl Strategy<Value = RunTrigger> {
+        prop::sample::select(RunTrigger::ALL.to_vec())
     }
 
     proptest! {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lachesis::model::{InferenceTest, Run, RunParams, RunState, TestEvent, now_millis};
+use lachesis::model::{InferenceTest, Run, RunParams, RunState, TestTrigger, now_millis};
 use serde_json::{Value, json};
 
 use crate::support::{TestHome, wait_for};
@@ -103,13 +103,13 @@ async fn regressed_schedule(home: &mut TestHome) {
         );
         test.created_at = now_millis() - (6 - i) * hour;
         service.insert_test_as_given(&test, &test.pending_tasks()).await.unwrap();
-        let running = service.move_test(&test, TestEvent::Claim, None, None).await.unwrap();
+        let running = service.move_test(&test, TestTrigger::Claim, None, None).await.unwrap();
         if i < 5 {
             let results = json!({ "models": [model_result("m1", 0.8)] });
             service
                 .move_test(
                     &running,
-                    TestEvent::Succeed,
+                    TestTrigger::Succeed,
                     Some("1 of 1 models produced results"),
                     Some(&results),
                 )
@@ -119,7 +119,7 @@ async fn regressed_schedule(home: &mut TestHome) {
             let results = json!({ "models": [model_result("m1", 0.4)], "regressions": [
                 { "model": "m1", "baseline": 0.8, "current": 0.4, "reason": "accuracy 0.400 is 0.400 below the baseline 0.800" }] });
             service
-                .move_test(&running, TestEvent::Regress, Some("m1 regressed"), Some(&results))
+                .move_test(&running, TestTrigger::Regress, Some("m1 regressed"), Some(&results))
                 .await
                 .unwrap();
         }

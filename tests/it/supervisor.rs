@@ -503,15 +503,15 @@ async fn a_stage_meant_to_stay_up_that_exits_0_during_start_up_fails_its_run() {
 
 #[tokio::test]
 async fn a_retrying_run_can_be_stopped() {
-    use lachesis::model::RunEvent;
+    use lachesis::model::RunTrigger;
     let mut home = TestHome::new();
     home.workflow("quick", "name: quick\nstages:\n  - {name: main, argv: [\"true\"]}\n");
     // No daemon: the run is put in `retrying` by hand, as a daemon would between attempts.
     let id = home.submit(&["--workflow", "quick"]);
     let service = home.service().await;
     let run = service.run(id).await.unwrap().unwrap();
-    let run = service.move_run(&run, RunEvent::Claim, None).await.unwrap();
-    let run = service.move_run(&run, RunEvent::Retry, Some("exit 75 is transient")).await.unwrap();
+    let run = service.move_run(&run, RunTrigger::Claim, None).await.unwrap();
+    let run = service.move_run(&run, RunTrigger::Retry, Some("exit 75 is transient")).await.unwrap();
     assert_eq!(run.state, RunState::Retrying);
     let stopped = home.service().await.stop(&id.to_string()).await.unwrap();
     assert_eq!(stopped.state, RunState::Stopping, "the table allows retrying → stopping");

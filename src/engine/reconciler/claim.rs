@@ -8,7 +8,7 @@ use tracing::info;
 use super::{Reconciler, Result, Supervised, ports_of};
 use crate::engine::store::Pick;
 use crate::model::Run;
-use crate::model::RunEvent;
+use crate::model::RunTrigger;
 
 /// Queue rows read per scheduling page, and how deep the scheduler looks for runs it can start.
 const SCHEDULE_PAGE: i64 = 32;
@@ -101,7 +101,7 @@ impl Reconciler {
             Err(err) => {
                 // The run can't be planned, so it never starts: fail it without supervising it.
                 let reason = format!("cannot start: {err}");
-                self.store.transition(&run, RunEvent::Fail, Some(&reason), None).await?;
+                self.store.transition(&run, RunTrigger::Fail, Some(&reason), None).await?;
                 self.node.ledger.forget(&id);
                 return Ok(());
             }

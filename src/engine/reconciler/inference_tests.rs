@@ -18,7 +18,7 @@ use crate::inference::spec::{log_path, output_path, secret_config_path, write_se
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::{StageFiles, Started};
-use crate::model::{InferenceTest, TestEvent, TestState, TestTask};
+use crate::model::{InferenceTest, TestState, TestTask, TestTrigger};
 use crate::model::{NewEvent, ProcessState, now_millis};
 
 /// Tests run at once; each has its own per-model concurrency.
@@ -62,7 +62,7 @@ impl Reconciler {
                 .map(|e| format!("cannot create {}: {e}", test.test_dir.display()));
             self.tests.insert(id, SupervisedTest::new(test, tasks));
             if let Some(problem) = problem {
-                self.finish_test(id, TestEvent::Fail, &problem, None).await?;
+                self.finish_test(id, TestTrigger::Fail, &problem, None).await?;
                 continue;
             }
             self.drive_test(id).await?;
@@ -146,7 +146,7 @@ impl Reconciler {
                 Some(key) if !key.is_empty() => key,
                 _ => {
                     let reason = format!("the daemon's environment lacks {var}");
-                    return self.finish_test(id, TestEvent::Fail, &reason, None).await;
+                    return self.finish_test(id, TestTrigger::Fail, &reason, None).await;
                 }
             },
             // A local endpoint without auth still wants a non-empty key.
@@ -283,15 +283,15 @@ impl Reconciler {
         let (mut event, mut reason) = if summary.models_succeeded > 0 {
             let produced =
                 format!("{} of {} models produced results", summary.models_succeeded, summary.models_tested);
-            (TestEvent::Succeed, produced)
+            (TestTrigger::Succeed, produced)
         } else {
-            (TestEvent::Fail, "no model produced results".to_string())
+            (TestTrigger::Fail, "no model produced results".to_string())
         };
         let test = sup.test.clone();
-        if event == TestEvent::Succeed
+        if event == TestTrigger::Succeed
             && let Some((why, found)) = self.check_regression(&test, &results).await?
         {
-            (event, reason) = (TestEvent::Regress, why);
+            (event, reason) = (TestTrigger::Regress, why);
             results["regressions"] = found;
         }
         self.finish_test(id, event, &reason, Some(&results)).await
@@ -300,7 +300,7 @@ impl Reconciler {
     async fn finish_test(
         &mut self,
         id: Uuid,
-        event: TestEvent,
+        event: TestTrigger,
         reason: &str,
         results: Option<&serde_json::Value>,
     ) -> Result {
@@ -309,7 +309,7 @@ impl Reconciler {
             Ok(test) => {
                 info!(test = %crate::model::short_id(&test.id), state = %test.state, reason, "test ended");
                 sup.test = test.clone();
-                self.notify_test(&test).await;
+                self.post_test_webhooks(&test).await;
             }
             Err(StoreError::TestConflict { .. }) => {
                 if let Some(test) = self.store.test(id).await? {

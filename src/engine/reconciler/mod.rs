@@ -5,7 +5,6 @@
 mod claim;
 mod inference_tests;
 mod node;
-mod notifications;
 mod outcome;
 mod progress;
 mod recover;
@@ -13,6 +12,7 @@ mod runs;
 mod schedules;
 mod slurm;
 mod supervised;
+mod webhooks;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -238,8 +238,8 @@ pub struct Reconciler {
     held: HashMap<Uuid, VecDeque<Msg>>,
     tests: HashMap<Uuid, inference_tests::SupervisedTest>,
     http: reqwest::Client,
-    notifier: Option<crate::notify::Notifier>,
-    metrics: Arc<crate::metrics::Metrics>,
+    webhooks: Option<crate::webhooks::WebhookClient>,
+    telemetry: Arc<crate::telemetry::Telemetry>,
     shims: Arc<Shims>,
 }
 
@@ -258,10 +258,10 @@ impl Reconciler {
         registration: crate::engine::store::NodeRegistration,
         config: ReconcilerConfig,
         tx: UnboundedSender<Msg>,
-        metrics: Arc<crate::metrics::Metrics>,
+        telemetry: Arc<crate::telemetry::Telemetry>,
     ) -> Reconciler {
         let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
-        let notifier = crate::notify::Notifier::with_defaults().ok();
+        let webhooks = crate::webhooks::WebhookClient::with_defaults().ok();
         let node = node::NodeState::new(registration, config.claims_dir.clone());
         let shims = Arc::new(Shims::new(&config.exe));
         Reconciler {
@@ -275,8 +275,8 @@ impl Reconciler {
             held: HashMap::new(),
             tests: HashMap::new(),
             http,
-            notifier,
-            metrics,
+            webhooks,
+            telemetry,
             shims,
         }
     }
@@ -341,7 +341,7 @@ impl Reconciler {
             {
                 warn!("reconciler: cannot schedule tests: {err}");
             }
-            self.metrics.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
+            self.telemetry.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
             // A submission's poke: its run is there to claim, no read needs to say so first.
             if queued {
                 self.queue_drained = false;

@@ -4,7 +4,7 @@
 //! them; these tables are what it decides.
 
 use crate::engine::store::StoreError;
-use crate::model::{Exit, ProgressPoint, Run, RunEvent, RunState};
+use crate::model::{Exit, ProgressPoint, Run, RunState, RunTrigger};
 use crate::workflow::retry::{AfterFailure, RetryPolicy};
 
 /// What the completion rule says of one stage's end, before the retry policy is asked.
@@ -62,7 +62,7 @@ pub fn failure_move(
     policy: Option<&RetryPolicy>,
     reason: &str,
     exit: Option<Exit>,
-) -> Option<(RunEvent, String)> {
+) -> Option<(RunTrigger, String)> {
     if !matches!(state, RunState::Starting | RunState::Running) {
         return None;
     }
@@ -74,9 +74,9 @@ pub fn failure_move(
                 attempt + 1,
                 crate::workflow::Dur(wait)
             );
-            (RunEvent::Retry, reason)
+            (RunTrigger::Retry, reason)
         }
-        AfterFailure::Fail => (RunEvent::Fail, reason.to_string()),
+        AfterFailure::Fail => (RunTrigger::Fail, reason.to_string()),
     })
 }
 
@@ -88,13 +88,13 @@ pub fn end_move(
     what: &str,
     exit: Option<Exit>,
     last: Option<ProgressPoint>,
-) -> Option<(RunEvent, String)> {
+) -> Option<(RunTrigger, String)> {
     let deciding = run.spec.deciding_stages().contains(&stage);
     match verdict(run.state, deciding, stage, what, exit) {
         Verdict::Nothing => None,
         Verdict::Finished => Some(match short_of_total(run.spec.completion.require_total, last, stage) {
-            Some(reason) => (RunEvent::Fail, reason),
-            None => (RunEvent::Complete, format!("stage '{stage}' finished")),
+            Some(reason) => (RunTrigger::Fail, reason),
+            None => (RunTrigger::Complete, format!("stage '{stage}' finished")),
         }),
         Verdict::Failure(reason) => {
             failure_move(run.state, run.attempt, run.spec.retry.as_ref(), &reason, exit)
@@ -153,11 +153,11 @@ mod tests {
     }
 
     /// One case: the run's state, the stage that ended and how, and the move (with its reason).
-    type Case = (RunState, &'static str, Option<Exit>, Option<(RunEvent, &'static str)>);
+    type Case = (RunState, &'static str, Option<Exit>, Option<(RunTrigger, &'static str)>);
 
     #[test]
     fn a_stage_end_in_each_state() {
-        use RunEvent::{Complete, Fail};
+        use RunTrigger::{Complete, Fail};
         let table: &[Case] = &[
             // A deciding stage's exit 0 completes the run however early it comes.
             (S::Starting, "trainer", OK, Some((Complete, "stage 'trainer' finished"))),
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn require_total_holds_a_finished_stage_to_the_total() {
-        use RunEvent::{Complete, Fail};
+        use RunTrigger::{Complete, Fail};
         for (state, last, want) in [
             (S::Running, at(10, Some(10)), (Complete, "stage 'trainer' finished")),
             (S::Running, at(12, Some(10)), (Complete, "stage 'trainer' finished")),
@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn the_retry_policy_turns_transient_exits_into_retries_while_attempts_last() {
-        use RunEvent::{Fail, Retry};
+        use RunTrigger::{Fail, Retry};
         for (state, attempt, stage, exit, want) in [
             (S::Running, 1, "trainer", TRANSIENT, Retry),
             (S::Starting, 1, "api", TRANSIENT, Retry),
@@ -235,7 +235,7 @@ mod tests {
         );
         // A deciding stage's exit 0 is never a retry.
         let got = end_move(&run(S::Running, false, true, 1), "trainer", "exited with code 0", OK, None);
-        assert_eq!(got.map(|m| m.0), Some(RunEvent::Complete));
+        assert_eq!(got.map(|m| m.0), Some(RunTrigger::Complete));
     }
 
     #[test]

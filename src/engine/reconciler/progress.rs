@@ -13,7 +13,7 @@ use super::outcome::of_total;
 use super::{Msg, Reconciler, Result};
 use crate::launch::follow::{Follower, last_in_tail};
 use crate::model::progress::span;
-use crate::model::{Millis, NewEvent, ProgressPoint, RunEvent, RunState, now_millis};
+use crate::model::{Millis, NewEvent, ProgressPoint, RunState, RunTrigger, now_millis};
 use crate::workflow::progress::{Reading, ResolvedProgress, ResolvedSource};
 use crate::workflow::retry::AfterFailure;
 
@@ -74,7 +74,7 @@ impl Reconciler {
         let since = self.store.running_since(id).await?.unwrap_or_else(now_millis);
         watch.clock_from = watch.last.map_or(since, |p| p.at.max(since));
         if let Some(last) = watch.last {
-            self.metrics.set_run_step(&id.to_string(), Some((last.step, last.total)));
+            self.telemetry.set_run_step(&id.to_string(), Some((last.step, last.total)));
         }
         let mut problem = None;
         if let Some(spec) = &run.spec.progress {
@@ -216,7 +216,7 @@ impl Reconciler {
             watch.clock_from = point.at;
         }
         watch.last = Some(point);
-        self.metrics.set_run_step(&id.to_string(), Some((step, total)));
+        self.telemetry.set_run_step(&id.to_string(), Some((step, total)));
         Ok(())
     }
 
@@ -271,9 +271,9 @@ impl Reconciler {
                     sup.run.attempt + 1,
                     crate::workflow::Dur(wait)
                 );
-                self.transition(id, RunEvent::Retry, Some(&reason)).await?;
+                self.transition(id, RunTrigger::Retry, Some(&reason)).await?;
             }
-            AfterFailure::Fail => self.transition(id, RunEvent::Fail, Some(&reason)).await?,
+            AfterFailure::Fail => self.transition(id, RunTrigger::Fail, Some(&reason)).await?,
         }
         self.drive(id).await
     }
@@ -311,7 +311,7 @@ impl Reconciler {
 
     /// The run leaves supervision: its gauge goes.
     pub(super) fn forget_progress(&self, id: Uuid) {
-        self.metrics.set_run_step(&id.to_string(), None);
+        self.telemetry.set_run_step(&id.to_string(), None);
     }
 }
 

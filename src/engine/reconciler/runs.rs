@@ -14,7 +14,7 @@ use crate::launch::probe::{ReadyHow, wait_ready};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::Started;
-use crate::model::{Exit, Millis, NewEvent, ProcessState, Run, RunEvent, RunState, now_millis};
+use crate::model::{Exit, Millis, NewEvent, ProcessState, Run, RunState, RunTrigger, now_millis};
 
 impl Reconciler {
     /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
@@ -76,7 +76,7 @@ impl Reconciler {
                     let waiting = sup.rows().position(|s| s.record.state != ProcessState::Up);
                     match waiting.map(|idx| (idx, &sup.stages[idx])) {
                         None => {
-                            self.transition(id, RunEvent::AllStagesUp, None).await?;
+                            self.transition(id, RunTrigger::AllStagesUp, None).await?;
                             continue;
                         }
                         Some((idx, tracked)) if tracked.stage.record.state == ProcessState::Pending => {
@@ -102,7 +102,7 @@ impl Reconciler {
                     } else if let Some(idx) = sup.next_to_stop() {
                         self.stop_stage(id, idx).await?;
                     } else if sup.run.state == RunState::Stopping {
-                        self.transition(id, RunEvent::AllStagesGone, None).await?;
+                        self.transition(id, RunTrigger::AllStagesGone, None).await?;
                         continue;
                     } else if sup.run.state == RunState::Retrying {
                         if self.requeue_for_retry(id).await? {
@@ -121,7 +121,7 @@ impl Reconciler {
     }
 
     /// Applies `event` to a supervised run; on a conflict, adopts what the store holds instead.
-    pub(super) async fn transition(&mut self, id: Uuid, event: RunEvent, reason: Option<&str>) -> Result {
+    pub(super) async fn transition(&mut self, id: Uuid, event: RunTrigger, reason: Option<&str>) -> Result {
         self.transition_at(id, event, reason, None).await
     }
 
@@ -129,7 +129,7 @@ impl Reconciler {
     async fn transition_at(
         &mut self,
         id: Uuid,
-        event: RunEvent,
+        event: RunTrigger,
         reason: Option<&str>,
         exited_at: Option<Millis>,
     ) -> Result {
@@ -154,7 +154,7 @@ impl Reconciler {
             Ok(Some(run)) => {
                 info!(run = %run.short_id(), state = %run.state, reason = run.reason.as_deref().unwrap_or(""), "transition");
                 sup.run = run;
-                self.notify_run(&self.runs[&id].run);
+                self.post_run_webhooks(&self.runs[&id].run);
                 Ok(())
             }
             Ok(None) | Err(StoreError::Conflict { .. }) => {
@@ -205,7 +205,7 @@ impl Reconciler {
         let wait = run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.attempt));
         let not_before = now_millis() + wait.as_millis() as i64;
         let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
-        match self.store.requeue(&run, RunEvent::AllStagesGone, &reason, not_before).await {
+        match self.store.requeue(&run, RunTrigger::AllStagesGone, &reason, not_before).await {
             Ok(queued) => {
                 info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
                 self.forget_progress(id);
@@ -318,7 +318,7 @@ impl Reconciler {
             sup.stages.iter().enumerate().all(|(i, s)| i == idx || s.stage.record.state == ProcessState::Up);
         let then = all_up.then_some(RunMove {
             run: &sup.run,
-            event: RunEvent::AllStagesUp,
+            event: RunTrigger::AllStagesUp,
             reason: None,
             ended_at: None,
         });
@@ -449,9 +449,9 @@ impl Reconciler {
         let event = NewEvent::stage(&name, what);
         let moved = self.store.record_stage(&ended, std::slice::from_ref(&event), then).await?;
         if let ProcessEnd::Finished(finished) = &end {
-            self.metrics.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
+            self.telemetry.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
         }
-        self.metrics.stage_ended(exit);
+        self.telemetry.stage_ended(exit);
         sup.stages[idx].stage = ended;
         if decision.is_some() {
             self.adopt(id, Ok(moved)).await?;
@@ -467,7 +467,7 @@ impl Reconciler {
         name: &str,
         what: &str,
         exit: Option<Exit>,
-    ) -> Result<Option<(RunEvent, String)>> {
+    ) -> Result<Option<(RunTrigger, String)>> {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let deciding = sup.run.spec.deciding_stages().contains(&name);
         let last = match outcome::verdict(sup.run.state, deciding, name, what, exit) {
@@ -531,7 +531,7 @@ impl Reconciler {
 }
 
 /// `outcome::failure_move` for `run` as it stands.
-fn failure_move(run: &Run, reason: &str, exit: Option<Exit>) -> Option<(RunEvent, String)> {
+fn failure_move(run: &Run, reason: &str, exit: Option<Exit>) -> Option<(RunTrigger, String)> {
     outcome::failure_move(run.state, run.attempt, run.spec.retry.as_ref(), reason, exit)
 }
 

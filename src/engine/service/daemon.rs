@@ -7,8 +7,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Result, Service};
 use crate::engine::store::{Backend, DaemonLock, NodeRegistration};
-use crate::metrics::Metrics;
 use crate::reconciler::{Msg, Reconciler, ReconcilerConfig};
+use crate::telemetry::Telemetry;
 
 impl Service {
     /// The database underneath, and what it supports.
@@ -27,9 +27,9 @@ impl Service {
         registration: NodeRegistration,
         config: ReconcilerConfig,
         tx: UnboundedSender<Msg>,
-        metrics: Arc<Metrics>,
+        telemetry: Arc<Telemetry>,
     ) -> Reconciler {
-        Reconciler::new(Arc::clone(&self.store), registration, config, tx, metrics)
+        Reconciler::new(Arc::clone(&self.store), registration, config, tx, telemetry)
     }
 
     /// Calls `wake` whenever a command on another machine announces work (PostgreSQL `NOTIFY`),
@@ -44,9 +44,9 @@ impl Service {
     }
 
     /// The Prometheus text of `metrics`, with run and test counts read from the store now.
-    pub async fn prometheus(&self, metrics: &Metrics) -> String {
+    pub async fn prometheus(&self, telemetry: &Telemetry) -> String {
         let runs = self.store.run_counts().await.unwrap_or_default();
         let tests = self.store.test_counts().await.unwrap_or_default();
-        metrics.render(runs, tests)
+        telemetry.render(runs, tests)
     }
 }

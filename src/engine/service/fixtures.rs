@@ -3,7 +3,7 @@
 //! recorded process is now someone else's. No surface calls these.
 
 use super::{Result, Service};
-use crate::model::{InferenceTest, Run, RunEvent, Schedule, Stage, TestEvent, TestTask};
+use crate::model::{InferenceTest, Run, RunTrigger, Schedule, Stage, TestTask, TestTrigger};
 
 #[doc(hidden)]
 impl Service {
@@ -22,7 +22,7 @@ impl Service {
     pub async fn move_test(
         &self,
         test: &InferenceTest,
-        event: TestEvent,
+        event: TestTrigger,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
     ) -> Result<InferenceTest> {
@@ -30,7 +30,7 @@ impl Service {
     }
 
     /// Moves a run by `event` as the daemon would (through the state table).
-    pub async fn move_run(&self, run: &Run, event: RunEvent, reason: Option<&str>) -> Result<Run> {
+    pub async fn move_run(&self, run: &Run, event: RunTrigger, reason: Option<&str>) -> Result<Run> {
         Ok(self.store.transition(run, event, reason, None).await?)
     }
 

@@ -10,7 +10,7 @@ use crate::inference::spec::{
     LOCKED_TEST_FIELDS,
 };
 use crate::inference::{InferenceSpec, Provider};
-use crate::model::{InferenceTest, TestEvent, TestTask};
+use crate::model::{InferenceTest, TestTask, TestTrigger};
 use crate::workflow::Dur;
 
 use super::{Result, Service, ServiceError};
@@ -168,7 +168,7 @@ impl Service {
             if test.state.is_terminal() {
                 return Err(ServiceError::TestEnded { id: test.id.to_string(), state: test.state });
             }
-            match self.store.transition_test(&test, TestEvent::Cancel, Some("cancelled"), None).await {
+            match self.store.transition_test(&test, TestTrigger::Cancel, Some("cancelled"), None).await {
                 Ok(test) => {
                     self.wake().await;
                     return Ok(test);

@@ -235,7 +235,7 @@ impl Service {
         if let Err(err) = self.store.announce().await {
             tracing::debug!("cannot announce to other daemons: {err}");
         }
-        crate::wake::notify(&self.settings.socket_path(), poke)
+        crate::wake::poke(&self.settings.socket_path(), poke)
     }
 }
 

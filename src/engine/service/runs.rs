@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::engine::store::StoreError;
-use crate::model::RunEvent;
 use crate::model::RunQuery;
+use crate::model::RunTrigger;
 use crate::model::{Event, Run, RunParams, RunState, Stage};
 use crate::workflow::Workflow;
 
@@ -398,7 +398,7 @@ impl Service {
                 None => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state: run.state }),
             };
             let reason =
-                if event == RunEvent::Cancel { "cancelled before it started" } else { "stop requested" };
+                if event == RunTrigger::Cancel { "cancelled before it started" } else { "stop requested" };
             match self.store.transition(&run, event, Some(reason), None).await {
                 Ok(moved) => {
                     self.wake().await;

@@ -13,7 +13,7 @@ use super::rows::{corrupt, exit_columns, from_json, json, record_from_row};
 use super::sql::SqlStore;
 use super::{Result, StoreError};
 use crate::model::{EventKind, NewEvent, now_millis};
-use crate::model::{InferenceTest, Schedule, TestEvent, TestState, TestTask};
+use crate::model::{InferenceTest, Schedule, TestState, TestTask, TestTrigger};
 
 #[async_trait]
 pub trait TestStore: Send + Sync {
@@ -27,7 +27,7 @@ pub trait TestStore: Send + Sync {
     async fn transition_test(
         &self,
         test: &InferenceTest,
-        event: TestEvent,
+        event: TestTrigger,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
     ) -> Result<InferenceTest>;
@@ -232,7 +232,7 @@ impl TestStore for SqlStore {
     async fn transition_test(
         &self,
         test: &InferenceTest,
-        event: TestEvent,
+        event: TestTrigger,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
     ) -> Result<InferenceTest> {

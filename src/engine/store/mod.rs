@@ -84,7 +84,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::model::{Event, NewEvent, Run, RunQuery, RunState, Stage};
-use crate::model::{IllegalTransition, RunEvent};
+use crate::model::{IllegalTransition, RunTrigger};
 
 pub use backend::Backend;
 pub use claims::{ClaimStore, Pick};
@@ -159,7 +159,7 @@ impl StoreError {
 pub struct RunMove<'a> {
     /// The run as last read: the move lands only if it is still in that state and version.
     pub run: &'a Run,
-    pub event: RunEvent,
+    pub event: RunTrigger,
     pub reason: Option<&'a str>,
     /// A terminal state's end, when an exit decides it (see `Store::transition_ended`).
     pub ended_at: Option<crate::model::Millis>,
@@ -209,7 +209,7 @@ pub trait Store:
     async fn transition(
         &self,
         run: &Run,
-        event: RunEvent,
+        event: RunTrigger,
         reason: Option<&str>,
         params: Option<&crate::model::RunParams>,
     ) -> Result<Run>;
@@ -219,7 +219,7 @@ pub trait Store:
     async fn transition_ended(
         &self,
         run: &Run,
-        event: RunEvent,
+        event: RunTrigger,
         reason: Option<&str>,
         ended_at: crate::model::Millis,
     ) -> Result<Run>;
@@ -230,7 +230,7 @@ pub trait Store:
     async fn requeue(
         &self,
         run: &Run,
-        event: RunEvent,
+        event: RunTrigger,
         reason: &str,
         not_before: crate::model::Millis,
     ) -> Result<Run>;

@@ -7,7 +7,7 @@ use super::events::{EventRow, insert_events};
 use super::rows::json;
 use super::sql::SqlStore;
 use super::{Result, Store};
-use crate::model::run::{self as transitions, RunEvent};
+use crate::model::run::{self as transitions, RunTrigger};
 use crate::model::{EventKind, Millis, Run, RunParams, RunState, now_millis};
 
 /// Marks a run's live-looking stages lost: their node is gone and nobody can watch them.
@@ -31,7 +31,7 @@ pub(super) async fn lose_live_stages(
 /// A run's row after a move, computed before the write: what `move_run` writes and returns.
 pub(super) struct Moved {
     pub(super) run: Run,
-    pub(super) event: RunEvent,
+    pub(super) event: RunTrigger,
     pub(super) from: RunState,
 }
 
@@ -39,7 +39,7 @@ impl Moved {
     /// `run` moved by `event` to `to` (not `pending`: that is a requeue), at `now`.
     pub(super) fn new(
         run: &Run,
-        event: RunEvent,
+        event: RunTrigger,
         to: RunState,
         reason: Option<&str>,
         params: Option<&RunParams>,
@@ -58,7 +58,7 @@ impl Moved {
                 reason: reason.map(str::to_string).or_else(|| run.reason.clone()),
                 params: params.unwrap_or(&run.params).clone(),
                 // A lost node's claim ends here: nothing it writes later may land.
-                fence: if event == RunEvent::NodeLost { None } else { run.fence },
+                fence: if event == RunTrigger::NodeLost { None } else { run.fence },
                 ..run.clone()
             },
             event,
@@ -72,7 +72,7 @@ impl SqlStore {
     pub(super) async fn transition_ending_at(
         &self,
         run: &Run,
-        event: RunEvent,
+        event: RunTrigger,
         reason: Option<&str>,
         params: Option<&RunParams>,
         ends_at: Option<Millis>,
@@ -115,7 +115,7 @@ impl SqlStore {
         .bind(next.ended_at)
         .bind(next.reason.as_deref())
         .bind(json(&next.params))
-        .bind(i64::from(moved.event == RunEvent::NodeLost))
+        .bind(i64::from(moved.event == RunTrigger::NodeLost))
         .bind(run.id.to_string())
         .bind(run.state.as_str())
         .bind(run.version)
@@ -125,7 +125,7 @@ impl SqlStore {
         if updated.rows_affected() == 0 {
             return Ok(None);
         }
-        if moved.event == RunEvent::NodeLost {
+        if moved.event == RunTrigger::NodeLost {
             lose_live_stages(tx, run.id, next.updated_at).await?;
         }
         let to = next.state;

@@ -260,13 +260,13 @@ impl NodeStore for SqlStore {
         let result = match how {
             Reap::Fail { reason } => {
                 let event = match run.state.is_in_flight() {
-                    true => crate::model::RunEvent::NodeLost,
+                    true => crate::model::RunTrigger::NodeLost,
                     false => return fenced.release_run(run).await,
                 };
                 Store::transition(&fenced, run, event, Some(reason), None).await.map(|_| ())
             }
             Reap::Requeue { reason, not_before } => {
-                fenced.requeue(run, crate::model::RunEvent::Requeue, reason, *not_before).await.map(|_| ())
+                fenced.requeue(run, crate::model::RunTrigger::Requeue, reason, *not_before).await.map(|_| ())
             }
             Reap::Release => return fenced.release_run(run).await,
         };

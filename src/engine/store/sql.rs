@@ -13,7 +13,7 @@ use super::rows::{event_from_row, exit_columns, from_json, json, run_from_row, s
 use super::{Backend, DaemonLock, Result, RunMove, Store, StoreError, postgres, sqlite};
 use crate::environments::Selection;
 use crate::model::RunQuery;
-use crate::model::run::{self as transitions, RunEvent};
+use crate::model::run::{self as transitions, RunTrigger};
 use crate::model::{Event, EventKind, Millis, NewEvent, Run, RunParams, RunState, Stage, now_millis};
 
 /// Where the daemon lock lives: a file beside an SQLite database (this one), or an advisory lock.
@@ -323,7 +323,7 @@ impl Store for SqlStore {
     async fn transition(
         &self,
         run: &Run,
-        event: RunEvent,
+        event: RunTrigger,
         reason: Option<&str>,
         params: Option<&RunParams>,
     ) -> Result<Run> {
@@ -333,13 +333,13 @@ impl Store for SqlStore {
     async fn transition_ended(
         &self,
         run: &Run,
-        event: RunEvent,
+        event: RunTrigger,
         reason: Option<&str>,
         ended_at: Millis,
     ) -> Result<Run> {
         self.transition_ending_at(run, event, reason, None, Some(ended_at)).await
     }
-    async fn requeue(&self, run: &Run, event: RunEvent, reason: &str, not_before: Millis) -> Result<Run> {
+    async fn requeue(&self, run: &Run, event: RunTrigger, reason: &str, not_before: Millis) -> Result<Run> {
         let to = transitions::next(run.state, event)?;
         if to != RunState::Pending {
             return Err(StoreError::Illegal(transitions::IllegalTransition { from: run.state, event }));

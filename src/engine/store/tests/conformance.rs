@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::engine::store::{RunMove, Store, StoreError};
-use crate::model::RunEvent;
 use crate::model::RunQuery;
+use crate::model::RunTrigger;
 use crate::model::{
     EventKind, Exit, NewEvent, ProcessIdentity, ProcessState, Run, RunParams, RunState, Stage,
 };
@@ -112,18 +112,18 @@ async fn a_batch_is_written_in_order_or_not_at_all(store: &dyn Store) {
     assert!(store.insert_runs(&refused).await.is_err());
     assert!(store.run(fresh.0.id).await.unwrap().is_none());
     for (run, _) in &batch {
-        let cancelled = store.transition(run, RunEvent::Cancel, None, None).await.unwrap();
+        let cancelled = store.transition(run, RunTrigger::Cancel, None, None).await.unwrap();
         assert_eq!(cancelled.state, RunState::Stopped);
     }
 }
 
 async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
     let run = insert(store, 0).await;
-    let claimed = store.transition(&run, RunEvent::Claim, None, None).await.unwrap();
+    let claimed = store.transition(&run, RunTrigger::Claim, None, None).await.unwrap();
     assert_eq!((claimed.state, claimed.version), (RunState::Starting, 1));
     assert!(claimed.started_at.is_some());
     // The stale copy can no longer move the run.
-    match store.transition(&run, RunEvent::Cancel, None, None).await {
+    match store.transition(&run, RunTrigger::Cancel, None, None).await {
         Err(StoreError::Conflict { expected, version, .. }) => {
             assert_eq!((expected, version), (RunState::Pending, 0))
         }
@@ -131,14 +131,14 @@ async fn transitions_are_conditional_and_recorded(store: &dyn Store) {
     }
     // An illegal move is refused before touching the store.
     assert!(matches!(
-        store.transition(&claimed, RunEvent::AllStagesGone, None, None).await,
+        store.transition(&claimed, RunTrigger::AllStagesGone, None, None).await,
         Err(StoreError::Illegal(_))
     ));
     let params =
         RunParams { resolved: [("port.api".to_string(), "8123".to_string())].into(), ..Default::default() };
-    let up = store.transition(&claimed, RunEvent::AllStagesUp, None, Some(&params)).await.unwrap();
+    let up = store.transition(&claimed, RunTrigger::AllStagesUp, None, Some(&params)).await.unwrap();
     let failed =
-        store.transition(&up, RunEvent::Fail, Some("stage 'env' exited with code 1"), None).await.unwrap();
+        store.transition(&up, RunTrigger::Fail, Some("stage 'env' exited with code 1"), None).await.unwrap();
     let stored = store.run(run.id).await.unwrap().unwrap();
     assert_eq!(stored.state, RunState::Failed);
     assert_eq!(stored.version, failed.version);
@@ -188,8 +188,8 @@ async fn stages_round_trip(store: &dyn Store) {
 }
 
 async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
-    let run = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
-    let run = store.transition(&run, RunEvent::AllStagesUp, None, None).await.unwrap();
+    let run = store.transition(&insert(store, 0).await, RunTrigger::Claim, None, None).await.unwrap();
+    let run = store.transition(&run, RunTrigger::AllStagesUp, None, None).await.unwrap();
     let mut stage = store.stages(run.id).await.unwrap().remove(0);
     stage.record.state = ProcessState::Exited;
     stage.record.exit = Some(Exit::Code(0));
@@ -197,7 +197,7 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
     let exited = [NewEvent::stage("api", "exited with code 0")];
     let then = RunMove {
         run: &run,
-        event: RunEvent::Complete,
+        event: RunTrigger::Complete,
         reason: Some("stage 'api' finished"),
         ended_at: stage.record.ended_at,
     };
@@ -215,15 +215,15 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
 
     // The run changed under the caller (a stop request): the stage still lands, the run is
     // left as the other writer put it, and the caller is told to look again.
-    let run = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
-    let running = store.transition(&run, RunEvent::AllStagesUp, None, None).await.unwrap();
-    let stopping = store.transition(&running, RunEvent::Stop, Some("stop requested"), None).await.unwrap();
+    let run = store.transition(&insert(store, 0).await, RunTrigger::Claim, None, None).await.unwrap();
+    let running = store.transition(&run, RunTrigger::AllStagesUp, None, None).await.unwrap();
+    let stopping = store.transition(&running, RunTrigger::Stop, Some("stop requested"), None).await.unwrap();
     let mut stage = store.stages(run.id).await.unwrap().remove(1);
     stage.record.state = ProcessState::Exited;
     stage.record.exit = Some(Exit::Code(3));
     let then = RunMove {
         run: &running,
-        event: RunEvent::Fail,
+        event: RunTrigger::Fail,
         reason: Some("stage 'env' exited with code 3"),
         ended_at: None,
     };
@@ -233,7 +233,7 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
     assert_eq!((stored.state, stored.version), (RunState::Stopping, stopping.version));
 
     // A move the run's state forbids is not made; the stage lands all the same.
-    let then = RunMove { run: &stopping, event: RunEvent::Complete, reason: None, ended_at: None };
+    let then = RunMove { run: &stopping, event: RunTrigger::Complete, reason: None, ended_at: None };
     stage.record.exit = Some(Exit::Code(4));
     assert!(store.record_stage(&stage, &[], Some(then)).await.unwrap().is_none());
     assert_eq!(store.stages(run.id).await.unwrap()[1].record.exit, Some(Exit::Code(4)));
@@ -241,11 +241,11 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
 
     // Events are written several to a statement: more than one statement's worth all land, in
     // order, the run's state event last.
-    let run = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let run = store.transition(&insert(store, 0).await, RunTrigger::Claim, None, None).await.unwrap();
     let mut stage = store.stages(run.id).await.unwrap().remove(0);
     stage.record.state = ProcessState::Up;
     let notes: Vec<NewEvent> = (1..=4).map(|n| NewEvent::stage("api", format!("note {n}"))).collect();
-    let then = RunMove { run: &run, event: RunEvent::AllStagesUp, reason: None, ended_at: None };
+    let then = RunMove { run: &run, event: RunTrigger::AllStagesUp, reason: None, ended_at: None };
     let moved = store.record_stage(&stage, &notes, Some(then)).await.unwrap().expect("the run moved");
     assert_eq!(moved.state, RunState::Running);
     let events = store.events(run.id, 0).await.unwrap();
@@ -266,14 +266,14 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
 
 async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
     let pending = insert(store, 0).await;
-    let started = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
+    let started = store.transition(&insert(store, 0).await, RunTrigger::Claim, None, None).await.unwrap();
     // Terminal, but one of its stages may still be alive: still supervised.
-    let ending = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
-    let ending = store.transition(&ending, RunEvent::Fail, Some("x"), None).await.unwrap();
+    let ending = store.transition(&insert(store, 0).await, RunTrigger::Claim, None, None).await.unwrap();
+    let ending = store.transition(&ending, RunTrigger::Fail, Some("x"), None).await.unwrap();
     let mut live = store.stages(ending.id).await.unwrap().remove(0);
     live.record.state = ProcessState::Up;
     store.update_stage(&live, None).await.unwrap();
-    let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
+    let done = store.transition(&insert(store, 0).await, RunTrigger::Cancel, None, None).await.unwrap();
     // A pending run is the queue's, whatever its stages say: the one rule every query shares.
     let mut stray = store.stages(pending.id).await.unwrap().remove(0);
     stray.record.state = ProcessState::Up;
@@ -285,13 +285,13 @@ async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
 
 async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
     let pending = insert(store, 0).await;
-    let started = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
-    let ending = store.transition(&insert(store, 0).await, RunEvent::Claim, None, None).await.unwrap();
-    let ending = store.transition(&ending, RunEvent::Fail, Some("x"), None).await.unwrap();
+    let started = store.transition(&insert(store, 0).await, RunTrigger::Claim, None, None).await.unwrap();
+    let ending = store.transition(&insert(store, 0).await, RunTrigger::Claim, None, None).await.unwrap();
+    let ending = store.transition(&ending, RunTrigger::Fail, Some("x"), None).await.unwrap();
     let mut live = store.stages(ending.id).await.unwrap().remove(0);
     live.record.state = ProcessState::Up;
     store.update_stage(&live, None).await.unwrap();
-    let done = store.transition(&insert(store, 0).await, RunEvent::Cancel, None, None).await.unwrap();
+    let done = store.transition(&insert(store, 0).await, RunTrigger::Cancel, None, None).await.unwrap();
     store.put_snapshot(done.id, 1, &serde_json::json!({ "loss": 1 })).await.unwrap();
     let point = crate::model::ProgressPoint { attempt: 1, step: 3, total: Some(5), at: 1 };
     store.record_progress(done.id, &point).await.unwrap();
@@ -325,7 +325,7 @@ async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
 async fn racing_writers_cannot_both_win(store: Arc<dyn Store>) {
     let run = insert(&*store, 0).await;
     let mut tasks = Vec::new();
-    for event in [RunEvent::Claim, RunEvent::Cancel, RunEvent::Claim, RunEvent::Cancel] {
+    for event in [RunTrigger::Claim, RunTrigger::Cancel, RunTrigger::Claim, RunTrigger::Cancel] {
         let (store, run) = (Arc::clone(&store), run.clone());
         tasks.push(tokio::spawn(async move { store.transition(&run, event, None, None).await }));
     }

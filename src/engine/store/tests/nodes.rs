@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::store::{Lease, NodeRegistration, Pick, Reap, Store, StoreError};
-use crate::model::RunEvent;
+use crate::model::RunTrigger;
 use crate::model::{ProcessState, Run, RunParams, RunState, now_millis};
 use crate::settings::StoreLocation;
 use crate::workflow::Workflow;
@@ -110,7 +110,7 @@ async fn a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(stor
     assert!(
         store
             .fenced(a.token)
-            .transition_test(&claimed[0], crate::model::TestEvent::Succeed, None, None)
+            .transition_test(&claimed[0], crate::model::TestTrigger::Succeed, None, None)
             .await
             .is_err()
     );
@@ -208,7 +208,7 @@ async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store:
     // Everything node a still tries under its old token is refused.
     assert!(matches!(a_store.update_stage(&stage, None).await, Err(StoreError::Fenced { .. })));
     assert!(matches!(
-        a_store.transition(&mine, RunEvent::AllStagesUp, None, None).await,
+        a_store.transition(&mine, RunTrigger::AllStagesUp, None, None).await,
         Err(StoreError::Fenced { .. })
     ));
     assert!(matches!(store.heartbeat(&a).await, Err(StoreError::LeaseLost { .. })));
@@ -224,7 +224,7 @@ async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store:
     let later = insert(store, RETRY_ON_NODE_LOSS).await;
     let later = claim(store, &b, 10).await.unwrap().into_iter().find(|r| r.id == later.id).unwrap();
     let wait = now_millis() + 60_000;
-    store.fenced(b.token).requeue(&later, RunEvent::Requeue, "backing off", wait).await.unwrap();
+    store.fenced(b.token).requeue(&later, RunTrigger::Requeue, "backing off", wait).await.unwrap();
     assert!(claim(store, &b, 10).await.unwrap().is_empty(), "backing off");
 
     // a comes back as a new lease and is handed nothing it lost.
@@ -236,7 +236,7 @@ async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store:
 async fn a_restart_within_the_lease_keeps_the_claims(store: &dyn Store) {
     // A run claimed by a lachesis from before nodes (no owner, no token) goes to the first
     // daemon that registers.
-    let legacy = store.transition(&insert(store, "").await, RunEvent::Claim, None, None).await.unwrap();
+    let legacy = store.transition(&insert(store, "").await, RunTrigger::Claim, None, None).await.unwrap();
     assert_eq!((legacy.node.as_deref(), legacy.fence), (None, None));
     let first = register(store, "c", Duration::from_secs(60)).await;
     let adopted = store.run(legacy.id).await.unwrap().unwrap();

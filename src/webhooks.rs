@@ -17,7 +17,7 @@ use tokio::sync::mpsc::UnboundedSender;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
-pub enum NotifyError {
+pub enum WebhookError {
     #[error("cannot build http client: {0}")]
     Client(String),
 }
@@ -60,8 +60,8 @@ pub struct Webhook {
 
 /// What is POSTed, as JSON, to every webhook.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Notification {
-    /// One of `Notification::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`.
+pub struct Payload {
+    /// One of `Payload::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`.
     pub kind: String,
     /// Which run/test/workflow this is about.
     pub ids: serde_json::Value,
@@ -71,7 +71,7 @@ pub struct Notification {
     pub at: i64,
 }
 
-impl Notification {
+impl Payload {
     pub const TEST_FINISHED: &str = "test_finished";
     pub const REGRESSION: &str = "regression";
     pub const RUN_COMPLETED: &str = "run_completed";
@@ -127,28 +127,28 @@ impl RetryPolicy {
 
 /// Sends notifications to webhooks.
 #[derive(Debug, Clone)]
-pub struct Notifier {
+pub struct WebhookClient {
     client: reqwest::Client,
     policy: RetryPolicy,
     timeout: Duration,
 }
 
-impl Notifier {
+impl WebhookClient {
     /// `timeout` bounds each attempt.
-    pub fn new(timeout: Duration, policy: RetryPolicy) -> Result<Self, NotifyError> {
+    pub fn new(timeout: Duration, policy: RetryPolicy) -> Result<Self, WebhookError> {
         let client = crate::http_client::builder()
             .timeout(timeout)
             // A redirected POST may turn into a GET or carry the body elsewhere; a webhook that
             // moved should be reconfigured, not followed.
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| NotifyError::Client(error_chain(&e.without_url())))?;
-        Ok(Notifier { client, policy, timeout })
+            .map_err(|e| WebhookError::Client(error_chain(&e.without_url())))?;
+        Ok(WebhookClient { client, policy, timeout })
     }
 
     /// A 5 s per-attempt timeout and the default retry policy.
-    pub fn with_defaults() -> Result<Self, NotifyError> {
-        Notifier::new(DEFAULT_TIMEOUT, RetryPolicy::default())
+    pub fn with_defaults() -> Result<Self, WebhookError> {
+        WebhookClient::new(DEFAULT_TIMEOUT, RetryPolicy::default())
     }
 
     pub fn policy(&self) -> &RetryPolicy {
@@ -158,12 +158,7 @@ impl Notifier {
     /// Starts one delivery task per webhook and returns at once; each task sends its
     /// `DeliveryReport` on `report` when it is done. Outside a tokio runtime nothing can be
     /// delivered, and every hook is reported undelivered straight away.
-    pub fn spawn_send(
-        &self,
-        hooks: Vec<Webhook>,
-        note: Notification,
-        report: UnboundedSender<DeliveryReport>,
-    ) {
+    pub fn spawn_send(&self, hooks: Vec<Webhook>, note: Payload, report: UnboundedSender<DeliveryReport>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             for hook in hooks {
                 // The receiver may be gone; there is no one else to tell.
@@ -179,16 +174,16 @@ impl Notifier {
             return;
         };
         for hook in hooks {
-            let (notifier, note, report) = (self.clone(), note.clone(), report.clone());
+            let (webhooks, note, report) = (self.clone(), note.clone(), report.clone());
             runtime.spawn(async move {
-                let outcome = notifier.send(&hook, &note).await;
+                let outcome = webhooks.send(&hook, &note).await;
                 let _ = report.send(outcome);
             });
         }
     }
 
     /// Delivers `note` to `hook`, retrying per the policy, and says how it went.
-    pub async fn send(&self, hook: &Webhook, note: &Notification) -> DeliveryReport {
+    pub async fn send(&self, hook: &Webhook, note: &Payload) -> DeliveryReport {
         let shown = crate::secrets::redact_url(&hook.url);
         let mut report = DeliveryReport {
             url: shown.clone(),
@@ -427,13 +422,13 @@ mod tests {
         }
     }
 
-    fn notifier(policy: RetryPolicy) -> Notifier {
-        Notifier::new(Duration::from_secs(2), policy).unwrap()
+    fn webhooks(policy: RetryPolicy) -> WebhookClient {
+        WebhookClient::new(Duration::from_secs(2), policy).unwrap()
     }
 
-    fn note() -> Notification {
-        Notification {
-            kind: Notification::RUN_COMPLETED.to_string(),
+    fn note() -> Payload {
+        Payload {
+            kind: Payload::RUN_COMPLETED.to_string(),
             ids: serde_json::json!({"run": "r-1", "test": 7}),
             state: "succeeded".to_string(),
             summary: serde_json::json!({"accuracy": 0.5, "steps": 3}),
@@ -457,7 +452,7 @@ mod tests {
     async fn delivers_after_server_errors_with_growing_backoff() {
         let mut rx = receiver(vec![Reply::Status(500), Reply::Status(500), Reply::Status(200)]).await;
         let started = Instant::now();
-        let report = notifier(fast(5, 40, 1000)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(5, 40, 1000)).send(&hook(&rx.url), &note()).await;
         assert!(report.delivered, "{report:?}");
         assert_eq!((report.attempts, report.error.as_deref(), report.last_status), (3, None, Some(200)));
         rx.wait_for_hits(3).await;
@@ -471,7 +466,7 @@ mod tests {
     #[tokio::test]
     async fn body_is_the_notification_as_json() {
         let mut rx = receiver(vec![Reply::Status(204)]).await;
-        let report = notifier(fast(3, 10, 100)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(3, 10, 100)).send(&hook(&rx.url), &note()).await;
         assert!(report.delivered && report.attempts == 1, "{report:?}");
         rx.wait_for_hits(1).await;
         let hits = rx.hits.lock().unwrap();
@@ -487,14 +482,14 @@ mod tests {
         assert_eq!(body["state"], "succeeded");
         assert_eq!(body["summary"]["accuracy"], 0.5);
         assert_eq!(body["at"], 1_770_000_000);
-        let back: Notification = serde_json::from_value(body).unwrap();
+        let back: Payload = serde_json::from_value(body).unwrap();
         assert_eq!(back, note());
     }
 
     #[tokio::test]
     async fn client_errors_give_up_at_once() {
         let mut rx = receiver(vec![Reply::Status(404)]).await;
-        let report = notifier(fast(5, 10, 100)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(5, 10, 100)).send(&hook(&rx.url), &note()).await;
         assert!(!report.delivered);
         assert_eq!(report.attempts, 1);
         assert_eq!(report.last_status, Some(404));
@@ -502,14 +497,14 @@ mod tests {
         rx.wait_for_hits(1).await;
         // A redirect is not followed and not retried either.
         let rx = receiver(vec![Reply::StatusWith(302, "Location: http://127.0.0.1:9/elsewhere\r\n")]).await;
-        let report = notifier(fast(5, 10, 100)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(5, 10, 100)).send(&hook(&rx.url), &note()).await;
         assert_eq!((report.delivered, report.attempts, report.last_status), (false, 1, Some(302)));
     }
 
     #[tokio::test]
     async fn connection_refused_is_retried_then_reported() {
         let url = closed_port_url("/hook").await;
-        let report = notifier(fast(3, 10, 50)).send(&hook(&url), &note()).await;
+        let report = webhooks(fast(3, 10, 50)).send(&hook(&url), &note()).await;
         assert!(!report.delivered);
         assert_eq!((report.attempts, report.last_status), (3, None));
         let error = report.error.unwrap();
@@ -522,7 +517,8 @@ mod tests {
         let mut rx = receiver(vec![Reply::Hang]).await;
         let per_attempt = Duration::from_millis(150);
         let started = Instant::now();
-        let report = Notifier::new(per_attempt, fast(2, 10, 50)).unwrap().send(&hook(&rx.url), &note()).await;
+        let report =
+            WebhookClient::new(per_attempt, fast(2, 10, 50)).unwrap().send(&hook(&rx.url), &note()).await;
         let elapsed = started.elapsed();
         assert!(!report.delivered);
         assert_eq!(report.attempts, 2);
@@ -536,7 +532,7 @@ mod tests {
     async fn retry_after_is_honoured() {
         let mut rx = receiver(vec![Reply::StatusWith(429, "Retry-After: 1\r\n"), Reply::Status(200)]).await;
         // The policy's own backoff (10 ms) is far shorter than what the receiver asked for.
-        let report = notifier(fast(3, 10, 5000)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(3, 10, 5000)).send(&hook(&rx.url), &note()).await;
         assert!(report.delivered && report.attempts == 2, "{report:?}");
         rx.wait_for_hits(2).await;
         let gaps = rx.gaps();
@@ -547,7 +543,7 @@ mod tests {
     async fn retry_after_is_capped_by_max_backoff() {
         let mut rx =
             receiver(vec![Reply::StatusWith(503, "Retry-After: 3600\r\n"), Reply::Status(200)]).await;
-        let report = notifier(fast(3, 10, 150)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(3, 10, 150)).send(&hook(&rx.url), &note()).await;
         assert!(report.delivered && report.attempts == 2, "{report:?}");
         rx.wait_for_hits(2).await;
         let gaps = rx.gaps();
@@ -558,12 +554,12 @@ mod tests {
     #[tokio::test]
     async fn exhausted_retries_report_the_last_error() {
         let mut rx = receiver(vec![Reply::Status(502)]).await;
-        let report = notifier(fast(3, 5, 20)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(3, 5, 20)).send(&hook(&rx.url), &note()).await;
         assert_eq!((report.delivered, report.attempts), (false, 3));
         assert_eq!(report.error.as_deref(), Some("http 502 Bad Gateway"));
         rx.wait_for_hits(3).await;
         // attempts = 0 still makes one attempt.
-        let report = notifier(fast(0, 5, 20)).send(&hook(&rx.url), &note()).await;
+        let report = webhooks(fast(0, 5, 20)).send(&hook(&rx.url), &note()).await;
         assert_eq!(report.attempts, 1);
     }
 
@@ -573,7 +569,7 @@ mod tests {
         let mut slow = receiver(vec![Reply::Gated(gate.clone())]).await;
         let refusing = receiver(vec![Reply::Status(404)]).await;
         let (tx, mut reports) = mpsc::unbounded_channel();
-        notifier(fast(3, 10, 100)).spawn_send(vec![hook(&slow.url), hook(&refusing.url)], note(), tx);
+        webhooks(fast(3, 10, 100)).spawn_send(vec![hook(&slow.url), hook(&refusing.url)], note(), tx);
         // The slow receiver has the request but holds its answer: its report can't exist yet.
         slow.wait_for_hits(1).await;
         let first = timeout(DEADLINE, reports.recv()).await.unwrap().unwrap();
@@ -590,7 +586,7 @@ mod tests {
     #[test]
     fn spawn_send_outside_a_runtime_reports_instead_of_panicking() {
         let (tx, mut reports) = mpsc::unbounded_channel();
-        notifier(fast(3, 10, 100)).spawn_send(vec![hook("http://u:p@127.0.0.1:1/x?t=s")], note(), tx);
+        webhooks(fast(3, 10, 100)).spawn_send(vec![hook("http://u:p@127.0.0.1:1/x?t=s")], note(), tx);
         let report = reports.try_recv().unwrap();
         assert_eq!((report.delivered, report.attempts), (false, 0));
         assert_eq!(report.url, "http://***@127.0.0.1:1/x?***");
@@ -599,7 +595,7 @@ mod tests {
     #[tokio::test]
     async fn unusable_urls_fail_without_attempts() {
         for url in ["not a url", "ftp://user:pw@host/x?token=abc", ""] {
-            let report = notifier(fast(3, 10, 100)).send(&hook(url), &note()).await;
+            let report = webhooks(fast(3, 10, 100)).send(&hook(url), &note()).await;
             assert_eq!((report.delivered, report.attempts), (false, 0), "{url}");
             let error = report.error.unwrap();
             assert!(error.starts_with("invalid webhook url"), "{error}");
@@ -611,7 +607,7 @@ mod tests {
     async fn secrets_in_the_url_never_reach_reports() {
         let rx = receiver(vec![Reply::Status(404)]).await;
         let secret_url = rx.url.replace("http://", "http://alice:s3cr3t@") + "?token=abc123&x=1";
-        let report = notifier(fast(2, 10, 50)).send(&hook(&secret_url), &note()).await;
+        let report = webhooks(fast(2, 10, 50)).send(&hook(&secret_url), &note()).await;
         let shown = rx.url.replace("http://", "http://***@") + "?***";
         assert_eq!(report.url, shown);
         let text = serde_json::to_string(&report).unwrap();
@@ -620,7 +616,7 @@ mod tests {
         }
         // reqwest's own errors name the URL; they must come out scrubbed too.
         let refused = closed_port_url("/h?token=abc123").await.replace("http://", "http://alice:s3cr3t@");
-        let report = notifier(fast(2, 10, 50)).send(&hook(&refused), &note()).await;
+        let report = webhooks(fast(2, 10, 50)).send(&hook(&refused), &note()).await;
         let text = serde_json::to_string(&report).unwrap();
         for secret in ["alice", "s3cr3t", "abc123"] {
             assert!(!text.contains(secret), "{secret} leaked: {text}");

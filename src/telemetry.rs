@@ -42,7 +42,7 @@ impl Histogram {
 }
 
 #[derive(Default)]
-pub struct Metrics {
+pub struct Telemetry {
     pub stage_exits_ok: AtomicU64,
     pub stage_exits_failed: AtomicU64,
     pub stage_exits_signalled: AtomicU64,
@@ -55,7 +55,7 @@ pub struct Metrics {
     pub run_steps: std::sync::Mutex<std::collections::BTreeMap<String, (i64, Option<i64>)>>,
 }
 
-impl Metrics {
+impl Telemetry {
     pub fn stage_ended(&self, exit: Option<crate::model::Exit>) {
         use crate::model::Exit;
         let counter = match exit {
@@ -142,13 +142,13 @@ mod tests {
 
     #[test]
     fn run_steps_are_gauges_until_the_run_is_forgotten() {
-        let metrics = Metrics::default();
-        metrics.set_run_step("r1", Some((420, Some(2500))));
-        let text = metrics.render(vec![], vec![]);
+        let telemetry = Telemetry::default();
+        telemetry.set_run_step("r1", Some((420, Some(2500))));
+        let text = telemetry.render(vec![], vec![]);
         assert!(text.contains("lachesis_run_step{run=\"r1\"} 420"), "{text}");
         assert!(text.contains("lachesis_run_total_steps{run=\"r1\"} 2500"), "{text}");
-        metrics.set_run_step("r1", None);
-        assert!(!metrics.render(vec![], vec![]).contains("run=\"r1\""));
+        telemetry.set_run_step("r1", None);
+        assert!(!telemetry.render(vec![], vec![]).contains("run=\"r1\""));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use uuid::Uuid;
 use super::Reconciler;
 use crate::model::{InferenceTest, TestState};
 use crate::model::{NewEvent, Run, RunState};
-use crate::notify::{Notification, Webhook};
+use crate::webhooks::{Payload, Webhook};
 
 /// Webhooks told about every run that completes or fails (`LACHESIS_WEBHOOKS`, comma-separated).
 pub fn run_webhooks() -> Vec<String> {
@@ -16,11 +16,11 @@ pub fn run_webhooks() -> Vec<String> {
 }
 
 impl Reconciler {
-    fn deliver(&self, subject: Uuid, urls: Vec<String>, note: Notification) {
-        let (Some(notifier), false) = (&self.notifier, urls.is_empty()) else { return };
+    fn deliver(&self, subject: Uuid, urls: Vec<String>, note: Payload) {
+        let (Some(webhooks), false) = (&self.webhooks, urls.is_empty()) else { return };
         let hooks = urls.into_iter().map(|url| Webhook { url }).collect();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        notifier.spawn_send(hooks, note, tx);
+        webhooks.spawn_send(hooks, note, tx);
         let store = self.store.clone();
         tokio::spawn(async move {
             while let Some(report) = rx.recv().await {
@@ -41,13 +41,13 @@ impl Reconciler {
     }
 
     /// A run reached `completed` or `failed`.
-    pub(super) fn notify_run(&self, run: &Run) {
+    pub(super) fn post_run_webhooks(&self, run: &Run) {
         let kind = match run.state {
-            RunState::Completed => Notification::RUN_COMPLETED,
-            RunState::Failed => Notification::RUN_FAILED,
+            RunState::Completed => Payload::RUN_COMPLETED,
+            RunState::Failed => Payload::RUN_FAILED,
             _ => return,
         };
-        let note = Notification {
+        let note = Payload {
             kind: kind.into(),
             ids: serde_json::json!({ "run": run.id, "workflow": run.workflow, "env": run.env_name }),
             state: run.state.to_string(),
@@ -58,22 +58,22 @@ impl Reconciler {
     }
 
     /// A scheduled test ended: its schedule's webhooks hear that it finished, and of a regression.
-    pub(super) async fn notify_test(&self, test: &InferenceTest) {
+    pub(super) async fn post_test_webhooks(&self, test: &InferenceTest) {
         let Some(schedule_id) = test.schedule_id else { return };
         let Ok(schedules) = self.store.schedules().await else { return };
         let Some(schedule) = schedules.into_iter().find(|s| s.id == schedule_id) else { return };
         let ids = serde_json::json!({ "test": test.id, "schedule": schedule.name, "env": test.env_name });
         let summary = test.results.as_ref().map(|r| r["summary"].clone()).unwrap_or_default();
-        let mut kinds = vec![Notification::TEST_FINISHED];
+        let mut kinds = vec![Payload::TEST_FINISHED];
         if test.state == TestState::Regressed {
-            kinds.push(Notification::REGRESSION);
+            kinds.push(Payload::REGRESSION);
         }
         for kind in kinds {
-            let note = Notification {
+            let note = Payload {
                 kind: kind.into(),
                 ids: ids.clone(),
                 state: test.state.to_string(),
-                summary: if kind == Notification::REGRESSION {
+                summary: if kind == Payload::REGRESSION {
                     serde_json::json!({ "reason": test.reason, "regressions": test.results.as_ref().map(|r| r["regressions"].clone()) })
                 } else {
                     summary.clone()
