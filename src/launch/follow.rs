@@ -1,8 +1,10 @@
 //! Following a stage's log as it grows: each read starts where the last one stopped, so a
-//! line is looked at once, however long the log gets.
+//! line is looked at once, however long the log gets. When the log rotates (see
+//! `logs::rotate`), the follower reads the old file to its end, then the new one from its start.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Reads the lines appended to a file since the last call.
@@ -69,7 +71,16 @@ impl Follower {
             }
             let n = file.read(&mut self.buf)?;
             if n == 0 {
-                return Ok(false);
+                // At the end of the file we hold: a rotation put a new file at the path.
+                let held = file.metadata()?;
+                match std::fs::metadata(&self.path) {
+                    Ok(now) if (now.dev(), now.ino()) != (held.dev(), held.ino()) => {
+                        *file = File::open(&self.path)?;
+                        self.offset = 0;
+                        continue;
+                    }
+                    _ => return Ok(false),
+                }
             }
             read += n as u64;
             self.offset += n as u64;
@@ -101,14 +112,9 @@ pub fn last_in_tail<T>(
     path: &Path,
     from: u64,
     window: u64,
-    mut pick: impl FnMut(&str) -> Option<T>,
+    pick: impl FnMut(&str) -> Option<T>,
 ) -> Option<T> {
-    let mut file = File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    file.seek(SeekFrom::Start(len.saturating_sub(window).max(from))).ok()?;
-    let mut tail = Vec::new();
-    file.read_to_end(&mut tail).ok()?;
-    String::from_utf8_lossy(&tail).lines().rev().find_map(&mut pick)
+    crate::logs::last_match(path, from, window, pick).ok().flatten()
 }
 
 #[cfg(test)]

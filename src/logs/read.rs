@@ -1,0 +1,205 @@
+//! Bounded reads of a stage log: the last lines, a byte range, the last line that matches.
+//! Each reads backwards or forwards in blocks from a seek, so it costs the same on a 1 KB log
+//! and a 10 GB one, and holds at most its answer (plus one block) in memory.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// The most text one answer carries: a longer range is cut, and so is a longer line.
+pub const MAX_ANSWER: u64 = 1024 * 1024;
+/// How far back the weights line is looked for: a trainer reports its weights at the end.
+pub const SCAN_WINDOW: u64 = 8 * 1024 * 1024;
+/// The unit of every read.
+const BLOCK: u64 = 64 * 1024;
+
+/// A piece of a log, with where it lies in the file: `start..end` of the `size` bytes it had
+/// when read. A client pages backwards from `start` or follows from `end`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LogPage {
+    /// The file's length when it was read (0 for a log not written yet).
+    pub size: u64,
+    pub start: u64,
+    pub end: u64,
+    /// The bytes `start..end`, invalid UTF-8 shown as U+FFFD.
+    pub text: String,
+    /// The answer stopped at its maximum size before what was asked for (lines or bytes).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("read log {}: {source}", .path.display())]
+pub struct LogError {
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
+fn at(path: &Path) -> impl Fn(io::Error) -> LogError + '_ {
+    move |source| LogError { path: path.to_path_buf(), source }
+}
+
+/// The log file, or None for one not written yet (a stage that has not started).
+fn open(path: &Path) -> Result<Option<(File, u64)>, LogError> {
+    match File::open(path) {
+        Ok(file) => {
+            let size = file.metadata().map_err(at(path))?.len();
+            Ok(Some((file, size)))
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(at(path)(err)),
+    }
+}
+
+fn read_exact_at(file: &mut File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    file.seek(SeekFrom::Start(offset))?;
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+fn page(size: u64, start: u64, bytes: &[u8], cut: bool) -> LogPage {
+    LogPage {
+        size,
+        start,
+        end: start + bytes.len() as u64,
+        text: String::from_utf8_lossy(bytes).into_owned(),
+        cut,
+    }
+}
+
+/// The last `lines` lines (a final line without its newline counts), at most `max_bytes` of
+/// them (clamped to [`MAX_ANSWER`]): past that, the answer is the last `max_bytes` bytes, cut.
+pub fn tail(path: &Path, lines: usize, max_bytes: u64) -> Result<LogPage, LogError> {
+    let Some((mut file, size)) = open(path)? else { return Ok(LogPage::default()) };
+    let max_bytes = max_bytes.min(MAX_ANSWER);
+    if lines == 0 || size == 0 || max_bytes == 0 {
+        return Ok(LogPage { size, start: size, end: size, ..LogPage::default() });
+    }
+    let floor = size.saturating_sub(max_bytes);
+    // Blocks read so far, the earliest first; together they hold `pos..size`.
+    let mut held: Vec<u8> = Vec::new();
+    let mut pos = size;
+    // The file's final newline ends the last line; it starts none.
+    let mut newlines = 0usize;
+    let mut start = None;
+    while pos > floor && start.is_none() {
+        let from = pos.saturating_sub(BLOCK).max(floor);
+        let mut block = vec![0; (pos - from) as usize];
+        let n = read_exact_at(&mut file, from, &mut block).map_err(at(path))?;
+        block.truncate(n);
+        if n as u64 != pos - from {
+            // The file shrank under us (rotated, truncated): answer what is there.
+            break;
+        }
+        for (i, byte) in block.iter().enumerate().rev() {
+            let offset = from + i as u64;
+            if *byte == b'\n' && offset != size - 1 {
+                newlines += 1;
+                if newlines == lines {
+                    start = Some(offset + 1);
+                    break;
+                }
+            }
+        }
+        block.extend_from_slice(&held);
+        held = block;
+        pos = from;
+    }
+    let cut = match start {
+        Some(_) => false,
+        // Stopped at the size limit: the answer is whole only if a line ends just before it.
+        None if pos == floor && floor > 0 => {
+            let mut before = [0u8];
+            let n = read_exact_at(&mut file, floor - 1, &mut before).map_err(at(path))?;
+            !(n == 1 && before[0] == b'\n' && newlines + 1 == lines)
+        }
+        None => false,
+    };
+    let start = start.unwrap_or(pos);
+    let skip = (start - pos) as usize;
+    Ok(page(size, start, &held[skip.min(held.len())..], cut))
+}
+
+/// The bytes `offset..offset + limit`, `limit` clamped to [`MAX_ANSWER`]; an offset past the
+/// end gives an empty page at the end (the log was rotated or truncated meanwhile).
+pub fn range(path: &Path, offset: u64, limit: u64) -> Result<LogPage, LogError> {
+    let Some((mut file, size)) = open(path)? else { return Ok(LogPage::default()) };
+    if offset >= size {
+        return Ok(LogPage { size, start: size, end: size, ..LogPage::default() });
+    }
+    let want = limit.min(MAX_ANSWER).min(size - offset);
+    let mut bytes = vec![0; want as usize];
+    let n = read_exact_at(&mut file, offset, &mut bytes).map_err(at(path))?;
+    bytes.truncate(n);
+    Ok(page(size, offset, &bytes, limit > MAX_ANSWER && size - offset > MAX_ANSWER))
+}
+
+/// The last line of the log's final `window` bytes (none before byte `from`) for which `pick`
+/// gives something, scanning backwards block by block. When the current file has none and the
+/// window is not used up, the rotated file before it is looked at too: a log that rotated just
+/// after its weights line still has it.
+pub fn last_match<T>(
+    path: &Path,
+    from: u64,
+    window: u64,
+    mut pick: impl FnMut(&str) -> Option<T>,
+) -> Result<Option<T>, LogError> {
+    let (found, scanned) = scan_back(path, from, window, &mut pick)?;
+    if found.is_some() || from > 0 || scanned >= window {
+        return Ok(found);
+    }
+    Ok(scan_back(&super::rotate::rotated(path, 1), 0, window - scanned, &mut pick)?.0)
+}
+
+/// One file of [`last_match`]; also says how many bytes it looked at.
+fn scan_back<T>(
+    path: &Path,
+    from: u64,
+    window: u64,
+    pick: &mut impl FnMut(&str) -> Option<T>,
+) -> Result<(Option<T>, u64), LogError> {
+    let Some((mut file, size)) = open(path)? else { return Ok((None, 0)) };
+    let floor = size.saturating_sub(window).max(from);
+    // The end of a line whose start is in a block not read yet.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut pos = size;
+    while pos > floor {
+        let block_start = pos.saturating_sub(BLOCK).max(floor);
+        let mut block = vec![0; (pos - block_start) as usize];
+        let n = read_exact_at(&mut file, block_start, &mut block).map_err(at(path))?;
+        if n as u64 != pos - block_start {
+            break; // shrank under us
+        }
+        block.extend_from_slice(&carry);
+        pos = block_start;
+        // Every line after the block's first newline is whole; the part before it is not yet.
+        let Some(first) = block.iter().position(|b| *b == b'\n') else {
+            carry = block;
+            continue;
+        };
+        for line in block[first + 1..].split(|b| *b == b'\n').rev() {
+            if let Some(hit) = pick(&String::from_utf8_lossy(line)) {
+                return Ok((Some(hit), size - pos));
+            }
+        }
+        block.truncate(first);
+        carry = block;
+    }
+    // What is left starts a line when the scan reached the file's start or the stage's.
+    if pos == floor
+        && (floor == 0 || floor == from)
+        && let Some(hit) = pick(&String::from_utf8_lossy(&carry))
+    {
+        return Ok((Some(hit), size - pos));
+    }
+    Ok((None, size - pos))
+}

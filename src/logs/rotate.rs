@@ -1,0 +1,85 @@
+//! The writer of a stage log under its [`Rotation`]: past the size, `trainer.log` becomes
+//! `trainer.log.1` (and `.1` becomes `.2`, …, the oldest dropped), and writing carries on in a
+//! fresh `trainer.log`. Readers holding the old file read it to its end, then follow the new
+//! one (see `launch::follow`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::limits::Rotation;
+
+/// `trainer.log` and `n` → `trainer.log.n`.
+pub fn rotated(path: &Path, n: u32) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+}
+
+pub struct RotatingLog {
+    path: PathBuf,
+    file: File,
+    /// Bytes in the live file.
+    size: u64,
+    rotation: Rotation,
+}
+
+impl RotatingLog {
+    /// Opens (or creates) the live log for appending; what it already holds counts.
+    pub fn open(path: &Path, rotation: Rotation) -> io::Result<RotatingLog> {
+        let file = open_append(path)?;
+        let size = file.metadata()?.len();
+        Ok(RotatingLog { path: path.to_path_buf(), file, size, rotation })
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        if self.rotation.max_files <= 1 {
+            // No file to keep: start the one over (appends land at the new end).
+            self.file.set_len(0)?;
+            self.size = 0;
+            return Ok(());
+        }
+        // Renaming over the oldest drops it.
+        for n in (1..self.rotation.max_files - 1).rev() {
+            match std::fs::rename(rotated(&self.path, n), rotated(&self.path, n + 1)) {
+                Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+        }
+        std::fs::rename(&self.path, rotated(&self.path, 1))?;
+        self.file = open_append(&self.path)?;
+        self.size = 0;
+        Ok(())
+    }
+}
+
+impl Write for RotatingLog {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // A file is rotated before the write that would take it past the size, so it holds
+        // whole writes (whole lines, for a stage that writes lines) unless one write is bigger.
+        // A rotation that fails is tried again on the next write; the output is kept meanwhile.
+        if self.size > 0 && self.size.saturating_add(buf.len() as u64) > self.rotation.max_size {
+            let _ = self.rotate();
+        }
+        let n = self.file.write(buf)?;
+        self.size += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// The live file's descriptor, for the free-space checks of `launch::space::ReservedLog`.
+impl AsFd for RotatingLog {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
