@@ -4,6 +4,7 @@
 mod daemon;
 mod environments;
 mod inference_tests;
+mod logs;
 mod metric_history;
 mod metrics;
 mod nodes;
@@ -19,6 +20,7 @@ use crate::workflow::CatalogError;
 
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
+pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
@@ -69,6 +71,10 @@ pub enum ServiceError {
     EnvironmentFileMissing { name: String, path: std::path::PathBuf },
     #[error("no test matches '{0}'")]
     UnknownTest(String),
+    #[error("run {run} has no stage '{stage}' (stages: {known})")]
+    UnknownStage { run: String, stage: String, known: String },
+    #[error(transparent)]
+    Log(#[from] crate::logs::LogError),
     #[error("{0}")]
     Schedule(String),
     #[error("unknown schedule '{name}' (schedules: {available})")]
