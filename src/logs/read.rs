@@ -79,6 +79,10 @@ fn page(size: u64, start: u64, bytes: &[u8], cut: bool) -> LogPage {
 /// The last `lines` lines (a final line without its newline counts), at most `max_bytes` of
 /// them (clamped to [`MAX_ANSWER`]): past that, the answer is the last `max_bytes` bytes, cut.
 pub fn tail(path: &Path, lines: usize, max_bytes: u64) -> Result<LogPage, LogError> {
+    tail_in_blocks(path, lines, max_bytes, BLOCK)
+}
+
+fn tail_in_blocks(path: &Path, lines: usize, max_bytes: u64, block_size: u64) -> Result<LogPage, LogError> {
     let Some((mut file, size)) = open(path)? else { return Ok(LogPage::default()) };
     let max_bytes = max_bytes.min(MAX_ANSWER);
     if lines == 0 || size == 0 || max_bytes == 0 {
@@ -92,7 +96,7 @@ pub fn tail(path: &Path, lines: usize, max_bytes: u64) -> Result<LogPage, LogErr
     let mut newlines = 0usize;
     let mut start = None;
     while pos > floor && start.is_none() {
-        let from = pos.saturating_sub(BLOCK).max(floor);
+        let from = pos.saturating_sub(block_size).max(floor);
         let mut block = vec![0; (pos - from) as usize];
         let n = read_exact_at(&mut file, from, &mut block).map_err(at(path))?;
         block.truncate(n);
@@ -153,11 +157,21 @@ pub fn last_match<T>(
     window: u64,
     mut pick: impl FnMut(&str) -> Option<T>,
 ) -> Result<Option<T>, LogError> {
-    let (found, scanned) = scan_back(path, from, window, &mut pick)?;
+    last_match_in_blocks(path, from, window, &mut pick, BLOCK)
+}
+
+fn last_match_in_blocks<T>(
+    path: &Path,
+    from: u64,
+    window: u64,
+    pick: &mut impl FnMut(&str) -> Option<T>,
+    block_size: u64,
+) -> Result<Option<T>, LogError> {
+    let (found, scanned) = scan_back(path, from, window, pick, block_size)?;
     if found.is_some() || from > 0 || scanned >= window {
         return Ok(found);
     }
-    Ok(scan_back(&super::rotate::rotated(path, 1), 0, window - scanned, &mut pick)?.0)
+    Ok(scan_back(&super::rotate::rotated(path, 1), 0, window - scanned, pick, block_size)?.0)
 }
 
 /// One file of [`last_match`]; also says how many bytes it looked at.
@@ -166,6 +180,7 @@ fn scan_back<T>(
     from: u64,
     window: u64,
     pick: &mut impl FnMut(&str) -> Option<T>,
+    block_size: u64,
 ) -> Result<(Option<T>, u64), LogError> {
     let Some((mut file, size)) = open(path)? else { return Ok((None, 0)) };
     let floor = size.saturating_sub(window).max(from);
@@ -173,7 +188,7 @@ fn scan_back<T>(
     let mut carry: Vec<u8> = Vec::new();
     let mut pos = size;
     while pos > floor {
-        let block_start = pos.saturating_sub(BLOCK).max(floor);
+        let block_start = pos.saturating_sub(block_size).max(floor);
         let mut block = vec![0; (pos - block_start) as usize];
         let n = read_exact_at(&mut file, block_start, &mut block).map_err(at(path))?;
         if n as u64 != pos - block_start {
@@ -202,4 +217,145 @@ fn scan_back<T>(
         return Ok((Some(hit), size - pos));
     }
     Ok((None, size - pos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn log_with(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trainer.log");
+        std::fs::write(&path, bytes).unwrap();
+        (dir, path)
+    }
+
+    /// The last `lines` lines by splitting the whole file: what `tail` must agree with.
+    fn naive_tail(bytes: &[u8], lines: usize, max: u64) -> (u64, bool) {
+        let size = bytes.len() as u64;
+        if lines == 0 || size == 0 || max == 0 {
+            return (size, false);
+        }
+        let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let breaks: Vec<usize> =
+            body.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i).collect();
+        let start = if breaks.len() >= lines { breaks[breaks.len() - lines] as u64 + 1 } else { 0 };
+        if size - start > max { (size - max, true) } else { (start, false) }
+    }
+
+    #[test]
+    fn a_tail_is_the_last_lines_across_blocks() {
+        let text: String = (0..5000).map(|i| format!("line {i}\n")).collect();
+        let (_dir, path) = log_with(text.as_bytes());
+        let page = tail(&path, 3, MAX_ANSWER).unwrap();
+        assert_eq!(page.text, "line 4997\nline 4998\nline 4999\n");
+        assert_eq!((page.size, page.end, page.cut), (text.len() as u64, text.len() as u64, false));
+        assert_eq!(page.start, page.end - page.text.len() as u64);
+        // Lines that straddle the boundary between two blocks come back whole.
+        let page = tail_in_blocks(&path, 2000, MAX_ANSWER, 7).unwrap();
+        assert_eq!(page.text.lines().count(), 2000);
+        assert!(page.text.starts_with("line 3000\n"));
+    }
+
+    #[test]
+    fn the_last_line_counts_without_its_newline() {
+        let (_dir, path) = log_with(b"a\nb\nc");
+        assert_eq!(tail(&path, 2, MAX_ANSWER).unwrap().text, "b\nc");
+        assert_eq!(tail(&path, 9, MAX_ANSWER).unwrap().text, "a\nb\nc");
+        assert_eq!(tail(&path, 0, MAX_ANSWER).unwrap().text, "");
+    }
+
+    #[test]
+    fn invalid_utf8_is_shown_not_refused() {
+        let (_dir, path) = log_with(b"ok\n\xff\xfebad\n");
+        let page = tail(&path, 1, MAX_ANSWER).unwrap();
+        assert_eq!(page.text, "\u{fffd}\u{fffd}bad\n");
+        assert_eq!(page.end - page.start, 6, "offsets count bytes, not characters");
+    }
+
+    #[test]
+    fn one_line_longer_than_an_answer_is_cut_not_buffered() {
+        let mut bytes = vec![b'x'; 3 * MAX_ANSWER as usize];
+        bytes.push(b'\n');
+        let (_dir, path) = log_with(&bytes);
+        let page = tail(&path, 1, u64::MAX).unwrap();
+        assert!(page.cut);
+        assert_eq!(page.text.len() as u64, MAX_ANSWER, "at most one answer, whatever was asked");
+        assert_eq!((page.start, page.end), (bytes.len() as u64 - MAX_ANSWER, bytes.len() as u64));
+        let page = range(&path, 5, u64::MAX).unwrap();
+        assert!(page.cut && page.text.len() as u64 == MAX_ANSWER && page.start == 5);
+    }
+
+    #[test]
+    fn empty_missing_and_past_the_end_read_as_nothing() {
+        let (dir, path) = log_with(b"");
+        assert_eq!(tail(&path, 10, MAX_ANSWER).unwrap(), LogPage::default());
+        let missing = dir.path().join("not-yet.log");
+        assert_eq!(tail(&missing, 10, MAX_ANSWER).unwrap(), LogPage::default());
+        assert_eq!(range(&missing, 0, 10).unwrap(), LogPage::default());
+        assert_eq!(last_match(&missing, 0, SCAN_WINDOW, |l| Some(l.to_string())).unwrap(), None);
+        std::fs::write(&path, b"0123456789").unwrap();
+        let page = range(&path, 50, 10).unwrap();
+        assert_eq!((page.size, page.start, page.end, page.text.as_str()), (10, 10, 10, ""));
+        let page = range(&path, 3, 4).unwrap();
+        assert_eq!((page.start, page.end, page.text.as_str(), page.cut), (3, 7, "3456", false));
+        let err = tail(dir.path(), 1, 10).unwrap_err().to_string();
+        assert!(err.starts_with("read log ") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn a_sparse_10_gb_log_reads_its_end_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trainer.log");
+        let file = File::create(&path).unwrap();
+        file.set_len(10 << 30).unwrap();
+        drop(file);
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut file, b"\nsaved tinker://run/weights-9.\nStep 9/9\n").unwrap();
+        assert_eq!(tail(&path, 2, MAX_ANSWER).unwrap().text, "saved tinker://run/weights-9.\nStep 9/9\n");
+        let found = last_match(&path, 0, SCAN_WINDOW, |l| l.contains("tinker://").then(|| l.to_string()));
+        assert_eq!(found.unwrap().as_deref(), Some("saved tinker://run/weights-9."));
+        assert!(
+            last_match(&path, 0, SCAN_WINDOW, |l| l.contains("nowhere").then_some(())).unwrap().is_none()
+        );
+    }
+
+    #[test]
+    fn the_last_match_may_be_in_the_rotated_file() {
+        let (dir, path) = log_with(b"Step 1\nStep 2\n");
+        std::fs::write(dir.path().join("trainer.log.1"), b"old tinker://w/1\nlater tinker://w/2\n").unwrap();
+        let weights = |l: &str| l.split_once("tinker://").map(|(_, w)| w.to_string());
+        assert_eq!(last_match(&path, 0, SCAN_WINDOW, weights).unwrap().as_deref(), Some("w/2"));
+        // Lines before `from` belong to another attempt: neither they nor older files count.
+        assert_eq!(last_match(&path, 7, SCAN_WINDOW, weights).unwrap(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn reads_agree_with_reading_the_whole_file(
+            bytes in prop::collection::vec(prop_oneof![Just(b'\n'), Just(0xffu8), b'a'..=b'e'], 0..300),
+            lines in 0usize..40,
+            max in 0u64..400,
+            block in 1u64..40,
+            offset in 0u64..320,
+        ) {
+            let (_dir, path) = log_with(&bytes);
+            let page = tail_in_blocks(&path, lines, max, block).unwrap();
+            let (start, cut) = naive_tail(&bytes, lines, max);
+            prop_assert_eq!((page.start, page.end, page.size, page.cut), (start, bytes.len() as u64, bytes.len() as u64, cut));
+            prop_assert_eq!(&page.text, &String::from_utf8_lossy(&bytes[start as usize..]));
+
+            let page = range(&path, offset, max).unwrap();
+            let from = (offset as usize).min(bytes.len());
+            let to = (from + max as usize).min(bytes.len());
+            prop_assert_eq!((page.start, page.end), (from as u64, to as u64));
+            prop_assert_eq!(&page.text, &String::from_utf8_lossy(&bytes[from..to]));
+
+            let wanted = |l: &str| (l.len() > 2 && l.starts_with('a')).then(|| l.to_string());
+            let found = last_match_in_blocks(&path, 0, SCAN_WINDOW, &mut |l: &str| wanted(l), block).unwrap();
+            let naive = String::from_utf8_lossy(&bytes).split('\n').rev().find_map(wanted);
+            prop_assert_eq!(found, naive);
+        }
+    }
 }
