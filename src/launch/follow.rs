@@ -148,4 +148,30 @@ mod tests {
             Some("Step 3/5".into())
         );
     }
+
+    #[test]
+    fn a_rotated_log_is_followed_into_its_new_file_with_every_line_once() {
+        use crate::logs::{RotatingLog, Rotation};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trainer.log");
+        let mut log = RotatingLog::open(&path, Rotation { max_size: 64, max_files: 2 }).unwrap();
+        let mut follower = Follower::new(&path);
+        let mut seen = Vec::new();
+        let mut written = Vec::new();
+        for i in 0..300 {
+            let line = format!("Step {i}/300");
+            // Half a line, then the rest: a rotation may fall inside a line, which is kept whole.
+            let (head, rest) = line.split_at(line.len() / 2);
+            log.write_all(head.as_bytes()).unwrap();
+            log.write_all(format!("{rest}\n").as_bytes()).unwrap();
+            written.push(line);
+            // Reads come at uneven times, but at least once per rotation.
+            if i % 3 == 0 {
+                follower.read_new(|l| seen.push(l.to_string())).unwrap();
+            }
+        }
+        follower.read_new(|l| seen.push(l.to_string())).unwrap();
+        assert!(path.with_extension("log.1").exists(), "the log rotated");
+        assert_eq!(seen, written);
+    }
 }

@@ -83,3 +83,50 @@ impl AsFd for RotatingLog {
         self.file.as_fd()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(from: usize, to: usize) -> Vec<String> {
+        (from..to).map(|i| format!("line {i:04}\n")).collect()
+    }
+
+    #[test]
+    fn past_the_size_the_log_rotates_and_the_oldest_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trainer.log");
+        let rotation = Rotation { max_size: 100, max_files: 3 };
+        let mut log = RotatingLog::open(&path, rotation).unwrap();
+        let written = lines(0, 200);
+        for line in &written {
+            log.write_all(line.as_bytes()).unwrap();
+        }
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        let kept: Vec<String> =
+            [rotated(&path, 2), rotated(&path, 1), path.clone()].iter().map(|p| read(p)).collect();
+        for file in &kept {
+            assert!(file.len() as u64 <= rotation.max_size && file.ends_with('\n'), "{file:?}");
+        }
+        assert!(!rotated(&path, 3).exists(), "max_files counts the live file");
+        // The three files hold the newest lines, in order, each once.
+        let all = kept.concat();
+        assert!(written.concat().ends_with(&all) && all.len() > 200, "{all}");
+        // A reopened log (a restarted shim) counts what is already there.
+        let mut again = RotatingLog::open(&path, rotation).unwrap();
+        let before = read(&path);
+        again.write_all(&vec![b'x'; 99]).unwrap();
+        assert_eq!(read(&rotated(&path, 1)), before, "rotated before the write that would pass the size");
+    }
+
+    #[test]
+    fn one_file_means_starting_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        let mut log = RotatingLog::open(&path, Rotation { max_size: 10, max_files: 1 }).unwrap();
+        log.write_all(b"12345678\n").unwrap();
+        log.write_all(b"abc\n").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"abc\n");
+        assert!(!rotated(&path, 1).exists());
+    }
+}
