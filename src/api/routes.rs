@@ -316,7 +316,7 @@ async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer
 
 /// `?stage=&tail=` or `?stage=&offset=&limit=`.
 #[derive(Deserialize)]
-pub struct LogQuery {
+struct LogQuery {
     stage: Option<String>,
     tail: Option<usize>,
     offset: Option<u64>,
@@ -326,7 +326,7 @@ pub struct LogQuery {
 impl LogQuery {
     /// What to read: the last lines unless a byte range is asked for (a limit alone reads from
     /// the start). Both at once is refused: which would the answer be?
-    pub fn request(&self) -> Result<LogRequest, String> {
+    fn request(&self) -> Result<LogRequest, String> {
         match (self.tail, self.offset, self.limit) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
                 Err("give either tail (lines) or offset/limit (bytes), not both".into())
@@ -530,6 +530,19 @@ pub fn openapi_document() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_query_asks_for_lines_or_bytes_never_both() {
+        let q = |tail, offset, limit| LogQuery { stage: None, tail, offset, limit }.request();
+        assert_eq!(q(None, None, None), Ok(LogRequest::Tail { lines: crate::service::DEFAULT_TAIL_LINES }));
+        assert_eq!(q(Some(5), None, None), Ok(LogRequest::Tail { lines: 5 }));
+        assert_eq!(
+            q(None, Some(7), None),
+            Ok(LogRequest::Range { offset: 7, limit: crate::logs::MAX_ANSWER })
+        );
+        assert_eq!(q(None, None, Some(9)), Ok(LogRequest::Range { offset: 0, limit: 9 }));
+        assert!(q(Some(1), Some(0), None).is_err() && q(Some(1), None, Some(1)).is_err());
+    }
 
     #[test]
     fn a_cli_request_survives_the_trip_through_the_body() {
