@@ -81,7 +81,7 @@ impl Service {
             && chosen.is_empty()
         {
             return Err(ServiceError::UnknownStage {
-                run: run.id.to_string()[..8].to_string(),
+                run: crate::model::short_id(&run.id),
                 stage: crate::yaml::one_line(name),
                 known: stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
             });

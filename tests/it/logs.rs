@@ -125,3 +125,20 @@ stop_grace: 2s
     let (run, _) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Stopped);
 }
+
+#[tokio::test]
+async fn run_logs_follow_prints_a_live_run_to_its_end_and_stops() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "slow",
+        "name: slow\nstages:\n  - {name: t, argv: [sh, -c, 'echo one; sleep 1; printf two; sleep 0.5; echo \" halves\"; sleep 0.5; echo three']}\n",
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "slow"]).to_string();
+    // Started before the stage: it waits for the log, prints each line once, ends with the run.
+    let out = home.cli(&["run", "logs", &id, "--follow"]);
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "one\ntwo halves\nthree\n");
+    let run = home.run(uuid::Uuid::parse_str(&id).unwrap()).await;
+    assert_eq!(run.state, RunState::Completed);
+}
