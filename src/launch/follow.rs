@@ -75,9 +75,16 @@ impl Follower {
                 let held = file.metadata()?;
                 match std::fs::metadata(&self.path) {
                     Ok(now) if (now.dev(), now.ino()) != (held.dev(), held.ino()) => {
-                        *file = File::open(&self.path)?;
-                        self.offset = 0;
-                        continue;
+                        match File::open(&self.path) {
+                            Ok(new) => {
+                                *file = new;
+                                self.offset = 0;
+                                continue;
+                            }
+                            // Renamed again meanwhile: the next call looks once more.
+                            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                            Err(err) => return Err(err),
+                        }
                     }
                     _ => return Ok(false),
                 }
