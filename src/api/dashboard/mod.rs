@@ -297,7 +297,7 @@ async fn log_tail(
     };
     let stream = futures_util::stream::unfold(tail, |mut tail| async move {
         loop {
-            if let Some(lines) = tail.whole_lines() {
+            if let Some(lines) = take_whole_lines(&mut tail.pending) {
                 return Some((Ok(SseEvent::default().data(lines)), tail));
             }
             tokio::time::sleep(LOG_CHECK).await;
@@ -328,25 +328,36 @@ struct LogFollow {
     pending: String,
 }
 
-impl LogFollow {
-    /// The complete lines read so far, without their final newline; a line longer than one
-    /// answer is sent as it is, so `pending` stays bounded.
-    fn whole_lines(&mut self) -> Option<String> {
-        let end = match self.pending.rfind('\n') {
-            Some(end) => end,
-            None if self.pending.len() as u64 >= crate::logs::MAX_ANSWER => self.pending.len(),
-            None => return None,
-        };
-        let rest = self.pending.split_off((end + 1).min(self.pending.len()));
-        let mut lines = std::mem::replace(&mut self.pending, rest);
-        lines.truncate(end);
-        Some(lines)
-    }
+/// The complete lines of `pending`, taken out without their final newline; a line longer than
+/// one answer is taken as it is, so what waits stays bounded.
+fn take_whole_lines(pending: &mut String) -> Option<String> {
+    let end = match pending.rfind('\n') {
+        Some(end) => end,
+        None if pending.len() as u64 >= crate::logs::MAX_ANSWER => pending.len(),
+        None => return None,
+    };
+    let rest = pending.split_off((end + 1).min(pending.len()));
+    let mut lines = std::mem::replace(pending, rest);
+    lines.truncate(end);
+    Some(lines)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_tail_sends_whole_lines_and_keeps_the_rest_bounded() {
+        let mut pending = "a\nb\npart".to_string();
+        assert_eq!(take_whole_lines(&mut pending).as_deref(), Some("a\nb"));
+        assert_eq!(take_whole_lines(&mut pending), None);
+        assert_eq!(pending, "part", "a line still being written waits");
+        pending.push_str("ial\n");
+        assert_eq!(take_whole_lines(&mut pending).as_deref(), Some("partial"));
+        let mut long = "x".repeat(crate::logs::MAX_ANSWER as usize);
+        assert_eq!(take_whole_lines(&mut long).map(|l| l.len() as u64), Some(crate::logs::MAX_ANSWER));
+        assert!(long.is_empty());
+    }
 
     #[test]
     fn the_cookie_is_found_among_others_and_decoded() {
