@@ -478,13 +478,14 @@ async fn logs(
     let prefix = opening.len() > 1;
     let mut stages = Vec::with_capacity(opening.len());
     for log in opening {
+        let shown = (human_bytes(log.page.end - log.page.start), human_bytes(log.page.size));
         if tail.is_none() && log.page.start > 0 {
             eprintln!(
                 "[{}: the last {} of {}; earlier output is left out: use --tail N]",
-                log.stage,
-                human_bytes(log.page.end - log.page.start),
-                human_bytes(log.page.size)
+                log.stage, shown.0, shown.1
             );
+        } else if log.page.cut {
+            eprintln!("[{}: the last {} of {}, cut at the most one read shows]", log.stage, shown.0, shown.1);
         }
         let mut printed = LogPrinter { stage: log.stage, offset: log.page.end, pending: String::new() };
         printed.print(&log.page.text, prefix, follow)?;
