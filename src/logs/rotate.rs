@@ -45,17 +45,32 @@ impl RotatingLog {
             self.size = 0;
             return Ok(());
         }
+        // The fresh file first: if it cannot be made (a full disk), nothing has moved, and the
+        // output goes on into the live file until a later write tries again.
+        let mut fresh_name = self.path.as_os_str().to_owned();
+        fresh_name.push(".new");
+        let fresh_path = PathBuf::from(fresh_name);
+        let fresh = open_append(&fresh_path)?;
+        fresh.set_len(0)?;
         // Renaming over the oldest drops it.
         for n in (1..self.rotation.max_files - 1).rev() {
             match std::fs::rename(rotated(&self.path, n), rotated(&self.path, n + 1)) {
-                Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+                Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                    let _ = std::fs::remove_file(&fresh_path);
+                    return Err(err);
+                }
                 _ => {}
             }
         }
-        std::fs::rename(&self.path, rotated(&self.path, 1))?;
-        self.file = open_append(&self.path)?;
+        if let Err(err) = std::fs::rename(&self.path, rotated(&self.path, 1)) {
+            let _ = std::fs::remove_file(&fresh_path);
+            return Err(err);
+        }
+        // The old file is out of the way either way: write on into the fresh one.
+        let placed = std::fs::rename(&fresh_path, &self.path);
+        self.file = fresh;
         self.size = 0;
-        Ok(())
+        placed
     }
 }
 
@@ -117,6 +132,25 @@ mod tests {
         let before = read(&path);
         again.write_all(&vec![b'x'; 99]).unwrap();
         assert_eq!(read(&rotated(&path, 1)), before, "rotated before the write that would pass the size");
+    }
+
+    #[test]
+    fn a_rotation_that_cannot_make_its_new_file_moves_nothing_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        // Where the fresh file would go, something that is no file (as a full disk refuses one).
+        std::fs::create_dir(dir.path().join("a.log.new")).unwrap();
+        let mut log = RotatingLog::open(&path, Rotation { max_size: 10, max_files: 3 }).unwrap();
+        for line in lines(0, 5) {
+            log.write_all(line.as_bytes()).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), lines(0, 5).concat());
+        assert!(!rotated(&path, 1).exists());
+        // Once it can, the next write rotates.
+        std::fs::remove_dir(dir.path().join("a.log.new")).unwrap();
+        log.write_all(b"after\n").unwrap();
+        assert_eq!(std::fs::read_to_string(rotated(&path, 1)).unwrap(), lines(0, 5).concat());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "after\n");
     }
 
     #[test]
