@@ -487,7 +487,12 @@ async fn logs(
         } else if log.page.cut {
             eprintln!("[{}: the last {} of {}, cut at the most one read shows]", log.stage, shown.0, shown.1);
         }
-        let mut printed = LogPrinter { stage: log.stage, offset: log.page.end, pending: String::new() };
+        let mut printed = LogPrinter {
+            stage: log.stage,
+            file: log.page.file,
+            offset: log.page.end,
+            pending: String::new(),
+        };
         printed.print(&log.page.text, prefix, follow)?;
         stages.push(printed);
     }
@@ -498,13 +503,24 @@ async fn logs(
             loop {
                 let request = LogRequest::Range { offset: stage.offset, limit: lachesis::logs::MAX_ANSWER };
                 let Some(log) = service.logs(id, Some(&stage.stage), request).await?.pop() else { break };
-                if log.page.size < stage.offset {
-                    stage.offset = 0; // rotated or truncated: the new file from its start
+                let page = log.page;
+                if page.file == 0 {
+                    break; // not there (yet, or between a rotation's two renames)
+                }
+                if stage.file != 0 && page.file != stage.file {
+                    // Rotated: the rest of the file we were reading is `<log>.1` now.
+                    stage.read_previous(service, id, prefix).await?;
+                    (stage.file, stage.offset) = (page.file, 0);
                     continue;
                 }
-                stage.offset = log.page.end;
-                stage.print(&log.page.text, prefix, true)?;
-                if log.page.end >= log.page.size {
+                stage.file = page.file;
+                if page.size < stage.offset {
+                    stage.offset = 0; // truncated: from its new start
+                    continue;
+                }
+                stage.offset = page.end;
+                stage.print(&page.text, prefix, true)?;
+                if page.end >= page.size {
                     break;
                 }
             }
@@ -524,6 +540,8 @@ async fn logs(
 /// Where a stage's printed log stands.
 struct LogPrinter {
     stage: String,
+    /// The file being read (see `LogPage::file`).
+    file: u64,
     /// The next byte to read.
     offset: u64,
     /// The start of a line still being written (while following).
@@ -531,6 +549,28 @@ struct LogPrinter {
 }
 
 impl LogPrinter {
+    /// Prints the rest of the file that was live before a rotation, from where we were.
+    async fn read_previous(
+        &mut self,
+        service: &Service,
+        id: &str,
+        prefix: bool,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        loop {
+            let request = LogRequest::Previous { offset: self.offset, limit: lachesis::logs::MAX_ANSWER };
+            let Some(log) = service.logs(id, Some(&self.stage), request).await?.pop() else { return Ok(()) };
+            // Rotated twice since the last look: that file's rest is gone from `.1`.
+            if log.page.file != self.file {
+                return Ok(());
+            }
+            self.offset = log.page.end;
+            self.print(&log.page.text, prefix, true)?;
+            if log.page.end >= log.page.size {
+                return Ok(());
+            }
+        }
+    }
+
     /// Prints `text` line by line; with `whole_lines`, a last line without its newline waits
     /// in `pending` (unless it grew past one answer: then it goes out as it is).
     fn print(&mut self, text: &str, prefix: bool, whole_lines: bool) -> std::io::Result<()> {

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -21,6 +22,10 @@ const BLOCK: u64 = 64 * 1024;
 pub struct LogPage {
     /// The file's length when it was read (0 for a log not written yet).
     pub size: u64,
+    /// Which file was read (its inode; 0 for none): another one at the same path later means
+    /// the log rotated, and the rest of this one is in `<log>.1`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub file: u64,
     pub start: u64,
     pub end: u64,
     /// The bytes `start..end`, invalid UTF-8 shown as U+FFFD.
@@ -28,6 +33,10 @@ pub struct LogPage {
     /// The answer stopped at its maximum size before what was asked for (lines or bytes).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cut: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,11 +52,13 @@ fn at(path: &Path) -> impl Fn(io::Error) -> LogError + '_ {
 }
 
 /// The log file, or None for one not written yet (a stage that has not started).
-fn open(path: &Path) -> Result<Option<(File, u64)>, LogError> {
+fn open(path: &Path) -> Result<Option<(File, LogPage)>, LogError> {
     match File::open(path) {
         Ok(file) => {
-            let size = file.metadata().map_err(at(path))?.len();
-            Ok(Some((file, size)))
+            let meta = file.metadata().map_err(at(path))?;
+            let (size, id) = (meta.len(), meta.ino());
+            // An empty page at the end: the caller fills in what it reads.
+            Ok(Some((file, LogPage { size, file: id, start: size, end: size, ..LogPage::default() })))
         }
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(err) => Err(at(path)(err)),
@@ -66,13 +77,13 @@ fn read_exact_at(file: &mut File, offset: u64, buf: &mut [u8]) -> io::Result<usi
     Ok(filled)
 }
 
-fn page(size: u64, start: u64, bytes: &[u8], cut: bool) -> LogPage {
+fn page(at_end: LogPage, start: u64, bytes: &[u8], cut: bool) -> LogPage {
     LogPage {
-        size,
         start,
         end: start + bytes.len() as u64,
         text: String::from_utf8_lossy(bytes).into_owned(),
         cut,
+        ..at_end
     }
 }
 
@@ -83,10 +94,11 @@ pub fn tail(path: &Path, lines: usize, max_bytes: u64) -> Result<LogPage, LogErr
 }
 
 fn tail_in_blocks(path: &Path, lines: usize, max_bytes: u64, block_size: u64) -> Result<LogPage, LogError> {
-    let Some((mut file, size)) = open(path)? else { return Ok(LogPage::default()) };
+    let Some((mut file, at_end)) = open(path)? else { return Ok(LogPage::default()) };
+    let size = at_end.size;
     let max_bytes = max_bytes.min(MAX_ANSWER);
     if lines == 0 || size == 0 || max_bytes == 0 {
-        return Ok(LogPage { size, start: size, end: size, ..LogPage::default() });
+        return Ok(at_end);
     }
     let floor = size.saturating_sub(max_bytes);
     // Blocks read so far, the earliest first; together they hold `pos..size`.
@@ -130,21 +142,22 @@ fn tail_in_blocks(path: &Path, lines: usize, max_bytes: u64, block_size: u64) ->
     };
     let start = start.unwrap_or(pos);
     let skip = (start - pos) as usize;
-    Ok(page(size, start, &held[skip.min(held.len())..], cut))
+    Ok(page(at_end, start, &held[skip.min(held.len())..], cut))
 }
 
 /// The bytes `offset..offset + limit`, `limit` clamped to [`MAX_ANSWER`]; an offset past the
 /// end gives an empty page at the end (the log was rotated or truncated meanwhile).
 pub fn range(path: &Path, offset: u64, limit: u64) -> Result<LogPage, LogError> {
-    let Some((mut file, size)) = open(path)? else { return Ok(LogPage::default()) };
+    let Some((mut file, at_end)) = open(path)? else { return Ok(LogPage::default()) };
+    let size = at_end.size;
     if offset >= size {
-        return Ok(LogPage { size, start: size, end: size, ..LogPage::default() });
+        return Ok(at_end);
     }
     let want = limit.min(MAX_ANSWER).min(size - offset);
     let mut bytes = vec![0; want as usize];
     let n = read_exact_at(&mut file, offset, &mut bytes).map_err(at(path))?;
     bytes.truncate(n);
-    Ok(page(size, offset, &bytes, limit > MAX_ANSWER && size - offset > MAX_ANSWER))
+    Ok(page(at_end, offset, &bytes, limit > MAX_ANSWER && size - offset > MAX_ANSWER))
 }
 
 /// The last line of the log's final `window` bytes (none before byte `from`) for which `pick`
@@ -182,7 +195,7 @@ fn scan_back<T>(
     pick: &mut impl FnMut(&str) -> Option<T>,
     block_size: u64,
 ) -> Result<(Option<T>, u64), LogError> {
-    let Some((mut file, size)) = open(path)? else { return Ok((None, 0)) };
+    let Some((mut file, LogPage { size, .. })) = open(path)? else { return Ok((None, 0)) };
     let floor = size.saturating_sub(window).max(from);
     // The end of a line whose start is in a block not read yet.
     let mut carry: Vec<u8> = Vec::new();
@@ -290,7 +303,9 @@ mod tests {
     #[test]
     fn empty_missing_and_past_the_end_read_as_nothing() {
         let (dir, path) = log_with(b"");
-        assert_eq!(tail(&path, 10, MAX_ANSWER).unwrap(), LogPage::default());
+        let empty = tail(&path, 10, MAX_ANSWER).unwrap();
+        assert_eq!((empty.size, empty.start, empty.end, empty.text.as_str()), (0, 0, 0, ""));
+        assert!(empty.file > 0, "an empty log is still a file");
         let missing = dir.path().join("not-yet.log");
         assert_eq!(tail(&missing, 10, MAX_ANSWER).unwrap(), LogPage::default());
         assert_eq!(range(&missing, 0, 10).unwrap(), LogPage::default());

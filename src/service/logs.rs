@@ -20,6 +20,9 @@ pub enum LogRequest {
     Tail { lines: usize },
     /// Bytes `offset..offset + limit`, `limit` at most [`crate::logs::MAX_ANSWER`].
     Range { offset: u64, limit: u64 },
+    /// The same of the rotated file before the live one (`<log>.1`): the rest of a file a
+    /// follower was reading when it rotated.
+    Previous { offset: u64, limit: u64 },
 }
 
 impl Default for LogRequest {
@@ -44,6 +47,9 @@ pub fn read_log(path: &Path, request: LogRequest) -> std::result::Result<LogPage
             crate::logs::tail(path, lines.min(MAX_TAIL_LINES), crate::logs::MAX_ANSWER)
         }
         LogRequest::Range { offset, limit } => crate::logs::range(path, offset, limit),
+        LogRequest::Previous { offset, limit } => {
+            crate::logs::range(&crate::logs::rotated(path, 1), offset, limit)
+        }
     }
 }
 

@@ -142,3 +142,28 @@ async fn run_logs_follow_prints_a_live_run_to_its_end_and_stops() {
     let run = home.run(uuid::Uuid::parse_str(&id).unwrap()).await;
     assert_eq!(run.state, RunState::Completed);
 }
+
+#[tokio::test]
+async fn run_logs_follow_carries_on_through_rotations_with_every_line_once() {
+    let mut home = TestHome::new();
+    // 150 lines of 9 bytes, a 300-byte log: it rotates about every 33 lines, several times while
+    // `--follow` polls.
+    home.workflow(
+        "rotating",
+        r#"name: rotating
+stages:
+  - name: t
+    argv: [sh, -c, "i=100; while [ $i -lt 250 ]; do echo line $i; i=$((i+1)); sleep 0.02; done"]
+    log_max_size: 300
+    log_max_files: 3
+"#,
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "rotating"]).to_string();
+    let out = home.cli(&["run", "logs", &id, "--follow"]);
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    let want: String = (100..250).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
+    let stages = home.stages(uuid::Uuid::parse_str(&id).unwrap()).await;
+    assert!(lachesis::logs::rotated(&stages[0].log_path, 2).exists(), "it rotated more than once");
+}

@@ -292,6 +292,8 @@ async fn log_tail(
         service: s.service.clone(),
         id,
         stage: opening.stage,
+        file: opening.page.file,
+        previous: false,
         offset: opening.page.end,
         pending: opening.page.text,
     };
@@ -301,14 +303,37 @@ async fn log_tail(
                 return Some((Ok(SseEvent::default().data(lines)), tail));
             }
             tokio::time::sleep(LOG_CHECK).await;
-            let request = LogRequest::Range { offset: tail.offset, limit: crate::logs::MAX_ANSWER };
+            // The rest of the file a rotation moved to `<log>.1`, then the new one from its start.
+            let previous = tail.file != 0 && tail.previous;
+            let request = if previous {
+                LogRequest::Previous { offset: tail.offset, limit: crate::logs::MAX_ANSWER }
+            } else {
+                LogRequest::Range { offset: tail.offset, limit: crate::logs::MAX_ANSWER }
+            };
             let page = match tail.service.logs(&tail.id, Some(&tail.stage), request).await {
                 Ok(mut logs) if !logs.is_empty() => logs.swap_remove(0).page,
                 _ => return None, // the run was forgotten meanwhile
             };
+            if previous {
+                if page.file == tail.file {
+                    tail.pending.push_str(&page.text);
+                    tail.offset = page.end;
+                }
+                if page.file != tail.file || page.end >= page.size {
+                    (tail.previous, tail.file, tail.offset) = (false, 0, 0);
+                }
+                continue;
+            }
+            if page.file == 0 {
+                continue; // not there (yet, or between a rotation's two renames)
+            }
+            if tail.file != 0 && page.file != tail.file {
+                tail.previous = true;
+                continue;
+            }
+            tail.file = page.file;
             if page.size < tail.offset {
-                tail.offset = 0;
-                tail.pending.clear();
+                tail.offset = 0; // truncated
                 continue;
             }
             tail.offset = page.end;
@@ -322,6 +347,10 @@ struct LogFollow {
     service: crate::service::Service,
     id: String,
     stage: String,
+    /// The file being read (see `LogPage::file`; 0 before there is one).
+    file: u64,
+    /// It rotated: reading the rest of `file`, now `<log>.1`.
+    previous: bool,
     /// Where the next read starts.
     offset: u64,
     /// Text read but not sent: the start of a line still being written.
