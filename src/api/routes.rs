@@ -71,7 +71,7 @@ pub static ROUTES: &[Route] = &[
         "get",
         "/runs/{id}/logs",
         "A run's stage logs, bounded: the last 200 lines (?tail=N) or bytes ?offset=&limit= (at most \
-         1 MiB), of every stage or ?stage=; per stage {text, size, start, end, cut}",
+         1 MiB), of every stage or ?stage=; per stage {text, size, start, end, file, cut}",
         None,
         get(run_logs)
     ),
@@ -341,7 +341,7 @@ impl LogQuery {
     }
 }
 
-/// Each stage's part of its log: `{"<stage>": {"text", "size", "start", "end", "cut"?}}`.
+/// Each stage's part of its log: `{"<stage>": {"text", "size", "start", "end", "file", "cut"?}}`.
 async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<LogQuery>) -> Answer {
     let request = q.request().map_err(|why| Failure::new(StatusCode::BAD_REQUEST, "invalid_query", why))?;
     let logs = s.service.logs(&id, q.stage.as_deref(), request).await?;
