@@ -52,6 +52,7 @@ async fn a_10_gb_log_is_served_in_bounded_pages() {
     assert_eq!(page["text"], "saved tinker://chatty/weights-7\nStep 9/9\n");
     assert_eq!((page["size"].as_u64(), page["end"].as_u64()), (Some(size), Some(size)));
     assert_eq!(page["start"].as_u64(), Some(size - 41));
+    assert!(page["file"].as_u64().is_some_and(|inode| inode > 0), "a page names its file: {page}");
     // By default the last 200 lines, at most 1 MiB of them: here the hole's zeros end it.
     let (_, body) = get(&http, &format!("{base}/logs")).await;
     assert_eq!(body["t"]["text"].as_str().unwrap().len() as u64, lachesis::logs::MAX_ANSWER);
