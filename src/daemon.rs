@@ -31,6 +31,8 @@ pub struct DaemonOptions {
     pub wandb_interval: Duration,
     /// Forget finished runs and tests this long after they ended; `None` keeps everything.
     pub keep_finished: Option<Duration>,
+    /// Stage log limits where a workflow sets none (1 GiB × 3 files by default).
+    pub log_rotation: crate::logs::Rotation,
 }
 
 impl Default for DaemonOptions {
@@ -45,6 +47,7 @@ impl Default for DaemonOptions {
             lease: Duration::from_secs(60),
             wandb_interval: Duration::from_secs(5 * 60),
             keep_finished: None,
+            log_rotation: crate::logs::Rotation::default(),
         }
     }
 }
@@ -138,6 +141,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         tests_dir: settings.home.join("tests"),
         runs_dir: settings.home.join("runs"),
         claims_dir: settings.home.join("claims"),
+        log_rotation: options.log_rotation,
     };
     let registration = crate::service::NodeRegistration {
         id: node,

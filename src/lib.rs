@@ -11,6 +11,7 @@ pub mod environments;
 pub mod http_client;
 pub mod inference;
 pub mod launch;
+pub mod logs;
 pub mod mcp;
 pub mod metric_poller;
 pub mod model;

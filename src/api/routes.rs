@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{AppState, Failure};
 use crate::model::RunQuery;
 use crate::model::RunState;
-use crate::service::{SubmitRequest, TestRequest};
+use crate::service::{LogRequest, SubmitRequest, TestRequest};
 
 pub struct Route {
     pub method: &'static str,
@@ -67,7 +67,14 @@ pub static ROUTES: &[Route] = &[
         get(run_results)
     ),
     route!("get", "/runs/{id}/events", "A run's event history", None, get(run_events)),
-    route!("get", "/runs/{id}/logs", "A run's stage logs (?stage=)", None, get(run_logs)),
+    route!(
+        "get",
+        "/runs/{id}/logs",
+        "A run's stage logs, bounded: the last 200 lines (?tail=N) or bytes ?offset=&limit= (at most \
+         1 MiB), of every stage or ?stage=; per stage {text, size, start, end, file, cut}",
+        None,
+        get(run_logs)
+    ),
     route!("get", "/tests", "Inference tests, newest first", None, get(list_tests)),
     route!(
         "post",
@@ -307,34 +314,40 @@ async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer
     ok(s.service.events(&id).await?.1)
 }
 
+/// `?stage=&tail=` or `?stage=&offset=&limit=`.
 #[derive(Deserialize)]
 struct LogQuery {
     stage: Option<String>,
+    tail: Option<usize>,
+    offset: Option<u64>,
+    limit: Option<u64>,
 }
 
-async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<LogQuery>) -> Answer {
-    let status = s.service.status(&id).await?;
-    let logs: BTreeMap<String, String> = status
-        .stages
-        .iter()
-        .filter(|st| q.stage.as_deref().is_none_or(|name| st.name == name))
-        .map(|st| {
-            (
-                st.name.clone(),
-                std::fs::read(&st.log_path)
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default(),
-            )
-        })
-        .collect();
-    if logs.is_empty() {
-        return Err(Failure::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("run {id} has no stage {:?}", q.stage.unwrap_or_default()),
-        ));
+impl LogQuery {
+    /// What to read: the last lines unless a byte range is asked for (a limit alone reads from
+    /// the start). Both at once is refused: which would the answer be?
+    fn request(&self) -> Result<LogRequest, String> {
+        match (self.tail, self.offset, self.limit) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                Err("give either tail (lines) or offset/limit (bytes), not both".into())
+            }
+            (Some(lines), None, None) => Ok(LogRequest::Tail { lines }),
+            (None, None, None) => Ok(LogRequest::default()),
+            (None, offset, limit) => Ok(LogRequest::Range {
+                offset: offset.unwrap_or(0),
+                limit: limit.unwrap_or(crate::logs::MAX_ANSWER),
+            }),
+        }
     }
-    ok(logs)
+}
+
+/// Each stage's part of its log: `{"<stage>": {"text", "size", "start", "end", "file", "cut"?}}`.
+async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<LogQuery>) -> Answer {
+    let request = q.request().map_err(|why| Failure::new(StatusCode::BAD_REQUEST, "invalid_query", why))?;
+    let logs = s.service.logs(&id, q.stage.as_deref(), request).await?;
+    let answer: serde_json::Map<String, Value> =
+        logs.into_iter().map(|log| (log.stage, json!(log.page))).collect();
+    ok(answer)
 }
 
 async fn list_tests(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
@@ -517,6 +530,19 @@ pub fn openapi_document() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_query_asks_for_lines_or_bytes_never_both() {
+        let q = |tail, offset, limit| LogQuery { stage: None, tail, offset, limit }.request();
+        assert_eq!(q(None, None, None), Ok(LogRequest::Tail { lines: crate::service::DEFAULT_TAIL_LINES }));
+        assert_eq!(q(Some(5), None, None), Ok(LogRequest::Tail { lines: 5 }));
+        assert_eq!(
+            q(None, Some(7), None),
+            Ok(LogRequest::Range { offset: 7, limit: crate::logs::MAX_ANSWER })
+        );
+        assert_eq!(q(None, None, Some(9)), Ok(LogRequest::Range { offset: 0, limit: 9 }));
+        assert!(q(Some(1), Some(0), None).is_err() && q(Some(1), None, Some(1)).is_err());
+    }
 
     #[test]
     fn a_cli_request_survives_the_trip_through_the_body() {

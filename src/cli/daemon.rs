@@ -41,6 +41,19 @@ pub struct DaemonArgs {
     /// checked hourly (e.g. 30d) [default: keep everything]
     #[arg(long, value_name = "AGE")]
     keep_finished: Option<Dur>,
+    /// A stage log rotates past this size (e.g. 512MiB), for workflows whose stages set no
+    /// `log_max_size`
+    #[arg(long, env = "LACHESIS_LOG_MAX_SIZE", default_value = "1GiB", value_name = "SIZE")]
+    log_max_size: lachesis::logs::ByteSize,
+    /// Files a stage log keeps, the live one included (the oldest is dropped), for workflows
+    /// whose stages set no `log_max_files`
+    #[arg(long, env = "LACHESIS_LOG_MAX_FILES", default_value_t = 3, value_parser = parse_max_files)]
+    log_max_files: u32,
+}
+
+fn parse_max_files(text: &str) -> Result<u32, String> {
+    let count = text.trim().parse::<u32>().map_err(|_| format!("'{text}' is not a number of files"))?;
+    lachesis::logs::limits::check_max_files(count)
 }
 
 /// A duration longer than zero (an interval of 0 would spin); at most 30 days, like every
@@ -85,6 +98,10 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         lease: args.lease.0,
         wandb_interval: args.wandb_interval.0,
         keep_finished: args.keep_finished.map(|d| d.0),
+        log_rotation: lachesis::logs::Rotation {
+            max_size: args.log_max_size.0,
+            max_files: args.log_max_files,
+        },
     };
     // One thread runs every task: a message between the API, the reconciler and a stage's
     // watcher stays on it instead of waking another thread (about 90 context switches per run

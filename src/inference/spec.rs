@@ -212,6 +212,7 @@ impl InferenceSpec {
             start_delay: None,
             probe: None,
             start_timeout: DEFAULT_START_TIMEOUT,
+            log_limits: Default::default(),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Following a stage's log as it grows: each read starts where the last one stopped, so a
-//! line is looked at once, however long the log gets.
+//! line is looked at once, however long the log gets. When the log rotates (see
+//! `logs::rotate`), the follower reads the old file to its end, then the new one from its start.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Reads the lines appended to a file since the last call.
@@ -69,7 +71,23 @@ impl Follower {
             }
             let n = file.read(&mut self.buf)?;
             if n == 0 {
-                return Ok(false);
+                // At the end of the file we hold: a rotation put a new file at the path.
+                let held = file.metadata()?;
+                match std::fs::metadata(&self.path) {
+                    Ok(now) if (now.dev(), now.ino()) != (held.dev(), held.ino()) => {
+                        match File::open(&self.path) {
+                            Ok(new) => {
+                                *file = new;
+                                self.offset = 0;
+                                continue;
+                            }
+                            // Renamed again meanwhile: the next call looks once more.
+                            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    _ => return Ok(false),
+                }
             }
             read += n as u64;
             self.offset += n as u64;
@@ -101,14 +119,9 @@ pub fn last_in_tail<T>(
     path: &Path,
     from: u64,
     window: u64,
-    mut pick: impl FnMut(&str) -> Option<T>,
+    pick: impl FnMut(&str) -> Option<T>,
 ) -> Option<T> {
-    let mut file = File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    file.seek(SeekFrom::Start(len.saturating_sub(window).max(from))).ok()?;
-    let mut tail = Vec::new();
-    file.read_to_end(&mut tail).ok()?;
-    String::from_utf8_lossy(&tail).lines().rev().find_map(&mut pick)
+    crate::logs::last_match(path, from, window, pick).ok().flatten()
 }
 
 #[cfg(test)]
@@ -141,5 +154,31 @@ mod tests {
             last_in_tail(&path, 0, 1024, |l| l.starts_with("Step").then(|| l.to_string())),
             Some("Step 3/5".into())
         );
+    }
+
+    #[test]
+    fn a_rotated_log_is_followed_into_its_new_file_with_every_line_once() {
+        use crate::logs::{RotatingLog, Rotation};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trainer.log");
+        let mut log = RotatingLog::open(&path, Rotation { max_size: 64, max_files: 2 }).unwrap();
+        let mut follower = Follower::new(&path);
+        let mut seen = Vec::new();
+        let mut written = Vec::new();
+        for i in 0..300 {
+            let line = format!("Step {i}/300");
+            // Half a line, then the rest: a rotation may fall inside a line, which is kept whole.
+            let (head, rest) = line.split_at(line.len() / 2);
+            log.write_all(head.as_bytes()).unwrap();
+            log.write_all(format!("{rest}\n").as_bytes()).unwrap();
+            written.push(line);
+            // Reads come at uneven times, but at least once per rotation.
+            if i % 3 == 0 {
+                follower.read_new(|l| seen.push(l.to_string())).unwrap();
+            }
+        }
+        follower.read_new(|l| seen.push(l.to_string())).unwrap();
+        assert!(path.with_extension("log.1").exists(), "the log rotated");
+        assert_eq!(seen, written);
     }
 }

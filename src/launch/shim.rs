@@ -12,9 +12,7 @@
 //! the shim failed (its message on stderr).
 
 use std::ffi::OsString;
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -24,6 +22,8 @@ use serde::{Deserialize, Serialize};
 use super::process::identity_of;
 use super::space::{ReservedLog, is_out_of_space};
 use super::status::{Durability, Finished, StageFiles, Started, write_atomic};
+use crate::logs::limits::MAX_FILES;
+use crate::logs::{RotatingLog, Rotation};
 use crate::model::{Exit, now_millis};
 
 /// What the shim tells the daemon on its stdout, one JSON line.
@@ -43,6 +43,8 @@ pub enum ShimReport {
 pub struct ShimArgs {
     pub files: StageFiles,
     pub log: PathBuf,
+    /// `--log-max-size BYTES --log-max-files N`; the daemon's default when absent.
+    pub rotation: Rotation,
     pub cwd: PathBuf,
     pub argv: Vec<String>,
 }
@@ -66,15 +68,34 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     }
 }
 
-const USAGE: &str = "usage: lachesis-shim --started FILE --exit FILE --log FILE --cwd DIR -- PROGRAM [ARGS…]";
+const USAGE: &str = "usage: lachesis-shim --started FILE --exit FILE --log FILE [--log-max-size BYTES] \
+                     [--log-max-files N] --cwd DIR -- PROGRAM [ARGS…]";
 
-/// `--started FILE --exit FILE --log FILE --cwd DIR -- PROGRAM [ARGS…]`, the options in any
-/// order, each once. No option parser: this runs once per stage, and must start fast.
+/// `--started FILE --exit FILE --log FILE [--log-max-size BYTES] [--log-max-files N] --cwd DIR
+/// -- PROGRAM [ARGS…]`, the options in any order, each once. No option parser: this runs once per
+/// stage, and must start fast.
 pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<ShimArgs, String> {
     let mut args = args.into_iter();
     let (mut started, mut exit, mut log, mut cwd) = (None, None, None, None);
+    let (mut max_size, mut max_files) = (None, None);
     loop {
         let Some(flag) = args.next() else { return Err("no `--` before the stage's command".into()) };
+        let limit = match flag.to_str() {
+            Some("--log-max-size") => Some(&mut max_size),
+            Some("--log-max-files") => Some(&mut max_files),
+            _ => None,
+        };
+        if let Some(limit) = limit {
+            let value = args.next().ok_or_else(|| format!("{} needs a value", flag.to_string_lossy()))?;
+            let number = value.to_str().and_then(|v| v.parse::<u64>().ok()).filter(|n| *n > 0);
+            let number = number.ok_or_else(|| {
+                format!("{} needs a positive number, not {value:?}", flag.to_string_lossy())
+            })?;
+            if limit.replace(number).is_some() {
+                return Err(format!("{} given twice", flag.to_string_lossy()));
+            }
+            continue;
+        }
         let slot = match flag.to_str() {
             Some("--") => break,
             Some("--started") => &mut started,
@@ -98,6 +119,10 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<ShimArgs, 
     Ok(ShimArgs {
         files: StageFiles { started: need(started, "--started")?, exit: need(exit, "--exit")? },
         log: need(log, "--log")?,
+        rotation: Rotation {
+            max_size: max_size.unwrap_or(Rotation::default().max_size),
+            max_files: max_files.map_or(Rotation::default().max_files, |n| n.min(MAX_FILES as u64) as u32),
+        },
         cwd: need(cwd, "--cwd")?,
         argv,
     })
@@ -140,7 +165,7 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     if !args.cwd.is_dir() {
         return fail(format!("working directory {} does not exist", args.cwd.display()));
     }
-    let log = match OpenOptions::new().create(true).append(true).mode(0o600).open(&args.log) {
+    let log = match RotatingLog::open(&args.log, args.rotation) {
         Ok(log) => log,
         Err(e) => return fail(format!("cannot open log {}: {e}", args.log.display())),
     };
@@ -262,6 +287,7 @@ mod tests {
         assert_eq!(args.files.exit, PathBuf::from("e.json"));
         assert_eq!(args.log, PathBuf::from("main.log"));
         assert_eq!(args.cwd, PathBuf::from("/w"));
+        assert_eq!(args.rotation, Rotation::default(), "no limits given: the default");
         // Everything after the first `--` is the stage's, a later `--` included.
         assert_eq!(args.argv, ["python", "--", "-x"]);
     }
@@ -276,6 +302,9 @@ mod tests {
             (os(&["--started", "s", "--started", "t", "--", "true"]), "given twice"),
             (os(&["--log"]), "--log needs a value"),
             (os(&["--verbose", "--", "true"]), "unexpected argument"),
+            (os(&["--log-max-size", "0", "--", "true"]), "needs a positive number"),
+            (os(&["--log-max-files", "x", "--", "true"]), "needs a positive number"),
+            (os(&["--log-max-files", "2", "--log-max-files", "2", "--", "true"]), "given twice"),
         ] {
             let err = parse_args(args.clone()).err().unwrap_or_else(|| panic!("{args:?} was accepted"));
             assert!(err.contains(says), "{args:?}: {err}");
@@ -284,6 +313,10 @@ mod tests {
         let mut args = os(&full);
         args.extend([OsString::from("--"), OsString::from_vec(vec![0xff, b'x'])]);
         assert!(parse_args(args).unwrap_err().contains("not UTF-8"));
+        let mut limited = os(&["--log-max-size", "4096", "--log-max-files", "5"]);
+        limited.extend(os(&full));
+        limited.extend(os(&["--", "true"]));
+        assert_eq!(parse_args(limited).unwrap().rotation, Rotation { max_size: 4096, max_files: 5 });
     }
 
     proptest! {
@@ -293,6 +326,7 @@ mod tests {
                 prop_oneof![
                     Just("--".to_string()), Just("--started".to_string()), Just("--exit".to_string()),
                     Just("--log".to_string()), Just("--cwd".to_string()), ".{0,8}",
+                    Just("--log-max-size".to_string()), Just("--log-max-files".to_string()), "[0-9]{1,3}",
                 ],
                 0..12,
             )

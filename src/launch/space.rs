@@ -77,16 +77,16 @@ const CHECK_AFTER_BYTES: u64 = 1024 * 1024;
 
 /// A stage log that drops output while its filesystem is below the reserve, so the store and
 /// the status files keep their room. A marker line says where output was dropped and resumed.
-pub struct ReservedLog {
-    file: File,
+pub struct ReservedLog<W = File> {
+    file: W,
     dropping: bool,
     dropped: u64,
     last_check: Option<Instant>,
     since_check: u64,
 }
 
-impl ReservedLog {
-    pub fn new(file: File) -> ReservedLog {
+impl<W: Write + AsFd> ReservedLog<W> {
+    pub fn new(file: W) -> ReservedLog<W> {
         ReservedLog { file, dropping: false, dropped: 0, last_check: None, since_check: 0 }
     }
 
@@ -124,7 +124,7 @@ impl ReservedLog {
     }
 }
 
-impl Write for ReservedLog {
+impl<W: Write + AsFd> Write for ReservedLog<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.look();
         if !self.dropping {

@@ -104,13 +104,15 @@ pub const SHIM_PROGRAM: &str = "lachesis-shim";
 pub struct Shims {
     exe: PathBuf,
     server: Option<ForkServer>,
+    /// Stage log limits where a workflow sets none (`--log-max-size`, `--log-max-files`).
+    rotation: crate::logs::Rotation,
 }
 
 impl Shims {
-    pub fn new(exe: &Path) -> Shims {
+    pub fn new(exe: &Path, rotation: crate::logs::Rotation) -> Shims {
         let small = exe.with_file_name(SHIM_PROGRAM);
         let server = small.is_file().then(|| ForkServer::new(small));
-        Shims { exe: exe.to_path_buf(), server }
+        Shims { exe: exe.to_path_buf(), server, rotation }
     }
 
     /// An executed shim: `lachesis-shim` beside the daemon's executable, which loads in a
@@ -134,7 +136,10 @@ impl Shims {
             std::fs::create_dir_all(dir)
                 .map_err(|e| SpawnError::Stage(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let mut args: Vec<OsString> = Vec::with_capacity(plan.argv.len() + 9);
+        let rotation = plan.log_limits.over(self.rotation);
+        let mut args: Vec<OsString> = Vec::with_capacity(plan.argv.len() + 13);
+        args.extend(["--log-max-size".into(), rotation.max_size.to_string().into()]);
+        args.extend(["--log-max-files".into(), rotation.max_files.to_string().into()]);
         for (flag, value) in [
             ("--started", files.started.as_os_str()),
             ("--exit", files.exit.as_os_str()),

@@ -143,6 +143,12 @@ pub struct StageSpec {
     /// How long a probe may take to answer when there is no delay to fall back on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timeout: Option<Dur>,
+    /// The log rotates past this size (`1GiB`, `100MiB`, bytes); the daemon's default if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_max_size: Option<crate::logs::ByteSize>,
+    /// Files the log keeps, the live one included (1 to 100); the daemon's default if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_max_files: Option<u32>,
 }
 
 /// Written `{http: URL}` or `{tcp: HOST:PORT}`.
@@ -275,6 +281,11 @@ impl Workflow {
             {
                 check_log_path(log).or_else(|problem| bad(&at(".log"), problem))?;
             }
+            if let Some(count) = stage.log_max_files {
+                crate::logs::limits::check_max_files(count)
+                    .map(|_| ())
+                    .or_else(|problem| bad(&at(".log_max_files"), problem))?;
+            }
             for (key, value) in &stage.env {
                 if key.is_empty() || key.contains(['=', '\0']) {
                     return bad(&at(".env"), format!("'{}' is not an environment variable name", shown(key)));
@@ -384,6 +395,7 @@ pub struct StagePlan {
     pub start_delay: Option<Duration>,
     pub probe: Option<Probe>,
     pub start_timeout: Duration,
+    pub log_limits: crate::logs::LogLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -449,6 +461,10 @@ impl StageSpec {
             start_delay: self.start_delay.map(|d| d.0),
             probe,
             start_timeout: self.start_timeout.map_or(DEFAULT_START_TIMEOUT, |d| d.0),
+            log_limits: crate::logs::LogLimits {
+                max_size: self.log_max_size.map(|s| s.0),
+                max_files: self.log_max_files,
+            },
         })
     }
 }

@@ -77,7 +77,7 @@ const HOSTILE: &[&str] = &[
 fn workflow_with(field: usize, value: &str) -> String {
     let stage =
         |extra: &str| format!("name: t\nports: {{api: auto}}\nstages:\n  - {{name: a, argv: [x]{extra}}}\n");
-    match field % 12 {
+    match field % 14 {
         0 => stage(&format!(", start_delay: {value}")),
         1 => stage(&format!(", start_timeout: {value}, probe: {{tcp: \"127.0.0.1:1\"}}")),
         2 => stage(&format!(", log: {value}")),
@@ -95,7 +95,9 @@ fn workflow_with(field: usize, value: &str) -> String {
         ),
         9 => stage(&format!(", argv: [x, {value}]").replacen(", argv: [x]", "", 1)),
         10 => stage(&format!(", env: {{K: {value}}}")),
-        _ => format!("name: {value}\nstages:\n  - {{name: a, argv: [x]}}\n"),
+        11 => format!("name: {value}\nstages:\n  - {{name: a, argv: [x]}}\n"),
+        12 => stage(&format!(", log_max_size: {value}")),
+        _ => stage(&format!(", log_max_files: {value}")),
     }
 }
 
@@ -129,7 +131,7 @@ fn fuzz_workflows_never_panic_and_errors_are_one_line() {
         prop_oneof![hostile.prop_map(str::to_string), "\\PC{0,12}".prop_map(|s| json!(s).to_string())];
     let mut runner = fuzz_runner(256);
     runner
-        .run(&(0..12usize, value, "\\PC{0,8}"), |(field, value, fill)| {
+        .run(&(0..14usize, value, "\\PC{0,8}"), |(field, value, fill)| {
             check_workflow_text(&workflow_with(field, &value), &fill);
             Ok(())
         })
@@ -394,7 +396,10 @@ fn fuzz_every_http_route_body_path_and_query() {
     ];
     let segment =
         prop_oneof!["\\PC{0,12}", Just(String::new()), Just("..".to_string()), Just("00000000".to_string())];
-    let query = prop::option::of((prop::sample::select(&["limit", "state", "stage", "x"][..]), "\\PC{0,8}"));
+    let query = prop::option::of((
+        prop::sample::select(&["limit", "state", "stage", "tail", "offset", "x"][..]),
+        "\\PC{0,8}",
+    ));
     let seen = std::cell::RefCell::new(std::collections::BTreeSet::new());
     let mut runner = fuzz_runner(384);
     runner
@@ -458,6 +463,11 @@ const WORKFLOW_CORPUS: &[(&str, &str)] = &[
     ("name: t\nstages:\n  - {name: a, argv: [x], log: ../../config.yaml}\n", "stages[0].log"),
     ("name: t\nstages:\n  - {name: a, argv: [x], log: .status/a.exit.json}\n", "stages[0].log"),
     ("name: t\nstages:\n  - {name: \"..\", argv: [x]}\n", "stages[0].name"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log_max_size: 1.5GiB}\n", "stages[0].log_max_size"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log_max_size: 0}\n", "stages[0].log_max_size"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log_max_size: 99999999999TiB}\n", "stages[0].log_max_size"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log_max_files: 0}\n", "stages[0].log_max_files"),
+    ("name: t\nstages:\n  - {name: a, argv: [x], log_max_files: -1}\n", "stages[0].log_max_files"),
     ("name: t\nstages:\n  - {name: a/b, argv: [x]}\n", "stages[0].name"),
     (
         "name: t\nports: {api: auto}\nvars: {u: \"http://h:{port.api}\"}\nstages:\n  - {name: a, argv: [x]}\n",

@@ -149,7 +149,8 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     );
     let (s, b) = api.get(&format!("/runs/{id}/logs?stage=trainer")).await;
     assert_eq!(s, StatusCode::OK);
-    assert!(b["trainer"].as_str().unwrap().contains("Step 1/1"));
+    assert!(b["trainer"]["text"].as_str().unwrap().contains("Step 1/1"));
+    assert_eq!(b["trainer"]["end"], b["trainer"]["size"], "a tail reaches the end");
     let (s, b) = api.get(&format!("/runs/{id}/logs?stage=nope")).await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, b) = api.post(&format!("/runs/{id}/stop"), json!({})).await;

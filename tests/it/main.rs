@@ -12,6 +12,7 @@ mod handoff;
 mod hostile;
 mod http;
 mod inference_tests;
+mod logs;
 mod mcp;
 mod nodes;
 mod progress;

@@ -61,6 +61,7 @@ fn stage(dir: &Path, name: &str, argv: &[&str]) -> StagePlan {
         start_delay: None,
         probe: None,
         start_timeout: Duration::from_secs(60),
+        log_limits: Default::default(),
     }
 }
 

@@ -29,7 +29,7 @@ use futures_util::Stream;
 use serde::Deserialize;
 
 use super::{AppState, Failure};
-use crate::service::ServiceError;
+use crate::service::{DEFAULT_TAIL_LINES, LogRequest, ServiceError};
 
 /// The cookie the login form sets.
 pub const COOKIE: &str = "lachesis_token";
@@ -38,9 +38,7 @@ const CHANGE_CHECK: Duration = Duration::from_millis(200);
 /// How often pages refresh while runs are running (their progress moves between events).
 const PROGRESS_TICK: Duration = Duration::from_secs(5);
 /// How often a log tail looks for new bytes.
-const LOG_CHECK: Duration = Duration::from_millis(100);
-/// How much of a log a tail opens with.
-const LOG_OPENING_BYTES: u64 = 64 * 1024;
+const LOG_CHECK: Duration = Duration::from_millis(250);
 
 const CSS: &str = include_str!("app.css");
 const JS: &str = include_str!("app.js");
@@ -274,59 +272,121 @@ struct LogQuery {
     stage: Option<String>,
 }
 
-/// A stage's log from its last 64 KiB on, then each complete line as it is written.
+/// A stage's last lines, then each complete line as it is written. Every read goes through
+/// `Service::logs`, bounded and off the daemon's thread; a log that shrank under the tail
+/// (rotated or truncated) is followed again from its start.
 async fn log_tail(
     State(s): State<AppState>,
     Path(id): Path<String>,
     Query(q): Query<LogQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Response> {
-    let status = s.service.status(&id).await.map_err(|e| failure_page("Log", "runs", e))?;
-    let stage = status
-        .stages
-        .iter()
-        .find(|st| q.stage.as_deref().is_none_or(|name| st.name == name))
-        .ok_or_else(|| (StatusCode::NOT_FOUND, "no such stage").into_response())?;
-    let path = stage.log_path.clone();
-    let start = std::fs::metadata(&path).map(|m| m.len().saturating_sub(LOG_OPENING_BYTES)).unwrap_or(0);
-    let stream = futures_util::stream::unfold(
-        (path, start, Vec::<u8>::new()),
-        |(path, mut offset, mut pending)| async move {
-            loop {
-                let len = tokio::fs::metadata(&path).await.map(|m| m.len()).unwrap_or(0);
-                if len < offset {
-                    offset = 0; // truncated or replaced: start over
-                    pending.clear();
-                }
-                if len > offset
-                    && let Ok(chunk) = read_from(&path, offset, len).await
-                {
-                    offset += chunk.len() as u64;
-                    pending.extend_from_slice(&chunk);
-                    if let Some(end) = pending.iter().rposition(|b| *b == b'\n') {
-                        let lines: Vec<u8> = pending.drain(..=end).collect();
-                        let text = String::from_utf8_lossy(&lines[..lines.len() - 1]).into_owned();
-                        return Some((Ok(SseEvent::default().data(text)), (path, offset, pending)));
-                    }
-                }
-                tokio::time::sleep(LOG_CHECK).await;
+    let opening = s
+        .service
+        .logs(&id, q.stage.as_deref(), LogRequest::Tail { lines: DEFAULT_TAIL_LINES })
+        .await
+        .map_err(|e| failure_page("Log", "runs", e))?;
+    let Some(opening) = opening.into_iter().next() else {
+        return Err((StatusCode::NOT_FOUND, "no such stage").into_response());
+    };
+    let tail = LogFollow {
+        service: s.service.clone(),
+        id,
+        stage: opening.stage,
+        file: opening.page.file,
+        previous: false,
+        offset: opening.page.end,
+        pending: opening.page.text,
+    };
+    let stream = futures_util::stream::unfold(tail, |mut tail| async move {
+        loop {
+            if let Some(lines) = take_whole_lines(&mut tail.pending) {
+                return Some((Ok(SseEvent::default().data(lines)), tail));
             }
-        },
-    );
+            tokio::time::sleep(LOG_CHECK).await;
+            // The rest of the file a rotation moved to `<log>.1`, then the new one from its start.
+            let previous = tail.file != 0 && tail.previous;
+            let request = if previous {
+                LogRequest::Previous { offset: tail.offset, limit: crate::logs::MAX_ANSWER }
+            } else {
+                LogRequest::Range { offset: tail.offset, limit: crate::logs::MAX_ANSWER }
+            };
+            let page = match tail.service.logs(&tail.id, Some(&tail.stage), request).await {
+                Ok(mut logs) if !logs.is_empty() => logs.swap_remove(0).page,
+                _ => return None, // the run was forgotten meanwhile
+            };
+            if previous {
+                if page.file == tail.file {
+                    tail.pending.push_str(&page.text);
+                    tail.offset = page.end;
+                }
+                if page.file != tail.file || page.end >= page.size {
+                    (tail.previous, tail.file, tail.offset) = (false, 0, 0);
+                }
+                continue;
+            }
+            if page.file == 0 {
+                continue; // not there (yet, or between a rotation's two renames)
+            }
+            if tail.file != 0 && page.file != tail.file {
+                tail.previous = true;
+                continue;
+            }
+            tail.file = page.file;
+            if page.size < tail.offset {
+                tail.offset = 0; // truncated
+                continue;
+            }
+            tail.offset = page.end;
+            tail.pending.push_str(&page.text);
+        }
+    });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-async fn read_from(path: &std::path::Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let mut file = tokio::fs::File::open(path).await?;
-    file.seek(std::io::SeekFrom::Start(offset)).await?;
-    let mut buf = Vec::with_capacity((len - offset) as usize);
-    file.take(len - offset).read_to_end(&mut buf).await?;
-    Ok(buf)
+struct LogFollow {
+    service: crate::service::Service,
+    id: String,
+    stage: String,
+    /// The file being read (see `LogPage::file`; 0 before there is one).
+    file: u64,
+    /// It rotated: reading the rest of `file`, now `<log>.1`.
+    previous: bool,
+    /// Where the next read starts.
+    offset: u64,
+    /// Text read but not sent: the start of a line still being written.
+    pending: String,
+}
+
+/// The complete lines of `pending`, taken out without their final newline; a line longer than
+/// one answer is taken as it is, so what waits stays bounded.
+fn take_whole_lines(pending: &mut String) -> Option<String> {
+    let end = match pending.rfind('\n') {
+        Some(end) => end,
+        None if pending.len() as u64 >= crate::logs::MAX_ANSWER => pending.len(),
+        None => return None,
+    };
+    let rest = pending.split_off((end + 1).min(pending.len()));
+    let mut lines = std::mem::replace(pending, rest);
+    lines.truncate(end);
+    Some(lines)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_tail_sends_whole_lines_and_keeps_the_rest_bounded() {
+        let mut pending = "a\nb\npart".to_string();
+        assert_eq!(take_whole_lines(&mut pending).as_deref(), Some("a\nb"));
+        assert_eq!(take_whole_lines(&mut pending), None);
+        assert_eq!(pending, "part", "a line still being written waits");
+        pending.push_str("ial\n");
+        assert_eq!(take_whole_lines(&mut pending).as_deref(), Some("partial"));
+        let mut long = "x".repeat(crate::logs::MAX_ANSWER as usize);
+        assert_eq!(take_whole_lines(&mut long).map(|l| l.len() as u64), Some(crate::logs::MAX_ANSWER));
+        assert!(long.is_empty());
+    }
 
     #[test]
     fn the_cookie_is_found_among_others_and_decoded() {

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 mod claims;
 mod history;
+mod logs;
 mod progress;
 mod pueue;
 mod supervisor;
@@ -70,6 +71,13 @@ pub struct BenchArgs {
     /// Also measure --history on a scratch database of the --postgres server
     #[arg(long)]
     history_postgres: bool,
+    /// Instead: a live stage with a big (sparse) log read through results, HTTP logs, the
+    /// dashboard and `run logs --tail` while runs of `true` start and end; the daemon's peak RSS
+    #[arg(long)]
+    logs: bool,
+    /// The big log's size (with --logs)
+    #[arg(long, default_value = "10GiB", value_name = "SIZE")]
+    log_size: lachesis::logs::ByteSize,
     #[arg(long)]
     json: bool,
 }
@@ -94,6 +102,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.history {
         return history(args);
+    }
+    if args.logs {
+        return logs(args);
     }
     // Checked before the minute of lachesis figures, not after it.
     if let Some(client) = &args.pueue {
@@ -189,6 +200,36 @@ fn progress(args: BenchArgs) -> CliResult {
     println!(
         "exit detection: p50 {:.0} ms, p99 {:.0} ms alone; p50 {:.0} ms, p99 {:.0} ms while a followed log floods",
         a.p50, a.p99, b.p50, b.p99
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn logs(args: BenchArgs) -> CliResult {
+    let exe = std::env::current_exe()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report =
+        runtime.block_on(logs::run(&exe, args.log_size.0, args.exits, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let size = lachesis::launch::space::human_bytes(report.log_bytes);
+    for (what, p) in [
+        ("results (GET /runs/ID/results)", &report.results_ms),
+        ("HTTP logs (GET /runs/ID/logs)", &report.http_logs_ms),
+        ("dashboard run page (GET /ui/runs/ID)", &report.dashboard_run_ms),
+        ("`run logs ID --tail 200` (whole process)", &report.cli_tail_ms),
+    ] {
+        println!(
+            "{what} on a {size} log, {} reads: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            p.samples, p.p50, p.p99, p.max
+        );
+    }
+    println!("daemon peak RSS (VmHWM): {:.1} MB", report.daemon_peak_rss_mb);
+    let (a, b) = (&report.exit_detection_ms, &report.exit_detection_while_reading_ms);
+    println!(
+        "exit detection: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms alone; p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms during the reads",
+        a.p50, a.p99, a.max, b.p50, b.p99, b.max
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -48,6 +48,8 @@ pub struct ReconcilerConfig {
     pub runs_dir: PathBuf,
     /// The node's local ledger of its claims.
     pub claims_dir: PathBuf,
+    /// Stage log limits where a workflow sets none.
+    pub log_rotation: crate::logs::Rotation,
 }
 
 /// How a process (a stage's or a task's) ended, as far as the daemon can tell.
@@ -263,7 +265,7 @@ impl Reconciler {
         let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
         let webhooks = crate::webhooks::WebhookClient::with_defaults().ok();
         let node = node::NodeState::new(registration, config.claims_dir.clone());
-        let shims = Arc::new(Shims::new(&config.exe));
+        let shims = Arc::new(Shims::new(&config.exe, config.log_rotation));
         Reconciler {
             base: Arc::clone(&store),
             store,

@@ -6,6 +6,7 @@ mod daemon;
 mod environments;
 mod fixtures;
 mod inference_tests;
+mod logs;
 mod metric_history;
 mod metrics;
 mod nodes;
@@ -24,6 +25,7 @@ pub use crate::engine::store::NodeRegistration;
 pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
+pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
@@ -74,6 +76,10 @@ pub enum ServiceError {
     EnvironmentFileMissing { name: String, path: std::path::PathBuf },
     #[error("no test matches '{0}'")]
     UnknownTest(String),
+    #[error("run {run} has no stage '{stage}' (stages: {known})")]
+    UnknownStage { run: String, stage: String, known: String },
+    #[error(transparent)]
+    Log(#[from] crate::logs::LogError),
     #[error("{0}")]
     Schedule(String),
     #[error("unknown schedule '{name}' (schedules: {available})")]
@@ -132,13 +138,14 @@ impl ServiceError {
             E::UnknownRun(_) | E::UnknownTest(_) | E::UnknownSchedule { .. } | E::UnknownNode { .. } => {
                 ErrorKind::NotFound
             }
+            E::UnknownStage { .. } => ErrorKind::NotFound,
             E::Environment(crate::environments::LookupError::Unknown { .. }) => ErrorKind::NotFound,
             E::Environment(crate::environments::LookupError::Ambiguous { .. }) | E::Ambiguous { .. } => {
                 ErrorKind::Ambiguous
             }
             E::Catalog(CatalogError::Unknown { .. }) => ErrorKind::NotFound,
             E::Catalog(CatalogError::NotAName { .. } | CatalogError::Invalid(_)) => ErrorKind::Invalid,
-            E::Catalog(CatalogError::Io { .. }) => ErrorKind::Internal,
+            E::Catalog(CatalogError::Io { .. }) | E::Log(_) => ErrorKind::Internal,
             E::Storage(err) => store_kind(err),
             E::MissingCredentials { .. } | E::Introspect(_) => ErrorKind::Unprocessable,
             E::Edit(crate::environments::EditError::Locked { .. }) => ErrorKind::Forbidden,

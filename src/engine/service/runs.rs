@@ -418,13 +418,16 @@ impl Service {
     }
 }
 
-/// The `tinker://…` weights path a trainer log reports, if any.
-pub fn trained_weights(log: &std::path::Path) -> Option<String> {
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines().rev().find_map(|line| {
-        let start = line.find("tinker://")?;
-        Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
-    })
+/// The `tinker://…` weights path a trainer log reports, if any: the last one in the log's
+/// final [`crate::logs::SCAN_WINDOW`] bytes, scanned backwards (a trainer reports its weights
+/// as it ends), so the cost is the same for any size of log.
+pub fn trained_weights(log: &std::path::Path) -> Result<Option<String>, crate::logs::LogError> {
+    crate::logs::last_match(log, 0, crate::logs::SCAN_WINDOW, weights_in)
+}
+
+fn weights_in(line: &str) -> Option<String> {
+    let start = line.find("tinker://")?;
+    Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
 }
 
 /// A run's outcome as results commands show it.
@@ -458,7 +461,19 @@ impl Service {
                 Some((s.name.clone(), (s.record.ended_at? - s.record.started_at?) as f64 / 1000.0))
             })
             .collect();
-        let trained_weights = status.stages.iter().find_map(|s| trained_weights(&s.log_path));
+        let logs: Vec<std::path::PathBuf> = status.stages.iter().map(|s| s.log_path.clone()).collect();
+        let trained_weights = super::logs::off_thread(move || {
+            // An unreadable log has no weights to show; the rest of the results still stand.
+            for log in &logs {
+                match trained_weights(log) {
+                    Ok(Some(weights)) => return Ok(Some(weights)),
+                    Ok(None) => {}
+                    Err(err) => tracing::warn!("results: {err}"),
+                }
+            }
+            Ok(None)
+        })
+        .await?;
         let (metric_history, history) = self.history_of(&run).await?;
         Ok(RunResults { status, durations, trained_weights, metrics, history, metric_history })
     }

@@ -575,6 +575,7 @@ mod tests {
             start_delay: None,
             probe: None,
             start_timeout: Duration::from_secs(60),
+            log_limits: Default::default(),
         }
     }
 

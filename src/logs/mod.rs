@@ -1,0 +1,12 @@
+//! Stage logs: the only code that opens one. Reads are bounded (the last lines, a byte range,
+//! the last matching line) and cost the same on any size of log; the shim writes through
+//! [`RotatingLog`] under the stage's [`Rotation`]. Surfaces get logs from `Service::logs`,
+//! which reads off the daemon's thread.
+
+pub mod limits;
+pub mod read;
+pub mod rotate;
+
+pub use limits::{ByteSize, LogLimits, Rotation};
+pub use read::{LogError, LogPage, MAX_ANSWER, SCAN_WINDOW, last_match, range, tail};
+pub use rotate::{RotatingLog, rotated};
