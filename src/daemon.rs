@@ -70,7 +70,7 @@ pub enum DaemonError {
 pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), DaemonError> {
     let wants_token = options.listen.iter().any(|l| matches!(l, crate::api::Listen::Tcp(_)));
     // A short LACHESIS_API_TOKEN is refused before anything starts.
-    if wants_token && let Some(token) = crate::envfile::var("LACHESIS_API_TOKEN") {
+    if wants_token && let Some(token) = crate::environ::var("LACHESIS_API_TOKEN") {
         crate::api::ApiToken::new(&token, "LACHESIS_API_TOKEN")?;
     }
     if options.lease < Duration::from_secs(1) {

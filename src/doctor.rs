@@ -35,7 +35,7 @@ impl Report {
 /// Where the HTTP API's bearer token is (never its value), and whether only the owner can read it.
 fn api_token_check(settings: &crate::settings::Settings) -> Check {
     use std::os::unix::fs::PermissionsExt;
-    if crate::envfile::is_set("LACHESIS_API_TOKEN") {
+    if crate::environ::is_set("LACHESIS_API_TOKEN") {
         return check(
             "api token",
             true,
@@ -194,10 +194,10 @@ pub async fn report(service: &Service) -> Report {
     checks.push(check("environments", environments > 0, false, format!("{environments} environments found")));
     for key in ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"] {
         // Where it came from, never its value.
-        let detail = match crate::envfile::source(key) {
+        let detail = match crate::environ::source(key) {
             None => "not set".to_string(),
-            Some(crate::envfile::KeySource::Environment) => "set (from the environment)".to_string(),
-            Some(crate::envfile::KeySource::File(path)) => format!("set (from {})", path.display()),
+            Some(crate::environ::KeySource::Environment) => "set (from the environment)".to_string(),
+            Some(crate::environ::KeySource::File(path)) => format!("set (from {})", path.display()),
         };
         checks.push(check(key, detail != "not set", false, detail));
     }

@@ -6,7 +6,7 @@ pub mod cron;
 pub mod daemon;
 pub mod doctor;
 pub mod engine;
-pub mod envfile;
+pub mod environ;
 pub mod environments;
 pub mod http_client;
 pub mod inference;

@@ -259,7 +259,7 @@ impl WandbClient {
     /// A client from `WANDB_API_KEY`, `WANDB_BASE_URL` and `WANDB_ENTITY`; `None` when no key is
     /// set (W&B is optional).
     pub fn from_env(timeout: Duration) -> Result<Option<Self>, WandbError> {
-        Self::from_lookup(crate::envfile::var, timeout)
+        Self::from_lookup(crate::environ::var, timeout)
     }
 
     fn from_lookup(

@@ -167,7 +167,7 @@ pub fn token_path(home: &Path) -> PathBuf {
 /// `$home/api-token`, created on first start (random, 32 bytes as hex, 0600 from the start).
 /// Returns the token and where it came from.
 pub fn load_or_create_token(home: &Path) -> Result<(ApiToken, String), ApiError> {
-    if let Some(token) = crate::envfile::var("LACHESIS_API_TOKEN") {
+    if let Some(token) = crate::environ::var("LACHESIS_API_TOKEN") {
         return Ok((ApiToken::new(&token, "LACHESIS_API_TOKEN")?, "LACHESIS_API_TOKEN".into()));
     }
     let path = token_path(home);

@@ -107,10 +107,10 @@ pub fn dispatch(cli: Cli) -> CliResult {
         cli.command,
         Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_) | Command::Run(_) | Command::Test(_)
     ) {
-        // Keys the environment lacks; looked up through envfile::var, handed to children. Run
+        // Keys the environment lacks; looked up through environ::var, handed to children. Run
         // and test commands check credentials when no daemon takes their request.
-        let (path, required) = lachesis::envfile::choose(cli.env_file, &settings.home);
-        lachesis::envfile::load(&path, required)?;
+        let (path, required) = lachesis::environ::choose(cli.env_file, &settings.home);
+        lachesis::environ::load(&path, required)?;
     }
     match cli.command {
         Command::Daemon(args) => daemon::run(settings, args),

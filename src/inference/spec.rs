@@ -62,7 +62,7 @@ pub enum ProviderError {
 pub fn allowed_key_vars(credentials: &[String]) -> Vec<String> {
     let mut allowed = vec![DEFAULT_KEY_VAR.to_string()];
     allowed.extend(credentials.iter().filter(|c| c.ends_with("_API_KEY")).cloned());
-    if let Some(extra) = crate::envfile::var(PROVIDER_KEYS_VAR) {
+    if let Some(extra) = crate::environ::var(PROVIDER_KEYS_VAR) {
         allowed.extend(extra.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
     }
     allowed.sort();
@@ -177,7 +177,7 @@ impl InferenceSpec {
             output_path(test_dir, model).display().to_string(),
             // W&B only when a key is there to use it; offline `process` would otherwise fail.
             "--env.use_wandb".into(),
-            crate::envfile::is_set("WANDB_API_KEY").to_string(),
+            crate::environ::is_set("WANDB_API_KEY").to_string(),
             "--env.wandb_name".into(),
             wandb_run_name(&self.env_name, test_dir),
         ];
@@ -207,7 +207,7 @@ impl InferenceSpec {
             name: file_stem(model),
             argv,
             cwd,
-            env,
+            environ: env,
             log_path: log_path(test_dir, model),
             start_delay: None,
             probe: None,
@@ -254,13 +254,13 @@ mod tests {
         ));
         assert_eq!(plan.log_path, PathBuf::from("/tests/j1/qwen_qwen3-8b.log"));
         // ManagedServer environments run against an OpenAI-type provider only with this set.
-        assert_eq!(plan.env.get(ALLOW_DUMMY_MANAGED_SERVER).map(String::as_str), Some("1"));
+        assert_eq!(plan.environ.get(ALLOW_DUMMY_MANAGED_SERVER).map(String::as_str), Some("1"));
         let vllm = InferenceSpec {
             provider: Provider { server_type: "vllm".into(), ..Provider::openrouter() },
             ..spec.clone()
         };
         let plan = vllm.task_plan("qwen/qwen3-8b", Path::new("/tests/j1"));
-        assert!(!plan.env.contains_key(ALLOW_DUMMY_MANAGED_SERVER));
+        assert!(!plan.environ.contains_key(ALLOW_DUMMY_MANAGED_SERVER));
     }
 
     #[test]

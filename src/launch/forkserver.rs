@@ -47,7 +47,7 @@ pub const SERVE_FLAG: &str = "--serve";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     pub args: Vec<OsString>,
-    pub env: Vec<(OsString, OsString)>,
+    pub environ: Vec<(OsString, OsString)>,
 }
 
 impl Request {
@@ -61,7 +61,7 @@ impl Request {
         for arg in &self.args {
             field(arg.as_bytes());
         }
-        for (key, value) in &self.env {
+        for (key, value) in &self.environ {
             field(&[key.as_bytes(), b"=", value.as_bytes()].concat());
         }
         bytes
@@ -89,7 +89,7 @@ impl Request {
                 Ok((OsString::from_vec(entry[..at].to_vec()), OsString::from_vec(entry[at + 1..].to_vec())))
             })
             .collect::<Result<_, String>>()?;
-        Ok(Request { args, env })
+        Ok(Request { args, environ: env })
     }
 }
 
@@ -202,7 +202,7 @@ fn become_shim(request: Request, report: OwnedFd) -> i32 {
         }
     }
     drop((null, report));
-    for (key, value) in &request.env {
+    for (key, value) in &request.environ {
         // SAFETY: this process has one thread; nothing reads the environment concurrently.
         unsafe { std::env::set_var(key, value) };
     }
@@ -246,7 +246,7 @@ impl ForkServer {
     pub async fn fork_shim(&self, args: &[OsString], env: &BTreeMap<String, String>) -> io::Result<OwnedFd> {
         let request = Request {
             args: args.to_vec(),
-            env: env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect(),
+            environ: env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect(),
         };
         let body = request.encode();
         if body.len() > MAX_REQUEST {
@@ -331,7 +331,7 @@ mod tests {
     fn a_request_round_trips_with_empty_and_odd_fields() {
         let request = Request {
             args: os(&["--started", "s", "--", "python", "", "a=b"]),
-            env: vec![
+            environ: vec![
                 (OsString::from("KEY"), OsString::from("x=y")),
                 (OsString::from("EMPTY"), OsString::new()),
             ],

@@ -151,7 +151,7 @@ impl Shims {
         args.push(OsString::from("--"));
         args.extend(plan.argv.iter().map(OsString::from));
 
-        let env = crate::envfile::child_env(&plan.env);
+        let env = crate::environ::for_child(&plan.environ);
         let forked = match &self.server {
             Some(server) => match server.fork_shim(&args, &env).await {
                 Ok(reports) => Some(reports),

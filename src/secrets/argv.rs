@@ -29,7 +29,7 @@ pub fn secret_flag_values(argv: &[String]) -> Vec<String> {
 /// flags, and any argument equal to a secret variable's value, become `***`.
 pub fn redact_argv(argv: &[String]) -> String {
     let secrets: Vec<String> =
-        SECRET_VARS.iter().filter_map(|v| crate::envfile::var(v)).filter(|v| !v.is_empty()).collect();
+        SECRET_VARS.iter().filter_map(|v| crate::environ::var(v)).filter(|v| !v.is_empty()).collect();
     let mut out = Vec::with_capacity(argv.len());
     let mut hide_next = false;
     for arg in argv {

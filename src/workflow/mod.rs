@@ -130,8 +130,9 @@ pub struct StageSpec {
     pub argv: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
+    /// Variables added to the stage's process environment (`env:` in YAML).
+    #[serde(default, rename = "env", skip_serializing_if = "BTreeMap::is_empty")]
+    pub environ: BTreeMap<String, String>,
     /// Log file, relative to the run directory; `{name}.log` by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
@@ -286,7 +287,7 @@ impl Workflow {
                     .map(|_| ())
                     .or_else(|problem| bad(&at(".log_max_files"), problem))?;
             }
-            for (key, value) in &stage.env {
+            for (key, value) in &stage.environ {
                 if key.is_empty() || key.contains(['=', '\0']) {
                     return bad(&at(".env"), format!("'{}' is not an environment variable name", shown(key)));
                 }
@@ -372,7 +373,7 @@ impl Workflow {
         self.stages.iter().any(|stage| {
             stage.argv.iter().any(|a| mentions(a))
                 || stage.cwd.as_deref().is_some_and(mentions)
-                || stage.env.values().any(|v| mentions(v))
+                || stage.environ.values().any(|v| mentions(v))
         }) || self.vars.values().any(|v| mentions(v))
     }
 
@@ -390,7 +391,8 @@ pub struct StagePlan {
     pub name: String,
     pub argv: Vec<String>,
     pub cwd: PathBuf,
-    pub env: BTreeMap<String, String>,
+    /// Added to the process environment it inherits.
+    pub environ: BTreeMap<String, String>,
     pub log_path: PathBuf,
     pub start_delay: Option<Duration>,
     pub probe: Option<Probe>,
@@ -444,7 +446,7 @@ impl StageSpec {
             None => run_dir.to_path_buf(),
         };
         let env =
-            self.env.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
+            self.environ.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
         let log = fill(&self.log_file())?;
         check_log_path(&log).map_err(|problem| PlanError::Log { stage: self.name.clone(), problem })?;
         let probe = match &self.probe {
@@ -456,7 +458,7 @@ impl StageSpec {
             name: self.name.clone(),
             argv,
             cwd,
-            env,
+            environ: env,
             log_path: run_dir.join(log),
             start_delay: self.start_delay.map(|d| d.0),
             probe,
@@ -655,7 +657,7 @@ mod tests {
         let plan = wf.stages[0].plan(&vars, Path::new("/runs/r1")).unwrap();
         assert_eq!(plan.argv, ["run-api", "--port", "8000"]);
         assert_eq!(plan.cwd, PathBuf::from("/srv"));
-        assert_eq!(plan.env["RUN"], "r1");
+        assert_eq!(plan.environ["RUN"], "r1");
         assert_eq!(plan.log_path, PathBuf::from("/runs/r1/api.log"));
         assert_eq!(plan.probe, Some(Probe::Http { http: "http://127.0.0.1:8000/".into() }));
         let ports = BTreeMap::from([("api".to_string(), 8000u16), ("other".to_string(), 40123u16)]);

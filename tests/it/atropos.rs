@@ -45,7 +45,7 @@ pub fn atropos() -> Option<(PathBuf, PathBuf)> {
 /// A home whose CLI and daemon use the venv's Python and find the test environments.
 pub fn atropos_home(python: &Path) -> TestHome {
     let mut home = TestHome::new();
-    home.env = vec![
+    home.environ = vec![
         ("LACHESIS_PYTHON".into(), python.display().to_string()),
         ("LACHESIS_ENV_DIRS".into(), envs_dir().display().to_string()),
         ("HF_HUB_OFFLINE".into(), "1".into()),
@@ -121,7 +121,7 @@ pub fn vars(python: &Path, tokenizer: &Path) -> Vec<String> {
 #[tokio::test]
 async fn environments_are_discovered_without_python() {
     let mut home = TestHome::new();
-    home.env = vec![("LACHESIS_ENV_DIRS".into(), envs_dir().display().to_string())];
+    home.environ = vec![("LACHESIS_ENV_DIRS".into(), envs_dir().display().to_string())];
     let list: serde_json::Value = serde_json::from_str(&home.cli_ok(&["env", "list", "--json"])).unwrap();
     let arith = list.as_array().unwrap().iter().find(|e| e["name"] == "arith").expect("arith is listed");
     assert_eq!(arith["class_name"], "ArithEnv");
@@ -170,7 +170,7 @@ async fn selecting_and_editing_the_config_follows_the_locked_profile() {
 #[tokio::test]
 async fn missing_python_or_atroposlib_say_what_to_install() {
     let mut home = TestHome::new();
-    home.env = vec![
+    home.environ = vec![
         ("LACHESIS_ENV_DIRS".into(), envs_dir().display().to_string()),
         ("LACHESIS_PYTHON".into(), "/no/such/python3".into()),
     ];
@@ -190,7 +190,7 @@ async fn missing_python_or_atroposlib_say_what_to_install() {
         eprintln!("skipped the atroposlib-missing half: the system python3 has atroposlib");
         return;
     }
-    home.env[1].1 = "python3".into();
+    home.environ[1].1 = "python3".into();
     let err = stderr(&home.cli(&["env", "select", "arith"]));
     assert!(err.contains("atroposlib is not installed for python3"), "{err}");
 }
@@ -249,7 +249,7 @@ async fn train(
     let (python, tokenizer) = atropos()?;
     let mut home = atropos_home(&python);
     if let Some(k) = crash_after {
-        home.env.push(("STAND_IN_TRAINER_CRASH_AFTER".into(), k.to_string()));
+        home.environ.push(("STAND_IN_TRAINER_CRASH_AFTER".into(), k.to_string()));
     }
     home.cli_ok(&["env", "select", "arith"]);
     home.workflow("atropos-loop", &training_workflow("atropos-loop"));

@@ -175,7 +175,7 @@ async fn start_wait_shows_progress_and_logs_print_each_stage() {
 #[tokio::test]
 async fn doctor_says_what_is_missing_and_never_prints_a_key() {
     let mut home = TestHome::new();
-    home.env = vec![
+    home.environ = vec![
         ("LACHESIS_PYTHON".into(), "/no/such/python3".into()),
         ("TINKER_API_KEY".into(), "tnkr-doctor-5c1d0e2f9a8b7c6d".into()),
     ];

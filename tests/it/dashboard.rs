@@ -54,7 +54,7 @@ fn drive(plan: &Value) -> Value {
 
 async fn serve(home: &mut TestHome, extra: &[&str]) -> String {
     let addr = format!("127.0.0.1:{}", free_port());
-    home.env.push(("LACHESIS_API_TOKEN".into(), TOKEN.into()));
+    home.environ.push(("LACHESIS_API_TOKEN".into(), TOKEN.into()));
     let mut args = vec!["--listen", &addr];
     args.extend_from_slice(extra);
     home.start_daemon_with(&args);
@@ -132,8 +132,8 @@ async fn the_dashboard_shows_runs_timelines_live_logs_and_regressions_behind_the
         return;
     }
     let mut home = TestHome::new();
-    home.env.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
-    home.env.push(("LACHESIS_PYTHON".into(), "false".into()));
+    home.environ.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
+    home.environ.push(("LACHESIS_PYTHON".into(), "false".into()));
     home.workflow("ok", "name: ok\nstages:\n  - {name: main, argv: [sh, -c, \"echo finished; exit 0\"]}\n");
     home.workflow(
         "bad",

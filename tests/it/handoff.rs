@@ -52,9 +52,9 @@ async fn run_start_goes_through_the_daemon_which_checks_the_keys_it_will_use() {
     assert!(stderr(&out).contains(KEY), "{}", stderr(&out));
 
     // The daemon has the key: the CLI without it hands the run over, and it runs.
-    home.env.push((KEY.into(), "a-key-for-the-daemon".into()));
+    home.environ.push((KEY.into(), "a-key-for-the-daemon".into()));
     home.start_daemon();
-    home.env.clear();
+    home.environ.clear();
     wait_for_api_socket(&home).await;
     let mode = std::fs::metadata(home.path().join("api.sock")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "api.sock must be private to its owner");

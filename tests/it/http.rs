@@ -50,9 +50,9 @@ async fn start(home: &mut TestHome, host: &str, token: Option<&str>) -> Api {
 
 async fn start_with(home: &mut TestHome, host: &str, token: Option<&str>, extra: &[&str]) -> Api {
     let addr = format!("{host}:{}", free_port());
-    home.env.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
+    home.environ.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
     if let Some(token) = token {
-        home.env.push(("LACHESIS_API_TOKEN".into(), token.into()));
+        home.environ.push(("LACHESIS_API_TOKEN".into(), token.into()));
     }
     let mut args = vec!["--listen", addr.as_str()];
     args.extend_from_slice(extra);
@@ -291,13 +291,13 @@ async fn the_openapi_document_covers_every_live_route() {
 async fn every_tcp_listener_needs_the_token_and_a_unix_socket_does_not() {
     use std::os::unix::fs::PermissionsExt;
     let mut home = TestHome::new();
-    home.env.push(("LACHESIS_API_TOKEN".into(), "short-token".into()));
+    home.environ.push(("LACHESIS_API_TOKEN".into(), "short-token".into()));
     let refused = home.cli(&["daemon", "--listen", "127.0.0.1:1"]);
     assert!(!refused.status.success());
     let err = crate::support::stderr(&refused);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("the API token from LACHESIS_API_TOKEN is 11 bytes long: use at least 16"), "{err}");
-    home.env.clear();
+    home.environ.clear();
 
     // Loopback too: without LACHESIS_API_TOKEN the daemon makes one, 0600, and says where.
     let socket = home.path().join("api.sock");
@@ -432,7 +432,7 @@ async fn results_carry_wandb_metrics_and_fall_back_to_the_snapshot() {
         "summaryMetrics": summary, "historyKeys": "{}" } }] } } } });
     let wandb = crate::support::Receiver::start_with(vec![], reply.to_string()).await;
     let base = wandb.url.trim_end_matches("/hook").to_string();
-    home.env.extend([
+    home.environ.extend([
         ("WANDB_API_KEY".to_string(), "wandb-test-key-0123456789".to_string()),
         ("WANDB_BASE_URL".to_string(), base),
         ("WANDB_ENTITY".to_string(), "lab".to_string()),
@@ -480,7 +480,7 @@ async fn a_running_runs_wandb_history_is_stored_and_outlives_wandb() {
     } } });
     let wandb = crate::support::Receiver::start_with(vec![], reply.to_string()).await;
     let base = wandb.url.trim_end_matches("/hook").to_string();
-    home.env.extend([
+    home.environ.extend([
         ("WANDB_API_KEY".to_string(), "wandb-test-key-0123456789".to_string()),
         ("WANDB_BASE_URL".to_string(), base),
         ("WANDB_ENTITY".to_string(), "lab".to_string()),

@@ -56,8 +56,8 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
     let Some((python, tokenizer)) = atropos() else { return };
     let stub = Stub::start(&python, &tokenizer, &["silent-model"]);
     let mut home = atropos_home(&python);
-    home.env.push(("STUB_KEY".into(), KEY.into()));
-    home.env.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
+    home.environ.push(("STUB_KEY".into(), KEY.into()));
+    home.environ.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
     test_profile(&home, &tokenizer);
     home.start_daemon();
     let url = format!("http://127.0.0.1:{}/v1", stub.port);
@@ -186,7 +186,7 @@ async fn test_start_wait_and_test_show_give_a_models_whole_error() {
 #[tokio::test]
 async fn a_test_without_its_key_is_refused() {
     let mut home = TestHome::new();
-    home.env = vec![("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string())];
+    home.environ = vec![("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string())];
     let err = stderr(&home.cli(&["test", "start", "--env", "arith"]));
     assert!(err.contains("needs OPENROUTER_API_KEY in the environment"), "{err}");
     let err = stderr(&home.cli(&["test", "show", "abc"]));
@@ -348,10 +348,10 @@ async fn a_managed_server_environment_runs_against_an_openai_type_provider() {
     let stub = Stub::start(&python, &tokenizer, &[]);
     let mut home = atropos_home(&python);
     let dirs = format!("{}:{}", crate::atropos::envs_dir().display(), managed_envs_dir().display());
-    home.env.retain(|(k, _)| k != "LACHESIS_ENV_DIRS");
-    home.env.push(("LACHESIS_ENV_DIRS".into(), dirs));
-    home.env.push(("STUB_KEY".into(), KEY.into()));
-    home.env.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
+    home.environ.retain(|(k, _)| k != "LACHESIS_ENV_DIRS");
+    home.environ.push(("LACHESIS_ENV_DIRS".into(), dirs));
+    home.environ.push(("STUB_KEY".into(), KEY.into()));
+    home.environ.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
     test_profile(&home, &tokenizer);
     home.start_daemon();
     let url = format!("http://127.0.0.1:{}/v1", stub.port);

@@ -27,7 +27,7 @@ async fn a_10_gb_log_is_served_in_bounded_pages() {
     let mut home = TestHome::new();
     home.workflow("chatty", "name: chatty\nstages:\n  - {name: t, argv: [sh, -c, 'echo first line']}\n");
     let addr = format!("127.0.0.1:{}", free_port());
-    home.env.push(("LACHESIS_API_TOKEN".into(), TOKEN.into()));
+    home.environ.push(("LACHESIS_API_TOKEN".into(), TOKEN.into()));
     home.start_daemon_with(&["--listen", &addr]);
     let id = home.submit(&["--workflow", "chatty"]);
     let (run, stages) = home.wait_settled(id, T).await;

@@ -15,7 +15,7 @@ async fn an_agent_selects_edits_starts_checks_stops_and_reads_results() {
     std::fs::set_permissions(&env_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut cmd = std::process::Command::new(&python);
     cmd.arg(repo().join("tests/python/mcp_client.py")).args([BIN, "arith"]);
-    cmd.env("LACHESIS_HOME", home.path()).envs(home.env.iter().map(|(k, v)| (k, v)));
+    cmd.env("LACHESIS_HOME", home.path()).envs(home.environ.iter().map(|(k, v)| (k, v)));
     cmd.env_remove("OPENROUTER_API_KEY");
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -119,8 +119,8 @@ async fn every_answer_holds_the_reference_keys_and_types() {
     let Some((python, tokenizer)) = atropos() else { return };
     let stub = Stub::start(&python, &tokenizer, &["silent-model"]);
     let mut home = atropos_home(&python);
-    home.env.push(("STUB_KEY".into(), KEY.into()));
-    home.env.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
+    home.environ.push(("STUB_KEY".into(), KEY.into()));
+    home.environ.push(("LACHESIS_PROVIDER_KEYS".into(), "STUB_KEY".into()));
     test_profile(&home, &tokenizer);
     // The inference test's locked profile comes from the default workflow; the start without a
     // workflow (the default) must be refused for want of the Tinker key, as the reference's is.
@@ -133,7 +133,7 @@ async fn every_answer_holds_the_reference_keys_and_types() {
         .args([BIN, "arith", "--provider", &url, "--server-type", "openai", "--api-key-env", "STUB_KEY"])
         .args(["--models", "stub", "--workflow", "demo", "--fake-wandb", "--test-timeout", "300"])
         .args(["--server-args", "mcp --no-daemon", "--cancel-model", "silent-model"]);
-    cmd.env("LACHESIS_HOME", home.path()).envs(home.env.iter().map(|(k, v)| (k, v)));
+    cmd.env("LACHESIS_HOME", home.path()).envs(home.environ.iter().map(|(k, v)| (k, v)));
     cmd.env_remove("TINKER_API_KEY").env_remove("OPENROUTER_API_KEY");
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -196,7 +196,7 @@ asyncio.run(main())
 "#;
     let mut cmd = std::process::Command::new(&python);
     cmd.args(["-c", script, BIN]);
-    cmd.env("LACHESIS_HOME", home.path()).envs(home.env.iter().map(|(k, v)| (k, v)));
+    cmd.env("LACHESIS_HOME", home.path()).envs(home.environ.iter().map(|(k, v)| (k, v)));
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));

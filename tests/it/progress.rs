@@ -94,7 +94,7 @@ async fn a_trainer_reaching_its_total_completes_with_require_total() {
 async fn a_run_whose_step_stops_moving_fails_stalled_and_the_webhook_says_so() {
     let hook = crate::support::Receiver::start(vec![]).await;
     let mut home = TestHome::new();
-    home.env = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
+    home.environ = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
     home.workflow("stuck", &stepping("stuck", 2, 10, "sleep 600", ""));
     home.start_daemon();
     let id = home.submit(&["--workflow", "stuck", "--stall-timeout", "2s"]);
@@ -213,7 +213,7 @@ async fn run_api_status_steps_climb_to_the_total_and_the_run_completes() {
 async fn hung_inference_stalls_the_real_loop_and_leaves_nothing_running() {
     let Some((python, tokenizer)) = atropos() else { return };
     let mut home = atropos_home(&python);
-    home.env.push(("STAND_IN_TRAINER_HANG_MODEL".into(), "*".into()));
+    home.environ.push(("STAND_IN_TRAINER_HANG_MODEL".into(), "*".into()));
     home.cli_ok(&["env", "select", "arith"]);
     home.workflow("atropos-hung", &atropos_progress("atropos-hung", "stall_timeout: 20s\n"));
     let mut args = vec!["--workflow".to_string(), "atropos-hung".to_string()];
@@ -236,7 +236,7 @@ async fn hung_inference_stalls_the_real_loop_and_leaves_nothing_running() {
 async fn hung_inference_with_retry_on_stall_runs_a_second_attempt() {
     let Some((python, tokenizer)) = atropos() else { return };
     let mut home = atropos_home(&python);
-    home.env.push(("STAND_IN_TRAINER_HANG_MODEL".into(), "*".into()));
+    home.environ.push(("STAND_IN_TRAINER_HANG_MODEL".into(), "*".into()));
     home.cli_ok(&["env", "select", "arith"]);
     let retry = "stall_timeout: 8s\nretry: {max_attempts: 2, backoff: 100ms, retry_on_stall: true}\n";
     home.workflow("atropos-retry", &atropos_progress("atropos-retry", retry));

@@ -81,14 +81,14 @@ async fn gc_forgets_finished_runs_with_their_files_and_keeps_the_rest() {
 async fn doctor_warns_when_the_home_outgrows_its_limit() {
     let mut home = TestHome::new();
     home.cli_ok(&["run", "start", "--workflow", "demo"]);
-    home.env.push(("LACHESIS_HOME_WARN_SIZE".into(), "1K".into()));
+    home.environ.push(("LACHESIS_HOME_WARN_SIZE".into(), "1K".into()));
     let out = home.cli(&["doctor"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("warn home size") && text.contains("over 1.0 KiB (LACHESIS_HOME_WARN_SIZE)"),
         "{text}"
     );
-    home.env.retain(|(k, _)| k != "LACHESIS_HOME_WARN_SIZE");
+    home.environ.retain(|(k, _)| k != "LACHESIS_HOME_WARN_SIZE");
     let text = String::from_utf8_lossy(&home.cli(&["doctor"]).stdout).to_string();
     assert!(text.contains("ok   home size"), "{text}");
 }

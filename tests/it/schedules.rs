@@ -8,7 +8,7 @@ use crate::support::{TestHome, stderr, wait_for};
 
 fn home_with_envs() -> TestHome {
     let mut home = TestHome::new();
-    home.env = vec![
+    home.environ = vec![
         ("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()),
         // A test that can't succeed quickly: the schedule mechanics are what is tested here.
         ("LACHESIS_PYTHON".into(), "false".into()),

@@ -56,7 +56,7 @@ fn stage(dir: &Path, name: &str, argv: &[&str]) -> StagePlan {
         name: name.into(),
         argv: argv.iter().map(|a| a.to_string()).collect(),
         cwd: dir.to_path_buf(),
-        env: BTreeMap::new(),
+        environ: BTreeMap::new(),
         log_path: dir.join("logs").join(format!("{name}.log")),
         start_delay: None,
         probe: None,
@@ -193,7 +193,7 @@ async fn awkward_arguments_and_the_stage_env_reach_the_stage_intact() {
     let mut argv = vec!["sh", "-c", r#"printf '<%s>\n' "$@"; printf 'env <%s>\n' "$STAGE_VAR""#, "sh"];
     argv.extend(awkward);
     let mut plan = stage(dir.path(), "args", &argv);
-    plan.env.insert("STAGE_VAR".into(), "x y $z".into());
+    plan.environ.insert("STAGE_VAR".into(), "x y $z".into());
     plan.log_path = dir.path().join("odd 100% dir").join("args.log");
     let job = submit(&slurm, &plan, None).await;
     assert_eq!(ended(&slurm, job).await, ended_as(Exit::Code(0), "COMPLETED"));
@@ -227,7 +227,7 @@ async fn masked_output_keeps_its_last_lines_and_the_exit_code() {
     let body =
         "for i in $(seq 1 3000); do echo line $i $TINKER_API_KEY; done; echo err $1 >&2; echo LAST; exit 7";
     let mut plan = stage(dir.path(), "masked", &["sh", "-c", body, "sh", &format!("--api-key={SECRET}")]);
-    plan.env.insert("TINKER_API_KEY".into(), SECRET.into());
+    plan.environ.insert("TINKER_API_KEY".into(), SECRET.into());
     let job = submit(&slurm, &plan, Some(&exe)).await;
     assert_eq!(ended(&slurm, job).await, ended_as(Exit::Code(7), "FAILED"));
     let log = log_of(&plan);
@@ -249,9 +249,9 @@ async fn a_masked_stage_gets_sigterm_and_its_last_words_are_logged() {
         marker.display()
     );
     let mut trapper = stage(dir.path(), "masked-trapper", &["sh", "-c", &body]);
-    trapper.env.insert("TINKER_API_KEY".into(), SECRET.into());
+    trapper.environ.insert("TINKER_API_KEY".into(), SECRET.into());
     let mut sleeper = stage(dir.path(), "masked-sleeper", &["sh", "-c", "echo started; exec sleep 300"]);
-    sleeper.env.insert("TINKER_API_KEY".into(), SECRET.into());
+    sleeper.environ.insert("TINKER_API_KEY".into(), SECRET.into());
     let trapper_job = submit(&slurm, &trapper, Some(&exe)).await;
     let sleeper_job = submit(&slurm, &sleeper, Some(&exe)).await;
     wait_for_log(&trapper, "started").await;
@@ -316,7 +316,7 @@ fn term_time(run_dir: &Path, stage: &str) -> u128 {
 
 fn slurm_home(conf: &Path) -> crate::support::TestHome {
     let mut home = crate::support::TestHome::new();
-    home.env.push(("SLURM_CONF".into(), conf.display().to_string()));
+    home.environ.push(("SLURM_CONF".into(), conf.display().to_string()));
     home
 }
 
@@ -326,7 +326,7 @@ async fn a_slurm_run_starts_its_stages_as_jobs_and_completes_with_their_exits() 
     let mut home = slurm_home(&conf);
     // A key in the daemon's environment: the trainer prints it, the log must not hold it.
     let key = "sk-slurm-test-0123456789";
-    home.env.push(("TINKER_API_KEY".into(), key.into()));
+    home.environ.push(("TINKER_API_KEY".into(), key.into()));
     let trainer = "  - name: trainer\n    argv: [sh, -c, 'echo \"key=$TINKER_API_KEY\"; sleep 4; exit 0']\n";
     home.workflow(
         "on-slurm",

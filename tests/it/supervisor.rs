@@ -46,7 +46,7 @@ async fn demo_workflow_completes_and_records_every_exit() {
 async fn finished_runs_are_posted_to_the_global_webhooks() {
     let hook = crate::support::Receiver::start(vec![]).await;
     let mut home = TestHome::new();
-    home.env = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
+    home.environ = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
     home.workflow("quick", "name: quick\nstages:\n  - {name: main, argv: [sh, -c, \"exit 4\"]}\n");
     home.start_daemon();
     let id = home.submit(&["--workflow", "quick"]);
@@ -426,7 +426,7 @@ async fn the_daemon_leaves_nothing_behind_after_stopping_runs() {
 async fn credentials_reach_the_stages_but_never_the_home() {
     let secret = "tnkr-test-3f9c1a7b2e5d4c6a8b0e";
     let mut home = TestHome::new();
-    home.env = vec![("TINKER_API_KEY".into(), secret.into())];
+    home.environ = vec![("TINKER_API_KEY".into(), secret.into())];
     home.workflow(
         "keyed",
         "name: keyed\ncredentials: [TINKER_API_KEY]\nstages:\n  - name: main\n    argv: [sh, -c, 'test -n \"$TINKER_API_KEY\" && echo key present']\n",
@@ -441,7 +441,7 @@ async fn credentials_reach_the_stages_but_never_the_home() {
     assert!(found.is_empty(), "the secret was written to {found:?}");
 
     // Without the credential, the run is refused with what is missing, and nothing is queued.
-    home.env.clear();
+    home.environ.clear();
     let err = stderr(&home.cli(&["run", "start", "--workflow", "keyed"]));
     assert!(
         err.contains("workflow 'keyed' needs TINKER_API_KEY in the environment (not set: TINKER_API_KEY)"),

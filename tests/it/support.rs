@@ -34,7 +34,7 @@ pub struct TestHome {
     pub dir: tempfile::TempDir,
     pub database_url: Option<String>,
     /// Extra environment for every CLI and daemon process of this home.
-    pub env: Vec<(String, String)>,
+    pub environ: Vec<(String, String)>,
     /// A umask the CLI and daemon processes start under (through `sh -c 'umask …'`).
     pub umask: Option<u32>,
     daemon: Option<Child>,
@@ -46,7 +46,7 @@ impl TestHome {
         TestHome {
             dir: tempfile::tempdir().unwrap(),
             database_url: None,
-            env: Vec::new(),
+            environ: Vec::new(),
             umask: None,
             daemon: None,
             service: None,
@@ -95,7 +95,7 @@ impl TestHome {
             Some(url) => cmd.env("LACHESIS_DATABASE_URL", url),
             None => cmd.env_remove("LACHESIS_DATABASE_URL"),
         };
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd.envs(self.environ.iter().map(|(k, v)| (k, v)));
         cmd
     }
 

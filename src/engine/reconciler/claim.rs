@@ -78,7 +78,7 @@ impl Reconciler {
             Err(err) => return Err(err),
         };
         let missing: Vec<&str> =
-            run.spec.credentials.iter().filter(|c| !crate::envfile::is_set(c)).map(String::as_str).collect();
+            run.spec.credentials.iter().filter(|c| !crate::environ::is_set(c)).map(String::as_str).collect();
         let problem = if let Some(problem) = ledger {
             Some(problem)
         } else if !missing.is_empty() {

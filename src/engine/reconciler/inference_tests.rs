@@ -142,7 +142,7 @@ impl Reconciler {
         let Some(sup) = self.tests.get_mut(&id) else { return Ok(()) };
         let provider = &sup.test.spec.provider;
         let key = match &provider.api_key_env {
-            Some(var) => match crate::envfile::var(var) {
+            Some(var) => match crate::environ::var(var) {
                 Some(key) if !key.is_empty() => key,
                 _ => {
                     let reason = format!("the daemon's environment lacks {var}");
@@ -166,7 +166,7 @@ impl Reconciler {
             self.store.update_task(task, Some(&NewEvent::stage(&model, what))).await?;
             return Ok(());
         }
-        plan.env.insert(format!("{}PROVIDER_KEY", crate::secrets::SECRET_ARG_PREFIX), key);
+        plan.environ.insert(format!("{}PROVIDER_KEY", crate::secrets::SECRET_ARG_PREFIX), key);
         let files = sup.files[idx].clone();
         self.launch(Owner::Task { test: id, idx }, plan, files);
         Ok(())

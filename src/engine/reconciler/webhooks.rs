@@ -10,7 +10,7 @@ use crate::webhooks::{Payload, Webhook};
 
 /// Webhooks told about every run that completes or fails (`LACHESIS_WEBHOOKS`, comma-separated).
 pub fn run_webhooks() -> Vec<String> {
-    crate::envfile::var("LACHESIS_WEBHOOKS")
+    crate::environ::var("LACHESIS_WEBHOOKS")
         .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
         .unwrap_or_default()
 }

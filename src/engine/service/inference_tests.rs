@@ -96,7 +96,7 @@ impl Service {
             Provider { api_key_env: request.api_key_env.clone().or(provider.api_key_env), ..provider };
         provider.check(&crate::inference::spec::allowed_key_vars(&workflow.credentials))?;
         if let Some(var) = &provider.api_key_env
-            && !crate::envfile::is_set(var)
+            && !crate::environ::is_set(var)
         {
             return Err(ServiceError::MissingCredentials {
                 workflow: "inference test".into(),

@@ -207,7 +207,7 @@ impl Service {
             )));
         }
         let missing: Vec<String> =
-            spec.credentials.iter().filter(|c| !crate::envfile::is_set(c)).cloned().collect();
+            spec.credentials.iter().filter(|c| !crate::environ::is_set(c)).cloned().collect();
         if !missing.is_empty() {
             return Err(ServiceError::MissingCredentials {
                 workflow: name.to_string(),

@@ -173,9 +173,9 @@ impl Slurm {
         if plan.argv.is_empty() {
             return Err(bad("empty argv".into()));
         }
-        let mut texts = plan.argv.iter().chain(plan.env.keys()).chain(plan.env.values());
+        let mut texts = plan.argv.iter().chain(plan.environ.keys()).chain(plan.environ.values());
         let bad_name = |k: &String| k.is_empty() || k.contains('=');
-        if texts.any(|t| t.contains('\0')) || plan.env.keys().any(bad_name) {
+        if texts.any(|t| t.contains('\0')) || plan.environ.keys().any(bad_name) {
             return Err(bad("argv or env holds a NUL byte or a bad variable name".into()));
         }
         let (Some(log), Some(cwd)) = (plan.log_path.to_str(), plan.cwd.to_str()) else {
@@ -197,8 +197,8 @@ impl Slurm {
             "--export=ALL".to_string(),
         ];
         args.extend(options.sbatch_args(&plan.name));
-        let mut env = crate::envfile::child_env(&plan.env);
-        env.extend(script.env);
+        let mut env = crate::environ::for_child(&plan.environ);
+        env.extend(script.environ);
         let out = self.run("sbatch", &args, &env, Some(script.text.as_bytes())).await?;
         let line = out.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
         let job = line
@@ -570,7 +570,7 @@ mod tests {
             name: "trainer".into(),
             argv: argv.iter().map(|a| a.to_string()).collect(),
             cwd: PathBuf::from("/runs/r 1"),
-            env: BTreeMap::new(),
+            environ: BTreeMap::new(),
             log_path: PathBuf::from("/runs/r 1/trainer.log"),
             start_delay: None,
             probe: None,
@@ -582,7 +582,7 @@ mod tests {
     /// Runs `script` with bash (not through Slurm) and returns what it printed.
     fn run_bash(script: &BatchScript, cwd: &Path) -> std::process::Output {
         let text = script.text.replace(&quote("/runs/r 1"), &quote(&cwd.to_string_lossy()));
-        std::process::Command::new("bash").arg("-c").arg(text).envs(&script.env).output().unwrap()
+        std::process::Command::new("bash").arg("-c").arg(text).envs(&script.environ).output().unwrap()
     }
 
     #[test]
@@ -596,7 +596,7 @@ mod tests {
             "{}",
             script.text
         );
-        assert!(script.env.is_empty());
+        assert!(script.environ.is_empty());
         let dir = tempfile::tempdir().unwrap();
         let out = run_bash(&script, dir.path());
         assert_eq!(
@@ -615,7 +615,7 @@ mod tests {
             "--url=http://x?k=tnkr-envsecret",
             "plain",
         ]);
-        p.env.insert("TINKER_API_KEY".into(), "tnkr-envsecret".into());
+        p.environ.insert("TINKER_API_KEY".into(), "tnkr-envsecret".into());
         let script = batch_script(&p, None);
         for secret in ["sk-flag-secret", "tok-0123456789", "tnkr-envsecret"] {
             assert!(!script.text.contains(secret), "{secret} in:\n{}", script.text);
@@ -623,9 +623,9 @@ mod tests {
         assert!(script.text.contains(
             "exec -- 'train' '--api_key' \"$LACHESIS_SECRET_ARG_2\" '--token='\"$LACHESIS_SECRET_ARG_3\" \"$LACHESIS_SECRET_ARG_4\" 'plain'\n"
         ), "{}", script.text);
-        assert_eq!(script.env["LACHESIS_SECRET_ARG_2"], "sk-flag-secret");
-        assert_eq!(script.env["LACHESIS_SECRET_ARG_3"], "tok-0123456789");
-        assert_eq!(script.env["LACHESIS_SECRET_ARG_4"], "--url=http://x?k=tnkr-envsecret");
+        assert_eq!(script.environ["LACHESIS_SECRET_ARG_2"], "sk-flag-secret");
+        assert_eq!(script.environ["LACHESIS_SECRET_ARG_3"], "tok-0123456789");
+        assert_eq!(script.environ["LACHESIS_SECRET_ARG_4"], "--url=http://x?k=tnkr-envsecret");
         // The stage still gets the real values.
         let mut echo = p.clone();
         echo.argv[0] = "echo".into();
@@ -656,7 +656,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let exe = fake_mask_exe(dir.path(), "sekrit-value-1");
         let mut p = plan(&["sh", "-c", "echo out $0; echo err sekrit-value-1 >&2; exit 7", "sekrit-value-1"]);
-        p.env.insert("WANDB_API_KEY".into(), "sekrit-value-1".into());
+        p.environ.insert("WANDB_API_KEY".into(), "sekrit-value-1".into());
         let script = batch_script(&p, Some(&exe));
         assert!(!script.text.contains("sekrit-value-1"));
         assert!(script.text.contains(&format!("lachesis_mask_exe='{}'\n", exe.display())));

@@ -10,7 +10,7 @@ use crate::workflow::StagePlan;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchScript {
     pub text: String,
-    pub env: BTreeMap<String, String>,
+    pub environ: BTreeMap<String, String>,
 }
 
 /// The batch script for `plan`: `#!/bin/bash`, into the working directory, then the stage.
@@ -99,7 +99,7 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
             exe = quote(&exe.to_string_lossy()),
         ),
     };
-    BatchScript { text, env }
+    BatchScript { text, environ: env }
 }
 
 /// Secret strings that may appear in argv: values of secret flags, and of the secret variables
@@ -107,7 +107,7 @@ pub fn batch_script(plan: &StagePlan, mask_exe: Option<&Path>) -> BatchScript {
 pub(super) fn argv_secrets(plan: &StagePlan) -> Vec<String> {
     let mut secrets = crate::secrets::secret_flag_values(&plan.argv);
     for var in crate::secrets::SECRET_VARS {
-        secrets.extend(plan.env.get(*var).cloned().or_else(|| crate::envfile::var(var)));
+        secrets.extend(plan.environ.get(*var).cloned().or_else(|| crate::environ::var(var)));
     }
     secrets.retain(|s| !s.is_empty());
     secrets

@@ -92,7 +92,7 @@ pub fn is_set(key: &str) -> bool {
 
 /// The environment for a child process: the file's keys, then `own` (which wins). The child
 /// inherits the rest of this process's environment as usual.
-pub fn child_env(own: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub fn for_child(own: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut env = FROM_FILE.get().map(|keys| keys.values.clone()).unwrap_or_default();
     env.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
@@ -164,9 +164,9 @@ mod tests {
         assert!(std::env::var_os("LACHESIS_ENVFILE_T2").is_none(), "the process environment was changed");
         assert!(is_set("LACHESIS_ENVFILE_T2") && !is_set("LACHESIS_ENVFILE_UNSET"));
         let own = BTreeMap::from([("LACHESIS_ENVFILE_T2".to_string(), "stage".to_string())]);
-        assert_eq!(child_env(&BTreeMap::new())["LACHESIS_ENVFILE_T2"], "file");
-        assert_eq!(child_env(&own)["LACHESIS_ENVFILE_T2"], "stage", "a stage's own value wins");
-        assert!(!child_env(&BTreeMap::new()).contains_key("LACHESIS_ENVFILE_T1"));
+        assert_eq!(for_child(&BTreeMap::new())["LACHESIS_ENVFILE_T2"], "file");
+        assert_eq!(for_child(&own)["LACHESIS_ENVFILE_T2"], "stage", "a stage's own value wins");
+        assert!(!for_child(&BTreeMap::new()).contains_key("LACHESIS_ENVFILE_T1"));
         assert_eq!(source("LACHESIS_ENVFILE_T1"), Some(KeySource::Environment));
         assert_eq!(source("LACHESIS_ENVFILE_T2"), Some(KeySource::File(path.clone())));
         assert_eq!(source("LACHESIS_ENVFILE_UNSET"), None);
