@@ -1,5 +1,11 @@
 //! lachesis: a restart-safe supervisor and queue for reinforcement-learning training runs on
-//! the Atropos + Tinker stack. See DESIGN in the README for the concepts.
+//! the Atropos + Tinker stack. The concepts are in the README, how a run flows through these
+//! modules in ARCHITECTURE.md.
+//!
+//! The layers, outside in: the surfaces (`api` with its dashboard, `mcp`; the CLI is the
+//! binary) render what `engine::service` returns; the engine (service, reconciler, and the store
+//! private to them) owns run state; beneath it sit the nouns (`model`), the workflow schema
+//! (`workflow`), processes (`launch`), stage logs (`logs`) and the leaves they use.
 
 pub mod api;
 pub mod cron;

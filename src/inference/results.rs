@@ -8,7 +8,7 @@
 //! completion, and the summary calls an environment working when any model produced groups.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -285,40 +285,14 @@ pub fn summarize(results: &[ModelResult]) -> Summary {
 }
 
 /// The last `lines` lines of a log, decoded lossily; empty when the log can't be read. Reads at most
-/// the last 64 KiB, so the first line returned may be cut short.
+/// the last 64 KiB (`logs::tail`), so the first line returned may be cut short.
 pub fn stderr_tail(log: &Path, lines: usize) -> String {
     if lines == 0 {
         return String::new();
     }
-    let Ok(bytes) = read_tail_bytes(log, lines) else { return String::new() };
-    let text = String::from_utf8_lossy(&bytes);
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Reads backwards in chunks until the tail holds more than `lines` line breaks (ignoring a final
-/// one), the start of the file, or the byte cap.
-fn read_tail_bytes(log: &Path, lines: usize) -> std::io::Result<Vec<u8>> {
-    const CHUNK: u64 = 8 * 1024;
-    let mut file = File::open(log)?;
-    let len = file.seek(SeekFrom::End(0))?;
-    let floor = len.saturating_sub(TAIL_MAX_BYTES);
-    let mut start = len;
-    let mut tail: Vec<u8> = Vec::new();
-    while start > floor {
-        let next = start.saturating_sub(CHUNK).max(floor);
-        let mut chunk = vec![0u8; (start - next) as usize];
-        file.seek(SeekFrom::Start(next))?;
-        file.read_exact(&mut chunk)?;
-        chunk.extend_from_slice(&tail);
-        tail = chunk;
-        start = next;
-        let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
-        if body.iter().filter(|&&b| b == b'\n').count() >= lines {
-            break;
-        }
-    }
-    Ok(tail)
+    crate::logs::tail(log, lines, TAIL_MAX_BYTES)
+        .map(|page| page.text.lines().collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

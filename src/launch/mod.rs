@@ -1,7 +1,6 @@
 //! Starting, watching and stopping stage processes on this machine.
 
 pub mod collect;
-pub mod follow;
 pub mod forkserver;
 pub mod probe;
 pub mod process;

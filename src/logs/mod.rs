@@ -1,8 +1,10 @@
 //! Stage logs: the only code that opens one. Reads are bounded (the last lines, a byte range,
 //! the last matching line) and cost the same on any size of log; the shim writes through
-//! [`RotatingLog`] under the stage's [`Rotation`]. Surfaces get logs from `Service::logs`,
-//! which reads off the daemon's thread.
+//! [`RotatingLog`] under the stage's [`Rotation`], and the progress reader follows a
+//! growing log with [`follow::Follower`] (carrying on through a rotation). Surfaces get
+//! logs from `Service::logs`, which reads off the daemon's thread.
 
+pub mod follow;
 pub mod limits;
 pub mod read;
 pub mod rotate;

@@ -1,7 +1,7 @@
 //! The writer of a stage log under its [`Rotation`]: past the size, `trainer.log` becomes
 //! `trainer.log.1` (and `.1` becomes `.2`, …, the oldest dropped), and writing carries on in a
 //! fresh `trainer.log`. Readers holding the old file read it to its end, then follow the new
-//! one (see `launch::follow`).
+//! one (see `logs::follow`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

@@ -248,7 +248,7 @@ pub async fn run(exe: &Path, options: &ProgressOptions, say: &dyn Fn(&str)) -> B
         let spec: lachesis::workflow::ProgressSpec =
             serde_yaml::from_str(r"{log: {stage: trainer, pattern: 'Step (?P<step>\d+)/(?P<total>\d+)'}}")?;
         let resolved = spec.resolve(&Default::default(), &serde_json::Value::Null, |_| Some(path.clone()))?;
-        let mut follower = lachesis::launch::follow::Follower::new(&path);
+        let mut follower = lachesis::logs::follow::Follower::new(&path);
         let (mut lines, mut last) = (0usize, None);
         let start = Instant::now();
         follower.read_new(|line| {

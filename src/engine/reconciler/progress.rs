@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::outcome::of_total;
 use super::{Msg, Reconciler, Result};
-use crate::launch::follow::{Follower, last_in_tail};
+use crate::logs::follow::{Follower, last_in_tail};
 use crate::model::progress::span;
 use crate::model::{Millis, NewEvent, ProgressPoint, RunState, RunTrigger, now_millis};
 use crate::workflow::progress::{Reading, ResolvedProgress, ResolvedSource};

@@ -195,7 +195,7 @@ impl ErrorKind {
 
 fn store_kind(err: &StoreError) -> ErrorKind {
     match err {
-        _ if err.is_out_of_space() => ErrorKind::StorageFull,
+        _ if err.is_storage_full() => ErrorKind::StorageFull,
         StoreError::Conflict { .. }
         | StoreError::TestConflict { .. }
         | StoreError::Illegal(_)

@@ -130,30 +130,6 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-impl StoreError {
-    /// Whether the write failed because the store's disk (or quota) is full: SQLite's
-    /// `SQLITE_FULL`, PostgreSQL's `53100 disk_full`, or `ENOSPC`/`EDQUOT` from the file system.
-    /// Decided by the error's kind, never by its message.
-    pub fn is_out_of_space(&self) -> bool {
-        let sql = match self {
-            StoreError::Io { source, .. } => return crate::launch::space::is_out_of_space(source),
-            StoreError::Database(err) | StoreError::Open { source: err, .. } => err,
-            _ => return false,
-        };
-        match sql {
-            sqlx::Error::Io(err) => crate::launch::space::is_out_of_space(err),
-            sqlx::Error::Database(db) => {
-                // SQLite reports its primary result code (13 = SQLITE_FULL) or an extended one
-                // whose low byte is it; PostgreSQL its SQLSTATE.
-                let code = db.code();
-                let code = code.as_deref().unwrap_or_default();
-                code == "53100" || code.parse::<i64>().is_ok_and(|c| c & 0xff == 13)
-            }
-            _ => false,
-        }
-    }
-}
-
 /// A move of a run made together with a stage's change (see `Store::record_stage`).
 #[derive(Clone, Copy, Debug)]
 pub struct RunMove<'a> {
