@@ -41,6 +41,17 @@ pub struct DaemonArgs {
     /// checked hourly (e.g. 30d) [default: keep everything]
     #[arg(long, value_name = "AGE")]
     keep_finished: Option<Dur>,
+    /// Write a systemd user unit that runs this daemon with the flags given here (and the
+    /// home, env file and store set), then exit; `systemctl --user enable --now lachesis` starts it
+    #[arg(long, group = "service")]
+    pub install_service: bool,
+    /// Remove the unit --install-service wrote (after `systemctl --user disable --now lachesis`)
+    #[arg(long, group = "service")]
+    pub uninstall_service: bool,
+    /// With --install-service: replace a different unit; with --uninstall-service: remove one
+    /// lachesis did not write
+    #[arg(long, requires = "service")]
+    pub force: bool,
 }
 
 /// A duration longer than zero (an interval of 0 would spin); at most 30 days, like every
