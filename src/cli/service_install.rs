@@ -33,7 +33,7 @@ pub enum ServiceError {
         "write {path}: it is a symbolic link, and lachesis never writes through one; remove it and try again"
     )]
     Symlink { path: String },
-    #[error("write {path}: it exists and is not a regular file")]
+    #[error("use {path}: it exists and is not a regular file")]
     NotAFile { path: String },
     #[error("install the service: {path} exists and differs from this unit; add --force to replace it")]
     Differs { path: String },
