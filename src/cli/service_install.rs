@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory};
 
-use super::service_unit::{self, CARRIED_VARIABLES, UNIT_NAME, UnitError, UnitSpec};
+use super::service_unit::{self, CARRIED_PATHS, CARRIED_VARIABLES, UNIT_NAME, UnitError, UnitSpec};
 use super::{Cli, CliResult};
 
 /// The daemon's own flags that are about the service, not the daemon: never carried into it.
@@ -123,6 +123,14 @@ fn spec(globals: GlobalOptions) -> Result<UnitSpec, ServiceError> {
     }
     if let Some(url) = globals.database_url {
         environment.push(("LACHESIS_DATABASE_URL".to_string(), url));
+    }
+    for name in CARRIED_PATHS {
+        if let Some(value) = std::env::var_os(name) {
+            let paths = std::env::split_paths(&value).filter(|p| !p.as_os_str().is_empty()).map(absolute);
+            let joined = std::env::join_paths(paths).unwrap_or(value);
+            let value = joined.into_string().map_err(|_| UnitError::NotUtf8 { what: format!("${name}") })?;
+            environment.push((name.to_string(), value));
+        }
     }
     for name in CARRIED_VARIABLES {
         if let Some(value) = std::env::var_os(name) {

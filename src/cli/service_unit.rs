@@ -12,14 +12,11 @@ pub const UNIT_NAME: &str = "lachesis.service";
 /// (`LACHESIS_API_TOKEN`, `TINKER_API_KEY`, … stay in the home's `.env`, which the daemon reads
 /// itself). `PATH` too: stages run `python3`, `sbatch`, … found on the shell's PATH, and a user
 /// service's PATH is systemd's short default.
-pub const CARRIED_VARIABLES: &[&str] = &[
-    "LACHESIS_WORKFLOWS",
-    "LACHESIS_PYTHON",
-    "LACHESIS_TINKER_ATROPOS",
-    "LACHESIS_ENV_DIRS",
-    "LACHESIS_LOG",
-    "PATH",
-];
+pub const CARRIED_VARIABLES: &[&str] = &["LACHESIS_PYTHON", "LACHESIS_LOG", "PATH"];
+
+/// Carried settings that hold paths (colon-separated lists for `LACHESIS_ENV_DIRS`): made
+/// absolute, since the service's working directory is not the shell's.
+pub const CARRIED_PATHS: &[&str] = &["LACHESIS_WORKFLOWS", "LACHESIS_TINKER_ATROPOS", "LACHESIS_ENV_DIRS"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum UnitError {

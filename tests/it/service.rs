@@ -217,3 +217,23 @@ fn completions_for_each_shell_cover_the_commands() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("invalid value 'tcsh'"), "{}", stderr(&out));
 }
+
+#[test]
+fn settings_the_service_would_not_see_are_carried_with_their_paths_made_absolute() {
+    let mut home = scratch();
+    home.env.push(("LACHESIS_WORKFLOWS".into(), "flows".into()));
+    home.env.push(("LACHESIS_ENV_DIRS".into(), "envs:/abs/envs".into()));
+    home.env.push(("LACHESIS_PYTHON".into(), "python3.12".into()));
+    let out = home.command(&["daemon", "--install-service"]).current_dir(home.path()).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let unit = std::fs::read_to_string(unit_path(&home)).unwrap();
+    let environment = lines(&unit, "Environment=");
+    let root = home.path().display();
+    for expected in [
+        format!("LACHESIS_WORKFLOWS={root}/flows"),
+        format!("LACHESIS_ENV_DIRS={root}/envs:/abs/envs"),
+        "LACHESIS_PYTHON=python3.12".to_string(),
+    ] {
+        assert!(environment.contains(&expected.as_str()), "{expected} missing:\n{unit}");
+    }
+}
