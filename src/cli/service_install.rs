@@ -69,7 +69,12 @@ pub fn install(globals: GlobalOptions, force: bool) -> CliResult {
         Written::Replaced => writeln!(out, "Replaced {shown}")?,
         Written::Unchanged => writeln!(out, "{shown} is already this unit; left as it is")?,
     }
-    writeln!(out, "It runs: {} daemon {}", spec.executable.display(), spec.daemon_args.join(" "))?;
+    let runs = [spec.executable.display().to_string(), "daemon".to_string()];
+    writeln!(
+        out,
+        "It runs: {}",
+        runs.iter().chain(&spec.daemon_args).cloned().collect::<Vec<_>>().join(" ")
+    )?;
     writeln!(out, "Next steps:")?;
     writeln!(out, "  systemctl --user daemon-reload && systemctl --user enable --now lachesis")?;
     writeln!(out, "  loginctl enable-linger $USER    # start it at boot, without waiting for a login")?;
@@ -102,6 +107,12 @@ fn unit_path() -> Result<PathBuf, ServiceError> {
 /// shell's), the home, env file and store when set, and the carried settings variables.
 fn spec(globals: GlobalOptions) -> Result<UnitSpec, ServiceError> {
     let executable = std::env::current_exe().map_err(ServiceError::Executable)?;
+    // Linux names a replaced executable "… (deleted)": a unit must not point at that.
+    if !executable.is_file() {
+        let gone =
+            std::io::Error::new(std::io::ErrorKind::NotFound, "it was replaced or removed since it started");
+        return Err(ServiceError::Executable(gone));
+    }
     let command = built_command();
     let matches = command
         .clone()
