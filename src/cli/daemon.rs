@@ -49,6 +49,17 @@ pub struct DaemonArgs {
     /// whose stages set no `log_max_files`
     #[arg(long, env = "LACHESIS_LOG_MAX_FILES", default_value_t = 3, value_parser = parse_max_files)]
     log_max_files: u32,
+    /// Write a systemd user unit that runs this daemon with the flags given here (and the
+    /// home, env file and store set), then exit; `systemctl --user enable --now lachesis` starts it
+    #[arg(long, group = "service")]
+    pub install_service: bool,
+    /// Remove the unit --install-service wrote (after `systemctl --user disable --now lachesis`)
+    #[arg(long, group = "service")]
+    pub uninstall_service: bool,
+    /// With --install-service: replace a different unit; with --uninstall-service: remove one
+    /// lachesis did not write
+    #[arg(long, requires = "service")]
+    pub force: bool,
 }
 
 fn parse_max_files(text: &str) -> Result<u32, String> {

@@ -1,6 +1,7 @@
 //! Command-line definitions and dispatch, one file per command group.
 
 mod bench;
+mod completions;
 mod config;
 mod daemon;
 mod doctor;
@@ -11,6 +12,8 @@ mod node;
 pub(crate) mod output;
 mod run;
 mod schedule;
+mod service_install;
+mod service_unit;
 mod test;
 mod workflow;
 
@@ -77,6 +80,8 @@ enum Command {
     Gc(gc::GcArgs),
     /// Measure the supervisor: exit detection, recovery, throughput, idle memory
     Bench(bench::BenchArgs),
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell)
+    Completions(completions::CompletionsArgs),
     /// (internal) Copies stdin to stdout with secrets redacted; Slurm stages' output filter
     /// (`mask` was its name before 0.2: jobs submitted then still call it so)
     #[command(hide = true, alias = "mask")]
@@ -98,6 +103,23 @@ pub fn dispatch(cli: Cli) -> CliResult {
     if let Command::Redact = cli.command {
         let code = lachesis::secrets::filter_main();
         return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+    }
+    if let Command::Completions(args) = cli.command {
+        return completions::run(args);
+    }
+    // Before the env file is read: writing a unit needs none of its keys.
+    if let Command::Daemon(args) = &cli.command
+        && (args.install_service || args.uninstall_service)
+    {
+        if args.uninstall_service {
+            return service_install::uninstall(args.force);
+        }
+        let globals = service_install::GlobalOptions {
+            home: cli.home,
+            env_file: cli.env_file,
+            database_url: cli.database_url,
+        };
+        return service_install::install(globals, args.force);
     }
     if !matches!(cli.command, Command::Daemon(_) | Command::Mcp(_) | Command::Bench(_)) {
         one_malloc_arena();
@@ -125,7 +147,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Gc(args) => current_thread()?.block_on(gc::run(settings, args)),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),
-        Command::Redact => unreachable!("handled above"),
+        Command::Redact | Command::Completions(_) => unreachable!("handled above"),
     }
 }
 

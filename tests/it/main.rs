@@ -18,6 +18,7 @@ mod nodes;
 mod progress;
 mod retention;
 mod schedules;
+mod service;
 mod slurm;
 mod supervisor;
 mod support;
