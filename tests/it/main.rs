@@ -20,3 +20,4 @@ mod schedules;
 mod slurm;
 mod supervisor;
 mod support;
+mod wandb;
