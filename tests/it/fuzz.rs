@@ -533,3 +533,37 @@ fn corpus_path_segments_that_are_not_text_get_json_refusals() {
         check_answer(method, uri, status, &answer);
     }
 }
+
+#[test]
+fn fuzz_jsonl_progress_lines_never_panic() {
+    use lachesis::workflow::ProgressSpec;
+    let spec: ProgressSpec = serde_yaml::from_str(
+        "{jsonl: {file: '{run_dir}/m.jsonl', step: /step, total: /n, fraction: /progress~1done_frac}}",
+    )
+    .unwrap();
+    let vars = BTreeMap::from([("run_dir".to_string(), "/runs/r1".to_string())]);
+    let resolved = spec.resolve(&vars, &json!({}), |_| None).unwrap();
+    // Records with the read keys at any value, whole or cut short (a line still being written),
+    // and any text at all.
+    let record = (any_json(), any_json(), any_json(), any::<bool>(), 0..200usize).prop_map(
+        |(step, n, done, nested, cut)| {
+            let text = if nested {
+                json!({"step": step, "n": n, "progress": {"done_frac": done}}).to_string()
+            } else {
+                json!({"step": step, "n": n, "progress/done_frac": done}).to_string()
+            };
+            text.chars().take(cut.max(1) * 4).collect::<String>()
+        },
+    );
+    let mut runner = fuzz_runner(1024);
+    runner
+        .run(&prop_oneof![record, "\\PC{0,80}"], |line| {
+            let read = resolved.read_jsonl(&line);
+            if let Err(err) = &read {
+                one_line(&err.to_string());
+            }
+            prop_assert_eq!(resolved.read_line(&line), read.ok().flatten());
+            Ok(())
+        })
+        .unwrap();
+}
