@@ -77,7 +77,7 @@ const HOSTILE: &[&str] = &[
 fn workflow_with(field: usize, value: &str) -> String {
     let stage =
         |extra: &str| format!("name: t\nports: {{api: auto}}\nstages:\n  - {{name: a, argv: [x]{extra}}}\n");
-    match field % 12 {
+    match field % 13 {
         0 => stage(&format!(", start_delay: {value}")),
         1 => stage(&format!(", start_timeout: {value}, probe: {{tcp: \"127.0.0.1:1\"}}")),
         2 => stage(&format!(", log: {value}")),
@@ -95,6 +95,9 @@ fn workflow_with(field: usize, value: &str) -> String {
         ),
         9 => stage(&format!(", argv: [x, {value}]").replacen(", argv: [x]", "", 1)),
         10 => stage(&format!(", env: {{K: {value}}}")),
+        11 => format!(
+            "name: t\nstages:\n  - {{name: a, argv: [x]}}\nprogress: {{jsonl: {{file: {value}, step: /step}}}}\n"
+        ),
         _ => format!("name: {value}\nstages:\n  - {{name: a, argv: [x]}}\n"),
     }
 }
@@ -118,6 +121,19 @@ fn check_workflow_text(text: &str, fill: &str) {
                     Err(err) => one_line(&err.to_string()),
                 }
             }
+            // A JSONL progress file resolves inside the run directory, or is refused.
+            vars.insert("run_dir".into(), "/runs/r1".into());
+            if let Some(progress) = &wf.progress {
+                match progress.resolve(&vars, &json!({}), |_| None) {
+                    Ok(resolved) => {
+                        if let Some(path) = resolved.source.followed_file() {
+                            let rest = path.strip_prefix(run_dir).expect("a file outside the run dir");
+                            assert!(rest.components().all(|c| matches!(c, std::path::Component::Normal(_))));
+                        }
+                    }
+                    Err(err) => one_line(&err.to_string()),
+                }
+            }
         }
     }
 }
@@ -129,7 +145,7 @@ fn fuzz_workflows_never_panic_and_errors_are_one_line() {
         prop_oneof![hostile.prop_map(str::to_string), "\\PC{0,12}".prop_map(|s| json!(s).to_string())];
     let mut runner = fuzz_runner(256);
     runner
-        .run(&(0..12usize, value, "\\PC{0,8}"), |(field, value, fill)| {
+        .run(&(0..13usize, value, "\\PC{0,8}"), |(field, value, fill)| {
             check_workflow_text(&workflow_with(field, &value), &fill);
             Ok(())
         })

@@ -64,6 +64,17 @@ async fn every_attempt_of_a_stage_logs_into_one_wandb_run_and_the_status_links_i
         format!("https://wandb.ai/team/atropos-tinker/runs/{}-trainer", short(id)),
         "{status:#}"
     );
+    // The HTTP run resource carries the same list (served in-process here, where WANDB_ENTITY is
+    // not set: ids, no page).
+    let app = lachesis::api::app(home.service().await, Default::default(), None);
+    let request = axum::http::Request::get(format!("/runs/{id}")).body(axum::body::Body::empty()).unwrap();
+    let response = tower::ServiceExt::oneshot(app, request).await.unwrap();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let resource: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let ids = |v: &serde_json::Value| {
+        v["wandb_runs"].as_array().map(|a| a.iter().map(|r| r["id"].clone()).collect::<Vec<_>>())
+    };
+    assert_eq!(ids(&resource), ids(&status), "{resource:#}");
     let text = home.cli_ok(&["run", "status", &id.to_string()]);
     assert!(text.contains(&format!("wandb     trainer {}-trainer  https://wandb.ai/", short(id))), "{text}");
 
