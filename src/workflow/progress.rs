@@ -1,6 +1,6 @@
 //! A workflow's `progress:` block: where a run's training step comes from (a JSON endpoint, a
-//! stage's log or a JSONL metrics file) and what its total is. Parsing, checking and expanding only; the reconciler's
-//! workers do the reading.
+//! stage's log or a JSONL metrics file) and what its total is. Parsing, checking and expanding
+//! only; the reconciler's workers do the reading.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -141,8 +141,11 @@ impl ProgressSpec {
             (None, None) => {
                 return bad(
                     "http",
-                    "say where the step comes from: `http: URL`, `log: {stage, pattern}` or `jsonl: {file, step}`"
-                        .into(),
+                    concat!(
+                        "say where the step comes from: `http: URL`, `log: {stage, pattern}` ",
+                        "or `jsonl: {file, step}`"
+                    )
+                    .into(),
                 );
             }
             (Some(url), None) => {
@@ -538,9 +541,8 @@ mod tests {
     #[test]
     fn jsonl_lines_map_to_step_and_total() {
         let by_pointer = jsonl("{jsonl: {file: '{run_dir}/logs/metrics.jsonl', step: /step, total: /n}}");
-        assert!(
-            matches!(&by_pointer.source, ResolvedSource::Jsonl { path, .. } if path == Path::new("/runs/r1/logs/metrics.jsonl"))
-        );
+        let file = by_pointer.source.followed_file();
+        assert_eq!(file, Some(Path::new("/runs/r1/logs/metrics.jsonl")));
         let fixed = jsonl("{jsonl: {file: metrics.jsonl, step: /step, total: '{config.env.total_steps}'}}");
         let fraction = jsonl("{jsonl: {file: m.jsonl, step: /step, fraction: /progress~1done_frac}}");
         let step_only = jsonl("{jsonl: {file: m.jsonl, step: /a~1b/step}}");

@@ -1,7 +1,8 @@
 //! Progress and the stall watchdog in the reconciler. A worker per running run reads its step
-//! (an HTTP poller, or a follower of a log or a JSONL file) and reports changes as `Msg::Progress`; the loop records
-//! each change, and one timer per run (`Msg::StallCheck`) fires at its stall deadline, which
-//! is measured from the last *recorded* change, so a restarted daemon keeps the same clock.
+//! (an HTTP poller, or a follower of a log or a JSONL file) and reports changes as
+//! `Msg::Progress`; the loop records each change, and one timer per run (`Msg::StallCheck`)
+//! fires at its stall deadline, which is measured from the last *recorded* change, so a
+//! restarted daemon keeps the same clock.
 
 use std::time::Duration;
 
