@@ -547,7 +547,9 @@ mod tests {
         let fraction = jsonl("{jsonl: {file: m.jsonl, step: /step, fraction: /progress~1done_frac}}");
         let step_only = jsonl("{jsonl: {file: m.jsonl, step: /a~1b/step}}");
         let reading = |step, total| Ok(Some(Reading { step, total: Some(total) }));
-        let cases: [(&ResolvedProgress, &str, Result<Option<Reading>, ()>); 17] = [
+        // `Err(())`: the line is not JSON.
+        type Expected = Result<Option<Reading>, ()>;
+        let cases: [(&ResolvedProgress, &str, Expected); 17] = [
             (&by_pointer, r#"{"step": 3, "n": 10}"#, reading(3, 10)),
             (&by_pointer, r#"{"step": "7", "n": " 10 "}"#, reading(7, 10)),
             (&by_pointer, r#"{"step": 4.0, "n": 10}"#, reading(4, 10)),
