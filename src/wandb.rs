@@ -568,7 +568,7 @@ fn embedded_json(field: Option<&Value>, name: &str) -> Result<Option<Value>, Wan
 
 /// The run's page: the hosted API at `api.wandb.ai` has its UI at `wandb.ai`; a self-hosted server
 /// serves both from one address.
-fn run_url(base: &str, entity: &str, project: &str, id: &str) -> Option<String> {
+pub fn run_url(base: &str, entity: &str, project: &str, id: &str) -> Option<String> {
     let mut url = reqwest::Url::parse(base).ok()?;
     if url.host_str() == Some("api.wandb.ai") {
         url.set_host(Some("wandb.ai")).ok()?;

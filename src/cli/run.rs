@@ -363,6 +363,10 @@ fn print_status(status: &RunStatus) {
         println!("ended     {} (after {})", time(r.ended_at), duration(r.started_at, r.ended_at));
     }
     println!("directory {}", r.run_dir.display());
+    for w in &status.wandb_runs {
+        let url = w.url.as_ref().map(|u| format!("  {u}")).unwrap_or_default();
+        println!("wandb     {} {}{url}", w.stage, w.id);
+    }
     let mut t = table(["STAGE", "STATE", "PID", "STARTED", "UP AFTER", "RAN FOR", "LOG"]);
     for s in &status.stages {
         let pid = match (&s.record.process, s.slurm_job) {

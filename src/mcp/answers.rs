@@ -121,6 +121,7 @@ pub async fn status(service: &Service, run: &Run, status: &RunStatus) -> Value {
         "stages": stage_objects(&status.stages),
         "queue_position": status.queue_position,
         "waiting_for": status.waiting_for,
+        "wandb_runs": status.wandb_runs,
         "events": recent,
         "metrics_age": metrics.age,
         "rate_limited": false,

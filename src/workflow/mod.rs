@@ -8,6 +8,7 @@ pub mod progress;
 pub mod retry;
 mod slurm;
 pub mod template;
+pub mod wandb;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -445,8 +446,11 @@ impl StageSpec {
             Some(cwd) => expand_home(&fill(cwd)?),
             None => run_dir.to_path_buf(),
         };
-        let env =
+        let mut env: BTreeMap<String, String> =
             self.environ.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
+        if let Some(run_id) = vars.get("run_id") {
+            wandb::add_identity(&mut env, run_id, &self.name);
+        }
         let log = fill(&self.log_file())?;
         check_log_path(&log).map_err(|problem| PlanError::Log { stage: self.name.clone(), problem })?;
         let probe = match &self.probe {

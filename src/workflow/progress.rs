@@ -1,20 +1,21 @@
-//! A workflow's `progress:` block: where a run's training step comes from (a JSON endpoint or a
-//! stage's log) and what its total is. Parsing, checking and expanding only; the reconciler's
-//! workers do the reading.
+//! A workflow's `progress:` block: where a run's training step comes from (a JSON endpoint, a
+//! stage's log or a JSONL metrics file) and what its total is. Parsing, checking and expanding
+//! only; the reconciler's workers do the reading.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Dur, template};
+use super::{Dur, shown, template};
 
 /// How often an HTTP progress source is read when the workflow says nothing.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
 
-/// Written `{http: URL, step: /pointer, total: …, every: 10s}` or
-/// `{log: {stage: NAME, pattern: REGEX}, total: …}`.
+/// Written `{http: URL, step: /pointer, total: …, every: 10s}`,
+/// `{log: {stage: NAME, pattern: REGEX}, total: …}` or
+/// `{jsonl: {file: "{run_dir}/…/metrics.jsonl", step: /step, total: …, fraction: /pointer}}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProgressSpec {
@@ -26,6 +27,8 @@ pub struct ProgressSpec {
     pub step: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<LogSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jsonl: Option<JsonlSource>,
     /// A number, a template (`{config.env.total_steps}`), or a JSON pointer into the answer;
     /// absent with a log pattern that has a `total` group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +47,28 @@ pub struct LogSource {
     pub pattern: String,
 }
 
+/// A file of one JSON object per line (tinker-cookbook's `metrics.jsonl`), read as it grows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonlSource {
+    /// The file, inside the run directory: `{run_dir}/…` or relative to it.
+    pub file: String,
+    /// The JSON pointer of the step in each line (e.g. `/step`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// A number, a template, or a JSON pointer into each line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<TotalSpec>,
+    /// The JSON pointer of the fraction done (0 to 1, e.g. `/progress~1done_frac`): where a
+    /// line has no step and total, progress is counted in thousandths, step = 1000 × fraction
+    /// of a total of 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<String>,
+}
+
+/// The total of a run whose progress is known only as a fraction.
+pub const FRACTION_TOTAL: u64 = 1000;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum TotalSpec {
@@ -56,13 +81,24 @@ pub enum TotalSpec {
 pub enum ResolvedSource {
     Http { url: String, step: String, every: Duration },
     Log { path: std::path::PathBuf, pattern: regex::Regex },
+    Jsonl { path: std::path::PathBuf, step: Option<String>, fraction: Option<String> },
+}
+
+impl ResolvedSource {
+    /// The file followed line by line: a stage's log or a JSONL file.
+    pub fn followed_file(&self) -> Option<&Path> {
+        match self {
+            ResolvedSource::Log { path, .. } | ResolvedSource::Jsonl { path, .. } => Some(path),
+            ResolvedSource::Http { .. } => None,
+        }
+    }
 }
 
 /// Where a run's total comes from, once resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResolvedTotal {
     Fixed(u64),
-    /// A JSON pointer into the HTTP answer.
+    /// A JSON pointer into the HTTP answer or the JSONL line.
     Pointer(String),
     /// The `total` group of the log pattern.
     Group,
@@ -85,18 +121,31 @@ pub enum ProgressError {
     Url(template::TemplateError),
     #[error("progress.log.pattern: {0}")]
     Pattern(String),
+    #[error("progress.jsonl.file: {0}")]
+    File(String),
 }
 
 impl ProgressSpec {
     /// Checks the block; errors are (field, problem). `known` are the workflow's variables.
     pub(super) fn validate(&self, stages: &[&str], known: &[String]) -> Result<(), (String, String)> {
         let bad = |field: &str, problem: String| Err((format!("progress.{field}"), problem));
+        if let Some(jsonl) = &self.jsonl {
+            if self.http.is_some() || self.log.is_some() {
+                return bad("jsonl", "give one of `http`, `log` or `jsonl`".into());
+            }
+            jsonl.validate(self, known)?;
+        }
         match (&self.http, &self.log) {
             (Some(_), Some(_)) => return bad("http", "give either `http` or `log`, not both".into()),
+            (None, None) if self.jsonl.is_some() => {}
             (None, None) => {
                 return bad(
                     "http",
-                    "say where the step comes from: `http: URL` or `log: {stage, pattern}`".into(),
+                    concat!(
+                        "say where the step comes from: `http: URL`, `log: {stage, pattern}` ",
+                        "or `jsonl: {file, step}`"
+                    )
+                    .into(),
                 );
             }
             (Some(url), None) => {
@@ -142,7 +191,7 @@ impl ProgressSpec {
         {
             return bad("every", format!("{every} is too often (at least 100ms)"));
         }
-        match &self.total {
+        match self.total() {
             Some(TotalSpec::Text(text)) if text.starts_with('/') => {}
             Some(TotalSpec::Text(text)) if text.contains('{') => {
                 for name in
@@ -167,6 +216,11 @@ impl ProgressSpec {
         Ok(())
     }
 
+    /// The total, written beside the source or (for a JSONL file) inside it.
+    fn total(&self) -> Option<&TotalSpec> {
+        self.jsonl.as_ref().and_then(|j| j.total.as_ref()).or(self.total.as_ref())
+    }
+
     /// Fills the placeholders: `vars` are the run's resolved variables, `config` its run
     /// config (for `{config.…}` in the total), `logs` each stage's log path.
     pub fn resolve(
@@ -185,9 +239,16 @@ impl ProgressSpec {
                 path: log_of(&log.stage).unwrap_or_else(|| Path::new(&log.stage).with_extension("log")),
                 pattern: compile(&log.pattern).map_err(ProgressError::Pattern)?,
             },
-            (None, None) => return Err(ProgressError::Pattern("no source".into())),
+            (None, None) => match &self.jsonl {
+                Some(jsonl) => ResolvedSource::Jsonl {
+                    path: jsonl.resolve_file(vars)?,
+                    step: jsonl.step.clone(),
+                    fraction: jsonl.fraction.clone(),
+                },
+                None => return Err(ProgressError::Pattern("no source".into())),
+            },
         };
-        let total = match &self.total {
+        let total = match self.total() {
             None if matches!(&source, ResolvedSource::Log { .. }) => ResolvedTotal::Group,
             None => ResolvedTotal::Unknown,
             Some(TotalSpec::Number(n)) => ResolvedTotal::Fixed(*n),
@@ -207,6 +268,78 @@ impl ProgressSpec {
         };
         Ok(ResolvedProgress { source, total })
     }
+}
+
+impl JsonlSource {
+    /// Checks the source; `spec` is the block around it.
+    fn validate(&self, spec: &ProgressSpec, known: &[String]) -> Result<(), (String, String)> {
+        let bad = |field: &str, problem: &str| Err((format!("progress.{field}"), problem.to_string()));
+        if spec.step.is_some() {
+            return bad("step", "a JSONL source names its step inside it: `jsonl: {file, step: /step}`");
+        }
+        if spec.every.is_some() {
+            return bad("every", "a JSONL file is followed as it is written, not read every so often");
+        }
+        if spec.total.is_some() && self.total.is_some() {
+            return bad("total", "give the total once, inside `jsonl`");
+        }
+        template::check(&self.file, known).map_err(|e| ("progress.jsonl.file".to_string(), e.to_string()))?;
+        check_file(&self.file).map_err(|problem| ("progress.jsonl.file".to_string(), problem))?;
+        for (field, pointer) in [("jsonl.step", &self.step), ("jsonl.fraction", &self.fraction)] {
+            if let Some(pointer) = pointer
+                && !pointer.starts_with('/')
+            {
+                let problem = format!("'{}' is not a JSON pointer (e.g. /step)", shown(pointer));
+                return Err((format!("progress.{field}"), problem));
+            }
+        }
+        if self.step.is_none() && self.fraction.is_none() {
+            return bad(
+                "jsonl.step",
+                "give the JSON pointer of the step (e.g. /step) or of a `fraction` done",
+            );
+        }
+        Ok(())
+    }
+
+    /// The file's path: the template filled in, inside the run directory (`vars["run_dir"]`).
+    fn resolve_file(&self, vars: &BTreeMap<String, String>) -> Result<PathBuf, ProgressError> {
+        let expanded = template::expand(&self.file, vars).map_err(|e| ProgressError::File(e.to_string()))?;
+        let run_dir = PathBuf::from(vars.get("run_dir").map_or("", String::as_str));
+        let path = run_dir.join(&expanded);
+        let inside = path.strip_prefix(&run_dir).ok().filter(|rest| {
+            rest.components().next().is_some() && rest.components().all(|c| matches!(c, Component::Normal(_)))
+        });
+        match inside {
+            Some(_) => Ok(path),
+            None => Err(ProgressError::File(format!(
+                "'{}' is not a file inside the run directory {}",
+                shown(&expanded),
+                run_dir.display()
+            ))),
+        }
+    }
+}
+
+/// A JSONL file as written in a workflow: `{run_dir}/…` or relative to the run directory, and
+/// never out of it (the daemon reads it).
+fn check_file(file: &str) -> Result<(), String> {
+    let outside =
+        |why: &str| Err(format!("'{}' {why}: the file must be inside the run directory", shown(file)));
+    if file.trim().is_empty() {
+        return outside("is empty");
+    }
+    if file.split(['/', '\\']).any(|part| part == "..") {
+        return outside("goes up with '..'");
+    }
+    let rest = file.strip_prefix("{run_dir}").unwrap_or(file);
+    if rest.starts_with('{') || (rest.len() < file.len() && !rest.starts_with('/')) {
+        return outside("must start with {run_dir}/ or be relative to the run directory");
+    }
+    if rest.len() == file.len() && (file.starts_with('/') || file.starts_with('~')) {
+        return outside("is absolute (write {run_dir}/… or a relative path)");
+    }
+    Ok(())
 }
 
 /// `config.env.total_steps = "2500"` and so on, for every scalar of the run config.
@@ -260,8 +393,11 @@ impl ResolvedProgress {
         Some(Reading { step, total })
     }
 
-    /// The reading in one log line, if the pattern matches it.
+    /// The reading in one line of a followed file (a log or a JSONL file), if it has one.
     pub fn read_line(&self, line: &str) -> Option<Reading> {
+        if let ResolvedSource::Jsonl { .. } = &self.source {
+            return self.read_jsonl(line).ok().flatten();
+        }
         let ResolvedSource::Log { pattern, .. } = &self.source else { return None };
         let caps = pattern.captures(line)?;
         let step = caps.name("step")?.as_str().parse().ok()?;
@@ -272,6 +408,50 @@ impl ResolvedProgress {
         };
         Some(Reading { step, total })
     }
+}
+
+impl ResolvedProgress {
+    /// The reading in one line of a JSONL file: `Ok(None)` for a line without a step (a blank
+    /// line, another record), an error for a line that is not JSON. A step with a total wins;
+    /// else a fraction counts in thousandths (see `JsonlSource::fraction`); else the step alone.
+    pub fn read_jsonl(&self, line: &str) -> Result<Option<Reading>, serde_json::Error> {
+        let ResolvedSource::Jsonl { step, fraction, .. } = &self.source else { return Ok(None) };
+        if line.trim().is_empty() {
+            return Ok(None);
+        }
+        let record: serde_json::Value = serde_json::from_str(line)?;
+        let step = step.as_deref().and_then(|p| record.pointer(p)).and_then(as_count);
+        let total = match &self.total {
+            ResolvedTotal::Fixed(n) => Some(*n),
+            ResolvedTotal::Pointer(p) => record.pointer(p).and_then(as_count),
+            _ => None,
+        };
+        let fraction = fraction.as_deref().and_then(|p| record.pointer(p)).and_then(as_fraction);
+        Ok(match (step, total, fraction) {
+            (Some(step), Some(total), _) => Some(Reading { step, total: Some(total) }),
+            (_, _, Some(done)) => Some(Reading {
+                step: (done * FRACTION_TOTAL as f64).round() as u64,
+                total: Some(FRACTION_TOTAL),
+            }),
+            (Some(step), None, None) => Some(Reading { step, total: None }),
+            (None, _, None) => None,
+        })
+    }
+
+    /// One line of a followed file: a log line's match or a JSONL line's reading (an error for
+    /// a JSONL line that is not JSON).
+    pub fn read_followed(&self, line: &str) -> Result<Option<Reading>, serde_json::Error> {
+        match self.source {
+            ResolvedSource::Jsonl { .. } => self.read_jsonl(line),
+            _ => Ok(self.read_line(line)),
+        }
+    }
+}
+
+/// A fraction done, 0 to 1 (a number or a string of one).
+fn as_fraction(value: &serde_json::Value) -> Option<f64> {
+    let number = value.as_f64().or_else(|| value.as_str()?.trim().parse().ok())?;
+    (0.0..=1.0).contains(&number).then_some(number)
 }
 
 fn as_count(value: &serde_json::Value) -> Option<u64> {
@@ -341,6 +521,105 @@ mod tests {
             ("{http: 'http://h/', step: /s, total: many}", "progress.total"),
             ("{http: 'http://h/', step: /s, total: '{nope}'}", "progress.total"),
             ("{http: 'http://h/', step: /s, every: 1ms}", "progress.every"),
+        ];
+        for (yaml, field) in cases {
+            let err = spec(yaml).validate(&["t"], &known()).unwrap_err();
+            assert_eq!(err.0, field, "{yaml}: {}", err.1);
+        }
+    }
+
+    fn run_vars() -> BTreeMap<String, String> {
+        BTreeMap::from([("run_dir".to_string(), "/runs/r1".to_string())])
+    }
+
+    fn jsonl(yaml: &str) -> ResolvedProgress {
+        let s = spec(yaml);
+        s.validate(&["t"], &known()).unwrap();
+        s.resolve(&run_vars(), &json!({"env": {"total_steps": 40}}), |_| None).unwrap()
+    }
+
+    #[test]
+    fn jsonl_lines_map_to_step_and_total() {
+        let by_pointer = jsonl("{jsonl: {file: '{run_dir}/logs/metrics.jsonl', step: /step, total: /n}}");
+        let file = by_pointer.source.followed_file();
+        assert_eq!(file, Some(Path::new("/runs/r1/logs/metrics.jsonl")));
+        let fixed = jsonl("{jsonl: {file: metrics.jsonl, step: /step, total: '{config.env.total_steps}'}}");
+        let fraction = jsonl("{jsonl: {file: m.jsonl, step: /step, fraction: /progress~1done_frac}}");
+        let step_only = jsonl("{jsonl: {file: m.jsonl, step: /a~1b/step}}");
+        let reading = |step, total| Ok(Some(Reading { step, total: Some(total) }));
+        // `Err(())`: the line is not JSON.
+        type Expected = Result<Option<Reading>, ()>;
+        let cases: [(&ResolvedProgress, &str, Expected); 17] = [
+            (&by_pointer, r#"{"step": 3, "n": 10}"#, reading(3, 10)),
+            (&by_pointer, r#"{"step": "7", "n": " 10 "}"#, reading(7, 10)),
+            (&by_pointer, r#"{"step": 4.0, "n": 10}"#, reading(4, 10)),
+            (&by_pointer, r#"{"step": 3}"#, Ok(Some(Reading { step: 3, total: None }))),
+            (&by_pointer, r#"{"loss": 0.3}"#, Ok(None)),
+            (&by_pointer, r#"{"step": -2, "n": 10}"#, Ok(None)),
+            (&by_pointer, r#"{"step": "three"}"#, Ok(None)),
+            (&by_pointer, "", Ok(None)),
+            (&by_pointer, r#"{"step": 3, "n"#, Err(())),
+            (&by_pointer, "not json", Err(())),
+            (&by_pointer, "[1, 2]", Ok(None)),
+            (&fixed, r#"{"step": 12}"#, reading(12, 40)),
+            (&fraction, r#"{"step": 5, "progress/done_frac": 0.25}"#, reading(250, 1000)),
+            (&fraction, r#"{"progress/done_frac": "1"}"#, reading(1000, 1000)),
+            (
+                &fraction,
+                r#"{"step": 5, "progress/done_frac": 1.5}"#,
+                Ok(Some(Reading { step: 5, total: None })),
+            ),
+            (&step_only, r#"{"a/b": {"step": 9}}"#, Ok(Some(Reading { step: 9, total: None }))),
+            (&step_only, r#"{"a": {"b": {"step": 9}}}"#, Ok(None)),
+        ];
+        for (source, line, expected) in cases {
+            assert_eq!(source.read_jsonl(line).map_err(|_| ()), expected, "{line}");
+            assert_eq!(source.read_line(line), expected.ok().flatten(), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_jsonl_file_stays_inside_the_run_directory() {
+        let refused = [
+            "../metrics.jsonl",
+            "{run_dir}/../x.jsonl",
+            "logs/../../x.jsonl",
+            "/tmp/metrics.jsonl",
+            "~/metrics.jsonl",
+            "{home}/metrics.jsonl",
+            "{run_dir}x.jsonl",
+            "",
+        ];
+        for file in refused {
+            let yaml = format!("{{jsonl: {{file: '{file}', step: /step, total: 5}}}}");
+            let err = spec(&yaml).validate(&["t"], &[known(), vec!["home".into()]].concat()).unwrap_err();
+            assert_eq!(err.0, "progress.jsonl.file", "{file}: {}", err.1);
+            assert!(err.1.contains("inside the run directory"), "{}", err.1);
+        }
+        // A variable that expands to a way out is refused when the run's values are known.
+        let s = spec("{jsonl: {file: '{run_dir}/{sub}/m.jsonl', step: /step}}");
+        s.validate(&["t"], &[known(), vec!["sub".into()]].concat()).unwrap();
+        let mut vars = run_vars();
+        vars.insert("sub".into(), "../../etc".into());
+        let err = s.resolve(&vars, &json!({}), |_| None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "progress.jsonl.file: '/runs/r1/../../etc/m.jsonl' is not a file inside the run directory /runs/r1"
+        );
+    }
+
+    #[test]
+    fn bad_jsonl_blocks_name_their_field() {
+        let cases = [
+            ("{jsonl: {file: m.jsonl}}", "progress.jsonl.step"),
+            ("{jsonl: {file: m.jsonl, step: step}}", "progress.jsonl.step"),
+            ("{jsonl: {file: m.jsonl, step: /s, fraction: done}}", "progress.jsonl.fraction"),
+            ("{jsonl: {file: m.jsonl, step: /s, total: 3}, total: 3}", "progress.total"),
+            ("{jsonl: {file: m.jsonl}, step: /s}", "progress.step"),
+            ("{jsonl: {file: m.jsonl, step: /s}, every: 1s}", "progress.every"),
+            ("{jsonl: {file: '{nope}/m.jsonl', step: /s}}", "progress.jsonl.file"),
+            ("{jsonl: {file: m.jsonl, step: /s, total: many}}", "progress.total"),
+            ("{jsonl: {file: m.jsonl, step: /s}, log: {stage: t, pattern: '(?P<step>1)'}}", "progress.jsonl"),
         ];
         for (yaml, field) in cases {
             let err = spec(yaml).validate(&["t"], &known()).unwrap_err();

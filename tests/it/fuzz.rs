@@ -77,7 +77,7 @@ const HOSTILE: &[&str] = &[
 fn workflow_with(field: usize, value: &str) -> String {
     let stage =
         |extra: &str| format!("name: t\nports: {{api: auto}}\nstages:\n  - {{name: a, argv: [x]{extra}}}\n");
-    match field % 14 {
+    match field % 15 {
         0 => stage(&format!(", start_delay: {value}")),
         1 => stage(&format!(", start_timeout: {value}, probe: {{tcp: \"127.0.0.1:1\"}}")),
         2 => stage(&format!(", log: {value}")),
@@ -95,9 +95,12 @@ fn workflow_with(field: usize, value: &str) -> String {
         ),
         9 => stage(&format!(", argv: [x, {value}]").replacen(", argv: [x]", "", 1)),
         10 => stage(&format!(", env: {{K: {value}}}")),
-        11 => format!("name: {value}\nstages:\n  - {{name: a, argv: [x]}}\n"),
+        11 => format!(
+            "name: t\nstages:\n  - {{name: a, argv: [x]}}\nprogress: {{jsonl: {{file: {value}, step: /step}}}}\n"
+        ),
         12 => stage(&format!(", log_max_size: {value}")),
-        _ => stage(&format!(", log_max_files: {value}")),
+        13 => stage(&format!(", log_max_files: {value}")),
+        _ => format!("name: {value}\nstages:\n  - {{name: a, argv: [x]}}\n"),
     }
 }
 
@@ -120,6 +123,19 @@ fn check_workflow_text(text: &str, fill: &str) {
                     Err(err) => one_line(&err.to_string()),
                 }
             }
+            // A JSONL progress file resolves inside the run directory, or is refused.
+            vars.insert("run_dir".into(), "/runs/r1".into());
+            if let Some(progress) = &wf.progress {
+                match progress.resolve(&vars, &json!({}), |_| None) {
+                    Ok(resolved) => {
+                        if let Some(path) = resolved.source.followed_file() {
+                            let rest = path.strip_prefix(run_dir).expect("a file outside the run dir");
+                            assert!(rest.components().all(|c| matches!(c, std::path::Component::Normal(_))));
+                        }
+                    }
+                    Err(err) => one_line(&err.to_string()),
+                }
+            }
         }
     }
 }
@@ -131,7 +147,7 @@ fn fuzz_workflows_never_panic_and_errors_are_one_line() {
         prop_oneof![hostile.prop_map(str::to_string), "\\PC{0,12}".prop_map(|s| json!(s).to_string())];
     let mut runner = fuzz_runner(256);
     runner
-        .run(&(0..14usize, value, "\\PC{0,8}"), |(field, value, fill)| {
+        .run(&(0..15usize, value, "\\PC{0,8}"), |(field, value, fill)| {
             check_workflow_text(&workflow_with(field, &value), &fill);
             Ok(())
         })
@@ -542,4 +558,38 @@ fn corpus_path_segments_that_are_not_text_get_json_refusals() {
         let (status, answer) = api.call(method, uri, Vec::new());
         check_answer(method, uri, status, &answer);
     }
+}
+
+#[test]
+fn fuzz_jsonl_progress_lines_never_panic() {
+    use lachesis::workflow::ProgressSpec;
+    let spec: ProgressSpec = serde_yaml::from_str(
+        "{jsonl: {file: '{run_dir}/m.jsonl', step: /step, total: /n, fraction: /progress~1done_frac}}",
+    )
+    .unwrap();
+    let vars = BTreeMap::from([("run_dir".to_string(), "/runs/r1".to_string())]);
+    let resolved = spec.resolve(&vars, &json!({}), |_| None).unwrap();
+    // Records with the read keys at any value, whole or cut short (a line still being written),
+    // and any text at all.
+    let record = (any_json(), any_json(), any_json(), any::<bool>(), 0..200usize).prop_map(
+        |(step, n, done, nested, cut)| {
+            let text = if nested {
+                json!({"step": step, "n": n, "progress": {"done_frac": done}}).to_string()
+            } else {
+                json!({"step": step, "n": n, "progress/done_frac": done}).to_string()
+            };
+            text.chars().take(cut.max(1) * 4).collect::<String>()
+        },
+    );
+    let mut runner = fuzz_runner(1024);
+    runner
+        .run(&prop_oneof![record, "\\PC{0,80}"], |line| {
+            let read = resolved.read_jsonl(&line);
+            if let Err(err) = &read {
+                one_line(&err.to_string());
+            }
+            prop_assert_eq!(resolved.read_line(&line), read.ok().flatten());
+            Ok(())
+        })
+        .unwrap();
 }

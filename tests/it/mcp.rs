@@ -86,6 +86,11 @@ async fn an_agent_selects_edits_starts_checks_stops_and_reads_results() {
     let trainer = r["status"]["processes"]["trainer"].as_str().unwrap_or_default();
     assert!(trainer == "running" || trainer.starts_with("exited ("), "{:#}", r["status"]);
     assert_eq!(r["status"]["stages"].as_array().unwrap().len(), 3, "{:#}", r["status"]);
+    // Each stage's W&B run, which every attempt continues.
+    let short = r["start"]["run_id"].as_str().unwrap_or_default().chars().take(8).collect::<String>();
+    let wandb = r["status"]["wandb_runs"].as_array().cloned().unwrap_or_default();
+    let trainer_run = wandb.iter().find(|w| w["stage"] == "trainer").map(|w| w["id"].clone());
+    assert_eq!(trainer_run, Some(serde_json::json!(format!("{short}-trainer"))), "{:#}", r["status"]);
     // Inside the rate-limit window the agent gets the last snapshot and when to ask again.
     assert_eq!(r["status_again"]["rate_limited"], true);
     assert_eq!(r["status_again"]["run_id"], r["status"]["run_id"]);

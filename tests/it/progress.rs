@@ -254,3 +254,66 @@ async fn hung_inference_with_retry_on_stall_runs_a_second_attempt() {
     home.kill_daemon();
     no_process_left(&home);
 }
+
+/// A trainer that logs its metrics to `{run_dir}/logs/metrics.jsonl` (as tinker-cookbook does):
+/// the file appears late, a line is written in two pieces, and two lines are not JSON.
+const JSONL_TRAINER: &str = r#"set -e
+sleep 0.5
+mkdir -p "$1/logs"
+f="$1/logs/metrics.jsonl"
+echo 'not json at all' >> "$f"
+echo '{"step": 0, "n": 5}' >> "$f"
+for i in 1 2 3 4; do
+  printf '{"step": %d, "n"' "$i" >> "$f"; sleep 0.2; printf ': 5, "loss": 0.1}\n' >> "$f"
+done
+echo '{"step": 5, "n": oops' >> "$f"
+echo '{"step": 5, "n": 5}' >> "$f"
+"#;
+
+#[tokio::test]
+async fn a_jsonl_metrics_file_reports_progress_to_its_total() {
+    let mut home = TestHome::new();
+    let script = home.path().join("trainer.sh");
+    std::fs::write(&script, JSONL_TRAINER).unwrap();
+    home.workflow(
+        "jsonl",
+        &format!(
+            r#"name: jsonl
+stages:
+  - name: trainer
+    argv: [sh, "{}", "{{run_dir}}"]
+completion: {{stages: [trainer], require_total: true}}
+progress:
+  jsonl: {{file: "{{run_dir}}/logs/metrics.jsonl", step: /step, total: /n}}
+"#,
+            script.display()
+        ),
+    );
+    home.workflow(
+        "outside",
+        "name: outside\nstages:\n  - {name: t, argv: [true]}\nprogress: {jsonl: {file: '{run_dir}/../m.jsonl', step: /step}}\n",
+    );
+    let refused = home.cli(&["run", "start", "--workflow", "outside"]);
+    assert!(!refused.status.success());
+    let err = crate::support::stderr(&refused);
+    assert!(err.contains("progress.jsonl.file") && err.contains("inside the run directory"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "jsonl"]);
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    let status: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["run", "status", &id.to_string(), "--json"])).unwrap();
+    let progress = &status["progress"];
+    assert_eq!((progress["step"].as_i64(), progress["total"].as_i64()), (Some(5), Some(5)), "{status:#}");
+    // Whole lines only: every recorded step is one the trainer wrote, climbing.
+    let series = home.service().await.progress(id, 1).await.unwrap();
+    let steps: Vec<i64> = series.iter().map(|p| p.step).collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]) && steps.last() == Some(&5), "{series:?}");
+    assert!(series.iter().all(|p| p.total == Some(5)), "{series:?}");
+    // Two lines that are not JSON: skipped, with one warning.
+    let warnings = home.daemon_log().matches("that is not JSON").count();
+    assert_eq!(warnings, 1, "{}", home.daemon_log());
+    home.kill_daemon();
+}

@@ -563,3 +563,38 @@ async fn a_thousand_runs_started_at_once_all_complete() {
         .collect();
     assert_eq!(counts, vec![("completed".to_string(), RUNS as i64)], "some failed, e.g. {failed:?}");
 }
+
+/// The daemon raises its soft open-file limit to the hard one, so a burst of starts is not
+/// throttled at the usual 1,024.
+#[tokio::test]
+async fn the_daemon_raises_its_open_file_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    use std::os::unix::process::CommandExt;
+    let hard = getrlimit(Resource::Nofile).maximum;
+    if hard.is_none_or(|hard| hard <= 1024) {
+        eprintln!("skipped: the hard open-file limit here is {hard:?}, nothing to raise to");
+        return;
+    }
+    let home = TestHome::new();
+    let mut cmd = home.command(&["daemon"]);
+    // SAFETY: setrlimit is async-signal-safe; the child starts the daemon at the usual soft limit.
+    unsafe {
+        cmd.pre_exec(move || {
+            setrlimit(Resource::Nofile, Rlimit { current: Some(1024), maximum: hard }).map_err(Into::into)
+        });
+    }
+    let mut daemon =
+        cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let pid = daemon.id();
+    let soft = || {
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+        let line = limits.lines().find(|l| l.starts_with("Max open files"))?.to_string();
+        line.split_whitespace().nth(3)?.parse::<u64>().ok()
+    };
+    wait_for("the daemon's soft limit to reach its hard limit", Duration::from_secs(10), || async {
+        soft().filter(|soft| Some(*soft) == hard)
+    })
+    .await;
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}

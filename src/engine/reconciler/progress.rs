@@ -1,7 +1,8 @@
 //! Progress and the stall watchdog in the reconciler. A worker per running run reads its step
-//! (an HTTP poller or a log follower) and reports changes as `Msg::Progress`; the loop records
-//! each change, and one timer per run (`Msg::StallCheck`) fires at its stall deadline, which
-//! is measured from the last *recorded* change, so a restarted daemon keeps the same clock.
+//! (an HTTP poller, or a follower of a log or a JSONL file) and reports changes as
+//! `Msg::Progress`; the loop records each change, and one timer per run (`Msg::StallCheck`)
+//! fires at its stall deadline, which is measured from the last *recorded* change, so a
+//! restarted daemon keeps the same clock.
 
 use std::time::Duration;
 
@@ -90,13 +91,14 @@ impl Reconciler {
                 |stage: &str| stages.iter().find(|s| s.plan.name == stage).map(|s| s.plan.log_path.clone());
             match spec.resolve(&run.params.resolved, &config, log_of) {
                 Ok(resolved) => {
-                    if let ResolvedSource::Log { path, .. } = &resolved.source {
+                    if let Some(path) = resolved.source.followed_file() {
                         let idx = spec
                             .log
                             .as_ref()
                             .and_then(|l| stages.iter().position(|s| s.plan.name == l.stage));
-                        // Spawned by another daemon: a first attempt's log is all its own; a
-                        // later attempt's lines are taken from now on.
+                        // Spawned by another daemon (or a JSONL file, which no stage owns): a
+                        // first attempt's lines are all its own; a later attempt's are taken
+                        // from now on.
                         let now = || std::fs::metadata(path).map_or(0, |m| m.len());
                         watch.log_start = match idx.and_then(|i| stages[i].log_start) {
                             Some(start) => start,
@@ -154,29 +156,38 @@ fn spawn_worker(
                     }
                 }
             }
-            ResolvedSource::Log { path, .. } => {
-                // Reads happen off the runtime's threads, a bounded slice at a time, so a log
+            ResolvedSource::Log { path, .. } | ResolvedSource::Jsonl { path, .. } => {
+                // Reads happen off the runtime's threads, a bounded slice at a time, so a file
                 // written faster than it is read holds up neither exits nor other runs.
                 let mut follower = Follower::from_offset(&path, log_start);
+                // A malformed JSONL line is skipped; the first one is worth a warning.
+                let mut warned = false;
                 loop {
                     let resolved_now = resolved.clone();
                     let path_now = path.clone();
                     let pass = tokio::task::spawn_blocking(move || {
                         let mut newest = None;
                         let more = follower
-                            .read_some(FOLLOW_SLICE, |line| {
-                                if let Some(reading) = resolved_now.read_line(line) {
-                                    newest = Some(reading);
+                            .read_some(FOLLOW_SLICE, |line| match resolved_now.read_followed(line) {
+                                Ok(Some(reading)) => newest = Some(reading),
+                                Ok(None) => {}
+                                Err(err) if !warned => {
+                                    warned = true;
+                                    warn!(
+                                        "progress: skipping a line of {} that is not JSON: {err}",
+                                        path_now.display()
+                                    );
                                 }
+                                Err(_) => {}
                             })
                             .unwrap_or_else(|err| {
                                 warn!("progress: cannot read {}: {err}", path_now.display());
                                 false
                             });
-                        (follower, newest, more)
+                        (follower, newest, more, warned)
                     });
-                    let Ok((back, newest, more)) = pass.await else { return };
-                    follower = back;
+                    let Ok((back, newest, more, warned_now)) = pass.await else { return };
+                    (follower, warned) = (back, warned_now);
                     if let Some(reading) = newest
                         && last != Some(reading)
                     {
@@ -290,15 +301,18 @@ impl Reconciler {
         let require_total = sup.run.spec.completion.require_total;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
         let log_start = sup.progress.as_ref().map_or(0, |w| w.log_start);
-        let last_reading = match &resolved {
-            Some(r @ ResolvedProgress { source: ResolvedSource::Log { path, .. }, .. }) => {
+        let followed = resolved.as_ref().and_then(|r| Some((r, r.source.followed_file()?)));
+        let last_reading = match (&resolved, followed) {
+            (_, Some((r, path))) => {
                 // Off the loop's thread: a read must not hold up other runs' exits.
-                let (path, r) = (path.clone(), r.clone());
+                let (path, r) = (path.to_path_buf(), r.clone());
                 let read = move || last_in_tail(&path, log_start, TAIL_WINDOW, |line| r.read_line(line));
                 tokio::task::spawn_blocking(read).await.ok().flatten()
             }
             // A request can take seconds: only when the outcome depends on it.
-            Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }) if require_total => {
+            (Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }), _)
+                if require_total =>
+            {
                 read_http(&self.http, url, r).await
             }
             _ => None,

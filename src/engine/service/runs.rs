@@ -41,6 +41,46 @@ pub struct RunStatus {
     /// A pending run's place in the queue (1 is claimed next).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<usize>,
+    /// Each stage's W&B run, continued by every attempt.
+    pub wandb_runs: Vec<StageWandbRun>,
+}
+
+/// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
+/// (`WANDB_ENTITY` in the stage's env, the environment or the env file), its page.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageWandbRun {
+    pub stage: String,
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// Every stage's W&B run, as its plan gives it (the workflow's own `WANDB_RUN_ID` wins).
+pub fn stage_wandb_runs(run: &Run) -> Vec<StageWandbRun> {
+    use crate::workflow::wandb::{RUN_ID_VAR, add_identity};
+    let set = |value: Option<String>| value.filter(|v| !v.trim().is_empty());
+    let base =
+        set(crate::environ::var("WANDB_BASE_URL")).unwrap_or_else(|| crate::wandb::DEFAULT_BASE.into());
+    let (project, entity) = (super::metrics::wandb_project(run), set(crate::environ::var("WANDB_ENTITY")));
+    let run_id = run.id.to_string();
+    run.spec
+        .stages
+        .iter()
+        .map(|spec| {
+            // A pending run's ports are not picked yet: its plan may not expand, its env does.
+            let env = spec.plan(&run.params.resolved, &run.run_dir).map(|p| p.environ).unwrap_or_else(|_| {
+                let mut env = spec.environ.clone();
+                add_identity(&mut env, &run_id, &spec.name);
+                env
+            });
+            let id = env.get(RUN_ID_VAR).cloned().unwrap_or_default();
+            let project = set(env.get("WANDB_PROJECT").cloned()).unwrap_or_else(|| project.clone());
+            let url = set(env.get("WANDB_ENTITY").cloned())
+                .or_else(|| entity.clone())
+                .and_then(|entity| crate::wandb::run_url(&base, &entity, &project, &id));
+            StageWandbRun { stage: spec.name.clone(), id, url }
+        })
+        .collect()
 }
 
 /// A run as listings show it (without the workflow snapshot).
@@ -277,6 +317,7 @@ impl Service {
             stages,
             waiting_for,
             queue_position,
+            wandb_runs: stage_wandb_runs(&run),
         })
     }
 
@@ -452,8 +493,13 @@ impl Service {
         let run = self.resolve(prefix).await?;
         let metrics = self.run_metrics(&run).await;
         let stages = self.store.stages(run.id).await?;
-        let status =
-            RunStatus { run: RunSummary::from(&run), stages, waiting_for: None, queue_position: None };
+        let status = RunStatus {
+            run: RunSummary::from(&run),
+            stages,
+            waiting_for: None,
+            queue_position: None,
+            wandb_runs: stage_wandb_runs(&run),
+        };
         let durations = status
             .stages
             .iter()

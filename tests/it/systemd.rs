@@ -14,8 +14,8 @@ fn scratch() -> TestHome {
     let config = home.path().join("config");
     let user = home.path().join("user");
     std::fs::create_dir_all(&user).unwrap();
-    home.env.push(("XDG_CONFIG_HOME".into(), config.display().to_string()));
-    home.env.push(("HOME".into(), user.display().to_string()));
+    home.environ.push(("XDG_CONFIG_HOME".into(), config.display().to_string()));
+    home.environ.push(("HOME".into(), user.display().to_string()));
     home
 }
 
@@ -31,9 +31,9 @@ fn lines<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
 fn install_writes_a_unit_running_this_executable_with_the_flags_given() {
     let mut home = scratch();
     // Keys in the environment and in the home's .env: none of them may reach the unit.
-    home.env.push(("TINKER_API_KEY".into(), "tinker-secret-in-env".into()));
-    home.env.push(("LACHESIS_API_TOKEN".into(), "token-secret-in-env".into()));
-    home.env.push(("LACHESIS_NODE".into(), "box-a".into()));
+    home.environ.push(("TINKER_API_KEY".into(), "tinker-secret-in-env".into()));
+    home.environ.push(("LACHESIS_API_TOKEN".into(), "token-secret-in-env".into()));
+    home.environ.push(("LACHESIS_NODE".into(), "box-a".into()));
     let dotenv = home.path().join(".env");
     std::fs::write(&dotenv, "WANDB_API_KEY=wandb-secret-in-file\n").unwrap();
     std::fs::set_permissions(&dotenv, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -177,8 +177,8 @@ fn uninstall_leaves_a_unit_lachesis_did_not_write_unless_forced() {
 #[test]
 fn without_xdg_config_home_the_unit_goes_under_home() {
     let mut home = scratch();
-    home.env.retain(|(name, _)| name != "XDG_CONFIG_HOME");
-    home.env.push(("XDG_CONFIG_HOME".into(), String::new()));
+    home.environ.retain(|(name, _)| name != "XDG_CONFIG_HOME");
+    home.environ.push(("XDG_CONFIG_HOME".into(), String::new()));
     home.cli_ok(&["daemon", "--install-service"]);
     assert!(home.path().join("user/.config/systemd/user/lachesis.service").is_file());
     assert!(!unit_path(&home).exists());
@@ -221,9 +221,9 @@ fn completions_for_each_shell_cover_the_commands() {
 #[test]
 fn settings_the_service_would_not_see_are_carried_with_their_paths_made_absolute() {
     let mut home = scratch();
-    home.env.push(("LACHESIS_WORKFLOWS".into(), "flows".into()));
-    home.env.push(("LACHESIS_ENV_DIRS".into(), "envs:/abs/envs".into()));
-    home.env.push(("LACHESIS_PYTHON".into(), "python3.12".into()));
+    home.environ.push(("LACHESIS_WORKFLOWS".into(), "flows".into()));
+    home.environ.push(("LACHESIS_ENV_DIRS".into(), "envs:/abs/envs".into()));
+    home.environ.push(("LACHESIS_PYTHON".into(), "python3.12".into()));
     let out = home.command(&["daemon", "--install-service"]).current_dir(home.path()).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let unit = std::fs::read_to_string(unit_path(&home)).unwrap();
