@@ -308,10 +308,15 @@ pub(super) fn wait_for_socket(home: &Path) -> BenchResult<()> {
 }
 
 pub(super) fn rss_mb(pid: u32) -> f64 {
+    status_mb(pid, "VmRSS:")
+}
+
+/// A memory figure of /proc/PID/status (`VmRSS:`, `VmHWM:`), in MB; 0 when it cannot be read.
+pub(super) fn status_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kb: f64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0.0);
     kb / 1024.0

@@ -271,13 +271,10 @@ impl Reconciler {
                 let reason = format!("stage '{name}' failed to start: {err}");
                 // The stage's failure and its run's move: one commit.
                 let then = failure_move(&sup.run, &reason, None);
-                let then = then.as_ref().map(|(event, reason)| RunMove {
-                    run: &sup.run,
-                    event: *event,
-                    reason: Some(reason),
-                    ended_at: None,
-                });
-                let moved = self.store.record_stage(&failed, &[NewEvent::stage(&name, what)], then).await?;
+                let moved = self
+                    .store
+                    .record_stage(&failed, &[NewEvent::stage(&name, what)], as_move(&sup.run, &then))
+                    .await?;
                 sup.stages[idx].stage = failed;
                 self.adopt(id, Ok(moved)).await?;
             }
@@ -405,13 +402,10 @@ impl Reconciler {
         let reason = format!("stage '{name}' {error}");
         // Its event and the run's failure: one commit.
         let then = failure_move(&sup.run, &reason, None);
-        let then = then.as_ref().map(|(event, reason)| RunMove {
-            run: &sup.run,
-            event: *event,
-            reason: Some(reason),
-            ended_at: None,
-        });
-        let moved = self.store.record_stage(stage, &[NewEvent::stage(&name, error)], then).await?;
+        let moved = self
+            .store
+            .record_stage(stage, &[NewEvent::stage(&name, error)], as_move(&sup.run, &then))
+            .await?;
         if then.is_some() {
             self.adopt(id, Ok(moved)).await?;
         }
@@ -569,4 +563,14 @@ mod tests {
         assert_eq!(waits[9], Duration::from_secs(5));
         assert_eq!(spawn_backoff(u32::MAX), Duration::from_secs(5));
     }
+}
+
+/// A stage's failure's move of its run (from `failure_move`), as the store takes it.
+fn as_move<'a>(run: &'a Run, then: &'a Option<(RunTrigger, String)>) -> Option<RunMove<'a>> {
+    then.as_ref().map(|(trigger, reason)| RunMove {
+        run,
+        event: *trigger,
+        reason: Some(reason),
+        ended_at: None,
+    })
 }
