@@ -206,9 +206,10 @@ impl RlTools {
         description = "Start training the selected environment with its current config; answers at once with the run id. Training takes hours: test the environment with rl_test_inference() first, then follow the run with rl_check_status(run_id) no more often than every 30 minutes."
     )]
     async fn rl_start_training(&self, Parameters(args): Parameters<StartArgs>) -> String {
-        // The service applies the selection when the workflow runs an environment, and asks for
-        // one only then: a workflow that takes none (the demo) starts without a selection.
-        let request = SubmitRequest { workflow: args.workflow, ..SubmitRequest::default() };
+        // The selected environment, as the reference starts it; with none selected, the service
+        // asks for one only if the workflow runs an environment (the demo starts without).
+        let env_name = self.service.selection().await.ok().map(|selection| selection.env_name);
+        let request = SubmitRequest { workflow: args.workflow, env_name, ..SubmitRequest::default() };
         match self.service.submit(request).await {
             Ok(run) => {
                 let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);

@@ -131,12 +131,18 @@ async fn every_answer_holds_the_reference_keys_and_types() {
     // workflow (the default) must be refused for want of the Tinker key, as the reference's is.
     let profile = std::fs::read_to_string(home.workflows().join("arith-tests.yaml")).unwrap();
     home.workflow("arith-tests", &format!("default: true\ncredentials: [TINKER_API_KEY]\n{profile}"));
+    // With nothing selected, a workflow that runs the environment is refused; the demo starts.
+    home.workflow(
+        "arith-env",
+        "name: arith-env\nstages:\n  - {name: env, argv: [\"{python}\", \"{env_file}\", serve]}\n",
+    );
     home.start_daemon();
     let url = format!("http://127.0.0.1:{}/v1", stub.port);
     let mut cmd = std::process::Command::new(&python);
     cmd.arg(repo().join("tests/python/conformance.py"))
         .args([BIN, "arith", "--provider", &url, "--server-type", "openai", "--api-key-env", "STUB_KEY"])
-        .args(["--models", "stub", "--workflow", "demo", "--fake-wandb", "--test-timeout", "300"])
+        .args(["--models", "stub", "--workflow", "demo", "--env-workflow", "arith-env", "--fake-wandb"])
+        .args(["--test-timeout", "300"])
         .args(["--server-args", "mcp --no-daemon", "--cancel-model", "silent-model"]);
     cmd.env("LACHESIS_HOME", home.path()).envs(home.environ.iter().map(|(k, v)| (k, v)));
     cmd.env_remove("TINKER_API_KEY").env_remove("OPENROUTER_API_KEY");

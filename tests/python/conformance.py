@@ -327,9 +327,16 @@ class Conformance:
             self.check("config_no_env", "no_environment")
             await self.call("edit_no_env", "rl_edit_config", {"field": "group_size", "value": 8})
             self.check("edit_no_env", "no_environment")
-            start = await self.call("start_no_env", "rl_start_training", {"workflow": a.workflow})
+            start = await self.call("start_no_env", "rl_start_training", {"workflow": a.env_workflow})
             self.check("start_no_env", "no_environment")
             await self.cleanup_run("start_no_env", start)
+            # A deliberate difference: a workflow that runs no environment starts without one.
+            start = await self.call("start_no_env_needed", "rl_start_training", {"workflow": a.workflow})
+            if not (isinstance(start, dict) and start.get("run_id") and "error" not in start):
+                self.mismatches.append({"tool": "rl_start_training", "case": "no_environment_needed",
+                                        "step": "start_no_env_needed", "kind": "check", "path": "run_id",
+                                        "expected": "a queued run", "got": start})
+            await self.cleanup_run("start_no_env_needed", start)
             await self.call("test_no_env", "rl_test_inference", self.test_args(), timeout=a.test_timeout)
             self.check("test_no_env", "no_environment")
 
@@ -567,6 +574,8 @@ async def main(argv=None):
     parser.add_argument("--models", type=lambda s: [m for m in s.split(",") if m],
                         help="comma-separated model ids for rl_test_inference (default: stub with --provider)")
     parser.add_argument("--workflow", default="demo", help="the workflow argument of rl_start_training")
+    parser.add_argument("--env-workflow", default=None,
+                        help="a workflow that runs the environment, for the no-environment start (default: --workflow)")
     parser.add_argument("--golden", default=str(HERE / "reference_keys.json"))
     parser.add_argument("--test-timeout", type=float, default=900.0, help="seconds to wait for rl_test_inference")
     parser.add_argument("--test-extra", type=json.loads, default={},
@@ -578,6 +587,8 @@ async def main(argv=None):
     args = parser.parse_args(argv)
     if args.models is None and args.provider:
         args.models = ["stub"]
+    if args.env_workflow is None:
+        args.env_workflow = args.workflow
     golden = json.loads(Path(args.golden).read_text("utf-8"))
 
     gone_dir = tempfile.mkdtemp(prefix="lachesis-conformance-envs-")
