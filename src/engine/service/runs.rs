@@ -334,17 +334,33 @@ impl Service {
         Ok(crate::model::Progress::of(&self.store.progress(run.id, run.attempt).await?))
     }
 
-    /// A pending run's place in the claim order (1 is next); `None` for any other run.
+    /// A pending run's place in the claim order (1 is next); `None` for any other run. Counted
+    /// on the queue index, so a run deep in a queue of 100,000 costs no list of the queue.
     async fn queue_position(&self, run: &Run) -> Result<Option<usize>> {
         if run.state != RunState::Pending {
             return Ok(None);
         }
-        let pending = self.store.list_runs(&RunQuery { state: Some(RunState::Pending), limit: None }).await?;
-        Ok(pending.iter().position(|r| r.id == run.id).map(|i| i + 1))
+        Ok(self.store.queue_position(run.id).await?.map(|n| n as usize))
+    }
+
+    /// Up to `limit` pending runs in claim order: from the head, or after the pending run `after`
+    /// (a page of the queue costs that page, however deep the queue).
+    pub async fn queue(&self, after: Option<Uuid>, limit: i64) -> Result<Vec<RunSummary>> {
+        self.summaries(self.store.queue_page(after, limit).await?).await
+    }
+
+    /// One page of the runs table, newest first.
+    pub async fn runs_page(&self, page: &crate::engine::store::RunPage<'_>) -> Result<Vec<RunSummary>> {
+        self.summaries(self.store.runs_page(page).await?).await
+    }
+
+    /// The queue position of the pending run `id` (1 is next), by its id alone.
+    pub async fn queue_position_of(&self, id: Uuid) -> Result<Option<usize>> {
+        Ok(self.store.queue_position(id).await?.map(|n| n as usize))
     }
 
     /// For a pending run pinned to labels no live node has: says so, rather than wait silently.
-    async fn waiting_for(&self, run: &Run) -> Option<String> {
+    pub async fn waiting_for(&self, run: &Run) -> Option<String> {
         if run.state != RunState::Pending || run.spec.node_labels.is_empty() {
             return None;
         }
@@ -374,8 +390,13 @@ impl Service {
     }
 
     pub async fn list(&self, filter: &RunQuery) -> Result<Vec<RunSummary>> {
-        let mut summaries = Vec::new();
-        for run in self.store.list_runs(filter).await? {
+        self.summaries(self.store.list_runs(filter).await?).await
+    }
+
+    /// Runs as listings show them, each with its progress.
+    async fn summaries(&self, runs: Vec<Run>) -> Result<Vec<RunSummary>> {
+        let mut summaries = Vec::with_capacity(runs.len());
+        for run in runs {
             let progress = self.progress_of(&run).await?;
             summaries.push(RunSummary { progress, ..RunSummary::from(&run) });
         }

@@ -69,6 +69,7 @@ mod moves;
 mod nodes;
 pub mod postgres;
 mod progress;
+mod queue;
 mod retention;
 mod rows;
 mod sql;
@@ -92,6 +93,7 @@ pub use inference_tests::TestStore;
 pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
 pub use progress::ProgressStore;
+pub use queue::{QueueStore, RunPage};
 pub use retention::{Expired, RetentionStore};
 use sql::Locking;
 pub use sql::SqlStore;
@@ -148,7 +150,7 @@ pub struct DaemonLock {
 
 #[async_trait]
 pub trait Store:
-    TestStore + NodeStore + ClaimStore + ProgressStore + MetricStore + RetentionStore + Send + Sync
+    TestStore + NodeStore + ClaimStore + ProgressStore + MetricStore + RetentionStore + QueueStore + Send + Sync
 {
     /// The database underneath, and what it supports.
     fn backend(&self) -> Backend;
