@@ -1,4 +1,5 @@
-//! The runs page: counts by state, the pending queue in claim order, and a paged table.
+//! The runs page: counts by state, a page of the pending queue in claim order, and a paged
+//! table; each costs the rows it shows, however deep the queue.
 
 use std::fmt::Write;
 
@@ -6,14 +7,18 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::html::{badge, duration, esc, progress_cell, time, url_segment};
-use crate::model::RunQuery;
+use uuid::Uuid;
+
 use crate::model::{RunState, now_millis};
+use crate::service::RunPage;
 use crate::service::{Result, RunSummary, Service};
 
 /// Rows per page of the runs table: a morning's glance, and a page Chromium lays out in a
 /// few milliseconds (1,000 rows took it most of a second).
 pub const PAGE_SIZE: usize = 100;
-/// Pending runs whose waiting note is looked up (each is a status call).
+/// Rows per page of the queue: the head of a sweep, not all of it.
+pub const QUEUE_PAGE: usize = 50;
+/// Pending runs whose waiting note is looked up (each is a read of the run).
 const QUEUE_DETAIL: usize = 20;
 
 #[derive(Deserialize, Default)]
@@ -21,22 +26,28 @@ pub struct RunsQuery {
     pub state: Option<String>,
     pub workflow: Option<String>,
     pub page: Option<usize>,
+    /// The queue's page starts after this pending run (its id); from the head when absent.
+    pub after: Option<String>,
 }
 
 pub async fn render(service: &Service, query: &RunsQuery) -> Result<String> {
     let state = query.state.as_deref().filter(|s| !s.is_empty()).and_then(|s| s.parse::<RunState>().ok());
     let workflow = query.workflow.as_deref().filter(|w| !w.is_empty());
-    let page = query.page.unwrap_or(1).max(1);
+    // A page far past the end is an empty page, never an overflow.
+    let page = query.page.unwrap_or(1).clamp(1, 1_000_000);
     let counts = service.run_counts().await?;
-    // The service lists newest first; a page is a window of that order.
-    let wanted = if workflow.is_some() { 10_000 } else { page * PAGE_SIZE + 1 };
-    let listed = service.list(&RunQuery { state, limit: Some(wanted as i64) }).await?;
-    let matching: Vec<&RunSummary> =
-        listed.iter().filter(|r| workflow.is_none_or(|w| r.workflow == w)).collect();
-    let rows: Vec<&RunSummary> =
-        matching.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE).copied().collect();
-    let more = matching.len() > page * PAGE_SIZE;
-    let pending = service.list(&RunQuery { state: Some(RunState::Pending), limit: Some(200) }).await?;
+    // One row past the page says whether there is a next one; nothing before the page is read.
+    let listed = service
+        .runs_page(&RunPage {
+            state,
+            workflow,
+            offset: ((page - 1) * PAGE_SIZE) as i64,
+            limit: PAGE_SIZE as i64 + 1,
+        })
+        .await?;
+    let more = listed.len() > PAGE_SIZE;
+    let rows = &listed[..listed.len().min(PAGE_SIZE)];
+    let waiting = counts.iter().find(|(name, _)| name == RunState::Pending.as_str()).map_or(0, |(_, n)| *n);
 
     let mut body = String::from("<h1>Runs</h1><div class=\"counts\">");
     let total: i64 = counts.iter().map(|(_, n)| n).sum();
@@ -51,20 +62,27 @@ pub async fn render(service: &Service, query: &RunsQuery) -> Result<String> {
     }
     body.push_str("</div>");
     body.push_str(&filters(query, &counts));
-    body.push_str(&queue(service, &pending).await);
+    body.push_str(&queue(service, query, waiting).await?);
 
-    let _ = write!(
-        body,
-        "<h2>{} run(s){}</h2>",
-        matching.len(),
-        if more { " (more on the next page)" } else { "" }
-    );
+    // The heading's count is the state's (or every run's); a workflow filter is not counted.
+    let matching = match (state, workflow) {
+        (_, Some(_)) => None,
+        (Some(state), None) => {
+            Some(counts.iter().find(|(name, _)| name == state.as_str()).map_or(0, |(_, n)| *n))
+        }
+        (None, None) => Some(total),
+    };
+    let shown = match matching {
+        Some(n) => format!("{n} run(s)"),
+        None => "Runs".to_string(),
+    };
+    let _ = write!(body, "<h2>{shown}{}</h2>", if more { " (more on the next page)" } else { "" });
     body.push_str(
         "<table class=\"runs\"><thead><tr><th>run</th><th>state</th><th>workflow</th><th>environment</th>\
          <th>attempt</th><th>node</th><th>progress</th><th>started</th><th>duration</th><th>reason</th></tr></thead><tbody>",
     );
     let now = now_millis();
-    for run in &rows {
+    for run in rows {
         body.push_str(&row(run, now));
     }
     body.push_str("</tbody></table>");
@@ -103,20 +121,38 @@ fn filters(query: &RunsQuery, counts: &[(String, i64)]) -> String {
     )
 }
 
-/// The pending runs in the order they will be claimed, with what each waits for.
-async fn queue(service: &Service, pending: &[RunSummary]) -> String {
-    if pending.is_empty() {
-        return "<h2>Queue</h2><p class=\"muted\">Nothing is waiting.</p>".into();
+/// One page of the pending runs in the order they will be claimed, with what each waits for,
+/// and a link to the next page (keyed by the page's last run, so a page costs its rows).
+async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<String> {
+    // An id that does not parse, or that left the queue, starts the page at the head.
+    let after = query.after.as_deref().and_then(|a| a.parse::<Uuid>().ok());
+    let mut pending = service.queue(after, QUEUE_PAGE as i64 + 1).await?;
+    let from_head = pending.is_empty() && after.is_some();
+    if from_head {
+        pending = service.queue(None, QUEUE_PAGE as i64 + 1).await?;
     }
+    if pending.is_empty() {
+        return Ok("<h2>Queue</h2><p class=\"muted\">Nothing is waiting.</p>".into());
+    }
+    let more = pending.len() > QUEUE_PAGE;
+    pending.truncate(QUEUE_PAGE);
+    // The page's first place, counted on the queue index (1 at the head).
+    let first = match (after, from_head) {
+        (Some(_), false) => service.queue_position_of(pending[0].id).await?.unwrap_or(1),
+        _ => 1,
+    };
     let mut out = format!(
-        "<h2>Queue ({})</h2><table class=\"queue\"><thead><tr><th>#</th><th>run</th><th>workflow</th>\
-         <th>priority</th><th>waiting for</th></tr></thead><tbody>",
-        pending.len()
+        "<h2>Queue ({waiting})</h2><table class=\"queue\"><thead><tr><th>#</th><th>run</th><th>workflow</th>\
+         <th>priority</th><th>waiting for</th></tr></thead><tbody>"
     );
     let now = now_millis();
     for (i, run) in pending.iter().enumerate() {
+        let place = first + i;
         let waiting = if i < QUEUE_DETAIL {
-            service.status(&run.id.to_string()).await.ok().and_then(|s| s.waiting_for)
+            match service.resolve(&run.id.to_string()).await {
+                Ok(full) => service.waiting_for(&full).await,
+                Err(_) => None,
+            }
         } else {
             None
         };
@@ -126,13 +162,12 @@ async fn queue(service: &Service, pending: &[RunSummary]) -> String {
                     .filter(|t| *t > now)
                     .map(|t| format!("its retry backoff (until {})", time(Some(t))))
             })
-            .unwrap_or_else(
-                || if i == 0 { "a free slot (next)".into() } else { "the runs ahead of it".into() },
-            );
+            .unwrap_or_else(|| {
+                if place == 1 { "a free slot (next)".into() } else { "the runs ahead of it".into() }
+            });
         let _ = write!(
             out,
-            "<tr><td>{}</td><td><a href=\"/ui/runs/{id}\">{short}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            i + 1,
+            "<tr data-run=\"{id}\"><td>{place}</td><td><a href=\"/ui/runs/{id}\">{short}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&run.workflow),
             run.priority,
             esc(&waiting),
@@ -141,7 +176,24 @@ async fn queue(service: &Service, pending: &[RunSummary]) -> String {
         );
     }
     out.push_str("</tbody></table>");
-    out
+    if more || first > 1 {
+        out.push_str("<p class=\"pager queue-pager\">");
+        if first > 1 {
+            out.push_str("<a href=\"/ui/runs\">head of the queue</a> ");
+        }
+        let _ = write!(out, "places {first}\u{2013}{}", first + pending.len() - 1);
+        if let (true, Some(last)) = (more, pending.last()) {
+            let _ = write!(
+                out,
+                " <a href=\"/ui/runs?state={}&amp;workflow={}&amp;after={}\">next</a>",
+                url_segment(query.state.as_deref().unwrap_or("")),
+                url_segment(query.workflow.as_deref().unwrap_or("")),
+                last.id
+            );
+        }
+        out.push_str("</p>");
+    }
+    Ok(out)
 }
 
 fn row(run: &RunSummary, now: i64) -> String {

@@ -12,7 +12,7 @@ use crate::model::RunTrigger;
 use crate::model::{Event, Run, RunParams, RunState, Stage};
 use crate::workflow::Workflow;
 
-use super::{Result, Service, ServiceError};
+use super::{Result, RunPage, Service, ServiceError};
 
 /// What a surface asks for when it starts a run.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -350,7 +350,7 @@ impl Service {
     }
 
     /// One page of the runs table, newest first.
-    pub async fn runs_page(&self, page: &crate::engine::store::RunPage<'_>) -> Result<Vec<RunSummary>> {
+    pub async fn runs_page(&self, page: &RunPage<'_>) -> Result<Vec<RunSummary>> {
         self.summaries(self.store.runs_page(page).await?).await
     }
 

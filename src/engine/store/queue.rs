@@ -48,10 +48,8 @@ const PAGE_ALL: &str = concat!(select_runs_sql!(), "ORDER BY seq DESC LIMIT $1 O
 const PAGE_STATE: &str = concat!(select_runs_sql!(), "WHERE state = $3 ORDER BY seq DESC LIMIT $1 OFFSET $2");
 const PAGE_WORKFLOW: &str =
     concat!(select_runs_sql!(), "WHERE workflow = $3 ORDER BY seq DESC LIMIT $1 OFFSET $2");
-const PAGE_BOTH: &str = concat!(
-    select_runs_sql!(),
-    "WHERE state = $3 AND workflow = $4 ORDER BY seq DESC LIMIT $1 OFFSET $2"
-);
+const PAGE_BOTH: &str =
+    concat!(select_runs_sql!(), "WHERE state = $3 AND workflow = $4 ORDER BY seq DESC LIMIT $1 OFFSET $2");
 
 #[async_trait]
 impl QueueStore for SqlStore {
