@@ -3,6 +3,7 @@
 
 mod conformance;
 mod nodes;
+mod queue;
 
 use std::time::{Duration, Instant};
 
