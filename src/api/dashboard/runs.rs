@@ -218,3 +218,68 @@ fn row(run: &RunSummary, now: i64) -> String {
         reason = esc(run.reason.as_deref().unwrap_or("")),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::model::{Run, RunParams};
+    use crate::settings::Settings;
+    use crate::workflow::Workflow;
+
+    /// The ids of the queue table's rows, in order, and its next link's cursor.
+    fn queue_rows(page: &str) -> (Vec<String>, Option<String>) {
+        let table =
+            page.split("<table class=\"queue\">").nth(1).unwrap_or("").split("</table>").next().unwrap();
+        let ids = table.split("<tr data-run=\"").skip(1).map(|r| r[..36].to_string()).collect();
+        let next = page.split("after=").nth(1).map(|rest| rest[..36].to_string());
+        (ids, next)
+    }
+
+    #[tokio::test]
+    async fn a_deep_queue_shows_one_page_with_a_link_to_the_next() {
+        let home = tempfile::tempdir().unwrap();
+        let service = Service::open(Settings::new(Some(home.path().to_path_buf()), None)).await.unwrap();
+        let spec = Workflow::parse(
+            std::path::Path::new("q.yaml"),
+            "name: q\nstages:\n  - {name: trainer, argv: ['true']}\n",
+        )
+        .unwrap();
+        let batch: Vec<_> = (0..(2 * QUEUE_PAGE + PAGE_SIZE))
+            .map(|i| {
+                let id = uuid::Uuid::new_v4();
+                let priority = (i % 2) as i64;
+                let run =
+                    Run::queued(id, spec.clone(), PathBuf::from("/runs"), priority, RunParams::default());
+                let stages = run.pending_stages();
+                (run, stages)
+            })
+            .collect();
+        service.insert_as_given(&batch).await.unwrap();
+        let order: Vec<String> =
+            service.queue(None, batch.len() as i64).await.unwrap().iter().map(|r| r.id.to_string()).collect();
+
+        let first = render(&service, &RunsQuery::default()).await.unwrap();
+        assert!(first.contains(&format!("<h2>Queue ({})</h2>", batch.len())), "the whole queue is counted");
+        let (rows, next) = queue_rows(&first);
+        assert_eq!(rows, order[..QUEUE_PAGE], "the head of the queue, in claim order");
+        assert_eq!(next.as_deref(), Some(order[QUEUE_PAGE - 1].as_str()), "next starts after the page");
+        let table_rows = first.matches("<tr data-run=").count() - rows.len();
+        assert_eq!(table_rows, PAGE_SIZE, "one page of the runs table");
+
+        let query = RunsQuery { after: next, ..RunsQuery::default() };
+        let second = render(&service, &query).await.unwrap();
+        let (rows, _) = queue_rows(&second);
+        assert_eq!(rows, order[QUEUE_PAGE..2 * QUEUE_PAGE]);
+        assert!(
+            second.contains(&format!("<td>{}</td>", QUEUE_PAGE + 1)),
+            "places continue from the first page"
+        );
+
+        // A cursor that is not a run id starts at the head rather than failing.
+        let query = RunsQuery { after: Some("../x".into()), ..RunsQuery::default() };
+        let (rows, _) = queue_rows(&render(&service, &query).await.unwrap());
+        assert_eq!(rows, order[..QUEUE_PAGE]);
+    }
+}
