@@ -8,6 +8,7 @@ mod history;
 mod logs;
 mod progress;
 mod pueue;
+mod queue;
 mod supervisor;
 
 use supervisor::BenchOptions;
@@ -78,6 +79,13 @@ pub struct BenchArgs {
     /// The big log's size (with --logs)
     #[arg(long, default_value = "10GiB", value_name = "SIZE")]
     log_size: lachesis::logs::ByteSize,
+    /// Instead: every dashboard page, `run status`, `run list` and `GET /runs` with a deep
+    /// queue of pending runs behind a daemon's --max-parallel 2; the daemon's RSS
+    #[arg(long)]
+    queue: bool,
+    /// Pending runs queued (with --queue)
+    #[arg(long, default_value_t = 10_000, value_parser = parse_runs)]
+    pending: usize,
     #[arg(long)]
     json: bool,
 }
@@ -105,6 +113,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.logs {
         return logs(args);
+    }
+    if args.queue {
+        return queue(args);
     }
     // Checked before the minute of lachesis figures, not after it.
     if let Some(client) = &args.pueue {
@@ -200,6 +211,27 @@ fn progress(args: BenchArgs) -> CliResult {
     println!(
         "exit detection: p50 {:.0} ms, p99 {:.0} ms alone; p50 {:.0} ms, p99 {:.0} ms while a followed log floods",
         a.p50, a.p99, b.p50, b.p99
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn queue(args: BenchArgs) -> CliResult {
+    let exe = std::env::current_exe()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report = runtime.block_on(queue::run(&exe, args.pending, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for figure in &report.figures {
+        println!(
+            "{} with {} pending, {} reads: p50 {:.1} ms, max {:.1} ms",
+            figure.what, report.pending, figure.ms.samples, figure.ms.p50, figure.ms.max
+        );
+    }
+    println!(
+        "daemon RSS with {} pending: {:.1} MB (peak {:.1} MB)",
+        report.pending, report.daemon_rss_mb, report.daemon_peak_rss_mb
     );
     Ok(ExitCode::SUCCESS)
 }
