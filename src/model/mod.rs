@@ -18,7 +18,7 @@ pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTa
 pub use metric_row::{MetricRow, sample_evenly};
 pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
 pub use progress::{Progress, ProgressPoint};
-pub use run::{IllegalTransition, Run, RunParams, RunQuery, RunState, RunTrigger};
+pub use run::{IllegalTransition, Run, RunPage, RunParams, RunQuery, RunState, RunTrigger};
 pub use schedule::Schedule;
 pub use stage::Stage;
 

@@ -106,6 +106,16 @@ pub struct RunQuery {
     pub limit: Option<i64>,
 }
 
+/// Which runs one page of the runs table shows: newest first, filtered in the query, `limit`
+/// of them after the first `offset`.
+#[derive(Clone, Debug, Default)]
+pub struct RunPage<'a> {
+    pub state: Option<RunState>,
+    pub workflow: Option<&'a str>,
+    pub offset: i64,
+    pub limit: i64,
+}
+
 /// One execution of a workflow.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {

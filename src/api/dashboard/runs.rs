@@ -5,12 +5,11 @@ use std::fmt::Write;
 
 use serde::Deserialize;
 use serde_json::Value;
-
-use super::html::{badge, duration, esc, progress_cell, time, url_segment};
 use uuid::Uuid;
 
-use crate::model::{RunState, now_millis};
-use crate::service::RunPage;
+use super::html::{badge, duration, esc, progress_cell, time, url_segment};
+
+use crate::model::{RunPage, RunState, now_millis};
 use crate::service::{Result, RunSummary, Service};
 
 /// Rows per page of the runs table: a morning's glance, and a page Chromium lays out in a

@@ -22,7 +22,6 @@ use crate::settings::Settings;
 use crate::workflow::CatalogError;
 
 pub use crate::engine::store::NodeRegistration;
-pub use crate::engine::store::RunPage;
 pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};

@@ -7,12 +7,12 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::engine::store::StoreError;
-use crate::model::RunQuery;
 use crate::model::RunTrigger;
 use crate::model::{Event, Run, RunParams, RunState, Stage};
+use crate::model::{RunPage, RunQuery};
 use crate::workflow::Workflow;
 
-use super::{Result, RunPage, Service, ServiceError};
+use super::{Result, Service, ServiceError};
 
 /// What a surface asks for when it starts a run.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -93,7 +93,7 @@ pub use inference_tests::TestStore;
 pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
 pub use progress::ProgressStore;
-pub use queue::{QueueStore, RunPage};
+pub use queue::QueueStore;
 pub use retention::{Expired, RetentionStore};
 use sql::Locking;
 pub use sql::SqlStore;

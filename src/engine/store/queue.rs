@@ -8,16 +8,7 @@ use uuid::Uuid;
 use super::Result;
 use super::rows::run_from_row;
 use super::sql::SqlStore;
-use crate::model::{Run, RunState};
-
-/// Which runs a page of the runs table lists, newest first.
-#[derive(Clone, Debug, Default)]
-pub struct RunPage<'a> {
-    pub state: Option<RunState>,
-    pub workflow: Option<&'a str>,
-    pub offset: i64,
-    pub limit: i64,
-}
+use crate::model::{Run, RunPage};
 
 #[async_trait]
 pub trait QueueStore: Send + Sync {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use uuid::Uuid;
 
-use crate::engine::store::{RunPage, Store};
-use crate::model::{Run, RunParams, RunState, RunTrigger, Stage};
+use crate::engine::store::Store;
+use crate::model::{Run, RunPage, RunParams, RunState, RunTrigger, Stage};
 use crate::settings::StoreLocation;
 use crate::workflow::Workflow;
 
