@@ -1,11 +1,14 @@
 //! The queue's reads: positions are ranks by (priority, submission), pages walk the queue in
-//! claim order without gaps or repeats, and a page of runs is that page; on SQLite and PostgreSQL.
+//! claim order without gaps or repeats, a page of runs is that page, and a claim over many pages
+//! takes runs in queue order; on SQLite and PostgreSQL.
 
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::engine::store::Store;
+use crate::engine::store::{NodeRegistration, Pick, Store};
 use crate::model::{Run, RunPage, RunParams, RunState, RunTrigger, Stage};
 use crate::settings::StoreLocation;
 use crate::workflow::Workflow;
@@ -84,6 +87,32 @@ async fn queue_reads(store: &dyn Store) {
     assert!(pending_odd.iter().all(|r| r.workflow == "odd" && r.state == RunState::Pending));
     assert_eq!(pending_odd.len(), 10);
     assert!(store.runs_page(&page(None, None, 10_000)).await.unwrap().is_empty(), "past the end");
+
+    // A claim over many pages takes runs in queue order, past the ones its pick skips.
+    let registration = NodeRegistration {
+        id: "a".into(),
+        hostname: "test".into(),
+        labels: BTreeMap::new(),
+        lease: Duration::from_secs(60),
+    };
+    let lease = store.register_node(&registration).await.unwrap();
+    let odd: HashSet<Uuid> = runs.iter().filter(|r| r.workflow == "odd").map(|r| r.id).collect();
+    let mut taken = 0;
+    let mut pick = |run: &Run| match (odd.contains(&run.id), taken) {
+        (_, 30) => Pick::Stop,
+        (true, _) => Pick::Skip,
+        (false, _) => {
+            taken += 1;
+            Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
+        }
+    };
+    let claimed: Vec<Uuid> =
+        store.claim_runs(&lease, 8, 16, &mut pick).await.unwrap().iter().map(|r| r.id).collect();
+    let evens: Vec<Uuid> = order.iter().filter(|id| !odd.contains(id)).copied().collect();
+    assert_eq!(claimed, evens[..30], "the first 30 runs the pick takes, in queue order");
+    let left: Vec<Uuid> = order.iter().filter(|id| !claimed.contains(id)).copied().collect();
+    assert_eq!(store.queue_position(left[0]).await.unwrap(), Some(1), "the skipped head is still next");
+    assert_eq!(store.queue_position(left[150]).await.unwrap(), Some(151));
 }
 
 #[tokio::test]
