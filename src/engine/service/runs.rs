@@ -340,7 +340,7 @@ impl Service {
         if run.state != RunState::Pending {
             return Ok(None);
         }
-        Ok(self.store.queue_position(run.id).await?.map(|n| n as usize))
+        self.queue_position_of(run.id).await
     }
 
     /// Up to `limit` pending runs in claim order: from the head, or after the pending run `after`
