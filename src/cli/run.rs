@@ -500,7 +500,10 @@ async fn logs(
         printed.print(&log.page.text, prefix, follow)?;
         stages.push(printed);
     }
-    while follow {
+    if !follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
         let done = settled(&service.status(id).await?);
         for stage in &mut stages {
             // Read to the end (a page at a time), then the rest of a line only once it ended.
@@ -534,11 +537,10 @@ async fn logs(
             }
         }
         if done {
-            break;
+            return Ok(ExitCode::SUCCESS);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Where a stage's printed log stands.

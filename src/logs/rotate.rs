@@ -130,7 +130,7 @@ mod tests {
         // A reopened log (a restarted shim) counts what is already there.
         let mut again = RotatingLog::open(&path, rotation).unwrap();
         let before = read(&path);
-        again.write_all(&vec![b'x'; 99]).unwrap();
+        again.write_all(&[b'x'; 99]).unwrap();
         assert_eq!(read(&rotated(&path, 1)), before, "rotated before the write that would pass the size");
     }
 

@@ -541,6 +541,16 @@ fn run_end_time(exited_at: Millis, run_started_at: Option<Millis>, now: Millis) 
     exited_at.min(now).max(run_started_at.unwrap_or(Millis::MIN))
 }
 
+/// A stage's failure's move of its run (from `failure_move`), as the store takes it.
+fn as_move<'a>(run: &'a Run, then: &'a Option<(RunTrigger, String)>) -> Option<RunMove<'a>> {
+    then.as_ref().map(|(trigger, reason)| RunMove {
+        run,
+        event: *trigger,
+        reason: Some(reason),
+        ended_at: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{run_end_time, spawn_backoff};
@@ -563,14 +573,4 @@ mod tests {
         assert_eq!(waits[9], Duration::from_secs(5));
         assert_eq!(spawn_backoff(u32::MAX), Duration::from_secs(5));
     }
-}
-
-/// A stage's failure's move of its run (from `failure_move`), as the store takes it.
-fn as_move<'a>(run: &'a Run, then: &'a Option<(RunTrigger, String)>) -> Option<RunMove<'a>> {
-    then.as_ref().map(|(trigger, reason)| RunMove {
-        run,
-        event: *trigger,
-        reason: Some(reason),
-        ended_at: None,
-    })
 }
