@@ -9,6 +9,7 @@ mod faults;
 mod full_disk;
 mod fuzz;
 mod handoff;
+mod holds;
 mod hostile;
 mod http;
 mod inference_tests;

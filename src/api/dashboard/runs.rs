@@ -121,6 +121,7 @@ async fn queue(service: &Service, pending: &[RunSummary]) -> String {
             None
         };
         let waiting = waiting
+            .or_else(|| run.held_at.map(|_| "held: a release (`lachesis run release`)".to_string()))
             .or_else(|| {
                 run.not_before
                     .filter(|t| *t > now)

@@ -27,6 +27,8 @@ pub struct SubmitRequest {
     pub priority: i64,
     /// Overrides the workflow's `stall_timeout` for this run.
     pub stall_timeout: Option<std::time::Duration>,
+    /// Queued held: not claimed until released (`run release`).
+    pub hold: bool,
 }
 
 /// A run with its stages, as status commands show it.
@@ -101,6 +103,9 @@ pub struct RunSummary {
     pub node: Option<String>,
     /// A retry's backoff: not claimed before this time.
     pub not_before: Option<i64>,
+    /// Held (since this time): not claimed until released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<i64>,
     /// The training step of its current attempt, once one was reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<crate::model::Progress>,
@@ -122,6 +127,7 @@ impl From<&Run> for RunSummary {
             run_dir: run.run_dir.clone(),
             node: run.node.clone(),
             not_before: run.not_before,
+            held_at: run.held_at,
             progress: None,
         }
     }
@@ -179,6 +185,17 @@ impl Service {
         specs: &mut HashMap<String, Workflow>,
         request: SubmitRequest,
     ) -> Result<Run> {
+        self.prepare_as(catalog, specs, request, Uuid::new_v4()).await
+    }
+
+    /// `prepare` for the run `id`: an edit re-plans a queued run under its own id.
+    pub(super) async fn prepare_as(
+        &self,
+        catalog: &crate::workflow::Catalog,
+        specs: &mut HashMap<String, Workflow>,
+        request: SubmitRequest,
+        id: Uuid,
+    ) -> Result<Run> {
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
         let cached = specs.get(&name).cloned();
         let mut spec = match cached {
@@ -211,7 +228,6 @@ impl Service {
                 request.set.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
             (None, None, config)
         };
-        let id = Uuid::new_v4();
         let run_dir = self.settings.run_dir(&id);
         let resolved = self.resolve_vars(
             &spec,
@@ -232,8 +248,13 @@ impl Service {
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
         let params = RunParams { vars: request.vars, config, resolved };
-        let run =
-            Run { env_name, workflow: name, ..Run::queued(id, spec, run_dir, request.priority, params) };
+        let held_at = request.hold.then(crate::model::now_millis);
+        let run = Run {
+            env_name,
+            workflow: name,
+            held_at,
+            ..Run::queued(id, spec, run_dir, request.priority, params)
+        };
         Ok(run)
     }
 
@@ -424,6 +445,7 @@ impl Service {
             priority: run.priority,
             // The stall timeout the run had, its own override included.
             stall_timeout: run.spec.stall_timeout.map(|d| d.0),
+            hold: false,
         };
         self.submit(request).await
     }
