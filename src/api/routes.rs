@@ -248,6 +248,9 @@ pub struct StartBody {
     /// Queue it held: not claimed until `POST /runs/{id}/release`.
     #[serde(default)]
     hold: bool,
+    /// Overrides the workflow's `time_limit` (e.g. "10h").
+    #[serde(default)]
+    time_limit: Option<crate::workflow::Dur>,
 }
 
 impl From<StartBody> for SubmitRequest {
@@ -265,6 +268,7 @@ impl From<StartBody> for SubmitRequest {
             priority: body.priority,
             stall_timeout: body.stall_timeout.map(|d| d.0),
             hold: body.hold,
+            time_limit: body.time_limit.map(|d| d.0),
         }
     }
 }
@@ -280,6 +284,7 @@ impl From<&SubmitRequest> for StartBody {
             priority: request.priority,
             stall_timeout: request.stall_timeout.map(crate::workflow::Dur),
             hold: request.hold,
+            time_limit: request.time_limit.map(crate::workflow::Dur),
         }
     }
 }
@@ -602,6 +607,7 @@ mod tests {
             priority: -2,
             stall_timeout: Some(std::time::Duration::from_millis(1500)),
             hold: true,
+            time_limit: Some(std::time::Duration::from_secs(36_000)),
         };
         let json = serde_json::to_string(&StartBody::from(&request)).unwrap();
         let body: StartBody = serde_json::from_str(&json).unwrap();

@@ -126,6 +126,10 @@ pub struct StartArgs {
     /// Queue it held: not claimed until `lachesis run release ID`
     #[arg(long)]
     hold: bool,
+    /// Stop the run as failed when an attempt runs this long (e.g. 10h); overrides the
+    /// workflow's `time_limit`
+    #[arg(long, value_name = "DURATION")]
+    time_limit: Option<lachesis::workflow::Dur>,
     /// Wait for the run to end, showing its progress; exit non-zero unless it completed
     #[arg(long, conflicts_with_all = ["count", "from"])]
     wait: bool,
@@ -151,6 +155,7 @@ impl StartArgs {
             priority: self.priority,
             stall_timeout: self.stall_timeout.map(|d| d.0),
             hold: self.hold,
+            time_limit: self.time_limit.map(|d| d.0),
         })
     }
 }
@@ -404,6 +409,10 @@ fn print_status(status: &RunStatus) {
     }
     if let Some(node) = &r.node {
         println!("node      {node}");
+    }
+    if let Some(at) = status.time_limit_at {
+        let left = std::time::Duration::from_millis((at - now_millis()).max(0) as u64);
+        println!("time left {} (time limit)", lachesis::model::progress::span(left));
     }
     if let Some(why) = &status.waiting_for {
         println!("waiting   for {why}");

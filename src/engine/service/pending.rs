@@ -103,6 +103,7 @@ impl Service {
             priority: run.priority,
             stall_timeout: None,
             hold: false,
+            time_limit: None,
         };
         self.prepare_as(&catalog, &mut specs, submit, run.id).await
     }

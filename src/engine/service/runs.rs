@@ -29,6 +29,8 @@ pub struct SubmitRequest {
     pub stall_timeout: Option<std::time::Duration>,
     /// Queued held: not claimed until released (`run release`).
     pub hold: bool,
+    /// Overrides the workflow's `time_limit` for this run.
+    pub time_limit: Option<std::time::Duration>,
 }
 
 /// A run with its stages, as status commands show it.
@@ -45,6 +47,9 @@ pub struct RunStatus {
     pub queue_position: Option<usize>,
     /// Each stage's W&B run, continued by every attempt.
     pub wandb_runs: Vec<StageWandbRun>,
+    /// When the current attempt reaches its `time_limit` (a started run with one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit_at: Option<crate::model::Millis>,
 }
 
 /// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
@@ -211,6 +216,9 @@ impl Service {
         if let Some(timeout) = request.stall_timeout {
             spec.stall_timeout = Some(crate::workflow::Dur(timeout));
         }
+        if let Some(limit) = request.time_limit {
+            spec.time_limit = Some(crate::workflow::Dur(limit));
+        }
         let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
         let (env_name, env_file, config) = if runs_env || request.env_name.is_some() {
             let (name, file, config) = self
@@ -339,6 +347,7 @@ impl Service {
             waiting_for,
             queue_position,
             wandb_runs: stage_wandb_runs(&run),
+            time_limit_at: crate::engine::reconciler::time_limit_deadline(&run),
         })
     }
 
@@ -446,6 +455,7 @@ impl Service {
             // The stall timeout the run had, its own override included.
             stall_timeout: run.spec.stall_timeout.map(|d| d.0),
             hold: false,
+            time_limit: run.spec.time_limit.map(|d| d.0),
         };
         self.submit(request).await
     }
@@ -521,6 +531,7 @@ impl Service {
             waiting_for: None,
             queue_position: None,
             wandb_runs: stage_wandb_runs(&run),
+            time_limit_at: None,
         };
         let durations = status
             .stages
