@@ -23,4 +23,5 @@ mod slurm;
 mod supervisor;
 mod support;
 mod systemd;
+mod time_limits;
 mod wandb;
