@@ -7,7 +7,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -59,6 +59,21 @@ pub static ROUTES: &[Route] = &[
     ),
     route!("get", "/runs/{id}", "A run with its stages", None, get(run_status)),
     route!("post", "/runs/{id}/stop", "Stop a run (a pending one is cancelled)", None, post(stop_run)),
+    route!(
+        "patch",
+        "/runs/{id}",
+        "Edit a pending run: priority, vars, set (refused once it has left the queue)",
+        Some(r#"{"priority": 5, "vars": {"steps": "3"}}"#),
+        patch(edit_run)
+    ),
+    route!(
+        "post",
+        "/runs/{id}/hold",
+        "Keep a pending run out of the queue until released",
+        None,
+        post(hold_run)
+    ),
+    route!("post", "/runs/{id}/release", "Put a held run back in the queue", None, post(release_run)),
     route!(
         "get",
         "/runs/{id}/results",
@@ -230,6 +245,12 @@ pub struct StartBody {
     /// Overrides the workflow's `stall_timeout` (e.g. "30m").
     #[serde(default)]
     stall_timeout: Option<crate::workflow::Dur>,
+    /// Queue it held: not claimed until `POST /runs/{id}/release`.
+    #[serde(default)]
+    hold: bool,
+    /// Overrides the workflow's `time_limit` (e.g. "10h").
+    #[serde(default)]
+    time_limit: Option<crate::workflow::Dur>,
 }
 
 impl From<StartBody> for SubmitRequest {
@@ -246,6 +267,8 @@ impl From<StartBody> for SubmitRequest {
             set,
             priority: body.priority,
             stall_timeout: body.stall_timeout.map(|d| d.0),
+            hold: body.hold,
+            time_limit: body.time_limit.map(|d| d.0),
         }
     }
 }
@@ -260,6 +283,8 @@ impl From<&SubmitRequest> for StartBody {
             vars: request.vars.clone(),
             priority: request.priority,
             stall_timeout: request.stall_timeout.map(crate::workflow::Dur),
+            hold: request.hold,
+            time_limit: request.time_limit.map(crate::workflow::Dur),
         }
     }
 }
@@ -304,6 +329,33 @@ async fn run_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer
 
 async fn stop_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
     ok(crate::service::RunSummary::from(&s.service.stop(&id).await?))
+}
+
+/// The body of `PATCH /runs/{id}`: what changes; absent fields stay.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct EditBody {
+    priority: Option<i64>,
+    #[serde(default)]
+    vars: BTreeMap<String, String>,
+    #[serde(default)]
+    set: BTreeMap<String, Value>,
+}
+
+async fn edit_run(State(s): State<AppState>, Path(id): Path<String>, Body(body): Body<EditBody>) -> Answer {
+    let set =
+        body.set.into_iter().map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)));
+    let request =
+        crate::service::EditRequest { priority: body.priority, vars: body.vars, set: set.collect() };
+    ok(crate::service::RunSummary::from(&s.service.edit(&id, request).await?))
+}
+
+async fn hold_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(crate::service::RunSummary::from(&s.service.hold(&id).await?))
+}
+
+async fn release_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(crate::service::RunSummary::from(&s.service.release(&id).await?))
 }
 
 async fn run_results(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
@@ -554,6 +606,8 @@ mod tests {
                 .into(),
             priority: -2,
             stall_timeout: Some(std::time::Duration::from_millis(1500)),
+            hold: true,
+            time_limit: Some(std::time::Duration::from_secs(36_000)),
         };
         let json = serde_json::to_string(&StartBody::from(&request)).unwrap();
         let body: StartBody = serde_json::from_str(&json).unwrap();

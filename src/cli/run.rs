@@ -45,6 +45,32 @@ pub enum RunCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Keep a pending run out of the queue until `run release`
+    Hold {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a held run back in the queue, at its place
+    Release {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a pending run's priority, variables or config fields (checked as at submission)
+    Edit {
+        id: String,
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i64>,
+        /// Config field (repeatable): --set group_size=16
+        #[arg(long = "set", value_name = "FIELD=VALUE")]
+        set: Vec<String>,
+        /// Workflow variable (repeatable): --var steps=3
+        #[arg(long = "var", value_name = "NAME=VALUE")]
+        var: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a run's stage logs: as much as fits in 1 MiB per stage (a note on stderr says
     /// when earlier output is left out), or the last N lines
     Logs {
@@ -97,6 +123,13 @@ pub struct StartArgs {
     /// workflow's `stall_timeout`
     #[arg(long, value_name = "DURATION")]
     stall_timeout: Option<lachesis::workflow::Dur>,
+    /// Queue it held: not claimed until `lachesis run release ID`
+    #[arg(long)]
+    hold: bool,
+    /// Stop the run as failed when an attempt runs this long (e.g. 10h); overrides the
+    /// workflow's `time_limit`
+    #[arg(long, value_name = "DURATION")]
+    time_limit: Option<lachesis::workflow::Dur>,
     /// Wait for the run to end, showing its progress; exit non-zero unless it completed
     #[arg(long, conflicts_with_all = ["count", "from"])]
     wait: bool,
@@ -121,6 +154,8 @@ impl StartArgs {
             set: assignments("--set", &self.set)?,
             priority: self.priority,
             stall_timeout: self.stall_timeout.map(|d| d.0),
+            hold: self.hold,
+            time_limit: self.time_limit.map(|d| d.0),
         })
     }
 }
@@ -190,6 +225,9 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 for r in &runs {
                     let end = r.ended_at.or(r.started_at.map(|_| now_millis()));
                     let mut state = r.state.to_string();
+                    if r.held_at.is_some() {
+                        state.push_str(" (held)");
+                    }
                     if r.attempt > 1 {
                         state.push_str(&format!(" (attempt {})", r.attempt));
                     }
@@ -230,6 +268,16 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 println!("{} {}", run.id, run.state);
             }
         }
+        RunCommand::Hold { id, json } => print_summary(&service.hold(&id).await?, json)?,
+        RunCommand::Release { id, json } => print_summary(&service.release(&id).await?, json)?,
+        RunCommand::Edit { id, priority, set, var, json } => {
+            let request = lachesis::service::EditRequest {
+                priority,
+                vars: assignments("--var", &var)?,
+                set: assignments("--set", &set)?,
+            };
+            print_summary(&service.edit(&id, request).await?, json)?;
+        }
         RunCommand::Logs { id, stage, tail, follow, json } => {
             return logs(&service, &id, stage.as_deref(), tail, follow, json).await;
         }
@@ -253,6 +301,16 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run after a hold, release or edit: its id, state and whether it is held.
+fn print_summary(run: &lachesis::model::Run, json: bool) -> std::io::Result<()> {
+    if json {
+        return print_json(&lachesis::service::RunSummary::from(run));
+    }
+    let held = if run.held_at.is_some() { " (held)" } else { "" };
+    println!("{} {}{held} priority {}", run.id, run.state, run.priority);
+    Ok(())
 }
 
 fn print_metric_history(rows: &[lachesis::model::MetricRow]) {
@@ -340,6 +398,9 @@ fn print_status(status: &RunStatus) {
         r.env_name.as_ref().map(|e| format!(" (env {e})")).unwrap_or_default()
     );
     println!("state     {}{}", r.state, r.reason.as_ref().map(|e| format!(": {e}")).unwrap_or_default());
+    if let Some(at) = r.held_at {
+        println!("held      since {} (`lachesis run release {}` queues it)", time(Some(at)), short_id(&r.id));
+    }
     if r.attempt > 1 {
         println!("attempt   {}", r.attempt);
     }
@@ -348,6 +409,10 @@ fn print_status(status: &RunStatus) {
     }
     if let Some(node) = &r.node {
         println!("node      {node}");
+    }
+    if let Some(at) = status.time_limit_at {
+        let left = std::time::Duration::from_millis((at - now_millis()).max(0) as u64);
+        println!("time left {} (time limit)", lachesis::model::progress::span(left));
     }
     if let Some(why) = &status.waiting_for {
         println!("waiting   for {why}");

@@ -147,6 +147,9 @@ pub struct Run {
     /// A retry's backoff: the run is not claimed before this time.
     #[serde(default)]
     pub not_before: Option<Millis>,
+    /// When the run was held: a held pending run is never claimed until it is released.
+    #[serde(default)]
+    pub held_at: Option<Millis>,
 }
 
 impl Run {
@@ -172,6 +175,7 @@ impl Run {
             node: None,
             fence: None,
             not_before: None,
+            held_at: None,
         }
     }
 

@@ -92,6 +92,10 @@ pub struct Workflow {
     /// A running run whose step has not moved for this long fails as stalled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_timeout: Option<Dur>,
+    /// An attempt still going this long after its start is stopped and fails (or is retried,
+    /// by `retry_on_time_limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<Dur>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -339,6 +343,9 @@ impl Workflow {
         }
         if self.stall_timeout.is_some_and(|d| d.0.is_zero()) {
             return bad("stall_timeout", "must be longer than 0s".into());
+        }
+        if self.time_limit.is_some_and(|d| d.0.is_zero()) {
+            return bad("time_limit", "must be longer than 0s".into());
         }
         if let Some(slurm) = &self.slurm {
             if self.launcher != Launcher::Slurm {

@@ -35,6 +35,9 @@ pub struct RetryPolicy {
     /// Whether a run that stalled (no progress for `stall_timeout`) is queued again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retry_on_stall: bool,
+    /// Whether a run stopped at its `time_limit` is queued again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry_on_time_limit: bool,
 }
 
 fn yes() -> bool {
@@ -57,6 +60,11 @@ impl RetryPolicy {
     /// The wait before the next attempt when attempt `attempt` stalled.
     pub fn after_stall(&self, attempt: i64) -> Option<Duration> {
         (self.retry_on_stall && self.attempts_left(attempt)).then(|| self.backoff_after(attempt))
+    }
+
+    /// The wait before the next attempt when attempt `attempt` reached its time limit.
+    pub fn after_time_limit(&self, attempt: i64) -> Option<Duration> {
+        (self.retry_on_time_limit && self.attempts_left(attempt)).then(|| self.backoff_after(attempt))
     }
 
     fn attempts_left(&self, attempt: i64) -> bool {
@@ -122,6 +130,11 @@ pub fn after_node_lost(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailu
     policy.and_then(|p| p.after_node_lost(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
 }
 
+/// The decision for a time limit reached, with or without a policy.
+pub fn after_time_limit(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailure {
+    policy.and_then(|p| p.after_time_limit(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+}
+
 /// The decision for a stall, with or without a policy.
 pub fn after_stall(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailure {
     policy.and_then(|p| p.after_stall(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
@@ -139,6 +152,7 @@ mod tests {
             retry_on_exit_codes: codes.to_vec(),
             on_node_lost: true,
             retry_on_stall: false,
+            retry_on_time_limit: false,
         }
     }
 

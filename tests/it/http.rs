@@ -6,6 +6,8 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use lachesis::model::RunState;
+
 use crate::support::{TestHome, wait_for};
 
 fn free_port() -> u16 {
@@ -574,4 +576,42 @@ async fn nodes_over_http_on_postgres() {
     );
     assert_eq!(node["runs"], 0);
     assert!(node["heartbeat_age_ms"].as_i64().unwrap() < 60_000);
+}
+
+#[tokio::test]
+async fn hold_release_and_edit_over_http() {
+    let mut home = TestHome::new();
+    home.workflow("quick", "name: quick\nstages:\n  - {name: main, argv: [sh, -c, \"exit 0\"]}\n");
+    let api = start(&mut home, "127.0.0.1", None).await;
+    let (status, run) = api.post("/runs", json!({"workflow": "quick", "hold": true})).await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert!(run["held_at"].is_i64(), "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let (status, edited) =
+        api.call(Method::PATCH, &format!("/runs/{id}"), Some(json!({"priority": 9}))).await;
+    assert_eq!((status, edited["priority"].as_i64()), (StatusCode::OK, Some(9)), "{edited}");
+    let (status, bad) =
+        api.call(Method::PATCH, &format!("/runs/{id}"), Some(json!({"vars": {"x": "1"}}))).await;
+    assert_eq!((status, code(&bad)), (StatusCode::BAD_REQUEST, "invalid"), "{bad}");
+    // Another run behind it completes; the held one stays pending.
+    let (_, other) = api.post("/runs", json!({"workflow": "quick"})).await;
+    let other = other["id"].as_str().unwrap().parse().unwrap();
+    home.wait_state(other, RunState::Completed, Duration::from_secs(20)).await;
+    assert_eq!(home.run(id.parse().unwrap()).await.state, RunState::Pending);
+
+    let (status, released) = api.post(&format!("/runs/{id}/release"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{released}");
+    assert!(released.get("held_at").is_none(), "{released}");
+    home.wait_state(id.parse().unwrap(), RunState::Completed, Duration::from_secs(20)).await;
+    for path in [format!("/runs/{id}/hold"), format!("/runs/{id}/release")] {
+        let (status, refused) = api.post(&path, json!({})).await;
+        assert_eq!((status, code(&refused)), (StatusCode::CONFLICT, "not_pending"), "{refused}");
+        assert!(
+            refused["message"].as_str().unwrap().contains("is completed: only a pending run"),
+            "{refused}"
+        );
+    }
+    let (status, refused) =
+        api.call(Method::PATCH, &format!("/runs/{id}"), Some(json!({"priority": 1}))).await;
+    assert_eq!((status, code(&refused)), (StatusCode::CONFLICT, "not_pending"), "{refused}");
 }

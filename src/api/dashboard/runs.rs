@@ -156,6 +156,7 @@ async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<Str
             None
         };
         let waiting = waiting
+            .or_else(|| run.held_at.map(|_| "held: a release (`lachesis run release`)".to_string()))
             .or_else(|| {
                 run.not_before
                     .filter(|t| *t > now)

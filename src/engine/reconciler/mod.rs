@@ -12,6 +12,9 @@ mod runs;
 mod schedules;
 mod slurm;
 mod supervised;
+mod time_limit;
+
+pub use time_limit::deadline as time_limit_deadline;
 mod webhooks;
 
 use std::collections::{HashMap, VecDeque};
@@ -142,6 +145,10 @@ pub enum Msg {
         run: Uuid,
         deadline: crate::model::Millis,
     },
+    /// A run's time-limit timer fired.
+    TimeLimit {
+        run: Uuid,
+    },
     /// Do whatever the run's state asks next (after a spawn's backoff, or a write held while
     /// the run was found in the store).
     Drive {
@@ -189,6 +196,7 @@ impl Msg {
             | Msg::SlurmRunning { run, .. }
             | Msg::Progress { run, .. }
             | Msg::StallCheck { run, .. }
+            | Msg::TimeLimit { run }
             | Msg::Drive { run }
             | Msg::Fail { run, .. }
             | Msg::Note { run, .. }
@@ -215,6 +223,7 @@ impl Msg {
             Msg::Submitted { .. } | Msg::SlurmRunning { .. } => "a Slurm job's start",
             Msg::Progress { .. } => "a step",
             Msg::StallCheck { .. } => "a stall",
+            Msg::TimeLimit { .. } => "a time limit",
             Msg::Fail { .. } => "a failure",
             Msg::Note { .. } | Msg::Record { .. } => "an event",
             Msg::Examine { .. } => "a stage found at restart",
@@ -455,6 +464,7 @@ impl Reconciler {
             Msg::SlurmRunning { run, idx } => self.on_slurm_running(run, idx).await,
             Msg::Progress { run, reading } => self.on_progress(run, reading).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
+            Msg::TimeLimit { run } => self.on_time_limit(run).await,
             Msg::Drive { run } => self.drive(run).await,
             Msg::Fail { run, reason } => {
                 self.fail(run, &reason).await?;

@@ -65,6 +65,7 @@ impl Reconciler {
             let Some(sup) = self.runs.get_mut(&id) else {
                 return Ok(());
             };
+            super::time_limit::arm(sup, &self.tx);
             match sup.run.state {
                 RunState::Pending => {}
                 RunState::Running => {

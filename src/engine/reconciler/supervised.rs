@@ -40,6 +40,8 @@ pub struct Supervised {
     pub stages: Vec<SupervisedStage>,
     /// Its progress reader and stall timer, once it runs.
     pub progress: Option<super::progress::ProgressWatch>,
+    /// Its time-limit timer, once its attempt is under way.
+    pub time_limit: Option<super::time_limit::LimitTimer>,
 }
 
 impl Supervised {
@@ -59,7 +61,7 @@ impl Supervised {
                 spawn_after: None,
             })
             .collect();
-        Ok(Supervised { run, stages, progress: None })
+        Ok(Supervised { run, stages, progress: None, time_limit: None })
     }
 
     pub fn resources(&self) -> BTreeSet<String> {

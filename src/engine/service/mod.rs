@@ -10,6 +10,7 @@ mod logs;
 mod metric_history;
 mod metrics;
 mod nodes;
+mod pending;
 mod records;
 mod retention;
 mod runs;
@@ -29,6 +30,7 @@ pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_lo
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
+pub use pending::EditRequest;
 pub use retention::{GcReport, disk_usage};
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 
@@ -60,6 +62,11 @@ pub enum ServiceError {
     AlreadyEnded { id: String, state: RunState },
     #[error("run {id} has not ended ({state}): stop it before queueing it again")]
     NotEnded { id: String, state: RunState },
+    /// Hold, release and edit change only a run still in the queue.
+    #[error("run {id} is {state}: only a pending run can be {action}")]
+    NotPending { id: String, state: RunState, action: &'static str },
+    #[error("nothing to edit: give --priority, --var or --set")]
+    NothingToEdit,
     #[error(transparent)]
     Environment(#[from] crate::environments::LookupError),
     #[error(transparent)]
@@ -154,6 +161,8 @@ impl ServiceError {
             E::BadAssignment { .. } | E::Unplannable { .. } => ErrorKind::Invalid,
             E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
+            E::NotPending { .. } => ErrorKind::Conflict,
+            E::NothingToEdit => ErrorKind::Invalid,
             E::NodeNotLost { .. } => ErrorKind::Conflict,
             E::InBatch { source, .. } => source.kind(),
         }
@@ -172,6 +181,7 @@ impl ServiceError {
             E::NodeNotLost { .. } => "node_not_lost",
             E::AlreadyEnded { .. } | E::TestEnded { .. } => "already_ended",
             E::NotEnded { .. } => "not_ended",
+            E::NotPending { .. } => "not_pending",
             E::Introspect(_) => "introspection",
             other => other.kind().name(),
         }

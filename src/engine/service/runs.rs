@@ -27,6 +27,10 @@ pub struct SubmitRequest {
     pub priority: i64,
     /// Overrides the workflow's `stall_timeout` for this run.
     pub stall_timeout: Option<std::time::Duration>,
+    /// Queued held: not claimed until released (`run release`).
+    pub hold: bool,
+    /// Overrides the workflow's `time_limit` for this run.
+    pub time_limit: Option<std::time::Duration>,
 }
 
 /// A run with its stages, as status commands show it.
@@ -43,6 +47,9 @@ pub struct RunStatus {
     pub queue_position: Option<usize>,
     /// Each stage's W&B run, continued by every attempt.
     pub wandb_runs: Vec<StageWandbRun>,
+    /// When the current attempt reaches its `time_limit` (a started run with one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit_at: Option<crate::model::Millis>,
 }
 
 /// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
@@ -101,6 +108,9 @@ pub struct RunSummary {
     pub node: Option<String>,
     /// A retry's backoff: not claimed before this time.
     pub not_before: Option<i64>,
+    /// Held (since this time): not claimed until released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<i64>,
     /// The training step of its current attempt, once one was reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<crate::model::Progress>,
@@ -122,6 +132,7 @@ impl From<&Run> for RunSummary {
             run_dir: run.run_dir.clone(),
             node: run.node.clone(),
             not_before: run.not_before,
+            held_at: run.held_at,
             progress: None,
         }
     }
@@ -179,6 +190,17 @@ impl Service {
         specs: &mut HashMap<String, Workflow>,
         request: SubmitRequest,
     ) -> Result<Run> {
+        self.prepare_as(catalog, specs, request, Uuid::new_v4()).await
+    }
+
+    /// `prepare` for the run `id`: an edit re-plans a queued run under its own id.
+    pub(super) async fn prepare_as(
+        &self,
+        catalog: &crate::workflow::Catalog,
+        specs: &mut HashMap<String, Workflow>,
+        request: SubmitRequest,
+        id: Uuid,
+    ) -> Result<Run> {
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
         let cached = specs.get(&name).cloned();
         let mut spec = match cached {
@@ -193,6 +215,9 @@ impl Service {
         }
         if let Some(timeout) = request.stall_timeout {
             spec.stall_timeout = Some(crate::workflow::Dur(timeout));
+        }
+        if let Some(limit) = request.time_limit {
+            spec.time_limit = Some(crate::workflow::Dur(limit));
         }
         let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
         let (env_name, env_file, config) = if runs_env || request.env_name.is_some() {
@@ -211,7 +236,6 @@ impl Service {
                 request.set.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
             (None, None, config)
         };
-        let id = Uuid::new_v4();
         let run_dir = self.settings.run_dir(&id);
         let resolved = self.resolve_vars(
             &spec,
@@ -232,8 +256,13 @@ impl Service {
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
         let params = RunParams { vars: request.vars, config, resolved };
-        let run =
-            Run { env_name, workflow: name, ..Run::queued(id, spec, run_dir, request.priority, params) };
+        let held_at = request.hold.then(crate::model::now_millis);
+        let run = Run {
+            env_name,
+            workflow: name,
+            held_at,
+            ..Run::queued(id, spec, run_dir, request.priority, params)
+        };
         Ok(run)
     }
 
@@ -318,6 +347,7 @@ impl Service {
             waiting_for,
             queue_position,
             wandb_runs: stage_wandb_runs(&run),
+            time_limit_at: crate::engine::reconciler::time_limit_deadline(&run),
         })
     }
 
@@ -445,6 +475,8 @@ impl Service {
             priority: run.priority,
             // The stall timeout the run had, its own override included.
             stall_timeout: run.spec.stall_timeout.map(|d| d.0),
+            hold: false,
+            time_limit: run.spec.time_limit.map(|d| d.0),
         };
         self.submit(request).await
     }
@@ -520,6 +552,7 @@ impl Service {
             waiting_for: None,
             queue_position: None,
             wandb_runs: stage_wandb_runs(&run),
+            time_limit_at: None,
         };
         let durations = status
             .stages

@@ -10,7 +10,7 @@ macro_rules! select_runs_sql {
     () => {
         concat!(
             "SELECT id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, ",
-            "started_at, ended_at, reason, run_dir, spec, params, node, fence, not_before FROM runs "
+            "started_at, ended_at, reason, run_dir, spec, params, node, fence, not_before, held_at FROM runs "
         )
     };
 }
@@ -62,6 +62,7 @@ mod checkpoint;
 mod claims;
 mod events;
 mod full;
+mod holds;
 mod inference_tests;
 mod metric_history;
 mod migrations;
@@ -89,6 +90,7 @@ use crate::model::{IllegalTransition, RunTrigger};
 
 pub use backend::Backend;
 pub use claims::{ClaimStore, Pick};
+pub use holds::{HoldStore, PendingEdit};
 pub use inference_tests::TestStore;
 pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
@@ -150,7 +152,16 @@ pub struct DaemonLock {
 
 #[async_trait]
 pub trait Store:
-    TestStore + NodeStore + ClaimStore + ProgressStore + MetricStore + RetentionStore + QueueStore + Send + Sync
+    TestStore
+    + NodeStore
+    + ClaimStore
+    + HoldStore
+    + ProgressStore
+    + MetricStore
+    + RetentionStore
+    + QueueStore
+    + Send
+    + Sync
 {
     /// The database underneath, and what it supports.
     fn backend(&self) -> Backend;

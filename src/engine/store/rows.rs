@@ -47,6 +47,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run> {
         node: row.try_get("node")?,
         fence: row.try_get("fence")?,
         not_before: row.try_get("not_before")?,
+        held_at: row.try_get("held_at")?,
     })
 }
 

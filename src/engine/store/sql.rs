@@ -164,8 +164,8 @@ async fn insert_pending_run(
 ) -> Result<()> {
     sqlx::query(
             "INSERT INTO runs (id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, \
-             started_at, ended_at, reason, run_dir, spec, params) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+             started_at, ended_at, reason, run_dir, spec, params, held_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
         )
         .bind(run.id.to_string())
         .bind(&run.workflow)
@@ -182,6 +182,7 @@ async fn insert_pending_run(
         .bind(run.run_dir.to_string_lossy().into_owned())
         .bind(json(&run.spec))
         .bind(json(&run.params))
+        .bind(run.held_at)
         .execute(&mut **tx)
         .await?;
     for stage in stages {
@@ -194,7 +195,8 @@ async fn insert_pending_run(
             .execute(&mut **tx)
             .await?;
     }
-    let message = format!("submitted (workflow {}, priority {})", run.workflow, run.priority);
+    let held = if run.held_at.is_some() { ", held" } else { "" };
+    let message = format!("submitted (workflow {}, priority {}{held})", run.workflow, run.priority);
     insert_event(&mut **tx, run.id, EventKind::Note, None, None, &message).await?;
     Ok(())
 }

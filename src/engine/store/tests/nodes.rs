@@ -59,6 +59,32 @@ async fn node_suite(open: impl AsyncFn() -> Arc<dyn Store>) {
     concurrent_claimers_take_each_run_exactly_once(open().await).await;
     a_due_schedule_fires_once_however_many_daemons_tick(&*open().await).await;
     a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(&*open().await).await;
+    a_held_run_is_never_claimed_until_released(&*open().await).await;
+}
+
+/// A hold is the claim query's own condition: a held run ahead of others (first in the queue,
+/// at a higher priority) is skipped by every node, and claimed once released.
+async fn a_held_run_is_never_claimed_until_released(store: &dyn Store) {
+    use crate::engine::store::PendingEdit;
+    let first = insert(store, "").await;
+    let edit = PendingEdit { held_at: Some(now_millis()), priority: 9, params: first.params.clone() };
+    let held = store.edit_pending(&first, &edit, "held").await.unwrap();
+    let behind = insert(store, "").await;
+    let a = register(store, "a", Duration::from_secs(30)).await;
+    let b = register(store, "b", Duration::from_secs(30)).await;
+    let taken = claim(store, &a, 10).await.unwrap();
+    assert_eq!(taken.iter().map(|r| r.id).collect::<Vec<_>>(), vec![behind.id]);
+    assert!(claim(store, &b, 10).await.unwrap().is_empty());
+    assert!(!store.runs_waiting().await.unwrap());
+    // An edit of a run read before the hold (a stale version) is refused, not applied.
+    let stale = PendingEdit { held_at: None, ..edit.clone() };
+    assert!(matches!(store.edit_pending(&first, &stale, "x").await, Err(StoreError::Conflict { .. })));
+    let released = store.edit_pending(&held, &stale, "released").await.unwrap();
+    assert_eq!((released.held_at, released.priority), (None, 9));
+    assert_eq!(claim(store, &b, 10).await.unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), vec![held.id]);
+    // Once claimed it is not pending: no edit lands.
+    let claimed = store.run(held.id).await.unwrap().unwrap();
+    assert!(matches!(store.edit_pending(&claimed, &edit, "x").await, Err(StoreError::Conflict { .. })));
 }
 
 fn inference_spec() -> crate::inference::spec::InferenceSpec {
