@@ -2,6 +2,7 @@
 //! are up, what they hold exclusively and when the run is over.
 
 mod catalog;
+pub mod checkpoints;
 mod duration;
 mod names;
 pub mod progress;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::yaml::one_line;
 pub use catalog::{Catalog, CatalogError};
+pub use checkpoints::CheckpointSpec;
 pub use duration::{Dur, MAX_DURATION};
 pub use names::{NAME_RULE, check_log_path, is_simple_name, shown};
 pub use progress::ProgressSpec;
@@ -92,6 +94,9 @@ pub struct Workflow {
     /// A running run whose step has not moved for this long fails as stalled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_timeout: Option<Dur>,
+    /// Where the run's trainer says it saved a checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointSpec>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -333,6 +338,10 @@ impl Workflow {
         if let Some(progress) = &self.progress {
             let stages: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
             progress.validate(&stages, &known)?;
+        }
+        if let Some(checkpoints) = &self.checkpoints {
+            let stages: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
+            checkpoints.validate(&stages, &known)?;
         }
         if self.completion.require_total && self.progress.is_none() {
             return bad("completion.require_total", "needs a `progress:` block to know the step".into());

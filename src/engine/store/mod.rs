@@ -59,6 +59,7 @@ macro_rules! supervised_runs_sql {
 
 mod backend;
 mod checkpoint;
+mod checkpoints;
 mod claims;
 mod events;
 mod full;
@@ -87,6 +88,7 @@ use crate::model::{Event, NewEvent, Run, RunQuery, RunState, Stage};
 use crate::model::{IllegalTransition, RunTrigger};
 
 pub use backend::Backend;
+pub use checkpoints::CheckpointStore;
 pub use claims::{ClaimStore, Pick};
 pub use inference_tests::TestStore;
 pub use metric_history::MetricStore;
@@ -148,7 +150,15 @@ pub struct DaemonLock {
 
 #[async_trait]
 pub trait Store:
-    TestStore + NodeStore + ClaimStore + ProgressStore + MetricStore + RetentionStore + Send + Sync
+    TestStore
+    + NodeStore
+    + ClaimStore
+    + ProgressStore
+    + CheckpointStore
+    + MetricStore
+    + RetentionStore
+    + Send
+    + Sync
 {
     /// The database underneath, and what it supports.
     fn backend(&self) -> Backend;
