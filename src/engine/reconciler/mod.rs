@@ -2,6 +2,7 @@
 //! timers) report here over a channel and never touch state; the loop commits each decision
 //! to the store before acting on it, so a crash between the two is repaired on restart.
 
+mod checkpoints;
 mod claim;
 mod inference_tests;
 mod node;
@@ -137,6 +138,11 @@ pub enum Msg {
         run: Uuid,
         reading: crate::workflow::progress::Reading,
     },
+    /// A checkpoint worker read a checkpoint.
+    Checkpoint {
+        run: Uuid,
+        found: crate::model::FoundCheckpoint,
+    },
     /// A run's stall timer fired at `deadline` (ms since the epoch).
     StallCheck {
         run: Uuid,
@@ -188,6 +194,7 @@ impl Msg {
             | Msg::Submitted { run, .. }
             | Msg::SlurmRunning { run, .. }
             | Msg::Progress { run, .. }
+            | Msg::Checkpoint { run, .. }
             | Msg::StallCheck { run, .. }
             | Msg::Drive { run }
             | Msg::Fail { run, .. }
@@ -214,6 +221,7 @@ impl Msg {
             Msg::GraceElapsed { .. } => "a SIGKILL after the grace",
             Msg::Submitted { .. } | Msg::SlurmRunning { .. } => "a Slurm job's start",
             Msg::Progress { .. } => "a step",
+            Msg::Checkpoint { .. } => "a checkpoint",
             Msg::StallCheck { .. } => "a stall",
             Msg::Fail { .. } => "a failure",
             Msg::Note { .. } | Msg::Record { .. } => "an event",
@@ -454,6 +462,7 @@ impl Reconciler {
             Msg::Submitted { run, idx, result } => self.on_submitted(run, idx, result).await,
             Msg::SlurmRunning { run, idx } => self.on_slurm_running(run, idx).await,
             Msg::Progress { run, reading } => self.on_progress(run, reading).await,
+            Msg::Checkpoint { run, found } => self.on_checkpoint(run, found).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
             Msg::Drive { run } => self.drive(run).await,
             Msg::Fail { run, reason } => {
