@@ -69,6 +69,13 @@ pub static ROUTES: &[Route] = &[
     route!("get", "/runs/{id}/events", "A run's event history", None, get(run_events)),
     route!(
         "get",
+        "/runs/{id}/checkpoints",
+        "A run's checkpoints across attempts, oldest first: {attempt, step, path, weights, at}",
+        None,
+        get(run_checkpoints)
+    ),
+    route!(
+        "get",
         "/runs/{id}/logs",
         "A run's stage logs, bounded: the last 200 lines (?tail=N) or bytes ?offset=&limit= (at most \
          1 MiB), of every stage or ?stage=; per stage {text, size, start, end, file, cut}",
@@ -308,6 +315,10 @@ async fn stop_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
 
 async fn run_results(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
     ok(s.service.results(&id).await?)
+}
+
+async fn run_checkpoints(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(s.service.checkpoints(&id).await?.1)
 }
 
 async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer {

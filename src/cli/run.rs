@@ -68,6 +68,12 @@ pub enum RunCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The checkpoints the run's trainer wrote, across its attempts
+    Checkpoints {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// The run's training-metric history, as the daemon read it from W&B
     Metrics {
         id: String,
@@ -243,6 +249,14 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 }
             }
         }
+        RunCommand::Checkpoints { id, json } => {
+            let (_, checkpoints) = service.checkpoints(&id).await?;
+            if json {
+                print_json(&checkpoints)?;
+            } else {
+                super::checkpoints::print(&checkpoints);
+            }
+        }
         RunCommand::Metrics { id, json } => {
             let history = service.metric_history(&id).await?;
             if json {
@@ -345,6 +359,9 @@ fn print_status(status: &RunStatus) {
     }
     if let Some(progress) = &r.progress {
         println!("progress  {}", progress.line());
+    }
+    if let Some(checkpoint) = &status.checkpoint {
+        println!("checkpoint {}", super::checkpoints::line(checkpoint));
     }
     if let Some(node) = &r.node {
         println!("node      {node}");

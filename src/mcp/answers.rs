@@ -177,6 +177,7 @@ pub fn results(results: &RunResults, history: Result<Option<Vec<Map<String, Valu
         "metrics_age": metrics.age,
         "stages": stages,
         "trained_weights": results.trained_weights,
+        "checkpoints": results.checkpoints,
     });
     if let Some(snapshot) = &metrics.snapshot {
         out["final_metrics"] = json!(snapshot.summary);

@@ -73,7 +73,8 @@ impl Reconciler {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let Some(spec) = &sup.run.spec.checkpoints else { return Ok(None) };
         let stages = &sup.stages;
-        let log_of = |stage: &str| stages.iter().find(|s| s.plan.name == stage).map(|s| s.plan.log_path.clone());
+        let log_of =
+            |stage: &str| stages.iter().find(|s| s.plan.name == stage).map(|s| s.plan.log_path.clone());
         let source = match spec.resolve(&sup.run.params.resolved, log_of) {
             Ok(source) => source,
             Err(err) => {
@@ -119,7 +120,8 @@ impl Reconciler {
     /// Reads what the worker has not read yet and records it: a last look before the run's
     /// next attempt is decided, so a checkpoint written just before an exit is not missed.
     pub(super) async fn catch_up_checkpoints(&mut self, id: Uuid) -> Result {
-        let Some(watch) = self.runs.get(&id).and_then(|s| s.progress.as_ref()).and_then(|w| w.checkpoints.as_ref())
+        let Some(watch) =
+            self.runs.get(&id).and_then(|s| s.progress.as_ref()).and_then(|w| w.checkpoints.as_ref())
         else {
             return Ok(());
         };

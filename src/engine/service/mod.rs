@@ -2,6 +2,7 @@
 //! print; they decide nothing.
 
 mod bench;
+mod checkpoints;
 mod daemon;
 mod environments;
 mod fixtures;

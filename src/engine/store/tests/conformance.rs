@@ -316,7 +316,8 @@ async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
     store.put_snapshot(done.id, 1, &serde_json::json!({ "loss": 1 })).await.unwrap();
     let point = crate::model::ProgressPoint { attempt: 1, step: 3, total: Some(5), at: 1 };
     store.record_progress(done.id, &point).await.unwrap();
-    let saved = crate::model::FoundCheckpoint { step: 3, path: None, weights: Some("w".into()), key: "k".into() };
+    let saved =
+        crate::model::FoundCheckpoint { step: 3, path: None, weights: Some("w".into()), key: "k".into() };
     store.record_checkpoint(done.id, 1, &saved, 1).await.unwrap();
     let row = crate::model::MetricRow { step: 3, recorded_at: 1, ..Default::default() };
     store.put_metric_rows(done.id, &[row]).await.unwrap();
