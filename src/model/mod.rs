@@ -14,7 +14,7 @@ pub mod stage;
 
 use uuid::Uuid;
 
-pub use checkpoint::{Checkpoint, FoundCheckpoint};
+pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};

@@ -10,7 +10,7 @@ use sha2::Digest;
 
 use super::progress::{as_count, check_file, compile, resolve_run_file};
 use super::{shown, template};
-use crate::model::FoundCheckpoint;
+use crate::model::{FoundCheckpoint, ResumePoint};
 
 /// Written `{log: {stage: NAME, pattern: REGEX}}` (groups `step`, `path`, optional `weights`)
 /// or `{jsonl: {file: "{run_dir}/…/checkpoints.jsonl", step: /batch, path: /state_path,
@@ -206,6 +206,39 @@ impl ResolvedCheckpoints {
 /// another attempt) is recognised, whatever offset it is found at.
 fn line_key(line: &str) -> String {
     sha2::Sha256::digest(line.trim_end().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The resolved variable holding the step an attempt resumes from (its absence: from 0).
+pub const RESUME_STEP: &str = "resume.step";
+/// The resolved variable holding the path an attempt resumes from.
+pub const RESUME_PATH: &str = "resume.path";
+
+/// The variables a stage's `resume_args` may use: the workflow's and the resume point's.
+pub fn with_resume_vars(known: &[String]) -> Vec<String> {
+    let mut all = known.to_vec();
+    all.extend([RESUME_STEP.to_string(), RESUME_PATH.to_string()]);
+    all
+}
+
+/// The resume point among a run's resolved variables, if this attempt resumes; an error for a
+/// path that could not be passed safely (it comes from a trainer's output and lands in argv).
+pub fn resume_of(vars: &BTreeMap<String, String>) -> Result<Option<ResumePoint>, String> {
+    let (Some(step), Some(path)) = (vars.get(RESUME_STEP), vars.get(RESUME_PATH)) else { return Ok(None) };
+    let step = step.parse().map_err(|_| format!("step '{}' is not a number", shown(step)))?;
+    check_resume_path(path)?;
+    Ok(Some(ResumePoint { step, path: path.clone() }))
+}
+
+/// Refuses a checkpoint path with what a shell or an argument parser would read as syntax.
+pub fn check_resume_path(path: &str) -> Result<(), String> {
+    let bad = |c: char| c.is_whitespace() || c.is_control() || "'\"`;|$&<>\\".contains(c);
+    if path.is_empty() || path.chars().any(bad) {
+        return Err(format!(
+            "the checkpoint path '{}' is empty or holds whitespace, quotes, `;`, `|`, `$` or backquotes",
+            shown(path)
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -134,6 +134,10 @@ pub struct StageSpec {
     pub name: String,
     /// Program and arguments; no shell is involved.
     pub argv: Vec<String>,
+    /// Appended to `argv` on an attempt that resumes from a checkpoint (`{resume.step}` and
+    /// `{resume.path}` are valid here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resume_args: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// Variables added to the stage's process environment (`env:` in YAML).
@@ -275,6 +279,11 @@ impl Workflow {
             }
             for (j, arg) in stage.argv.iter().enumerate() {
                 template::check(arg, &known).or_else(|e| bad(&at(&format!(".argv[{j}]")), e.to_string()))?;
+            }
+            let resuming = checkpoints::with_resume_vars(&known);
+            for (j, arg) in stage.resume_args.iter().enumerate() {
+                template::check(arg, &resuming)
+                    .or_else(|e| bad(&at(&format!(".resume_args[{j}]")), e.to_string()))?;
             }
             for (field, text) in [("cwd", &stage.cwd), ("log", &stage.log)] {
                 if let Some(text) = text {
@@ -420,6 +429,8 @@ pub enum PlanError {
     },
     #[error("stage '{stage}': log: {problem}")]
     Log { stage: String, problem: String },
+    #[error("stage '{stage}': cannot resume: {problem}")]
+    Resume { stage: String, problem: String },
 }
 
 impl StagePlan {
@@ -450,7 +461,14 @@ impl StageSpec {
             template::expand(text, vars)
                 .map_err(|source| PlanError::Template { stage: self.name.clone(), source })
         };
-        let argv = self.argv.iter().map(|a| fill(a)).collect::<Result<Vec<_>, _>>()?;
+        let mut argv = self.argv.iter().map(|a| fill(a)).collect::<Result<Vec<_>, _>>()?;
+        let resume = checkpoints::resume_of(vars)
+            .map_err(|problem| PlanError::Resume { stage: self.name.clone(), problem })?;
+        if resume.is_some() {
+            for arg in &self.resume_args {
+                argv.push(fill(arg)?);
+            }
+        }
         let cwd = match &self.cwd {
             Some(cwd) => expand_home(&fill(cwd)?),
             None => run_dir.to_path_buf(),
@@ -459,6 +477,10 @@ impl StageSpec {
             self.environ.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
         if let Some(run_id) = vars.get("run_id") {
             wandb::add_identity(&mut env, run_id, &self.name);
+        }
+        if let Some(point) = resume {
+            env.insert("LACHESIS_RESUME_STEP".into(), point.step.to_string());
+            env.insert("LACHESIS_RESUME_PATH".into(), point.path);
         }
         let log = fill(&self.log_file())?;
         check_log_path(&log).map_err(|problem| PlanError::Log { stage: self.name.clone(), problem })?;

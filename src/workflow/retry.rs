@@ -35,6 +35,9 @@ pub struct RetryPolicy {
     /// Whether a run that stalled (no progress for `stall_timeout`) is queued again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retry_on_stall: bool,
+    /// Whether a retry resumes from the last resumable checkpoint (`checkpoints:`).
+    #[serde(default = "yes")]
+    pub resume: bool,
 }
 
 fn yes() -> bool {
@@ -139,6 +142,7 @@ mod tests {
             retry_on_exit_codes: codes.to_vec(),
             on_node_lost: true,
             retry_on_stall: false,
+            resume: true,
         }
     }
 

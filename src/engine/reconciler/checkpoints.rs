@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use super::{Msg, Reconciler, Result};
 use crate::logs::follow::Follower;
-use crate::model::{FoundCheckpoint, NewEvent, now_millis};
-use crate::workflow::checkpoints::ResolvedCheckpoints;
+use crate::model::{FoundCheckpoint, NewEvent, NextAttempt, Run, RunParams, Start, next_start, now_millis};
+use crate::workflow::checkpoints::{RESUME_PATH, RESUME_STEP, ResolvedCheckpoints};
 
 /// How often the followed file is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
@@ -146,4 +146,32 @@ impl Reconciler {
         }
         Ok(())
     }
+}
+
+impl Reconciler {
+    /// For a run with a `checkpoints:` source that the retry policy requeues: the next
+    /// attempt's params (with the resume point, or without one) and the event that says what it
+    /// starts from.
+    pub(super) async fn next_params(&mut self, run: &Run) -> Result<Option<(RunParams, String)>> {
+        if run.spec.checkpoints.is_none() {
+            return Ok(None);
+        }
+        let resume = run.spec.retry.as_ref().is_none_or(|p| p.resume);
+        let checkpoints = self.store.checkpoints(run.id).await?;
+        let start = next_start(NextAttempt::Retry { resume }, &checkpoints)
+            .unwrap_or(Start::Scratch("no checkpoint"));
+        Ok(Some((resume_params(&run.params, &start), start.describe(run.attempt + 1))))
+    }
+}
+
+/// A run's params for an attempt that starts at `start`.
+pub fn resume_params(params: &RunParams, start: &Start) -> RunParams {
+    let mut next = params.clone();
+    next.resolved.remove(RESUME_STEP);
+    next.resolved.remove(RESUME_PATH);
+    if let Start::Resume(point) = start {
+        next.resolved.insert(RESUME_STEP.into(), point.step.to_string());
+        next.resolved.insert(RESUME_PATH.into(), point.path.clone());
+    }
+    next
 }

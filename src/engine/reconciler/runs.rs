@@ -208,7 +208,15 @@ impl Reconciler {
         let wait = run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.attempt));
         let not_before = now_millis() + wait.as_millis() as i64;
         let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
-        match self.store.requeue(&run, RunTrigger::AllStagesGone, &reason, not_before).await {
+        let requeued = match self.next_params(&run).await? {
+            Some((params, note)) => {
+                self.store
+                    .requeue_resuming(&run, RunTrigger::AllStagesGone, &reason, not_before, &params, &note)
+                    .await
+            }
+            None => self.store.requeue(&run, RunTrigger::AllStagesGone, &reason, not_before).await,
+        };
+        match requeued {
             Ok(queued) => {
                 info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
                 self.forget_progress(id);

@@ -221,6 +221,18 @@ pub trait Store:
         not_before: crate::model::Millis,
     ) -> Result<Run>;
 
+    /// `requeue` for an attempt that resumes (or says why it does not): its params (with or
+    /// without the resume point) and a note event saying so, in the same transaction.
+    async fn requeue_resuming(
+        &self,
+        run: &Run,
+        event: RunTrigger,
+        reason: &str,
+        not_before: crate::model::Millis,
+        params: &crate::model::RunParams,
+        note: &str,
+    ) -> Result<Run>;
+
     /// Gives up an ended run's stages that are still marked live (their node was lost).
     async fn release_run(&self, run: &Run) -> Result<bool>;
 
