@@ -31,6 +31,13 @@ pub struct CheckpointWatch {
     worker: AbortHandle,
 }
 
+impl CheckpointWatch {
+    /// Stops the worker; what it has not read yet is left for `catch_up_checkpoints`.
+    pub fn stop(&self) {
+        self.worker.abort();
+    }
+}
+
 impl Drop for CheckpointWatch {
     fn drop(&mut self) {
         self.worker.abort();

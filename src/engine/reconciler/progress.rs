@@ -50,7 +50,10 @@ impl ProgressWatch {
         if let Some((_, timer)) = self.timer.take() {
             timer.abort();
         }
-        self.checkpoints = None;
+        // Its follower stays: the run's last look at its checkpoints reads on from it.
+        if let Some(checkpoints) = &self.checkpoints {
+            checkpoints.stop();
+        }
     }
 }
 
