@@ -60,6 +60,13 @@ pub static ROUTES: &[Route] = &[
     route!("get", "/runs/{id}", "A run with its stages", None, get(run_status)),
     route!("post", "/runs/{id}/stop", "Stop a run (a pending one is cancelled)", None, post(stop_run)),
     route!(
+        "post",
+        "/runs/{id}/resume",
+        "Queue a failed or stopped run again as its next attempt, from its last checkpoint or ?from=STEP",
+        None,
+        post(resume_run)
+    ),
+    route!(
         "get",
         "/runs/{id}/results",
         "A run's outcome, stage exits and trained weights",
@@ -311,6 +318,19 @@ async fn run_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer
 
 async fn stop_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
     ok(crate::service::RunSummary::from(&s.service.stop(&id).await?))
+}
+
+#[derive(serde::Deserialize)]
+struct ResumeQuery {
+    from: Option<i64>,
+}
+
+async fn resume_run(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<ResumeQuery>,
+) -> Answer {
+    ok(crate::service::RunSummary::from(&s.service.resume(&id, query.from).await?))
 }
 
 async fn run_results(State(s): State<AppState>, Path(id): Path<String>) -> Answer {

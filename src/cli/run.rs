@@ -68,6 +68,15 @@ pub enum RunCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Queue a failed or stopped run again as its next attempt, from its last checkpoint
+    Resume {
+        id: String,
+        /// The step of the checkpoint to resume from [default: the last resumable one]
+        #[arg(long, value_name = "STEP")]
+        from: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
     /// The checkpoints the run's trainer wrote, across its attempts
     Checkpoints {
         id: String,
@@ -247,6 +256,14 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 for event in &events {
                     println!("{}", event_line(event));
                 }
+            }
+        }
+        RunCommand::Resume { id, from, json } => {
+            let run = service.resume(&id, from).await?;
+            if json {
+                print_json(&lachesis::service::RunSummary::from(&run))?;
+            } else {
+                println!("{} {} (attempt {})", run.id, run.state, run.attempt);
             }
         }
         RunCommand::Checkpoints { id, json } => {

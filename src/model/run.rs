@@ -212,10 +212,12 @@ pub enum RunTrigger {
     NodeLost,
     /// The run's node stopped heartbeating and the retry policy queues the run again.
     Requeue,
+    /// A user asked a failed or stopped run to go on, as its next attempt (`run resume`).
+    Resume,
 }
 
 impl RunTrigger {
-    pub const ALL: [RunTrigger; 10] = [
+    pub const ALL: [RunTrigger; 11] = [
         RunTrigger::Claim,
         RunTrigger::Cancel,
         RunTrigger::AllStagesUp,
@@ -226,6 +228,7 @@ impl RunTrigger {
         RunTrigger::Retry,
         RunTrigger::NodeLost,
         RunTrigger::Requeue,
+        RunTrigger::Resume,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -240,6 +243,7 @@ impl RunTrigger {
             RunTrigger::Retry => "retry",
             RunTrigger::NodeLost => "node lost",
             RunTrigger::Requeue => "requeue",
+            RunTrigger::Resume => "resume",
         }
     }
 }
@@ -276,6 +280,7 @@ pub fn next(from: RunState, event: RunTrigger) -> Result<RunState, IllegalTransi
         (S::Starting | S::Running | S::Retrying, E::NodeLost) => S::Failed,
         (S::Stopping, E::NodeLost) => S::Stopped,
         (S::Starting | S::Running | S::Retrying, E::Requeue) => S::Pending,
+        (S::Failed | S::Stopped, E::Resume) => S::Pending,
         _ => return Err(IllegalTransition { from, event }),
     };
     Ok(to)
@@ -295,7 +300,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, event) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunTrigger, RunState); 21] = [
+    const LEGAL: [(RunState, RunTrigger, RunState); 23] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
         (S::Starting, E::AllStagesUp, S::Running),
@@ -317,6 +322,8 @@ mod tests {
         (S::Starting, E::Requeue, S::Pending),
         (S::Running, E::Requeue, S::Pending),
         (S::Retrying, E::Requeue, S::Pending),
+        (S::Failed, E::Resume, S::Pending),
+        (S::Stopped, E::Resume, S::Pending),
     ];
 
     #[test]

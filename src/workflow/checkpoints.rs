@@ -10,7 +10,7 @@ use sha2::Digest;
 
 use super::progress::{as_count, check_file, compile, resolve_run_file};
 use super::{shown, template};
-use crate::model::{FoundCheckpoint, ResumePoint};
+use crate::model::{FoundCheckpoint, ResumePoint, RunParams, Start};
 
 /// Written `{log: {stage: NAME, pattern: REGEX}}` (groups `step`, `path`, optional `weights`)
 /// or `{jsonl: {file: "{run_dir}/…/checkpoints.jsonl", step: /batch, path: /state_path,
@@ -239,6 +239,18 @@ pub fn check_resume_path(path: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A run's params for an attempt that starts at `start`.
+pub fn params_for(params: &RunParams, start: &Start) -> RunParams {
+    let mut next = params.clone();
+    next.resolved.remove(RESUME_STEP);
+    next.resolved.remove(RESUME_PATH);
+    if let Start::Resume(point) = start {
+        next.resolved.insert(RESUME_STEP.into(), point.step.to_string());
+        next.resolved.insert(RESUME_PATH.into(), point.path.clone());
+    }
+    next
 }
 
 #[cfg(test)]

@@ -190,3 +190,31 @@ checkpoints:
     assert_eq!(skipped.len(), 1, "{messages:#?}");
     home.kill_daemon();
 }
+
+#[tokio::test]
+async fn a_stopped_run_resumes_on_request() {
+    let mut home = TestHome::new();
+    cookbook(&home, "stall", "stop_grace: 1s\n");
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "cookbook"]);
+    let service = home.service().await;
+    wait_for("the checkpoint at step 6", T, || {
+        let service = service.clone();
+        async move { service.checkpoints_of(id).await.unwrap().iter().any(|c| c.step == 6).then_some(()) }
+    })
+    .await;
+    let refused = home.cli(&["run", "resume", &id.to_string()]);
+    let err = crate::support::stderr(&refused);
+    assert!(!refused.status.success() && err.contains("only a failed or stopped run resumes"), "{err}");
+    home.cli_ok(&["run", "stop", &id.to_string()]);
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Stopped);
+    let missing = home.cli(&["run", "resume", &id.to_string(), "--from", "5"]);
+    let err = crate::support::stderr(&missing);
+    assert!(err.contains("no resumable checkpoint at step 5 (there are: 2, 4, 6)"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let resumed = home.cli_ok(&["run", "resume", &id.to_string()]);
+    assert!(resumed.contains("pending (attempt 2)"), "{resumed}");
+    resumed_at_six(&mut home, id).await;
+    home.kill_daemon();
+}

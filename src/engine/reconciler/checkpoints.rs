@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::{Msg, Reconciler, Result};
 use crate::logs::follow::Follower;
 use crate::model::{FoundCheckpoint, NewEvent, NextAttempt, Run, RunParams, Start, next_start, now_millis};
-use crate::workflow::checkpoints::{RESUME_PATH, RESUME_STEP, ResolvedCheckpoints};
+use crate::workflow::checkpoints::{ResolvedCheckpoints, params_for};
 
 /// How often the followed file is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
@@ -167,18 +167,6 @@ impl Reconciler {
         let checkpoints = self.store.checkpoints(run.id).await?;
         let start = next_start(NextAttempt::Retry { resume }, &checkpoints)
             .unwrap_or(Start::Scratch("no checkpoint"));
-        Ok(Some((resume_params(&run.params, &start), start.describe(run.attempt + 1))))
+        Ok(Some((params_for(&run.params, &start), start.describe(run.attempt + 1))))
     }
-}
-
-/// A run's params for an attempt that starts at `start`.
-pub fn resume_params(params: &RunParams, start: &Start) -> RunParams {
-    let mut next = params.clone();
-    next.resolved.remove(RESUME_STEP);
-    next.resolved.remove(RESUME_PATH);
-    if let Start::Resume(point) = start {
-        next.resolved.insert(RESUME_STEP.into(), point.step.to_string());
-        next.resolved.insert(RESUME_PATH.into(), point.path.clone());
-    }
-    next
 }

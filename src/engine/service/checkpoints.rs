@@ -2,8 +2,9 @@
 
 use uuid::Uuid;
 
-use super::{Result, Service};
-use crate::model::{Checkpoint, Run};
+use super::{Result, Service, ServiceError};
+use crate::model::{Checkpoint, NextAttempt, Run, RunState, RunTrigger, next_start, now_millis};
+use crate::workflow::checkpoints::params_for;
 
 impl Service {
     /// Every checkpoint of the run named by `prefix`, oldest first, across its attempts.
@@ -16,5 +17,28 @@ impl Service {
     /// A run's checkpoints, oldest first (none without a `checkpoints:` block).
     pub async fn checkpoints_of(&self, id: Uuid) -> Result<Vec<Checkpoint>> {
         Ok(self.store.checkpoints(id).await?)
+    }
+}
+
+impl Service {
+    /// Queues a failed or stopped run again as its next attempt (same id, attempt + 1), from
+    /// its checkpoint at step `from` or its last resumable one (from 0 without any); the event
+    /// saying which lands with the move.
+    pub async fn resume(&self, prefix: &str, from: Option<i64>) -> Result<Run> {
+        let run = self.resolve(prefix).await?;
+        if !matches!(run.state, RunState::Failed | RunState::Stopped) {
+            return Err(ServiceError::NotResumable { id: run.id.to_string(), state: run.state });
+        }
+        let checkpoints = self.checkpoints_of(run.id).await?;
+        let start = next_start(NextAttempt::Resume { from }, &checkpoints)
+            .map_err(|problem| ServiceError::NoCheckpoint { id: run.id.to_string(), problem })?;
+        let params = params_for(&run.params, &start);
+        let note = start.describe(run.attempt + 1);
+        let queued = self
+            .store
+            .requeue_resuming(&run, RunTrigger::Resume, "resume requested", now_millis(), &params, &note)
+            .await?;
+        self.wake().await;
+        Ok(queued)
     }
 }

@@ -61,6 +61,10 @@ pub enum ServiceError {
     AlreadyEnded { id: String, state: RunState },
     #[error("run {id} has not ended ({state}): stop it before queueing it again")]
     NotEnded { id: String, state: RunState },
+    #[error("run {id} is {state}: only a failed or stopped run resumes")]
+    NotResumable { id: String, state: RunState },
+    #[error("run {id}: {problem}")]
+    NoCheckpoint { id: String, problem: String },
     #[error(transparent)]
     Environment(#[from] crate::environments::LookupError),
     #[error(transparent)]
@@ -155,6 +159,7 @@ impl ServiceError {
             E::BadAssignment { .. } | E::Unplannable { .. } => ErrorKind::Invalid,
             E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
+            E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
             E::NodeNotLost { .. } => ErrorKind::Conflict,
             E::InBatch { source, .. } => source.kind(),
         }
@@ -173,6 +178,8 @@ impl ServiceError {
             E::NodeNotLost { .. } => "node_not_lost",
             E::AlreadyEnded { .. } | E::TestEnded { .. } => "already_ended",
             E::NotEnded { .. } => "not_ended",
+            E::NotResumable { .. } => "not_resumable",
+            E::NoCheckpoint { .. } => "no_checkpoint",
             E::Introspect(_) => "introspection",
             other => other.kind().name(),
         }
