@@ -357,10 +357,14 @@ mod tests {
     }
 
     #[test]
-    fn terminal_states_accept_nothing() {
+    fn terminal_states_accept_nothing_but_a_resume() {
         for from in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
             for event in RunTrigger::ALL {
-                assert!(next(from, event).is_err(), "{from} accepted {event}");
+                if event == E::Resume && from != S::Completed {
+                    assert_eq!(next(from, event), Ok(S::Pending), "a {from} run resumes as its next attempt");
+                } else {
+                    assert!(next(from, event).is_err(), "{from} accepted {event}");
+                }
             }
         }
     }
@@ -377,8 +381,8 @@ mod tests {
 
     proptest! {
         /// Random event sequences: within an attempt a run only moves forward; it goes back to
-        /// `pending` only as a new attempt (retry or requeue); it reaches at most one terminal
-        /// state and never leaves it; refused events leave the state unchanged.
+        /// `pending` only as a new attempt (retry, requeue or resume); a terminal state is left
+        /// only by a resume; refused events leave the state unchanged.
         #[test]
         fn random_sequences_respect_the_lifecycle(events in prop::collection::vec(any_event(), 0..40)) {
             let rank = |s: RunState| match s {
@@ -394,9 +398,11 @@ mod tests {
             for event in events {
                 match next(state, event) {
                     Ok(to) => {
-                        prop_assert!(!state.is_terminal());
+                        prop_assert!(!state.is_terminal() || event == E::Resume);
                         if to == S::Pending {
-                            let again = event == E::Requeue || (state == S::Retrying && event == E::AllStagesGone);
+                            let again = event == E::Requeue
+                                || event == E::Resume
+                                || (state == S::Retrying && event == E::AllStagesGone);
                             prop_assert!(again, "{} --{}--> pending is not a new attempt", state, event);
                         } else {
                             prop_assert!(rank(to) > rank(state), "{} -> {} went backwards", state, to);
@@ -407,7 +413,9 @@ mod tests {
                     Err(err) => prop_assert_eq!(err.from, state),
                 }
             }
-            prop_assert!(visited.iter().filter(|s| s.is_terminal()).count() <= 1);
+            // A terminal state is left only by a resume, as a new attempt.
+            let resumes = visited.windows(2).filter(|w| w[0].is_terminal() && w[1] == S::Pending).count();
+            prop_assert!(visited.iter().filter(|s| s.is_terminal()).count() <= 1 + resumes);
             // Reaching `running` or `completed` always went through `starting`.
             if visited.contains(&S::Running) { prop_assert!(visited.contains(&S::Starting)); }
             if visited.contains(&S::Completed) { prop_assert!(visited.contains(&S::Starting)); }
