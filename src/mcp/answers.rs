@@ -122,6 +122,7 @@ pub async fn status(service: &Service, run: &Run, status: &RunStatus) -> Value {
         "queue_position": status.queue_position,
         "waiting_for": status.waiting_for,
         "wandb_runs": status.wandb_runs,
+        "checkpoint": status.checkpoint,
         "events": recent,
         "metrics_age": metrics.age,
         "rate_limited": false,
