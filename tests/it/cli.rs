@@ -36,7 +36,9 @@ async fn unknown_workflow_lists_the_available_ones() {
     let out = home.cli(&["run", "start", "--workflow", "nope"]);
     assert!(!out.status.success());
     assert!(
-        stderr(&out).starts_with("lachesis: unknown workflow 'nope' (available: demo, tinker-atropos, tinker-cookbook)"),
+        stderr(&out).starts_with(
+            "lachesis: unknown workflow 'nope' (available: demo, tinker-atropos, tinker-cookbook)"
+        ),
         "{}",
         stderr(&out)
     );
