@@ -324,6 +324,22 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_path_unsafe_for_argv_is_refused() {
+        let vars = |path: &str| {
+            BTreeMap::from([
+                (RESUME_STEP.to_string(), "6".to_string()),
+                (RESUME_PATH.to_string(), path.to_string()),
+            ])
+        };
+        let point = resume_of(&vars("tinker://a/weights/000006")).unwrap().unwrap();
+        assert_eq!((point.step, point.path.as_str()), (6, "tinker://a/weights/000006"));
+        for bad in ["", "tinker://a b", "x;rm", "x|y", "$(id)", "`id`", "a'b", "a\"b", "a\nb"] {
+            assert!(resume_of(&vars(bad)).is_err(), "{bad:?} reached argv");
+        }
+        assert_eq!(resume_of(&BTreeMap::new()), Ok(None), "no resume point: a fresh start");
+    }
+
+    #[test]
     fn atropos_log_lines_record_weights() {
         let spec: CheckpointSpec = crate::yaml::from_str(
             r"log: {stage: trainer, pattern: 'Sampling client updated: (?P<weights>tinker://\S+/step_(?P<step>\d+))'}",
