@@ -187,6 +187,7 @@ pub async fn report(service: &Service) -> Report {
             format!("{} has no launch_training.py (set LACHESIS_TINKER_ATROPOS); needed by the tinker-atropos workflow", settings.tinker_atropos.display())
         },
     ));
+    checks.push(cookbook_check(python).await);
     if let Some(check) = workflows_check(service) {
         checks.push(check);
     }
@@ -228,6 +229,31 @@ pub async fn report(service: &Service) -> Report {
         },
     ));
     Report { checks }
+}
+
+/// Whether the tinker-cookbook workflow's recipe is importable: a warning, never a failure
+/// (only that workflow needs it). The recipe's package is found without running the recipe,
+/// which would import torch.
+async fn cookbook_check(python: &str) -> Check {
+    const RECIPE: &str = "tinker_cookbook.recipes.math_rl";
+    let probe = tokio::process::Command::new(python)
+        .args([
+            "-c",
+            &format!(
+                "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('{RECIPE}') else 1)"
+            ),
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await;
+    let found = probe.is_ok_and(|out| out.status.success());
+    let detail = match found {
+        true => format!("{RECIPE} found"),
+        false => format!(
+            "{RECIPE} is not importable: run `{python} -m pip install tinker-cookbook`; needed by the tinker-cookbook workflow"
+        ),
+    };
+    check("tinker-cookbook", found, false, detail)
 }
 
 /// The catalog's workflows: each broken file is named, and only affects itself.

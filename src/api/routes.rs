@@ -75,6 +75,13 @@ pub static ROUTES: &[Route] = &[
     ),
     route!("post", "/runs/{id}/release", "Put a held run back in the queue", None, post(release_run)),
     route!(
+        "post",
+        "/runs/{id}/resume",
+        "Queue a failed or stopped run again as its next attempt, from its last checkpoint or ?from=STEP",
+        None,
+        post(resume_run)
+    ),
+    route!(
         "get",
         "/runs/{id}/results",
         "A run's outcome, stage exits and trained weights",
@@ -82,6 +89,13 @@ pub static ROUTES: &[Route] = &[
         get(run_results)
     ),
     route!("get", "/runs/{id}/events", "A run's event history", None, get(run_events)),
+    route!(
+        "get",
+        "/runs/{id}/checkpoints",
+        "A run's checkpoints across attempts, oldest first: {attempt, step, path, weights, at}",
+        None,
+        get(run_checkpoints)
+    ),
     route!(
         "get",
         "/runs/{id}/logs",
@@ -358,8 +372,25 @@ async fn release_run(State(s): State<AppState>, Path(id): Path<String>) -> Answe
     ok(crate::service::RunSummary::from(&s.service.release(&id).await?))
 }
 
+#[derive(serde::Deserialize)]
+struct ResumeQuery {
+    from: Option<i64>,
+}
+
+async fn resume_run(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<ResumeQuery>,
+) -> Answer {
+    ok(crate::service::RunSummary::from(&s.service.resume(&id, query.from).await?))
+}
+
 async fn run_results(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
     ok(s.service.results(&id).await?)
+}
+
+async fn run_checkpoints(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(s.service.checkpoints(&id).await?.1)
 }
 
 async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer {

@@ -1,6 +1,7 @@
 //! Command-line definitions and dispatch, one file per command group.
 
 mod bench;
+mod checkpoints;
 mod completions;
 mod config;
 mod daemon;

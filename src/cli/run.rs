@@ -94,6 +94,21 @@ pub enum RunCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Queue a failed or stopped run again as its next attempt, from its last checkpoint
+    Resume {
+        id: String,
+        /// The step of the checkpoint to resume from [default: the last resumable one]
+        #[arg(long, value_name = "STEP")]
+        from: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The checkpoints the run's trainer wrote, across its attempts
+    Checkpoints {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// The run's training-metric history, as the daemon read it from W&B
     Metrics {
         id: String,
@@ -291,6 +306,22 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                 }
             }
         }
+        RunCommand::Resume { id, from, json } => {
+            let run = service.resume(&id, from).await?;
+            if json {
+                print_json(&lachesis::service::RunSummary::from(&run))?;
+            } else {
+                println!("{} {} (attempt {})", run.id, run.state, run.attempt);
+            }
+        }
+        RunCommand::Checkpoints { id, json } => {
+            let (_, checkpoints) = service.checkpoints(&id).await?;
+            if json {
+                print_json(&checkpoints)?;
+            } else {
+                super::checkpoints::print(&checkpoints);
+            }
+        }
         RunCommand::Metrics { id, json } => {
             let history = service.metric_history(&id).await?;
             if json {
@@ -406,6 +437,9 @@ fn print_status(status: &RunStatus) {
     }
     if let Some(progress) = &r.progress {
         println!("progress  {}", progress.line());
+    }
+    if let Some(checkpoint) = &status.checkpoint {
+        println!("checkpoint {}", super::checkpoints::line(checkpoint));
     }
     if let Some(node) = &r.node {
         println!("node      {node}");

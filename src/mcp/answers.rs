@@ -122,6 +122,7 @@ pub async fn status(service: &Service, run: &Run, status: &RunStatus) -> Value {
         "queue_position": status.queue_position,
         "waiting_for": status.waiting_for,
         "wandb_runs": status.wandb_runs,
+        "checkpoint": status.checkpoint,
         "events": recent,
         "metrics_age": metrics.age,
         "rate_limited": false,
@@ -177,6 +178,7 @@ pub fn results(results: &RunResults, history: Result<Option<Vec<Map<String, Valu
         "metrics_age": metrics.age,
         "stages": stages,
         "trained_weights": results.trained_weights,
+        "checkpoints": results.checkpoints,
     });
     if let Some(snapshot) = &metrics.snapshot {
         out["final_metrics"] = json!(snapshot.summary);

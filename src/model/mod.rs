@@ -2,6 +2,7 @@
 //! process record stages and inference-test tasks share, inference tests (with their table),
 //! schedules, events and the training-metric history.
 
+pub mod checkpoint;
 pub mod event;
 pub mod inference_test;
 pub mod metric_row;
@@ -13,6 +14,7 @@ pub mod stage;
 
 use uuid::Uuid;
 
+pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};

@@ -226,10 +226,12 @@ pub enum RunTrigger {
     NodeLost,
     /// The run's node stopped heartbeating and the retry policy queues the run again.
     Requeue,
+    /// A user asked a failed or stopped run to go on, as its next attempt (`run resume`).
+    Resume,
 }
 
 impl RunTrigger {
-    pub const ALL: [RunTrigger; 10] = [
+    pub const ALL: [RunTrigger; 11] = [
         RunTrigger::Claim,
         RunTrigger::Cancel,
         RunTrigger::AllStagesUp,
@@ -240,6 +242,7 @@ impl RunTrigger {
         RunTrigger::Retry,
         RunTrigger::NodeLost,
         RunTrigger::Requeue,
+        RunTrigger::Resume,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -254,6 +257,7 @@ impl RunTrigger {
             RunTrigger::Retry => "retry",
             RunTrigger::NodeLost => "node lost",
             RunTrigger::Requeue => "requeue",
+            RunTrigger::Resume => "resume",
         }
     }
 }
@@ -290,6 +294,7 @@ pub fn next(from: RunState, event: RunTrigger) -> Result<RunState, IllegalTransi
         (S::Starting | S::Running | S::Retrying, E::NodeLost) => S::Failed,
         (S::Stopping, E::NodeLost) => S::Stopped,
         (S::Starting | S::Running | S::Retrying, E::Requeue) => S::Pending,
+        (S::Failed | S::Stopped, E::Resume) => S::Pending,
         _ => return Err(IllegalTransition { from, event }),
     };
     Ok(to)
@@ -309,7 +314,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, event) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunTrigger, RunState); 21] = [
+    const LEGAL: [(RunState, RunTrigger, RunState); 23] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
         (S::Starting, E::AllStagesUp, S::Running),
@@ -331,6 +336,8 @@ mod tests {
         (S::Starting, E::Requeue, S::Pending),
         (S::Running, E::Requeue, S::Pending),
         (S::Retrying, E::Requeue, S::Pending),
+        (S::Failed, E::Resume, S::Pending),
+        (S::Stopped, E::Resume, S::Pending),
     ];
 
     #[test]
@@ -364,10 +371,14 @@ mod tests {
     }
 
     #[test]
-    fn terminal_states_accept_nothing() {
+    fn terminal_states_accept_nothing_but_a_resume() {
         for from in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
             for event in RunTrigger::ALL {
-                assert!(next(from, event).is_err(), "{from} accepted {event}");
+                if event == E::Resume && from != S::Completed {
+                    assert_eq!(next(from, event), Ok(S::Pending), "a {from} run resumes as its next attempt");
+                } else {
+                    assert!(next(from, event).is_err(), "{from} accepted {event}");
+                }
             }
         }
     }
@@ -384,8 +395,8 @@ mod tests {
 
     proptest! {
         /// Random event sequences: within an attempt a run only moves forward; it goes back to
-        /// `pending` only as a new attempt (retry or requeue); it reaches at most one terminal
-        /// state and never leaves it; refused events leave the state unchanged.
+        /// `pending` only as a new attempt (retry, requeue or resume); a terminal state is left
+        /// only by a resume; refused events leave the state unchanged.
         #[test]
         fn random_sequences_respect_the_lifecycle(events in prop::collection::vec(any_event(), 0..40)) {
             let rank = |s: RunState| match s {
@@ -401,9 +412,11 @@ mod tests {
             for event in events {
                 match next(state, event) {
                     Ok(to) => {
-                        prop_assert!(!state.is_terminal());
+                        prop_assert!(!state.is_terminal() || event == E::Resume);
                         if to == S::Pending {
-                            let again = event == E::Requeue || (state == S::Retrying && event == E::AllStagesGone);
+                            let again = event == E::Requeue
+                                || event == E::Resume
+                                || (state == S::Retrying && event == E::AllStagesGone);
                             prop_assert!(again, "{} --{}--> pending is not a new attempt", state, event);
                         } else {
                             prop_assert!(rank(to) > rank(state), "{} -> {} went backwards", state, to);
@@ -414,7 +427,9 @@ mod tests {
                     Err(err) => prop_assert_eq!(err.from, state),
                 }
             }
-            prop_assert!(visited.iter().filter(|s| s.is_terminal()).count() <= 1);
+            // A terminal state is left only by a resume, as a new attempt.
+            let resumes = visited.windows(2).filter(|w| w[0].is_terminal() && w[1] == S::Pending).count();
+            prop_assert!(visited.iter().filter(|s| s.is_terminal()).count() <= 1 + resumes);
             // Reaching `running` or `completed` always went through `starting`.
             if visited.contains(&S::Running) { prop_assert!(visited.contains(&S::Starting)); }
             if visited.contains(&S::Completed) { prop_assert!(visited.contains(&S::Starting)); }

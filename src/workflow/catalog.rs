@@ -9,6 +9,7 @@ use super::{InvalidWorkflow, Workflow};
 /// Files compiled into the binary and installed into an empty workflow directory.
 const BUNDLED: &[(&str, &str)] = &[
     ("tinker-atropos.yaml", include_str!("../../workflows/tinker-atropos.yaml")),
+    ("tinker-cookbook.yaml", include_str!("../../workflows/tinker-cookbook.yaml")),
     ("demo.yaml", include_str!("../../workflows/demo.yaml")),
     ("demo/api.sh", include_str!("../../workflows/demo/api.sh")),
     ("demo/trainer.sh", include_str!("../../workflows/demo/trainer.sh")),
@@ -180,7 +181,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Catalog::new(dir.path());
         catalog.install_bundled().unwrap();
-        assert_eq!(catalog.names(), vec!["demo", "tinker-atropos"]);
+        assert_eq!(catalog.names(), vec!["demo", "tinker-atropos", "tinker-cookbook"]);
         for name in catalog.names() {
             catalog.load(&name).unwrap_or_else(|e| panic!("bundled {name}: {e}"));
         }

@@ -2,6 +2,7 @@
 //! are up, what they hold exclusively and when the run is over.
 
 mod catalog;
+pub mod checkpoints;
 mod duration;
 mod names;
 pub mod progress;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::yaml::one_line;
 pub use catalog::{Catalog, CatalogError};
+pub use checkpoints::CheckpointSpec;
 pub use duration::{Dur, MAX_DURATION};
 pub use names::{NAME_RULE, check_log_path, is_simple_name, shown};
 pub use progress::ProgressSpec;
@@ -96,6 +98,9 @@ pub struct Workflow {
     /// by `retry_on_time_limit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit: Option<Dur>,
+    /// Where the run's trainer says it saved a checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointSpec>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,6 +138,10 @@ pub struct StageSpec {
     pub name: String,
     /// Program and arguments; no shell is involved.
     pub argv: Vec<String>,
+    /// Appended to `argv` on an attempt that resumes from a checkpoint (`{resume.step}` and
+    /// `{resume.path}` are valid here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resume_args: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// Variables added to the stage's process environment (`env:` in YAML).
@@ -275,6 +284,11 @@ impl Workflow {
             for (j, arg) in stage.argv.iter().enumerate() {
                 template::check(arg, &known).or_else(|e| bad(&at(&format!(".argv[{j}]")), e.to_string()))?;
             }
+            let resuming = checkpoints::with_resume_vars(&known);
+            for (j, arg) in stage.resume_args.iter().enumerate() {
+                template::check(arg, &resuming)
+                    .or_else(|e| bad(&at(&format!(".resume_args[{j}]")), e.to_string()))?;
+            }
             for (field, text) in [("cwd", &stage.cwd), ("log", &stage.log)] {
                 if let Some(text) = text {
                     template::check(text, &known)
@@ -337,6 +351,10 @@ impl Workflow {
         if let Some(progress) = &self.progress {
             let stages: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
             progress.validate(&stages, &known)?;
+        }
+        if let Some(checkpoints) = &self.checkpoints {
+            let stages: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
+            checkpoints.validate(&stages, &known)?;
         }
         if self.completion.require_total && self.progress.is_none() {
             return bad("completion.require_total", "needs a `progress:` block to know the step".into());
@@ -418,6 +436,8 @@ pub enum PlanError {
     },
     #[error("stage '{stage}': log: {problem}")]
     Log { stage: String, problem: String },
+    #[error("stage '{stage}': cannot resume: {problem}")]
+    Resume { stage: String, problem: String },
 }
 
 impl StagePlan {
@@ -448,7 +468,14 @@ impl StageSpec {
             template::expand(text, vars)
                 .map_err(|source| PlanError::Template { stage: self.name.clone(), source })
         };
-        let argv = self.argv.iter().map(|a| fill(a)).collect::<Result<Vec<_>, _>>()?;
+        let mut argv = self.argv.iter().map(|a| fill(a)).collect::<Result<Vec<_>, _>>()?;
+        let resume = checkpoints::resume_of(vars)
+            .map_err(|problem| PlanError::Resume { stage: self.name.clone(), problem })?;
+        if resume.is_some() {
+            for arg in &self.resume_args {
+                argv.push(fill(arg)?);
+            }
+        }
         let cwd = match &self.cwd {
             Some(cwd) => expand_home(&fill(cwd)?),
             None => run_dir.to_path_buf(),
@@ -457,6 +484,10 @@ impl StageSpec {
             self.environ.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
         if let Some(run_id) = vars.get("run_id") {
             wandb::add_identity(&mut env, run_id, &self.name);
+        }
+        if let Some(point) = resume {
+            env.insert("LACHESIS_RESUME_STEP".into(), point.step.to_string());
+            env.insert("LACHESIS_RESUME_PATH".into(), point.path);
         }
         let log = fill(&self.log_file())?;
         check_log_path(&log).map_err(|problem| PlanError::Log { stage: self.name.clone(), problem })?;

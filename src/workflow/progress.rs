@@ -302,28 +302,34 @@ impl JsonlSource {
         Ok(())
     }
 
-    /// The file's path: the template filled in, inside the run directory (`vars["run_dir"]`).
+    /// The file's path: the template filled in, inside the run directory.
     fn resolve_file(&self, vars: &BTreeMap<String, String>) -> Result<PathBuf, ProgressError> {
-        let expanded = template::expand(&self.file, vars).map_err(|e| ProgressError::File(e.to_string()))?;
-        let run_dir = PathBuf::from(vars.get("run_dir").map_or("", String::as_str));
-        let path = run_dir.join(&expanded);
-        let inside = path.strip_prefix(&run_dir).ok().filter(|rest| {
-            rest.components().next().is_some() && rest.components().all(|c| matches!(c, Component::Normal(_)))
-        });
-        match inside {
-            Some(_) => Ok(path),
-            None => Err(ProgressError::File(format!(
-                "'{}' is not a file inside the run directory {}",
-                shown(&expanded),
-                run_dir.display()
-            ))),
-        }
+        resolve_run_file(&self.file, vars).map_err(ProgressError::File)
+    }
+}
+
+/// A file named in a workflow (`{run_dir}/…` or relative), its template filled in, and
+/// refused unless it stays inside the run directory (`vars["run_dir"]`): the daemon reads it.
+pub(super) fn resolve_run_file(file: &str, vars: &BTreeMap<String, String>) -> Result<PathBuf, String> {
+    let expanded = template::expand(file, vars).map_err(|e| e.to_string())?;
+    let run_dir = PathBuf::from(vars.get("run_dir").map_or("", String::as_str));
+    let path = run_dir.join(&expanded);
+    let inside = path.strip_prefix(&run_dir).ok().filter(|rest| {
+        rest.components().next().is_some() && rest.components().all(|c| matches!(c, Component::Normal(_)))
+    });
+    match inside {
+        Some(_) => Ok(path),
+        None => Err(format!(
+            "'{}' is not a file inside the run directory {}",
+            shown(&expanded),
+            run_dir.display()
+        )),
     }
 }
 
 /// A JSONL file as written in a workflow: `{run_dir}/…` or relative to the run directory, and
 /// never out of it (the daemon reads it).
-fn check_file(file: &str) -> Result<(), String> {
+pub(super) fn check_file(file: &str) -> Result<(), String> {
     let outside =
         |why: &str| Err(format!("'{}' {why}: the file must be inside the run directory", shown(file)));
     if file.trim().is_empty() {
@@ -364,7 +370,7 @@ fn flatten_config(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<St
 }
 
 /// A pattern with a `step` group.
-fn compile(pattern: &str) -> Result<regex::Regex, String> {
+pub(super) fn compile(pattern: &str) -> Result<regex::Regex, String> {
     let regex = regex::Regex::new(pattern)
         .map_err(|e| format!("not a regex: {}", e.to_string().lines().last().unwrap_or("")))?;
     if !regex.capture_names().flatten().any(|n| n == "step") {
@@ -454,7 +460,7 @@ fn as_fraction(value: &serde_json::Value) -> Option<f64> {
     (0.0..=1.0).contains(&number).then_some(number)
 }
 
-fn as_count(value: &serde_json::Value) -> Option<u64> {
+pub(super) fn as_count(value: &serde_json::Value) -> Option<u64> {
     value
         .as_u64()
         .or_else(|| value.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))

@@ -38,6 +38,9 @@ pub struct RetryPolicy {
     /// Whether a run stopped at its `time_limit` is queued again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retry_on_time_limit: bool,
+    /// Whether a retry resumes from the last resumable checkpoint (`checkpoints:`).
+    #[serde(default = "yes")]
+    pub resume: bool,
 }
 
 fn yes() -> bool {
@@ -153,6 +156,7 @@ mod tests {
             on_node_lost: true,
             retry_on_stall: false,
             retry_on_time_limit: false,
+            resume: true,
         }
     }
 

@@ -91,7 +91,7 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, b["status"].as_str()), (StatusCode::OK, Some("ok")));
     let (s, b) = api.get("/workflows").await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!(b.as_array().unwrap().len(), 2);
+    assert_eq!(b.as_array().unwrap().len(), 3, "the bundled demo, tinker-atropos and tinker-cookbook");
     let (s, b) = api.get("/environments").await;
     assert_eq!((s, b["environments"][0]["name"].as_str()), (StatusCode::OK, Some("arith")));
     assert_eq!(api.get("/environments/arith").await.0, StatusCode::OK);
@@ -157,6 +157,10 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, b) = api.post(&format!("/runs/{id}/stop"), json!({})).await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "already_ended"));
+    let (s, b) = api.post(&format!("/runs/{id}/resume"), json!({})).await;
+    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "not_resumable"), "a completed run does not resume");
+    let (s, b) = api.get(&format!("/runs/{id}/checkpoints")).await;
+    assert_eq!((s, b.as_array().map(Vec::len)), (StatusCode::OK, Some(0)));
 
     // Inference tests and schedules.
     assert_eq!(api.get("/tests").await.0, StatusCode::OK);

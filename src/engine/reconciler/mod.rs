@@ -2,6 +2,7 @@
 //! timers) report here over a channel and never touch state; the loop commits each decision
 //! to the store before acting on it, so a crash between the two is repaired on restart.
 
+mod checkpoints;
 mod claim;
 mod inference_tests;
 mod node;
@@ -140,6 +141,11 @@ pub enum Msg {
         run: Uuid,
         reading: crate::workflow::progress::Reading,
     },
+    /// A checkpoint worker read a checkpoint.
+    Checkpoint {
+        run: Uuid,
+        found: crate::model::FoundCheckpoint,
+    },
     /// A run's stall timer fired at `deadline` (ms since the epoch).
     StallCheck {
         run: Uuid,
@@ -195,6 +201,7 @@ impl Msg {
             | Msg::Submitted { run, .. }
             | Msg::SlurmRunning { run, .. }
             | Msg::Progress { run, .. }
+            | Msg::Checkpoint { run, .. }
             | Msg::StallCheck { run, .. }
             | Msg::TimeLimit { run }
             | Msg::Drive { run }
@@ -222,6 +229,7 @@ impl Msg {
             Msg::GraceElapsed { .. } => "a SIGKILL after the grace",
             Msg::Submitted { .. } | Msg::SlurmRunning { .. } => "a Slurm job's start",
             Msg::Progress { .. } => "a step",
+            Msg::Checkpoint { .. } => "a checkpoint",
             Msg::StallCheck { .. } => "a stall",
             Msg::TimeLimit { .. } => "a time limit",
             Msg::Fail { .. } => "a failure",
@@ -463,6 +471,7 @@ impl Reconciler {
             Msg::Submitted { run, idx, result } => self.on_submitted(run, idx, result).await,
             Msg::SlurmRunning { run, idx } => self.on_slurm_running(run, idx).await,
             Msg::Progress { run, reading } => self.on_progress(run, reading).await,
+            Msg::Checkpoint { run, found } => self.on_checkpoint(run, found).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
             Msg::TimeLimit { run } => self.on_time_limit(run).await,
             Msg::Drive { run } => self.drive(run).await,

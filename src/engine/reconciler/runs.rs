@@ -111,6 +111,8 @@ impl Reconciler {
                         }
                     } else {
                         debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
+                        // Its last checkpoints are its trained weights, also when it failed.
+                        self.catch_up_checkpoints(id).await?;
                         self.forget_progress(id);
                         self.runs.remove(&id);
                         self.node.ledger.forget(&id);
@@ -201,12 +203,21 @@ impl Reconciler {
     /// Queues a retrying run whose stages are all gone as its next attempt, after the policy's
     /// backoff. True if the run changed under us and should be looked at again.
     async fn requeue_for_retry(&mut self, id: Uuid) -> Result<bool> {
+        self.catch_up_checkpoints(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
         let wait = run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.attempt));
         let not_before = now_millis() + wait.as_millis() as i64;
         let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
-        match self.store.requeue(&run, RunTrigger::AllStagesGone, &reason, not_before).await {
+        let requeued = match self.next_params(&run).await? {
+            Some((params, note)) => {
+                self.store
+                    .requeue_resuming(&run, RunTrigger::AllStagesGone, &reason, not_before, &params, &note)
+                    .await
+            }
+            None => self.store.requeue(&run, RunTrigger::AllStagesGone, &reason, not_before).await,
+        };
+        match requeued {
             Ok(queued) => {
                 info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
                 self.forget_progress(id);

@@ -143,6 +143,7 @@ mod tests {
             on_node_lost: true,
             retry_on_stall: false,
             retry_on_time_limit: retry,
+            resume: true,
         });
         let mut run = Run::queued(Uuid::nil(), spec, "/tmp/r".into(), 0, Default::default());
         run.state = state;

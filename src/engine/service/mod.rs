@@ -2,6 +2,7 @@
 //! print; they decide nothing.
 
 mod bench;
+mod checkpoints;
 mod daemon;
 mod environments;
 mod fixtures;
@@ -67,6 +68,10 @@ pub enum ServiceError {
     NotPending { id: String, state: RunState, action: &'static str },
     #[error("nothing to edit: give --priority, --var or --set")]
     NothingToEdit,
+    #[error("run {id} is {state}: only a failed or stopped run resumes")]
+    NotResumable { id: String, state: RunState },
+    #[error("run {id}: {problem}")]
+    NoCheckpoint { id: String, problem: String },
     #[error(transparent)]
     Environment(#[from] crate::environments::LookupError),
     #[error(transparent)]
@@ -163,6 +168,7 @@ impl ServiceError {
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
             E::NotPending { .. } => ErrorKind::Conflict,
             E::NothingToEdit => ErrorKind::Invalid,
+            E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
             E::NodeNotLost { .. } => ErrorKind::Conflict,
             E::InBatch { source, .. } => source.kind(),
         }
@@ -182,6 +188,8 @@ impl ServiceError {
             E::AlreadyEnded { .. } | E::TestEnded { .. } => "already_ended",
             E::NotEnded { .. } => "not_ended",
             E::NotPending { .. } => "not_pending",
+            E::NotResumable { .. } => "not_resumable",
+            E::NoCheckpoint { .. } => "no_checkpoint",
             E::Introspect(_) => "introspection",
             other => other.kind().name(),
         }

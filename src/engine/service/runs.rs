@@ -50,6 +50,9 @@ pub struct RunStatus {
     /// When the current attempt reaches its `time_limit` (a started run with one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_limit_at: Option<crate::model::Millis>,
+    /// The run's last checkpoint, once its trainer wrote one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<crate::model::Checkpoint>,
 }
 
 /// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
@@ -341,6 +344,7 @@ impl Service {
         let waiting_for = self.waiting_for(&run).await;
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
+        let checkpoint = self.checkpoints_of(run.id).await?.pop();
         Ok(RunStatus {
             run: RunSummary { progress, ..RunSummary::from(&run) },
             stages,
@@ -348,6 +352,7 @@ impl Service {
             queue_position,
             wandb_runs: stage_wandb_runs(&run),
             time_limit_at: crate::engine::reconciler::time_limit_deadline(&run),
+            checkpoint,
         })
     }
 
@@ -531,7 +536,11 @@ pub struct RunResults {
     pub status: RunStatus,
     /// Wall time per stage, in seconds.
     pub durations: std::collections::BTreeMap<String, f64>,
+    /// The last weights path among its checkpoints (also for a failed or stopped run), else
+    /// the last one its trainer's log reports.
     pub trained_weights: Option<String>,
+    /// Every checkpoint, oldest first, across attempts.
+    pub checkpoints: Vec<crate::model::Checkpoint>,
     /// Training metrics from W&B, or the last snapshot of them.
     pub metrics: super::RunMetrics,
     /// About ten rows of the stored metric history spread evenly, the last included (the
@@ -546,6 +555,7 @@ impl Service {
         let run = self.resolve(prefix).await?;
         let metrics = self.run_metrics(&run).await;
         let stages = self.store.stages(run.id).await?;
+        let checkpoints = self.checkpoints_of(run.id).await?;
         let status = RunStatus {
             run: RunSummary::from(&run),
             stages,
@@ -553,6 +563,7 @@ impl Service {
             queue_position: None,
             wandb_runs: stage_wandb_runs(&run),
             time_limit_at: None,
+            checkpoint: checkpoints.last().cloned(),
         };
         let durations = status
             .stages
@@ -562,7 +573,11 @@ impl Service {
             })
             .collect();
         let logs: Vec<std::path::PathBuf> = status.stages.iter().map(|s| s.log_path.clone()).collect();
+        let recorded = crate::model::Checkpoint::last_weights(&checkpoints).map(str::to_string);
         let trained_weights = super::logs::off_thread(move || {
+            if recorded.is_some() {
+                return Ok(recorded);
+            }
             // An unreadable log has no weights to show; the rest of the results still stand.
             for log in &logs {
                 match trained_weights(log) {
@@ -575,6 +590,6 @@ impl Service {
         })
         .await?;
         let (metric_history, history) = self.history_of(&run).await?;
-        Ok(RunResults { status, durations, trained_weights, metrics, history, metric_history })
+        Ok(RunResults { status, durations, trained_weights, checkpoints, metrics, history, metric_history })
     }
 }

@@ -59,6 +59,7 @@ macro_rules! supervised_runs_sql {
 
 mod backend;
 mod checkpoint;
+mod checkpoints;
 mod claims;
 mod events;
 mod full;
@@ -89,6 +90,7 @@ use crate::model::{Event, NewEvent, Run, RunQuery, RunState, Stage};
 use crate::model::{IllegalTransition, RunTrigger};
 
 pub use backend::Backend;
+pub use checkpoints::CheckpointStore;
 pub use claims::{ClaimStore, Pick};
 pub use holds::{HoldStore, PendingEdit};
 pub use inference_tests::TestStore;
@@ -157,6 +159,7 @@ pub trait Store:
     + ClaimStore
     + HoldStore
     + ProgressStore
+    + CheckpointStore
     + MetricStore
     + RetentionStore
     + QueueStore
@@ -222,6 +225,18 @@ pub trait Store:
         event: RunTrigger,
         reason: &str,
         not_before: crate::model::Millis,
+    ) -> Result<Run>;
+
+    /// `requeue` for an attempt that resumes (or says why it does not): its params (with or
+    /// without the resume point) and a note event saying so, in the same transaction.
+    async fn requeue_resuming(
+        &self,
+        run: &Run,
+        event: RunTrigger,
+        reason: &str,
+        not_before: crate::model::Millis,
+        params: &crate::model::RunParams,
+        note: &str,
     ) -> Result<Run>;
 
     /// Gives up an ended run's stages that are still marked live (their node was lost).

@@ -111,6 +111,7 @@ impl RetentionStore for SqlStore {
             ("events", "run_id"),
             ("snapshots", "run_id"),
             ("progress", "run_id"),
+            ("checkpoints", "run_id"),
             ("metric_history", "run_id"),
             ("runs", "id"),
         ];

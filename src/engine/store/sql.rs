@@ -342,45 +342,19 @@ impl Store for SqlStore {
         self.transition_ending_at(run, event, reason, None, Some(ended_at)).await
     }
     async fn requeue(&self, run: &Run, event: RunTrigger, reason: &str, not_before: Millis) -> Result<Run> {
-        let to = transitions::next(run.state, event)?;
-        if to != RunState::Pending {
-            return Err(StoreError::Illegal(transitions::IllegalTransition { from: run.state, event }));
-        }
-        let now = now_millis();
-        let tx = self.pool.begin().await?;
-        let update = sqlx::query(
-            "UPDATE runs SET state = 'pending', version = version + 1, updated_at = $1, started_at = NULL, \
-             ended_at = NULL, reason = $2, attempt = attempt + 1, node = NULL, fence = NULL, not_before = $3 \
-             WHERE id = $4 AND state = $5 AND version = $6 AND (CAST($7 AS BIGINT) IS NULL OR fence = $7)",
-        )
-        .bind(now)
-        .bind(reason)
-        .bind(not_before);
-        let mut tx = self.guarded_update(tx, update, run).await?;
-        // The next attempt starts from scratch; what the last one did stays in the events.
-        sqlx::query(
-            "UPDATE stages SET state = 'pending', shim = NULL, process = NULL, started_at = NULL, ready_at = NULL, \
-             ended_at = NULL, exit_code = NULL, exit_signal = NULL, slurm_job = NULL WHERE run_id = $1",
-        )
-        .bind(run.id.to_string())
-        .execute(&mut *tx)
-        .await?;
-        let message = format!("{event}: {reason}");
-        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
-        tx.commit().await?;
-        Ok(Run {
-            state: to,
-            version: run.version + 1,
-            updated_at: now,
-            started_at: None,
-            ended_at: None,
-            reason: Some(reason.to_string()),
-            attempt: run.attempt + 1,
-            node: None,
-            fence: None,
-            not_before: Some(not_before),
-            ..run.clone()
-        })
+        self.requeue_with(run, event, reason, not_before, None).await
+    }
+
+    async fn requeue_resuming(
+        &self,
+        run: &Run,
+        event: RunTrigger,
+        reason: &str,
+        not_before: Millis,
+        params: &RunParams,
+        note: &str,
+    ) -> Result<Run> {
+        self.requeue_with(run, event, reason, not_before, Some((params, note))).await
     }
 
     async fn release_run(&self, run: &Run) -> Result<bool> {
@@ -550,5 +524,65 @@ impl Store for SqlStore {
             Locking::File(db) => sqlite::lock_daemon(db, &self.pool).await,
             Locking::Advisory => postgres::lock_daemon(&self.pool, node).await,
         }
+    }
+}
+
+impl SqlStore {
+    /// `requeue`, with the next attempt's params and an event saying what it resumes from
+    /// written in the same transaction.
+    async fn requeue_with(
+        &self,
+        run: &Run,
+        event: RunTrigger,
+        reason: &str,
+        not_before: Millis,
+        resume: Option<(&RunParams, &str)>,
+    ) -> Result<Run> {
+        let to = transitions::next(run.state, event)?;
+
+        if to != RunState::Pending {
+            return Err(StoreError::Illegal(transitions::IllegalTransition { from: run.state, event }));
+        }
+        let now = now_millis();
+        let tx = self.pool.begin().await?;
+        let params = resume.map_or(&run.params, |(params, _)| params);
+        let update = sqlx::query(
+            "UPDATE runs SET state = 'pending', version = version + 1, updated_at = $1, started_at = NULL, \
+             ended_at = NULL, reason = $2, attempt = attempt + 1, node = NULL, fence = NULL, not_before = $3, \
+             params = $4 WHERE id = $5 AND state = $6 AND version = $7 AND (CAST($8 AS BIGINT) IS NULL OR fence = $8)",
+        )
+        .bind(now)
+        .bind(reason)
+        .bind(not_before)
+        .bind(json(params));
+        let mut tx = self.guarded_update(tx, update, run).await?;
+        // The next attempt starts from scratch; what the last one did stays in the events.
+        sqlx::query(
+            "UPDATE stages SET state = 'pending', shim = NULL, process = NULL, started_at = NULL, ready_at = NULL, \
+             ended_at = NULL, exit_code = NULL, exit_signal = NULL, slurm_job = NULL WHERE run_id = $1",
+        )
+        .bind(run.id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        let message = format!("{event}: {reason}");
+        insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
+        if let Some((_, note)) = resume {
+            insert_event(&mut *tx, run.id, EventKind::Note, None, None, note).await?;
+        }
+        tx.commit().await?;
+        Ok(Run {
+            state: to,
+            version: run.version + 1,
+            updated_at: now,
+            started_at: None,
+            ended_at: None,
+            reason: Some(reason.to_string()),
+            attempt: run.attempt + 1,
+            node: None,
+            fence: None,
+            not_before: Some(not_before),
+            params: params.clone(),
+            ..run.clone()
+        })
     }
 }

@@ -50,6 +50,27 @@ async fn conformance(store: Arc<dyn Store>) {
     the_daemon_lock_is_exclusive(&*store).await;
     retention_forgets_only_what_has_ended(&*store).await;
     metric_history_is_one_row_per_step(&*store).await;
+    a_checkpoint_line_is_recorded_once(&*store).await;
+}
+
+async fn a_checkpoint_line_is_recorded_once(store: &dyn Store) {
+    use crate::model::FoundCheckpoint;
+    let run = insert(store, 0).await;
+    let found = |step: i64, key: &str| FoundCheckpoint {
+        step,
+        path: Some(format!("tinker://a/weights/{step}")),
+        weights: None,
+        key: key.into(),
+    };
+    assert!(store.record_checkpoint(run.id, 1, &found(2, "k2"), 10).await.unwrap());
+    assert!(store.record_checkpoint(run.id, 1, &found(4, "k4"), 20).await.unwrap());
+    assert!(
+        !store.record_checkpoint(run.id, 2, &found(4, "k4"), 30).await.unwrap(),
+        "a line read again after a restart adds nothing"
+    );
+    let rows = store.checkpoints(run.id).await.unwrap();
+    assert_eq!(rows.iter().map(|c| (c.attempt, c.step)).collect::<Vec<_>>(), [(1, 2), (1, 4)]);
+    assert!(store.checkpoints(insert(store, 0).await.id).await.unwrap().is_empty());
 }
 
 async fn metric_history_is_one_row_per_step(store: &dyn Store) {
@@ -295,6 +316,9 @@ async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
     store.put_snapshot(done.id, 1, &serde_json::json!({ "loss": 1 })).await.unwrap();
     let point = crate::model::ProgressPoint { attempt: 1, step: 3, total: Some(5), at: 1 };
     store.record_progress(done.id, &point).await.unwrap();
+    let saved =
+        crate::model::FoundCheckpoint { step: 3, path: None, weights: Some("w".into()), key: "k".into() };
+    store.record_checkpoint(done.id, 1, &saved, 1).await.unwrap();
     let row = crate::model::MetricRow { step: 3, recorded_at: 1, ..Default::default() };
     store.put_metric_rows(done.id, &[row]).await.unwrap();
     let soon = crate::model::now_millis() + 1000;
@@ -318,6 +342,7 @@ async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
     assert!(store.events(done.id, 0).await.unwrap().is_empty());
     assert!(store.snapshot(done.id).await.unwrap().is_none());
     assert!(store.progress(done.id, 1).await.unwrap().is_empty(), "its progress series goes too");
+    assert!(store.checkpoints(done.id).await.unwrap().is_empty(), "its checkpoints go too");
     assert!(store.metric_rows(done.id).await.unwrap().is_empty(), "its metric history goes too");
     assert!(store.run(ending.id).await.unwrap().is_some());
 }
