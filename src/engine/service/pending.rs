@@ -85,15 +85,7 @@ impl Service {
         let mut specs = HashMap::from([(run.workflow.clone(), run.spec.clone())]);
         let mut vars = run.params.vars.clone();
         vars.extend(request.vars.clone());
-        let mut set: BTreeMap<String, String> = match run.env_name {
-            Some(_) => BTreeMap::new(),
-            None => run
-                .params
-                .config
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-                .collect(),
-        };
+        let mut set = super::runs::resubmitted_set(run);
         set.extend(request.set.clone());
         let submit = SubmitRequest {
             workflow: Some(run.workflow.clone()),

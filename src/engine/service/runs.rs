@@ -463,15 +463,7 @@ impl Service {
         if !run.state.is_terminal() {
             return Err(ServiceError::NotEnded { id: run.id.to_string(), state: run.state });
         }
-        let set = match run.env_name {
-            Some(_) => BTreeMap::new(),
-            None => run
-                .params
-                .config
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-                .collect(),
-        };
+        let set = resubmitted_set(&run);
         let request = SubmitRequest {
             workflow: Some(run.workflow.clone()),
             env_name: run.env_name.clone(),
@@ -591,5 +583,20 @@ impl Service {
         .await?;
         let (metric_history, history) = self.history_of(&run).await?;
         Ok(RunResults { status, durations, trained_weights, checkpoints, metrics, history, metric_history })
+    }
+}
+
+/// The `--set` values that submit `run` again: its stored config for a run without an
+/// environment; none for one with (the environment's current config applies, and its stored
+/// config holds locked fields, which `--set` refuses).
+pub(super) fn resubmitted_set(run: &Run) -> BTreeMap<String, String> {
+    match run.env_name {
+        Some(_) => BTreeMap::new(),
+        None => run
+            .params
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            .collect(),
     }
 }
