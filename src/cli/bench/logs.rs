@@ -131,17 +131,6 @@ async fn exit_detection(
     Ok(Percentiles::of(samples))
 }
 
-async fn timed_get(http: &reqwest::Client, url: &str) -> BenchResult<f64> {
-    let start = Instant::now();
-    let response = http.get(url).bearer_auth(TOKEN).send().await?;
-    let status = response.status();
-    let body = response.bytes().await?;
-    if !status.is_success() {
-        return Err(format!("GET {url}: {status}: {}", String::from_utf8_lossy(&body)).into());
-    }
-    Ok(start.elapsed().as_secs_f64() * 1000.0)
-}
-
 pub async fn run(exe: &Path, log_bytes: u64, exits: usize, say: &dyn Fn(&str)) -> BenchResult<LogsReport> {
     let (lab, pid, base) = Lab::start(exe).await?;
     let mut report = LogsReport { log_bytes, ..LogsReport::default() };
@@ -180,9 +169,9 @@ pub async fn run(exe: &Path, log_bytes: u64, exits: usize, say: &dyn Fn(&str)) -
         let (mut results, mut logs, mut page, mut cli) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         // At least 20 rounds, and on until the exits are timed.
         while results.len() < 20 || !exits_done.load(std::sync::atomic::Ordering::Relaxed) {
-            results.push(timed_get(&http, &format!("{base}/runs/{run_id}/results")).await?);
-            logs.push(timed_get(&http, &format!("{base}/runs/{run_id}/logs")).await?);
-            page.push(timed_get(&http, &format!("{base}/ui/runs/{run_id}")).await?);
+            results.push(super::timed_get(&http, TOKEN, &format!("{base}/runs/{run_id}/results")).await?);
+            logs.push(super::timed_get(&http, TOKEN, &format!("{base}/runs/{run_id}/logs")).await?);
+            page.push(super::timed_get(&http, TOKEN, &format!("{base}/ui/runs/{run_id}")).await?);
             let start = Instant::now();
             let out = tokio::process::Command::new(&lab.exe)
                 .env("LACHESIS_HOME", &lab.home)

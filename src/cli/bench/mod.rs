@@ -354,3 +354,15 @@ fn claims(args: BenchArgs) -> CliResult {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Milliseconds for one authenticated GET of `url` to answer in full; an error status is an error.
+async fn timed_get(http: &reqwest::Client, token: &str, url: &str) -> supervisor::BenchResult<f64> {
+    let start = std::time::Instant::now();
+    let response = http.get(url).bearer_auth(token).send().await?;
+    let status = response.status();
+    let body = response.bytes().await?;
+    if !status.is_success() {
+        return Err(format!("GET {url}: {status}: {}", String::from_utf8_lossy(&body)).into());
+    }
+    Ok(start.elapsed().as_secs_f64() * 1000.0)
+}

@@ -123,7 +123,7 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
     for page in pages {
         let mut samples = Vec::new();
         for _ in 0..SAMPLES {
-            samples.push(timed_get(&http, &format!("{base}{page}")).await?);
+            samples.push(super::timed_get(&http, TOKEN, &format!("{base}{page}")).await?);
         }
         let figure = Figure { what: format!("GET {page}"), ms: Percentiles::of(samples) };
         say(&format!("{}: p50 {:.1} ms", figure.what, figure.ms.p50));
@@ -161,17 +161,6 @@ fn cli(exe: &Path, home: &Path) -> Command {
         .env_remove("LACHESIS_DATABASE_URL")
         .env_remove("LACHESIS_WORKFLOWS");
     cmd
-}
-
-async fn timed_get(http: &reqwest::Client, url: &str) -> BenchResult<f64> {
-    let start = Instant::now();
-    let response = http.get(url).bearer_auth(TOKEN).send().await?;
-    let status = response.status();
-    let body = response.bytes().await?;
-    if !status.is_success() {
-        return Err(format!("GET {url}: {status}: {}", String::from_utf8_lossy(&body)).into());
-    }
-    Ok(start.elapsed().as_secs_f64() * 1000.0)
 }
 
 fn pending_run(spec: &Workflow, home: &Path) -> (Run, Vec<Stage>) {
