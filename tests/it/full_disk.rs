@@ -51,6 +51,16 @@ impl FullDiskLab {
         fill(&self.filler(), 0);
     }
 
+    /// Waits until the run's (first) stage is recorded in `state`.
+    async fn wait_stage(&mut self, id: uuid::Uuid, state: ProcessState) {
+        let service = self.home.service().await;
+        wait_for(&format!("the stage to be {state:?}"), T, || {
+            let service = service.clone();
+            async move { (service.stages(id).await.unwrap()[0].record.state == state).then_some(()) }
+        })
+        .await;
+    }
+
     /// Waits for the daemon to say that a write could not land for want of space.
     async fn wait_warned(&self, what: &str) {
         let log = self.flags.path().join("daemon.log");
@@ -173,15 +183,7 @@ async fn started_on_a_full_disk() -> Option<(FullDiskLab, uuid::Uuid, tempfile::
     let server = rustix::process::Pid::from_raw(server).unwrap();
     rustix::process::kill_process(server, rustix::process::Signal::STOP).unwrap();
     let id = lab.home.submit(&["--workflow", "w"]);
-    let service = lab.home.service().await;
-    wait_for("the stage to be spawning", T, || {
-        let service = service.clone();
-        async move {
-            let stages = service.stages(id).await.unwrap();
-            (stages[0].record.state == ProcessState::Spawning).then_some(())
-        }
-    })
-    .await;
+    lab.wait_stage(id, ProcessState::Spawning).await;
     lab.fill_under_the_store().await;
     rustix::process::kill_process(server, rustix::process::Signal::CONT).unwrap();
     lab.wait_warned("could not record a stage's start").await;
@@ -239,15 +241,7 @@ async fn a_full_disk_as_a_stage_comes_up_holds_it_and_loses_nothing() {
     let go = flags.path().join("go");
     let Some(mut lab) = FullDiskLab::new(&waits_for(&go, "    start_delay: 2s\n")) else { return };
     let id = lab.home.submit(&["--workflow", "w"]);
-    let service = lab.home.service().await;
-    wait_for("the stage to be starting", T, || {
-        let service = service.clone();
-        async move {
-            let stages = service.stages(id).await.unwrap();
-            (stages[0].record.state == ProcessState::Starting).then_some(())
-        }
-    })
-    .await;
+    lab.wait_stage(id, ProcessState::Starting).await;
     lab.fill_under_the_store().await;
     lab.wait_warned("could not record a stage being up").await;
     std::fs::write(&go, b"").unwrap();
@@ -343,15 +337,8 @@ async fn eight_runs_starting_as_the_disk_fills_all_complete_with_every_event() {
     rustix::process::kill_process(server, rustix::process::Signal::STOP).unwrap();
     let out = lab.home.cli_ok(&["run", "start", "--workflow", "w", "--count", "8"]);
     let ids: Vec<uuid::Uuid> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
-    let service = lab.home.service().await;
     for &id in &ids {
-        wait_for("each stage to be spawning", T, || {
-            let service = service.clone();
-            async move {
-                (service.stages(id).await.unwrap()[0].record.state == ProcessState::Spawning).then_some(())
-            }
-        })
-        .await;
+        lab.wait_stage(id, ProcessState::Spawning).await;
     }
     lab.fill_under_the_store().await;
     rustix::process::kill_process(server, rustix::process::Signal::CONT).unwrap();
