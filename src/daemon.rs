@@ -33,6 +33,8 @@ pub struct DaemonOptions {
     pub keep_finished: Option<Duration>,
     /// Stage log limits where a workflow sets none (1 GiB × 3 files by default).
     pub log_rotation: crate::logs::Rotation,
+    /// The morning report to post on a cron, if any.
+    pub report: Option<crate::report_poster::ReportPost>,
 }
 
 impl Default for DaemonOptions {
@@ -48,6 +50,7 @@ impl Default for DaemonOptions {
             wandb_interval: Duration::from_secs(5 * 60),
             keep_finished: None,
             log_rotation: crate::logs::Rotation::default(),
+            report: None,
         }
     }
 }
@@ -150,6 +153,9 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         lease: options.lease,
     };
     tokio::spawn(crate::metric_poller::run(service.clone(), registration.id.clone(), options.wandb_interval));
+    if let Some(post) = options.report.clone() {
+        tokio::spawn(crate::report_poster::run(service.clone(), post));
+    }
     let telemetry = Arc::new(crate::telemetry::Telemetry::default());
     let reconciler = service.reconciler(registration, config, tx, Arc::clone(&telemetry));
     let token = if wants_token {

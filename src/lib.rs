@@ -22,6 +22,7 @@ pub mod mcp;
 pub mod metric_poller;
 pub mod model;
 pub mod pyjson;
+pub mod report_poster;
 pub mod secrets;
 pub mod settings;
 pub mod telemetry;

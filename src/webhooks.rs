@@ -61,7 +61,8 @@ pub struct Webhook {
 /// What is POSTed, as JSON, to every webhook.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Payload {
-    /// One of `Payload::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`.
+    /// One of `Payload::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`,
+    /// `MORNING_REPORT`.
     pub kind: String,
     /// Which run/test/workflow this is about.
     pub ids: serde_json::Value,
@@ -76,6 +77,8 @@ impl Payload {
     pub const REGRESSION: &str = "regression";
     pub const RUN_COMPLETED: &str = "run_completed";
     pub const RUN_FAILED: &str = "run_failed";
+    /// The daemon's morning report (`src/report_poster.rs`): the whole report as the summary.
+    pub const MORNING_REPORT: &str = "morning_report";
 }
 
 /// How one notification fared at one webhook.

@@ -126,6 +126,14 @@ pub static ROUTES: &[Route] = &[
     route!("post", "/schedules/{name}/pause", "Pause a schedule", None, post(pause_schedule)),
     route!("post", "/schedules/{name}/resume", "Resume a schedule", None, post(resume_schedule)),
     route!("delete", "/schedules/{name}", "Remove a schedule", None, delete(remove_schedule)),
+    route!(
+        "get",
+        "/report",
+        "The morning report: runs and tests that ended in the window (?since=12h) or still run, with \
+         outcome, step, duration, checkpoint, metrics, a failed stage's last 5 log lines, and counts",
+        None,
+        get(report)
+    ),
 ];
 
 type Answer = Result<axum::Json<Value>, Failure>;
@@ -571,6 +579,30 @@ async fn remove_schedule(State(s): State<AppState>, Path(name): Path<String>) ->
     ok(s.service.remove_schedule(&name).await?)
 }
 
+#[derive(Deserialize)]
+pub(super) struct ReportQuery {
+    pub since: Option<String>,
+}
+
+/// The report's window from `?since=` (a duration longer than zero, at most 30 days), or the
+/// default 12 hours.
+pub(super) fn report_window(since: Option<&str>) -> Result<std::time::Duration, String> {
+    match since {
+        None => Ok(crate::service::DEFAULT_WINDOW),
+        Some(text) => text
+            .parse::<crate::workflow::Dur>()
+            .and_then(crate::workflow::Dur::positive)
+            .map(|d| d.0)
+            .map_err(|why| format!("since: {why}")),
+    }
+}
+
+async fn report(State(s): State<AppState>, Q(q): Q<ReportQuery>) -> Answer {
+    let window = report_window(q.since.as_deref())
+        .map_err(|why| Failure::new(StatusCode::BAD_REQUEST, "invalid_query", why))?;
+    ok(s.service.report(window).await?)
+}
+
 /// OpenAPI 3.1, generated from the route table.
 pub fn openapi_document() -> Value {
     let mut paths: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
@@ -625,6 +657,16 @@ mod tests {
         );
         assert_eq!(q(None, None, Some(9)), Ok(LogRequest::Range { offset: 0, limit: 9 }));
         assert!(q(Some(1), Some(0), None).is_err() && q(Some(1), None, Some(1)).is_err());
+    }
+
+    #[test]
+    fn a_report_window_is_a_positive_duration_or_the_default() {
+        assert_eq!(report_window(None), Ok(crate::service::DEFAULT_WINDOW));
+        assert_eq!(report_window(Some("30m")), Ok(std::time::Duration::from_secs(1800)));
+        for bad in ["0", "0s", "soon", "-1h", "31d", ""] {
+            let why = report_window(Some(bad)).unwrap_err();
+            assert!(why.starts_with("since: ") && !why.contains('\n'), "{bad}: {why}");
+        }
     }
 
     #[test]

@@ -49,6 +49,22 @@ pub struct DaemonArgs {
     /// whose stages set no `log_max_files`
     #[arg(long, env = "LACHESIS_LOG_MAX_FILES", default_value_t = 3, value_parser = parse_max_files)]
     log_max_files: u32,
+    /// Post the morning report (`lachesis report`) at each due time of this cron expression
+    /// (5-field crontab or @daily-style), e.g. '0 7 * * *'; a daemon that was down over a due
+    /// time posts once when it starts
+    #[arg(long, env = "LACHESIS_REPORT_CRON", value_name = "CRON")]
+    report_cron: Option<String>,
+    /// The time zone of --report-cron (an IANA name) [default: UTC]
+    #[arg(long, env = "LACHESIS_REPORT_TZ", value_name = "ZONE", requires = "report_cron")]
+    report_tz: Option<String>,
+    /// The window the posted report covers
+    #[arg(long, env = "LACHESIS_REPORT_SINCE", default_value = "12h", value_name = "AGE", value_parser = parse_positive)]
+    report_since: Dur,
+    /// Where the morning report is POSTed as JSON (repeatable); a URL with credentials
+    /// (user:password@, ?token=) is refused here, where every user sees it: put it in
+    /// LACHESIS_REPORT_WEBHOOK (comma-separated) in $LACHESIS_HOME/.env
+    #[arg(long = "report-webhook", value_name = "URL")]
+    report_webhooks: Vec<String>,
     /// Write a systemd user unit that runs this daemon with the flags given here (and the
     /// home, env file and store set), then exit; `systemctl --user enable --now lachesis` starts it
     #[arg(long, group = "service")]
@@ -99,6 +115,12 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         )
         .with_writer(std::io::stderr)
         .init();
+    let report = lachesis::report_poster::ReportPost::from_settings(
+        args.report_cron.as_deref(),
+        args.report_tz.as_deref(),
+        args.report_since.0,
+        &args.report_webhooks,
+    )?;
     let options = DaemonOptions {
         listen: args.listen,
         max_parallel: args.max_parallel,
@@ -113,6 +135,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
             max_size: args.log_max_size.0,
             max_files: args.log_max_files,
         },
+        report,
     };
     // One thread runs every task: a message between the API, the reconciler and a stage's
     // watcher stays on it instead of waking another thread (about 90 context switches per run

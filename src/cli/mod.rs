@@ -11,6 +11,7 @@ mod gc;
 mod mcp;
 mod node;
 pub(crate) mod output;
+mod report;
 mod run;
 mod schedule;
 mod service_install;
@@ -61,6 +62,9 @@ enum Command {
     /// Start, list, inspect and stop runs
     #[command(subcommand)]
     Run(run::RunCommand),
+    /// The morning report: runs and tests that ended in a window (--since 12h) or still run,
+    /// with outcomes, steps, checkpoints, metrics, failed stages' last log lines and counts
+    Report(report::ReportArgs),
     /// Inference tests of an environment against models
     #[command(subcommand)]
     Test(test::TestCommand),
@@ -141,6 +145,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Env(command) => current_thread()?.block_on(env::run(settings, command)),
         Command::Config(command) => current_thread()?.block_on(config::run(settings, command)),
         Command::Test(command) => current_thread()?.block_on(test::run(settings, command)),
+        Command::Report(args) => current_thread()?.block_on(report::run(settings, args)),
         Command::Schedule(command) => current_thread()?.block_on(schedule::run(settings, command)),
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),

@@ -413,7 +413,7 @@ fn fuzz_every_http_route_body_path_and_query() {
     let segment =
         prop_oneof!["\\PC{0,12}", Just(String::new()), Just("..".to_string()), Just("00000000".to_string())];
     let query = prop::option::of((
-        prop::sample::select(&["limit", "state", "stage", "tail", "offset", "x"][..]),
+        prop::sample::select(&["limit", "state", "stage", "tail", "offset", "since", "x"][..]),
         "\\PC{0,8}",
     ));
     let seen = std::cell::RefCell::new(std::collections::BTreeSet::new());

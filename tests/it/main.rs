@@ -18,6 +18,7 @@ mod logs;
 mod mcp;
 mod nodes;
 mod progress;
+mod report;
 mod retention;
 mod schedules;
 mod slurm;

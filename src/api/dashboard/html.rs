@@ -34,8 +34,13 @@ pub fn url_segment(text: &str) -> String {
     out
 }
 
-const NAV: [(&str, &str); 4] =
-    [("runs", "Runs"), ("tests", "Inference tests"), ("schedules", "Schedules"), ("nodes", "Nodes")];
+const NAV: [(&str, &str); 5] = [
+    ("runs", "Runs"),
+    ("tests", "Inference tests"),
+    ("schedules", "Schedules"),
+    ("nodes", "Nodes"),
+    ("report", "Report"),
+];
 
 /// A whole page: `active` names the navigation entry; `live` makes the script swap `<main>`
 /// when the store's events move.

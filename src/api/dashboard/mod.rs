@@ -10,6 +10,7 @@
 
 mod html;
 mod nodes;
+mod report;
 mod run;
 mod runs;
 mod schedules;
@@ -62,6 +63,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/schedules/{name}/pause", post(pause))
         .route("/ui/schedules/{name}/resume", post(resume))
         .route("/ui/nodes", get(nodes_page))
+        .route("/ui/report", get(report_page))
         .route("/ui/changes", get(changes))
 }
 
@@ -201,6 +203,16 @@ async fn schedules_page(State(s): State<AppState>) -> Response {
 
 async fn nodes_page(State(s): State<AppState>) -> Response {
     page("Nodes", "nodes", nodes::render(&s.service).await)
+}
+
+async fn report_page(State(s): State<AppState>, Query(q): Query<super::routes::ReportQuery>) -> Response {
+    match super::routes::report_window(q.since.as_deref()) {
+        Ok(window) => page("Report", "report", report::render(&s.service, window).await),
+        Err(why) => {
+            (StatusCode::BAD_REQUEST, Html(html::page("Report", "report", false, &html::failure(&why))))
+                .into_response()
+        }
+    }
 }
 
 async fn stop(State(s): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {

@@ -3,7 +3,8 @@
 //! recorded process is now someone else's. No surface calls these.
 
 use super::{Result, Service};
-use crate::model::{InferenceTest, Run, RunTrigger, Schedule, Stage, TestTask, TestTrigger};
+use crate::model::{FoundCheckpoint, InferenceTest, MetricRow, Millis, ProgressPoint};
+use crate::model::{Run, RunTrigger, Schedule, Stage, TestTask, TestTrigger};
 
 #[doc(hidden)]
 impl Service {
@@ -42,5 +43,36 @@ impl Service {
     /// Overwrites a schedule's row (when it last fired included).
     pub async fn overwrite_schedule(&self, schedule: &Schedule) -> Result<()> {
         Ok(self.store.update_schedule(schedule).await?)
+    }
+
+    /// Records a checkpoint of the run's `attempt` at `at`, as the daemon would from its source.
+    pub async fn record_checkpoint_as_given(
+        &self,
+        run: uuid::Uuid,
+        attempt: i64,
+        found: &FoundCheckpoint,
+        at: Millis,
+    ) -> Result<()> {
+        self.store.record_checkpoint(run, attempt, found, at).await?;
+        Ok(())
+    }
+
+    /// Records a change of step, as the daemon's progress reader would.
+    pub async fn record_progress_as_given(&self, run: uuid::Uuid, point: &ProgressPoint) -> Result<()> {
+        Ok(self.store.record_progress(run, point).await?)
+    }
+
+    /// Stores metric rows, as the daemon's W&B poller would.
+    pub async fn put_metric_rows_as_given(&self, run: uuid::Uuid, rows: &[MetricRow]) -> Result<()> {
+        Ok(self.store.put_metric_rows(run, rows).await?)
+    }
+
+    /// Sets when the morning report's cron post `name` last handled a due time (a daemon that
+    /// was down since then catches up once).
+    pub async fn overwrite_report_post(&self, name: &str, last_fired: Millis) -> Result<()> {
+        let now = crate::model::now_millis();
+        let current = self.store.report_post_since(name, now).await?;
+        self.store.claim_report_post(name, current, last_fired).await?;
+        Ok(())
     }
 }

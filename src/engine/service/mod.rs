@@ -13,6 +13,7 @@ mod metrics;
 mod nodes;
 mod pending;
 mod records;
+mod report;
 mod retention;
 mod runs;
 
@@ -32,6 +33,10 @@ pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
 pub use pending::EditRequest;
+pub use report::{
+    DEFAULT_WINDOW, LOG_LINES, ModelAccuracy, REPORT_ROWS, Report, ReportRun, ReportTest, Waiting,
+    deciding_stage, window_text,
+};
 pub use retention::{GcReport, disk_usage};
 pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
 

@@ -516,7 +516,7 @@ pub fn trained_weights(log: &std::path::Path) -> Result<Option<String>, crate::l
     crate::logs::last_match(log, 0, crate::logs::SCAN_WINDOW, weights_in)
 }
 
-fn weights_in(line: &str) -> Option<String> {
+pub(super) fn weights_in(line: &str) -> Option<String> {
     let start = line.find("tinker://")?;
     Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
 }

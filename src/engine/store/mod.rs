@@ -72,6 +72,7 @@ mod nodes;
 pub mod postgres;
 mod progress;
 mod queue;
+mod report;
 mod retention;
 mod rows;
 mod sql;
@@ -98,6 +99,7 @@ pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
 pub use progress::ProgressStore;
 pub use queue::QueueStore;
+pub use report::ReportStore;
 pub use retention::{Expired, RetentionStore};
 use sql::Locking;
 pub use sql::SqlStore;
@@ -163,6 +165,7 @@ pub trait Store:
     + MetricStore
     + RetentionStore
     + QueueStore
+    + ReportStore
     + Send
     + Sync
 {

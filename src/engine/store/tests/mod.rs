@@ -4,6 +4,7 @@
 mod conformance;
 mod nodes;
 mod queue;
+mod report;
 
 use std::time::{Duration, Instant};
 

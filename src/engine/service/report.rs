@@ -1,0 +1,556 @@
+//! The morning report: every run and inference test that ended in a window (the last 12 hours
+//! by default) or is still going, in one screen, with counts by outcome and what still waits.
+//! Rows come from indexed reads, at most [`REPORT_ROWS`] of each kind (the rest is counted, not
+//! read); each row's extras from bounded ones: its last recorded step, its last checkpoint, its
+//! last metric row and, for a failed run, the last lines of the stage that decided it, read
+//! through `crate::logs` off the daemon's thread.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::logs::off_thread;
+use super::{Result, Service};
+use crate::inference::regression::Regression;
+use crate::model::{Checkpoint, InferenceTest, MetricRow, Millis, Progress, Run, RunState, Stage, TestState};
+
+/// The most runs (and, apart, tests) one report lists; more are counted and said.
+pub const REPORT_ROWS: i64 = 1_000;
+/// The window when none is given.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(12 * 3600);
+/// Log lines shown for a failed run.
+pub const LOG_LINES: usize = 5;
+/// The most bytes those lines may take (one long line is cut to its end).
+const LOG_TAIL_BYTES: u64 = 16 * 1024;
+/// How far back a stage log's end is searched for trained weights when no checkpoint names
+/// them: a trainer prints them as it ends.
+const WEIGHTS_WINDOW: u64 = 256 * 1024;
+
+/// The report: what ended in the window or is still going, and the counts.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The window, as people write it (`12h`).
+    pub window: String,
+    /// Its start and end (ms since the epoch): the end is when the report was made.
+    pub since: Millis,
+    pub until: Millis,
+    /// Runs that ended in the window, by end time, then the runs still in flight.
+    pub runs: Vec<ReportRun>,
+    /// Runs of the window left out of `runs` (past [`REPORT_ROWS`]).
+    pub more_runs: i64,
+    /// Tests that ended in the window, by end time, then the tests still running.
+    pub tests: Vec<ReportTest>,
+    pub more_tests: i64,
+    /// Runs of the window by outcome (terminal states) or state (in flight), all of them.
+    pub run_outcomes: BTreeMap<String, i64>,
+    /// Tests of the window by outcome, and `running`.
+    pub test_outcomes: BTreeMap<String, i64>,
+    /// What is still waiting, counted.
+    pub waiting: Waiting,
+}
+
+/// What is queued and not started, counted.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Waiting {
+    /// Pending runs that are not held.
+    pub pending: i64,
+    /// Pending runs held out of the queue.
+    pub held: i64,
+    /// Inference tests queued.
+    pub queued_tests: i64,
+}
+
+/// One run in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportRun {
+    pub id: Uuid,
+    pub workflow: String,
+    pub env_name: Option<String>,
+    pub state: RunState,
+    pub attempt: i64,
+    pub reason: Option<String>,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    /// From its start to its end, or to the report for a run still going.
+    pub duration_ms: Option<i64>,
+    /// The step its attempt reached, of the total.
+    pub progress: Option<Progress>,
+    /// Its last checkpoint.
+    pub checkpoint: Option<Checkpoint>,
+    /// Its last weights: from a checkpoint, else (a completed run) the end of a stage log.
+    pub weights: Option<String>,
+    /// Its final training metrics (the last stored metric row).
+    pub metrics: Option<MetricRow>,
+    /// For a failed run: the stage whose end decided it, and that log's last lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_stage: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub log_tail: Vec<String>,
+}
+
+/// One inference test in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportTest {
+    pub id: Uuid,
+    pub env_name: String,
+    /// The schedule that fired it, by name.
+    pub schedule: Option<String>,
+    pub state: TestState,
+    pub reason: Option<String>,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    pub duration_ms: Option<i64>,
+    /// Per model: its accuracy, or why it has none.
+    pub models: Vec<ModelAccuracy>,
+    pub average_accuracy: Option<f64>,
+    /// The models that fell below their schedule's baseline.
+    pub regressions: Vec<Regression>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelAccuracy {
+    pub model: String,
+    pub accuracy: Option<f64>,
+    /// The first line of the model's error, when its process failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Report {
+    /// `2 completed, 1 failed, 1 running`: the runs by outcome, outcomes first.
+    pub fn run_tally(&self) -> String {
+        tally(&self.run_outcomes, RUN_ORDER.into_iter())
+    }
+
+    /// `1 succeeded, 1 regressed`: the tests by outcome.
+    pub fn test_tally(&self) -> String {
+        tally(&self.test_outcomes, TEST_ORDER.into_iter())
+    }
+}
+
+/// The order tallies name states in: how runs ended, then what is still going.
+const RUN_ORDER: [&str; 7] =
+    ["completed", "failed", "stopped", "running", "starting", "stopping", "retrying"];
+const TEST_ORDER: [&str; 5] = ["succeeded", "regressed", "failed", "cancelled", "running"];
+
+impl ReportRun {
+    /// `120/120`, `step 40`, or none when no step was reported.
+    pub fn step_line(&self) -> Option<String> {
+        self.progress.as_ref().map(Progress::short)
+    }
+
+    /// What it saved: its weights and its last checkpoint's step (`step 100: tinker://…`).
+    pub fn saved_line(&self) -> Option<String> {
+        let step = self.checkpoint.as_ref().map(|c| format!("step {}", c.step));
+        let what = self.weights.clone().or_else(|| self.checkpoint.as_ref()?.path.clone());
+        match (step, what) {
+            (Some(step), Some(what)) => Some(format!("{step}: {what}")),
+            (step, what) => step.or(what),
+        }
+    }
+
+    /// Its final training metrics: `reward 0.610, correct 0.720, eval 0.700, loss 0.100 (step 120)`.
+    pub fn metrics_line(&self) -> Option<String> {
+        let row = self.metrics.as_ref()?;
+        let parts: Vec<String> = [
+            ("reward", row.reward_mean),
+            ("correct", row.percent_correct),
+            ("eval", row.eval_percent_correct),
+            ("loss", row.loss),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("{name} {:.3}", value?)))
+        .collect();
+        (!parts.is_empty()).then(|| format!("{} (step {})", parts.join(", "), row.step))
+    }
+}
+
+impl ReportTest {
+    /// `m1 0.400, m2 failed: exited with code 1`.
+    pub fn accuracy_line(&self) -> String {
+        let parts: Vec<String> = self
+            .models
+            .iter()
+            .map(|m| match (m.accuracy, &m.error) {
+                (Some(accuracy), _) => format!("{} {accuracy:.3}", m.model),
+                (None, Some(error)) => format!("{} failed: {error}", m.model),
+                (None, None) => format!("{} -", m.model),
+            })
+            .collect();
+        parts.join(", ")
+    }
+
+    /// `m1 0.400 (baseline 0.800)`, one per regressed model.
+    pub fn regressions_line(&self) -> String {
+        let parts: Vec<String> = self
+            .regressions
+            .iter()
+            .map(|r| match r.current {
+                Some(current) => format!("{} {current:.3} (baseline {:.3})", r.model, r.baseline),
+                None => format!("{} no results (baseline {:.3})", r.model, r.baseline),
+            })
+            .collect();
+        parts.join(", ")
+    }
+}
+
+fn tally<'a>(counts: &BTreeMap<String, i64>, order: impl Iterator<Item = &'a str>) -> String {
+    let parts: Vec<String> = order
+        .filter_map(|state| counts.get(state).filter(|n| **n > 0).map(|n| format!("{n} {state}")))
+        .collect();
+    if parts.is_empty() { "none".into() } else { parts.join(", ") }
+}
+
+/// A window as people write it: the largest whole unit (`12h`, `30m`, `2d`, `90s`).
+pub fn window_text(window: Duration) -> String {
+    let secs = window.as_secs();
+    match secs {
+        0 => format!("{}ms", window.as_millis()),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// The stage whose end decided a failed run: the one its reason names (`stage 'trainer' …`),
+/// else the first to end without success (a non-zero exit, a signal, lost), else the last one
+/// that started.
+pub fn deciding_stage<'a>(reason: Option<&str>, stages: &'a [Stage]) -> Option<&'a Stage> {
+    let named = reason
+        .and_then(|r| r.split_once("stage '"))
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .and_then(|(name, _)| stages.iter().find(|s| s.name == name));
+    let failed_first = || {
+        stages
+            .iter()
+            .filter(|s| {
+                s.record.state == crate::model::ProcessState::Lost
+                    || s.record.exit.is_some_and(|exit| !exit.success())
+            })
+            .min_by_key(|s| (s.record.ended_at.unwrap_or(Millis::MAX), s.idx))
+    };
+    let last_started = || {
+        stages.iter().filter(|s| s.record.started_at.is_some()).max_by_key(|s| (s.record.started_at, s.idx))
+    };
+    named.or_else(failed_first).or_else(last_started)
+}
+
+/// The per-model accuracy, average and regressions recorded in a test's results.
+fn test_results(results: Option<&serde_json::Value>) -> (Vec<ModelAccuracy>, Option<f64>, Vec<Regression>) {
+    let Some(results) = results else { return (Vec::new(), None, Vec::new()) };
+    let models = results["models"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| ModelAccuracy {
+            model: m["model"].as_str().unwrap_or("?").to_string(),
+            accuracy: m["accuracy"].as_f64().filter(|_| m["error"].is_null()),
+            error: m["error"].as_str().and_then(|e| e.lines().next()).map(str::to_string),
+        })
+        .collect();
+    let average = results["summary"]["average_accuracy"].as_f64();
+    let regressions = serde_json::from_value(results["regressions"].clone()).unwrap_or_default();
+    (models, average, regressions)
+}
+
+fn counts_into(into: &mut BTreeMap<String, i64>, counts: Vec<(String, i64)>) {
+    for (state, n) in counts {
+        *into.entry(state).or_default() += n;
+    }
+}
+
+impl Service {
+    /// The report over the last `window`.
+    pub async fn report(&self, window: Duration) -> Result<Report> {
+        let until = crate::model::now_millis();
+        let since = until.saturating_sub(window.as_millis().min(i64::MAX as u128) as i64);
+        let live = self.store.runs_in_flight(REPORT_ROWS).await?;
+        let room = (REPORT_ROWS - live.len() as i64).max(0);
+        // The latest ends first: when the window holds more than a report shows, the oldest go.
+        let mut ended: Vec<Run> = self.store.runs_ended_since(since, REPORT_ROWS).await?;
+        ended.retain(|run| run.state.is_terminal());
+        ended.truncate(room as usize);
+        ended.reverse();
+        let mut runs = Vec::with_capacity(ended.len() + live.len());
+        for run in ended.iter().chain(&live) {
+            runs.push(self.report_run(run, until).await?);
+        }
+        let mut run_outcomes = BTreeMap::new();
+        counts_into(&mut run_outcomes, self.store.ended_run_counts(since).await?);
+        run_outcomes.retain(|state, _| state.parse::<RunState>().is_ok_and(RunState::is_terminal));
+        let live_counts = self.store.live_run_counts().await?;
+        let pending: i64 = live_counts.iter().filter(|(s, _)| s == "pending").map(|(_, n)| n).sum();
+        counts_into(&mut run_outcomes, live_counts.into_iter().filter(|(s, _)| s != "pending").collect());
+        let held = self.store.held_count().await?;
+
+        // Tests, the same way.
+        let schedules: BTreeMap<Uuid, String> =
+            self.store.schedules().await?.into_iter().map(|s| (s.id, s.name)).collect();
+        let running = self.store.tests_in(TestState::Running, REPORT_ROWS).await?;
+        let room = (REPORT_ROWS - running.len() as i64).max(0);
+        let mut finished = self.store.tests_ended_since(since, REPORT_ROWS).await?;
+        finished.retain(|test| test.state.is_terminal());
+        finished.truncate(room as usize);
+        finished.reverse();
+        let tests: Vec<ReportTest> =
+            finished.iter().chain(&running).map(|t| report_test(t, &schedules, until)).collect();
+        let mut test_outcomes = BTreeMap::new();
+        counts_into(&mut test_outcomes, self.store.ended_test_counts(since).await?);
+        test_outcomes.retain(|state, _| state.parse::<TestState>().is_ok_and(TestState::is_terminal));
+        let live_tests = self.store.live_test_counts().await?;
+        let queued_tests = live_tests.iter().filter(|(s, _)| s == "queued").map(|(_, n)| n).sum();
+        counts_into(&mut test_outcomes, live_tests.into_iter().filter(|(s, _)| s != "queued").collect());
+
+        let more_runs = (run_outcomes.values().sum::<i64>() - runs.len() as i64).max(0);
+        let more_tests = (test_outcomes.values().sum::<i64>() - tests.len() as i64).max(0);
+        Ok(Report {
+            window: window_text(window),
+            since,
+            until,
+            runs,
+            more_runs,
+            tests,
+            more_tests,
+            run_outcomes,
+            test_outcomes,
+            waiting: Waiting { pending: pending - held, held, queued_tests },
+        })
+    }
+
+    /// When the daemon's cron post `name` last handled a due time (now, the first time).
+    pub async fn report_post_since(&self, name: &str) -> Result<Millis> {
+        Ok(self.store.report_post_since(name, crate::model::now_millis()).await?)
+    }
+
+    /// Moves the cron post's last handled time from `from` to `to`; false when another daemon
+    /// of the store moved it first (and posts).
+    pub async fn claim_report_post(&self, name: &str, from: Millis, to: Millis) -> Result<bool> {
+        Ok(self.store.claim_report_post(name, from, to).await?)
+    }
+
+    /// One run's row: its extras from bounded reads.
+    async fn report_run(&self, run: &Run, now: Millis) -> Result<ReportRun> {
+        let progress = if run.state.is_terminal() {
+            match self.store.last_progress(run.id, run.attempt).await? {
+                Some(point) => Progress::of(&[point]),
+                None => None,
+            }
+        } else {
+            // Still going: the rate and time left need the attempt's series.
+            self.progress_of(run).await?
+        };
+        let checkpoint = self.store.last_checkpoint(run.id).await?;
+        let mut weights = self.store.last_weights(run.id).await?;
+        let metrics = self.store.last_metric_row(run.id).await?;
+        let needs_stages =
+            run.state == RunState::Failed || (run.state == RunState::Completed && weights.is_none());
+        let stages = if needs_stages { self.store.stages(run.id).await? } else { Vec::new() };
+        if run.state == RunState::Completed && weights.is_none() {
+            let logs: Vec<std::path::PathBuf> = stages.iter().map(|s| s.log_path.clone()).collect();
+            weights = off_thread(move || {
+                for log in &logs {
+                    // An unreadable log has no weights to show; the rest of the row stands.
+                    match crate::logs::last_match(log, 0, WEIGHTS_WINDOW, super::runs::weights_in) {
+                        Ok(Some(found)) => return Ok(Some(found)),
+                        Ok(None) => {}
+                        Err(err) => tracing::debug!("report: {err}"),
+                    }
+                }
+                Ok(None)
+            })
+            .await?;
+        }
+        let (mut failed_stage, mut log_tail) = (None, Vec::new());
+        if run.state == RunState::Failed
+            && let Some(stage) = deciding_stage(run.reason.as_deref(), &stages)
+        {
+            failed_stage = Some(stage.name.clone());
+            let log = stage.log_path.clone();
+            let page = off_thread(move || crate::logs::tail(&log, LOG_LINES, LOG_TAIL_BYTES)).await;
+            match page {
+                Ok(page) => {
+                    let lines: Vec<&str> = page.text.lines().collect();
+                    let from = lines.len().saturating_sub(LOG_LINES);
+                    log_tail = lines[from..].iter().map(|l| l.to_string()).collect();
+                }
+                Err(err) => log_tail = vec![format!("(cannot read the log: {err})")],
+            }
+        }
+        let end = run.ended_at.unwrap_or(now);
+        Ok(ReportRun {
+            id: run.id,
+            workflow: run.workflow.clone(),
+            env_name: run.env_name.clone(),
+            state: run.state,
+            attempt: run.attempt,
+            reason: run.reason.clone(),
+            started_at: run.started_at,
+            ended_at: run.ended_at,
+            duration_ms: run.started_at.map(|start| (end - start).max(0)),
+            progress,
+            checkpoint,
+            weights,
+            metrics,
+            failed_stage,
+            log_tail,
+        })
+    }
+}
+
+fn report_test(test: &InferenceTest, schedules: &BTreeMap<Uuid, String>, now: Millis) -> ReportTest {
+    let (models, average_accuracy, regressions) = test_results(test.results.as_ref());
+    let end = test.ended_at.unwrap_or(now);
+    ReportTest {
+        id: test.id,
+        env_name: test.env_name.clone(),
+        schedule: test.schedule_id.and_then(|id| schedules.get(&id).cloned()),
+        state: test.state,
+        reason: test.reason.clone(),
+        started_at: test.started_at,
+        ended_at: test.ended_at,
+        duration_ms: test.started_at.map(|start| (end - start).max(0)),
+        models,
+        average_accuracy,
+        regressions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Exit, ProcessRecord, ProcessState};
+
+    fn stage(idx: i64, name: &str, state: ProcessState, exit: Option<Exit>, ended: Option<Millis>) -> Stage {
+        Stage {
+            run_id: Uuid::nil(),
+            idx,
+            name: name.into(),
+            record: ProcessRecord {
+                state,
+                started_at: (state != ProcessState::Pending).then_some(10 + idx),
+                ended_at: ended,
+                exit,
+                ..ProcessRecord::default()
+            },
+            ready_at: None,
+            log_path: format!("/runs/r/{name}.log").into(),
+            slurm_job: None,
+        }
+    }
+
+    /// Which stage decided a failed run, for each way runs fail.
+    #[test]
+    fn the_deciding_stage_is_the_one_named_else_the_first_failure_else_the_last_started() {
+        use ProcessState::{Exited, Lost, Pending, Up};
+        let killed = Some(Exit::Signal(15));
+        /// What the case is, the run's reason, its stages, the stage that decided it.
+        type Case = (&'static str, Option<&'static str>, Vec<Stage>, Option<&'static str>);
+        let cases: [Case; 6] = [
+            (
+                "the reason names it",
+                Some("stage 'trainer' exited with code 1 while the run was running"),
+                vec![
+                    stage(0, "api", Exited, killed, Some(30)),
+                    stage(1, "trainer", Exited, Some(Exit::Code(1)), Some(20)),
+                    stage(2, "env", Exited, killed, Some(25)),
+                ],
+                Some("trainer"),
+            ),
+            (
+                "a name that is no stage falls back to the first failure",
+                Some("stage 'ghost' vanished"),
+                vec![
+                    stage(0, "api", Exited, killed, Some(30)),
+                    stage(1, "env", Exited, Some(Exit::Code(2)), Some(20)),
+                ],
+                Some("env"),
+            ),
+            (
+                "a stall: the first stage to end without success",
+                Some("no new step for 30m (stalled)"),
+                vec![
+                    stage(0, "api", Exited, killed, Some(40)),
+                    stage(1, "trainer", Exited, killed, Some(35)),
+                    stage(2, "env", Exited, killed, Some(30)),
+                ],
+                Some("env"),
+            ),
+            (
+                "a lost stage counts as a failure",
+                None,
+                vec![
+                    stage(0, "api", Exited, Some(Exit::Code(0)), Some(5)),
+                    stage(1, "trainer", Lost, None, None),
+                ],
+                Some("trainer"),
+            ),
+            (
+                "nothing failed: the last stage that started",
+                Some("time limit 10h reached"),
+                vec![
+                    stage(0, "api", Up, None, None),
+                    stage(1, "trainer", Up, None, None),
+                    stage(2, "env", Pending, None, None),
+                ],
+                Some("trainer"),
+            ),
+            ("no stage ever started", Some("cancelled"), vec![stage(0, "api", Pending, None, None)], None),
+        ];
+        for (what, reason, stages, want) in cases {
+            let got = deciding_stage(reason, &stages).map(|s| s.name.as_str());
+            assert_eq!(got, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn windows_read_in_their_largest_whole_unit() {
+        let cases = [(12 * 3600, "12h"), (2 * 86_400, "2d"), (90 * 60, "90m"), (90, "90s"), (0, "0ms")];
+        for (secs, text) in cases {
+            assert_eq!(window_text(Duration::from_secs(secs)), text);
+        }
+    }
+
+    #[test]
+    fn test_results_give_accuracy_per_model_and_regressions() {
+        let results = serde_json::json!({
+            "models": [
+                { "model": "m1", "accuracy": 0.4, "error": null },
+                { "model": "m2", "accuracy": 0.0, "error": "exited with code 1\nTraceback…" },
+            ],
+            "summary": { "average_accuracy": 0.4 },
+            "regressions": [{ "model": "m1", "baseline": 0.8, "current": 0.4, "reason": "fell" }],
+        });
+        let (models, average, regressions) = test_results(Some(&results));
+        assert_eq!(models[0], ModelAccuracy { model: "m1".into(), accuracy: Some(0.4), error: None });
+        assert_eq!(models[1].accuracy, None);
+        assert_eq!(models[1].error.as_deref(), Some("exited with code 1"));
+        assert_eq!(average, Some(0.4));
+        assert_eq!(regressions.len(), 1);
+        assert_eq!(regressions[0].baseline, 0.8);
+        // Results of another shape give what they hold and nothing else.
+        let (models, average, regressions) = test_results(Some(&serde_json::json!({ "models": 3 })));
+        assert!(models.is_empty() && average.is_none() && regressions.is_empty());
+        assert!(test_results(None).0.is_empty());
+    }
+
+    #[test]
+    fn tallies_follow_the_state_order_and_skip_zeros() {
+        let counts = BTreeMap::from([
+            ("running".to_string(), 1),
+            ("completed".to_string(), 2),
+            ("failed".to_string(), 0),
+        ]);
+        assert_eq!(tally(&counts, RUN_ORDER.into_iter()), "2 completed, 1 running");
+        assert_eq!(tally(&BTreeMap::new(), RUN_ORDER.into_iter()), "none");
+        // Every state a report counts has its place.
+        for state in RunState::ALL.iter().filter(|s| **s != RunState::Pending) {
+            assert!(RUN_ORDER.contains(&state.as_str()), "{state}");
+        }
+        for state in TestState::ALL.iter().filter(|s| **s != TestState::Queued) {
+            assert!(TEST_ORDER.contains(&state.as_str()), "{state}");
+        }
+    }
+}

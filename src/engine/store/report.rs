@@ -1,0 +1,195 @@
+//! The morning report's reads and the cron post's memory. Every read is an index range with a
+//! limit (runs and tests by end time, live ones by state, a run's last checkpoint and metric row
+//! by its key), so a report costs what it shows, however long the store's history.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::Result;
+use super::inference_tests::test_from_row;
+use super::rows::run_from_row;
+use super::sql::{SqlStore, count_by_state};
+use crate::model::{Checkpoint, InferenceTest, MetricRow, Millis, Run};
+
+#[async_trait]
+pub trait ReportStore: Send + Sync {
+    /// Up to `limit` runs that ended at or after `since`, the latest end first (`runs_by_end`).
+    async fn runs_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<Run>>;
+    /// Up to `limit` runs in flight (starting, running, stopping, retrying), in queue order.
+    async fn runs_in_flight(&self, limit: i64) -> Result<Vec<Run>>;
+    /// How many runs ended at or after `since`, per state (counted on `runs_by_end`).
+    async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
+    /// How many pending runs are held.
+    async fn held_count(&self) -> Result<i64>;
+    /// Up to `limit` tests that ended at or after `since`, the latest end first (`tests_by_end`).
+    async fn tests_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<InferenceTest>>;
+    /// How many tests ended at or after `since`, per state.
+    async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
+    /// How many tests are queued or running, per state.
+    async fn live_test_counts(&self) -> Result<Vec<(String, i64)>>;
+    /// The run's last checkpoint (by the time it was recorded).
+    async fn last_checkpoint(&self, run_id: Uuid) -> Result<Option<Checkpoint>>;
+    /// The weights path of the run's last checkpoint that had one.
+    async fn last_weights(&self, run_id: Uuid) -> Result<Option<String>>;
+    /// The run's last stored metric row that holds a metric.
+    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
+    /// When the cron post `name` last handled a due time; the first call records `now` (a new
+    /// setting has missed nothing) and returns it.
+    async fn report_post_since(&self, name: &str, now: Millis) -> Result<Millis>;
+    /// Moves the cron post's last handled time from `from` to `to`; false (nothing written)
+    /// when another daemon moved it first.
+    async fn claim_report_post(&self, name: &str, from: Millis, to: Millis) -> Result<bool>;
+}
+
+pub(super) const RUNS_ENDED: &str = concat!(
+    select_runs_sql!(),
+    "WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at DESC LIMIT $2"
+);
+const RUNS_IN_FLIGHT: &str =
+    concat!(select_runs_sql!(), "WHERE state IN (", in_flight_states!(), ") ORDER BY seq LIMIT $1");
+const TESTS_ENDED: &str = concat!(
+    select_tests_sql!(),
+    "WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at DESC LIMIT $2"
+);
+
+fn checkpoint_from_row(row: &sqlx::any::AnyRow) -> Result<Checkpoint> {
+    Ok(Checkpoint {
+        attempt: row.try_get("attempt")?,
+        step: row.try_get("step")?,
+        path: row.try_get("path")?,
+        weights: row.try_get("weights")?,
+        at: row.try_get("at")?,
+    })
+}
+
+#[async_trait]
+impl ReportStore for SqlStore {
+    async fn runs_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<Run>> {
+        let rows = sqlx::query(RUNS_ENDED).bind(since).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn runs_in_flight(&self, limit: i64) -> Result<Vec<Run>> {
+        let rows = sqlx::query(RUNS_IN_FLIGHT).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT state, COUNT(*) AS n FROM runs WHERE ended_at IS NOT NULL AND ended_at >= $1 \
+             GROUP BY state ORDER BY state",
+        )
+        .bind(since)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
+    }
+
+    async fn held_count(&self) -> Result<i64> {
+        let row =
+            sqlx::query("SELECT COUNT(*) AS n FROM runs WHERE state = 'pending' AND held_at IS NOT NULL")
+                .fetch_one(self.pool())
+                .await?;
+        Ok(row.try_get("n")?)
+    }
+
+    async fn tests_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<InferenceTest>> {
+        let rows = sqlx::query(TESTS_ENDED).bind(since).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(test_from_row).collect()
+    }
+
+    async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT state, COUNT(*) AS n FROM tests WHERE ended_at IS NOT NULL AND ended_at >= $1 \
+             GROUP BY state ORDER BY state",
+        )
+        .bind(since)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
+    }
+
+    async fn live_test_counts(&self) -> Result<Vec<(String, i64)>> {
+        count_by_state(
+            self.pool(),
+            "SELECT state, COUNT(*) AS n FROM tests WHERE state IN ('queued', 'running') \
+             GROUP BY state ORDER BY state",
+        )
+        .await
+    }
+
+    async fn last_checkpoint(&self, run_id: Uuid) -> Result<Option<Checkpoint>> {
+        let row = sqlx::query(
+            "SELECT attempt, step, path, weights, at FROM checkpoints WHERE run_id = $1 \
+             ORDER BY at DESC, attempt DESC, step DESC LIMIT 1",
+        )
+        .bind(run_id.to_string())
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(checkpoint_from_row).transpose()
+    }
+
+    async fn last_weights(&self, run_id: Uuid) -> Result<Option<String>> {
+        let row = sqlx::query(
+            "SELECT weights FROM checkpoints WHERE run_id = $1 AND weights IS NOT NULL \
+             ORDER BY at DESC, attempt DESC, step DESC LIMIT 1",
+        )
+        .bind(run_id.to_string())
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(match row {
+            Some(row) => row.try_get("weights")?,
+            None => None,
+        })
+    }
+
+    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>> {
+        // Walks the (run_id, step) key backwards to the first row that holds a metric.
+        let row = sqlx::query(
+            "SELECT step, reward_mean, percent_correct, eval_percent_correct, loss, recorded_at \
+             FROM metric_history WHERE run_id = $1 AND (reward_mean IS NOT NULL OR percent_correct IS NOT NULL \
+             OR eval_percent_correct IS NOT NULL OR loss IS NOT NULL) ORDER BY step DESC LIMIT 1",
+        )
+        .bind(run_id.to_string())
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|row| -> Result<MetricRow> {
+            Ok(MetricRow {
+                step: row.try_get("step")?,
+                reward_mean: row.try_get("reward_mean")?,
+                percent_correct: row.try_get("percent_correct")?,
+                eval_percent_correct: row.try_get("eval_percent_correct")?,
+                loss: row.try_get("loss")?,
+                recorded_at: row.try_get("recorded_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn report_post_since(&self, name: &str, now: Millis) -> Result<Millis> {
+        sqlx::query(
+            "INSERT INTO report_posts (name, last_fired) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        let row = sqlx::query("SELECT last_fired FROM report_posts WHERE name = $1")
+            .bind(name)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get("last_fired")?)
+    }
+
+    async fn claim_report_post(&self, name: &str, from: Millis, to: Millis) -> Result<bool> {
+        let moved =
+            sqlx::query("UPDATE report_posts SET last_fired = $1 WHERE name = $2 AND last_fired = $3")
+                .bind(to)
+                .bind(name)
+                .bind(from)
+                .execute(self.pool())
+                .await?;
+        Ok(moved.rows_affected() > 0)
+    }
+}
