@@ -20,7 +20,7 @@ fn free_port() -> u16 {
 
 /// Chromium, or None (saying so) when it is missing; `LACHESIS_REQUIRE_CHROMIUM=1` (set by
 /// tests/run.sh once it is installed) turns the skip into a failure.
-fn chromium() -> Option<PathBuf> {
+pub fn chromium() -> Option<PathBuf> {
     let found = std::env::var_os("PATH")
         .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join("chromium")).find(|p| p.exists()));
     if found.is_none() {
@@ -34,14 +34,14 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// A directory that outlives the test, for its screenshots.
-fn screenshot_dir() -> PathBuf {
+pub fn screenshot_dir() -> PathBuf {
     let dir = tempfile::Builder::new().prefix("lachesis-dashboard-").tempdir().unwrap().keep();
     eprintln!("dashboard screenshots: {}", dir.display());
     dir
 }
 
 /// Runs the driver with `plan` and returns its report.
-fn drive(plan: &Value) -> Value {
+pub fn drive(plan: &Value) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let plan_path = dir.path().join("plan.json");
     std::fs::write(&plan_path, plan.to_string()).unwrap();

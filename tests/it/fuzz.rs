@@ -517,6 +517,9 @@ fn corpus_http_refusals_are_json_naming_the_field() {
     let cases: &[(&str, &str, &str, StatusCode, &str)] = &[
         ("GET", "/runs?limit=abc", "", StatusCode::BAD_REQUEST, "invalid_query"),
         ("GET", "/tests?limit=1e999", "", StatusCode::BAD_REQUEST, "invalid_query"),
+        ("GET", "/report?since=1e999", "", StatusCode::BAD_REQUEST, "invalid_query"),
+        ("GET", "/report?since=99999999999999999999999h", "", StatusCode::BAD_REQUEST, "invalid_query"),
+        ("GET", "/report?since=%00%0A", "", StatusCode::BAD_REQUEST, "invalid_query"),
         (
             "POST",
             "/schedules",

@@ -267,6 +267,7 @@ async fn the_morning_report_shows_the_night_on_every_surface() {
 
     // The CLI, as text: one screen with the tables, the failed stage's lines and the counts.
     let text = home.cli_ok(&["report"]);
+    eprintln!("lachesis report:\n{text}");
     for id in [night.completed, night.stopped, night.failed, night.running, night.passed, night.regressed] {
         assert!(text.contains(&id.to_string()[..8]), "{id} missing:\n{text}");
     }
@@ -330,6 +331,18 @@ async fn the_morning_report_shows_the_night_on_every_surface() {
     let bad = http.get(format!("{base}/ui/report?since=0")).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST);
     assert!(bad.text().await.unwrap().contains("since: must be longer than 0s"));
+
+    // And in a real browser, when there is one (the dashboard's tier).
+    if crate::dashboard::chromium().is_some() {
+        let out = crate::dashboard::screenshot_dir();
+        let shown =
+            crate::dashboard::drive(&json!({ "mode": "screens", "base": base, "token": TOKEN, "out": out,
+            "pages": { "report": "/ui/report" } }));
+        let text = shown["report"]["text"].as_str().unwrap();
+        eprintln!("screenshot: {}", shown["report"]["screenshot"]);
+        assert!(text.contains("failed: last lines of trainer") && text.contains("broken"), "{text}");
+        assert!(text.contains(&night.regressed.to_string()[..8]) && text.contains("1 held"), "{text}");
+    }
 }
 
 #[tokio::test]
@@ -414,4 +427,47 @@ async fn the_report_reads_the_same_night_on_postgres() {
     assert!(listed(&report["runs"], completed) && !listed(&report["runs"], old), "{report:#}");
     assert_eq!(row(&report["runs"], completed)["weights"], "tinker://pg/7");
     assert_eq!(report["run_outcomes"], json!({ "completed": 1 }));
+}
+
+/// Figures: a window of 1,500 ended runs in a store of 11,500 lists the newest 1,000 and says
+/// how many more, counting them all; its cost follows the rows shown, not the history kept.
+#[tokio::test]
+async fn a_crowded_window_lists_a_thousand_and_counts_the_rest() {
+    let mut home = home_with_workflows();
+    let spec = home.settings().catalog().unwrap().load("ok").unwrap();
+    let service = home.service().await;
+    let now = now_millis();
+    let mut batch = Vec::new();
+    for i in 0..11_500i64 {
+        let id = Uuid::new_v4();
+        let mut run = Run::queued(id, spec.clone(), home.settings().run_dir(&id), 0, RunParams::default());
+        // 1,500 in the last 12 hours (one a failure in ten), 10,000 in the days before.
+        let ended = if i < 1_500 { now - 11 * HOUR + i * 1000 } else { now - 13 * HOUR - i * 60_000 };
+        run.state = if i % 10 == 0 { RunState::Failed } else { RunState::Completed };
+        run.started_at = Some(ended - 60_000);
+        run.ended_at = Some(ended);
+        run.reason = Some("stage 'main' exited with code 0".into());
+        let stages = run.pending_stages();
+        batch.push((run, stages));
+    }
+    service.insert_as_given(&batch).await.unwrap();
+    let started = std::time::Instant::now();
+    let report = service.report(Duration::from_secs(12 * 3600)).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(report.runs.len(), 1_000);
+    assert_eq!(report.more_runs, 500);
+    assert_eq!(report.run_outcomes.get("failed"), Some(&150));
+    assert_eq!(report.run_outcomes.get("completed"), Some(&1_350));
+    // The newest thousand, oldest first.
+    let newest: Vec<Uuid> = batch[500..1_500].iter().map(|(run, _)| run.id).collect();
+    assert_eq!(report.runs.iter().map(|r| r.id).collect::<Vec<_>>(), newest);
+    let text = home.cli_ok(&["report"]);
+    assert!(text.contains("… and 500 more runs (see `lachesis run list`)"), "{}", &text[text.len() - 400..]);
+    let started = std::time::Instant::now();
+    home.cli_ok(&["report", "--json"]);
+    eprintln!(
+        "FIGURES report over 1,500 runs in the window (11,500 in the store): Service::report {took:?}, \
+         `lachesis report --json` {:?} (debug build)",
+        started.elapsed()
+    );
 }
