@@ -123,6 +123,8 @@ pub async fn run(service: Service, post: ReportPost) {
             }
         }
     };
+    // The next due time last written to the log: said once, not on every hourly look.
+    let mut announced = None;
     loop {
         let now = Utc::now();
         if let Tick::Fire { due_at, missed, .. } = tick(&post.cron, utc(last), now, false) {
@@ -152,7 +154,11 @@ pub async fn run(service: Service, post: ReportPost) {
         }
         let next = post.cron.next_after(now.max(utc(last)));
         match next {
-            Some(next) => tracing::info!("morning report: next post due at {next}"),
+            Some(next) if announced != Some(next) => {
+                tracing::info!("morning report: next post due at {next}");
+                announced = Some(next);
+            }
+            Some(_) => {}
             None => {
                 tracing::info!("morning report: the cron never fires again");
                 return;
