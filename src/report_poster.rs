@@ -45,7 +45,7 @@ pub enum ReportPostError {
          environment or $LACHESIS_HOME/.env)"
     )]
     NoWebhook,
-    #[error("--report-webhook and LACHESIS_REPORT_WEBHOOK need --report-cron (when to post)")]
+    #[error("--report-webhook needs --report-cron (when to post)")]
     NoCron,
     #[error("report webhook '{0}' must be an http(s) URL")]
     NotHttp(String),
@@ -58,7 +58,8 @@ pub enum ReportPostError {
 
 impl ReportPost {
     /// The post the daemon's settings ask for, if any: `cron` (in `tz`) with the `--report-webhook`
-    /// URLs, which must carry no credentials, and those of [`WEBHOOK_VAR`], which may.
+    /// URLs, which must carry no credentials, and those of [`WEBHOOK_VAR`], which may. Without
+    /// a cron nothing is posted.
     pub fn from_settings(
         cron: Option<&str>,
         tz: Option<&str>,
@@ -81,8 +82,9 @@ impl ReportPost {
             }
         }
         match (cron, webhooks.is_empty()) {
-            (None, true) => Ok(None),
-            (None, false) => Err(ReportPostError::NoCron),
+            (None, _) if !argv_webhooks.is_empty() => Err(ReportPostError::NoCron),
+            // A webhook left in the env file posts nothing without a cron (posting is off).
+            (None, _) => Ok(None),
             (Some(_), true) => Err(ReportPostError::NoWebhook),
             (Some(cron), false) => Ok(Some(ReportPost { cron: Cron::parse(cron, tz)?, window, webhooks })),
         }
@@ -239,7 +241,7 @@ mod tests {
             ReportPost::from_settings(cron, None, hour, &hooks).unwrap_err().to_string()
         };
         assert!(err(Some("0 7 * * *"), &[]).starts_with("--report-cron needs a webhook"));
-        assert!(err(None, &["http://h/x"]).starts_with("--report-webhook and LACHESIS_REPORT_WEBHOOK need"));
+        assert!(err(None, &["http://h/x"]).starts_with("--report-webhook needs --report-cron"));
         assert!(err(Some("0 25 * * *"), &["http://h/x"]).contains("hour 25 is out of range"));
         assert!(err(Some("0 7 * * *"), &["ftp://h/x"]).contains("must be an http(s) URL"));
         let secret = err(Some("0 7 * * *"), &["https://user:hunter2@h/x?token=abc"]);
