@@ -41,6 +41,18 @@ fn pooled_home() -> TestHome {
     home
 }
 
+/// Starts the daemon with `--pool POOL` and waits until it has published its pools (a
+/// submission made before that finds none, and is refused).
+async fn start_with_pool(home: &mut TestHome, pool: &str) {
+    home.start_daemon_with(&["--pool", pool]);
+    let dir = home.path().to_path_buf();
+    wait_for("the daemon to publish its pools", WAIT, || {
+        let dir = dir.clone();
+        async move { lachesis::pools::published(&dir).ok().filter(|p| !p.is_empty()) }
+    })
+    .await;
+}
+
 async fn run_dir(home: &mut TestHome, id: Uuid) -> PathBuf {
     home.run(id).await.run_dir
 }
@@ -82,7 +94,7 @@ fn units_of(owners: &BTreeMap<String, Uuid>, id: Uuid) -> Vec<&str> {
 #[tokio::test]
 async fn four_gpus_are_shared_by_runs_needing_1_2_2_1_and_never_twice_across_a_daemon_kill() {
     let mut home = pooled_home();
-    home.start_daemon_with(&["--pool", "gpu=0,1,2,3"]);
+    start_with_pool(&mut home, "gpu=0,1,2,3").await;
     let a = home.submit(&["-w", "gpujob"]);
     let b = home.submit(&["-w", "gpuslow", "--needs", "gpu=2"]);
     let c = home.submit(&["-w", "gpujob", "--needs", "gpu=2"]);
@@ -155,7 +167,7 @@ async fn requests_no_pool_can_meet_are_refused_and_needs_are_edited_while_pendin
     // No daemon has published pools yet: the home has none.
     let err = stderr(&home.cli(&["run", "start", "-w", "gpujob"]));
     assert!(err.contains("needs gpu=1: the daemon has no pool 'gpu' (its pools: none"), "{err}");
-    home.start_daemon_with(&["--pool", "gpu=0,1,2,3"]);
+    start_with_pool(&mut home, "gpu=0,1,2,3").await;
     // Through the daemon (one run) and straight to the store (--count): the same refusals.
     for extra in [&[][..], &["--count", "2"][..]] {
         let mut args = vec!["run", "start", "-w", "gpujob", "--needs", "gpu=5"];
@@ -231,7 +243,7 @@ async fn gpu_auto_takes_the_gpus_nvidia_smi_lists() {
     let path = format!("{}:{}", standin.display(), std::env::var("PATH").unwrap_or_default());
     home.environ.push(("PATH".into(), path));
     home.environ.push(("STANDIN_GPUS".into(), "2".into()));
-    home.start_daemon_with(&["--pool", "gpu=auto"]);
+    start_with_pool(&mut home, "gpu=auto").await;
     let id = home.submit(&["-w", "gpujob", "--needs", "gpu=2"]);
     assert_eq!(units_seen(&mut home, id).await, "0,1");
     let err = stderr(&home.cli(&["run", "start", "-w", "gpujob", "--needs", "gpu=3"]));
