@@ -115,6 +115,13 @@ async fn four_gpus_are_shared_by_runs_needing_1_2_2_1_and_never_twice_across_a_d
     assert_eq!(status["needs"], serde_json::json!({"gpu": 2}), "{status}");
     let text = home.cli_ok(&["run", "status", &b.to_string()]);
     assert!(text.contains("units     gpu 1,2"), "{text}");
+    let (code, answer) = http(home.path(), "GET", &format!("/runs/{b}"), "").await;
+    assert_eq!(code, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["units"], serde_json::json!({"gpu": ["1", "2"]}), "{answer}");
+    let (code, page) = http(home.path(), "GET", &format!("/ui/runs/{b}"), "").await;
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("needs <b>gpu=2</b> · units <b>gpu 1,2</b>"), "{page}");
 
     // A crash: the stages go on under their shims; a run queued meanwhile must not get their units.
     home.kill_daemon();
@@ -221,11 +228,15 @@ async fn requests_no_pool_can_meet_are_refused_and_needs_are_edited_while_pendin
 
 /// `POST /runs` on the home's API socket: (status, body).
 async fn post_runs(home: &Path, body: &serde_json::Value) -> (u16, String) {
+    http(home, "POST", "/runs", &body.to_string()).await
+}
+
+/// One request on the home's API socket (no token there): (status, body).
+async fn http(home: &Path, method: &str, path: &str, body: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::UnixStream::connect(home.join("api.sock")).await.unwrap();
-    let body = body.to_string();
     let request = format!(
-        "POST /runs HTTP/1.1\r\nhost: lachesis\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nhost: lachesis\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -272,5 +283,35 @@ async fn a_daemon_with_pools_it_cannot_have_does_not_start() {
         // The reason is on the first line (clap adds a hint for a flag it refused).
         let first = err.lines().next().unwrap_or_default();
         assert!(!out.status.success() && first.contains(want), "{flags:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn an_exclusive_label_and_a_pooled_run_never_share_a_device() {
+    let mut home = pooled_home();
+    // An older workflow that holds gpu 0 as an exclusive label, and says so to its stage.
+    let labelled = gpu_workflow("label0", "    env: {CUDA_VISIBLE_DEVICES: \"0\"}\n")
+        .replace("needs: {gpu: 1}\n", "resources: [\"gpu:0\"]\n")
+        .replace("'{pool.gpu}'", "label");
+    home.workflow("label0", &labelled);
+    start_with_pool(&mut home, "gpu=0,1").await;
+    let old = home.submit(&["-w", "label0"]);
+    assert_eq!(units_seen(&mut home, old).await, "0");
+    let pooled = home.submit(&["-w", "gpujob"]);
+    assert_eq!(units_seen(&mut home, pooled).await, "1", "unit 0 is the label's");
+    // And the other way: while the pool holds gpu 0, the label waits.
+    release(&mut home, old).await;
+    home.wait_state(old, RunState::Completed, WAIT).await;
+    let first = home.submit(&["-w", "gpujob"]);
+    assert_eq!(units_seen(&mut home, first).await, "0");
+    let again = home.submit(&["-w", "label0"]);
+    let quick = home.submit(&["-w", "quick"]);
+    home.wait_state(quick, RunState::Completed, WAIT).await;
+    assert_eq!(home.run(again).await.state, RunState::Pending, "gpu 0 is the pooled run's");
+    release(&mut home, first).await;
+    assert_eq!(units_seen(&mut home, again).await, "0");
+    for id in [pooled, again] {
+        release(&mut home, id).await;
+        home.wait_state(id, RunState::Completed, WAIT).await;
     }
 }
