@@ -224,6 +224,21 @@ async fn requests_no_pool_can_meet_are_refused_and_needs_are_edited_while_pendin
     assert_eq!(units_seen(&mut home, id).await, "0,1,2,3");
     release(&mut home, id).await;
     home.wait_state(id, RunState::Completed, WAIT).await;
+
+    // A queued run whose needs a restarted daemon no longer has says so, and waits.
+    let waiting = home.submit(&["-w", "gpujob", "--needs", "gpu=3", "--hold"]);
+    home.kill_daemon();
+    std::fs::remove_file(lachesis::pools::file(home.path())).unwrap();
+    start_with_pool(&mut home, "gpu=0,1").await;
+    home.cli_ok(&["run", "release", &waiting.to_string()]);
+    let quick = home.submit(&["-w", "quick"]);
+    home.wait_state(quick, RunState::Completed, WAIT).await;
+    let text = home.cli_ok(&["run", "status", &waiting.to_string()]);
+    assert!(
+        text.contains("waiting   for pool units the daemon lacks: needs gpu=3: pool 'gpu' has 2 units"),
+        "{text}"
+    );
+    assert_eq!(home.run(waiting).await.state, RunState::Pending);
 }
 
 /// `POST /runs` on the home's API socket: (status, body).
