@@ -233,6 +233,9 @@ async fn requests_no_pool_can_meet_are_refused_and_needs_are_edited_while_pendin
     home.cli_ok(&["run", "release", &waiting.to_string()]);
     let quick = home.submit(&["-w", "quick"]);
     home.wait_state(quick, RunState::Completed, WAIT).await;
+    let doctor: serde_json::Value = serde_json::from_slice(&home.cli(&["doctor", "--json"]).stdout).unwrap();
+    let pools = doctor["checks"].as_array().unwrap().iter().find(|c| c["name"] == "pools").cloned();
+    assert_eq!(pools.unwrap()["detail"], "gpu=0,1 (as the daemon last started)");
     let text = home.cli_ok(&["run", "status", &waiting.to_string()]);
     assert!(
         text.contains("waiting   for pool units the daemon lacks: needs gpu=3: pool 'gpu' has 2 units"),
