@@ -1,5 +1,6 @@
 //! Claiming: which pending runs this node takes (queue order, free slots, its resources,
-//! ports and pool units, label pinning), and getting a claimed run under way (ledger, run directory, config).
+//! ports and pool units, label pinning), and getting a claimed run under way (ledger, run
+//! directory, config).
 
 use std::collections::BTreeSet;
 
