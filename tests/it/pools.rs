@@ -333,3 +333,29 @@ async fn an_exclusive_label_and_a_pooled_run_never_share_a_device() {
         home.wait_state(id, RunState::Completed, WAIT).await;
     }
 }
+
+#[tokio::test]
+async fn on_postgres_the_units_survive_a_daemon_kill_too() {
+    let Some(url) = crate::support::fresh_postgres().await else { return };
+    let mut home = pooled_home();
+    home.database_url = Some(url);
+    start_with_pool(&mut home, "gpu=0,1").await;
+    let first = home.submit(&["-w", "gpujob"]);
+    let second = home.submit(&["-w", "gpuslow"]);
+    assert_eq!(units_seen(&mut home, first).await, "0");
+    assert_eq!(units_seen(&mut home, second).await, "1");
+    home.kill_daemon();
+    let third = home.submit(&["-w", "gpujob"]);
+    start_with_pool(&mut home, "gpu=0,1").await;
+    let quick = home.submit(&["-w", "quick"]);
+    home.wait_state(quick, RunState::Completed, WAIT).await;
+    assert_eq!(home.run(third).await.state, RunState::Pending, "both units are still held");
+    assert_eq!(assert_no_unit_shared(&mut home).await.len(), 2);
+    release(&mut home, second).await;
+    assert_eq!(units_seen(&mut home, third).await, "1");
+    assert_no_unit_shared(&mut home).await;
+    for id in [first, third] {
+        release(&mut home, id).await;
+        home.wait_state(id, RunState::Completed, WAIT).await;
+    }
+}
