@@ -35,6 +35,8 @@ pub struct DaemonOptions {
     pub log_rotation: crate::logs::Rotation,
     /// The morning report to post on a cron, if any.
     pub report: Option<crate::report_poster::ReportPost>,
+    /// Counted pools (`--pool gpu=0,1,2,3`, `gpu=auto`); none by default.
+    pub pools: Vec<crate::model::pool::PoolSpec>,
 }
 
 impl Default for DaemonOptions {
@@ -51,6 +53,7 @@ impl Default for DaemonOptions {
             keep_finished: None,
             log_rotation: crate::logs::Rotation::default(),
             report: None,
+            pools: Vec::new(),
         }
     }
 }
@@ -67,6 +70,8 @@ pub enum DaemonError {
     Api(#[from] crate::api::ApiError),
     #[error("{0}")]
     BadOption(String),
+    #[error(transparent)]
+    Pools(#[from] crate::pools::PoolsError),
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -93,12 +98,18 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
             "--node '{node}' is not a node id (letters, digits, '-', '_' or '.')"
         )));
     }
+    let pools = crate::pools::resolve(&options.pools)?;
     let service = Service::open(settings.clone()).await?;
     if !options.labels.is_empty() && !service.backend().supports_nodes() {
         return Err(ServiceError::NeedsPostgres("node labels (--label)".into()).into());
     }
     let node = options.node.clone().unwrap_or_else(hostname);
     let _lock = service.lock_daemon(&node).await?;
+    // Published for submissions made without the daemon; only the lock's holder writes it.
+    crate::pools::publish(&settings.home, &pools)?;
+    if !pools.is_empty() {
+        info!(pools = %pools, "counted pools");
+    }
     let socket_path = settings.socket_path();
     let socket = crate::wake::listen(&socket_path)
         .map_err(|source| DaemonError::Socket { path: socket_path.display().to_string(), source })?;
@@ -145,6 +156,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         runs_dir: settings.home.join("runs"),
         claims_dir: settings.home.join("claims"),
         log_rotation: options.log_rotation,
+        pools,
     };
     let registration = crate::service::NodeRegistration {
         id: node,

@@ -102,6 +102,17 @@ fn disk_check(home: &std::path::Path) -> Check {
     }
 }
 
+/// The counted pools the home's daemon published when it last started (`--pool`).
+fn pools_check(home: &std::path::Path) -> Check {
+    match crate::pools::published(home) {
+        Ok(pools) if pools.is_empty() => {
+            check("pools", true, false, "none: runs with `needs` are refused (see `daemon --pool`)")
+        }
+        Ok(pools) => check("pools", true, false, format!("{pools} (as the daemon last started)")),
+        Err(err) => check("pools", false, false, err.to_string()),
+    }
+}
+
 fn check(name: &str, ok: bool, required: bool, detail: impl Into<String>) -> Check {
     Check { name: name.into(), ok, required, detail: detail.into() }
 }
@@ -124,6 +135,7 @@ pub async fn report(service: &Service) -> Report {
 
     checks.push(api_token_check(settings));
     checks.push(disk_check(&settings.home));
+    checks.push(pools_check(&settings.home));
 
     if service.backend().supports_nodes()
         && let Ok(nodes) = service.nodes().await

@@ -54,7 +54,7 @@ pub static ROUTES: &[Route] = &[
         "post",
         "/runs",
         "Queue a run, or a list of runs in one transaction (answers a list, in order)",
-        Some(r#"{"workflow": "demo", "priority": 0}"#),
+        Some(r#"{"workflow": "demo", "priority": 0, "needs": {"gpu": 1}}"#),
         post(start_run)
     ),
     route!("get", "/runs/{id}", "A run with its stages", None, get(run_status)),
@@ -62,8 +62,8 @@ pub static ROUTES: &[Route] = &[
     route!(
         "patch",
         "/runs/{id}",
-        "Edit a pending run: priority, vars, set (refused once it has left the queue)",
-        Some(r#"{"priority": 5, "vars": {"steps": "3"}}"#),
+        "Edit a pending run: priority, vars, set, needs (refused once it has left the queue)",
+        Some(r#"{"priority": 5, "vars": {"steps": "3"}, "needs": {"gpu": 1}}"#),
         patch(edit_run)
     ),
     route!(
@@ -273,6 +273,9 @@ pub struct StartBody {
     /// Overrides the workflow's `time_limit` (e.g. "10h").
     #[serde(default)]
     time_limit: Option<crate::workflow::Dur>,
+    /// Units of the daemon's pools, over the workflow's `needs` (e.g. {"gpu": 2}).
+    #[serde(default, skip_serializing_if = "crate::model::Needs::is_empty")]
+    needs: crate::model::Needs,
 }
 
 impl From<StartBody> for SubmitRequest {
@@ -291,6 +294,7 @@ impl From<StartBody> for SubmitRequest {
             stall_timeout: body.stall_timeout.map(|d| d.0),
             hold: body.hold,
             time_limit: body.time_limit.map(|d| d.0),
+            needs: body.needs,
         }
     }
 }
@@ -307,6 +311,7 @@ impl From<&SubmitRequest> for StartBody {
             stall_timeout: request.stall_timeout.map(crate::workflow::Dur),
             hold: request.hold,
             time_limit: request.time_limit.map(crate::workflow::Dur),
+            needs: request.needs.clone(),
         }
     }
 }
@@ -362,13 +367,20 @@ struct EditBody {
     vars: BTreeMap<String, String>,
     #[serde(default)]
     set: BTreeMap<String, Value>,
+    /// Pool units, over the run's own needs (e.g. {"gpu": 1}).
+    #[serde(default)]
+    needs: crate::model::Needs,
 }
 
 async fn edit_run(State(s): State<AppState>, Path(id): Path<String>, Body(body): Body<EditBody>) -> Answer {
     let set =
         body.set.into_iter().map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)));
-    let request =
-        crate::service::EditRequest { priority: body.priority, vars: body.vars, set: set.collect() };
+    let request = crate::service::EditRequest {
+        priority: body.priority,
+        vars: body.vars,
+        set: set.collect(),
+        needs: body.needs,
+    };
     ok(crate::service::RunSummary::from(&s.service.edit(&id, request).await?))
 }
 
@@ -681,6 +693,7 @@ mod tests {
             stall_timeout: Some(std::time::Duration::from_millis(1500)),
             hold: true,
             time_limit: Some(std::time::Duration::from_secs(36_000)),
+            needs: crate::model::Needs::from_pairs([("gpu".to_string(), 2)]).unwrap(),
         };
         let json = serde_json::to_string(&StartBody::from(&request)).unwrap();
         let body: StartBody = serde_json::from_str(&json).unwrap();

@@ -29,6 +29,11 @@ pub struct DaemonArgs {
     /// A label runs can be pinned to (KEY=VALUE, repeatable; PostgreSQL only)
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// A counted pool of this node's devices (repeatable): gpu=0,1,2,3, or gpu=auto for the
+    /// GPUs `nvidia-smi -L` lists. A run asks for units (`needs: {gpu: 2}`, `--needs gpu=2`)
+    /// and gets distinct ones; the gpu pool's are its stages' CUDA_VISIBLE_DEVICES
+    #[arg(long = "pool", value_name = "NAME=UNITS", env = "LACHESIS_POOLS", value_delimiter = ';')]
+    pools: Vec<lachesis::model::pool::PoolSpec>,
     /// How long a heartbeat keeps this node's lease; after that other nodes fail (or requeue)
     /// its runs
     #[arg(long, env = "LACHESIS_LEASE", default_value = "60s")]
@@ -136,6 +141,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
             max_files: args.log_max_files,
         },
         report,
+        pools: args.pools,
     };
     // One thread runs every task: a message between the API, the reconciler and a stage's
     // watcher stays on it instead of waking another thread (about 90 context switches per run

@@ -68,6 +68,9 @@ pub enum RunCommand {
         /// Workflow variable (repeatable): --var steps=3
         #[arg(long = "var", value_name = "NAME=VALUE")]
         var: Vec<String>,
+        /// Units of the daemon's pools (repeatable): --needs gpu=1
+        #[arg(long = "needs", value_name = "POOL=COUNT")]
+        needs: Vec<String>,
         #[arg(long)]
         json: bool,
     },
@@ -145,6 +148,10 @@ pub struct StartArgs {
     /// workflow's `time_limit`
     #[arg(long, value_name = "DURATION")]
     time_limit: Option<lachesis::workflow::Dur>,
+    /// Units of the daemon's pools the run takes (repeatable), over the workflow's `needs`:
+    /// --needs gpu=2 (its stages see them as CUDA_VISIBLE_DEVICES)
+    #[arg(long = "needs", value_name = "POOL=COUNT")]
+    needs: Vec<String>,
     /// Wait for the run to end, showing its progress; exit non-zero unless it completed
     #[arg(long, conflicts_with_all = ["count", "from"])]
     wait: bool,
@@ -152,7 +159,7 @@ pub struct StartArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     count: Option<u32>,
     /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with
-    /// any of workflow, env, set, vars, priority, over the flags given here
+    /// any of workflow, env, set, vars, priority, needs, over the flags given here
     #[arg(long, value_name = "FILE", conflicts_with = "count")]
     from: Option<PathBuf>,
     #[arg(long)]
@@ -171,6 +178,7 @@ impl StartArgs {
             stall_timeout: self.stall_timeout.map(|d| d.0),
             hold: self.hold,
             time_limit: self.time_limit.map(|d| d.0),
+            needs: needs(&self.needs)?,
         })
     }
 }
@@ -285,11 +293,12 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
         }
         RunCommand::Hold { id, json } => print_summary(&service.hold(&id).await?, json)?,
         RunCommand::Release { id, json } => print_summary(&service.release(&id).await?, json)?,
-        RunCommand::Edit { id, priority, set, var, json } => {
+        RunCommand::Edit { id, priority, set, var, needs: asked, json } => {
             let request = lachesis::service::EditRequest {
                 priority,
                 vars: assignments("--var", &var)?,
                 set: assignments("--set", &set)?,
+                needs: needs(&asked)?,
             };
             print_summary(&service.edit(&id, request).await?, json)?;
         }
@@ -375,6 +384,13 @@ fn assignments(flag: &'static str, items: &[String]) -> Result<BTreeMap<String, 
         .collect()
 }
 
+/// `--needs POOL=COUNT` values; a pool named twice is refused.
+fn needs(items: &[String]) -> Result<lachesis::model::Needs, ServiceError> {
+    let pairs =
+        items.iter().map(|item| lachesis::model::pool::parse_need(item)).collect::<Result<Vec<_>, _>>()?;
+    Ok(lachesis::model::Needs::from_pairs(pairs)?)
+}
+
 /// One line of `run start --from`: what this run changes over the command line's flags.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -386,6 +402,8 @@ struct RunLine {
     #[serde(default)]
     vars: BTreeMap<String, serde_json::Value>,
     priority: Option<i64>,
+    #[serde(default)]
+    needs: lachesis::model::Needs,
 }
 
 /// The requests of a `--from` file (or stdin), one per non-blank line, over `base`.
@@ -412,6 +430,7 @@ fn requests_from(path: &std::path::Path, base: &SubmitRequest) -> Result<Vec<Sub
         request.priority = line.priority.unwrap_or(request.priority);
         request.set.extend(line.set.into_iter().map(|(k, v)| (k, text_of(v))));
         request.vars.extend(line.vars.into_iter().map(|(k, v)| (k, text_of(v))));
+        request.needs = request.needs.overlaid(&line.needs);
         requests.push(request);
     }
     if requests.is_empty() {
@@ -443,6 +462,12 @@ fn print_status(status: &RunStatus) {
     }
     if let Some(node) = &r.node {
         println!("node      {node}");
+    }
+    if !r.needs.is_empty() {
+        println!("needs     {}", r.needs);
+    }
+    for (pool, units) in &r.units {
+        println!("units     {pool} {}", if units.is_empty() { "none".into() } else { units.join(",") });
     }
     if let Some(at) = status.time_limit_at {
         let left = std::time::Duration::from_millis((at - now_millis()).max(0) as u64);

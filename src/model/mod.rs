@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod event;
 pub mod inference_test;
 pub mod metric_row;
+pub mod pool;
 pub mod process;
 pub mod progress;
 pub mod run;
@@ -18,6 +19,7 @@ pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Star
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};
+pub use pool::{Needs, Pools};
 pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
 pub use progress::{Progress, ProgressPoint};
 pub use run::{IllegalTransition, Run, RunPage, RunParams, RunQuery, RunState, RunTrigger};

@@ -198,6 +198,10 @@ pub struct RunParams {
     pub vars: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, serde_json::Value>,
+    /// What the run asks of the claiming node's pools: the workflow's `needs:` with the run's
+    /// own (`--needs`) over them. The units it got are in `resolved` (`pool.gpu` = "1,2").
+    #[serde(default, skip_serializing_if = "super::Needs::is_empty")]
+    pub needs: super::Needs,
     /// Values resolved at claim time (ports picked, paths), so a restarted daemon expands the same.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved: BTreeMap<String, String>,

@@ -61,6 +61,11 @@ pub struct Workflow {
     /// Exclusive resources beyond the fixed ports (e.g. `gpu:0`).
     #[serde(default)]
     pub resources: Vec<String>,
+    /// Units of the claiming node's counted pools each run takes (`needs: {gpu: 2}`): distinct
+    /// units per live run, seen by its stages as `{pool.gpu}`, `LACHESIS_POOL_GPU` and
+    /// `CUDA_VISIBLE_DEVICES`.
+    #[serde(default, skip_serializing_if = "crate::model::Needs::is_empty")]
+    pub needs: crate::model::Needs,
     /// Named ports: a number is fixed and held exclusively; `auto` picks a free one per run.
     #[serde(default)]
     pub ports: BTreeMap<String, PortSpec>,
@@ -223,6 +228,7 @@ impl Workflow {
         let mut known: Vec<String> = BUILTIN_VARS.iter().map(|s| s.to_string()).collect();
         known.extend(self.vars.keys().cloned());
         known.extend(self.ports.keys().map(|p| format!("port.{p}")));
+        known.extend(self.needs.names().map(|n| format!("{}{n}", crate::model::pool::VAR_PREFIX)));
         known
     }
 
@@ -254,7 +260,19 @@ impl Workflow {
                 );
             }
         }
+        if let Err(err) = self.needs.clone().checked() {
+            return bad("needs", err.to_string());
+        }
+        if !self.needs.is_empty() && self.launcher == Launcher::Slurm {
+            return bad("needs", "counted pools are the claiming node's devices; a Slurm job asks sbatch for its own (slurm options)".into());
+        }
         for (name, value) in &self.vars {
+            if name.starts_with("port.") || name.starts_with(crate::model::pool::VAR_PREFIX) {
+                return bad(
+                    &format!("vars.{name}"),
+                    "names starting with 'port.' or 'pool.' are set by lachesis".into(),
+                );
+            }
             if BUILTIN_VARS.contains(&name.as_str()) {
                 return bad(
                     &format!("vars.{name}"),
@@ -485,6 +503,9 @@ impl StageSpec {
         if let Some(run_id) = vars.get("run_id") {
             wandb::add_identity(&mut env, run_id, &self.name);
         }
+        // The units the claim assigned win over the workflow's own value: two runs must never
+        // see one device.
+        env.extend(crate::model::pool::environ(vars));
         if let Some(point) = resume {
             env.insert("LACHESIS_RESUME_STEP".into(), point.step.to_string());
             env.insert("LACHESIS_RESUME_PATH".into(), point.path);
@@ -704,6 +725,36 @@ mod tests {
         assert_eq!(plan.probe, Some(Probe::Http { http: "http://127.0.0.1:8000/".into() }));
         let ports = BTreeMap::from([("api".to_string(), 8000u16), ("other".to_string(), 40123u16)]);
         assert_eq!(wf.resources(&ports), BTreeSet::from(["port:8000".to_string(), "port:40123".to_string()]));
+    }
+
+    #[test]
+    fn needs_name_pool_variables_and_the_assigned_units_win_the_environment() {
+        let wf = parse(
+            "name: t\nneeds: {gpu: 2}\nstages:\n  - {name: a, argv: [x, \"{pool.gpu}\"], env: {CUDA_VISIBLE_DEVICES: \"7\"}}\n",
+        )
+        .unwrap();
+        let vars = BTreeMap::from([("pool.gpu".to_string(), "1,2".to_string())]);
+        let plan = wf.stages[0].plan(&vars, Path::new("/runs/r1")).unwrap();
+        assert_eq!(plan.argv, ["x", "1,2"]);
+        assert_eq!(plan.environ["CUDA_VISIBLE_DEVICES"], "1,2", "the assignment wins");
+        assert_eq!(plan.environ["LACHESIS_POOL_GPU"], "1,2");
+        let own = parse("name: t\nstages:\n  - {name: a, argv: [x], env: {CUDA_VISIBLE_DEVICES: \"7\"}}\n")
+            .unwrap();
+        let plan = own.stages[0].plan(&BTreeMap::new(), Path::new("/runs/r1")).unwrap();
+        assert_eq!(plan.environ["CUDA_VISIBLE_DEVICES"], "7", "a run without needs keeps the workflow's");
+        let stage = "stages:\n  - {name: a, argv: [x]}\n";
+        for (head, want) in [
+            ("name: t\nstages:\n  - {name: a, argv: [x, \"{pool.gpu}\"]}\n", "unknown variable '{pool.gpu}'"),
+            ("name: t\nneeds: {GPU: 1}\n", "needs: 'GPU': a pool name is"),
+            ("name: t\nneeds: {gpu: 2000}\n", "needs: 'gpu=2000': the count must be"),
+            ("name: t\nneeds: {gpu: -1}\n", "needs"),
+            ("name: t\nvars: {pool.gpu: x}\n", "vars.pool.gpu: names starting with 'port.' or 'pool.'"),
+            ("name: t\nlauncher: slurm\nneeds: {gpu: 1}\n", "needs: counted pools are the claiming node's"),
+        ] {
+            let text = if head.contains("stages") { head.to_string() } else { format!("{head}{stage}") };
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(want) && !err.contains('\n'), "{head:?}: {err}");
+        }
     }
 
     #[test]

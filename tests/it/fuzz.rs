@@ -213,6 +213,48 @@ fn fuzz_durations_are_bounded_and_never_panic() {
 }
 
 #[test]
+fn fuzz_pool_and_needs_values_never_panic_and_errors_are_one_line() {
+    use lachesis::model::pool::{Needs, PoolSpec, Pools, assign, gpus_listed, parse_need};
+    let mut runner = fuzz_runner(512);
+    let text = prop_oneof![
+        "\\PC{0,24}",
+        "[a-zA-Z_-]{0,6}=[0-9a-zA-Z,. -]{0,24}",
+        "gpu=(auto|[0-9]{1,12}(,[0-9]{0,3}){0,6})",
+        "[a-z]{1,4}=-?[0-9]{1,25}",
+    ];
+    let pools = Pools::from_specs(&["gpu=0,1,2,3".parse::<PoolSpec>().unwrap()], None).unwrap();
+    runner
+        .run(&text, |text| {
+            match text.parse::<PoolSpec>() {
+                Ok(spec) => {
+                    // What parses also makes a pool (auto with what nvidia-smi might list).
+                    let listed = gpus_listed(&text);
+                    if let Err(err) = Pools::from_specs(&[spec], Some(&listed)) {
+                        one_line(&err.to_string());
+                    }
+                }
+                Err(err) => one_line(&err.to_string()),
+            }
+            match parse_need(&text) {
+                Ok((name, count)) => {
+                    let needs = Needs::from_pairs([(name, count)]).unwrap();
+                    match pools.check(&needs) {
+                        // A need the pools meet is met by an empty node, within the pool.
+                        Ok(()) => {
+                            let got = assign(&pools, &Default::default(), &needs);
+                            prop_assert!(got.is_some(), "{text}");
+                        }
+                        Err(err) => one_line(&err.to_string()),
+                    }
+                }
+                Err(err) => one_line(&err.to_string()),
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
 fn fuzz_cron_and_time_zones() {
     let expr = prop_oneof![
         "\\PC{0,30}",

@@ -17,6 +17,7 @@ mod inference_tests;
 mod logs;
 mod mcp;
 mod nodes;
+mod pools;
 mod progress;
 mod report;
 mod retention;

@@ -194,6 +194,23 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
     if let Some(reason) = &run.reason {
         let _ = write!(body, "<p class=\"reason\">{}</p>", esc(reason));
     }
+    if !run.needs.is_empty() {
+        // What it asked of the daemon's pools and, while it is live, the units it holds.
+        let units: Vec<String> = run
+            .units
+            .iter()
+            .map(|(pool, units)| {
+                format!("{pool} {}", if units.is_empty() { "none".into() } else { units.join(",") })
+            })
+            .collect();
+        let held = if units.is_empty() {
+            String::new()
+        } else {
+            format!(" · units <b>{}</b>", esc(&units.join(" · ")))
+        };
+        let _ =
+            write!(body, "<p class=\"meta pools\">needs <b>{}</b>{held}</p>", esc(&run.needs.to_string()));
+    }
     let target = url_segment(&run.id.to_string());
     body.push_str("<p class=\"actions\">");
     if !run.state.is_terminal() {

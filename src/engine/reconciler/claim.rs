@@ -1,5 +1,6 @@
-//! Claiming: which pending runs this node takes (queue order, free slots, its resources and
-//! ports, label pinning), and getting a claimed run under way (ledger, run directory, config).
+//! Claiming: which pending runs this node takes (queue order, free slots, its resources,
+//! ports and pool units, label pinning), and getting a claimed run under way (ledger, run
+//! directory, config).
 
 use std::collections::BTreeSet;
 
@@ -25,6 +26,7 @@ impl Reconciler {
         }
         let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
         let runs_dir = self.config.runs_dir.clone();
+        let pools = &self.config.pools;
         let mut taken = 0;
         let mut pick = |run: &Run| -> Pick {
             if taken == free {
@@ -38,7 +40,13 @@ impl Reconciler {
             if !resources.is_disjoint(&held) {
                 return Pick::Skip;
             }
+            // Units no live run of this node holds (nor names as an exclusive label).
+            let Some(units) = crate::model::pool::assign(pools, &held, &run.params.needs) else {
+                return Pick::Skip;
+            };
             let mut params = run.params.clone();
+            crate::model::pool::record(&mut params.resolved, &units);
+            held.extend(crate::model::pool::resources(&units));
             for (name, port) in &ports {
                 params.resolved.insert(format!("port.{name}"), port.to_string());
             }

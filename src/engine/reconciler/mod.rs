@@ -54,6 +54,8 @@ pub struct ReconcilerConfig {
     pub claims_dir: PathBuf,
     /// Stage log limits where a workflow sets none.
     pub log_rotation: crate::logs::Rotation,
+    /// This node's counted pools (`--pool gpu=0,1,2,3`).
+    pub pools: crate::model::Pools,
 }
 
 /// How a process (a stage's or a task's) ended, as far as the daemon can tell.

@@ -64,8 +64,13 @@ impl Supervised {
         Ok(Supervised { run, stages, progress: None, time_limit: None })
     }
 
+    /// What the run holds while supervised: its exclusive labels, ports and pool units (read
+    /// back from its params, so a run re-attached after a restart holds the same).
     pub fn resources(&self) -> BTreeSet<String> {
-        self.run.spec.resources(&ports_of(&self.run.params.resolved))
+        let resolved = &self.run.params.resolved;
+        let mut held = self.run.spec.resources(&ports_of(resolved));
+        held.extend(crate::model::pool::resources(&crate::model::pool::assigned(resolved)));
+        held
     }
 
     pub fn cancel_readiness(&mut self, idx: usize) {

@@ -71,7 +71,7 @@ pub enum ServiceError {
     /// Hold, release and edit change only a run still in the queue.
     #[error("run {id} is {state}: only a pending run can be {action}")]
     NotPending { id: String, state: RunState, action: &'static str },
-    #[error("nothing to edit: give --priority, --var or --set")]
+    #[error("nothing to edit: give --priority, --var, --set or --needs")]
     NothingToEdit,
     #[error("run {id} is {state}: only a failed or stopped run resumes")]
     NotResumable { id: String, state: RunState },
@@ -116,6 +116,15 @@ pub enum ServiceError {
          the embedded SQLite store serves one daemon on one machine"
     )]
     NeedsPostgres(String),
+    /// A request's needs no claim could meet (a pool the daemon lacks, more than it has).
+    #[error(transparent)]
+    Needs(#[from] crate::model::pool::NeedsError),
+    /// A need or pool name that is not one (`--needs`, a body's `needs`).
+    #[error("needs: {0}")]
+    BadNeeds(#[from] crate::model::pool::PoolError),
+    /// The home's pools file cannot be read.
+    #[error(transparent)]
+    Pools(#[from] crate::pools::PoolsError),
     /// One request of a bulk submission was refused (`index` counts from 1); nothing was written.
     #[error("run {index} of the batch: {source}")]
     InBatch { index: usize, source: Box<ServiceError> },
@@ -175,6 +184,8 @@ impl ServiceError {
             E::NothingToEdit => ErrorKind::Invalid,
             E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
             E::NodeNotLost { .. } => ErrorKind::Conflict,
+            E::Needs(_) | E::BadNeeds(_) => ErrorKind::Invalid,
+            E::Pools(_) => ErrorKind::Internal,
             E::InBatch { source, .. } => source.kind(),
         }
     }

@@ -16,12 +16,14 @@ pub struct EditRequest {
     pub vars: BTreeMap<String, String>,
     /// Config fields, checked as at submission.
     pub set: BTreeMap<String, String>,
+    /// Pool units, over the run's own needs (checked against the pools as at submission).
+    pub needs: crate::model::Needs,
 }
 
 impl EditRequest {
     /// Whether the request changes anything at all.
     pub fn is_empty(&self) -> bool {
-        self.priority.is_none() && self.vars.is_empty() && self.set.is_empty()
+        self.priority.is_none() && self.vars.is_empty() && self.set.is_empty() && self.needs.is_empty()
     }
 }
 
@@ -63,10 +65,15 @@ impl Service {
             changes.push(format!("priority {} -> {priority}", run.priority));
             edit.priority = priority;
         }
-        if !request.vars.is_empty() || !request.set.is_empty() {
+        if !request.vars.is_empty() || !request.set.is_empty() || !request.needs.is_empty() {
             edit.params = self.replanned(&run, &request).await?.params;
             let names: Vec<String> = request.vars.keys().chain(request.set.keys()).cloned().collect();
-            changes.push(format!("values {}", names.join(", ")));
+            if !names.is_empty() {
+                changes.push(format!("values {}", names.join(", ")));
+            }
+            if !request.needs.is_empty() {
+                changes.push(format!("needs {} -> {}", shown_needs(&run.params.needs), edit.params.needs));
+            }
         }
         let message = format!("edited: {}", changes.join("; "));
         let run = self.write_edit(&run, &edit, &message, "edited").await?;
@@ -96,6 +103,7 @@ impl Service {
             stall_timeout: None,
             hold: false,
             time_limit: None,
+            needs: run.params.needs.overlaid(&request.needs),
         };
         self.prepare_as(&catalog, &mut specs, submit, run.id).await
     }
@@ -129,6 +137,11 @@ impl Service {
             other => Ok(other?),
         }
     }
+}
+
+/// Needs as an event says them: "none" when there are none.
+fn shown_needs(needs: &crate::model::Needs) -> String {
+    if needs.is_empty() { "none".into() } else { needs.to_string() }
 }
 
 fn refuse_unless_pending(run: &Run, action: &'static str) -> Result<()> {

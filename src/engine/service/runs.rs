@@ -31,6 +31,8 @@ pub struct SubmitRequest {
     pub hold: bool,
     /// Overrides the workflow's `time_limit` for this run.
     pub time_limit: Option<std::time::Duration>,
+    /// Units of the daemon's pools, over the workflow's `needs` (`--needs gpu=2`).
+    pub needs: crate::model::Needs,
 }
 
 /// A run with its stages, as status commands show it.
@@ -117,6 +119,12 @@ pub struct RunSummary {
     /// The training step of its current attempt, once one was reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<crate::model::Progress>,
+    /// What it asks of the daemon's pools (`gpu: 2`).
+    #[serde(default, skip_serializing_if = "crate::model::Needs::is_empty")]
+    pub needs: crate::model::Needs,
+    /// The pool units a claimed, unfinished run holds (`gpu: ["1", "2"]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: crate::model::pool::Assignment,
 }
 
 impl From<&Run> for RunSummary {
@@ -137,6 +145,13 @@ impl From<&Run> for RunSummary {
             not_before: run.not_before,
             held_at: run.held_at,
             progress: None,
+            needs: run.params.needs.clone(),
+            // Released when the run ends: a finished run's recorded units are history.
+            units: if run.state.is_in_flight() {
+                crate::model::pool::assigned(&run.params.resolved)
+            } else {
+                BTreeMap::new()
+            },
         }
     }
 }
@@ -222,6 +237,7 @@ impl Service {
         if let Some(limit) = request.time_limit {
             spec.time_limit = Some(crate::workflow::Dur(limit));
         }
+        let needs = self.checked_needs(&spec, &request.needs)?;
         let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
         let (env_name, env_file, config) = if runs_env || request.env_name.is_some() {
             let (name, file, config) = self
@@ -253,12 +269,15 @@ impl Service {
         for port in spec.ports.keys() {
             trial.insert(format!("port.{port}"), "0".into());
         }
+        for pool in needs.names() {
+            trial.insert(format!("{}{pool}", crate::model::pool::VAR_PREFIX), "0".into());
+        }
         for stage in &spec.stages {
             stage
                 .plan(&trial, &run_dir)
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
-        let params = RunParams { vars: request.vars, config, resolved };
+        let params = RunParams { vars: request.vars, config, needs, resolved };
         let held_at = request.hold.then(crate::model::now_millis);
         let run = Run {
             env_name,
@@ -267,6 +286,23 @@ impl Service {
             ..Run::queued(id, spec, run_dir, request.priority, params)
         };
         Ok(run)
+    }
+
+    /// The run's needs (the workflow's, the request's over them), refused when no claim could
+    /// meet them: checked against the pools the home's daemon published when it started.
+    fn checked_needs(&self, spec: &Workflow, asked: &crate::model::Needs) -> Result<crate::model::Needs> {
+        let needs = spec.needs.overlaid(&asked.clone().checked()?);
+        if needs.iter().all(|(_, &count)| count == 0) {
+            return Ok(needs);
+        }
+        if spec.launcher == crate::workflow::Launcher::Slurm {
+            return Err(ServiceError::Unplannable {
+                workflow: spec.name.clone(),
+                problem: "needs: counted pools are the claiming node's devices; a Slurm job asks sbatch for its own".into(),
+            });
+        }
+        crate::pools::published(&self.settings.home)?.check(&needs)?;
+        Ok(needs)
     }
 
     /// What a workflow needs of this store and environment, checked once per submission.
@@ -396,7 +432,18 @@ impl Service {
 
     /// For a pending run pinned to labels no live node has: says so, rather than wait silently.
     pub async fn waiting_for(&self, run: &Run) -> Option<String> {
-        if run.state != RunState::Pending || run.spec.node_labels.is_empty() {
+        if run.state != RunState::Pending {
+            return None;
+        }
+        // Needs the daemon's pools no longer meet (it restarted with fewer units): said, not
+        // waited on silently.
+        if !run.params.needs.is_empty()
+            && let Ok(pools) = crate::pools::published(&self.settings.home)
+            && let Err(err) = pools.check(&run.params.needs)
+        {
+            return Some(format!("pool units the daemon lacks: {err}"));
+        }
+        if run.spec.node_labels.is_empty() {
             return None;
         }
         let nodes = self.nodes().await.ok()?;
@@ -474,6 +521,7 @@ impl Service {
             stall_timeout: run.spec.stall_timeout.map(|d| d.0),
             hold: false,
             time_limit: run.spec.time_limit.map(|d| d.0),
+            needs: run.params.needs.clone(),
         };
         self.submit(request).await
     }
