@@ -65,6 +65,13 @@ pub struct StartArgs {
     /// Workflow to run (default: the default workflow, tinker-atropos)
     #[serde(default)]
     pub workflow: Option<String>,
+    /// Queue it held: not started until released (`lachesis run release ID`)
+    #[serde(default)]
+    pub hold: bool,
+    /// Fail the run when an attempt runs this long (e.g. "10h"); overrides the workflow's
+    /// `time_limit`
+    #[serde(default)]
+    pub time_limit: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -209,7 +216,18 @@ impl RlTools {
         // The selected environment, as the reference starts it; with none selected, the service
         // asks for one only if the workflow runs an environment (the demo starts without).
         let env_name = self.service.selection().await.ok().map(|selection| selection.env_name);
-        let request = SubmitRequest { workflow: args.workflow, env_name, ..SubmitRequest::default() };
+        let time_limit = match args.time_limit.as_deref().map(str::parse::<crate::workflow::Dur>) {
+            None => None,
+            Some(Ok(limit)) => Some(limit.0),
+            Some(Err(problem)) => return answer(json!({ "error": format!("time_limit: {problem}") })),
+        };
+        let request = SubmitRequest {
+            workflow: args.workflow,
+            env_name,
+            hold: args.hold,
+            time_limit,
+            ..SubmitRequest::default()
+        };
         match self.service.submit(request).await {
             Ok(run) => {
                 let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);
@@ -232,6 +250,7 @@ impl RlTools {
                     "workflow": run.workflow,
                     "queue_position": position,
                     "daemon_running": answers::daemon_running(&self.service),
+                    "held": run.held_at.is_some(),
                 });
                 if let Some(note) = answers::start_note(&self.service, run.state, position) {
                     out["note"] = json!(note);
@@ -433,7 +452,7 @@ mod tests {
     use super::*;
 
     fn start(workflow: Option<&str>) -> Parameters<StartArgs> {
-        Parameters(StartArgs { workflow: workflow.map(str::to_string) })
+        Parameters(StartArgs { workflow: workflow.map(str::to_string), hold: false, time_limit: None })
     }
 
     /// Only a workflow that runs an environment asks for a selection; `run start -w demo` and
