@@ -7,7 +7,8 @@
 # - after the last, a metrics row at step 10 and the `final` checkpoint at batch 10.
 # Resuming (LACHESIS_RESUME_STEP, where the cookbook reads its own checkpoints.jsonl), it drops
 # the metrics rows from that step on, as the cookbook does: the old file copied aside, a new one
-# renamed over it. Its first attempt fails in iteration 7, after the checkpoint at 6: with
+# renamed over it. Its first attempt (not resuming, nothing in attempts.txt before it) fails in
+# iteration 7, after the checkpoint at 6: with
 # `exit` it exits 75 (a hosted service's transient error), with `stall` it stops moving.
 # Each attempt appends what it was handed to $1/attempts.txt.
 set -e
@@ -31,7 +32,7 @@ while [ "$i" -lt 10 ]; do
   if [ "$i" -gt "$start" ] && [ $((i % 2)) -eq 0 ]; then
     checkpoint "$(printf '%06d' "$i")" "$i" false
   fi
-  if [ "$i" -eq 7 ] && [ "$(wc -l < "$dir/attempts.txt")" -eq 1 ]; then
+  if [ "$i" -eq 7 ] && [ -z "${LACHESIS_RESUME_STEP:-}" ] && [ "$(wc -l < "$dir/attempts.txt")" -eq 1 ]; then
     case "$failure" in
       exit) exit 75 ;;
       stall) sleep 600 ;;

@@ -181,11 +181,14 @@ fn spawn_worker(
                     let resolved_now = resolved.clone();
                     let path_now = path.clone();
                     let pass = tokio::task::spawn_blocking(move || {
-                        let mut newest = None;
+                        let (mut first, mut newest) = (None, None);
                         let more = follower
                             .read_some(FOLLOW_SLICE, |line| {
                                 match resolved_now.read_followed_from(line, from_step) {
-                                    Ok(Some(reading)) => newest = Some(reading),
+                                    Ok(Some(reading)) => {
+                                        first.get_or_insert(reading);
+                                        newest = Some(reading);
+                                    }
                                     Ok(None) => {}
                                     Err(err) if !warned => {
                                         warned = true;
@@ -201,10 +204,20 @@ fn spawn_worker(
                                 warn!("progress: cannot read {}: {err}", path_now.display());
                                 false
                             });
-                        (follower, newest, more, warned)
+                        (follower, first, newest, more, warned)
                     });
-                    let Ok((back, newest, more, warned_now)) = pass.await else { return };
+                    let Ok((back, first, newest, more, warned_now)) = pass.await else { return };
                     (follower, warned) = (back, warned_now);
+                    // The attempt's first reading says where it started (a resumed attempt at
+                    // its checkpoint's step): kept, even when the same pass reads further.
+                    if let (None, Some(first)) = (last, first)
+                        && newest != Some(first)
+                    {
+                        last = Some(first);
+                        if tx.send(Msg::Progress { run: id, reading: first }).is_err() {
+                            return;
+                        }
+                    }
                     if let Some(reading) = newest
                         && last != Some(reading)
                     {
