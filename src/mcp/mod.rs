@@ -65,7 +65,7 @@ pub struct StartArgs {
     /// Workflow to run (default: the default workflow, tinker-atropos)
     #[serde(default)]
     pub workflow: Option<String>,
-    /// Queue it held: not started until released (`lachesis run release ID`)
+    /// Queue it held: not started until it is released
     #[serde(default)]
     pub hold: bool,
     /// Fail the run when an attempt runs this long (e.g. "10h"); overrides the workflow's
