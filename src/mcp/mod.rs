@@ -479,4 +479,28 @@ mod tests {
             serde_json::from_str(&tools.rl_start_training(start(Some("envy"))).await).unwrap();
         assert_eq!(refused["error"], answers::NO_SELECTION, "{refused:#}");
     }
+
+    /// `hold` and `time_limit` are the run's, as `run start --hold --time-limit` gives them.
+    #[tokio::test]
+    async fn a_run_started_by_an_agent_may_be_held_and_limited() {
+        let home = tempfile::tempdir().unwrap();
+        let settings = crate::settings::Settings::new(Some(home.path().to_path_buf()), None);
+        let service = Service::open(settings).await.unwrap();
+        let tools = RlTools::new(service.clone());
+        let args = |time_limit: &str| {
+            Parameters(StartArgs {
+                workflow: Some("demo".into()),
+                hold: true,
+                time_limit: Some(time_limit.into()),
+            })
+        };
+        let started: Value = serde_json::from_str(&tools.rl_start_training(args("10h")).await).unwrap();
+        assert_eq!(started["held"], true, "{started:#}");
+        let run = service.resolve(started["run_id"].as_str().unwrap()).await.unwrap();
+        assert!(run.held_at.is_some());
+        assert_eq!(run.spec.time_limit, Some(crate::workflow::Dur(Duration::from_secs(36_000))));
+        let refused: Value = serde_json::from_str(&tools.rl_start_training(args("soon")).await).unwrap();
+        let error = refused["error"].as_str().unwrap();
+        assert!(error.starts_with("time_limit: 'soon' is not a duration"), "{error}");
+    }
 }
