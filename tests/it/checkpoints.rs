@@ -122,19 +122,22 @@ async fn a_transient_exit_resumes_from_the_last_checkpoint() {
     home.start_daemon_with(&["--listen", &addr]);
     let id = home.submit(&["--workflow", "cookbook"]);
     resumed_at_six(&mut home, id).await;
+    let base = format!("http://{addr}");
+    let get = |path: String| {
+        let url = format!("{base}{path}");
+        async move {
+            let client = lachesis::http_client::builder().build().unwrap();
+            let answer = client.get(url).bearer_auth("checkpoints-token").send().await;
+            answer.unwrap().text().await.unwrap()
+        }
+    };
+    // The HTTP run resource says what the attempt resumed from, beside the last checkpoint.
+    let resource: serde_json::Value = serde_json::from_str(&get(format!("/runs/{id}")).await).unwrap();
+    assert_eq!(resource["resumed_from"]["step"], 6, "{resource:#}");
+    assert_eq!(resource["checkpoint"]["step"], 10, "{resource:#}");
     // The run page: what the attempt resumed from, a line per attempt on the steps chart and a
     // marker at each checkpoint, its step and path in its tooltip.
-    let page = lachesis::http_client::builder()
-        .build()
-        .unwrap()
-        .get(format!("http://{addr}/ui/runs/{id}"))
-        .bearer_auth("checkpoints-token")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get(format!("/ui/runs/{id}")).await;
     assert!(page.contains("attempt 2 resumed from step 6 (tinker://standin/weights/000006)"), "{page}");
     assert!(page.contains("<title>attempt 1</title>") && page.contains("<title>attempt 2</title>"), "{page}");
     for (attempt, step) in [(1, 2), (1, 4), (1, 6), (2, 8)] {
