@@ -210,7 +210,7 @@ mod tests {
             seen
         };
         let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
-        write!(file, "4\n").unwrap();
+        writeln!(file, "4").unwrap();
         assert_eq!(lines(Follower::from_mark(&path, mark)), ["4"], "appended after the mark");
         // Rewritten the way tinker-cookbook does on resuming: a new file renamed over it.
         let tmp = dir.path().join(".metrics.jsonl.tmp");

@@ -480,6 +480,39 @@ mod tests {
         assert_eq!(refused["error"], answers::NO_SELECTION, "{refused:#}");
     }
 
+    /// The status names what the current attempt resumed from, beside the reference's keys.
+    #[tokio::test]
+    async fn the_status_says_what_the_attempt_resumed_from() {
+        let home = tempfile::tempdir().unwrap();
+        let settings = crate::settings::Settings::new(Some(home.path().to_path_buf()), None);
+        let service = Service::open(settings).await.unwrap();
+        let spec = crate::workflow::Workflow::parse(
+            std::path::Path::new("r.yaml"),
+            "name: r\nstages:\n  - {name: trainer, argv: ['true']}\n",
+        )
+        .unwrap();
+        let mut params = crate::model::RunParams::default();
+        params.resolved.insert("resume.step".into(), "6".into());
+        params.resolved.insert("resume.path".into(), "tinker://a/weights/000006".into());
+        let id = uuid::Uuid::new_v4();
+        let mut run = crate::model::Run::queued(id, spec, home.path().join("runs"), 0, params);
+        run.attempt = 2;
+        let stages = run.pending_stages();
+        service.insert_as_given(&[(run, stages)]).await.unwrap();
+        let tools = RlTools::new(service);
+        let status: Value = serde_json::from_str(
+            &tools.rl_check_status(Parameters(RunArgs { run_id: id.to_string() })).await,
+        )
+        .unwrap();
+        assert_eq!(
+            status["resumed_from"],
+            json!({"step": 6, "path": "tinker://a/weights/000006"}),
+            "{status:#}"
+        );
+        assert_eq!(status["checkpoint"], Value::Null, "none recorded yet");
+        assert_eq!(status["run_id"], json!(id), "the reference's keys stay");
+    }
+
     /// `hold` and `time_limit` are the run's, as `run start --hold --time-limit` gives them.
     #[tokio::test]
     async fn a_run_started_by_an_agent_may_be_held_and_limited() {
