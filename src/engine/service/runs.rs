@@ -349,7 +349,7 @@ impl Service {
         let waiting_for = self.waiting_for(&run).await;
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
-        let checkpoint = self.checkpoints_of(run.id).await?.pop();
+        let checkpoint = self.store.last_checkpoint(run.id).await?;
         Ok(RunStatus {
             run: RunSummary { progress, ..RunSummary::from(&run) },
             stages,
