@@ -42,6 +42,14 @@ LACHESIS_TOKENIZER_DIR="$(bash tests/python/venv.sh --tokenizer)"
 export LACHESIS_TEST_PYTHON LACHESIS_TOKENIZER_DIR LACHESIS_REQUIRE_ATROPOS=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 
+# The checkpoints tier's real tinker-cookbook (its checkpoint code, without torch), beside the
+# venv. Once it installs, its test is required; otherwise it says it skips.
+if LACHESIS_TEST_COOKBOOK="$(bash tests/python/cookbook.sh)"; then
+  export LACHESIS_TEST_COOKBOOK LACHESIS_REQUIRE_COOKBOOK=1
+else
+  say "tinker-cookbook did not install: its checkpoints test will say it skips"
+fi
+
 # The Slurm launcher's tier: a one-node cluster from Debian's packages (installed when missing
 # and we are root). Once it is up, its tests are required; otherwise they say they skip.
 say "bringing up a local Slurm cluster"

@@ -404,6 +404,10 @@ struct RunLine {
     priority: Option<i64>,
     #[serde(default)]
     needs: lachesis::model::Needs,
+    /// Queued held (`run release` queues it).
+    hold: Option<bool>,
+    /// Overrides the workflow's `time_limit` (e.g. "10h").
+    time_limit: Option<lachesis::workflow::Dur>,
 }
 
 /// The requests of a `--from` file (or stdin), one per non-blank line, over `base`.
@@ -428,6 +432,8 @@ fn requests_from(path: &std::path::Path, base: &SubmitRequest) -> Result<Vec<Sub
         request.workflow = line.workflow.or(request.workflow);
         request.env_name = line.env.or(request.env_name);
         request.priority = line.priority.unwrap_or(request.priority);
+        request.hold = line.hold.unwrap_or(request.hold);
+        request.time_limit = line.time_limit.map(|d| d.0).or(request.time_limit);
         request.set.extend(line.set.into_iter().map(|(k, v)| (k, text_of(v))));
         request.vars.extend(line.vars.into_iter().map(|(k, v)| (k, text_of(v))));
         request.needs = request.needs.overlaid(&line.needs);
@@ -451,8 +457,12 @@ fn print_status(status: &RunStatus) {
     if let Some(at) = r.held_at {
         println!("held      since {} (`lachesis run release {}` queues it)", time(Some(at)), short_id(&r.id));
     }
-    if r.attempt > 1 {
-        println!("attempt   {}", r.attempt);
+    match (&status.resumed_from, r.attempt) {
+        (Some(from), attempt) => {
+            println!("attempt   {attempt}, resumed from step {} ({})", from.step, from.path)
+        }
+        (None, attempt) if attempt > 1 => println!("attempt   {attempt}"),
+        _ => {}
     }
     if let Some(progress) = &r.progress {
         println!("progress  {}", progress.line());
@@ -469,7 +479,7 @@ fn print_status(status: &RunStatus) {
     for (pool, units) in &r.units {
         println!("units     {pool} {}", if units.is_empty() { "none".into() } else { units.join(",") });
     }
-    if let Some(at) = status.time_limit_at {
+    if let Some(at) = r.time_limit_at {
         let left = std::time::Duration::from_millis((at - now_millis()).max(0) as u64);
         println!("time left {} (time limit)", lachesis::model::progress::span(left));
     }

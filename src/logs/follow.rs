@@ -7,10 +7,49 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+/// Where a file stood at one moment (an attempt's start): which file it was and how long.
+/// Lines after it are the attempt's; a file put in its place since (a trainer that rewrote it
+/// on resuming) is the attempt's from its start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileMark {
+    pub len: u64,
+    /// Device and inode; none when the file did not exist (or is a log, which may rotate).
+    id: Option<(u64, u64)>,
+}
+
+impl FileMark {
+    /// The file at `path` now (length 0 if it does not exist yet).
+    pub fn of(path: &Path) -> FileMark {
+        match std::fs::metadata(path) {
+            Ok(meta) => FileMark { len: meta.len(), id: Some((meta.dev(), meta.ino())) },
+            Err(_) => FileMark::default(),
+        }
+    }
+
+    /// A byte offset alone (a stage log's start: a log that rotates is followed into its next file).
+    pub fn at(len: u64) -> FileMark {
+        FileMark { len, id: None }
+    }
+
+    /// Where the attempt's lines start in `meta`'s file: after the mark in the marked file (or
+    /// when no file was marked), from its start in another one or in one that got shorter.
+    fn start_in(&self, meta: &std::fs::Metadata) -> u64 {
+        let same = self.id.is_none_or(|id| id == (meta.dev(), meta.ino()));
+        if same && meta.len() >= self.len { self.len } else { 0 }
+    }
+
+    /// `start_in` for the file at `path` now.
+    pub fn start_at(&self, path: &Path) -> u64 {
+        std::fs::metadata(path).map_or(0, |meta| self.start_in(&meta))
+    }
+}
+
 /// Reads the lines appended to a file since the last call.
 pub struct Follower {
     path: PathBuf,
     file: Option<File>,
+    /// Where reading starts when the file is first opened.
+    mark: FileMark,
     /// Bytes of the file already read.
     offset: u64,
     /// The start of a line whose end has not been written yet.
@@ -25,10 +64,16 @@ impl Follower {
 
     /// Follows from byte `offset` on (the lines before it are another attempt's).
     pub fn from_offset(path: &Path, offset: u64) -> Follower {
+        Follower::from_mark(path, FileMark::at(offset))
+    }
+
+    /// Follows the lines written after `mark` (see `FileMark`).
+    pub fn from_mark(path: &Path, mark: FileMark) -> Follower {
         Follower {
             path: path.to_path_buf(),
             file: None,
-            offset,
+            mark,
+            offset: mark.len,
             partial: Vec::new(),
             buf: vec![0; 64 * 1024],
         }
@@ -46,11 +91,8 @@ impl Follower {
         if self.file.is_none() {
             match File::open(&self.path) {
                 Ok(mut file) => {
-                    if file.metadata()?.len() >= self.offset {
-                        file.seek(SeekFrom::Start(self.offset))?;
-                    } else {
-                        self.offset = 0;
-                    }
+                    self.offset = self.mark.start_in(&file.metadata()?);
+                    file.seek(SeekFrom::Start(self.offset))?;
                     self.file = Some(file);
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -154,6 +196,30 @@ mod tests {
             last_in_tail(&path, 0, 1024, |l| l.starts_with("Step").then(|| l.to_string())),
             Some("Step 3/5".into())
         );
+    }
+
+    #[test]
+    fn a_file_replaced_since_its_mark_is_read_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        std::fs::write(&path, "1\n2\n3\n").unwrap();
+        let mark = FileMark::of(&path);
+        let lines = |mut follower: Follower| {
+            let mut seen = Vec::new();
+            follower.read_new(|l| seen.push(l.to_string())).unwrap();
+            seen
+        };
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(file, "4").unwrap();
+        assert_eq!(lines(Follower::from_mark(&path, mark)), ["4"], "appended after the mark");
+        // Rewritten the way tinker-cookbook does on resuming: a new file renamed over it.
+        let tmp = dir.path().join(".metrics.jsonl.tmp");
+        std::fs::write(&tmp, "1\n2\n5\n6\n7\n8\n").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        assert_eq!(lines(Follower::from_mark(&path, mark)), ["1", "2", "5", "6", "7", "8"]);
+        assert_eq!(mark.start_at(&path), 0);
+        assert_eq!(FileMark::at(4).start_at(&path), 4, "a bare offset trusts the file");
+        assert_eq!(lines(Follower::from_mark(&dir.path().join("none"), mark)), Vec::<String>::new());
     }
 
     #[test]

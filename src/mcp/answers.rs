@@ -123,6 +123,7 @@ pub async fn status(service: &Service, run: &Run, status: &RunStatus) -> Value {
         "waiting_for": status.waiting_for,
         "wandb_runs": status.wandb_runs,
         "checkpoint": status.checkpoint,
+        "resumed_from": status.resumed_from,
         "events": recent,
         "metrics_age": metrics.age,
         "rate_limited": false,

@@ -65,6 +65,13 @@ pub struct StartArgs {
     /// Workflow to run (default: the default workflow, tinker-atropos)
     #[serde(default)]
     pub workflow: Option<String>,
+    /// Queue it held: not started until it is released
+    #[serde(default)]
+    pub hold: bool,
+    /// Fail the run when an attempt runs this long (e.g. "10h"); overrides the workflow's
+    /// `time_limit`
+    #[serde(default)]
+    pub time_limit: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -209,7 +216,18 @@ impl RlTools {
         // The selected environment, as the reference starts it; with none selected, the service
         // asks for one only if the workflow runs an environment (the demo starts without).
         let env_name = self.service.selection().await.ok().map(|selection| selection.env_name);
-        let request = SubmitRequest { workflow: args.workflow, env_name, ..SubmitRequest::default() };
+        let time_limit = match args.time_limit.as_deref().map(str::parse::<crate::workflow::Dur>) {
+            None => None,
+            Some(Ok(limit)) => Some(limit.0),
+            Some(Err(problem)) => return answer(json!({ "error": format!("time_limit: {problem}") })),
+        };
+        let request = SubmitRequest {
+            workflow: args.workflow,
+            env_name,
+            hold: args.hold,
+            time_limit,
+            ..SubmitRequest::default()
+        };
         match self.service.submit(request).await {
             Ok(run) => {
                 let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);
@@ -232,6 +250,7 @@ impl RlTools {
                     "workflow": run.workflow,
                     "queue_position": position,
                     "daemon_running": answers::daemon_running(&self.service),
+                    "held": run.held_at.is_some(),
                 });
                 if let Some(note) = answers::start_note(&self.service, run.state, position) {
                     out["note"] = json!(note);
@@ -433,7 +452,7 @@ mod tests {
     use super::*;
 
     fn start(workflow: Option<&str>) -> Parameters<StartArgs> {
-        Parameters(StartArgs { workflow: workflow.map(str::to_string) })
+        Parameters(StartArgs { workflow: workflow.map(str::to_string), hold: false, time_limit: None })
     }
 
     /// Only a workflow that runs an environment asks for a selection; `run start -w demo` and
@@ -459,5 +478,62 @@ mod tests {
         let refused: Value =
             serde_json::from_str(&tools.rl_start_training(start(Some("envy"))).await).unwrap();
         assert_eq!(refused["error"], answers::NO_SELECTION, "{refused:#}");
+    }
+
+    /// The status names what the current attempt resumed from, beside the reference's keys.
+    #[tokio::test]
+    async fn the_status_says_what_the_attempt_resumed_from() {
+        let home = tempfile::tempdir().unwrap();
+        let settings = crate::settings::Settings::new(Some(home.path().to_path_buf()), None);
+        let service = Service::open(settings).await.unwrap();
+        let spec = crate::workflow::Workflow::parse(
+            std::path::Path::new("r.yaml"),
+            "name: r\nstages:\n  - {name: trainer, argv: ['true']}\n",
+        )
+        .unwrap();
+        let mut params = crate::model::RunParams::default();
+        params.resolved.insert("resume.step".into(), "6".into());
+        params.resolved.insert("resume.path".into(), "tinker://a/weights/000006".into());
+        let id = uuid::Uuid::new_v4();
+        let mut run = crate::model::Run::queued(id, spec, home.path().join("runs"), 0, params);
+        run.attempt = 2;
+        let stages = run.pending_stages();
+        service.insert_as_given(&[(run, stages)]).await.unwrap();
+        let tools = RlTools::new(service);
+        let status: Value = serde_json::from_str(
+            &tools.rl_check_status(Parameters(RunArgs { run_id: id.to_string() })).await,
+        )
+        .unwrap();
+        assert_eq!(
+            status["resumed_from"],
+            json!({"step": 6, "path": "tinker://a/weights/000006"}),
+            "{status:#}"
+        );
+        assert_eq!(status["checkpoint"], Value::Null, "none recorded yet");
+        assert_eq!(status["run_id"], json!(id), "the reference's keys stay");
+    }
+
+    /// `hold` and `time_limit` are the run's, as `run start --hold --time-limit` gives them.
+    #[tokio::test]
+    async fn a_run_started_by_an_agent_may_be_held_and_limited() {
+        let home = tempfile::tempdir().unwrap();
+        let settings = crate::settings::Settings::new(Some(home.path().to_path_buf()), None);
+        let service = Service::open(settings).await.unwrap();
+        let tools = RlTools::new(service.clone());
+        let args = |time_limit: &str| {
+            Parameters(StartArgs {
+                workflow: Some("demo".into()),
+                hold: true,
+                time_limit: Some(time_limit.into()),
+            })
+        };
+        let started: Value = serde_json::from_str(&tools.rl_start_training(args("10h")).await).unwrap();
+        assert_eq!(started["held"], true, "{started:#}");
+        let run = service.resolve(started["run_id"].as_str().unwrap()).await.unwrap();
+        assert!(run.held_at.is_some());
+        assert_eq!(run.spec.time_limit, Some(crate::workflow::Dur(Duration::from_secs(36_000))));
+        let refused: Value = serde_json::from_str(&tools.rl_start_training(args("soon")).await).unwrap();
+        let error = refused["error"].as_str().unwrap();
+        assert!(error.starts_with("time_limit: 'soon' is not a duration"), "{error}");
     }
 }

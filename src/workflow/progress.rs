@@ -221,6 +221,14 @@ impl ProgressSpec {
         self.jsonl.as_ref().and_then(|j| j.total.as_ref()).or(self.total.as_ref())
     }
 
+    /// The JSONL file followed, if the source is one (the run's variables filled in).
+    pub fn jsonl_file(&self, vars: &BTreeMap<String, String>) -> Option<PathBuf> {
+        if self.http.is_some() || self.log.is_some() {
+            return None;
+        }
+        self.jsonl.as_ref()?.resolve_file(vars).ok()
+    }
+
     /// Fills the placeholders: `vars` are the run's resolved variables, `config` its run
     /// config (for `{config.…}` in the total), `logs` each stage's log path.
     pub fn resolve(
@@ -444,6 +452,37 @@ impl ResolvedProgress {
         })
     }
 
+    /// `read_followed` for an attempt that resumed at step `from`: a line whose own step is
+    /// below it is not read. It is an earlier attempt's, kept by a trainer that rewrote its file
+    /// on resuming (tinker-cookbook keeps the metrics rows before its checkpoint). A JSONL source
+    /// without a `step` pointer can't tell, and reads every line.
+    pub fn read_followed_from(
+        &self,
+        line: &str,
+        from: Option<u64>,
+    ) -> Result<Option<Reading>, serde_json::Error> {
+        let reading = self.read_followed(line)?;
+        match from {
+            Some(from) if reading.is_some() => {
+                Ok(reading.filter(|_| self.line_step(line).is_none_or(|step| step >= from)))
+            }
+            _ => Ok(reading),
+        }
+    }
+
+    /// The training step a followed line names, as the trainer counts it (not in thousandths).
+    fn line_step(&self, line: &str) -> Option<u64> {
+        match &self.source {
+            ResolvedSource::Jsonl { step: Some(pointer), .. } => {
+                serde_json::from_str::<serde_json::Value>(line).ok()?.pointer(pointer).and_then(as_count)
+            }
+            ResolvedSource::Log { pattern, .. } => {
+                pattern.captures(line)?.name("step")?.as_str().parse().ok()
+            }
+            _ => None,
+        }
+    }
+
     /// One line of a followed file: a log line's match or a JSONL line's reading (an error for
     /// a JSONL line that is not JSON).
     pub fn read_followed(&self, line: &str) -> Result<Option<Reading>, serde_json::Error> {
@@ -582,6 +621,28 @@ mod tests {
             assert_eq!(source.read_jsonl(line).map_err(|_| ()), expected, "{line}");
             assert_eq!(source.read_line(line), expected.ok().flatten(), "{line}");
         }
+    }
+
+    #[test]
+    fn a_resumed_attempt_reads_no_line_below_its_step() {
+        let by_step = jsonl("{jsonl: {file: m.jsonl, step: /step, fraction: /progress~1done_frac}}");
+        let fraction_only = jsonl("{jsonl: {file: m.jsonl, fraction: /progress~1done_frac}}");
+        let kept = r#"{"step": 5, "progress/done_frac": 0.6}"#;
+        let new = r#"{"step": 6, "progress/done_frac": 0.7}"#;
+        let read = |source: &ResolvedProgress, line, from| source.read_followed_from(line, from).unwrap();
+        assert_eq!(read(&by_step, kept, Some(6)), None, "an earlier attempt's row, kept on resuming");
+        assert_eq!(read(&by_step, new, Some(6)), Some(Reading { step: 700, total: Some(1000) }));
+        assert_eq!(read(&by_step, kept, None), Some(Reading { step: 600, total: Some(1000) }));
+        assert!(read(&fraction_only, kept, Some(6)).is_some(), "without a step pointer it can't tell");
+        let log = ResolvedProgress {
+            source: ResolvedSource::Log {
+                path: "t.log".into(),
+                pattern: compile(r"Step (?P<step>\d+)").unwrap(),
+            },
+            total: ResolvedTotal::Unknown,
+        };
+        assert_eq!(read(&log, "Step 5", Some(6)), None);
+        assert_eq!(read(&log, "Step 6", Some(6)), Some(Reading { step: 6, total: None }));
     }
 
     #[test]

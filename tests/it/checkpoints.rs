@@ -50,11 +50,17 @@ async fn resumed_at_six(home: &mut TestHome, id: Uuid) {
     let (run, _) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
     assert_eq!(run.attempt, 2);
+    // Each attempt's line, in its run directory: on another node, the second is alone in its own.
     let lines = attempts(&run);
     let handed = lines.join("\n");
-    assert_eq!(lines[0], "start=0 path= args=", "the first attempt starts from scratch, without resume_args");
+    if lines.len() == 2 {
+        assert_eq!(
+            lines[0], "start=0 path= args=",
+            "the first attempt starts from scratch, without resume_args"
+        );
+    }
     assert_eq!(
-        lines[1],
+        lines.last().map(String::as_str).unwrap_or_default(),
         "start=6 path=tinker://standin/weights/000006 \
          args=load_checkpoint_path=tinker://standin/weights/000006 start=6",
         "{handed}"
@@ -71,13 +77,28 @@ async fn resumed_at_six(home: &mut TestHome, id: Uuid) {
         (Some(10), Some(10))
     );
     assert_eq!(status["checkpoint"]["step"], 10, "{status:#}");
-    // One series across the attempts, tagged by attempt: the first up to at most 7, the second
-    // on from its restart at 6.
+    assert_eq!(
+        status["resumed_from"],
+        serde_json::json!({"step": 6, "path": "tinker://standin/weights/000006"}),
+        "{status:#}"
+    );
+    let text = home.cli_ok(&["run", "status", &id.to_string()]);
+    assert!(text.contains("attempt   2, resumed from step 6 (tinker://standin/weights/000006)"), "{text}");
+    // One series across the attempts, each point tagged with its attempt: the first up to its
+    // last row (step 6; it failed in iteration 7), the second from the checkpoint's batch, the
+    // step the cookbook starts at, to 10. The rows the trainer kept when it rewrote
+    // metrics.jsonl on resuming (steps 0-5) are the first attempt's, not read again.
     let service = home.service().await;
-    let first: Vec<i64> = service.progress(id, 1).await.unwrap().iter().map(|p| p.step).collect();
-    let second: Vec<i64> = service.progress(id, 2).await.unwrap().iter().map(|p| p.step).collect();
-    assert!(first.last().is_some_and(|s| (1..=7).contains(s)), "{first:?}");
-    assert!(second.first().is_some_and(|s| *s > 6) && second.last() == Some(&10), "{second:?}");
+    let series = |points: Vec<lachesis::model::ProgressPoint>, attempt: i64| {
+        assert!(points.iter().all(|p| p.attempt == attempt), "{points:?}");
+        let steps: Vec<i64> = points.iter().map(|p| p.step).collect();
+        assert!(steps.windows(2).all(|w| w[0] < w[1]), "no (attempt, step) twice: {steps:?}");
+        steps
+    };
+    let first = series(service.progress(id, 1).await.unwrap(), 1);
+    let second = series(service.progress(id, 2).await.unwrap(), 2);
+    assert!(first.last().is_some_and(|s| (0..=6).contains(s)), "{first:?}");
+    assert_eq!((second.first(), second.last()), (Some(&6), Some(&10)), "{second:?}");
     // Every checkpoint once, each under the attempt that wrote it.
     let saved = service.checkpoints_of(id).await.unwrap();
     let rows: Vec<(i64, i64)> = saved.iter().map(|c| (c.attempt, c.step)).collect();
@@ -86,16 +107,45 @@ async fn resumed_at_six(home: &mut TestHome, id: Uuid) {
         serde_json::from_str(&home.cli_ok(&["run", "checkpoints", &id.to_string(), "--json"])).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(5));
     let results = service.results(&id.to_string()).await.unwrap();
-    assert_eq!(results.trained_weights.as_deref(), Some("tinker://standin/sampler_weights/000010"));
+    assert_eq!(results.trained_weights.as_deref(), Some("tinker://standin/sampler_weights/final"));
 }
 
 #[tokio::test]
 async fn a_transient_exit_resumes_from_the_last_checkpoint() {
     let mut home = TestHome::new();
     cookbook(&home, "exit", RETRY);
-    home.start_daemon();
+    let addr = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    );
+    home.environ.push(("LACHESIS_API_TOKEN".into(), "checkpoints-token".into()));
+    home.start_daemon_with(&["--listen", &addr]);
     let id = home.submit(&["--workflow", "cookbook"]);
     resumed_at_six(&mut home, id).await;
+    let base = format!("http://{addr}");
+    let get = |path: String| {
+        let url = format!("{base}{path}");
+        async move {
+            let client = lachesis::http_client::builder().build().unwrap();
+            let answer = client.get(url).bearer_auth("checkpoints-token").send().await;
+            answer.unwrap().text().await.unwrap()
+        }
+    };
+    // The HTTP run resource says what the attempt resumed from, beside the last checkpoint.
+    let resource: serde_json::Value = serde_json::from_str(&get(format!("/runs/{id}")).await).unwrap();
+    assert_eq!(resource["resumed_from"]["step"], 6, "{resource:#}");
+    assert_eq!(resource["checkpoint"]["step"], 10, "{resource:#}");
+    // The run page: what the attempt resumed from, a line per attempt on the steps chart and a
+    // marker at each checkpoint, its step and path in its tooltip.
+    let page = get(format!("/ui/runs/{id}")).await;
+    assert!(page.contains("attempt 2 resumed from step 6 (tinker://standin/weights/000006)"), "{page}");
+    assert!(page.contains("<title>attempt 1</title>") && page.contains("<title>attempt 2</title>"), "{page}");
+    for (attempt, step) in [(1, 2), (1, 4), (1, 6), (2, 8)] {
+        let title = format!(
+            "<title>checkpoint at step {step} (attempt {attempt}): tinker://standin/weights/{step:06}</title>"
+        );
+        assert!(page.contains(&format!("data-step=\"{step}\"")) && page.contains(&title), "{title}\n{page}");
+    }
     home.kill_daemon();
 }
 
@@ -216,5 +266,110 @@ async fn a_stopped_run_resumes_on_request() {
     let resumed = home.cli_ok(&["run", "resume", &id.to_string()]);
     assert!(resumed.contains("pending (attempt 2)"), "{resumed}");
     resumed_at_six(&mut home, id).await;
+    home.kill_daemon();
+}
+
+#[tokio::test]
+async fn a_run_requeued_after_its_node_was_lost_resumes_from_the_last_checkpoint() {
+    use crate::nodes::{LONG, SHORT, cluster, start_node};
+    let Some(mut homes) = cluster(2).await else { return };
+    // Node b alone first, so it runs the first attempt, which stalls in iteration 7.
+    cookbook(&homes[1], "stall", "retry: {max_attempts: 2, backoff: 100ms}\nstop_grace: 1s\n");
+    start_node(&mut homes[1], "b", SHORT, &[]);
+    let id = homes[1].submit(&["--workflow", "cookbook"]);
+    let service = homes[0].service().await;
+    wait_for("the checkpoint at step 6", T, || {
+        let service = service.clone();
+        async move { service.checkpoints_of(id).await.unwrap().iter().any(|c| c.step == 6).then_some(()) }
+    })
+    .await;
+    start_node(&mut homes[0], "a", LONG, &[]);
+    homes[1].kill_daemon();
+    // After b's lease, a reaps it and queues the run again: from step 6, not from 0.
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let run = homes[0].run(id).await;
+        if run.state.is_terminal() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let messages = homes[0].messages(id).await;
+            panic!("{run:?}\n{messages:#?}\n{}", homes[0].daemon_log());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    resumed_at_six(&mut homes[0], id).await;
+    let first = homes[1].path().join("runs").join(id.to_string()).join("log/attempts.txt");
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), "start=0 path= args=\n", "b ran the first attempt");
+    let messages = homes[0].messages(id).await;
+    assert!(messages.iter().any(|m| m.starts_with("requeue: node lost: node 'b'")), "{messages:#?}");
+}
+
+/// The real tinker-cookbook's checkpoint code (tests/python/cookbook.sh installs it beside the
+/// test venv; tests/run.sh sets LACHESIS_TEST_COOKBOOK and requires it), or None, saying why.
+fn real_cookbook() -> Option<(String, String)> {
+    let python = std::env::var("LACHESIS_TEST_PYTHON").ok();
+    let path = std::env::var("LACHESIS_TEST_COOKBOOK").ok();
+    if python.is_none() || path.is_none() {
+        assert!(
+            std::env::var_os("LACHESIS_REQUIRE_COOKBOOK").is_none(),
+            "tinker-cookbook is required: LACHESIS_TEST_PYTHON and LACHESIS_TEST_COOKBOOK \
+             (bash tests/python/cookbook.sh) must be set"
+        );
+        eprintln!("skipped: no tinker-cookbook (LACHESIS_TEST_COOKBOOK from bash tests/python/cookbook.sh)");
+        return None;
+    }
+    python.zip(path)
+}
+
+#[tokio::test]
+async fn the_real_cookbook_checkpoint_code_writes_what_lachesis_resumes_from() {
+    let Some((python, cookbook)) = real_cookbook() else { return };
+    let mut home = TestHome::new();
+    let trainer = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/cookbook_trainer.py");
+    home.workflow(
+        "real-cookbook",
+        &format!(
+            r#"name: real-cookbook
+stages:
+  - name: trainer
+    argv: ["{python}", "{}", "{{run_dir}}/cookbook"]
+    env: {{PYTHONPATH: "{cookbook}", PYTHONUNBUFFERED: "1"}}
+completion: {{stages: [trainer], require_total: true}}
+progress:
+  jsonl: {{file: "{{run_dir}}/cookbook/metrics.jsonl", step: /step, total: 10}}
+checkpoints:
+  jsonl: {{file: "{{run_dir}}/cookbook/checkpoints.jsonl", step: /batch, path: /state_path, weights: /sampler_path}}
+{RETRY}"#,
+            trainer.display()
+        ),
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "real-cookbook"]);
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
+    assert_eq!(run.attempt, 2);
+    let messages = home.messages(id).await;
+    assert!(
+        messages.iter().any(|m| m == "attempt 2 resumes from step 6 (tinker://cookbook/weights/000006)"),
+        "{messages:#?}"
+    );
+    // The cookbook found the same checkpoint on its own as lachesis handed it.
+    let log = home.cli_ok(&["run", "logs", &id.to_string(), "--stage", "trainer"]);
+    assert!(
+        log.contains(
+            "cookbook resumes at batch 6 (tinker://cookbook/weights/000006); LACHESIS_RESUME_STEP=6"
+        ),
+        "{log}"
+    );
+    let service = home.service().await;
+    let rows: Vec<(i64, i64)> =
+        service.checkpoints_of(id).await.unwrap().iter().map(|c| (c.attempt, c.step)).collect();
+    assert_eq!(rows, [(1, 2), (1, 4), (1, 6), (2, 8), (2, 10)]);
+    let second: Vec<i64> = service.progress(id, 2).await.unwrap().iter().map(|p| p.step).collect();
+    assert_eq!((second.first(), second.last()), (Some(&6), Some(&10)), "{second:?}");
+    assert!(second.windows(2).all(|w| w[0] < w[1]), "{second:?}");
+    let results = service.results(&id.to_string()).await.unwrap();
+    assert_eq!(results.trained_weights.as_deref(), Some("tinker://cookbook/sampler_weights/final"));
     home.kill_daemon();
 }

@@ -212,13 +212,28 @@ async fn bulk_start_queues_every_run_in_one_go_or_none() {
     assert_eq!(oldest_first, ids, "printed in submission order");
 
     let lines = home.path().join("sweep.jsonl");
-    std::fs::write(&lines, "{\"vars\": {\"steps\": 2}}\n\n{\"vars\": {\"steps\": \"3\"}, \"priority\": 4}\n")
-        .unwrap();
+    std::fs::write(
+        &lines,
+        "{\"vars\": {\"steps\": 2}}\n\n{\"vars\": {\"steps\": \"3\"}, \"priority\": 4, \"hold\": true, \"time_limit\": \"2h\"}\n",
+    )
+    .unwrap();
     let out = home.cli(&["run", "start", "--workflow", "demo", "--from", lines.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(runs.as_array().unwrap().len(), 2);
     assert_eq!(runs[1]["priority"], 4);
+    // A line's hold and time limit are that run's own.
+    assert!(runs[0]["held_at"].is_null() && runs[1]["held_at"].is_i64(), "{runs:#}");
+    let service = home.service().await;
+    let limit = |i: usize| {
+        let id: uuid::Uuid = runs[i]["id"].as_str().unwrap().parse().unwrap();
+        let service = service.clone();
+        async move { service.run(id).await.unwrap().unwrap().spec.time_limit }
+    };
+    assert_eq!(
+        (limit(0).await, limit(1).await),
+        (None, Some(lachesis::workflow::Dur(std::time::Duration::from_secs(7200))))
+    );
     assert_eq!(run_count(&mut home).await, 27);
 
     // One bad line refuses the whole file, naming the run and the field.

@@ -633,7 +633,13 @@ fn fuzz_jsonl_progress_lines_never_panic() {
             if let Err(err) = &read {
                 one_line(&err.to_string());
             }
-            prop_assert_eq!(resolved.read_line(&line), read.ok().flatten());
+            prop_assert_eq!(resolved.read_line(&line), read.as_ref().ok().copied().flatten());
+            // A resumed attempt's reading of the line is the same one or none, never another.
+            let from = resolved.read_followed_from(&line, Some(6));
+            prop_assert_eq!(from.is_ok(), read.is_ok());
+            if let (Ok(Some(kept)), Ok(all)) = (&from, &read) {
+                prop_assert_eq!(Some(*kept), *all);
+            }
             Ok(())
         })
         .unwrap();

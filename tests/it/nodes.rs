@@ -31,7 +31,7 @@ async fn postgres_backs_a_real_daemon() {
 }
 
 /// `n` homes, each for one daemon, sharing one fresh PostgreSQL database.
-async fn cluster(n: usize) -> Option<Vec<TestHome>> {
+pub async fn cluster(n: usize) -> Option<Vec<TestHome>> {
     let url = fresh_postgres().await?;
     Some(
         (0..n)
@@ -46,10 +46,10 @@ async fn cluster(n: usize) -> Option<Vec<TestHome>> {
 
 /// Nodes meant to die get a short lease (the tests wait it out); the others a long one, so a
 /// busy test machine can't make them look lost.
-const SHORT: &str = "2s";
-const LONG: &str = "30s";
+pub const SHORT: &str = "2s";
+pub const LONG: &str = "30s";
 
-fn start_node(home: &mut TestHome, node: &str, lease: &str, extra: &[&str]) {
+pub fn start_node(home: &mut TestHome, node: &str, lease: &str, extra: &[&str]) {
     let mut args = vec!["--node", node, "--lease", lease, "--max-parallel", "2"];
     args.extend_from_slice(extra);
     home.start_daemon_with(&args);

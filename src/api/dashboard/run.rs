@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::html::{action_button, badge, duration, esc, progress_bar, time, url_segment};
 use super::svg::{LineChart, Series, StageSpan, timeline};
-use crate::model::{Event, now_millis};
+use crate::model::{Checkpoint, Event, ProgressPoint, now_millis};
 use crate::service::{Result, RunStatus, Service};
 
 /// How long the page waits for a run's metrics (W&B) before it is drawn without them.
@@ -94,6 +94,45 @@ pub fn history_rows(results: &Value) -> Vec<HistoryRow> {
     }
 }
 
+/// Steps over time from the recorded changes of step, one line per attempt (a resumed attempt's
+/// starts at its checkpoint's step), with a marker at each checkpoint: when it was recorded, at
+/// its step. `None` with fewer than two points.
+pub fn attempts_chart(series: &[ProgressPoint], checkpoints: &[Checkpoint]) -> Option<String> {
+    if series.len() < 2 {
+        return None;
+    }
+    let mut lines: BTreeMap<i64, Vec<(f64, f64)>> = BTreeMap::new();
+    for point in series {
+        lines.entry(point.attempt).or_default().push((point.at as f64, point.step as f64));
+    }
+    LineChart {
+        title: "steps over time".into(),
+        series: lines
+            .into_iter()
+            .map(|(attempt, points)| Series { name: format!("attempt {attempt}"), points })
+            .collect(),
+        checkpoints: checkpoint_marks(checkpoints),
+        x_is_time: true,
+        ..LineChart::default()
+    }
+    .render()
+}
+
+/// A marker per checkpoint: (when, step, its tooltip).
+fn checkpoint_marks(checkpoints: &[Checkpoint]) -> Vec<(f64, f64, String)> {
+    checkpoints
+        .iter()
+        .map(|c| {
+            let path = c.path.as_deref().or(c.weights.as_deref()).unwrap_or("-");
+            (
+                c.at as f64,
+                c.step as f64,
+                format!("checkpoint at step {} (attempt {}): {path}", c.step, c.attempt),
+            )
+        })
+        .collect()
+}
+
 /// Steps over time: from the history rows that carry both, else from the run's start to the
 /// latest progress report.
 pub fn step_chart(results: &Value, rows: &[HistoryRow]) -> Option<String> {
@@ -166,6 +205,7 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
         Ok(run) => service.progress_series(&run).await.unwrap_or_default(),
         Err(_) => Vec::new(),
     };
+    let checkpoints = service.checkpoints_of(status.run.id).await.unwrap_or_default();
     if let (Some(results), Value::Object(fields)) = (&results, &mut value)
         && let Ok(Value::Object(more)) = serde_json::to_value(results)
     {
@@ -211,6 +251,28 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
         let _ =
             write!(body, "<p class=\"meta pools\">needs <b>{}</b>{held}</p>", esc(&run.needs.to_string()));
     }
+    if let Some(from) = &status.resumed_from {
+        let _ = write!(
+            body,
+            "<p class=\"resumed\">attempt {} resumed from step {} ({})</p>",
+            run.attempt,
+            from.step,
+            esc(&from.path)
+        );
+    }
+    if let Some(at) = run.time_limit_at {
+        let _ = write!(body, "<p class=\"time-left\">time left {} (time limit)</p>", duration(at - now));
+    }
+    if let Some(last) = checkpoints.last() {
+        let where_ = last.path.as_deref().or(last.weights.as_deref()).unwrap_or("-");
+        let _ = write!(
+            body,
+            "<p class=\"checkpoint\">last checkpoint: step {} (attempt {}) {}</p>",
+            last.step,
+            last.attempt,
+            esc(where_)
+        );
+    }
     let target = url_segment(&run.id.to_string());
     body.push_str("<p class=\"actions\">");
     if !run.state.is_terminal() {
@@ -250,12 +312,7 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
 
     let rows = history_rows(&value);
     // The recorded changes of step draw the chart; W&B's history stands in without them.
-    let steps: Vec<HistoryRow> = series
-        .iter()
-        .map(|p| HistoryRow { step: Some(p.step as f64), at: Some(p.at as f64), ..HistoryRow::default() })
-        .collect();
-    let chart_rows = if steps.len() >= 2 { &steps } else { &rows };
-    if let Some(chart) = step_chart(&value, chart_rows) {
+    if let Some(chart) = attempts_chart(&series, &checkpoints).or_else(|| step_chart(&value, &rows)) {
         let _ = write!(body, "<h2>Steps over time</h2><div class=\"step-chart\">{chart}</div>");
     }
     let charts = metric_charts(&rows);
@@ -343,5 +400,29 @@ mod tests {
             "updated_at": 1_700_000_300_000i64 } });
         assert!(step_chart(&progress_only, &[]).is_some());
         assert!(step_chart(&json!({ "started_at": 1 }), &[]).is_none());
+    }
+
+    #[test]
+    fn each_attempt_is_a_line_and_each_checkpoint_a_marker() {
+        let point = |attempt, step, at| ProgressPoint { attempt, step, total: Some(10), at };
+        let series = [point(1, 0, 1_000), point(1, 6, 7_000), point(2, 6, 9_000), point(2, 10, 13_000)];
+        let saved = |attempt, step: i64, at| Checkpoint {
+            attempt,
+            step,
+            path: Some(format!("tinker://a/weights/{step:06}")),
+            weights: None,
+            at,
+        };
+        let chart = attempts_chart(&series, &[saved(1, 6, 6_500), saved(2, 8, 11_000)]).unwrap();
+        assert_eq!(chart.matches("class=\"series\"").count(), 2, "{chart}");
+        assert!(chart.contains("<title>attempt 2</title>"), "{chart}");
+        assert_eq!(chart.matches("class=\"checkpoint\"").count(), 2, "{chart}");
+        assert!(
+            chart.contains("data-step=\"6\"")
+                && chart
+                    .contains("<title>checkpoint at step 6 (attempt 1): tinker://a/weights/000006</title>"),
+            "{chart}"
+        );
+        assert!(attempts_chart(&series[..1], &[]).is_none(), "one point is no line");
     }
 }

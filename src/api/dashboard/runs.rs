@@ -201,9 +201,13 @@ fn row(run: &RunSummary, now: i64) -> String {
     let value = serde_json::to_value(run).unwrap_or(Value::Null);
     let took =
         run.started_at.map(|s| duration(run.ended_at.unwrap_or(now) - s)).unwrap_or_else(|| "-".into());
+    let left = run
+        .time_limit_at
+        .map(|at| format!("<div class=\"time-left\">{} left</div>", duration(at - now)))
+        .unwrap_or_default();
     format!(
         "<tr data-run=\"{id}\" data-state=\"{state}\"><td><a href=\"/ui/runs/{id}\">{short}</a></td><td>{badge}</td>\
-         <td>{workflow}</td><td>{env}</td><td>{attempt}</td><td>{node}</td><td class=\"progress-cell\">{progress}</td>\
+         <td>{workflow}</td><td>{env}</td><td>{attempt}</td><td>{node}</td><td class=\"progress-cell\">{progress}{left}</td>\
          <td>{started}</td><td>{took}</td><td class=\"reason\">{reason}</td></tr>",
         id = run.id,
         short = crate::model::short_id(&run.id),
@@ -235,6 +239,23 @@ mod tests {
         let ids = table.split("<tr data-run=\"").skip(1).map(|r| r[..36].to_string()).collect();
         let next = page.split("after=").nth(1).map(|rest| rest[..36].to_string());
         (ids, next)
+    }
+
+    #[test]
+    fn a_running_run_with_a_time_limit_shows_the_time_left() {
+        let spec = Workflow::parse(
+            std::path::Path::new("t.yaml"),
+            "name: t\ntime_limit: 2h\nstages:\n  - {name: trainer, argv: ['true']}\n",
+        )
+        .unwrap();
+        let mut run =
+            Run::queued(uuid::Uuid::new_v4(), spec, PathBuf::from("/runs"), 0, RunParams::default());
+        let now = now_millis();
+        (run.state, run.started_at) = (RunState::Running, Some(now - 30 * 60_000));
+        let shown = row(&RunSummary::from(&run), now);
+        assert!(shown.contains("<div class=\"time-left\">1h 30m left</div>"), "{shown}");
+        run.state = RunState::Completed;
+        assert!(!row(&RunSummary::from(&run), now).contains("time-left"), "an ended run has none");
     }
 
     #[tokio::test]

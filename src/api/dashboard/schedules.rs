@@ -61,6 +61,7 @@ pub fn accuracy_chart(name: &str, tests_newest_first: &[InferenceTest]) -> Optio
         baselines,
         regressions,
         x_is_time: true,
+        ..LineChart::default()
     }
     .render()
 }

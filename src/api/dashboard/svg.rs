@@ -26,6 +26,8 @@ pub struct LineChart {
     pub baselines: Vec<(f64, String)>,
     /// Points marked as regressions: (x, y, label).
     pub regressions: Vec<(f64, f64, String)>,
+    /// Checkpoints, drawn as diamonds: (x, step, label).
+    pub checkpoints: Vec<(f64, f64, String)>,
     /// Whether x values are milliseconds since the epoch (labelled as times).
     pub x_is_time: bool,
 }
@@ -57,11 +59,16 @@ fn fmt_num(v: f64) -> String {
 impl LineChart {
     /// The SVG, or `None` when there is no point to draw.
     pub fn render(&self) -> Option<String> {
-        let points =
-            self.series.iter().flat_map(|s| s.points.iter()).filter(|(x, y)| x.is_finite() && y.is_finite());
+        let marked = self.checkpoints.iter().map(|(x, y, _)| (*x, *y));
+        let points = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().copied())
+            .chain(marked)
+            .filter(|(x, y)| x.is_finite() && y.is_finite());
         let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
         let mut any = false;
-        for &(x, y) in points {
+        for (x, y) in points {
             any = true;
             (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
         }
@@ -153,6 +160,15 @@ impl LineChart {
                 "<circle class=\"regression\" data-y=\"{y}\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"6\"><title>{}</title></circle>",
                 scale.x(*x),
                 scale.y(*y),
+                esc(label)
+            );
+        }
+        for (x, y, label) in self.checkpoints.iter().filter(|(x, y, _)| x.is_finite() && y.is_finite()) {
+            let (px, py) = (scale.x(*x), scale.y(*y));
+            let _ = write!(
+                svg,
+                "<path class=\"checkpoint\" data-step=\"{y}\" d=\"M{px:.1},{:.1} l5,5 l-5,5 l-5,-5 Z\"><title>{}</title></path>",
+                py - 5.0,
                 esc(label)
             );
         }
@@ -292,6 +308,7 @@ mod tests {
             baselines: vec![(0.8, "baseline".into())],
             regressions: vec![(2.0, 0.4, "regressed".into())],
             x_is_time: false,
+            ..LineChart::default()
         }
         .render()
         .unwrap();

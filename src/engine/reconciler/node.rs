@@ -203,6 +203,7 @@ impl Reconciler {
                     Reap::Fail { reason: why.clone() }
                 } else {
                     match after_node_lost(run.spec.retry.as_ref(), run.attempt) {
+                        // Like any retry, from the last checkpoint the lost node recorded.
                         AfterFailure::RetryIn(wait) => Reap::Requeue {
                             reason: format!(
                                 "{why}; queued again as attempt {} (retry policy), not before {}",
@@ -210,6 +211,7 @@ impl Reconciler {
                                 crate::workflow::Dur(wait)
                             ),
                             not_before: now + wait.as_millis() as i64,
+                            resume: self.next_params(&run).await?,
                         },
                         AfterFailure::Fail => Reap::Fail { reason: why.clone() },
                     }

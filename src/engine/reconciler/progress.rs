@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::outcome::of_total;
 use super::{Msg, Reconciler, Result};
-use crate::logs::follow::{Follower, last_in_tail};
+use crate::logs::follow::{FileMark, Follower, last_in_tail};
 use crate::model::progress::span;
 use crate::model::{Millis, NewEvent, ProgressPoint, RunState, RunTrigger, now_millis};
 use crate::workflow::progress::{Reading, ResolvedProgress, ResolvedSource};
@@ -31,8 +31,10 @@ const TAIL_WINDOW: u64 = 256 * 1024;
 #[derive(Default)]
 pub struct ProgressWatch {
     pub resolved: Option<ResolvedProgress>,
-    /// Where this attempt's lines begin in a followed log.
-    log_start: u64,
+    /// Where this attempt's lines begin in a followed file.
+    log_start: FileMark,
+    /// The step a resuming attempt started from: lines before it are earlier attempts'.
+    from_step: Option<u64>,
     worker: Option<AbortHandle>,
     timer: Option<(Millis, AbortHandle)>,
     pub last: Option<ProgressPoint>,
@@ -108,12 +110,16 @@ impl Reconciler {
                         // Spawned by another daemon (or a JSONL file, which no stage owns): a
                         // first attempt's lines are all its own; a later attempt's are taken
                         // from now on.
-                        let now = || std::fs::metadata(path).map_or(0, |m| m.len());
-                        watch.log_start = match idx.and_then(|i| stages[i].log_start) {
-                            Some(start) => start,
-                            None if run.attempt == 1 => 0,
-                            None => now(),
+                        watch.log_start = match (idx.and_then(|i| stages[i].log_start), sup.progress_mark) {
+                            (Some(start), _) => FileMark::at(start),
+                            (None, Some(mark)) => mark,
+                            (None, None) if run.attempt == 1 => FileMark::default(),
+                            (None, None) => FileMark::of(path),
                         };
+                        watch.from_step = crate::workflow::checkpoints::resume_of(&run.params.resolved)
+                            .ok()
+                            .flatten()
+                            .map(|point| point.step.max(0) as u64);
                     }
                     let known =
                         watch.last.map(|p| Reading { step: p.step as u64, total: p.total.map(|t| t as u64) });
@@ -123,7 +129,7 @@ impl Reconciler {
                         id,
                         resolved.clone(),
                         known,
-                        watch.log_start,
+                        (watch.log_start, watch.from_step),
                     ));
                     watch.resolved = Some(resolved);
                 }
@@ -146,7 +152,7 @@ fn spawn_worker(
     id: Uuid,
     resolved: ResolvedProgress,
     known: Option<Reading>,
-    log_start: u64,
+    (log_start, from_step): (FileMark, Option<u64>),
 ) -> AbortHandle {
     let task = tokio::spawn(async move {
         let mut last = known;
@@ -168,35 +174,50 @@ fn spawn_worker(
             ResolvedSource::Log { path, .. } | ResolvedSource::Jsonl { path, .. } => {
                 // Reads happen off the runtime's threads, a bounded slice at a time, so a file
                 // written faster than it is read holds up neither exits nor other runs.
-                let mut follower = Follower::from_offset(&path, log_start);
+                let mut follower = Follower::from_mark(&path, log_start);
                 // A malformed JSONL line is skipped; the first one is worth a warning.
                 let mut warned = false;
                 loop {
                     let resolved_now = resolved.clone();
                     let path_now = path.clone();
                     let pass = tokio::task::spawn_blocking(move || {
-                        let mut newest = None;
+                        let (mut first, mut newest) = (None, None);
                         let more = follower
-                            .read_some(FOLLOW_SLICE, |line| match resolved_now.read_followed(line) {
-                                Ok(Some(reading)) => newest = Some(reading),
-                                Ok(None) => {}
-                                Err(err) if !warned => {
-                                    warned = true;
-                                    warn!(
-                                        "progress: skipping a line of {} that is not JSON: {err}",
-                                        path_now.display()
-                                    );
+                            .read_some(FOLLOW_SLICE, |line| {
+                                match resolved_now.read_followed_from(line, from_step) {
+                                    Ok(Some(reading)) => {
+                                        first.get_or_insert(reading);
+                                        newest = Some(reading);
+                                    }
+                                    Ok(None) => {}
+                                    Err(err) if !warned => {
+                                        warned = true;
+                                        warn!(
+                                            "progress: skipping a line of {} that is not JSON: {err}",
+                                            path_now.display()
+                                        );
+                                    }
+                                    Err(_) => {}
                                 }
-                                Err(_) => {}
                             })
                             .unwrap_or_else(|err| {
                                 warn!("progress: cannot read {}: {err}", path_now.display());
                                 false
                             });
-                        (follower, newest, more, warned)
+                        (follower, first, newest, more, warned)
                     });
-                    let Ok((back, newest, more, warned_now)) = pass.await else { return };
+                    let Ok((back, first, newest, more, warned_now)) = pass.await else { return };
                     (follower, warned) = (back, warned_now);
+                    // The attempt's first reading says where it started (a resumed attempt at
+                    // its checkpoint's step): kept, even when the same pass reads further.
+                    if let (None, Some(first)) = (last, first)
+                        && newest != Some(first)
+                    {
+                        last = Some(first);
+                        if tx.send(Msg::Progress { run: id, reading: first }).is_err() {
+                            return;
+                        }
+                    }
                     if let Some(reading) = newest
                         && last != Some(reading)
                     {
@@ -310,13 +331,19 @@ impl Reconciler {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let require_total = sup.run.spec.completion.require_total;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
-        let log_start = sup.progress.as_ref().map_or(0, |w| w.log_start);
+        let (log_start, from_step) =
+            sup.progress.as_ref().map_or((FileMark::default(), None), |w| (w.log_start, w.from_step));
         let followed = resolved.as_ref().and_then(|r| Some((r, r.source.followed_file()?)));
         let last_reading = match (&resolved, followed) {
             (_, Some((r, path))) => {
                 // Off the loop's thread: a read must not hold up other runs' exits.
                 let (path, r) = (path.to_path_buf(), r.clone());
-                let read = move || last_in_tail(&path, log_start, TAIL_WINDOW, |line| r.read_line(line));
+                let read = move || {
+                    let from = log_start.start_at(&path);
+                    last_in_tail(&path, from, TAIL_WINDOW, |line| {
+                        r.read_followed_from(line, from_step).ok().flatten()
+                    })
+                };
                 tokio::task::spawn_blocking(read).await.ok().flatten()
             }
             // A request can take seconds: only when the outcome depends on it.

@@ -254,6 +254,10 @@ impl Reconciler {
         }
         tracked.log_start = Some(std::fs::metadata(&tracked.plan.log_path).map_or(0, |m| m.len()));
         let plan = tracked.plan.clone();
+        if sup.progress_mark.is_none() {
+            let file = sup.run.spec.progress.as_ref().and_then(|p| p.jsonl_file(&sup.run.params.resolved));
+            sup.progress_mark = file.map(|file| crate::logs::follow::FileMark::of(&file));
+        }
         let files = tracked.files.clone();
         self.launch(Owner::Stage { run: id, idx }, plan, files);
         Ok(())

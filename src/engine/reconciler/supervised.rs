@@ -42,6 +42,9 @@ pub struct Supervised {
     pub progress: Option<super::progress::ProgressWatch>,
     /// Its time-limit timer, once its attempt is under way.
     pub time_limit: Option<super::time_limit::LimitTimer>,
+    /// Its JSONL progress file as this daemon started the attempt's first stage: the lines
+    /// after it are the attempt's (earlier attempts wrote the same file).
+    pub progress_mark: Option<crate::logs::follow::FileMark>,
 }
 
 impl Supervised {
@@ -61,7 +64,7 @@ impl Supervised {
                 spawn_after: None,
             })
             .collect();
-        Ok(Supervised { run, stages, progress: None, time_limit: None })
+        Ok(Supervised { run, stages, progress: None, time_limit: None, progress_mark: None })
     }
 
     /// What the run holds while supervised: its exclusive labels, ports and pool units (read

@@ -49,12 +49,13 @@ pub struct RunStatus {
     pub queue_position: Option<usize>,
     /// Each stage's W&B run, continued by every attempt.
     pub wandb_runs: Vec<StageWandbRun>,
-    /// When the current attempt reaches its `time_limit` (a started run with one).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time_limit_at: Option<crate::model::Millis>,
     /// The run's last checkpoint, once its trainer wrote one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<crate::model::Checkpoint>,
+    /// The checkpoint the current attempt resumed from (its run's `resume.*` params, written
+    /// with the requeue that queued it); none for an attempt that started from step 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<crate::model::ResumePoint>,
 }
 
 /// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
@@ -125,6 +126,9 @@ pub struct RunSummary {
     /// The pool units a claimed, unfinished run holds (`gpu: ["1", "2"]`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub units: crate::model::pool::Assignment,
+    /// When the current attempt reaches its `time_limit` (a started run with one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit_at: Option<crate::model::Millis>,
 }
 
 impl From<&Run> for RunSummary {
@@ -152,6 +156,7 @@ impl From<&Run> for RunSummary {
             } else {
                 BTreeMap::new()
             },
+            time_limit_at: crate::engine::reconciler::time_limit_deadline(run),
         }
     }
 }
@@ -380,21 +385,22 @@ impl Service {
         let waiting_for = self.waiting_for(&run).await;
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
-        let checkpoint = self.checkpoints_of(run.id).await?.pop();
+        let checkpoint = self.store.last_checkpoint(run.id).await?;
         Ok(RunStatus {
             run: RunSummary { progress, ..RunSummary::from(&run) },
             stages,
             waiting_for,
             queue_position,
             wandb_runs: stage_wandb_runs(&run),
-            time_limit_at: crate::engine::reconciler::time_limit_deadline(&run),
             checkpoint,
+            resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
         })
     }
 
-    /// Every recorded change of step of the run's current attempt, oldest first (the step chart).
+    /// Every recorded change of step of every attempt, each tagged with its attempt, by attempt
+    /// and oldest first (the step chart).
     pub async fn progress_series(&self, run: &Run) -> Result<Vec<crate::model::ProgressPoint>> {
-        Ok(self.store.progress(run.id, run.attempt).await?)
+        Ok(self.store.progress_all(run.id).await?)
     }
 
     /// The progress of a run's current attempt, from its recorded changes of step.
@@ -602,8 +608,8 @@ impl Service {
             waiting_for: None,
             queue_position: None,
             wandb_runs: stage_wandb_runs(&run),
-            time_limit_at: None,
             checkpoint: checkpoints.last().cloned(),
+            resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
         };
         let durations = status
             .stages

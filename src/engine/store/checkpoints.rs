@@ -22,6 +22,20 @@ pub trait CheckpointStore: Send + Sync {
     ) -> Result<bool>;
     /// A run's checkpoints, oldest first.
     async fn checkpoints(&self, run_id: Uuid) -> Result<Vec<Checkpoint>>;
+    /// A run's last checkpoint: one row off the index, however many it has.
+    async fn last_checkpoint(&self, run_id: Uuid) -> Result<Option<Checkpoint>>;
+    /// The weights path of the run's last checkpoint that had one.
+    async fn last_weights(&self, run_id: Uuid) -> Result<Option<String>>;
+}
+
+fn checkpoint_from_row(row: &sqlx::any::AnyRow) -> Result<Checkpoint> {
+    Ok(Checkpoint {
+        attempt: row.try_get("attempt")?,
+        step: row.try_get("step")?,
+        path: row.try_get("path")?,
+        weights: row.try_get("weights")?,
+        at: row.try_get("at")?,
+    })
 }
 
 #[async_trait]
@@ -57,16 +71,31 @@ impl CheckpointStore for SqlStore {
         .bind(run_id.to_string())
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Checkpoint {
-                    attempt: row.try_get("attempt")?,
-                    step: row.try_get("step")?,
-                    path: row.try_get("path")?,
-                    weights: row.try_get("weights")?,
-                    at: row.try_get("at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(checkpoint_from_row).collect()
+    }
+
+    async fn last_checkpoint(&self, run_id: Uuid) -> Result<Option<Checkpoint>> {
+        let row = sqlx::query(
+            "SELECT attempt, step, path, weights, at FROM checkpoints WHERE run_id = $1 \
+             ORDER BY at DESC, attempt DESC, step DESC LIMIT 1",
+        )
+        .bind(run_id.to_string())
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(checkpoint_from_row).transpose()
+    }
+
+    async fn last_weights(&self, run_id: Uuid) -> Result<Option<String>> {
+        let row = sqlx::query(
+            "SELECT weights FROM checkpoints WHERE run_id = $1 AND weights IS NOT NULL \
+             ORDER BY at DESC, attempt DESC, step DESC LIMIT 1",
+        )
+        .bind(run_id.to_string())
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(match row {
+            Some(row) => row.try_get("weights")?,
+            None => None,
+        })
     }
 }

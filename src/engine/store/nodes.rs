@@ -82,6 +82,9 @@ pub enum Reap {
     Requeue {
         reason: String,
         not_before: Millis,
+        /// For a run with a `checkpoints:` source: the next attempt's params (with its resume
+        /// point, or without one) and the event saying what it starts from.
+        resume: Option<(crate::model::RunParams, String)>,
     },
     /// An ended run whose stages were still being stopped: they are lost with the node.
     Release,
@@ -265,8 +268,15 @@ impl NodeStore for SqlStore {
                 };
                 Store::transition(&fenced, run, event, Some(reason), None).await.map(|_| ())
             }
-            Reap::Requeue { reason, not_before } => {
-                fenced.requeue(run, crate::model::RunTrigger::Requeue, reason, *not_before).await.map(|_| ())
+            Reap::Requeue { reason, not_before, resume } => {
+                let trigger = crate::model::RunTrigger::Requeue;
+                match resume {
+                    Some((params, note)) => {
+                        fenced.requeue_resuming(run, trigger, reason, *not_before, params, note).await
+                    }
+                    None => fenced.requeue(run, trigger, reason, *not_before).await,
+                }
+                .map(|_| ())
             }
             Reap::Release => return fenced.release_run(run).await,
         };

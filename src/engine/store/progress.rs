@@ -14,6 +14,8 @@ pub trait ProgressStore: Send + Sync {
     async fn record_progress(&self, run_id: Uuid, point: &ProgressPoint) -> Result<()>;
     /// The recorded changes of one attempt, oldest first.
     async fn progress(&self, run_id: Uuid, attempt: i64) -> Result<Vec<ProgressPoint>>;
+    /// The recorded changes of every attempt, by attempt, oldest first.
+    async fn progress_all(&self, run_id: Uuid) -> Result<Vec<ProgressPoint>>;
     /// The last recorded change of one attempt.
     async fn last_progress(&self, run_id: Uuid, attempt: i64) -> Result<Option<ProgressPoint>>;
     /// When the run last reached `running` (from its state events), if it did.
@@ -49,6 +51,16 @@ impl ProgressStore for SqlStore {
         )
         .bind(run_id.to_string())
         .bind(attempt)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(point_from_row).collect()
+    }
+
+    async fn progress_all(&self, run_id: Uuid) -> Result<Vec<ProgressPoint>> {
+        let rows = sqlx::query(
+            "SELECT attempt, step, total, at FROM progress WHERE run_id = $1 ORDER BY attempt, at",
+        )
+        .bind(run_id.to_string())
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(point_from_row).collect()

@@ -79,3 +79,30 @@ impl QueueStore for SqlStore {
         rows.iter().map(run_from_row).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    use super::*;
+
+    /// A page of one workflow's runs walks the `(workflow, seq)` index from its newest run: it
+    /// reads the page, not the other workflows' runs, and sorts nothing apart.
+    #[tokio::test]
+    async fn a_page_of_one_workflow_reads_its_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
+        let store = crate::engine::store::open(&location).await.unwrap();
+        let plan = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {PAGE_WORKFLOW}")))
+            .bind(20i64)
+            .bind(0i64)
+            .bind("demo")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        let details: Vec<String> =
+            plan.iter().map(|row| row.try_get::<String, _>("detail").unwrap()).collect();
+        assert!(details.iter().any(|d| d.contains("USING INDEX runs_by_workflow_seq")), "{details:?}");
+        assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "sorted apart: {details:?}");
+    }
+}

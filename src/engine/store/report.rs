@@ -10,7 +10,7 @@ use super::Result;
 use super::inference_tests::test_from_row;
 use super::rows::run_from_row;
 use super::sql::{SqlStore, count_by_state};
-use crate::model::{Checkpoint, InferenceTest, MetricRow, Millis, Run};
+use crate::model::{InferenceTest, MetricRow, Millis, Run};
 
 #[async_trait]
 pub trait ReportStore: Send + Sync {
@@ -28,10 +28,6 @@ pub trait ReportStore: Send + Sync {
     async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
     /// How many tests are queued or running, per state.
     async fn live_test_counts(&self) -> Result<Vec<(String, i64)>>;
-    /// The run's last checkpoint (by the time it was recorded).
-    async fn last_checkpoint(&self, run_id: Uuid) -> Result<Option<Checkpoint>>;
-    /// The weights path of the run's last checkpoint that had one.
-    async fn last_weights(&self, run_id: Uuid) -> Result<Option<String>>;
     /// The run's last stored metric row that holds a metric.
     async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
     /// When the cron post `name` last handled a due time; the first call records `now` (a new
@@ -52,16 +48,6 @@ const TESTS_ENDED: &str = concat!(
     select_tests_sql!(),
     "WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at DESC LIMIT $2"
 );
-
-fn checkpoint_from_row(row: &sqlx::any::AnyRow) -> Result<Checkpoint> {
-    Ok(Checkpoint {
-        attempt: row.try_get("attempt")?,
-        step: row.try_get("step")?,
-        path: row.try_get("path")?,
-        weights: row.try_get("weights")?,
-        at: row.try_get("at")?,
-    })
-}
 
 #[async_trait]
 impl ReportStore for SqlStore {
@@ -117,31 +103,6 @@ impl ReportStore for SqlStore {
              GROUP BY state ORDER BY state",
         )
         .await
-    }
-
-    async fn last_checkpoint(&self, run_id: Uuid) -> Result<Option<Checkpoint>> {
-        let row = sqlx::query(
-            "SELECT attempt, step, path, weights, at FROM checkpoints WHERE run_id = $1 \
-             ORDER BY at DESC, attempt DESC, step DESC LIMIT 1",
-        )
-        .bind(run_id.to_string())
-        .fetch_optional(self.pool())
-        .await?;
-        row.as_ref().map(checkpoint_from_row).transpose()
-    }
-
-    async fn last_weights(&self, run_id: Uuid) -> Result<Option<String>> {
-        let row = sqlx::query(
-            "SELECT weights FROM checkpoints WHERE run_id = $1 AND weights IS NOT NULL \
-             ORDER BY at DESC, attempt DESC, step DESC LIMIT 1",
-        )
-        .bind(run_id.to_string())
-        .fetch_optional(self.pool())
-        .await?;
-        Ok(match row {
-            Some(row) => row.try_get("weights")?,
-            None => None,
-        })
     }
 
     async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>> {

@@ -70,7 +70,10 @@ async fn a_checkpoint_line_is_recorded_once(store: &dyn Store) {
     );
     let rows = store.checkpoints(run.id).await.unwrap();
     assert_eq!(rows.iter().map(|c| (c.attempt, c.step)).collect::<Vec<_>>(), [(1, 2), (1, 4)]);
-    assert!(store.checkpoints(insert(store, 0).await.id).await.unwrap().is_empty());
+    assert_eq!(store.last_checkpoint(run.id).await.unwrap().map(|c| c.step), Some(4));
+    let other = insert(store, 0).await;
+    assert!(store.checkpoints(other.id).await.unwrap().is_empty());
+    assert_eq!(store.last_checkpoint(other.id).await.unwrap(), None);
 }
 
 async fn metric_history_is_one_row_per_step(store: &dyn Store) {

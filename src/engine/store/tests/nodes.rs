@@ -226,7 +226,8 @@ async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store:
     );
 
     let run = runs.iter().find(|r| r.id == retried.id).unwrap();
-    let requeue = Reap::Requeue { reason: "node lost: a; again".into(), not_before: now_millis() - 1 };
+    let requeue =
+        Reap::Requeue { reason: "node lost: a; again".into(), not_before: now_millis() - 1, resume: None };
     assert!(store.reap_run(run, a.token, &requeue).await.unwrap());
     let queued = store.run(retried.id).await.unwrap().unwrap();
     assert_eq!((queued.state, queued.attempt, queued.node.as_deref()), (RunState::Pending, 2, None));
