@@ -265,6 +265,21 @@ pub struct StartBody {
     /// Overrides the workflow's `time_limit` (e.g. "10h").
     #[serde(default)]
     time_limit: Option<crate::workflow::Dur>,
+    /// Runs to wait for: `[{"run": "3f2a", "when": "ok|any|failed", "name": "train"}]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    after: Vec<AfterBody>,
+}
+
+/// One dependency in a `POST /runs` body: a run id (or unique prefix), the condition (`ok`,
+/// the default: it completed; `any`; `failed`) and an optional name for `{after.NAME.*}`.
+#[derive(Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AfterBody {
+    run: String,
+    #[serde(default)]
+    when: crate::model::When,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
 }
 
 impl From<StartBody> for SubmitRequest {
@@ -283,6 +298,15 @@ impl From<StartBody> for SubmitRequest {
             stall_timeout: body.stall_timeout.map(|d| d.0),
             hold: body.hold,
             time_limit: body.time_limit.map(|d| d.0),
+            after: body
+                .after
+                .into_iter()
+                .map(|a| crate::service::After {
+                    target: crate::service::AfterTarget::Run(a.run),
+                    when: a.when,
+                    name: a.name,
+                })
+                .collect(),
         }
     }
 }
@@ -299,6 +323,17 @@ impl From<&SubmitRequest> for StartBody {
             stall_timeout: request.stall_timeout.map(crate::workflow::Dur),
             hold: request.hold,
             time_limit: request.time_limit.map(crate::workflow::Dur),
+            // A batch's own runs (a pipeline) are never handed over one by one.
+            after: request
+                .after
+                .iter()
+                .filter_map(|a| match &a.target {
+                    crate::service::AfterTarget::Run(run) => {
+                        Some(AfterBody { run: run.clone(), when: a.when, name: a.name.clone() })
+                    }
+                    crate::service::AfterTarget::Earlier(_) => None,
+                })
+                .collect(),
         }
     }
 }
@@ -639,6 +674,11 @@ mod tests {
             stall_timeout: Some(std::time::Duration::from_millis(1500)),
             hold: true,
             time_limit: Some(std::time::Duration::from_secs(36_000)),
+            after: vec![crate::service::After {
+                target: crate::service::AfterTarget::Run("3f2a".into()),
+                when: crate::model::When::Failed,
+                name: Some("train".into()),
+            }],
         };
         let json = serde_json::to_string(&StartBody::from(&request)).unwrap();
         let body: StartBody = serde_json::from_str(&json).unwrap();

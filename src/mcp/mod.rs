@@ -65,6 +65,22 @@ pub struct StartArgs {
     /// Workflow to run (default: the default workflow, tinker-atropos)
     #[serde(default)]
     pub workflow: Option<String>,
+    /// Runs to wait for before this one starts (default: none)
+    #[serde(default)]
+    pub after: Vec<AfterArg>,
+}
+
+/// One run to wait for.
+#[derive(Deserialize, schemars::JsonSchema, Default)]
+pub struct AfterArg {
+    /// The run id (or a unique prefix of it)
+    pub run: String,
+    /// "ok" (it completed; the default), "any" (it ended) or "failed" (it failed)
+    #[serde(default)]
+    pub when: Option<String>,
+    /// A name for its values in this run's variables ({after.NAME.trained_weights})
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -209,7 +225,19 @@ impl RlTools {
         // The selected environment, as the reference starts it; with none selected, the service
         // asks for one only if the workflow runs an environment (the demo starts without).
         let env_name = self.service.selection().await.ok().map(|selection| selection.env_name);
-        let request = SubmitRequest { workflow: args.workflow, env_name, ..SubmitRequest::default() };
+        let mut after = Vec::with_capacity(args.after.len());
+        for dep in args.after {
+            let when = match dep.when.as_deref().map(str::parse).transpose() {
+                Ok(when) => when.unwrap_or_default(),
+                Err(problem) => return answer(json!({ "error": problem })),
+            };
+            after.push(crate::service::After {
+                target: crate::service::AfterTarget::Run(dep.run),
+                when,
+                name: dep.name,
+            });
+        }
+        let request = SubmitRequest { workflow: args.workflow, env_name, after, ..SubmitRequest::default() };
         match self.service.submit(request).await {
             Ok(run) => {
                 let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);
@@ -433,7 +461,7 @@ mod tests {
     use super::*;
 
     fn start(workflow: Option<&str>) -> Parameters<StartArgs> {
-        Parameters(StartArgs { workflow: workflow.map(str::to_string) })
+        Parameters(StartArgs { workflow: workflow.map(str::to_string), after: Vec::new() })
     }
 
     /// Only a workflow that runs an environment asks for a selection; `run start -w demo` and

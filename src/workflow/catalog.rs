@@ -14,6 +14,11 @@ const BUNDLED: &[(&str, &str)] = &[
     ("demo/api.sh", include_str!("../../workflows/demo/api.sh")),
     ("demo/trainer.sh", include_str!("../../workflows/demo/trainer.sh")),
     ("demo/env.sh", include_str!("../../workflows/demo/env.sh")),
+    ("demo-eval.yaml", include_str!("../../workflows/demo-eval.yaml")),
+    ("demo-cleanup.yaml", include_str!("../../workflows/demo-cleanup.yaml")),
+    ("demo/eval.sh", include_str!("../../workflows/demo/eval.sh")),
+    ("demo/cleanup.sh", include_str!("../../workflows/demo/cleanup.sh")),
+    ("pipelines/demo-pipeline.yaml", include_str!("../../workflows/pipelines/demo-pipeline.yaml")),
 ];
 
 /// The workflow used when a surface names none, if no file says `default: true`.

@@ -5,6 +5,7 @@ mod catalog;
 pub mod checkpoints;
 mod duration;
 mod names;
+pub mod pipeline;
 pub mod progress;
 pub mod retry;
 mod slurm;
@@ -484,6 +485,13 @@ impl StageSpec {
             self.environ.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<_, PlanError>>()?;
         if let Some(run_id) = vars.get("run_id") {
             wandb::add_identity(&mut env, run_id, &self.name);
+        }
+        // The values of the runs it waited for, once its claim read them (`after.NAME.KIND`).
+        for (key, value) in vars {
+            let Some((name, kind)) = key.strip_prefix("after.").and_then(|rest| rest.split_once('.')) else {
+                continue;
+            };
+            env.entry(crate::model::dependency::after_env(name, kind)).or_insert_with(|| value.clone());
         }
         if let Some(point) = resume {
             env.insert("LACHESIS_RESUME_STEP".into(), point.step.to_string());

@@ -12,6 +12,7 @@ mod metric_history;
 mod metrics;
 mod nodes;
 mod pending;
+mod pipelines;
 mod records;
 mod retention;
 mod runs;
@@ -33,7 +34,7 @@ pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
 pub use pending::EditRequest;
 pub use retention::{GcReport, disk_usage};
-pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
+pub use runs::{After, AfterTarget, RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights, trained_weights_of};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -111,6 +112,15 @@ pub enum ServiceError {
          the embedded SQLite store serves one daemon on one machine"
     )]
     NeedsPostgres(String),
+    /// A run would wait for a run that already ended in a way that never meets the condition.
+    #[error("{reason}: a run waiting for it could never start")]
+    DependencyUnmet { reason: String },
+    /// A dependency that cannot be written as given (a bad or repeated name, a later run, a cycle).
+    #[error("{0}")]
+    BadDependency(String),
+    /// A pipeline file that cannot be queued; nothing was written.
+    #[error("{0}")]
+    Pipeline(String),
     /// One request of a bulk submission was refused (`index` counts from 1); nothing was written.
     #[error("run {index} of the batch: {source}")]
     InBatch { index: usize, source: Box<ServiceError> },
@@ -171,6 +181,8 @@ impl ServiceError {
             E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
             E::NodeNotLost { .. } => ErrorKind::Conflict,
             E::InBatch { source, .. } => source.kind(),
+            E::DependencyUnmet { .. } => ErrorKind::Conflict,
+            E::BadDependency(_) | E::Pipeline(_) => ErrorKind::Invalid,
         }
     }
 
@@ -190,6 +202,7 @@ impl ServiceError {
             E::NotPending { .. } => "not_pending",
             E::NotResumable { .. } => "not_resumable",
             E::NoCheckpoint { .. } => "no_checkpoint",
+            E::DependencyUnmet { .. } => "dependency_unmet",
             E::Introspect(_) => "introspection",
             other => other.kind().name(),
         }
@@ -219,7 +232,8 @@ fn store_kind(err: &StoreError) -> ErrorKind {
         | StoreError::Illegal(_)
         | StoreError::LeaseLost { .. }
         | StoreError::Fenced { .. }
-        | StoreError::Locked(_) => ErrorKind::Conflict,
+        | StoreError::Locked(_)
+        | StoreError::Unmet { .. } => ErrorKind::Conflict,
         StoreError::UnsupportedUrl(_) => ErrorKind::Invalid,
         StoreError::Open { .. }
         | StoreError::Migrate(_)
