@@ -54,7 +54,7 @@ pub static ROUTES: &[Route] = &[
         "post",
         "/runs",
         "Queue a run, or a list of runs in one transaction (answers a list, in order)",
-        Some(r#"{"workflow": "demo", "priority": 0}"#),
+        Some(r#"{"workflow": "demo", "priority": 0, "after": []}"#),
         post(start_run)
     ),
     route!("get", "/runs/{id}", "A run with its stages", None, get(run_status)),

@@ -420,7 +420,10 @@ fn assignments(flag: &'static str, items: &[String]) -> Result<BTreeMap<String, 
 }
 
 /// The pipeline `--pipeline` names: a file, else `<workflows>/pipelines/NAME.yaml`.
-fn pipeline(service: &Service, file: &std::path::Path) -> Result<lachesis::workflow::pipeline::Pipeline, String> {
+fn pipeline(
+    service: &Service,
+    file: &std::path::Path,
+) -> Result<lachesis::workflow::pipeline::Pipeline, String> {
     let path = match file.exists() || file.components().count() > 1 {
         true => file.to_path_buf(),
         false => {
@@ -428,7 +431,8 @@ fn pipeline(service: &Service, file: &std::path::Path) -> Result<lachesis::workf
             catalog.dir().join("pipelines").join(file).with_extension("yaml")
         }
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read --pipeline {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read --pipeline {}: {e}", path.display()))?;
     lachesis::workflow::pipeline::Pipeline::parse(&path, &text).map_err(|e| e.to_string())
 }
 

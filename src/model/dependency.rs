@@ -44,10 +44,9 @@ impl fmt::Display for When {
 impl FromStr for When {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        When::ALL
-            .into_iter()
-            .find(|w| w.as_str() == s)
-            .ok_or_else(|| format!("'{}' is not a dependency condition (ok, any, failed)", crate::yaml::one_line(s)))
+        When::ALL.into_iter().find(|w| w.as_str() == s).ok_or_else(|| {
+            format!("'{}' is not a dependency condition (ok, any, failed)", crate::yaml::one_line(s))
+        })
     }
 }
 
@@ -90,7 +89,9 @@ pub fn unmet_reason(after: &Uuid, when: When, state: RunState) -> String {
     let id = short_id(after);
     match (when, state) {
         (_, RunState::Stopped) => format!("dependency {id} was stopped"),
-        (When::Failed, RunState::Completed) => format!("dependency {id} completed (this run waited for it to fail)"),
+        (When::Failed, RunState::Completed) => {
+            format!("dependency {id} completed (this run waited for it to fail)")
+        }
         (_, state) => format!("dependency {id} {state}"),
     }
 }

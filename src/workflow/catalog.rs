@@ -186,7 +186,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Catalog::new(dir.path());
         catalog.install_bundled().unwrap();
-        assert_eq!(catalog.names(), vec!["demo", "tinker-atropos", "tinker-cookbook"]);
+        assert_eq!(
+            catalog.names(),
+            vec!["demo", "demo-cleanup", "demo-eval", "tinker-atropos", "tinker-cookbook"]
+        );
         for name in catalog.names() {
             catalog.load(&name).unwrap_or_else(|e| panic!("bundled {name}: {e}"));
         }

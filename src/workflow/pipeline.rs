@@ -60,7 +60,11 @@ struct RawStep {
 #[serde(untagged)]
 enum RawAfter {
     Name(String),
-    Full { step: String, #[serde(default)] when: When },
+    Full {
+        step: String,
+        #[serde(default)]
+        when: When,
+    },
 }
 
 impl Pipeline {
@@ -84,7 +88,10 @@ impl Pipeline {
             if let Some(name) = &step.name {
                 check_name(name).map_err(|p| bad(format!("[{i}].name"), p))?;
                 if names.insert(name.as_str(), i).is_some() {
-                    return Err(bad(format!("[{i}].name"), format!("another step is already called '{name}'")));
+                    return Err(bad(
+                        format!("[{i}].name"),
+                        format!("another step is already called '{name}'"),
+                    ));
                 }
             }
         }
@@ -181,8 +188,10 @@ mod tests {
 
     #[test]
     fn steps_wait_for_the_previous_one_by_default() {
-        let p = parse("- {name: a, workflow: demo}\n- {workflow: demo}\n- {name: c, workflow: demo, after: []}\n")
-            .unwrap();
+        let p = parse(
+            "- {name: a, workflow: demo}\n- {workflow: demo}\n- {name: c, workflow: demo, after: []}\n",
+        )
+        .unwrap();
         assert_eq!(p.steps[0].after, vec![]);
         assert_eq!(p.steps[1].after, vec![(0, When::Ok)]);
         assert_eq!(p.steps[2].after, vec![]);
@@ -199,9 +208,15 @@ mod tests {
     #[test]
     fn cycles_unknown_names_and_self_references_are_refused() {
         for (text, want) in [
-            ("- {name: a, after: [b]}\n- {name: b, after: [a]}\n", "after: the steps wait for each other in a cycle: a -> b -> a"),
+            (
+                "- {name: a, after: [b]}\n- {name: b, after: [a]}\n",
+                "after: the steps wait for each other in a cycle: a -> b -> a",
+            ),
             ("- {name: a, after: [a]}\n", "[0].after[0]: step 'a' cannot wait for itself"),
-            ("- {name: a}\n- {name: b, after: [nope]}\n", "[1].after[0]: no step is called 'nope' (steps: a, b)"),
+            (
+                "- {name: a}\n- {name: b, after: [nope]}\n",
+                "[1].after[0]: no step is called 'nope' (steps: a, b)",
+            ),
             ("- {name: a}\n- {name: a}\n", "[1].name: another step is already called 'a'"),
             ("- {name: \"a b\"}\n", "[0].name: 'a b' is not a dependency name"),
             ("[]\n", "steps: a pipeline needs at least one step"),

@@ -39,10 +39,17 @@ async fn a_pipeline_whose_first_step_fails_ends_the_rest_without_starting_them()
     let marker = home.path().join("ran");
     home.workflow(
         "mark",
-        &format!("name: mark\nstages:\n  - name: main\n    argv: [sh, -c, 'touch {}-$0', '{{run_id}}']\n", marker.display()),
+        &format!(
+            "name: mark\nstages:\n  - name: main\n    argv: [sh, -c, 'touch {}-$0', '{{run_id}}']\n",
+            marker.display()
+        ),
     );
     let file = home.path().join("p.yaml");
-    std::fs::write(&file, "- {name: first, workflow: boom}\n- {name: second, workflow: mark}\n- {workflow: mark}\n").unwrap();
+    std::fs::write(
+        &file,
+        "- {name: first, workflow: boom}\n- {name: second, workflow: mark}\n- {workflow: mark}\n",
+    )
+    .unwrap();
     let out = home.cli_ok(&["run", "start", "--pipeline", file.to_str().unwrap(), "--json"]);
     let runs: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
     let ids: Vec<Uuid> = runs.iter().map(|r| r["id"].as_str().unwrap().parse().unwrap()).collect();
@@ -50,7 +57,10 @@ async fn a_pipeline_whose_first_step_fails_ends_the_rest_without_starting_them()
     assert_eq!(workflows, ["boom", "mark", "mark"], "the ids come back in the file's order");
     assert_eq!(runs.iter().map(|r| r["deps_open"].as_i64().unwrap_or(0)).collect::<Vec<_>>(), [0, 1, 1]);
     let list = home.cli_ok(&["run", "list"]);
-    assert!(list.lines().any(|l| l.contains(&short_id(&ids[2])) && l.contains("pending (waits for 1 run)")), "{list}");
+    assert!(
+        list.lines().any(|l| l.contains(&short_id(&ids[2])) && l.contains("pending (waits for 1 run)")),
+        "{list}"
+    );
 
     home.start_daemon();
     let first = home.wait_state(ids[0], RunState::Failed, WAIT).await;
@@ -61,14 +71,20 @@ async fn a_pipeline_whose_first_step_fails_ends_the_rest_without_starting_them()
     for run in [&second, &third] {
         assert!(run.started_at.is_none(), "{} was never claimed", run.short_id());
         let stages = home.stages(run.id).await;
-        assert!(stages.iter().all(|s| s.record.started_at.is_none() && s.record.shim.is_none()), "{stages:?}");
+        assert!(
+            stages.iter().all(|s| s.record.started_at.is_none() && s.record.shim.is_none()),
+            "{stages:?}"
+        );
         assert!(!marker.with_file_name(format!("ran-{}", run.id)).exists());
         assert!(processes_mentioning(&run.run_dir).is_empty());
         let messages = home.messages(run.id).await;
         assert!(!messages.iter().any(|m| m.starts_with("claim by")), "{messages:?}");
     }
     let status = home.cli_ok(&["run", "status", &ids[2].to_string()]);
-    assert!(status.contains(&format!("after     second={} (ok, failed): unmet", second.short_id())), "{status}");
+    assert!(
+        status.contains(&format!("after     second={} (ok, failed): unmet", second.short_id())),
+        "{status}"
+    );
 }
 
 #[tokio::test]
@@ -86,7 +102,10 @@ async fn after_waits_across_a_daemon_sigkill_and_blocks_nothing_behind_it() {
     home.wait_state(behind, RunState::Completed, WAIT).await;
     assert_eq!(home.run(waiting).await.state, RunState::Pending);
     let status = home.cli_ok(&["run", "status", &waiting.to_string()]);
-    assert!(status.contains(&format!("waiting   for dependencies: {} (ok, running)", short_id(&first))), "{status}");
+    assert!(
+        status.contains(&format!("waiting   for dependencies: {} (ok, running)", short_id(&first))),
+        "{status}"
+    );
 
     home.kill_daemon();
     std::fs::write(&gate, "").unwrap();
@@ -96,7 +115,9 @@ async fn after_waits_across_a_daemon_sigkill_and_blocks_nothing_behind_it() {
     let waiting = home.wait_state(waiting, RunState::Completed, WAIT).await;
     assert!(waiting.started_at.unwrap() >= first.ended_at.unwrap());
     let messages = home.messages(waiting.id).await;
-    let met = messages.iter().position(|m| m.starts_with(&format!("dependency {} completed: met", first.short_id())));
+    let met = messages
+        .iter()
+        .position(|m| m.starts_with(&format!("dependency {} completed: met", first.short_id())));
     let claimed = messages.iter().position(|m| m.starts_with("claim by"));
     assert!(met.is_some() && met < claimed, "{messages:?}");
 }
@@ -147,7 +168,11 @@ async fn unknown_ids_cycles_and_dependencies_that_already_failed_are_refused() {
     assert!(err.contains("after: the steps wait for each other in a cycle: a -> c -> b -> a"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     let bad_name = home.path().join("bad.yaml");
-    std::fs::write(&bad_name, "- {name: a, workflow: quick}\n- {name: b, workflow: quick, vars: {x: \"{after.nope.run_id}\"}}\n").unwrap();
+    std::fs::write(
+        &bad_name,
+        "- {name: a, workflow: quick}\n- {name: b, workflow: quick, vars: {x: \"{after.nope.run_id}\"}}\n",
+    )
+    .unwrap();
     let err = stderr(&home.cli(&["run", "start", "--pipeline", bad_name.to_str().unwrap()]));
     assert!(err.contains("step b: "), "{err}");
     assert_eq!(home.cli_ok(&["run", "list"]).trim(), "no runs", "nothing was written");
@@ -167,7 +192,9 @@ async fn unknown_ids_cycles_and_dependencies_that_already_failed_are_refused() {
 }
 
 fn weights_workflow(name: &str, weights: &str) -> String {
-    format!("name: {name}\nstages:\n  - name: trainer\n    argv: [sh, -c, 'echo \"Saved weights: {weights}\"']\n")
+    format!(
+        "name: {name}\nstages:\n  - name: trainer\n    argv: [sh, -c, 'echo \"Saved weights: {weights}\"']\n"
+    )
 }
 
 const USES: &str = "name: uses\nvars: {w: \"\"}\nstages:\n  - name: main\n    argv: [sh, -c, 'echo \"w=$0 id=$LACHESIS_AFTER_TRAIN_RUN_ID tw=$LACHESIS_AFTER_TRAIN_TRAINED_WEIGHTS dir=$LACHESIS_AFTER_TRAIN_RUN_DIR\"', '{w}']\n";
@@ -179,20 +206,44 @@ async fn values_of_the_runs_waited_for_reach_templates_and_environments_checked(
     home.workflow("hostile", &weights_workflow("hostile", "tinker://demo/x;rm"));
     home.workflow("uses", USES);
     let train = home.submit(&["-w", "train"]);
-    let uses = home.submit(&["-w", "uses", "--after", &format!("train={train}"), "--var", "w={after.train.trained_weights}"]);
-    let err = stderr(&home.cli(&["run", "start", "-w", "uses", "--after", &format!("train={train}"), "--var", "w={after.other.run_id}"]));
-    assert!(err.contains("'{after.other.run_id}' is not a value of a named dependency") && err.contains("named: train"), "{err}");
+    let uses = home.submit(&[
+        "-w",
+        "uses",
+        "--after",
+        &format!("train={train}"),
+        "--var",
+        "w={after.train.trained_weights}",
+    ]);
+    let err = stderr(&home.cli(&[
+        "run",
+        "start",
+        "-w",
+        "uses",
+        "--after",
+        &format!("train={train}"),
+        "--var",
+        "w={after.other.run_id}",
+    ]));
+    assert!(
+        err.contains("'{after.other.run_id}' is not a value of a named dependency")
+            && err.contains("named: train"),
+        "{err}"
+    );
     let hostile = home.submit(&["-w", "hostile"]);
-    let victim = home.submit(&["-w", "uses", "--after", &format!("train={hostile}"), "--var", "w={after.train.trained_weights}"]);
+    let victim = home.submit(&[
+        "-w",
+        "uses",
+        "--after",
+        &format!("train={hostile}"),
+        "--var",
+        "w={after.train.trained_weights}",
+    ]);
     home.start_daemon();
 
     let trained = home.wait_state(train, RunState::Completed, WAIT).await;
     home.wait_state(uses, RunState::Completed, WAIT).await;
     let log = log_of(&home, uses, "main");
-    let want = format!(
-        "w=tinker://demo/w1 id={train} tw=tinker://demo/w1 dir={}",
-        trained.run_dir.display()
-    );
+    let want = format!("w=tinker://demo/w1 id={train} tw=tinker://demo/w1 dir={}", trained.run_dir.display());
     assert!(log.contains(&want), "{log}");
 
     let victim = home.wait_state(victim, RunState::Failed, WAIT).await;
@@ -225,7 +276,11 @@ async fn a_pipeline_queues_a_step_after_the_steps_it_waits_for_and_answers_in_fi
     let home = TestHome::new();
     home.workflow("quick", QUICK);
     let file = home.path().join("p.yaml");
-    std::fs::write(&file, "- {name: b, workflow: quick, after: [a]}\n- {name: a, workflow: quick, after: []}\n").unwrap();
+    std::fs::write(
+        &file,
+        "- {name: b, workflow: quick, after: [a]}\n- {name: a, workflow: quick, after: []}\n",
+    )
+    .unwrap();
     let ids = ids_of(&home.cli_ok(&["run", "start", "--pipeline", file.to_str().unwrap()]));
     let status: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["run", "status", &ids[0].to_string(), "--json"])).unwrap();
@@ -247,11 +302,23 @@ async fn after_holds_across_two_nodes_on_postgres() {
         .collect();
     let gate = homes[0].path().join("gate");
     homes[0].workflow("on-a", &gated("on-a", &gate, "node_labels: {site: a}\n"));
-    homes[0].workflow("on-b", "name: on-b\nnode_labels: {site: b}\nstages:\n  - {name: main, argv: [sh, -c, \"echo ran\"]}\n");
+    homes[0].workflow(
+        "on-b",
+        "name: on-b\nnode_labels: {site: b}\nstages:\n  - {name: main, argv: [sh, -c, \"echo ran\"]}\n",
+    );
     let first = homes[0].submit(&["-w", "on-a"]);
     let second = homes[0].submit(&["-w", "on-b", "--after", &first.to_string()]);
     homes[0].start_daemon_with(&["--node", "na", "--label", "site=a", "--lease", "30s"]);
-    homes[1].start_daemon_with(&["--node", "nb", "--label", "site=b", "--lease", "30s", "--scan-interval", "30s"]);
+    homes[1].start_daemon_with(&[
+        "--node",
+        "nb",
+        "--label",
+        "site=b",
+        "--lease",
+        "30s",
+        "--scan-interval",
+        "30s",
+    ]);
     homes[0].wait_state(first, RunState::Running, WAIT).await;
     // Node b is idle with a claimable-looking queue: the edge alone keeps it from the run.
     let service = homes[0].service().await;

@@ -200,12 +200,7 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
             .after
             .iter()
             .map(|d| {
-                format!(
-                    "<a href=\"/ui/runs/{}\">{}</a>: {}",
-                    d.run,
-                    esc(&d.describe()),
-                    d.settled.as_str()
-                )
+                format!("<a href=\"/ui/runs/{}\">{}</a>: {}", d.run, esc(&d.describe()), d.settled.as_str())
             })
             .collect();
         body.push_str(&deps.join(" · "));

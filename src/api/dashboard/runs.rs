@@ -157,7 +157,9 @@ async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<Str
         };
         let waiting = waiting
             .or_else(|| run.held_at.map(|_| "held: a release (`lachesis run release`)".to_string()))
-            .or_else(|| (run.deps_open > 0).then(|| format!("{} of the runs it depends on to end", run.deps_open)))
+            .or_else(|| {
+                (run.deps_open > 0).then(|| format!("{} of the runs it depends on to end", run.deps_open))
+            })
             .or_else(|| {
                 run.not_before
                     .filter(|t| *t > now)

@@ -17,7 +17,9 @@ fn after_templates(run: &Run) -> Vec<(String, String)> {
         .vars
         .iter()
         .map(|(name, default)| (name.clone(), run.params.vars.get(name).unwrap_or(default).clone()))
-        .filter(|(_, raw)| template::variables(raw).is_ok_and(|vars| vars.iter().any(|v| v.starts_with("after."))))
+        .filter(|(_, raw)| {
+            template::variables(raw).is_ok_and(|vars| vars.iter().any(|v| v.starts_with("after.")))
+        })
         .collect()
 }
 
@@ -32,7 +34,8 @@ impl Reconciler {
     /// Reads, checks and records `run`'s dependency values. The run as recorded, and the
     /// problem that must fail it when a value cannot be had or fails its check.
     pub(super) async fn resolve_after(&mut self, run: Run) -> Result<(Run, Option<String>)> {
-        let named: Vec<_> = self.store.dependencies(run.id).await?.into_iter().filter(|d| d.name.is_some()).collect();
+        let named: Vec<_> =
+            self.store.dependencies(run.id).await?.into_iter().filter(|d| d.name.is_some()).collect();
         if named.is_empty() {
             let problem = (!after_templates(&run).is_empty())
                 .then(|| "its values name dependencies it does not have".to_string());
@@ -61,7 +64,10 @@ impl Reconciler {
             });
             if let Some(weights) = weights {
                 if let Err(problem) = check_value(&weights) {
-                    return Ok((run, Some(format!("after.{name}.trained_weights from run {short}: {problem}"))));
+                    return Ok((
+                        run,
+                        Some(format!("after.{name}.trained_weights from run {short}: {problem}")),
+                    ));
                 }
                 values.insert(after_var(name, AFTER_VALUES[1]), weights);
             }
@@ -71,7 +77,8 @@ impl Reconciler {
         for (var, raw) in after_templates(&run) {
             for used in template::variables(&raw).unwrap_or_default() {
                 if used.starts_with("after.") && !params.resolved.contains_key(used) {
-                    let problem = match used.strip_suffix(".trained_weights").and_then(|dep| shorts.get(dep)) {
+                    let problem = match used.strip_suffix(".trained_weights").and_then(|dep| shorts.get(dep))
+                    {
                         Some(short) => format!("{used}: run {short} reported no trained weights"),
                         None => format!("vars.{var}: {{{used}}} names no dependency value"),
                     };
@@ -86,7 +93,8 @@ impl Reconciler {
             }
         }
         let names: Vec<&String> = values.keys().collect();
-        let note = format!("dependency values: {}", names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "));
+        let note =
+            format!("dependency values: {}", names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "));
         let recorded = self.store.record_after_values(&run, &params, &note).await?;
         Ok((recorded, None))
     }

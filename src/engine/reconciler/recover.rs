@@ -75,7 +75,9 @@ impl Reconciler {
                 match self.resolve_after(run.clone()).await {
                     Ok((run, None)) => run,
                     Ok((run, Some(problem))) => {
-                        if let Err(err) = self.store.transition(&run, RunTrigger::Fail, Some(&problem), None).await {
+                        if let Err(err) =
+                            self.store.transition(&run, RunTrigger::Fail, Some(&problem), None).await
+                        {
                             warn!(run = %run.short_id(), "cannot fail on restart: {err}");
                         }
                         continue;

@@ -7,6 +7,10 @@ use uuid::Uuid;
 use super::{Result, Service};
 use crate::model::{InferenceTest, Run, RunTrigger, Schedule, Stage, TestTask, TestTrigger};
 
+/// A run, its stages and the runs it waits for (each with its condition).
+#[doc(hidden)]
+pub type WaitingRun = (Run, Vec<Stage>, Vec<(Uuid, crate::model::When)>);
+
 #[doc(hidden)]
 impl Service {
     /// Writes `runs` with their stages exactly as given (in whatever state), in one
@@ -17,13 +21,17 @@ impl Service {
 
     /// Writes runs exactly as given, each waiting for the runs listed beside it (`ok`, or `any`
     /// when marked so), in one transaction: for benches of the queue with dependencies.
-    pub async fn insert_after_as_given(&self, runs: &[(Run, Vec<Stage>, Vec<(Uuid, crate::model::When)>)]) -> Result<()> {
+    pub async fn insert_after_as_given(&self, runs: &[WaitingRun]) -> Result<()> {
         let runs: Vec<_> = runs
             .iter()
             .map(|(run, stages, after)| {
                 let deps = after
                     .iter()
-                    .map(|(after, when)| crate::engine::store::NewDependency { after: *after, when: *when, name: None })
+                    .map(|(after, when)| crate::engine::store::NewDependency {
+                        after: *after,
+                        when: *when,
+                        name: None,
+                    })
                     .collect();
                 (run.clone(), stages.clone(), deps)
             })

@@ -34,7 +34,9 @@ pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
 pub use pending::EditRequest;
 pub use retention::{GcReport, disk_usage};
-pub use runs::{After, AfterTarget, RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights, trained_weights_of};
+pub use runs::{
+    After, AfterTarget, RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights, trained_weights_of,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {

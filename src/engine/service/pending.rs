@@ -93,7 +93,11 @@ impl Service {
             .dependencies(run.id)
             .await?
             .into_iter()
-            .map(|d| super::After { target: super::AfterTarget::Run(d.run.to_string()), when: d.when, name: d.name })
+            .map(|d| super::After {
+                target: super::AfterTarget::Run(d.run.to_string()),
+                when: d.when,
+                name: d.name,
+            })
             .collect();
         let submit = SubmitRequest {
             workflow: Some(run.workflow.clone()),

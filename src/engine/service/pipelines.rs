@@ -43,10 +43,7 @@ impl Service {
         let runs = self.submit_many(requests).await.map_err(|err| match err {
             ServiceError::InBatch { index, source } => {
                 let step = pipeline.order[index - 1];
-                ServiceError::Pipeline(format!(
-                    "step {}: {source}",
-                    step_label(&pipeline.steps[step], step)
-                ))
+                ServiceError::Pipeline(format!("step {}: {source}", step_label(&pipeline.steps[step], step)))
             }
             other => other,
         })?;

@@ -410,7 +410,8 @@ impl Service {
                 with_after.insert(var.clone(), format!("{{{var}}}"));
             }
         }
-        let unplannable = |problem: String| ServiceError::Unplannable { workflow: spec.name.clone(), problem };
+        let unplannable =
+            |problem: String| ServiceError::Unplannable { workflow: spec.name.clone(), problem };
         for (name, default) in &spec.vars {
             let raw = vars.get(name).unwrap_or(default);
             for var in crate::workflow::template::variables(raw).unwrap_or_default() {
@@ -630,7 +631,10 @@ pub fn trained_weights(log: &std::path::Path) -> Result<Option<String>, crate::l
 /// A run's trained weights: the last weights path among its checkpoints, else the last one its
 /// stage logs report (read off the runtime's threads). Results show it; a run that waits for
 /// this one gets it as `{after.NAME.trained_weights}`.
-pub async fn trained_weights_of(checkpoints: &[crate::model::Checkpoint], stages: &[Stage]) -> Result<Option<String>> {
+pub async fn trained_weights_of(
+    checkpoints: &[crate::model::Checkpoint],
+    stages: &[Stage],
+) -> Result<Option<String>> {
     let recorded = crate::model::Checkpoint::last_weights(checkpoints).map(str::to_string);
     if recorded.is_some() {
         return Ok(recorded);

@@ -157,10 +157,11 @@ pub(super) async fn settle_dependents(
     let mut ends = vec![(ended, state)];
     let mut woke = false;
     while let Some((after, state)) = ends.pop() {
-        let rows = sqlx::query("SELECT run_id, pos, cond FROM run_deps WHERE after_id = $1 AND settled IS NULL")
-            .bind(after.to_string())
-            .fetch_all(&mut **tx)
-            .await?;
+        let rows =
+            sqlx::query("SELECT run_id, pos, cond FROM run_deps WHERE after_id = $1 AND settled IS NULL")
+                .bind(after.to_string())
+                .fetch_all(&mut **tx)
+                .await?;
         for row in &rows {
             let waiting: String = row.try_get("run_id")?;
             let pos: i64 = row.try_get("pos")?;
@@ -175,7 +176,8 @@ pub(super) async fn settle_dependents(
                 .bind(pos)
                 .execute(&mut **tx)
                 .await?;
-            let waiting_id = Uuid::parse_str(&waiting).map_err(|e| corrupt(format!("run id {waiting}: {e}")))?;
+            let waiting_id =
+                Uuid::parse_str(&waiting).map_err(|e| corrupt(format!("run id {waiting}: {e}")))?;
             let short = crate::model::short_id(&after);
             if settled == Settled::Met {
                 let counted = sqlx::query(
@@ -216,7 +218,10 @@ pub(super) async fn settle_dependents(
         }
     }
     if woke && backend == Backend::Postgres {
-        sqlx::query("SELECT pg_notify($1, '') AS sent").bind(super::postgres::WAKE_CHANNEL).execute(&mut **tx).await?;
+        sqlx::query("SELECT pg_notify($1, '') AS sent")
+            .bind(super::postgres::WAKE_CHANNEL)
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }

@@ -60,7 +60,11 @@ async fn conformance(store: Arc<dyn Store>) {
 async fn an_end_settles_the_runs_waiting_for_it(store: &dyn Store) {
     use crate::engine::store::NewDependency;
     use crate::model::{Settled, When};
-    let dep = |after: Uuid, when: When, name: Option<&str>| NewDependency { after, when, name: name.map(str::to_string) };
+    let dep = |after: Uuid, when: When, name: Option<&str>| NewDependency {
+        after,
+        when,
+        name: name.map(str::to_string),
+    };
     let (x, x_stages) = new_run(0);
     let (y, y_stages) = new_run(0);
     let (z, z_stages) = new_run(0);
@@ -85,30 +89,49 @@ async fn an_end_settles_the_runs_waiting_for_it(store: &dyn Store) {
     let x = store.transition(&x, RunTrigger::Fail, Some("boom"), None).await.unwrap();
     let read = |id| async move { store.run(id).await.unwrap().unwrap() };
     let y = read(y.id).await;
-    assert_eq!((y.state, y.reason.clone()), (RunState::Failed, Some(format!("dependency {} failed", x.short_id()))));
+    assert_eq!(
+        (y.state, y.reason.clone()),
+        (RunState::Failed, Some(format!("dependency {} failed", x.short_id())))
+    );
     let z = read(z.id).await;
-    assert_eq!((z.state, z.reason.clone()), (RunState::Failed, Some(format!("dependency {} failed", y.short_id()))));
+    assert_eq!(
+        (z.state, z.reason.clone()),
+        (RunState::Failed, Some(format!("dependency {} failed", y.short_id())))
+    );
     assert!(z.started_at.is_none() && z.ended_at.is_some(), "ended without starting");
     let cleanup = read(cleanup.id).await;
     assert_eq!((cleanup.state, cleanup.deps_open), (RunState::Pending, 0), "both of its `any` edges are met");
     let alert = read(alert.id).await;
     assert_eq!((alert.state, alert.deps_open), (RunState::Pending, 0));
     let events = store.events(z.id, 0).await.unwrap();
-    assert!(events.iter().any(|e| e.message == format!("dependency unmet: dependency {} failed", y.short_id())));
+    assert!(
+        events.iter().any(|e| e.message == format!("dependency unmet: dependency {} failed", y.short_id()))
+    );
     assert_eq!(store.dependencies(z.id).await.unwrap()[0].settled, Settled::Unmet);
 
     // Already ended: `ok` on a failed run is refused, `any` is met at once.
     let (late, late_stages) = new_run(0);
-    let refused = store.insert_runs_after(&[(late.clone(), late_stages.clone(), vec![dep(x.id, When::Ok, None)])]).await;
-    assert!(matches!(refused, Err(StoreError::Unmet { ref reason }) if reason.contains("failed")), "{refused:?}");
+    let refused = store
+        .insert_runs_after(&[(late.clone(), late_stages.clone(), vec![dep(x.id, When::Ok, None)])])
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Unmet { ref reason }) if reason.contains("failed")),
+        "{refused:?}"
+    );
     assert!(store.run(late.id).await.unwrap().is_none(), "nothing was written");
-    let met = store.insert_runs_after(&[(late.clone(), late_stages, vec![dep(x.id, When::Any, None)])]).await.unwrap();
+    let met = store
+        .insert_runs_after(&[(late.clone(), late_stages, vec![dep(x.id, When::Any, None)])])
+        .await
+        .unwrap();
     assert_eq!(met[0].deps_open, 0);
     // A cancelled (stopped) run fails what waits for it to complete, naming the stop.
     let (w, w_stages) = new_run(0);
     let (v, v_stages) = new_run(0);
     store
-        .insert_runs_after(&[(w.clone(), w_stages, vec![]), (v.clone(), v_stages, vec![dep(w.id, When::Ok, None)])])
+        .insert_runs_after(&[
+            (w.clone(), w_stages, vec![]),
+            (v.clone(), v_stages, vec![dep(w.id, When::Ok, None)]),
+        ])
         .await
         .unwrap();
     store.transition(&w, RunTrigger::Cancel, Some("cancelled"), None).await.unwrap();
