@@ -80,8 +80,13 @@ impl Reconciler {
         let missing: Vec<String> =
             run.spec.credentials.iter().filter(|c| !crate::environ::is_set(c)).cloned().collect();
         // The values of the runs it waited for go into its params before its plan is made.
+        // A store that cannot answer fails the run saying so (a write it cannot take is held
+        // like any failure): it never starts with values it does not have.
         let (run, after) = match super::after::needs_after_values(&run) {
-            true => self.resolve_after(run).await?,
+            true => match self.resolve_after(run.clone()).await {
+                Ok(resolved) => resolved,
+                Err(err) => (run, Some(format!("cannot read the values of the runs it waited for: {err}"))),
+            },
             false => (run, None),
         };
         let problem = if let Some(problem) = ledger {

@@ -253,10 +253,10 @@ mod tests {
 
     use super::*;
 
-    /// The claim walks the partial index of unheld pending runs, in its order: held runs and
-    /// finished ones cost it nothing, however many there are.
+    /// The claim walks the partial index of pending runs neither held nor waiting for a
+    /// dependency, in its order: those and finished runs cost it nothing, however many there are.
     #[tokio::test]
-    async fn the_claim_reads_the_index_of_runs_not_held() {
+    async fn the_claim_reads_the_index_of_runs_not_held_nor_waiting() {
         let dir = tempfile::tempdir().unwrap();
         let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
         let store = crate::engine::store::open(&location).await.unwrap();
