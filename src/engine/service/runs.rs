@@ -173,7 +173,7 @@ impl From<&Run> for RunSummary {
     }
 }
 
-/// What a pending run waiting for dependencies waits for: "runs 1a2b3c4d (ok, running), …".
+/// What a pending run waiting for dependencies waits for: "dependencies: 1a2b3c4d (ok, running), …".
 fn waiting_on(run: &Run, after: &[crate::model::Dependency]) -> Option<String> {
     if run.state != RunState::Pending || run.deps_open == 0 {
         return None;
