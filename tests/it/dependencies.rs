@@ -229,6 +229,30 @@ async fn values_of_the_runs_waited_for_reach_templates_and_environments_checked(
             && err.contains("named: train"),
         "{err}"
     );
+    // A checkpoint line (JSON) can carry what a log line cannot: a newline.
+    let script = home.path().join("ck.sh");
+    std::fs::write(
+        &script,
+        "printf '{\"batch\": 1, \"sampler_path\": \"tinker://a\\\\nb\"}\\n' > \"$1/ck.jsonl\"; sleep 0.5\n",
+    )
+    .unwrap();
+    home.workflow(
+        "jsonl",
+        &format!(
+            "name: jsonl\ncheckpoints: {{jsonl: {{file: \"{{run_dir}}/ck.jsonl\", step: /batch, weights: /sampler_path}}}}\n\
+             stages:\n  - name: trainer\n    argv: [sh, {}, \"{{run_dir}}\"]\n",
+            script.display()
+        ),
+    );
+    let newline = home.submit(&["-w", "jsonl"]);
+    let victim2 = home.submit(&[
+        "-w",
+        "uses",
+        "--after",
+        &format!("train={newline}"),
+        "--var",
+        "w={after.train.trained_weights}",
+    ]);
     let hostile = home.submit(&["-w", "hostile"]);
     let victim = home.submit(&[
         "-w",
@@ -250,6 +274,11 @@ async fn values_of_the_runs_waited_for_reach_templates_and_environments_checked(
     assert_eq!(
         victim.reason,
         Some(format!("after.train.trained_weights from run {}: contains ';'", short_id(&hostile)))
+    );
+    let victim2 = home.wait_state(victim2, RunState::Failed, WAIT).await;
+    assert_eq!(
+        victim2.reason,
+        Some(format!("after.train.trained_weights from run {}: contains a newline", short_id(&newline)))
     );
     let stages = home.stages(victim.id).await;
     assert!(stages.iter().all(|s| s.record.started_at.is_none()), "no stage started: {stages:?}");
