@@ -54,7 +54,7 @@ pub static ROUTES: &[Route] = &[
         "post",
         "/runs",
         "Queue a run, or a list of runs in one transaction (answers a list, in order)",
-        Some(r#"{"workflow": "demo", "priority": 0, "needs": {"gpu": 1}}"#),
+        Some(r#"{"workflow": "demo", "priority": 0, "needs": {"gpu": 1}, "after": []}"#),
         post(start_run)
     ),
     route!("get", "/runs/{id}", "A run with its stages", None, get(run_status)),
@@ -276,6 +276,21 @@ pub struct StartBody {
     /// Units of the daemon's pools, over the workflow's `needs` (e.g. {"gpu": 2}).
     #[serde(default, skip_serializing_if = "crate::model::Needs::is_empty")]
     needs: crate::model::Needs,
+    /// Runs to wait for: `[{"run": "3f2a", "when": "ok|any|failed", "name": "train"}]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    after: Vec<AfterBody>,
+}
+
+/// One dependency in a `POST /runs` body: a run id (or unique prefix), the condition (`ok`,
+/// the default: it completed; `any`; `failed`) and an optional name for `{after.NAME.*}`.
+#[derive(Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AfterBody {
+    run: String,
+    #[serde(default)]
+    when: crate::model::When,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
 }
 
 impl From<StartBody> for SubmitRequest {
@@ -295,6 +310,15 @@ impl From<StartBody> for SubmitRequest {
             hold: body.hold,
             time_limit: body.time_limit.map(|d| d.0),
             needs: body.needs,
+            after: body
+                .after
+                .into_iter()
+                .map(|a| crate::service::After {
+                    target: crate::service::AfterTarget::Run(a.run),
+                    when: a.when,
+                    name: a.name,
+                })
+                .collect(),
         }
     }
 }
@@ -312,6 +336,17 @@ impl From<&SubmitRequest> for StartBody {
             hold: request.hold,
             time_limit: request.time_limit.map(crate::workflow::Dur),
             needs: request.needs.clone(),
+            // A batch's own runs (a pipeline) are never handed over one by one.
+            after: request
+                .after
+                .iter()
+                .filter_map(|a| match &a.target {
+                    crate::service::AfterTarget::Run(run) => {
+                        Some(AfterBody { run: run.clone(), when: a.when, name: a.name.clone() })
+                    }
+                    crate::service::AfterTarget::Earlier(_) => None,
+                })
+                .collect(),
         }
     }
 }
@@ -694,6 +729,11 @@ mod tests {
             hold: true,
             time_limit: Some(std::time::Duration::from_secs(36_000)),
             needs: crate::model::Needs::from_pairs([("gpu".to_string(), 2)]).unwrap(),
+            after: vec![crate::service::After {
+                target: crate::service::AfterTarget::Run("3f2a".into()),
+                when: crate::model::When::Failed,
+                name: Some("train".into()),
+            }],
         };
         let json = serde_json::to_string(&StartBody::from(&request)).unwrap();
         let body: StartBody = serde_json::from_str(&json).unwrap();

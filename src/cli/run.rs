@@ -159,9 +159,27 @@ pub struct StartArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     count: Option<u32>,
     /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with
-    /// any of workflow, env, set, vars, priority, needs, over the flags given here
+    /// any of workflow, env, set, vars, priority, needs, after, over the flags given here
     #[arg(long, value_name = "FILE", conflicts_with = "count")]
     from: Option<PathBuf>,
+    /// Wait for this run to complete (repeatable; an id or unique prefix, or NAME=ID to use
+    /// its values as {after.NAME.*}); the run fails if it fails or is stopped
+    #[arg(long, value_name = "[NAME=]ID")]
+    after: Vec<String>,
+    /// Wait for this run to end, however it ends (repeatable)
+    #[arg(long, value_name = "[NAME=]ID")]
+    after_any: Vec<String>,
+    /// Wait for this run to fail (repeatable): a cleanup or an alert
+    #[arg(long, value_name = "[NAME=]ID")]
+    after_failed: Vec<String>,
+    /// Queue a pipeline: a YAML list of steps (a path, or a name in the workflows'
+    /// `pipelines/` directory), in one transaction; prints the run ids in the file's order
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["count", "from", "wait", "workflow", "env", "set", "var", "after", "after_any", "after_failed"]
+    )]
+    pipeline: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -179,13 +197,31 @@ impl StartArgs {
             hold: self.hold,
             time_limit: self.time_limit.map(|d| d.0),
             needs: needs(&self.needs)?,
+            after: [
+                (&self.after, lachesis::model::When::Ok),
+                (&self.after_any, lachesis::model::When::Any),
+                (&self.after_failed, lachesis::model::When::Failed),
+            ]
+            .into_iter()
+            .flat_map(|(list, when)| list.iter().map(move |text| after(text, when)))
+            .collect(),
         })
     }
 }
 
+/// `--after [NAME=]ID`: a run by its id or prefix, named for `{after.NAME.*}` when given.
+fn after(text: &str, when: lachesis::model::When) -> lachesis::service::After {
+    let (name, run) = match text.split_once('=') {
+        Some((name, run)) => (Some(name.trim().to_string()), run.trim()),
+        None => (None, text.trim()),
+    };
+    lachesis::service::After { target: lachesis::service::AfterTarget::Run(run.to_string()), when, name }
+}
+
 pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
     // One run, nothing to wait for: the home's daemon can write it with the store it holds.
-    if let RunCommand::Start(args @ StartArgs { wait: false, count: None, from: None, .. }) = &command
+    if let RunCommand::Start(args @ StartArgs { wait: false, count: None, from: None, pipeline: None, .. }) =
+        &command
         && let Some(run) = lachesis::api::client::submit(&settings, &args.request()?).await?
     {
         if args.json {
@@ -200,12 +236,12 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
         RunCommand::Start(args) => {
             let StartArgs { wait, count, json, .. } = args;
             let request = args.request()?;
-            if count.is_some() || args.from.is_some() {
-                let requests = match &args.from {
-                    Some(path) => requests_from(path, &request)?,
-                    None => vec![request; count.unwrap_or(1) as usize],
+            if count.is_some() || args.from.is_some() || args.pipeline.is_some() {
+                let runs = match (&args.from, &args.pipeline) {
+                    (_, Some(file)) => service.submit_pipeline(&pipeline(&service, file)?).await?,
+                    (Some(path), None) => service.submit_many(requests_from(path, &request)?).await?,
+                    (None, None) => service.submit_many(vec![request; count.unwrap_or(1) as usize]).await?,
                 };
-                let runs = service.submit_many(requests).await?;
                 if json {
                     let summaries: Vec<_> = runs.iter().map(lachesis::service::RunSummary::from).collect();
                     print_json(&summaries)?;
@@ -250,6 +286,9 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
                     let mut state = r.state.to_string();
                     if r.held_at.is_some() {
                         state.push_str(" (held)");
+                    }
+                    if r.deps_open > 0 && r.state == RunState::Pending {
+                        state.push_str(&format!(" (waits for {})", runs_word(r.deps_open)));
                     }
                     if r.attempt > 1 {
                         state.push_str(&format!(" (attempt {})", r.attempt));
@@ -343,6 +382,11 @@ pub async fn run(settings: Settings, command: RunCommand) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// "1 run", "3 runs".
+fn runs_word(n: i64) -> String {
+    if n == 1 { "1 run".into() } else { format!("{n} runs") }
+}
+
 /// A run after a hold, release or edit: its id, state and whether it is held.
 fn print_summary(run: &lachesis::model::Run, json: bool) -> std::io::Result<()> {
     if json {
@@ -391,6 +435,23 @@ fn needs(items: &[String]) -> Result<lachesis::model::Needs, ServiceError> {
     Ok(lachesis::model::Needs::from_pairs(pairs)?)
 }
 
+/// The pipeline `--pipeline` names: a file, else `<workflows>/pipelines/NAME.yaml`.
+fn pipeline(
+    service: &Service,
+    file: &std::path::Path,
+) -> Result<lachesis::workflow::pipeline::Pipeline, String> {
+    let path = match file.exists() || file.components().count() > 1 {
+        true => file.to_path_buf(),
+        false => {
+            let catalog = service.settings.catalog().map_err(|e| e.to_string())?;
+            catalog.dir().join("pipelines").join(file).with_extension("yaml")
+        }
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read --pipeline {}: {e}", path.display()))?;
+    lachesis::workflow::pipeline::Pipeline::parse(&path, &text).map_err(|e| e.to_string())
+}
+
 /// One line of `run start --from`: what this run changes over the command line's flags.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -408,6 +469,18 @@ struct RunLine {
     hold: Option<bool>,
     /// Overrides the workflow's `time_limit` (e.g. "10h").
     time_limit: Option<lachesis::workflow::Dur>,
+    /// Runs it waits for, over the flags' (`[{"run": ID, "when": "ok|any|failed", "name": …}]`).
+    #[serde(default)]
+    after: Vec<AfterLine>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AfterLine {
+    run: String,
+    #[serde(default)]
+    when: lachesis::model::When,
+    name: Option<String>,
 }
 
 /// The requests of a `--from` file (or stdin), one per non-blank line, over `base`.
@@ -437,6 +510,11 @@ fn requests_from(path: &std::path::Path, base: &SubmitRequest) -> Result<Vec<Sub
         request.set.extend(line.set.into_iter().map(|(k, v)| (k, text_of(v))));
         request.vars.extend(line.vars.into_iter().map(|(k, v)| (k, text_of(v))));
         request.needs = request.needs.overlaid(&line.needs);
+        request.after.extend(line.after.into_iter().map(|a| lachesis::service::After {
+            target: lachesis::service::AfterTarget::Run(a.run),
+            when: a.when,
+            name: a.name,
+        }));
         requests.push(request);
     }
     if requests.is_empty() {
@@ -485,6 +563,9 @@ fn print_status(status: &RunStatus) {
     }
     if let Some(why) = &status.waiting_for {
         println!("waiting   for {why}");
+    }
+    for dep in &status.after {
+        println!("after     {}: {}", dep.describe(), dep.settled.as_str());
     }
     if let (Some(at), lachesis::model::RunState::Pending) = (r.not_before, r.state) {
         println!("retry at  {}", time(Some(at)));

@@ -72,6 +72,22 @@ pub struct StartArgs {
     /// `time_limit`
     #[serde(default)]
     pub time_limit: Option<String>,
+    /// Runs to wait for before this one starts (default: none)
+    #[serde(default)]
+    pub after: Vec<AfterArg>,
+}
+
+/// One run to wait for.
+#[derive(Deserialize, schemars::JsonSchema, Default)]
+pub struct AfterArg {
+    /// The run id (or a unique prefix of it)
+    pub run: String,
+    /// "ok" (it completed; the default), "any" (it ended) or "failed" (it failed)
+    #[serde(default)]
+    pub when: Option<String>,
+    /// A name for its values in this run's variables ({after.NAME.trained_weights})
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -216,6 +232,18 @@ impl RlTools {
         // The selected environment, as the reference starts it; with none selected, the service
         // asks for one only if the workflow runs an environment (the demo starts without).
         let env_name = self.service.selection().await.ok().map(|selection| selection.env_name);
+        let mut after = Vec::with_capacity(args.after.len());
+        for dep in args.after {
+            let when = match dep.when.as_deref().map(str::parse).transpose() {
+                Ok(when) => when.unwrap_or_default(),
+                Err(problem) => return answer(json!({ "error": problem })),
+            };
+            after.push(crate::service::After {
+                target: crate::service::AfterTarget::Run(dep.run),
+                when,
+                name: dep.name,
+            });
+        }
         let time_limit = match args.time_limit.as_deref().map(str::parse::<crate::workflow::Dur>) {
             None => None,
             Some(Ok(limit)) => Some(limit.0),
@@ -226,6 +254,7 @@ impl RlTools {
             env_name,
             hold: args.hold,
             time_limit,
+            after,
             ..SubmitRequest::default()
         };
         match self.service.submit(request).await {
@@ -452,7 +481,12 @@ mod tests {
     use super::*;
 
     fn start(workflow: Option<&str>) -> Parameters<StartArgs> {
-        Parameters(StartArgs { workflow: workflow.map(str::to_string), hold: false, time_limit: None })
+        Parameters(StartArgs {
+            workflow: workflow.map(str::to_string),
+            hold: false,
+            time_limit: None,
+            after: Vec::new(),
+        })
     }
 
     /// Only a workflow that runs an environment asks for a selection; `run start -w demo` and
@@ -525,6 +559,7 @@ mod tests {
                 workflow: Some("demo".into()),
                 hold: true,
                 time_limit: Some(time_limit.into()),
+                after: Vec::new(),
             })
         };
         let started: Value = serde_json::from_str(&tools.rl_start_training(args("10h")).await).unwrap();

@@ -3,6 +3,7 @@
 //! schedules, events and the training-metric history.
 
 pub mod checkpoint;
+pub mod dependency;
 pub mod event;
 pub mod inference_test;
 pub mod metric_row;
@@ -16,6 +17,7 @@ pub mod stage;
 use uuid::Uuid;
 
 pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
+pub use dependency::{Dependency, Settled, When};
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};

@@ -10,6 +10,9 @@
 //!    └──cancel──▶ stopped            stopping ──all stages gone──▶ stopped
 //! ```
 //!
+//! A pending run whose dependency can no longer be met (see `dependency.rs`):
+//! `pending ──dependency unmet──▶ failed`.
+//!
 //! A deciding stage may finish before the other stages are up (a trainer resumed at its last
 //! checkpoint), retries and lost nodes (a workflow's retry policy decides which applies):
 //!
@@ -150,6 +153,9 @@ pub struct Run {
     /// When the run was held: a held pending run is never claimed until it is released.
     #[serde(default)]
     pub held_at: Option<Millis>,
+    /// How many of its dependencies are not met yet: a run is claimed only at 0.
+    #[serde(default)]
+    pub deps_open: i64,
 }
 
 impl Run {
@@ -176,6 +182,7 @@ impl Run {
             fence: None,
             not_before: None,
             held_at: None,
+            deps_open: 0,
         }
     }
 
@@ -205,6 +212,9 @@ pub struct RunParams {
     /// Values resolved at claim time (ports picked, paths), so a restarted daemon expands the same.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved: BTreeMap<String, String>,
+    /// The names of its named dependencies: their values are read when it is claimed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 /// What can happen to a run.
@@ -232,10 +242,12 @@ pub enum RunTrigger {
     Requeue,
     /// A user asked a failed or stopped run to go on, as its next attempt (`run resume`).
     Resume,
+    /// A run it waits for ended in a way that can never meet its dependency.
+    Unmet,
 }
 
 impl RunTrigger {
-    pub const ALL: [RunTrigger; 11] = [
+    pub const ALL: [RunTrigger; 12] = [
         RunTrigger::Claim,
         RunTrigger::Cancel,
         RunTrigger::AllStagesUp,
@@ -247,6 +259,7 @@ impl RunTrigger {
         RunTrigger::NodeLost,
         RunTrigger::Requeue,
         RunTrigger::Resume,
+        RunTrigger::Unmet,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -262,6 +275,7 @@ impl RunTrigger {
             RunTrigger::NodeLost => "node lost",
             RunTrigger::Requeue => "requeue",
             RunTrigger::Resume => "resume",
+            RunTrigger::Unmet => "dependency unmet",
         }
     }
 }
@@ -286,6 +300,7 @@ pub fn next(from: RunState, event: RunTrigger) -> Result<RunState, IllegalTransi
     let to = match (from, event) {
         (S::Pending, E::Claim) => S::Starting,
         (S::Pending, E::Cancel) => S::Stopped,
+        (S::Pending, E::Unmet) => S::Failed,
         (S::Starting, E::AllStagesUp) => S::Running,
         (S::Starting | S::Running, E::Fail) => S::Failed,
         // A deciding stage may finish its work before the others are up (a trainer resumed
@@ -318,9 +333,10 @@ mod tests {
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, event) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunTrigger, RunState); 23] = [
+    const LEGAL: [(RunState, RunTrigger, RunState); 24] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
+        (S::Pending, E::Unmet, S::Failed),
         (S::Starting, E::AllStagesUp, S::Running),
         (S::Starting, E::Fail, S::Failed),
         (S::Starting, E::Stop, S::Stopping),

@@ -14,6 +14,11 @@ const BUNDLED: &[(&str, &str)] = &[
     ("demo/api.sh", include_str!("../../workflows/demo/api.sh")),
     ("demo/trainer.sh", include_str!("../../workflows/demo/trainer.sh")),
     ("demo/env.sh", include_str!("../../workflows/demo/env.sh")),
+    ("demo-eval.yaml", include_str!("../../workflows/demo-eval.yaml")),
+    ("demo-cleanup.yaml", include_str!("../../workflows/demo-cleanup.yaml")),
+    ("demo/eval.sh", include_str!("../../workflows/demo/eval.sh")),
+    ("demo/cleanup.sh", include_str!("../../workflows/demo/cleanup.sh")),
+    ("pipelines/demo-pipeline.yaml", include_str!("../../workflows/pipelines/demo-pipeline.yaml")),
 ];
 
 /// The workflow used when a surface names none, if no file says `default: true`.
@@ -181,7 +186,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Catalog::new(dir.path());
         catalog.install_bundled().unwrap();
-        assert_eq!(catalog.names(), vec!["demo", "tinker-atropos", "tinker-cookbook"]);
+        assert_eq!(
+            catalog.names(),
+            vec!["demo", "demo-cleanup", "demo-eval", "tinker-atropos", "tinker-cookbook"]
+        );
         for name in catalog.names() {
             catalog.load(&name).unwrap_or_else(|e| panic!("bundled {name}: {e}"));
         }

@@ -5,6 +5,7 @@ mod catalog;
 pub mod checkpoints;
 mod duration;
 mod names;
+pub mod pipeline;
 pub mod progress;
 pub mod retry;
 mod slurm;
@@ -506,6 +507,13 @@ impl StageSpec {
         // The units the claim assigned win over the workflow's own value: two runs must never
         // see one device.
         env.extend(crate::model::pool::environ(vars));
+        // The values of the runs it waited for, once its claim read them (`after.NAME.KIND`).
+        for (key, value) in vars {
+            let Some((name, kind)) = key.strip_prefix("after.").and_then(|rest| rest.split_once('.')) else {
+                continue;
+            };
+            env.entry(crate::model::dependency::after_env(name, kind)).or_insert_with(|| value.clone());
+        }
         if let Some(point) = resume {
             env.insert("LACHESIS_RESUME_STEP".into(), point.step.to_string());
             env.insert("LACHESIS_RESUME_PATH".into(), point.path);

@@ -644,3 +644,81 @@ fn fuzz_jsonl_progress_lines_never_panic() {
         })
         .unwrap();
 }
+
+/// Pipeline files and `after` lists: parsed or refused on one line, never a panic; over HTTP a
+/// refusal is JSON, never a 500, whatever the dependency's run, condition and name.
+#[test]
+fn fuzz_pipelines_and_dependencies_never_panic() {
+    use lachesis::workflow::pipeline::Pipeline;
+    let step = (
+        prop::option::of(prop_oneof!["[a-c]", "\\PC{0,6}"]),
+        prop::option::of(prop_oneof![
+            Just("[]".to_string()),
+            "\\[[a-c, ]{0,6}\\]",
+            Just("[{step: a, when: any}]".to_string()),
+            "\\PC{0,10}"
+        ]),
+        prop::option::of(prop_oneof![Just("\"{after.a.run_id}\"".to_string()), "\\PC{0,10}"]),
+    )
+        .prop_map(|(name, after, var)| {
+            let mut step = "- workflow: demo\n".to_string();
+            if let Some(name) = name {
+                step.push_str(&format!("  name: {}\n", json!(name)));
+            }
+            if let Some(after) = after {
+                step.push_str(&format!("  after: {after}\n"));
+            }
+            if let Some(var) = var {
+                step.push_str(&format!("  vars: {{steps: {var}}}\n"));
+            }
+            step
+        });
+    let text = prop_oneof![
+        prop::collection::vec(step, 0..5).prop_map(|steps| steps.concat()),
+        "[-:{}\\[\\]\n #a-z0-9'\"]{0,120}",
+    ];
+    let mut runner = fuzz_runner(384);
+    runner
+        .run(&text, |text| {
+            match Pipeline::parse(Path::new("p.yaml"), &text) {
+                Ok(pipeline) => {
+                    prop_assert_eq!(pipeline.order.len(), pipeline.steps.len());
+                    for (at, step) in pipeline.order.iter().enumerate() {
+                        for (target, _) in &pipeline.steps[*step].after {
+                            prop_assert!(
+                                pipeline.order[..at].contains(target),
+                                "queued before what it waits for"
+                            );
+                        }
+                    }
+                }
+                Err(err) => one_line(&err.to_string()),
+            }
+            Ok(())
+        })
+        .unwrap();
+
+    let api = InProcess::new();
+    let after = (
+        prop_oneof!["\\PC{0,10}", Just("00000000".to_string()), Just(String::new())],
+        prop_oneof![Just(json!("ok")), Just(json!("any")), Just(json!("failed")), any_json()],
+        prop::option::of(prop_oneof!["\\PC{0,10}".prop_map(Value::from), any_json()]),
+    )
+        .prop_map(|(run, when, name)| {
+            let mut item = json!({"run": run, "when": when});
+            if let Some(name) = name {
+                item["name"] = name;
+            }
+            item
+        });
+    let mut runner = fuzz_runner(256);
+    runner
+        .run(&(prop::collection::vec(after, 0..3), prop::bool::ANY), |(after, list)| {
+            let one = json!({"workflow": "demo", "after": after, "vars": {"steps": "{after.x.run_id}"}});
+            let body = if list { json!([one]) } else { one };
+            let (status, answer) = api.call("POST", "/runs", body.to_string().into_bytes());
+            check_answer("POST", "/runs", status, &answer);
+            Ok(())
+        })
+        .unwrap();
+}

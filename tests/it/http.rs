@@ -91,7 +91,11 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!((s, b["status"].as_str()), (StatusCode::OK, Some("ok")));
     let (s, b) = api.get("/workflows").await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!(b.as_array().unwrap().len(), 3, "the bundled demo, tinker-atropos and tinker-cookbook");
+    assert_eq!(
+        b.as_array().unwrap().len(),
+        5,
+        "the bundled demo, demo-cleanup, demo-eval, tinker-atropos and tinker-cookbook"
+    );
     let (s, b) = api.get("/environments").await;
     assert_eq!((s, b["environments"][0]["name"].as_str()), (StatusCode::OK, Some("arith")));
     assert_eq!(api.get("/environments/arith").await.0, StatusCode::OK);
@@ -618,4 +622,37 @@ async fn hold_release_and_edit_over_http() {
     let (status, refused) =
         api.call(Method::PATCH, &format!("/runs/{id}"), Some(json!({"priority": 1}))).await;
     assert_eq!((status, code(&refused)), (StatusCode::CONFLICT, "not_pending"), "{refused}");
+}
+
+#[tokio::test]
+async fn post_runs_takes_after_and_the_run_resource_shows_each_dependency() {
+    let mut home = TestHome::new();
+    let api = start(&mut home, "127.0.0.1", None).await;
+    let (s, first) = api.post("/runs", json!({"workflow": "demo", "hold": true})).await;
+    assert_eq!(s, StatusCode::CREATED, "{first}");
+    let first_id = first["id"].as_str().unwrap().to_string();
+    let after = json!([{"run": &first_id[..8], "when": "any", "name": "train"}]);
+    let (s, waiting) = api.post("/runs", json!({"workflow": "demo", "after": after})).await;
+    assert_eq!((s, waiting["deps_open"].as_i64()), (StatusCode::CREATED, Some(1)), "{waiting}");
+    let (s, status) = api.get(&format!("/runs/{}", waiting["id"].as_str().unwrap())).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(status["after"][0]["run"].as_str(), Some(first_id.as_str()), "{status}");
+    assert_eq!(
+        (status["after"][0]["when"].as_str(), status["after"][0]["state"].as_str()),
+        (Some("any"), Some("pending"))
+    );
+    assert_eq!(status["after"][0]["settled"].as_str(), Some("waiting"));
+    assert!(status["waiting_for"].as_str().unwrap_or("").starts_with("dependencies: train="), "{status}");
+
+    let (s, b) = api.post("/runs", json!({"workflow": "demo", "after": [{"run": "ffffffff"}]})).await;
+    assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "not_found"), "{b}");
+    let (s, b) = api
+        .post("/runs", json!({"workflow": "demo", "after": [{"run": &first_id, "when": "sometimes"}]}))
+        .await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid_body"), "{b}");
+    let (s, _) = api.post(&format!("/runs/{first_id}/stop"), json!({})).await;
+    assert!(s.is_success());
+    let (s, b) = api.post("/runs", json!({"workflow": "demo", "after": [{"run": &first_id}]})).await;
+    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "dependency_unmet"), "{b}");
+    assert!(b["message"].as_str().unwrap().contains("was stopped"), "{b}");
 }

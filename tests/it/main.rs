@@ -4,6 +4,7 @@ mod atropos;
 mod checkpoints;
 mod cli;
 mod dashboard;
+mod dependencies;
 mod docs;
 mod environ;
 mod faults;

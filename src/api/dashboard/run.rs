@@ -273,6 +273,18 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
             esc(where_)
         );
     }
+    if !status.after.is_empty() {
+        body.push_str("<p class=\"after\">after ");
+        let deps: Vec<String> = status
+            .after
+            .iter()
+            .map(|d| {
+                format!("<a href=\"/ui/runs/{}\">{}</a>: {}", d.run, esc(&d.describe()), d.settled.as_str())
+            })
+            .collect();
+        body.push_str(&deps.join(" · "));
+        body.push_str("</p>");
+    }
     let target = url_segment(&run.id.to_string());
     body.push_str("<p class=\"actions\">");
     if !run.state.is_terminal() {

@@ -158,6 +158,9 @@ async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<Str
         let waiting = waiting
             .or_else(|| run.held_at.map(|_| "held: a release (`lachesis run release`)".to_string()))
             .or_else(|| {
+                (run.deps_open > 0).then(|| format!("{} of the runs it depends on to end", run.deps_open))
+            })
+            .or_else(|| {
                 run.not_before
                     .filter(|t| *t > now)
                     .map(|t| format!("its retry backoff (until {})", time(Some(t))))
@@ -219,7 +222,12 @@ fn row(run: &RunSummary, now: i64) -> String {
         node = esc(run.node.as_deref().unwrap_or("-")),
         progress = progress_cell(value.get("progress")),
         started = time(run.started_at),
-        reason = esc(run.reason.as_deref().unwrap_or("")),
+        reason = match (run.reason.as_deref(), run.deps_open) {
+            (_, waits) if waits > 0 && run.state == crate::model::RunState::Pending => {
+                format!("waits for {waits} run{}", if waits == 1 { "" } else { "s" })
+            }
+            (reason, _) => esc(reason.unwrap_or("")),
+        },
     )
 }
 

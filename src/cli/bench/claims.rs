@@ -26,6 +26,8 @@ pub struct ClaimRound {
     pub claim_ms: Percentiles,
     /// Runs claimed twice (must be 0).
     pub duplicates: usize,
+    /// Pending runs left waiting for a dependency that is never met (with --with-deps).
+    pub waiting: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -39,6 +41,7 @@ pub async fn claims(
     admin_url: &str,
     runs: usize,
     claimers: &[usize],
+    with_deps: bool,
     progress: &dyn Fn(&str),
 ) -> BenchResult<ClaimReport> {
     let mut rounds = Vec::new();
@@ -48,7 +51,7 @@ pub async fn claims(
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await?;
         let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
         let url = format!("{base}/{name}");
-        let round = round(&url, runs, n, progress).await;
+        let round = round(&url, runs, n, with_deps, progress).await;
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
             .execute(&mut admin)
             .await?;
@@ -62,7 +65,13 @@ pub async fn claims(
     Ok(ClaimReport { rounds })
 }
 
-async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str)) -> BenchResult<ClaimRound> {
+async fn round(
+    url: &str,
+    runs: usize,
+    claimers: usize,
+    with_deps: bool,
+    progress: &dyn Fn(&str),
+) -> BenchResult<ClaimRound> {
     // Each claimer opens a service of its own (its own connection pool) on the scratch database;
     // the home only has to exist.
     let home = tempfile::Builder::new().prefix("lachesis-bench").tempdir()?;
@@ -74,7 +83,31 @@ async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str))
         "name: bench\nstages:\n  - {name: api, argv: ['true']}\n  - {name: trainer, argv: ['true']}\n",
     )?;
     let queued: Vec<(Run, Vec<Stage>)> = (0..runs).map(|_| pending_run(&spec)).collect();
-    service.insert_as_given(&queued).await?;
+    let mut waiting = 0;
+    if with_deps {
+        // Half the queue waits for a held run (never claimed, so never met); the other half's
+        // dependency (on a cancelled run, `any`) was met as it was written.
+        let (blocker, blocker_stages) = pending_run(&spec);
+        let blocker = Run { held_at: Some(lachesis::model::now_millis()), ..blocker };
+        let (done, done_stages) = pending_run(&spec);
+        service.insert_as_given(&[(blocker.clone(), blocker_stages), (done.clone(), done_stages)]).await?;
+        service.stop(&done.id.to_string()).await?;
+        let with_edges: Vec<_> = queued
+            .into_iter()
+            .enumerate()
+            .map(|(i, (run, stages))| {
+                let after = match i % 2 {
+                    0 => (blocker.id, lachesis::model::When::Ok),
+                    _ => (done.id, lachesis::model::When::Any),
+                };
+                (run, stages, vec![after])
+            })
+            .collect();
+        waiting = with_edges.len().div_ceil(2);
+        service.insert_after_as_given(&with_edges).await?;
+    } else {
+        service.insert_as_given(&queued).await?;
+    }
     let mut tasks = Vec::new();
     let started = Instant::now();
     for n in 0..claimers {
@@ -96,6 +129,7 @@ async fn round(url: &str, runs: usize, claimers: usize, progress: &dyn Fn(&str))
         runs_per_s: seen.len() as f64 / elapsed,
         claim_ms: Percentiles::of(latencies),
         duplicates,
+        waiting,
     })
 }
 

@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// Pending runs per round (with --claims)
     #[arg(long, default_value_t = 2000)]
     claim_runs: usize,
+    /// With --claims: half the pending runs wait for a dependency that is never met, the other
+    /// half had theirs met (the claim must cost what it costs without them)
+    #[arg(long)]
+    with_deps: bool,
     /// Instead: command, claim and idle-daemon costs with an empty store, then with a long
     /// history of finished runs
     #[arg(long)]
@@ -326,9 +330,13 @@ fn history(args: BenchArgs) -> CliResult {
 
 fn claims(args: BenchArgs) -> CliResult {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let report = runtime.block_on(claims::claims(&args.postgres, args.claim_runs, &[1, 2, 4], &|line| {
-        eprintln!("bench: {line}")
-    }))?;
+    let report = runtime.block_on(claims::claims(
+        &args.postgres,
+        args.claim_runs,
+        &[1, 2, 4],
+        args.with_deps,
+        &|line| eprintln!("bench: {line}"),
+    ))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -343,9 +351,14 @@ fn claims(args: BenchArgs) -> CliResult {
             )
         });
         println!(
-            "claims, {} node(s) on one PostgreSQL: {} runs, {:.0} runs/s; one claim p50 {:.2} ms, p99 {:.2} ms{added}; claimed twice: {}",
+            "claims, {} node(s) on one PostgreSQL: {} runs{}, {:.0} runs/s; one claim p50 {:.2} ms, p99 {:.2} ms{added}; claimed twice: {}",
             round.claimers,
             round.runs,
+            if round.waiting > 0 {
+                format!(" ({} more left waiting for a dependency)", round.waiting)
+            } else {
+                String::new()
+            },
             round.runs_per_s,
             round.claim_ms.p50,
             round.claim_ms.p99,

@@ -85,12 +85,24 @@ impl Reconciler {
             Err(err) if super::outcome::holds(&err) => run.pending_stages(),
             Err(err) => return Err(err),
         };
-        let missing: Vec<&str> =
-            run.spec.credentials.iter().filter(|c| !crate::environ::is_set(c)).map(String::as_str).collect();
+        let missing: Vec<String> =
+            run.spec.credentials.iter().filter(|c| !crate::environ::is_set(c)).cloned().collect();
+        // The values of the runs it waited for go into its params before its plan is made.
+        // A store that cannot answer fails the run saying so (a write it cannot take is held
+        // like any failure): it never starts with values it does not have.
+        let (run, after) = match super::after::needs_after_values(&run) {
+            true => match self.resolve_after(run.clone()).await {
+                Ok(resolved) => resolved,
+                Err(err) => (run, Some(format!("cannot read the values of the runs it waited for: {err}"))),
+            },
+            false => (run, None),
+        };
         let problem = if let Some(problem) = ledger {
             Some(problem)
         } else if !missing.is_empty() {
             Some(format!("the daemon's environment lacks {}", missing.join(", ")))
+        } else if let Some(problem) = after {
+            Some(problem)
         } else {
             if run.attempt > 1 {
                 // The last attempt's status files would read as this attempt's exits.

@@ -2,6 +2,7 @@
 //! timers) report here over a channel and never touch state; the loop commits each decision
 //! to the store before acting on it, so a crash between the two is repaired on restart.
 
+mod after;
 mod checkpoints;
 mod claim;
 mod inference_tests;

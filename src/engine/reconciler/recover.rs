@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::{Msg, ProcessEnd, Reconciler, Result, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
-use crate::model::{Millis, NewEvent, ProcessIdentity, ProcessState, RunState, now_millis};
+use crate::model::{Millis, NewEvent, ProcessIdentity, ProcessState, RunState, RunTrigger, now_millis};
 
 /// How many more looks, and how far apart, restart repair gives a stage that left no trace
 /// (no identity, no status file) before it counts as lost: a shim waiting out a full disk
@@ -70,6 +70,26 @@ impl Reconciler {
         let mut reattached = 0;
         for run in runs {
             let id = run.id;
+            // A claim cut short before its dependency values were written: write them now.
+            let run = if run.state == RunState::Starting && super::after::needs_after_values(&run) {
+                match self.resolve_after(run.clone()).await {
+                    Ok((run, None)) => run,
+                    Ok((run, Some(problem))) => {
+                        if let Err(err) =
+                            self.store.transition(&run, RunTrigger::Fail, Some(&problem), None).await
+                        {
+                            warn!(run = %run.short_id(), "cannot fail on restart: {err}");
+                        }
+                        continue;
+                    }
+                    Err(err) => {
+                        warn!(run = %run.short_id(), "cannot read its dependencies on restart: {err}");
+                        continue;
+                    }
+                }
+            } else {
+                run
+            };
             let stages = self.store.stages(id).await?;
             let sup = match Supervised::new(run.clone(), stages) {
                 Ok(sup) => sup,

@@ -2,9 +2,15 @@
 //! quickly: a long history, a test that ended hours ago, a schedule a day overdue, a stage whose
 //! recorded process is now someone else's. No surface calls these.
 
+use uuid::Uuid;
+
 use super::{Result, Service};
 use crate::model::{FoundCheckpoint, InferenceTest, MetricRow, Millis, ProgressPoint};
 use crate::model::{Run, RunTrigger, Schedule, Stage, TestTask, TestTrigger};
+
+/// A run, its stages and the runs it waits for (each with its condition).
+#[doc(hidden)]
+pub type WaitingRun = (Run, Vec<Stage>, Vec<(Uuid, crate::model::When)>);
 
 #[doc(hidden)]
 impl Service {
@@ -12,6 +18,27 @@ impl Service {
     /// transaction, skipping submission's checks: a store filled so is measured as one that grew.
     pub async fn insert_as_given(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()> {
         Ok(self.store.insert_runs(runs).await?)
+    }
+
+    /// Writes runs exactly as given, each waiting for the runs listed beside it (`ok`, or `any`
+    /// when marked so), in one transaction: for benches of the queue with dependencies.
+    pub async fn insert_after_as_given(&self, runs: &[WaitingRun]) -> Result<()> {
+        let runs: Vec<_> = runs
+            .iter()
+            .map(|(run, stages, after)| {
+                let deps = after
+                    .iter()
+                    .map(|(after, when)| crate::engine::store::NewDependency {
+                        after: *after,
+                        when: *when,
+                        name: None,
+                    })
+                    .collect();
+                (run.clone(), stages.clone(), deps)
+            })
+            .collect();
+        self.store.insert_runs_after(&runs).await?;
+        Ok(())
     }
 
     /// Writes a test and its tasks exactly as given.

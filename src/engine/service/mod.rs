@@ -12,6 +12,7 @@ mod metric_history;
 mod metrics;
 mod nodes;
 mod pending;
+mod pipelines;
 mod records;
 mod report;
 mod retention;
@@ -38,7 +39,9 @@ pub use report::{
     deciding_stage, window_text,
 };
 pub use retention::{GcReport, disk_usage};
-pub use runs::{RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights};
+pub use runs::{
+    After, AfterTarget, RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights, trained_weights_of,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -125,6 +128,15 @@ pub enum ServiceError {
     /// The home's pools file cannot be read.
     #[error(transparent)]
     Pools(#[from] crate::pools::PoolsError),
+    /// A run would wait for a run that already ended in a way that never meets the condition.
+    #[error("{reason}: a run waiting for it could never start")]
+    DependencyUnmet { reason: String },
+    /// A dependency that cannot be written as given (a bad or repeated name, a later run, a cycle).
+    #[error("{0}")]
+    BadDependency(String),
+    /// A pipeline file that cannot be queued; nothing was written.
+    #[error("{0}")]
+    Pipeline(String),
     /// One request of a bulk submission was refused (`index` counts from 1); nothing was written.
     #[error("run {index} of the batch: {source}")]
     InBatch { index: usize, source: Box<ServiceError> },
@@ -187,6 +199,8 @@ impl ServiceError {
             E::Needs(_) | E::BadNeeds(_) => ErrorKind::Invalid,
             E::Pools(_) => ErrorKind::Internal,
             E::InBatch { source, .. } => source.kind(),
+            E::DependencyUnmet { .. } => ErrorKind::Conflict,
+            E::BadDependency(_) | E::Pipeline(_) => ErrorKind::Invalid,
         }
     }
 
@@ -206,6 +220,7 @@ impl ServiceError {
             E::NotPending { .. } => "not_pending",
             E::NotResumable { .. } => "not_resumable",
             E::NoCheckpoint { .. } => "no_checkpoint",
+            E::DependencyUnmet { .. } => "dependency_unmet",
             E::Introspect(_) => "introspection",
             other => other.kind().name(),
         }
@@ -235,7 +250,8 @@ fn store_kind(err: &StoreError) -> ErrorKind {
         | StoreError::Illegal(_)
         | StoreError::LeaseLost { .. }
         | StoreError::Fenced { .. }
-        | StoreError::Locked(_) => ErrorKind::Conflict,
+        | StoreError::Locked(_)
+        | StoreError::Unmet { .. } => ErrorKind::Conflict,
         StoreError::UnsupportedUrl(_) => ErrorKind::Invalid,
         StoreError::Open { .. }
         | StoreError::Migrate(_)

@@ -94,6 +94,18 @@ impl Service {
         vars.extend(request.vars.clone());
         let mut set = super::runs::resubmitted_set(run);
         set.extend(request.set.clone());
+        // Its dependencies' names stay valid in its values; they are written once, at submission.
+        let after = self
+            .store
+            .dependencies(run.id)
+            .await?
+            .into_iter()
+            .map(|d| super::After {
+                target: super::AfterTarget::Run(d.run.to_string()),
+                when: d.when,
+                name: d.name,
+            })
+            .collect();
         let submit = SubmitRequest {
             workflow: Some(run.workflow.clone()),
             env_name: run.env_name.clone(),
@@ -104,6 +116,7 @@ impl Service {
             hold: false,
             time_limit: None,
             needs: run.params.needs.overlaid(&request.needs),
+            after,
         };
         self.prepare_as(&catalog, &mut specs, submit, run.id).await
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::engine::store::StoreError;
+use crate::engine::store::{NewDependency, StoreError};
 use crate::model::RunTrigger;
 use crate::model::{Event, Run, RunParams, RunState, Stage};
 use crate::model::{RunPage, RunQuery};
@@ -33,6 +33,27 @@ pub struct SubmitRequest {
     pub time_limit: Option<std::time::Duration>,
     /// Units of the daemon's pools, over the workflow's `needs` (`--needs gpu=2`).
     pub needs: crate::model::Needs,
+    /// Runs it waits for (`--after`, `--after-any`, `--after-failed`, a pipeline's `after`).
+    pub after: Vec<After>,
+}
+
+/// One dependency of a submitted run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct After {
+    pub target: AfterTarget,
+    pub when: crate::model::When,
+    /// What `{after.NAME.*}` calls it in the run's variables; a dependency without a name gives
+    /// no values.
+    pub name: Option<String>,
+}
+
+/// The run a dependency waits for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AfterTarget {
+    /// An existing run, by its id or a unique prefix.
+    Run(String),
+    /// An earlier run of the same `submit_many` (its index, from 0): a pipeline's step.
+    Earlier(usize),
 }
 
 /// A run with its stages, as status commands show it.
@@ -56,6 +77,9 @@ pub struct RunStatus {
     /// with the requeue that queued it); none for an attempt that started from step 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumed_from: Option<crate::model::ResumePoint>,
+    /// The runs it waits for (or waited for), each with its condition and state.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<crate::model::Dependency>,
 }
 
 /// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
@@ -129,6 +153,13 @@ pub struct RunSummary {
     /// When the current attempt reaches its `time_limit` (a started run with one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_limit_at: Option<crate::model::Millis>,
+    /// How many of its dependencies are not met yet (a pending run waits while this is > 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deps_open: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl From<&Run> for RunSummary {
@@ -157,8 +188,22 @@ impl From<&Run> for RunSummary {
                 BTreeMap::new()
             },
             time_limit_at: crate::engine::reconciler::time_limit_deadline(run),
+            deps_open: run.deps_open,
         }
     }
+}
+
+/// What a pending run waiting for dependencies waits for: "dependencies: 1a2b3c4d (ok, running), …".
+fn waiting_on(run: &Run, after: &[crate::model::Dependency]) -> Option<String> {
+    if run.state != RunState::Pending || run.deps_open == 0 {
+        return None;
+    }
+    let open: Vec<String> = after
+        .iter()
+        .filter(|d| d.settled == crate::model::Settled::Waiting)
+        .map(crate::model::Dependency::describe)
+        .collect();
+    Some(format!("dependencies: {}", open.join(", ")))
 }
 
 /// Only the workflow's declared vars take per-run values: the built-ins (the interpreter, the
@@ -194,16 +239,57 @@ impl Service {
         // A sweep names a handful of workflows: each is loaded and checked once.
         let mut specs: HashMap<String, Workflow> = HashMap::new();
         let mut batch = Vec::with_capacity(requests.len());
+        let mut ids: Vec<Uuid> = Vec::with_capacity(requests.len());
         for (index, request) in requests.into_iter().enumerate() {
-            let run = self.prepare(&catalog, &mut specs, request).await.map_err(|err| {
+            let in_batch = |err| {
                 if single { err } else { ServiceError::InBatch { index: index + 1, source: Box::new(err) } }
-            })?;
+            };
+            let deps = self.dependencies_of(&request.after, &ids).await.map_err(in_batch)?;
+            let run = self.prepare(&catalog, &mut specs, request).await.map_err(in_batch)?;
             let stages = run.pending_stages();
-            batch.push((run, stages));
+            ids.push(run.id);
+            batch.push((run, stages, deps));
         }
-        self.store.insert_runs(&batch).await?;
+        let runs = self.store.insert_runs_after(&batch).await.map_err(|err| match err {
+            StoreError::Unmet { reason } => ServiceError::DependencyUnmet { reason },
+            other => other.into(),
+        })?;
         self.wake_queued().await;
-        Ok(batch.into_iter().map(|(run, _)| run).collect())
+        Ok(runs)
+    }
+
+    /// A request's dependencies as the store writes them: each target found (an existing run by
+    /// its id or prefix, or an earlier run of the batch, whose id is in `earlier`), each name
+    /// given once, and none on a run that already ended in a way that can never meet it.
+    async fn dependencies_of(&self, after: &[After], earlier: &[Uuid]) -> Result<Vec<NewDependency>> {
+        let mut deps: Vec<NewDependency> = Vec::with_capacity(after.len());
+        for dep in after {
+            if let Some(name) = &dep.name {
+                crate::model::dependency::check_name(name).map_err(ServiceError::BadDependency)?;
+                if deps.iter().any(|d| d.name.as_ref() == Some(name)) {
+                    return Err(ServiceError::BadDependency(format!("two dependencies are named '{name}'")));
+                }
+            }
+            let target = match &dep.target {
+                AfterTarget::Earlier(index) => *earlier.get(*index).ok_or_else(|| {
+                    ServiceError::BadDependency(format!(
+                        "run {} of the batch is not before this one: a run waits only for earlier runs",
+                        index + 1
+                    ))
+                })?,
+                AfterTarget::Run(prefix) => {
+                    let run = self.resolve(prefix).await?;
+                    let settled = crate::model::dependency::settle(dep.when, run.state);
+                    if settled == crate::model::Settled::Unmet {
+                        let reason = crate::model::dependency::unmet_reason(&run.id, dep.when, run.state);
+                        return Err(ServiceError::DependencyUnmet { reason });
+                    }
+                    run.id
+                }
+            };
+            deps.push(NewDependency { after: target, when: dep.when, name: dep.name.clone() });
+        }
+        Ok(deps)
     }
 
     /// One run, checked and planned, not yet written.
@@ -261,9 +347,10 @@ impl Service {
             (None, None, config)
         };
         let run_dir = self.settings.run_dir(&id);
+        let after_names: Vec<&str> = request.after.iter().filter_map(|a| a.name.as_deref()).collect();
         let resolved = self.resolve_vars(
             &spec,
-            &request.vars,
+            (&request.vars, &after_names),
             (env_name.as_deref(), env_file.as_deref()),
             &id,
             &run_dir,
@@ -282,7 +369,8 @@ impl Service {
                 .plan(&trial, &run_dir)
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
-        let params = RunParams { vars: request.vars, config, needs, resolved };
+        let after = after_names.iter().map(|n| n.to_string()).collect();
+        let params = RunParams { vars: request.vars, config, needs, resolved, after };
         let held_at = request.hold.then(crate::model::now_millis);
         let run = Run {
             env_name,
@@ -331,11 +419,13 @@ impl Service {
         Ok(())
     }
 
-    /// Every template value of a run except its ports (those are picked when it is claimed).
+    /// Every template value of a run except its ports (those are picked when it is claimed)
+    /// and its dependencies' values (`{after.NAME.*}` in a per-run value, kept as written until
+    /// the run is claimed; only the names in `after` may appear).
     fn resolve_vars(
         &self,
         spec: &Workflow,
-        vars: &BTreeMap<String, String>,
+        (vars, after): (&BTreeMap<String, String>, &[&str]),
         (env_name, env_file): (Option<&str>, Option<&std::path::Path>),
         id: &Uuid,
         run_dir: &std::path::Path,
@@ -354,13 +444,29 @@ impl Service {
             ("tinker_atropos".to_string(), path(&self.settings.tinker_atropos)),
         ]);
         let mut resolved = builtins.clone();
+        let mut with_after = builtins;
+        for name in after {
+            for kind in crate::model::dependency::AFTER_VALUES {
+                let var = crate::model::dependency::after_var(name, kind);
+                with_after.insert(var.clone(), format!("{{{var}}}"));
+            }
+        }
+        let unplannable =
+            |problem: String| ServiceError::Unplannable { workflow: spec.name.clone(), problem };
         for (name, default) in &spec.vars {
             let raw = vars.get(name).unwrap_or(default);
-            let value =
-                crate::workflow::template::expand(raw, &builtins).map_err(|e| ServiceError::Unplannable {
-                    workflow: spec.name.clone(),
-                    problem: format!("vars.{name}: {e}"),
-                })?;
+            for var in crate::workflow::template::variables(raw).unwrap_or_default() {
+                if var.starts_with("after.") && !with_after.contains_key(var) {
+                    let named = if after.is_empty() { "none".to_string() } else { after.join(", ") };
+                    return Err(unplannable(format!(
+                        "vars.{name}: '{{{}}}' is not a value of a named dependency ({{after.NAME.run_id}}, \
+                         {{after.NAME.trained_weights}} or {{after.NAME.run_dir}}; named: {named})",
+                        crate::yaml::one_line(var)
+                    )));
+                }
+            }
+            let value = crate::workflow::template::expand(raw, &with_after)
+                .map_err(|e| unplannable(format!("vars.{name}: {e}")))?;
             resolved.insert(name.clone(), value);
         }
         Ok(resolved)
@@ -382,7 +488,11 @@ impl Service {
     pub async fn status_of(&self, run: &Run) -> Result<RunStatus> {
         let run = run.clone();
         let stages = self.store.stages(run.id).await?;
-        let waiting_for = self.waiting_for(&run).await;
+        let after = self.store.dependencies(run.id).await?;
+        let waiting_for = match waiting_on(&run, &after) {
+            Some(waits) => Some(waits),
+            None => self.waiting_for(&run).await,
+        };
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
         let checkpoint = self.store.last_checkpoint(run.id).await?;
@@ -394,6 +504,7 @@ impl Service {
             wandb_runs: stage_wandb_runs(&run),
             checkpoint,
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
+            after,
         })
     }
 
@@ -528,6 +639,7 @@ impl Service {
             hold: false,
             time_limit: run.spec.time_limit.map(|d| d.0),
             needs: run.params.needs.clone(),
+            after: Vec::new(),
         };
         self.submit(request).await
     }
@@ -570,6 +682,32 @@ pub fn trained_weights(log: &std::path::Path) -> Result<Option<String>, crate::l
     crate::logs::last_match(log, 0, crate::logs::SCAN_WINDOW, weights_in)
 }
 
+/// A run's trained weights: the last weights path among its checkpoints, else the last one its
+/// stage logs report (read off the runtime's threads). Results show it; a run that waits for
+/// this one gets it as `{after.NAME.trained_weights}`.
+pub async fn trained_weights_of(
+    checkpoints: &[crate::model::Checkpoint],
+    stages: &[Stage],
+) -> Result<Option<String>> {
+    let recorded = crate::model::Checkpoint::last_weights(checkpoints).map(str::to_string);
+    if recorded.is_some() {
+        return Ok(recorded);
+    }
+    let logs: Vec<std::path::PathBuf> = stages.iter().map(|s| s.log_path.clone()).collect();
+    super::logs::off_thread(move || {
+        // An unreadable log has no weights to show; the rest of the results still stand.
+        for log in &logs {
+            match trained_weights(log) {
+                Ok(Some(weights)) => return Ok(Some(weights)),
+                Ok(None) => {}
+                Err(err) => tracing::warn!("results: {err}"),
+            }
+        }
+        Ok(None)
+    })
+    .await
+}
+
 pub(super) fn weights_in(line: &str) -> Option<String> {
     let start = line.find("tinker://")?;
     Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
@@ -610,6 +748,7 @@ impl Service {
             wandb_runs: stage_wandb_runs(&run),
             checkpoint: checkpoints.last().cloned(),
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
+            after: Vec::new(),
         };
         let durations = status
             .stages
@@ -618,23 +757,7 @@ impl Service {
                 Some((s.name.clone(), (s.record.ended_at? - s.record.started_at?) as f64 / 1000.0))
             })
             .collect();
-        let logs: Vec<std::path::PathBuf> = status.stages.iter().map(|s| s.log_path.clone()).collect();
-        let recorded = crate::model::Checkpoint::last_weights(&checkpoints).map(str::to_string);
-        let trained_weights = super::logs::off_thread(move || {
-            if recorded.is_some() {
-                return Ok(recorded);
-            }
-            // An unreadable log has no weights to show; the rest of the results still stand.
-            for log in &logs {
-                match trained_weights(log) {
-                    Ok(Some(weights)) => return Ok(Some(weights)),
-                    Ok(None) => {}
-                    Err(err) => tracing::warn!("results: {err}"),
-                }
-            }
-            Ok(None)
-        })
-        .await?;
+        let trained_weights = trained_weights_of(&checkpoints, &status.stages).await?;
         let (metric_history, history) = self.history_of(&run).await?;
         Ok(RunResults { status, durations, trained_weights, checkpoints, metrics, history, metric_history })
     }

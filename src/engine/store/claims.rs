@@ -46,16 +46,17 @@ pub trait ClaimStore: Send + Sync {
     ) -> Result<Vec<InferenceTest>>;
 }
 
-/// Pending runs in claim order; the `$1` is "now", for retries still backing off. A held run is
-/// never offered (`held_at IS NULL`: the partial index `runs_claimable` holds only the others).
+/// Pending runs in claim order; the `$1` is "now", for retries still backing off. A held run,
+/// or one waiting for a dependency, is never offered (`held_at IS NULL AND deps_open = 0`: the
+/// partial index `runs_claimable` holds only the others, so waiting runs cost the claim nothing).
 const PENDING_PAGE: &str = concat!(
     select_runs_sql!(),
-    "WHERE state = 'pending' AND held_at IS NULL AND (not_before IS NULL OR not_before <= $1) ",
+    "WHERE state = 'pending' AND held_at IS NULL AND deps_open = 0 AND (not_before IS NULL OR not_before <= $1) ",
     "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3"
 );
 const PENDING_PAGE_LOCKED: &str = concat!(
     select_runs_sql!(),
-    "WHERE state = 'pending' AND held_at IS NULL AND (not_before IS NULL OR not_before <= $1) ",
+    "WHERE state = 'pending' AND held_at IS NULL AND deps_open = 0 AND (not_before IS NULL OR not_before <= $1) ",
     "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3 FOR UPDATE SKIP LOCKED"
 );
 
@@ -128,7 +129,7 @@ impl ClaimStore for SqlStore {
 
     async fn runs_waiting(&self) -> Result<bool> {
         let waiting = sqlx::query(
-            "SELECT 1 AS one FROM runs WHERE state = 'pending' AND held_at IS NULL \
+            "SELECT 1 AS one FROM runs WHERE state = 'pending' AND held_at IS NULL AND deps_open = 0 \
              AND (not_before IS NULL OR not_before <= $1) LIMIT 1",
         )
         .bind(now_millis())
@@ -252,10 +253,10 @@ mod tests {
 
     use super::*;
 
-    /// The claim walks the partial index of unheld pending runs, in its order: held runs and
-    /// finished ones cost it nothing, however many there are.
+    /// The claim walks the partial index of pending runs neither held nor waiting for a
+    /// dependency, in its order: those and finished runs cost it nothing, however many there are.
     #[tokio::test]
-    async fn the_claim_reads_the_index_of_runs_not_held() {
+    async fn the_claim_reads_the_index_of_runs_not_held_nor_waiting() {
         let dir = tempfile::tempdir().unwrap();
         let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
         let store = crate::engine::store::open(&location).await.unwrap();

@@ -10,7 +10,7 @@ macro_rules! select_runs_sql {
     () => {
         concat!(
             "SELECT id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, ",
-            "started_at, ended_at, reason, run_dir, spec, params, node, fence, not_before, held_at FROM runs "
+            "started_at, ended_at, reason, run_dir, spec, params, node, fence, not_before, held_at, deps_open FROM runs "
         )
     };
 }
@@ -61,6 +61,7 @@ mod backend;
 mod checkpoint;
 mod checkpoints;
 mod claims;
+mod dependencies;
 mod events;
 mod full;
 mod holds;
@@ -93,6 +94,7 @@ use crate::model::{IllegalTransition, RunTrigger};
 pub use backend::Backend;
 pub use checkpoints::CheckpointStore;
 pub use claims::{ClaimStore, Pick};
+pub use dependencies::{DependencyStore, NewDependency};
 pub use holds::{HoldStore, PendingEdit};
 pub use inference_tests::TestStore;
 pub use metric_history::MetricStore;
@@ -134,6 +136,9 @@ pub enum StoreError {
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     UnsupportedUrl(#[from] crate::settings::UnsupportedUrl),
+    /// A submitted run's dependency can never be met (its run ended otherwise, or is gone).
+    #[error("a dependency can never be met: {reason}")]
+    Unmet { reason: String },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -166,6 +171,7 @@ pub trait Store:
     + RetentionStore
     + QueueStore
     + ReportStore
+    + DependencyStore
     + Send
     + Sync
 {
@@ -182,6 +188,10 @@ pub trait Store:
     /// Inserts many pending runs, each with its stages and `submitted` event, in one
     /// transaction and in order: all of them or none.
     async fn insert_runs(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()>;
+    /// `insert_runs` with each run's dependencies (on existing runs or earlier ones of the
+    /// list): an edge whose run already ended is settled as it is written, and one that can
+    /// never be met refuses the whole list (`Unmet`).
+    async fn insert_runs_after(&self, runs: &[(Run, Vec<Stage>, Vec<NewDependency>)]) -> Result<Vec<Run>>;
     async fn run(&self, id: Uuid) -> Result<Option<Run>>;
     /// Runs whose id starts with `prefix` (hex digits and dashes only), at most `limit`.
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>>;

@@ -128,6 +128,10 @@ impl SqlStore {
         if moved.event == RunTrigger::NodeLost {
             lose_live_stages(tx, run.id, next.updated_at).await?;
         }
+        if next.state.is_terminal() {
+            // The runs waiting for this one learn its end in the same commit.
+            super::dependencies::settle_dependents(tx, self.backend(), run.id, next.state).await?;
+        }
         let to = next.state;
         let message = match &next.reason {
             Some(reason) if to != RunState::Starting && to != RunState::Running => {

@@ -10,7 +10,7 @@ use super::{DaemonLock, Result, StoreError};
 const DAEMON_LOCK_KEY: i64 = 0x6c61_6368_6573_6973; // "lachesis"
 
 /// The `NOTIFY` channel that wakes every daemon on the database.
-const WAKE_CHANNEL: &str = "lachesis_wake";
+pub(super) const WAKE_CHANNEL: &str = "lachesis_wake";
 
 /// Forwards `NOTIFY lachesis_wake` to `wake` until the receiver is gone; reconnects (sqlx's
 /// listener does) when the connection drops.

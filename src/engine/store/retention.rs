@@ -113,6 +113,7 @@ impl RetentionStore for SqlStore {
             ("progress", "run_id"),
             ("checkpoints", "run_id"),
             ("metric_history", "run_id"),
+            ("run_deps", "run_id"),
             ("runs", "id"),
         ];
         self.delete_all(ids, &tables).await

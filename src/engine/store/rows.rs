@@ -48,6 +48,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run> {
         fence: row.try_get("fence")?,
         not_before: row.try_get("not_before")?,
         held_at: row.try_get("held_at")?,
+        deps_open: row.try_get("deps_open")?,
     })
 }
 

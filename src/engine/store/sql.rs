@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use sqlx::{AnyPool, Row};
 use uuid::Uuid;
 
+use super::dependencies::{NewDependency, insert_dependencies};
 use super::events::{EventRow, insert_event, insert_events};
 use super::moves::{Moved, lose_live_stages};
 use super::rows::{event_from_row, exit_columns, from_json, json, run_from_row, stage_from_row};
@@ -222,6 +223,18 @@ impl Store for SqlStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn insert_runs_after(&self, runs: &[(Run, Vec<Stage>, Vec<NewDependency>)]) -> Result<Vec<Run>> {
+        let mut tx = self.pool.begin().await?;
+        let mut inserted = Vec::with_capacity(runs.len());
+        for (run, stages, deps) in runs {
+            insert_pending_run(&mut tx, run, stages).await?;
+            let deps_open = insert_dependencies(&mut tx, self.backend, run.id, deps).await?;
+            inserted.push(Run { deps_open, ..run.clone() });
+        }
+        tx.commit().await?;
+        Ok(inserted)
     }
 
     async fn run(&self, id: Uuid) -> Result<Option<Run>> {
@@ -549,7 +562,7 @@ impl SqlStore {
         let update = sqlx::query(
             "UPDATE runs SET state = 'pending', version = version + 1, updated_at = $1, started_at = NULL, \
              ended_at = NULL, reason = $2, attempt = attempt + 1, node = NULL, fence = NULL, not_before = $3, \
-             params = $4 WHERE id = $5 AND state = $6 AND version = $7 AND (CAST($8 AS BIGINT) IS NULL OR fence = $8)",
+             params = $4, deps_open = 0 WHERE id = $5 AND state = $6 AND version = $7 AND (CAST($8 AS BIGINT) IS NULL OR fence = $8)",
         )
         .bind(now)
         .bind(reason)
@@ -582,6 +595,7 @@ impl SqlStore {
             fence: None,
             not_before: Some(not_before),
             params: params.clone(),
+            deps_open: 0,
             ..run.clone()
         })
     }

@@ -51,6 +51,92 @@ async fn conformance(store: Arc<dyn Store>) {
     retention_forgets_only_what_has_ended(&*store).await;
     metric_history_is_one_row_per_step(&*store).await;
     a_checkpoint_line_is_recorded_once(&*store).await;
+    an_end_settles_the_runs_waiting_for_it(&*store).await;
+}
+
+/// An end settles its dependents in its own transaction: met edges count down, an unmet one
+/// fails its run without starting it, and that cascades; a run that already ended settles an
+/// edge as it is written, or refuses it.
+async fn an_end_settles_the_runs_waiting_for_it(store: &dyn Store) {
+    use crate::engine::store::NewDependency;
+    use crate::model::{Settled, When};
+    let dep = |after: Uuid, when: When, name: Option<&str>| NewDependency {
+        after,
+        when,
+        name: name.map(str::to_string),
+    };
+    let (x, x_stages) = new_run(0);
+    let (y, y_stages) = new_run(0);
+    let (z, z_stages) = new_run(0);
+    let (cleanup, cleanup_stages) = new_run(0);
+    let (alert, alert_stages) = new_run(0);
+    let inserted = store
+        .insert_runs_after(&[
+            (x.clone(), x_stages, vec![]),
+            (y.clone(), y_stages, vec![dep(x.id, When::Ok, Some("x"))]),
+            (z.clone(), z_stages, vec![dep(y.id, When::Ok, None)]),
+            (cleanup.clone(), cleanup_stages, vec![dep(y.id, When::Any, None), dep(x.id, When::Any, None)]),
+            (alert.clone(), alert_stages, vec![dep(x.id, When::Failed, None)]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(inserted.iter().map(|r| r.deps_open).collect::<Vec<_>>(), [0, 1, 1, 2, 1]);
+    let after = store.dependencies(y.id).await.unwrap();
+    assert_eq!((after[0].run, after[0].when, after[0].name.as_deref()), (x.id, When::Ok, Some("x")));
+    assert_eq!((after[0].state, after[0].settled), (Some(RunState::Pending), Settled::Waiting));
+
+    let x = store.transition(&x, RunTrigger::Claim, None, None).await.unwrap();
+    let x = store.transition(&x, RunTrigger::Fail, Some("boom"), None).await.unwrap();
+    let read = |id| async move { store.run(id).await.unwrap().unwrap() };
+    let y = read(y.id).await;
+    assert_eq!(
+        (y.state, y.reason.clone()),
+        (RunState::Failed, Some(format!("dependency {} failed", x.short_id())))
+    );
+    let z = read(z.id).await;
+    assert_eq!(
+        (z.state, z.reason.clone()),
+        (RunState::Failed, Some(format!("dependency {} failed", y.short_id())))
+    );
+    assert!(z.started_at.is_none() && z.ended_at.is_some(), "ended without starting");
+    let cleanup = read(cleanup.id).await;
+    assert_eq!((cleanup.state, cleanup.deps_open), (RunState::Pending, 0), "both of its `any` edges are met");
+    let alert = read(alert.id).await;
+    assert_eq!((alert.state, alert.deps_open), (RunState::Pending, 0));
+    let events = store.events(z.id, 0).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.message == format!("dependency unmet: dependency {} failed", y.short_id()))
+    );
+    assert_eq!(store.dependencies(z.id).await.unwrap()[0].settled, Settled::Unmet);
+
+    // Already ended: `ok` on a failed run is refused, `any` is met at once.
+    let (late, late_stages) = new_run(0);
+    let refused = store
+        .insert_runs_after(&[(late.clone(), late_stages.clone(), vec![dep(x.id, When::Ok, None)])])
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Unmet { ref reason }) if reason.contains("failed")),
+        "{refused:?}"
+    );
+    assert!(store.run(late.id).await.unwrap().is_none(), "nothing was written");
+    let met = store
+        .insert_runs_after(&[(late.clone(), late_stages, vec![dep(x.id, When::Any, None)])])
+        .await
+        .unwrap();
+    assert_eq!(met[0].deps_open, 0);
+    // A cancelled (stopped) run fails what waits for it to complete, naming the stop.
+    let (w, w_stages) = new_run(0);
+    let (v, v_stages) = new_run(0);
+    store
+        .insert_runs_after(&[
+            (w.clone(), w_stages, vec![]),
+            (v.clone(), v_stages, vec![dep(w.id, When::Ok, None)]),
+        ])
+        .await
+        .unwrap();
+    store.transition(&w, RunTrigger::Cancel, Some("cancelled"), None).await.unwrap();
+    let v = read(v.id).await;
+    assert_eq!(v.reason, Some(format!("dependency {} was stopped", w.short_id())));
 }
 
 async fn a_checkpoint_line_is_recorded_once(store: &dyn Store) {

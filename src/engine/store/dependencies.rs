@@ -1,0 +1,227 @@
+//! Dependencies in the store: edges (waiting run, run waited for, condition, name) and, on each
+//! run, a count of the edges not met yet. A run is claimable only at 0 (the claim's partial
+//! index holds no other), and the transaction that ends a run settles every edge waiting for it:
+//! met edges count down, an edge that can never be met fails its waiting run, and that cascades.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::events::insert_event;
+use super::rows::{corrupt, json};
+use super::sql::SqlStore;
+use super::{Backend, Result, StoreError};
+use crate::model::dependency::{Settled, When, settle, unmet_reason};
+use crate::model::run::{self as transitions, RunTrigger};
+use crate::model::{Dependency, EventKind, Run, RunParams, RunState, now_millis};
+
+/// One edge of a run being submitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewDependency {
+    /// The run waited for: an existing run, or one earlier in the same submission.
+    pub after: Uuid,
+    pub when: When,
+    pub name: Option<String>,
+}
+
+#[async_trait]
+pub trait DependencyStore: Send + Sync {
+    /// The run's dependencies in the order given, each with the state of the run it waits for.
+    async fn dependencies(&self, run_id: Uuid) -> Result<Vec<Dependency>>;
+    /// Writes a claimed run's params with its dependencies' values, and `note` as its event,
+    /// while the run is in the state and version it was read at (and holds this store's fence).
+    async fn record_after_values(&self, run: &Run, params: &RunParams, note: &str) -> Result<Run>;
+}
+
+#[async_trait]
+impl DependencyStore for SqlStore {
+    async fn dependencies(&self, run_id: Uuid) -> Result<Vec<Dependency>> {
+        let rows = sqlx::query(
+            "SELECT d.after_id, d.cond, d.name, d.settled, r.state FROM run_deps d \
+             LEFT JOIN runs r ON r.id = d.after_id WHERE d.run_id = $1 ORDER BY d.pos",
+        )
+        .bind(run_id.to_string())
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let after: String = row.try_get("after_id")?;
+                let cond: String = row.try_get("cond")?;
+                let settled: Option<String> = row.try_get("settled")?;
+                let state: Option<String> = row.try_get("state")?;
+                Ok(Dependency {
+                    run: Uuid::parse_str(&after).map_err(|e| corrupt(format!("dependency {after}: {e}")))?,
+                    when: cond.parse().map_err(corrupt)?,
+                    name: row.try_get("name")?,
+                    state: state.map(|s| s.parse()).transpose().map_err(corrupt)?,
+                    settled: match settled.as_deref() {
+                        None => Settled::Waiting,
+                        Some("met") => Settled::Met,
+                        Some("unmet") => Settled::Unmet,
+                        Some(other) => return Err(corrupt(format!("dependency settled as '{other}'"))),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    async fn record_after_values(&self, run: &Run, params: &RunParams, note: &str) -> Result<Run> {
+        let now = now_millis();
+        let mut tx = self.pool().begin().await?;
+        let updated = sqlx::query(
+            "UPDATE runs SET params = $1, version = version + 1, updated_at = $2 WHERE id = $3 AND state = $4 \
+             AND version = $5 AND (CAST($6 AS BIGINT) IS NULL OR fence = $6)",
+        )
+        .bind(json(params))
+        .bind(now)
+        .bind(run.id.to_string())
+        .bind(run.state.as_str())
+        .bind(run.version)
+        .bind(self.fence())
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            drop(tx);
+            return Err(self.conflict_or_fenced(run).await);
+        }
+        insert_event(&mut *tx, run.id, EventKind::Note, None, None, note).await?;
+        tx.commit().await?;
+        Ok(Run { params: params.clone(), version: run.version + 1, updated_at: now, ..run.clone() })
+    }
+}
+
+/// Writes `run`'s edges in `tx` (its row is already there) and its count of open ones. An edge
+/// whose run already ended is settled now: met, or refused (`Unmet`) when it never can be. The
+/// run waited for is read under a share lock on PostgreSQL, so an end committing meanwhile
+/// either sees this edge or is seen by it.
+pub(super) async fn insert_dependencies(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    run: Uuid,
+    deps: &[NewDependency],
+) -> Result<i64> {
+    let read = match backend.locks_rows() {
+        true => "SELECT state FROM runs WHERE id = $1 FOR SHARE",
+        false => "SELECT state FROM runs WHERE id = $1",
+    };
+    let mut open = 0;
+    for (pos, dep) in deps.iter().enumerate() {
+        let row = sqlx::query(read).bind(dep.after.to_string()).fetch_optional(&mut **tx).await?;
+        let Some(row) = row else {
+            return Err(StoreError::Unmet { reason: format!("run {} does not exist", dep.after) });
+        };
+        let state: RunState = row.try_get::<String, _>("state")?.parse().map_err(corrupt)?;
+        let settled = match settle(dep.when, state) {
+            Settled::Waiting => {
+                open += 1;
+                None
+            }
+            Settled::Met => Some("met"),
+            Settled::Unmet => {
+                return Err(StoreError::Unmet { reason: unmet_reason(&dep.after, dep.when, state) });
+            }
+        };
+        sqlx::query(
+            "INSERT INTO run_deps (run_id, pos, after_id, cond, name, settled) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(run.to_string())
+        .bind(pos as i64)
+        .bind(dep.after.to_string())
+        .bind(dep.when.as_str())
+        .bind(dep.name.as_deref())
+        .bind(settled)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if open > 0 {
+        sqlx::query("UPDATE runs SET deps_open = $1 WHERE id = $2")
+            .bind(open)
+            .bind(run.to_string())
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(open)
+}
+
+/// Settles, in `tx`, every edge that waits for `ended` (which just reached the terminal
+/// `state`): a met edge counts its run down; an unmet one fails its run, still pending, with the
+/// reason, and that run's own edges are settled the same way. Each run fails at most once, so
+/// the walk ends with the graph. On PostgreSQL a run that became claimable wakes every daemon
+/// when the transaction commits.
+pub(super) async fn settle_dependents(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    ended: Uuid,
+    state: RunState,
+) -> Result<()> {
+    let mut ends = vec![(ended, state)];
+    let mut woke = false;
+    while let Some((after, state)) = ends.pop() {
+        let rows =
+            sqlx::query("SELECT run_id, pos, cond FROM run_deps WHERE after_id = $1 AND settled IS NULL")
+                .bind(after.to_string())
+                .fetch_all(&mut **tx)
+                .await?;
+        for row in &rows {
+            let waiting: String = row.try_get("run_id")?;
+            let pos: i64 = row.try_get("pos")?;
+            let when: When = row.try_get::<String, _>("cond")?.parse().map_err(corrupt)?;
+            let settled = settle(when, state);
+            if settled == Settled::Waiting {
+                continue;
+            }
+            sqlx::query("UPDATE run_deps SET settled = $1 WHERE run_id = $2 AND pos = $3")
+                .bind(settled.as_str())
+                .bind(&waiting)
+                .bind(pos)
+                .execute(&mut **tx)
+                .await?;
+            let waiting_id =
+                Uuid::parse_str(&waiting).map_err(|e| corrupt(format!("run id {waiting}: {e}")))?;
+            let short = crate::model::short_id(&after);
+            if settled == Settled::Met {
+                let counted = sqlx::query(
+                    "UPDATE runs SET deps_open = deps_open - 1 WHERE id = $1 AND deps_open > 0 AND state = 'pending' \
+                     RETURNING deps_open",
+                )
+                .bind(&waiting)
+                .fetch_optional(&mut **tx)
+                .await?;
+                if let Some(left) = counted {
+                    let left: i64 = left.try_get("deps_open")?;
+                    woke |= left == 0;
+                    let message = format!("dependency {short} {state}: met ({left} left)");
+                    insert_event(&mut **tx, waiting_id, EventKind::Note, None, None, &message).await?;
+                }
+                continue;
+            }
+            let to = transitions::next(RunState::Pending, RunTrigger::Unmet)?;
+            let reason = unmet_reason(&after, when, state);
+            let now = now_millis();
+            let failed = sqlx::query(
+                "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, ended_at = $2, reason = $3 \
+                 WHERE id = $4 AND state = 'pending'",
+            )
+            .bind(to.as_str())
+            .bind(now)
+            .bind(&reason)
+            .bind(&waiting)
+            .execute(&mut **tx)
+            .await?;
+            // A run no longer pending ended (or started) on its own: its own end settled it.
+            if failed.rows_affected() == 1 {
+                let message = format!("{}: {reason}", RunTrigger::Unmet);
+                let states = Some((RunState::Pending, to));
+                insert_event(&mut **tx, waiting_id, EventKind::State, states, None, &message).await?;
+                ends.push((waiting_id, to));
+            }
+        }
+    }
+    if woke && backend == Backend::Postgres {
+        sqlx::query("SELECT pg_notify($1, '') AS sent")
+            .bind(super::postgres::WAKE_CHANNEL)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}

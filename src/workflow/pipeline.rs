@@ -1,0 +1,242 @@
+//! A pipeline file: a YAML list of steps, each one run of a workflow, waiting for other steps.
+//! Parsing checks what only the file can get wrong (names, references, cycles) and gives the
+//! order the steps are queued in: each after the steps it waits for, otherwise as written.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::model::When;
+use crate::model::dependency::check_name;
+
+/// A pipeline file that cannot be queued, with where and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {field}: {problem}", file.display())]
+pub struct InvalidPipeline {
+    pub file: PathBuf,
+    pub field: String,
+    pub problem: String,
+}
+
+/// One step: a run of `workflow` with its values, waiting for the steps in `after`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub name: Option<String>,
+    pub workflow: Option<String>,
+    pub env: Option<String>,
+    pub vars: BTreeMap<String, String>,
+    pub set: BTreeMap<String, String>,
+    pub priority: i64,
+    /// The steps it waits for, by their place in the file, with the condition.
+    pub after: Vec<(usize, When)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pipeline {
+    /// In the file's order.
+    pub steps: Vec<Step>,
+    /// The order to queue them in: each step after every step it waits for.
+    pub order: Vec<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    name: Option<String>,
+    workflow: Option<String>,
+    env: Option<String>,
+    #[serde(default)]
+    vars: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    set: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    priority: i64,
+    /// Absent: the previous step, `ok`. `[]`: nothing.
+    after: Option<Vec<RawAfter>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawAfter {
+    Name(String),
+    Full {
+        step: String,
+        #[serde(default)]
+        when: When,
+    },
+}
+
+impl Pipeline {
+    pub fn parse(file: &Path, text: &str) -> Result<Pipeline, InvalidPipeline> {
+        let bad = |field: String, problem: String| InvalidPipeline {
+            file: file.to_path_buf(),
+            field: crate::yaml::one_line(&field),
+            problem: crate::yaml::one_line(&problem),
+        };
+        let raw: Vec<RawStep> = crate::yaml::from_str(text).map_err(|err| {
+            let field = err.path.clone().unwrap_or_else(|| {
+                err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}"))
+            });
+            bad(field, format!("{} (a pipeline is a list of steps)", err.message))
+        })?;
+        if raw.is_empty() {
+            return Err(bad("steps".into(), "a pipeline needs at least one step".into()));
+        }
+        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, step) in raw.iter().enumerate() {
+            if let Some(name) = &step.name {
+                check_name(name).map_err(|p| bad(format!("[{i}].name"), p))?;
+                if names.insert(name.as_str(), i).is_some() {
+                    return Err(bad(
+                        format!("[{i}].name"),
+                        format!("another step is already called '{name}'"),
+                    ));
+                }
+            }
+        }
+        let text_of = |v: serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        let mut steps = Vec::with_capacity(raw.len());
+        for (i, step) in raw.iter().enumerate() {
+            let after = match &step.after {
+                None if i == 0 => Vec::new(),
+                None => vec![(i - 1, When::Ok)],
+                Some(list) => {
+                    let mut after = Vec::with_capacity(list.len());
+                    for (j, entry) in list.iter().enumerate() {
+                        let (name, when) = match entry {
+                            RawAfter::Name(name) => (name, When::Ok),
+                            RawAfter::Full { step, when } => (step, *when),
+                        };
+                        let field = format!("[{i}].after[{j}]");
+                        let target = *names.get(name.as_str()).ok_or_else(|| {
+                            let known: Vec<&str> = names.keys().copied().collect();
+                            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                            bad(field.clone(), format!("no step is called '{name}' (steps: {known})"))
+                        })?;
+                        if target == i {
+                            return Err(bad(field, format!("step '{name}' cannot wait for itself")));
+                        }
+                        if after.iter().any(|(t, _)| *t == target) {
+                            return Err(bad(field, format!("step '{name}' is named twice")));
+                        }
+                        after.push((target, when));
+                    }
+                    after
+                }
+            };
+            steps.push(Step {
+                name: step.name.clone(),
+                workflow: step.workflow.clone(),
+                env: step.env.clone(),
+                vars: step.vars.clone().into_iter().map(|(k, v)| (k, text_of(v))).collect(),
+                set: step.set.clone().into_iter().map(|(k, v)| (k, text_of(v))).collect(),
+                priority: step.priority,
+                after,
+            });
+        }
+        let order = queue_order(&steps).map_err(|cycle| {
+            let names: Vec<String> = cycle.iter().map(|i| step_label(&steps[*i], *i)).collect();
+            bad("after".into(), format!("the steps wait for each other in a cycle: {}", names.join(" -> ")))
+        })?;
+        Ok(Pipeline { steps, order })
+    }
+}
+
+/// How a step is named in messages: its name, else its place (from 1).
+pub fn step_label(step: &Step, index: usize) -> String {
+    step.name.clone().unwrap_or_else(|| format!("#{}", index + 1))
+}
+
+/// The steps in an order where each comes after every step it waits for, the file's order
+/// otherwise; or the steps of a cycle.
+fn queue_order(steps: &[Step]) -> Result<Vec<usize>, Vec<usize>> {
+    let mut placed = vec![false; steps.len()];
+    let mut order = Vec::with_capacity(steps.len());
+    while order.len() < steps.len() {
+        let ready = (0..steps.len()).find(|&i| !placed[i] && steps[i].after.iter().all(|(t, _)| placed[*t]));
+        match ready {
+            Some(i) => {
+                placed[i] = true;
+                order.push(i);
+            }
+            None => {
+                // Every step left waits for another one left: walk back until one repeats.
+                let mut at = (0..steps.len()).find(|&i| !placed[i]).unwrap_or(0);
+                let mut path = Vec::new();
+                while !path.contains(&at) {
+                    path.push(at);
+                    at = steps[at].after.iter().map(|(t, _)| *t).find(|t| !placed[*t]).unwrap_or(at);
+                }
+                let start = path.iter().position(|&p| p == at).unwrap_or(0);
+                let mut cycle = path[start..].to_vec();
+                cycle.push(at);
+                return Err(cycle);
+            }
+        }
+    }
+    Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Pipeline, InvalidPipeline> {
+        Pipeline::parse(Path::new("p.yaml"), text)
+    }
+
+    #[test]
+    fn steps_wait_for_the_previous_one_by_default() {
+        let p = parse(
+            "- {name: a, workflow: demo}\n- {workflow: demo}\n- {name: c, workflow: demo, after: []}\n",
+        )
+        .unwrap();
+        assert_eq!(p.steps[0].after, vec![]);
+        assert_eq!(p.steps[1].after, vec![(0, When::Ok)]);
+        assert_eq!(p.steps[2].after, vec![]);
+        assert_eq!(p.order, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_step_may_wait_for_a_later_one_and_is_queued_after_it() {
+        let p = parse("- {name: a, after: [{step: b, when: any}]}\n- {name: b, after: []}\n").unwrap();
+        assert_eq!(p.steps[0].after, vec![(1, When::Any)]);
+        assert_eq!(p.order, vec![1, 0]);
+    }
+
+    #[test]
+    fn cycles_unknown_names_and_self_references_are_refused() {
+        for (text, want) in [
+            (
+                "- {name: a, after: [b]}\n- {name: b, after: [a]}\n",
+                "after: the steps wait for each other in a cycle: a -> b -> a",
+            ),
+            ("- {name: a, after: [a]}\n", "[0].after[0]: step 'a' cannot wait for itself"),
+            (
+                "- {name: a}\n- {name: b, after: [nope]}\n",
+                "[1].after[0]: no step is called 'nope' (steps: a, b)",
+            ),
+            ("- {name: a}\n- {name: a}\n", "[1].name: another step is already called 'a'"),
+            ("- {name: \"a b\"}\n", "[0].name: 'a b' is not a dependency name"),
+            ("[]\n", "steps: a pipeline needs at least one step"),
+            ("- {name: a, after: [{step: a, when: sometimes}]}\n", "p.yaml"),
+            ("- {name: a, workflw: demo}\n", "unknown field"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_bundled_demo_pipeline_parses() {
+        let text = include_str!("../../workflows/pipelines/demo-pipeline.yaml");
+        let p = parse(text).unwrap();
+        let names: Vec<_> = p.steps.iter().map(|s| s.name.clone().unwrap_or_default()).collect();
+        assert_eq!(names, ["train", "eval", "cleanup"]);
+        assert_eq!(p.steps[1].after, vec![(0, When::Ok)]);
+        assert_eq!(p.steps[2].after, vec![(1, When::Any)]);
+        assert!(p.steps[1].vars.values().any(|v| v.contains("{after.train.trained_weights}")));
+    }
+}
