@@ -106,7 +106,13 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     let node = options.node.clone().unwrap_or_else(hostname);
     let _lock = service.lock_daemon(&node).await?;
     // Published for submissions made without the daemon; only the lock's holder writes it.
-    crate::pools::publish(&settings.home, &pools)?;
+    // Supervising the runs matters more than the file: a daemon that cannot write it (a full
+    // disk) carries on, and says what a submission made without it will see.
+    if let Err(err) = crate::pools::publish(&settings.home, &pools) {
+        tracing::warn!(
+            "{err}: submissions made without the daemon check their needs against the last pools published"
+        );
+    }
     if !pools.is_empty() {
         info!(pools = %pools, "counted pools");
     }

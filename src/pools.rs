@@ -65,11 +65,23 @@ pub fn publish(home: &Path, pools: &Pools) -> Result<(), PoolsError> {
     let err = |source| PoolsError::Write { path: path.display().to_string(), source };
     let aside = home.join(".pools.json.tmp");
     let text = serde_json::to_vec(pools).map_err(|e| err(std::io::Error::other(e)))?;
+    // A restart with the same pools writes nothing: a daemon that comes back on a full disk
+    // has nothing to write here.
+    if std::fs::read(&path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
     let _ = std::fs::remove_file(&aside);
-    let mut out =
-        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&aside).map_err(err)?;
-    out.write_all(&text).and_then(|()| out.sync_all()).map_err(err)?;
-    std::fs::rename(&aside, &path).map_err(err)
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&aside)
+        .and_then(|mut out| out.write_all(&text).and_then(|()| out.sync_all()))
+        .and_then(|()| std::fs::rename(&aside, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&aside);
+    }
+    written.map_err(err)
 }
 
 /// The pools the home's daemon published; none when it never did.

@@ -75,9 +75,9 @@ fn model_result(model: &str, accuracy: f64) -> Value {
                   { "step": 2, "completions": 4, "correct": 2, "scores": [1.0, 1.0, 0.0, 0.0], "mean_score": accuracy }] })
 }
 
-/// A schedule with five succeeded tests at 0.8 and a sixth that regressed to 0.4, written
-/// before the daemon starts (its 03:00 cron is not due during the test).
-async fn regressed_schedule(home: &mut TestHome) {
+/// The schedule `nightly` (03:00, so never due in a test) of model m1 on `arith`, at a provider
+/// nobody serves: its tests are written by the test itself.
+pub fn add_nightly_schedule(home: &mut TestHome) {
     home.cli_ok(&[
         "schedule",
         "add",
@@ -91,6 +91,12 @@ async fn regressed_schedule(home: &mut TestHome) {
         "--models",
         "m1",
     ]);
+}
+
+/// A schedule with five succeeded tests at 0.8 and a sixth that regressed to 0.4, written
+/// before the daemon starts (its 03:00 cron is not due during the test).
+async fn regressed_schedule(home: &mut TestHome) {
+    add_nightly_schedule(home);
     let service = home.service().await;
     let schedule = service.schedules().await.unwrap().remove(0);
     let hour = 3_600_000;

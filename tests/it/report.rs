@@ -109,19 +109,7 @@ struct Night {
 
 async fn lay_out_the_night(home: &mut TestHome) -> Night {
     let now = now_millis();
-    home.cli_ok(&[
-        "schedule",
-        "add",
-        "nightly",
-        "--cron",
-        "0 3 * * *",
-        "--env",
-        "arith",
-        "--provider",
-        "http://127.0.0.1:9/v1",
-        "--models",
-        "m1",
-    ]);
+    crate::dashboard::add_nightly_schedule(home);
     let completed = fixture_run(home, RunState::Completed, now - 3 * HOUR, "stage 'main' finished").await;
     let stopped = fixture_run(home, RunState::Stopped, now - 2 * HOUR, "stop requested").await;
     let before_window =

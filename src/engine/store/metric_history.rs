@@ -15,6 +15,19 @@ pub trait MetricStore: Send + Sync {
     async fn put_metric_rows(&self, run_id: Uuid, rows: &[MetricRow]) -> Result<()>;
     /// The run's stored rows, by step.
     async fn metric_rows(&self, run_id: Uuid) -> Result<Vec<MetricRow>>;
+    /// The run's last stored metric row that holds a metric.
+    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
+}
+
+fn metric_row_from_row(row: &sqlx::any::AnyRow) -> Result<MetricRow> {
+    Ok(MetricRow {
+        step: row.try_get("step")?,
+        reward_mean: row.try_get("reward_mean")?,
+        percent_correct: row.try_get("percent_correct")?,
+        eval_percent_correct: row.try_get("eval_percent_correct")?,
+        loss: row.try_get("loss")?,
+        recorded_at: row.try_get("recorded_at")?,
+    })
 }
 
 #[async_trait]
@@ -61,17 +74,19 @@ impl MetricStore for SqlStore {
         .bind(run_id.to_string())
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(MetricRow {
-                    step: row.try_get("step")?,
-                    reward_mean: row.try_get("reward_mean")?,
-                    percent_correct: row.try_get("percent_correct")?,
-                    eval_percent_correct: row.try_get("eval_percent_correct")?,
-                    loss: row.try_get("loss")?,
-                    recorded_at: row.try_get("recorded_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(metric_row_from_row).collect()
+    }
+
+    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>> {
+        // Walks the (run_id, step) key backwards to the first row that holds a metric.
+        let row = sqlx::query(
+            "SELECT step, reward_mean, percent_correct, eval_percent_correct, loss, recorded_at \
+             FROM metric_history WHERE run_id = $1 AND (reward_mean IS NOT NULL OR percent_correct IS NOT NULL \
+             OR eval_percent_correct IS NOT NULL OR loss IS NOT NULL) ORDER BY step DESC LIMIT 1",
+        )
+        .bind(run_id.to_string())
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(metric_row_from_row).transpose()
     }
 }

@@ -10,7 +10,7 @@ use super::Result;
 use super::inference_tests::test_from_row;
 use super::rows::run_from_row;
 use super::sql::{SqlStore, count_by_state};
-use crate::model::{InferenceTest, MetricRow, Millis, Run};
+use crate::model::{InferenceTest, Millis, Run};
 
 #[async_trait]
 pub trait ReportStore: Send + Sync {
@@ -28,8 +28,6 @@ pub trait ReportStore: Send + Sync {
     async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
     /// How many tests are queued or running, per state.
     async fn live_test_counts(&self) -> Result<Vec<(String, i64)>>;
-    /// The run's last stored metric row that holds a metric.
-    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
     /// When the cron post `name` last handled a due time; the first call records `now` (a new
     /// setting has missed nothing) and returns it.
     async fn report_post_since(&self, name: &str, now: Millis) -> Result<Millis>;
@@ -103,29 +101,6 @@ impl ReportStore for SqlStore {
              GROUP BY state ORDER BY state",
         )
         .await
-    }
-
-    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>> {
-        // Walks the (run_id, step) key backwards to the first row that holds a metric.
-        let row = sqlx::query(
-            "SELECT step, reward_mean, percent_correct, eval_percent_correct, loss, recorded_at \
-             FROM metric_history WHERE run_id = $1 AND (reward_mean IS NOT NULL OR percent_correct IS NOT NULL \
-             OR eval_percent_correct IS NOT NULL OR loss IS NOT NULL) ORDER BY step DESC LIMIT 1",
-        )
-        .bind(run_id.to_string())
-        .fetch_optional(self.pool())
-        .await?;
-        row.map(|row| -> Result<MetricRow> {
-            Ok(MetricRow {
-                step: row.try_get("step")?,
-                reward_mean: row.try_get("reward_mean")?,
-                percent_correct: row.try_get("percent_correct")?,
-                eval_percent_correct: row.try_get("eval_percent_correct")?,
-                loss: row.try_get("loss")?,
-                recorded_at: row.try_get("recorded_at")?,
-            })
-        })
-        .transpose()
     }
 
     async fn report_post_since(&self, name: &str, now: Millis) -> Result<Millis> {
