@@ -284,6 +284,100 @@ async fn values_of_the_runs_waited_for_reach_templates_and_environments_checked(
     assert!(stages.iter().all(|s| s.record.started_at.is_none()), "no stage started: {stages:?}");
 }
 
+/// The `run_failed` bodies the receiver got, by run id.
+fn failures(hook: &crate::support::Receiver) -> Vec<(String, String)> {
+    let mut got: Vec<(String, String)> = hook
+        .of_kind("run_failed")
+        .iter()
+        .map(|b| {
+            (b["ids"]["run"].as_str().unwrap_or_default().to_string(), b["summary"]["reason"].to_string())
+        })
+        .collect();
+    got.sort();
+    got
+}
+
+async fn wait_failures(hook: &crate::support::Receiver, n: usize) -> Vec<(String, String)> {
+    wait_for(&format!("{n} run_failed webhooks"), WAIT, || {
+        let got = failures(hook);
+        async move { (got.len() >= n).then_some(got) }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_run_a_failed_pipeline_step_ends_is_posted_as_failed_once() {
+    let hook = crate::support::Receiver::start(vec![]).await;
+    let mut home = TestHome::new();
+    home.environ = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
+    home.workflow("boom", BOOM);
+    home.workflow("quick", QUICK);
+    let file = home.path().join("p.yaml");
+    std::fs::write(&file, "- {name: first, workflow: boom}\n- {workflow: quick}\n- {workflow: quick}\n")
+        .unwrap();
+    let ids = ids_of(&home.cli_ok(&["run", "start", "--pipeline", file.to_str().unwrap()]));
+    home.start_daemon();
+    let got = wait_failures(&hook, 3).await;
+    let reason = |id: &Uuid, text: String| (id.to_string(), serde_json::json!(text).to_string());
+    let mut want = vec![
+        reason(&ids[0], "stage 'main' exited with code 3".into()),
+        reason(&ids[1], format!("dependency {} failed", short_id(&ids[0]))),
+        reason(&ids[2], format!("dependency {} failed", short_id(&ids[1]))),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    for id in &ids[1..] {
+        let messages = home.messages(*id).await;
+        assert!(
+            messages.iter().any(|m| m.starts_with("webhook ") && m.contains("told of run_failed")),
+            "{messages:?}"
+        );
+    }
+
+    // A daemon started again reads the log again: nothing is posted twice.
+    home.kill_daemon();
+    home.start_daemon();
+    let quick = home.submit(&["-w", "quick"]);
+    wait_for("the quick run's webhook", WAIT, || {
+        let done = hook.of_kind("run_completed").iter().any(|b| b["ids"]["run"] == quick.to_string());
+        async move { done.then_some(()) }
+    })
+    .await;
+    assert_eq!(failures(&hook), want, "each failure is posted once");
+}
+
+#[tokio::test]
+async fn a_stop_that_fails_waiting_runs_is_posted_with_or_without_a_daemon() {
+    let hook = crate::support::Receiver::start(vec![]).await;
+    let mut home = TestHome::new();
+    home.environ = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
+    home.workflow("quick", QUICK);
+    // No daemon: the stop's cascade is made by the CLI alone, and posted by the next daemon.
+    let a = home.submit(&["-w", "quick"]);
+    let b = home.submit(&["-w", "quick", "--after", &a.to_string()]);
+    let c = home.submit(&["-w", "quick", "--after", &b.to_string()]);
+    home.cli_ok(&["run", "stop", &a.to_string()]);
+    assert_eq!(home.run(c).await.state, RunState::Failed);
+    home.start_daemon();
+    let got = wait_failures(&hook, 2).await;
+    let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+    let mut want = vec![b.to_string(), c.to_string()];
+    want.sort();
+    assert_eq!(ids, want, "{got:?}");
+    assert!(
+        got.iter().any(|(_, r)| r.contains(&format!("dependency {} was stopped", short_id(&a)))),
+        "{got:?}"
+    );
+
+    // With the daemon up: a held run stopped from the CLI fails the run after it.
+    let held = home.submit(&["-w", "quick", "--hold"]);
+    let waiting = home.submit(&["-w", "quick", "--after", &held.to_string()]);
+    home.cli_ok(&["run", "stop", &held.to_string()]);
+    let got = wait_failures(&hook, 3).await;
+    assert!(got.iter().any(|(id, _)| *id == waiting.to_string()), "{got:?}");
+    assert_eq!(got.len(), 3, "a stopped run is not a failure: {got:?}");
+}
+
 #[tokio::test]
 async fn the_bundled_demo_pipeline_trains_tests_the_weights_and_cleans_up() {
     let mut home = TestHome::new();

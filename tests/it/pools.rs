@@ -169,6 +169,46 @@ async fn four_gpus_are_shared_by_runs_needing_1_2_2_1_and_never_twice_across_a_d
 }
 
 #[tokio::test]
+async fn a_run_waiting_for_busy_units_says_how_many_are_free_and_who_holds_them() {
+    let mut home = pooled_home();
+    start_with_pool(&mut home, "gpu=0,1,2,3").await;
+    let a = home.submit(&["-w", "gpujob", "--needs", "gpu=2"]);
+    let b = home.submit(&["-w", "gpujob"]);
+    assert_eq!(units_seen(&mut home, a).await, "0,1");
+    assert_eq!(units_seen(&mut home, b).await, "2");
+    let c = home.submit(&["-w", "gpujob", "--needs", "gpu=2"]);
+    // A run needing no unit, queued behind c: once it ran, the queue was looked at.
+    let quick = home.submit(&["-w", "quick"]);
+    home.wait_state(quick, RunState::Completed, WAIT).await;
+    assert_eq!(home.run(c).await.state, RunState::Pending);
+    let expected = format!(
+        "2 gpu units: 1 of 4 free (held by runs {}, {})",
+        lachesis::model::short_id(&a),
+        lachesis::model::short_id(&b)
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["run", "status", &c.to_string(), "--json"])).unwrap();
+    assert_eq!(status["waiting_for"], serde_json::json!(expected), "{status}");
+    let text = home.cli_ok(&["run", "status", &c.to_string()]);
+    assert!(text.contains(&expected), "{text}");
+
+    // b's end frees a second unit: c takes the two free ones.
+    release(&mut home, b).await;
+    home.wait_state(b, RunState::Completed, WAIT).await;
+    assert_eq!(units_seen(&mut home, c).await, "2,3");
+    let status: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["run", "status", &c.to_string(), "--json"])).unwrap();
+    assert!(
+        status.get("waiting_for").is_none_or(|w| w.is_null()),
+        "a claimed run waits for nothing: {status}"
+    );
+    for id in [a, c] {
+        release(&mut home, id).await;
+        home.wait_state(id, RunState::Completed, WAIT).await;
+    }
+}
+
+#[tokio::test]
 async fn requests_no_pool_can_meet_are_refused_and_needs_are_edited_while_pending() {
     let mut home = pooled_home();
     // No daemon has published pools yet: the home has none.

@@ -311,6 +311,7 @@ impl Reconciler {
         self.claim_runs().await?;
         self.claim_tests().await?;
         let mut next_due = self.tick_schedules().await?;
+        let dependency_failures = self.spawn_dependency_failures();
         let mut scan = tokio::time::interval(self.config.scan_interval);
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -362,6 +363,13 @@ impl Reconciler {
                 && let Err(err) = self.claim_tests().await
             {
                 warn!("reconciler: cannot schedule tests: {err}");
+            }
+            // A run that ended, or a stop made elsewhere (a rescan), may have failed the runs
+            // waiting for it: their notices are posted beside the loop.
+            if let Some(wake) = &dependency_failures
+                && (rescan || self.runs.len() < supervised_before)
+            {
+                wake.notify_one();
             }
             self.telemetry.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
             // A submission's poke: its run is there to claim, no read needs to say so first.

@@ -560,6 +560,12 @@ impl Service {
         {
             return Some(format!("pool units the daemon lacks: {err}"));
         }
+        if !run.params.needs.is_empty()
+            && let Ok(pools) = crate::pools::published(&self.settings.home)
+            && let Some(busy) = self.busy_units(run, &pools).await
+        {
+            return Some(busy);
+        }
         if run.spec.node_labels.is_empty() {
             return None;
         }
@@ -574,6 +580,41 @@ impl Service {
             "a node labelled {}: none that is up has these labels (see `lachesis node list`)",
             labels.join(",")
         ))
+    }
+
+    /// For a pending run whose `needs` exceed the units free now: how many are free and which
+    /// runs hold the others ("2 gpu units: 1 of 4 free (held by runs 1a2b3c4d, 5e6f7a8b)").
+    /// Read from the in-flight runs (the state index; they are few), never from the queue.
+    async fn busy_units(&self, run: &Run, pools: &crate::model::Pools) -> Option<String> {
+        let in_flight = self.store.active_runs().await.ok()?;
+        let mut short = Vec::new();
+        for (name, &asked) in run.params.needs.iter() {
+            let Some(units) = pools.get(name) else { continue };
+            if asked == 0 {
+                continue;
+            }
+            let mut holders = Vec::new();
+            let mut held = 0usize;
+            for other in &in_flight {
+                let taken = crate::model::pool::assigned(&other.params.resolved);
+                let count = taken.get(name).map_or(0, |t| t.iter().filter(|u| units.contains(u)).count());
+                if count > 0 {
+                    held += count;
+                    holders.push(crate::model::short_id(&other.id));
+                }
+            }
+            let free = units.len().saturating_sub(held);
+            if (asked as usize) > free {
+                let plural = if asked == 1 { "" } else { "s" };
+                let by = match holders.len() {
+                    0 => String::new(),
+                    1 => format!(" (held by run {})", holders[0]),
+                    _ => format!(" (held by runs {})", holders.join(", ")),
+                };
+                short.push(format!("{asked} {name} unit{plural}: {free} of {} free{by}", units.len()));
+            }
+        }
+        (!short.is_empty()).then(|| short.join("; "))
     }
 
     /// How many runs are in each state (no rows parsed, but every run counted: for pages, not

@@ -70,6 +70,7 @@ mod metric_history;
 mod migrations;
 mod moves;
 mod nodes;
+mod notices;
 pub mod postgres;
 mod progress;
 mod queue;
@@ -99,6 +100,7 @@ pub use holds::{HoldStore, PendingEdit};
 pub use inference_tests::TestStore;
 pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
+pub use notices::NoticeStore;
 pub use progress::ProgressStore;
 pub use queue::QueueStore;
 pub use report::ReportStore;
@@ -172,6 +174,7 @@ pub trait Store:
     + QueueStore
     + ReportStore
     + DependencyStore
+    + NoticeStore
     + Send
     + Sync
 {

@@ -52,6 +52,59 @@ async fn conformance(store: Arc<dyn Store>) {
     metric_history_is_one_row_per_step(&*store).await;
     a_checkpoint_line_is_recorded_once(&*store).await;
     an_end_settles_the_runs_waiting_for_it(&*store).await;
+    a_dependency_failure_is_listed_and_its_notice_taken_once(Arc::clone(&store)).await;
+}
+
+/// The runs a dependency failed are found in the event log (and only they), and each one's
+/// notice is taken once, however many takers race for it.
+async fn a_dependency_failure_is_listed_and_its_notice_taken_once(store: Arc<dyn Store>) {
+    use crate::engine::store::NewDependency;
+    use crate::model::When;
+    let (x, x_stages) = new_run(0);
+    let (y, y_stages) = new_run(0);
+    let (z, z_stages) = new_run(0);
+    let ok = |after: Uuid| vec![NewDependency { after, when: When::Ok, name: None }];
+    store
+        .insert_runs_after(&[
+            (x.clone(), x_stages, vec![]),
+            (y.clone(), y_stages, ok(x.id)),
+            (z.clone(), z_stages, ok(y.id)),
+        ])
+        .await
+        .unwrap();
+    let before = store.last_event_id().await.unwrap();
+    let x = store.transition(&x, RunTrigger::Claim, None, None).await.unwrap();
+    store.transition(&x, RunTrigger::Fail, Some("boom"), None).await.unwrap();
+    let upto = store.last_event_id().await.unwrap();
+    let found = store.dependency_failures(before, upto, 100).await.unwrap();
+    assert_eq!(
+        found.iter().map(|(_, run)| *run).collect::<Vec<_>>(),
+        [y.id, z.id],
+        "not x, failed by its exit"
+    );
+    let paged = store.dependency_failures(before, upto, 1).await.unwrap();
+    assert_eq!(paged, found[..1]);
+    assert!(store.dependency_failures(found[1].0, upto, 100).await.unwrap().is_empty());
+
+    let takers: Vec<_> = (0..4)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.take_failure_notice(y.id).await.unwrap() })
+        })
+        .collect();
+    let mut taken = 0;
+    for taker in takers {
+        if let Some(run) = taker.await.unwrap() {
+            assert_eq!(run.state, RunState::Failed);
+            taken += 1;
+        }
+    }
+    assert_eq!(taken, 1, "one taker posts y's notice");
+    assert!(store.take_failure_notice(z.id).await.unwrap().is_some());
+    assert!(store.take_failure_notice(z.id).await.unwrap().is_none());
+    let (pending, pending_stages) = new_run(0);
+    store.insert_run(&pending, &pending_stages).await.unwrap();
+    assert!(store.take_failure_notice(pending.id).await.unwrap().is_none(), "no notice of a run not failed");
 }
 
 /// An end settles its dependents in its own transaction: met edges count down, an unmet one
