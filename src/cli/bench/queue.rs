@@ -1,6 +1,6 @@
 //! `lachesis bench --queue`: what a deep queue costs. A scratch home with N pending runs of a
 //! one-stage workflow (inserted as given) and two sleepers holding a daemon's `--max-parallel 2`;
-//! then every dashboard page, `run status` of the deepest pending run, `run list`, `GET /runs`,
+//! then every dashboard page, `run status` of the deepest pending run, `run list`, `report`, `GET /runs`,
 //! and the daemon's RSS and peak RSS.
 
 use std::path::{Path, PathBuf};
@@ -117,6 +117,8 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
         "/ui/tests".into(),
         "/ui/schedules".into(),
         "/ui/nodes".into(),
+        "/ui/report".into(),
+        "/report".into(),
         "/runs?limit=100".into(),
         format!("/runs/{deepest}"),
     ];
@@ -130,8 +132,12 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
         report.figures.push(figure);
     }
     let deepest = deepest.to_string();
-    let commands: [&[&str]; 3] =
-        [&["run", "status", &deepest], &["run", "list"], &["run", "list", "--state", "pending"]];
+    let commands: [&[&str]; 4] = [
+        &["run", "status", &deepest],
+        &["run", "list"],
+        &["run", "list", "--state", "pending"],
+        &["report"],
+    ];
     for args in commands {
         let mut samples = Vec::new();
         for _ in 0..SAMPLES {

@@ -1,10 +1,10 @@
 //! The morning report's reads and the cron post's memory. Every read is an index range with a
-//! limit (runs and tests by end time, live ones by state, a run's last checkpoint and metric row
-//! by its key), so a report costs what it shows, however long the store's history.
+//! limit (runs and tests by end time, live ones by state; a run's last checkpoint and metric row
+//! are the checkpoint and metric stores' own reads), so a report costs what it shows, however
+//! long the store's history.
 
 use async_trait::async_trait;
 use sqlx::Row;
-use uuid::Uuid;
 
 use super::Result;
 use super::inference_tests::test_from_row;
