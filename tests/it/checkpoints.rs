@@ -373,3 +373,112 @@ checkpoints:
     assert_eq!(results.trained_weights.as_deref(), Some("tinker://cookbook/sampler_weights/final"));
     home.kill_daemon();
 }
+
+/// A one-stage workflow whose stage writes its last lines and exits at once (`exit`), with
+/// `source` naming where its checkpoints or progress appear. With `start_delay` the stage
+/// exits before its run is `running`.
+fn quick_exit(home: &TestHome, name: &str, lines: &str, exit: u8, start_delay: bool, source: &str) {
+    let delay = if start_delay { "\n    start_delay: 5s" } else { "" };
+    home.workflow(
+        name,
+        &format!(
+            r#"name: {name}
+stages:
+  - name: trainer
+    argv: [sh, -c, "mkdir -p {{run_dir}}/log; printf '{lines}' >> {{run_dir}}/log/out.jsonl; printf '{lines}'; exit {exit}"]{delay}
+completion: {{stages: [trainer]}}
+{source}"#
+        ),
+    );
+}
+
+const LOG_SOURCE: &str = "checkpoints:\n  log: {stage: trainer, pattern: 'saved (?P<step>\\d+) (?P<path>\\S+) (?P<weights>\\S+)'}\n";
+const LOG_LINE: &str = r"saved 5 tinker://q/weights/5 tinker://q/sampler_weights/5\n";
+const JSONL_SOURCE: &str = "checkpoints:\n  jsonl: {file: \"{run_dir}/log/out.jsonl\", step: /batch, path: /state_path, weights: /sampler_path}\n";
+const JSONL_LINE: &str = r#"{{\"batch\": 5, \"state_path\": \"tinker://q/weights/5\", \"sampler_path\": \"tinker://q/sampler_weights/5\"}}\n"#;
+
+/// Runs of that workflow (several at once, since the race is one of timing) each end
+/// `state` with the checkpoint at step 5 recorded, listed and given as trained weights.
+async fn each_keeps_its_checkpoint(home: &mut TestHome, name: &str, state: RunState) {
+    let ids: Vec<Uuid> = (0..4).map(|_| home.submit(&["--workflow", name])).collect();
+    let service = home.service().await;
+    for id in ids {
+        let (run, _) = home.wait_settled(id, T).await;
+        assert_eq!(run.state, state, "{:?}\n{}", run.reason, home.daemon_log());
+        let saved = service.checkpoints_of(id).await.unwrap();
+        let rows: Vec<_> = saved.iter().map(|c| (c.attempt, c.step, c.path.as_deref())).collect();
+        assert_eq!(rows, [(1, 5, Some("tinker://q/weights/5"))], "{:#?}", home.messages(id).await);
+        let listed: serde_json::Value =
+            serde_json::from_str(&home.cli_ok(&["run", "checkpoints", &id.to_string(), "--json"])).unwrap();
+        assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
+        let results = service.results(&id.to_string()).await.unwrap();
+        assert_eq!(results.trained_weights.as_deref(), Some("tinker://q/sampler_weights/5"));
+    }
+}
+
+#[tokio::test]
+async fn a_checkpoint_line_printed_just_before_exit_0_is_recorded() {
+    let mut home = TestHome::new();
+    quick_exit(&home, "quick", LOG_LINE, 0, false, LOG_SOURCE);
+    quick_exit(&home, "quick-start", LOG_LINE, 0, true, LOG_SOURCE);
+    home.start_daemon();
+    each_keeps_its_checkpoint(&mut home, "quick", RunState::Completed).await;
+    each_keeps_its_checkpoint(&mut home, "quick-start", RunState::Completed).await;
+    home.kill_daemon();
+}
+
+#[tokio::test]
+async fn a_checkpoints_jsonl_line_written_just_before_exit_0_is_recorded() {
+    let mut home = TestHome::new();
+    quick_exit(&home, "quick", JSONL_LINE, 0, false, JSONL_SOURCE);
+    quick_exit(&home, "quick-start", JSONL_LINE, 0, true, JSONL_SOURCE);
+    home.start_daemon();
+    each_keeps_its_checkpoint(&mut home, "quick", RunState::Completed).await;
+    each_keeps_its_checkpoint(&mut home, "quick-start", RunState::Completed).await;
+    home.kill_daemon();
+}
+
+#[tokio::test]
+async fn a_run_failing_at_once_keeps_the_checkpoint_written_before_its_exit() {
+    let mut home = TestHome::new();
+    quick_exit(&home, "log", LOG_LINE, 1, false, LOG_SOURCE);
+    quick_exit(&home, "jsonl", JSONL_LINE, 1, false, JSONL_SOURCE);
+    quick_exit(&home, "log-start", LOG_LINE, 1, true, LOG_SOURCE);
+    quick_exit(&home, "jsonl-start", JSONL_LINE, 1, true, JSONL_SOURCE);
+    home.start_daemon();
+    for name in ["log", "jsonl", "log-start", "jsonl-start"] {
+        each_keeps_its_checkpoint(&mut home, name, RunState::Failed).await;
+    }
+    home.kill_daemon();
+}
+
+#[tokio::test]
+async fn a_stage_that_exited_while_the_daemon_was_down_has_its_checkpoint_recorded() {
+    let mut home = TestHome::new();
+    // The stage waits for the daemon to be gone, then writes its checkpoint and exits 1.
+    let gate = home.path().join("gate");
+    home.workflow(
+        "late",
+        &format!(
+            r#"name: late
+stages:
+  - name: trainer
+    argv: [sh, -c, "while [ ! -e {gate} ]; do sleep 0.05; done; printf '{LOG_LINE}'; exit 1"]
+completion: {{stages: [trainer]}}
+{LOG_SOURCE}"#,
+            gate = gate.display()
+        ),
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "late"]);
+    home.wait_state(id, RunState::Running, T).await;
+    home.kill_daemon();
+    std::fs::write(&gate, "").unwrap();
+    // Its exit file tells the next daemon that it ended, and how.
+    home.start_daemon();
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Failed, "{:?}", run.reason);
+    let saved = home.service().await.checkpoints_of(id).await.unwrap();
+    assert_eq!(saved.iter().map(|c| c.step).collect::<Vec<_>>(), [5], "{:#?}", home.messages(id).await);
+    home.kill_daemon();
+}

@@ -233,7 +233,7 @@ async fn values_of_the_runs_waited_for_reach_templates_and_environments_checked(
     let script = home.path().join("ck.sh");
     std::fs::write(
         &script,
-        "printf '{\"batch\": 1, \"sampler_path\": \"tinker://a\\\\nb\"}\\n' > \"$1/ck.jsonl\"; sleep 0.5\n",
+        "printf '{\"batch\": 1, \"sampler_path\": \"tinker://a\\\\nb\"}\\n' > \"$1/ck.jsonl\"\n",
     )
     .unwrap();
     home.workflow(

@@ -317,3 +317,34 @@ progress:
     assert_eq!(warnings, 1, "{}", home.daemon_log());
     home.kill_daemon();
 }
+
+#[tokio::test]
+async fn a_last_step_printed_just_before_exit_0_meets_require_total() {
+    let mut home = TestHome::new();
+    for (name, delay) in [("quick", ""), ("quick-start", "\n    start_delay: 5s")] {
+        home.workflow(
+            name,
+            &format!(
+                r#"name: {name}
+stages:
+  - name: trainer
+    argv: [sh, -c, "printf 'step 10/10\n'"]{delay}
+completion: {{stages: [trainer], require_total: true}}
+progress:
+  log: {{stage: trainer, pattern: 'step (?P<step>\d+)/(?P<total>\d+)'}}
+"#
+            ),
+        );
+    }
+    home.start_daemon();
+    for name in ["quick", "quick-start"] {
+        let ids: Vec<_> = (0..4).map(|_| home.submit(&["--workflow", name])).collect();
+        for id in ids {
+            let (run, _) = home.wait_settled(id, T).await;
+            assert_eq!(run.state, RunState::Completed, "{name}: {:?}", run.reason);
+            let series = home.service().await.progress(id, 1).await.unwrap();
+            assert_eq!(series.last().map(|p| (p.step, p.total)), Some((10, Some(10))), "{series:?}");
+        }
+    }
+    home.kill_daemon();
+}

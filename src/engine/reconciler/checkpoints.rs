@@ -1,9 +1,9 @@
 //! Checkpoints in the reconciler: a worker per running run follows the file its workflow's
-//! `checkpoints:` names and reports each checkpoint as `Msg::Checkpoint`; the loop records it
-//! under the run's current attempt. Rows are keyed by their line, so the file is read from its
-//! start whenever a daemon starts watching, and nothing is recorded twice.
+//! `checkpoints:` names and says when it read checkpoints (`Msg::Checkpoints`); the loop records
+//! them under the run's current attempt, and reads what is left itself before a stage's end is
+//! recorded. Rows are keyed by their line, so the file is read from its start whenever a
+//! daemon starts watching, and nothing is recorded twice.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,48 +21,58 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
 /// The most read in one go before what was found is reported.
 const FOLLOW_SLICE: u64 = 8 * 1024 * 1024;
 
-/// What the loop keeps about a running run's checkpoint source.
+/// What the loop keeps about a supervised run's checkpoint source, once it looked for it.
+#[derive(Default)]
 pub struct CheckpointWatch {
-    source: ResolvedCheckpoints,
-    /// Shared with the worker, so a last look reads on from where it stopped.
-    follower: Arc<Mutex<Follower>>,
+    /// None when the workflow names no source, or one that cannot be resolved (said once).
+    source: Option<(ResolvedCheckpoints, Arc<Mutex<Read>>)>,
+    /// The worker following the source while the run runs.
+    worker: Option<AbortHandle>,
+}
+
+/// The file's reader and what it read that the loop has not recorded yet. A line leaves the
+/// file only into `found`, and `found` only into the store: whoever reads (the worker, or the
+/// loop's last look), nothing read is lost, even when the worker is stopped mid-read.
+struct Read {
+    follower: Follower,
+    found: Vec<FoundCheckpoint>,
+    /// The first malformed line's problem, until it is recorded.
+    problem: Option<String>,
     /// A malformed line is reported once per watch.
-    warned: Arc<AtomicBool>,
-    worker: AbortHandle,
+    warned: bool,
 }
 
 impl CheckpointWatch {
     /// Stops the worker; what it has not read yet is left for `catch_up_checkpoints`.
-    pub fn stop(&self) {
-        self.worker.abort();
+    pub fn stop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.abort();
+        }
     }
 }
 
 impl Drop for CheckpointWatch {
     fn drop(&mut self) {
-        self.worker.abort();
+        self.stop();
     }
 }
 
-/// What one read of the source found.
-struct Pass {
-    found: Vec<FoundCheckpoint>,
-    /// The first malformed line's problem, the first time one is seen.
-    problem: Option<String>,
-    more: bool,
-}
-
-fn read_pass(source: &ResolvedCheckpoints, follower: &Mutex<Follower>, warned: &AtomicBool) -> Pass {
-    let mut pass = Pass { found: Vec::new(), problem: None, more: false };
-    let Ok(mut follower) = follower.lock() else { return pass };
+/// Reads one slice of the source into `read.found`: whether there is more to read, and
+/// whether this slice found anything for the loop (a checkpoint or a malformed line).
+fn read_slice(source: &ResolvedCheckpoints, read: &Mutex<Read>) -> (bool, bool) {
+    let Ok(mut read) = read.lock() else { return (false, false) };
+    let read = &mut *read;
+    let before = (read.found.len(), read.problem.is_some());
     let file = source.file().display().to_string();
-    pass.more = follower
+    let (found, problem, warned) = (&mut read.found, &mut read.problem, &mut read.warned);
+    let more = read
+        .follower
         .read_some(FOLLOW_SLICE, |line| match source.read_line(line) {
-            Ok(Some(found)) => pass.found.push(found),
+            Ok(Some(checkpoint)) => found.push(checkpoint),
             Ok(None) => {}
             Err(err) => {
-                if !warned.swap(true, Ordering::Relaxed) {
-                    pass.problem = Some(format!("checkpoints: skipped a line of {file}: failed to {err}"));
+                if !std::mem::replace(warned, true) {
+                    *problem = Some(format!("checkpoints: skipped a line of {file}: failed to {err}"));
                 }
             }
         })
@@ -70,88 +80,120 @@ fn read_pass(source: &ResolvedCheckpoints, follower: &Mutex<Follower>, warned: &
             warn!("checkpoints: cannot read {file}: {err}");
             false
         });
-    pass
+    (more, (read.found.len(), read.problem.is_some()) != before)
 }
 
 impl Reconciler {
-    /// Starts following a run's checkpoints, if its workflow names where they appear; a
-    /// source that cannot be resolved is said in an event.
-    pub(super) async fn watch_checkpoints(&mut self, id: Uuid) -> Result<Option<CheckpointWatch>> {
-        let Some(sup) = self.runs.get(&id) else { return Ok(None) };
-        let Some(spec) = &sup.run.spec.checkpoints else { return Ok(None) };
+    /// Looks up a run's checkpoint source once (said in an event if it cannot be resolved).
+    async fn checkpoint_source(
+        &mut self,
+        id: Uuid,
+    ) -> Result<Option<(ResolvedCheckpoints, Arc<Mutex<Read>>)>> {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(None) };
+        if let Some(watch) = &sup.checkpoints {
+            return Ok(watch.source.clone());
+        }
+        let Some(spec) = &sup.run.spec.checkpoints else {
+            sup.checkpoints = Some(CheckpointWatch::default());
+            return Ok(None);
+        };
         let stages = &sup.stages;
         let log_of =
             |stage: &str| stages.iter().find(|s| s.plan.name == stage).map(|s| s.plan.log_path.clone());
-        let source = match spec.resolve(&sup.run.params.resolved, log_of) {
-            Ok(source) => source,
-            Err(err) => {
-                self.store.add_event(id, &NewEvent::note(format!("cannot read checkpoints: {err}"))).await?;
-                return Ok(None);
+        match spec.resolve(&sup.run.params.resolved, log_of) {
+            Ok(source) => {
+                let read = Read {
+                    follower: Follower::new(source.file()),
+                    found: Vec::new(),
+                    problem: None,
+                    warned: false,
+                };
+                let source = Some((source, Arc::new(Mutex::new(read))));
+                sup.checkpoints = Some(CheckpointWatch { source: source.clone(), worker: None });
+                Ok(source)
             }
-        };
-        let follower = Arc::new(Mutex::new(Follower::new(source.file())));
-        let warned = Arc::new(AtomicBool::new(false));
-        let (tx, task_source, task_follower, task_warned) =
-            (self.tx.clone(), source.clone(), Arc::clone(&follower), Arc::clone(&warned));
+            Err(err) => {
+                // Looked at once: a second look would say it again.
+                sup.checkpoints = Some(CheckpointWatch::default());
+                self.store.add_event(id, &NewEvent::note(format!("cannot read checkpoints: {err}"))).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Starts following a run's checkpoints, if its workflow names where they appear.
+    pub(super) async fn watch_checkpoints(&mut self, id: Uuid) -> Result {
+        let Some((source, read)) = self.checkpoint_source(id).await? else { return Ok(()) };
+        let Some(watch) = self.runs.get_mut(&id).and_then(|s| s.checkpoints.as_mut()) else { return Ok(()) };
+        if watch.worker.is_some() {
+            return Ok(());
+        }
+        let tx = self.tx.clone();
         let task = tokio::spawn(async move {
             loop {
-                let (source, follower, warned) =
-                    (task_source.clone(), Arc::clone(&task_follower), Arc::clone(&task_warned));
-                let read = tokio::task::spawn_blocking(move || read_pass(&source, &follower, &warned));
-                let Ok(pass) = read.await else { return };
-                if let Some(problem) = pass.problem
-                    && tx.send(Msg::Note { run: id, event: NewEvent::note(problem) }).is_err()
-                {
+                let (source, read) = (source.clone(), Arc::clone(&read));
+                // One slice at a time, and the next once the loop recorded this one: what is
+                // read but not recorded stays small.
+                let pass = tokio::task::spawn_blocking(move || {
+                    let drained = read.lock().is_ok_and(|r| r.found.is_empty() && r.problem.is_none());
+                    if drained { read_slice(&source, &read) } else { (false, false) }
+                });
+                let Ok((more, news)) = pass.await else { return };
+                if news && tx.send(Msg::Checkpoints { run: id }).is_err() {
                     return;
                 }
-                for found in pass.found {
-                    if tx.send(Msg::Checkpoint { run: id, found }).is_err() {
-                        return;
-                    }
-                }
-                if !pass.more {
+                if !more {
                     tokio::time::sleep(FOLLOW_INTERVAL).await;
                 }
             }
         });
-        Ok(Some(CheckpointWatch { source, follower, warned, worker: task.abort_handle() }))
+        watch.worker = Some(task.abort_handle());
+        Ok(())
     }
 
-    /// Records a checkpoint of a supervised run under its current attempt.
-    pub(super) async fn on_checkpoint(&mut self, id: Uuid, found: FoundCheckpoint) -> Result {
+    /// Records what the run's checkpoint source read and the loop has not recorded yet, under
+    /// the run's current attempt. A write that cannot land leaves the rest for the replay
+    /// (rows are keyed by their line, so one recorded twice is recorded once).
+    pub(super) async fn on_checkpoints(&mut self, id: Uuid) -> Result {
         let Some(sup) = self.runs.get(&id) else { return Ok(()) };
-        self.store.record_checkpoint(id, sup.run.attempt, &found, now_millis()).await?;
+        let attempt = sup.run.attempt;
+        let Some((_, read)) = sup.checkpoints.as_ref().and_then(|w| w.source.clone()) else { return Ok(()) };
+        let (found, problem) = match read.lock() {
+            Ok(read) => (read.found.clone(), read.problem.clone()),
+            Err(_) => return Ok(()),
+        };
+        if let Some(problem) = problem {
+            self.store.add_event(id, &NewEvent::note(problem)).await?;
+            if let Ok(mut read) = read.lock() {
+                read.problem = None;
+            }
+        }
+        for checkpoint in &found {
+            self.store.record_checkpoint(id, attempt, checkpoint, now_millis()).await?;
+        }
+        // Only the loop takes from `found`, and the worker only appends.
+        if let Ok(mut read) = read.lock() {
+            read.found.drain(..found.len());
+        }
         Ok(())
     }
 
-    /// Reads what the worker has not read yet and records it: a last look before the run's
-    /// next attempt is decided, so a checkpoint written just before an exit is not missed.
+    /// Reads what is left of the run's checkpoint source and records it: a last look before
+    /// a stage's end is recorded and before the run's next attempt is decided, so a checkpoint
+    /// written just before an exit is not missed, on any path (an exit during start-up, or one
+    /// a restarted daemon finds). Reads on from where the worker stopped, or, without a
+    /// worker, once from the start.
     pub(super) async fn catch_up_checkpoints(&mut self, id: Uuid) -> Result {
-        let Some(watch) =
-            self.runs.get(&id).and_then(|s| s.progress.as_ref()).and_then(|w| w.checkpoints.as_ref())
-        else {
-            return Ok(());
-        };
-        let (source, follower, warned) =
-            (watch.source.clone(), Arc::clone(&watch.follower), Arc::clone(&watch.warned));
-        let read = tokio::task::spawn_blocking(move || {
-            let mut all = Pass { found: Vec::new(), problem: None, more: true };
-            while all.more {
-                let pass = read_pass(&source, &follower, &warned);
-                all.found.extend(pass.found);
-                all.problem = all.problem.or(pass.problem);
-                all.more = pass.more;
+        let Some((source, read)) = self.checkpoint_source(id).await? else { return Ok(()) };
+        loop {
+            // Off the loop's thread, a slice at a time, each recorded before the next is read.
+            let (source, read) = (source.clone(), Arc::clone(&read));
+            let more = tokio::task::spawn_blocking(move || read_slice(&source, &read).0).await;
+            self.on_checkpoints(id).await?;
+            if !more.unwrap_or(false) {
+                return Ok(());
             }
-            all
-        });
-        let Ok(pass) = read.await else { return Ok(()) };
-        if let Some(problem) = pass.problem {
-            self.store.add_event(id, &NewEvent::note(problem)).await?;
         }
-        for found in pass.found {
-            self.on_checkpoint(id, found).await?;
-        }
-        Ok(())
     }
 }
 

@@ -144,10 +144,10 @@ pub enum Msg {
         run: Uuid,
         reading: crate::workflow::progress::Reading,
     },
-    /// A checkpoint worker read a checkpoint.
-    Checkpoint {
+    /// A checkpoint worker read checkpoints (or a malformed line): they wait in the run's
+    /// watch until the loop records them.
+    Checkpoints {
         run: Uuid,
-        found: crate::model::FoundCheckpoint,
     },
     /// A run's stall timer fired at `deadline` (ms since the epoch).
     StallCheck {
@@ -204,7 +204,7 @@ impl Msg {
             | Msg::Submitted { run, .. }
             | Msg::SlurmRunning { run, .. }
             | Msg::Progress { run, .. }
-            | Msg::Checkpoint { run, .. }
+            | Msg::Checkpoints { run }
             | Msg::StallCheck { run, .. }
             | Msg::TimeLimit { run }
             | Msg::Drive { run }
@@ -232,7 +232,7 @@ impl Msg {
             Msg::GraceElapsed { .. } => "a SIGKILL after the grace",
             Msg::Submitted { .. } | Msg::SlurmRunning { .. } => "a Slurm job's start",
             Msg::Progress { .. } => "a step",
-            Msg::Checkpoint { .. } => "a checkpoint",
+            Msg::Checkpoints { .. } => "checkpoints",
             Msg::StallCheck { .. } => "a stall",
             Msg::TimeLimit { .. } => "a time limit",
             Msg::Fail { .. } => "a failure",
@@ -482,7 +482,7 @@ impl Reconciler {
             Msg::Submitted { run, idx, result } => self.on_submitted(run, idx, result).await,
             Msg::SlurmRunning { run, idx } => self.on_slurm_running(run, idx).await,
             Msg::Progress { run, reading } => self.on_progress(run, reading).await,
-            Msg::Checkpoint { run, found } => self.on_checkpoint(run, found).await,
+            Msg::Checkpoints { run } => self.on_checkpoints(run).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
             Msg::TimeLimit { run } => self.on_time_limit(run).await,
             Msg::Drive { run } => self.drive(run).await,

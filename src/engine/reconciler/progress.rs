@@ -40,8 +40,6 @@ pub struct ProgressWatch {
     pub last: Option<ProgressPoint>,
     /// The stall clock starts here: the last change of step, or reaching `running`.
     clock_from: Millis,
-    /// The run's checkpoint follower, if its workflow names a source.
-    pub checkpoints: Option<super::checkpoints::CheckpointWatch>,
 }
 
 impl ProgressWatch {
@@ -51,10 +49,6 @@ impl ProgressWatch {
         }
         if let Some((_, timer)) = self.timer.take() {
             timer.abort();
-        }
-        // Its follower stays: the run's last look at its checkpoints reads on from it.
-        if let Some(checkpoints) = &self.checkpoints {
-            checkpoints.stop();
         }
     }
 }
@@ -73,10 +67,9 @@ impl Reconciler {
         if sup.progress.is_some() {
             return Ok(());
         }
-        let checkpoints = self.watch_checkpoints(id).await?;
+        self.watch_checkpoints(id).await?;
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let mut watch = ProgressWatch::default();
-        watch.checkpoints = checkpoints;
         let run = sup.run.clone();
         if run.spec.progress.is_none() && run.spec.stall_timeout.is_none() {
             sup.progress = Some(watch);
@@ -327,7 +320,6 @@ impl Reconciler {
         if sup.progress.is_none() {
             self.watch_progress(id).await?;
         }
-        self.catch_up_checkpoints(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let require_total = sup.run.spec.completion.require_total;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());

@@ -98,6 +98,10 @@ impl Reconciler {
                     if let Some(watch) = sup.progress.as_mut() {
                         watch.stop();
                     }
+                    // Its follower stays: the run's last look at its checkpoints reads on from it.
+                    if let Some(watch) = sup.checkpoints.as_mut() {
+                        watch.stop();
+                    }
                     if sup.rows().any(|s| s.record.state == ProcessState::Spawning) {
                         // A stage is being started: stop it once we know who it is.
                     } else if let Some(idx) = sup.next_to_stop() {
@@ -447,6 +451,10 @@ impl Reconciler {
             ProcessEnd::Finished(finished) => Some(finished.ended_at),
             ProcessEnd::Vanished(_) => None,
         };
+        // What the stage wrote before it exited is recorded before its end is: the run's
+        // outcome and trained weights then hold its last checkpoint, and a daemon that dies
+        // after this commit has nothing left to read.
+        self.catch_up_checkpoints(id).await?;
         let decision = self.decide_end(id, &name, &what, exit).await?;
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let ended_at = exited_at.map(|at| run_end_time(at, sup.run.started_at, now_millis()));

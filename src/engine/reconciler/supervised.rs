@@ -40,6 +40,8 @@ pub struct Supervised {
     pub stages: Vec<SupervisedStage>,
     /// Its progress reader and stall timer, once it runs.
     pub progress: Option<super::progress::ProgressWatch>,
+    /// Its checkpoint source and follower, once looked up (it runs, or a stage ended).
+    pub checkpoints: Option<super::checkpoints::CheckpointWatch>,
     /// Its time-limit timer, once its attempt is under way.
     pub time_limit: Option<super::time_limit::LimitTimer>,
     /// Its JSONL progress file as this daemon started the attempt's first stage: the lines
@@ -64,7 +66,14 @@ impl Supervised {
                 spawn_after: None,
             })
             .collect();
-        Ok(Supervised { run, stages, progress: None, time_limit: None, progress_mark: None })
+        Ok(Supervised {
+            run,
+            stages,
+            progress: None,
+            checkpoints: None,
+            time_limit: None,
+            progress_mark: None,
+        })
     }
 
     /// What the run holds while supervised: its exclusive labels, ports and pool units (read
