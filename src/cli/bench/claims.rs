@@ -42,6 +42,7 @@ pub async fn claims(
     runs: usize,
     claimers: &[usize],
     with_deps: bool,
+    with_pools: bool,
     progress: &dyn Fn(&str),
 ) -> BenchResult<ClaimReport> {
     let mut rounds = Vec::new();
@@ -51,7 +52,7 @@ pub async fn claims(
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await?;
         let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
         let url = format!("{base}/{name}");
-        let round = round(&url, runs, n, with_deps, progress).await;
+        let round = round(&url, runs, n, with_deps, with_pools, progress).await;
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
             .execute(&mut admin)
             .await?;
@@ -70,6 +71,7 @@ async fn round(
     runs: usize,
     claimers: usize,
     with_deps: bool,
+    with_pools: bool,
     progress: &dyn Fn(&str),
 ) -> BenchResult<ClaimRound> {
     // Each claimer opens a service of its own (its own connection pool) on the scratch database;
@@ -82,7 +84,14 @@ async fn round(
         std::path::Path::new("bench.yaml"),
         "name: bench\nstages:\n  - {name: api, argv: ['true']}\n  - {name: trainer, argv: ['true']}\n",
     )?;
-    let queued: Vec<(Run, Vec<Stage>)> = (0..runs).map(|_| pending_run(&spec)).collect();
+    let mut queued: Vec<(Run, Vec<Stage>)> = (0..runs).map(|_| pending_run(&spec)).collect();
+    if with_pools {
+        // Every run asks for one of four GPUs, as a sweep on one box does.
+        let needs = lachesis::model::Needs::from_pairs([("gpu".to_string(), 1)])?;
+        for (run, _) in &mut queued {
+            run.params.needs = needs.clone();
+        }
+    }
     let mut waiting = 0;
     if with_deps {
         // Half the queue waits for a held run (never claimed, so never met); the other half's
@@ -112,7 +121,7 @@ async fn round(
     let started = Instant::now();
     for n in 0..claimers {
         let settings = settings.clone();
-        tasks.push(tokio::spawn(async move { claim_until_empty(settings, n).await }));
+        tasks.push(tokio::spawn(async move { claim_until_empty(settings, n, with_pools).await }));
     }
     let mut latencies = Vec::new();
     let mut seen = HashSet::new();
@@ -134,9 +143,17 @@ async fn round(
 }
 
 /// One daemon's worth of claiming: its own pool and lease, one run per call.
-async fn claim_until_empty(settings: Settings, n: usize) -> Result<(Vec<Uuid>, Vec<f64>), String> {
+async fn claim_until_empty(
+    settings: Settings,
+    n: usize,
+    with_pools: bool,
+) -> Result<(Vec<Uuid>, Vec<f64>), String> {
     let service = Service::open(settings).await.map_err(|e| e.to_string())?;
-    let claimer = service.claimer(&format!("bench-{n}")).await.map_err(|e| e.to_string())?;
+    let mut claimer = service.claimer(&format!("bench-{n}")).await.map_err(|e| e.to_string())?;
+    if with_pools {
+        let gpus: lachesis::model::pool::PoolSpec = "gpu=0,1,2,3".parse().map_err(|e| format!("{e}"))?;
+        claimer = claimer.with_pools(lachesis::model::Pools::from_specs(&[gpus], None).map_err(|e| format!("{e}"))?);
+    }
     let (mut ids, mut times) = (Vec::new(), Vec::new());
     loop {
         let started = Instant::now();

@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// half had theirs met (the claim must cost what it costs without them)
     #[arg(long)]
     with_deps: bool,
+    /// With --claims: every pending run needs one unit of a 4-GPU pool, assigned at its claim
+    /// as the daemon's picker does
+    #[arg(long)]
+    with_pools: bool,
     /// Instead: command, claim and idle-daemon costs with an empty store, then with a long
     /// history of finished runs
     #[arg(long)]
@@ -335,6 +339,7 @@ fn claims(args: BenchArgs) -> CliResult {
         args.claim_runs,
         &[1, 2, 4],
         args.with_deps,
+        args.with_pools,
         &|line| eprintln!("bench: {line}"),
     ))?;
     if args.json {

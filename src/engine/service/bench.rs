@@ -21,7 +21,7 @@ impl Service {
             lease: Duration::from_secs(60),
         };
         let lease = self.store.register_node(&registration).await?;
-        Ok(Claimer { store: Arc::clone(&self.store), lease })
+        Ok(Claimer { store: Arc::clone(&self.store), lease, pools: None })
     }
 }
 
@@ -30,9 +30,17 @@ impl Service {
 pub struct Claimer {
     store: Arc<dyn Store>,
     lease: Lease,
+    /// Counted pools: each claim assigns a run its units as the daemon's picker does (with
+    /// every unit free, since a bench run never ends to give its units back).
+    pools: Option<crate::model::Pools>,
 }
 
 impl Claimer {
+    /// This claimer assigns units of `pools` to the runs it claims.
+    pub fn with_pools(self, pools: crate::model::Pools) -> Claimer {
+        Claimer { pools: Some(pools), ..self }
+    }
+
     /// Claims the next pending run in queue order (keeping its params and directory); `None`
     /// once the queue is empty.
     pub async fn claim_one(&self) -> Result<Option<Uuid>> {
@@ -41,8 +49,16 @@ impl Claimer {
             if taken {
                 return Pick::Stop;
             }
+            let mut params = run.params.clone();
+            if let Some(pools) = &self.pools {
+                let free = std::collections::BTreeSet::new();
+                let Some(units) = crate::model::pool::assign(pools, &free, &run.params.needs) else {
+                    return Pick::Skip;
+                };
+                crate::model::pool::record(&mut params.resolved, &units);
+            }
             taken = true;
-            Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
+            Pick::Take { params, run_dir: run.run_dir.clone() }
         };
         let claimed = self.store.claim_runs(&self.lease, 8, 1, &mut pick).await?;
         Ok(claimed.first().map(|run| run.id))

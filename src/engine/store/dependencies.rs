@@ -199,8 +199,8 @@ pub(super) async fn settle_dependents(
             let reason = unmet_reason(&after, when, state);
             let now = now_millis();
             let failed = sqlx::query(
-                "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, ended_at = $2, reason = $3 \
-                 WHERE id = $4 AND state = 'pending'",
+                "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, ended_at = $2, reason = $3, \
+                 held_at = NULL WHERE id = $4 AND state = 'pending'",
             )
             .bind(to.as_str())
             .bind(now)

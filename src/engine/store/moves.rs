@@ -103,10 +103,12 @@ impl SqlStore {
         moved: &Moved,
     ) -> Result<Option<EventRow<'static>>> {
         let next = &moved.run;
-        // The update comes first, so SQLite takes its write lock before reading anything.
+        // The update comes first, so SQLite takes its write lock before reading anything. A hold
+        // belongs to a pending run: it goes when the run leaves the queue.
         let updated = sqlx::query(
             "UPDATE runs SET state = $1, version = version + 1, updated_at = $2, started_at = $3, ended_at = $4, \
-             reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END WHERE id = $8 AND state = $9 AND version = $10 \
+             reason = $5, params = $6, fence = CASE WHEN $7 = 1 THEN NULL ELSE fence END, \
+             held_at = CASE WHEN $1 = 'pending' THEN held_at ELSE NULL END WHERE id = $8 AND state = $9 AND version = $10 \
              AND (CAST($11 AS BIGINT) IS NULL OR fence = $11)",
         )
         .bind(next.state.as_str())

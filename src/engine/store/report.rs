@@ -40,6 +40,9 @@ pub(super) const RUNS_ENDED: &str = concat!(
     select_runs_sql!(),
     "WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at DESC LIMIT $2"
 );
+/// Only a pending run is held (a hold goes with the move out of the queue), so the partial index
+/// `runs_held` answers alone: the held few, never a walk of every pending run.
+pub(super) const HELD_COUNT: &str = "SELECT COUNT(*) AS n FROM runs WHERE held_at IS NOT NULL";
 const RUNS_IN_FLIGHT: &str =
     concat!(select_runs_sql!(), "WHERE state IN (", in_flight_states!(), ") ORDER BY seq LIMIT $1");
 const TESTS_ENDED: &str = concat!(
@@ -72,7 +75,7 @@ impl ReportStore for SqlStore {
 
     async fn held_count(&self) -> Result<i64> {
         let row =
-            sqlx::query("SELECT COUNT(*) AS n FROM runs WHERE state = 'pending' AND held_at IS NOT NULL")
+            sqlx::query(HELD_COUNT)
                 .fetch_one(self.pool())
                 .await?;
         Ok(row.try_get("n")?)
