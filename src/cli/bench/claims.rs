@@ -152,7 +152,8 @@ async fn claim_until_empty(
     let mut claimer = service.claimer(&format!("bench-{n}")).await.map_err(|e| e.to_string())?;
     if with_pools {
         let gpus: lachesis::model::pool::PoolSpec = "gpu=0,1,2,3".parse().map_err(|e| format!("{e}"))?;
-        claimer = claimer.with_pools(lachesis::model::Pools::from_specs(&[gpus], None).map_err(|e| format!("{e}"))?);
+        claimer = claimer
+            .with_pools(lachesis::model::Pools::from_specs(&[gpus], None).map_err(|e| format!("{e}"))?);
     }
     let (mut ids, mut times) = (Vec::new(), Vec::new());
     loop {

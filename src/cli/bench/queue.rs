@@ -132,12 +132,8 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
         report.figures.push(figure);
     }
     let deepest = deepest.to_string();
-    let commands: [&[&str]; 4] = [
-        &["run", "status", &deepest],
-        &["run", "list"],
-        &["run", "list", "--state", "pending"],
-        &["report"],
-    ];
+    let commands: [&[&str]; 4] =
+        [&["run", "status", &deepest], &["run", "list"], &["run", "list", "--state", "pending"], &["report"]];
     for args in commands {
         let mut samples = Vec::new();
         for _ in 0..SAMPLES {

@@ -74,10 +74,7 @@ impl ReportStore for SqlStore {
     }
 
     async fn held_count(&self) -> Result<i64> {
-        let row =
-            sqlx::query(HELD_COUNT)
-                .fetch_one(self.pool())
-                .await?;
+        let row = sqlx::query(HELD_COUNT).fetch_one(self.pool()).await?;
         Ok(row.try_get("n")?)
     }
 
