@@ -249,8 +249,6 @@ impl SqlStore {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::Row;
-
     use super::*;
 
     /// The claim walks the partial index of pending runs neither held nor waiting for a
@@ -260,15 +258,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
         let store = crate::engine::store::open(&location).await.unwrap();
-        let plan = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {PENDING_PAGE}")))
-            .bind(0i64)
-            .bind(8i64)
-            .bind(0i64)
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
-        let details: Vec<String> =
-            plan.iter().map(|row| row.try_get::<String, _>("detail").unwrap()).collect();
+        let details = crate::engine::store::tests::sqlite_plan(&store, PENDING_PAGE).await;
         assert!(details.iter().any(|d| d.contains("USING INDEX runs_claimable")), "{details:?}");
         assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "sorted apart: {details:?}");
     }

@@ -82,8 +82,6 @@ impl QueueStore for SqlStore {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::Row;
-
     use super::*;
 
     /// A page of one workflow's runs walks the `(workflow, seq)` index from its newest run: it
@@ -93,15 +91,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
         let store = crate::engine::store::open(&location).await.unwrap();
-        let plan = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {PAGE_WORKFLOW}")))
-            .bind(20i64)
-            .bind(0i64)
-            .bind("demo")
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
-        let details: Vec<String> =
-            plan.iter().map(|row| row.try_get::<String, _>("detail").unwrap()).collect();
+        let details = crate::engine::store::tests::sqlite_plan(&store, PAGE_WORKFLOW).await;
         assert!(details.iter().any(|d| d.contains("USING INDEX runs_by_workflow_seq")), "{details:?}");
         assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "sorted apart: {details:?}");
     }

@@ -11,6 +11,19 @@ use std::time::{Duration, Instant};
 use sqlx::Connection;
 use uuid::Uuid;
 
+/// How SQLite would run `sql` on `store`: each step's `detail` (`SEARCH runs USING INDEX …`), for
+/// the tests that hold a query to its index. Its parameters stay unbound: a plan is not a run.
+pub(super) async fn sqlite_plan(store: &super::sql::SqlStore, sql: &str) -> Vec<String> {
+    use sqlx::Row;
+    sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get::<String, _>("detail").unwrap())
+        .collect()
+}
+
 /// The server to create test databases on; `LACHESIS_TEST_POSTGRES` overrides.
 fn postgres_admin_url() -> String {
     std::env::var("LACHESIS_TEST_POSTGRES")

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::engine::store::Store;
@@ -143,23 +142,11 @@ async fn sqlite_report_reads_are_the_window_and_walk_its_index() {
     let store =
         crate::engine::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
     report_reads(&store).await;
-    let plan_of = async |sql: &str| -> Vec<String> {
-        let sql = format!("EXPLAIN QUERY PLAN {sql}");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(0i64)
-            .bind(10i64)
-            .fetch_all(store.pool())
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.try_get::<String, _>("detail").unwrap())
-            .collect()
-    };
-    let plan = plan_of(crate::engine::store::report::RUNS_ENDED).await;
+    let plan = super::sqlite_plan(&store, crate::engine::store::report::RUNS_ENDED).await;
     assert!(plan.iter().any(|step| step.contains("runs_by_end")), "{plan:?}");
     assert!(!plan.iter().any(|step| step.starts_with("SCAN runs")), "{plan:?}");
     // The held count walks the held few, not every pending run (100,000 of them overnight).
-    let plan = plan_of(crate::engine::store::report::HELD_COUNT).await;
+    let plan = super::sqlite_plan(&store, crate::engine::store::report::HELD_COUNT).await;
     assert!(plan.iter().any(|step| step.contains("runs_held")), "{plan:?}");
 }
 
