@@ -44,11 +44,28 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
         let message = message.strip_prefix(&format!("{path}: ")).map_or(message.clone(), str::to_string);
         YamlError {
             line: inner.location().map(|loc| loc.line()),
-            message: one_line(&message),
+            // serde quotes the offending value whole: a file that is no YAML at all (a pipeline
+            // named by mistake) must not come back as a screenful.
+            message: clip(&one_line(&message), MAX_MESSAGE),
             // A key from the document may hold a newline: errors stay on one line.
             path: (!["", ".", "?"].contains(&path.as_str())).then(|| one_line(&path)),
         }
     })
+}
+
+/// The longest parse error shown, in characters.
+const MAX_MESSAGE: usize = 300;
+
+/// `text` cut in its middle to at most about `max` characters: the start says what was found,
+/// the end what was expected.
+fn clip(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max / 2).collect();
+    let tail: String = text.chars().skip(count - max / 2).collect();
+    format!("{head} … {tail}")
 }
 
 /// `text` with its control characters (newlines included) escaped, for one-line errors.
@@ -123,6 +140,15 @@ mod tests {
         let big = format!("a: \"{}\"\n", "x".repeat(MAX_BYTES));
         assert!(from_str::<serde_json::Value>(&big).unwrap_err().to_string().contains("bytes"));
         assert!(began.elapsed() < std::time::Duration::from_secs(2), "{:?}", began.elapsed());
+    }
+
+    #[test]
+    fn an_error_quoting_a_huge_value_stays_short_and_keeps_what_was_expected() {
+        let text = format!("\"{}\"", "x".repeat(100_000));
+        let err = from_str::<Vec<String>>(&text).unwrap_err();
+        assert!(err.message.chars().count() <= MAX_MESSAGE + 3, "{}", err.message.len());
+        assert!(err.message.starts_with("invalid type: string"), "{}", err.message);
+        assert!(err.message.ends_with("expected a sequence"), "{}", err.message);
     }
 
     #[test]

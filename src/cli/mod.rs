@@ -8,6 +8,7 @@ mod daemon;
 mod doctor;
 mod env;
 mod gc;
+mod input;
 mod mcp;
 mod node;
 pub(crate) mod output;

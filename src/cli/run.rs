@@ -1,7 +1,7 @@
 //! `lachesis run …`: start, list, status, stop, logs, events, metrics.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -447,8 +447,7 @@ fn pipeline(
             catalog.dir().join("pipelines").join(file).with_extension("yaml")
         }
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read --pipeline {}: {e}", path.display()))?;
+    let text = super::input::read_text(&path, lachesis::yaml::MAX_BYTES as u64, "--pipeline")?;
     lachesis::workflow::pipeline::Pipeline::parse(&path, &text).map_err(|e| e.to_string())
 }
 
@@ -484,14 +483,11 @@ struct AfterLine {
 }
 
 /// The requests of a `--from` file (or stdin), one per non-blank line, over `base`.
+/// The largest `--from` file read: a sweep of some 100,000 lines.
+const MAX_FROM_BYTES: u64 = 64 << 20;
+
 fn requests_from(path: &std::path::Path, base: &SubmitRequest) -> Result<Vec<SubmitRequest>, String> {
-    let text = if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map(|_| text)
-    } else {
-        std::fs::read_to_string(path)
-    }
-    .map_err(|e| format!("cannot read --from {}: {e}", path.display()))?;
+    let text = super::input::read_text(path, MAX_FROM_BYTES, "--from")?;
     // Numbers and booleans are passed as their JSON text, the way `--set`/`--var` take them.
     let text_of = |v: serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
     let mut requests = Vec::new();
