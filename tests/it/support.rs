@@ -9,7 +9,6 @@ use lachesis::launch::process::{Liveness, liveness};
 use lachesis::model::{Event, Run, RunState, Stage};
 use lachesis::service::Service;
 use lachesis::settings::Settings;
-use sqlx::Connection;
 use uuid::Uuid;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lachesis");
@@ -402,29 +401,4 @@ impl Receiver {
     }
 }
 
-/// The server to create test databases on; `LACHESIS_TEST_POSTGRES` overrides.
-fn postgres_admin_url() -> String {
-    std::env::var("LACHESIS_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/postgres".into())
-}
-
-/// A fresh database for one test, or None (with a message) when PostgreSQL is not reachable
-/// and the run does not require it (`LACHESIS_REQUIRE_POSTGRES=1` turns the skip into a failure).
-pub async fn fresh_postgres() -> Option<String> {
-    let admin = postgres_admin_url();
-    let mut conn = match sqlx::postgres::PgConnection::connect(&admin).await {
-        Ok(conn) => conn,
-        Err(err) => {
-            assert!(
-                std::env::var("LACHESIS_REQUIRE_POSTGRES").is_err(),
-                "PostgreSQL at {admin} is required but unreachable: {err}"
-            );
-            eprintln!("skipped: PostgreSQL at {admin} is unreachable ({err})");
-            return None;
-        }
-    };
-    let name = format!("lachesis_test_{}", Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
-    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
-    Some(format!("{base}/{name}"))
-}
+pub use lachesis::service::fresh_postgres;

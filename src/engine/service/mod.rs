@@ -27,6 +27,8 @@ use crate::workflow::CatalogError;
 
 pub use crate::engine::store::NodeRegistration;
 pub use bench::Claimer;
+#[doc(hidden)]
+pub use fixtures::fresh_postgres;
 pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};

@@ -8,8 +8,6 @@ mod report;
 
 use std::time::{Duration, Instant};
 
-use sqlx::Connection;
-use uuid::Uuid;
 
 /// How SQLite would run `sql` on `store`: each step's `detail` (`SEARCH runs USING INDEX …`), for
 /// the tests that hold a query to its index. Its parameters stay unbound: a plan is not a run.
@@ -24,32 +22,7 @@ pub(super) async fn sqlite_plan(store: &super::sql::SqlStore, sql: &str) -> Vec<
         .collect()
 }
 
-/// The server to create test databases on; `LACHESIS_TEST_POSTGRES` overrides.
-fn postgres_admin_url() -> String {
-    std::env::var("LACHESIS_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/postgres".into())
-}
-
-/// A fresh database for one test, or None (with a message) when PostgreSQL is not reachable
-/// and the run does not require it (`LACHESIS_REQUIRE_POSTGRES=1` turns the skip into a failure).
-pub(super) async fn fresh_postgres() -> Option<String> {
-    let admin = postgres_admin_url();
-    let mut conn = match sqlx::postgres::PgConnection::connect(&admin).await {
-        Ok(conn) => conn,
-        Err(err) => {
-            assert!(
-                std::env::var("LACHESIS_REQUIRE_POSTGRES").is_err(),
-                "PostgreSQL at {admin} is required but unreachable: {err}"
-            );
-            eprintln!("skipped: PostgreSQL at {admin} is unreachable ({err})");
-            return None;
-        }
-    };
-    let name = format!("lachesis_test_{}", Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
-    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
-    Some(format!("{base}/{name}"))
-}
+pub(super) use crate::engine::service::fresh_postgres;
 
 /// Polls `check` until it returns Some, or panics with `what` after `timeout`.
 async fn wait_for<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
