@@ -27,9 +27,9 @@ use crate::workflow::CatalogError;
 
 pub use crate::engine::store::NodeRegistration;
 pub use bench::Claimer;
+pub use environments::{ConfigView, FieldView};
 #[doc(hidden)]
 pub use fixtures::fresh_postgres;
-pub use environments::{ConfigView, FieldView};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};

@@ -519,7 +519,7 @@ impl Service {
         if run.spec.progress.is_none() {
             return Ok(None);
         }
-        Ok(crate::model::Progress::of(&self.store.progress(run.id, run.attempt).await?))
+        Ok(crate::model::Progress::of(&self.store.progress_ends(run.id, run.attempt).await?))
     }
 
     /// A pending run's place in the claim order (1 is next); `None` for any other run. Counted

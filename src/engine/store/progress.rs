@@ -16,6 +16,10 @@ pub trait ProgressStore: Send + Sync {
     async fn progress(&self, run_id: Uuid, attempt: i64) -> Result<Vec<ProgressPoint>>;
     /// The recorded changes of every attempt, by attempt, oldest first.
     async fn progress_all(&self, run_id: Uuid) -> Result<Vec<ProgressPoint>>;
+    /// What `Progress::of` reads of one attempt, oldest first: its first change, its last with a
+    /// total and its last (fewer when there are none). Three rows off the index, however long
+    /// the attempt ran, so a listing's progress costs its rows.
+    async fn progress_ends(&self, run_id: Uuid, attempt: i64) -> Result<Vec<ProgressPoint>>;
     /// The last recorded change of one attempt.
     async fn last_progress(&self, run_id: Uuid, attempt: i64) -> Result<Option<ProgressPoint>>;
     /// When the run last reached `running` (from its state events), if it did.
@@ -64,6 +68,25 @@ impl ProgressStore for SqlStore {
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(point_from_row).collect()
+    }
+
+    async fn progress_ends(&self, run_id: Uuid, attempt: i64) -> Result<Vec<ProgressPoint>> {
+        let mut ends = Vec::with_capacity(3);
+        for sql in [
+            "SELECT attempt, step, total, at FROM progress WHERE run_id = $1 AND attempt = $2 \
+             ORDER BY at LIMIT 1",
+            "SELECT attempt, step, total, at FROM progress WHERE run_id = $1 AND attempt = $2 \
+             AND total IS NOT NULL ORDER BY at DESC LIMIT 1",
+            "SELECT attempt, step, total, at FROM progress WHERE run_id = $1 AND attempt = $2 \
+             ORDER BY at DESC LIMIT 1",
+        ] {
+            let row =
+                sqlx::query(sql).bind(run_id.to_string()).bind(attempt).fetch_optional(self.pool()).await?;
+            if let Some(row) = row {
+                ends.push(point_from_row(&row)?);
+            }
+        }
+        Ok(ends)
     }
 
     async fn last_progress(&self, run_id: Uuid, attempt: i64) -> Result<Option<ProgressPoint>> {

@@ -49,6 +49,7 @@ async fn conformance(store: Arc<dyn Store>) {
     racing_writers_cannot_both_win(Arc::clone(&store)).await;
     the_daemon_lock_is_exclusive(&*store).await;
     retention_forgets_only_what_has_ended(&*store).await;
+    progress_ends_summarise_as_the_whole_attempt(&*store).await;
     metric_history_is_one_row_per_step(&*store).await;
     a_checkpoint_line_is_recorded_once(&*store).await;
     an_end_settles_the_runs_waiting_for_it(&*store).await;
@@ -444,6 +445,30 @@ async fn supervised_runs_are_the_ones_in_flight(store: &dyn Store) {
     let ids: Vec<Uuid> = store.supervised_runs().await.unwrap().iter().map(|r| r.id).collect();
     assert!(ids.contains(&started.id) && ids.contains(&ending.id));
     assert!(!ids.contains(&pending.id) && !ids.contains(&done.id));
+}
+
+async fn progress_ends_summarise_as_the_whole_attempt(store: &dyn Store) {
+    use crate::model::{Progress, ProgressPoint};
+    let run = insert(store, 0).await;
+    assert_eq!(store.progress_ends(run.id, 1).await.unwrap(), vec![]);
+    // The total is reported early and then no more, as a trainer that prints it once does.
+    let totals = [Some(50), None, Some(60), None, None];
+    for (i, total) in totals.into_iter().enumerate() {
+        let i = i as i64;
+        let point = ProgressPoint { attempt: 1, step: 10 * (i + 1), total, at: 1_000 + 60_000 * i };
+        store.record_progress(run.id, &point).await.unwrap();
+    }
+    store
+        .record_progress(run.id, &ProgressPoint { attempt: 2, step: 1, total: None, at: 900_000 })
+        .await
+        .unwrap();
+    let whole = store.progress(run.id, 1).await.unwrap();
+    let ends = store.progress_ends(run.id, 1).await.unwrap();
+    assert_eq!(ends.len(), 3);
+    assert_eq!(Progress::of(&ends), Progress::of(&whole));
+    assert_eq!(Progress::of(&ends).unwrap().total, Some(60));
+    let second = store.progress_ends(run.id, 2).await.unwrap();
+    assert_eq!(second.iter().map(|p| p.step).collect::<Vec<_>>(), vec![1, 1], "its first is its last");
 }
 
 async fn retention_forgets_only_what_has_ended(store: &dyn Store) {

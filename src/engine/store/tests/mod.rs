@@ -8,7 +8,6 @@ mod report;
 
 use std::time::{Duration, Instant};
 
-
 /// How SQLite would run `sql` on `store`: each step's `detail` (`SEARCH runs USING INDEX …`), for
 /// the tests that hold a query to its index. Its parameters stay unbound: a plan is not a run.
 pub(super) async fn sqlite_plan(store: &super::sql::SqlStore, sql: &str) -> Vec<String> {
