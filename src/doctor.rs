@@ -32,6 +32,16 @@ impl Report {
     }
 }
 
+/// Whether the daemon's writes land, as it says on its home socket (`GET /health`): a
+/// failure while the store refuses them, since when and why. None when it does not answer.
+async fn writes_check(settings: &crate::settings::Settings) -> Option<Check> {
+    let health = crate::api::client::health(settings).await?;
+    Some(match health.writes_failing {
+        None => check("writes", true, true, "the daemon's writes to the store land"),
+        Some(failing) => check("writes", false, true, failing.describe(crate::model::now_millis())),
+    })
+}
+
 /// Where the HTTP API's bearer token is (never its value), and whether only the owner can read it.
 fn api_token_check(settings: &crate::settings::Settings) -> Check {
     use std::os::unix::fs::PermissionsExt;
@@ -133,6 +143,9 @@ pub async fn report(service: &Service) -> Report {
         },
     ));
 
+    if daemon && let Some(check) = writes_check(settings).await {
+        checks.push(check);
+    }
     checks.push(api_token_check(settings));
     checks.push(disk_check(&settings.home));
     checks.push(pools_check(&settings.home));

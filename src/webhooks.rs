@@ -62,7 +62,7 @@ pub struct Webhook {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Payload {
     /// One of `Payload::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`,
-    /// `MORNING_REPORT`.
+    /// `MORNING_REPORT`, `DAEMON_UNHEALTHY`, `DAEMON_HEALTHY`.
     pub kind: String,
     /// Which run/test/workflow this is about.
     pub ids: serde_json::Value,
@@ -79,6 +79,11 @@ impl Payload {
     pub const RUN_FAILED: &str = "run_failed";
     /// The daemon's morning report (`src/report_poster.rs`): the whole report as the summary.
     pub const MORNING_REPORT: &str = "morning_report";
+    /// The daemon's writes to the store started failing (posted once per episode, to
+    /// `LACHESIS_WEBHOOKS`): the summary says since when, why and what is held.
+    pub const DAEMON_UNHEALTHY: &str = "daemon_unhealthy";
+    /// The daemon's writes land again, and what was held is recorded.
+    pub const DAEMON_HEALTHY: &str = "daemon_healthy";
 }
 
 /// How one notification fared at one webhook.

@@ -43,37 +43,35 @@ pub async fn submit(settings: &Settings, request: &SubmitRequest) -> Result<Opti
     post(settings, "/runs", body).await
 }
 
+/// The health of the home's daemon (`GET /health`, answered 200 or 503 with the same body):
+/// None when no daemon with these settings answers.
+pub async fn health(settings: &Settings) -> Option<crate::reconciler::Health> {
+    let request = hyper::Request::get("/health")
+        .header(HOST, "lachesis")
+        .header(SETTINGS_HEADER, settings.fingerprint())
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let (status, bytes) = exchange(settings, request).await.ok()??;
+    match status {
+        StatusCode::OK | StatusCode::SERVICE_UNAVAILABLE => serde_json::from_slice(&bytes).ok(),
+        _ => None,
+    }
+}
+
 /// POSTs a JSON `body` to the daemon of `settings`' home and reads its answer as `T`.
 async fn post<T: DeserializeOwned>(
     settings: &Settings,
     path: &str,
     body: Vec<u8>,
 ) -> Result<Option<T>, ClientError> {
-    // Any failure to connect leaves nothing done: a stale socket, no daemon, a foreign file.
-    let Ok(stream) = tokio::net::UnixStream::connect(settings.api_socket_path()).await else {
-        return Ok(None);
-    };
-    let Ok((mut sender, connection)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    else {
-        return Ok(None);
-    };
-    tokio::spawn(connection);
     let request = hyper::Request::post(path)
         .header(HOST, "lachesis")
         .header(CONTENT_TYPE, "application/json")
         .header(SETTINGS_HEADER, settings.fingerprint())
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| ClientError::Refused(e.to_string()))?;
+    let Some((status, bytes)) = exchange(settings, request).await? else { return Ok(None) };
     let unanswered = |e: &dyn std::fmt::Display| ClientError::Unanswered(e.to_string());
-    let exchange = async {
-        let response = sender.send_request(request).await.map_err(|e| unanswered(&e))?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await.map_err(|e| unanswered(&e))?.to_bytes();
-        Ok::<_, ClientError>((status, bytes))
-    };
-    let (status, bytes) = tokio::time::timeout(ANSWER_WITHIN, exchange)
-        .await
-        .map_err(|_| unanswered(&format!("no answer within {}s", ANSWER_WITHIN.as_secs())))??;
     if status.is_success() {
         return serde_json::from_slice(&bytes).map(Some).map_err(|e| unanswered(&e));
     }
@@ -83,4 +81,32 @@ async fn post<T: DeserializeOwned>(
     }
     let message = failure["message"].as_str().map_or_else(|| status.to_string(), str::to_string);
     Err(ClientError::Refused(message))
+}
+
+/// Sends `request` to the daemon of `settings`' home: its status and body, or None when no
+/// daemon could be reached (and nothing was sent).
+async fn exchange(
+    settings: &Settings,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<Option<(StatusCode, Bytes)>, ClientError> {
+    // Any failure to connect leaves nothing done: a stale socket, no daemon, a foreign file.
+    let Ok(stream) = tokio::net::UnixStream::connect(settings.api_socket_path()).await else {
+        return Ok(None);
+    };
+    let Ok((mut sender, connection)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    else {
+        return Ok(None);
+    };
+    tokio::spawn(connection);
+    let unanswered = |e: &dyn std::fmt::Display| ClientError::Unanswered(e.to_string());
+    let exchange = async {
+        let response = sender.send_request(request).await.map_err(|e| unanswered(&e))?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await.map_err(|e| unanswered(&e))?.to_bytes();
+        Ok::<_, ClientError>((status, bytes))
+    };
+    let answer = tokio::time::timeout(ANSWER_WITHIN, exchange)
+        .await
+        .map_err(|_| unanswered(&format!("no answer within {}s", ANSWER_WITHIN.as_secs())))??;
+    Ok(Some(answer))
 }

@@ -33,7 +33,13 @@ macro_rules! route {
 }
 
 pub static ROUTES: &[Route] = &[
-    route!("get", "/health", "Liveness: the store answers", None, get(health)),
+    route!(
+        "get",
+        "/health",
+        "Liveness, and whether the daemon's writes land: 503 with `writes_failing` (since, kind, error, held) while the store refuses them",
+        None,
+        get(health)
+    ),
     route!("get", "/openapi.json", "This API as OpenAPI 3.1", None, get(openapi)),
     route!("get", "/metrics", "Prometheus metrics", None, get(metrics)),
     route!("get", "/workflows", "Workflows in the workflow directory", None, get(workflows)),
@@ -162,9 +168,22 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     }
 }
 
-async fn health(State(s): State<AppState>) -> Answer {
+/// 200 while the daemon's writes land; 503, with the same body, while the store refuses them
+/// (`writes_failing`: since when, the fault's kind, its error, what is held).
+async fn health(State(s): State<AppState>) -> Response {
     let daemon = crate::wake::poke(&s.service.settings.socket_path(), crate::wake::Poke::Probe);
-    ok(json!({ "status": "ok", "store": s.service.backend().as_str(), "daemon": daemon }))
+    let health = s.service.health();
+    let (status, code) = match health.is_healthy() {
+        true => ("ok", StatusCode::OK),
+        false => ("failing", StatusCode::SERVICE_UNAVAILABLE),
+    };
+    let body = json!({
+        "status": status,
+        "store": s.service.backend().as_str(),
+        "daemon": daemon,
+        "writes_failing": health.writes_failing,
+    });
+    (code, axum::Json(body)).into_response()
 }
 
 async fn openapi() -> axum::Json<Value> {

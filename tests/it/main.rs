@@ -11,6 +11,7 @@ mod faults;
 mod full_disk;
 mod fuzz;
 mod handoff;
+mod held_writes;
 mod holds;
 mod hostile;
 mod http;

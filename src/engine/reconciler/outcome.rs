@@ -3,7 +3,7 @@
 //! store errors hold a write for later rather than give it up. The loop does the I/O around
 //! them; these tables are what it decides.
 
-use crate::engine::store::StoreError;
+use crate::engine::store::{Fault, StoreError};
 use crate::model::{Exit, ProgressPoint, Run, RunState, RunTrigger};
 use crate::workflow::retry::{AfterFailure, RetryPolicy};
 
@@ -102,17 +102,22 @@ pub fn end_move(
     }
 }
 
-/// Whether a write that failed with `err` is held and tried again (the store's disk is full, the
-/// database is away or busy) rather than given up: what it records is a fact, and dropping it
-/// would leave a run waiting on news that never comes.
+/// Whether a write that failed with `err` is held and tried again rather than given up: any
+/// fault of the store (its disk full, the database away or busy, a lasting refusal), since what
+/// it records is a fact, and dropping it would leave a run waiting on news that never comes. A
+/// refused move (a conflict, a fenced write) is decided again instead.
 pub fn holds(err: &StoreError) -> bool {
-    matches!(err, StoreError::Database(_) | StoreError::Locked(_) | StoreError::Io { .. })
-        || err.is_storage_full()
+    err.fault().is_some()
 }
 
-/// The words a held write's warning gives for `err`.
+/// The words a held write's warning gives for `err`: its fault's kind, and the error itself
+/// unless the kind says it all.
 pub fn why_held(err: &StoreError) -> String {
-    if err.is_storage_full() { "disk full".to_string() } else { err.to_string() }
+    match err.fault() {
+        Some(Fault::Full) => "disk full".to_string(),
+        Some(fault) => format!("{} ({err})", fault.meaning()),
+        None => err.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -239,17 +244,44 @@ mod tests {
     }
 
     #[test]
-    fn a_write_the_disk_refused_is_held_and_a_refused_move_is_not() {
-        let full =
-            StoreError::Io { path: "/h".into(), source: std::io::Error::from_raw_os_error(libc::ENOSPC) };
-        assert!(holds(&full));
-        assert_eq!(why_held(&full), "disk full");
-        assert!(holds(&StoreError::Locked("the database is locked".into())));
-        let conflict = StoreError::Conflict { id: Uuid::nil(), expected: S::Running, version: 3 };
-        assert!(!holds(&conflict), "a conflict is decided again, not retried as is");
-        assert!(!holds(&StoreError::Fenced { id: Uuid::nil(), token: 1 }));
-        assert!(!holds(&StoreError::Corrupt("x".into())));
-        let locked = StoreError::Locked("the database is locked".into());
-        assert_eq!(why_held(&locked), "the database is locked");
+    fn a_write_the_store_refused_is_held_and_a_refused_move_is_not() {
+        let io =
+            |errno| StoreError::Io { path: "/h".into(), source: std::io::Error::from_raw_os_error(errno) };
+        let id = Uuid::nil();
+        // The error, whether it is held, and the words its warning gives.
+        let table: Vec<(StoreError, bool, &str)> = vec![
+            (io(libc::ENOSPC), true, "disk full"),
+            (
+                StoreError::Locked("the database is locked".into()),
+                true,
+                "the database is away (the database is locked)",
+            ),
+            (
+                StoreError::Database(sqlx::Error::PoolTimedOut),
+                true,
+                "the database is away (database error: pool timed out while waiting for an open connection)",
+            ),
+            (
+                io(libc::EROFS),
+                true,
+                "the store refuses writes until someone acts (cannot use /h: Read-only file system (os error 30))",
+            ),
+            // A conflict is decided again, not retried as is.
+            (
+                StoreError::Conflict { id, expected: S::Running, version: 3 },
+                false,
+                "run 00000000-0000-0000-0000-000000000000 changed concurrently (expected running at version 3)",
+            ),
+            (
+                StoreError::Fenced { id, token: 1 },
+                false,
+                "run 00000000-0000-0000-0000-000000000000 is no longer held under fencing token 1; the write was rejected",
+            ),
+            (StoreError::Corrupt("x".into()), false, "corrupt row in the store: x"),
+        ];
+        for (err, held, why) in table {
+            assert_eq!(holds(&err), held, "{err}");
+            assert_eq!(why_held(&err), why);
+        }
     }
 }

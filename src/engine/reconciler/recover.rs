@@ -187,12 +187,9 @@ impl Reconciler {
             // Handled exactly like an exit seen live, held like one when it cannot land.
             Found::Ended(end) => {
                 let msg = Msg::Ended { owner: super::Owner::Stage { run: id, idx }, end: end.clone() };
-                match self.held.get_mut(&id) {
-                    Some(queue) => queue.push_back(msg),
-                    None => {
-                        let ended = self.on_ended(id, idx, end).await;
-                        self.or_hold(id, ended, msg)?;
-                    }
+                if let Some(msg) = self.held.behind(id, msg) {
+                    let ended = self.on_ended(id, idx, end).await;
+                    self.or_hold(id, ended, msg)?;
                 }
                 return Ok(false);
             }

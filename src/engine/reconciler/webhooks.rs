@@ -10,6 +10,8 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::Reconciler;
+use super::health::Health;
+use super::held::Turn;
 use crate::engine::store::Store;
 use crate::model::{InferenceTest, TestState};
 use crate::model::{NewEvent, Run, RunState};
@@ -169,6 +171,58 @@ impl Reconciler {
         if let Some(note) = run_note(run) {
             self.deliver(run.id, run_webhooks(), note);
         }
+    }
+
+    /// Tells every run webhook (`LACHESIS_WEBHOOKS`) that the daemon's writes started failing
+    /// (`health` as it is now) or land again (`health` as it was, failing). Delivery runs
+    /// beside the loop; the store may not take an event, so its outcome goes to the log.
+    pub(super) fn post_health_webhook(&self, turn: Turn, health: &Health) {
+        let urls = run_webhooks();
+        let (Some(webhooks), Some(failing)) = (&self.webhooks, &health.writes_failing) else { return };
+        if urls.is_empty() {
+            return;
+        }
+        let (kind, state, summary) = match turn {
+            Turn::Unhealthy => (Payload::DAEMON_UNHEALTHY, "unhealthy", serde_json::json!(failing)),
+            Turn::Healthy => {
+                let failed_for_s = (crate::model::now_millis() - failing.since).max(0) / 1000;
+                let summary = serde_json::json!({
+                    "failed_since": failing.since,
+                    "failed_for_s": failed_for_s,
+                    "kind": failing.kind,
+                    "error": failing.error,
+                });
+                (Payload::DAEMON_HEALTHY, "healthy", summary)
+            }
+            Turn::Same => return,
+        };
+        let note = Payload {
+            kind: kind.into(),
+            ids: serde_json::json!({
+                "node": self.node.registration.id,
+                "store": self.store.backend().as_str(),
+            }),
+            state: state.into(),
+            summary,
+            at: chrono::Utc::now().timestamp(),
+        };
+        let hooks = urls.into_iter().map(|url| Webhook { url }).collect();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        webhooks.spawn_send(hooks, note, tx);
+        tokio::spawn(async move {
+            while let Some(report) = rx.recv().await {
+                match (report.delivered, &report.error) {
+                    (true, _) => tracing::info!("webhook {} told of {}", report.url, report.kind),
+                    (false, error) => tracing::warn!(
+                        "webhook {} not told of {} after {} attempts: {}",
+                        report.url,
+                        report.kind,
+                        report.attempts,
+                        error.as_deref().unwrap_or("no answer")
+                    ),
+                }
+            }
+        });
     }
 
     /// A scheduled test ended: its schedule's webhooks hear that it finished, and of a regression.

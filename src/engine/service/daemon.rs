@@ -1,5 +1,5 @@
 //! What the daemon process asks of the service: the database's kind, the daemon lock, the
-//! reconciler over the store, wake-ups from other machines and the Prometheus page.
+//! reconciler over the store and its health, wake-ups from other machines and the Prometheus page.
 
 use std::sync::Arc;
 
@@ -7,7 +7,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Result, Service};
 use crate::engine::store::{Backend, DaemonLock, NodeRegistration};
-use crate::reconciler::{Msg, Reconciler, ReconcilerConfig};
+use crate::reconciler::{Health, Msg, Reconciler, ReconcilerConfig};
 use crate::telemetry::Telemetry;
 
 impl Service {
@@ -29,7 +29,21 @@ impl Service {
         tx: UnboundedSender<Msg>,
         telemetry: Arc<Telemetry>,
     ) -> Reconciler {
-        Reconciler::new(Arc::clone(&self.store), registration, config, tx, telemetry)
+        Reconciler::new(
+            Arc::clone(&self.store),
+            registration,
+            config,
+            tx,
+            telemetry,
+            Arc::clone(&self.health),
+        )
+    }
+
+    /// The health of the daemon in this process, as its reconciler last published it: whether
+    /// the store takes its writes, and if not since when, why and what is held. The store is
+    /// not asked (it may be what fails). Healthy where no reconciler runs in this process.
+    pub fn health(&self) -> Health {
+        self.health.borrow().clone()
     }
 
     /// Calls `wake` whenever a command on another machine announces work (PostgreSQL `NOTIFY`),

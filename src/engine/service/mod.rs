@@ -268,6 +268,8 @@ pub struct Service {
     pub settings: Settings,
     /// Surfaces never see it: every read and write they offer is a method here.
     store: Arc<dyn Store>,
+    /// The daemon's health, written by its reconciler alone (see `Service::health`).
+    health: Arc<tokio::sync::watch::Sender<crate::reconciler::Health>>,
 }
 
 impl Service {
@@ -276,7 +278,8 @@ impl Service {
             .ensure_private_home()
             .map_err(|source| StoreError::Io { path: settings.home.clone(), source })?;
         let store = crate::engine::store::open(&settings.store_location().map_err(StoreError::from)?).await?;
-        Ok(Service { settings, store: Arc::new(store) })
+        let health = Arc::new(tokio::sync::watch::Sender::new(crate::reconciler::Health::default()));
+        Ok(Service { settings, store: Arc::new(store), health })
     }
 
     /// After a write the daemons must act on: pokes this machine's daemon through its socket,
