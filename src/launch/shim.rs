@@ -1,6 +1,8 @@
 //! `lachesis-shim` (or `lachesis shim`): the small parent that outlives the daemon. It starts the stage in its own
 //! process group with output appended to the stage log, reports who it started, waits, and
-//! records the exit status atomically (the conmon / containerd-shim pattern).
+//! records the exit status atomically (the conmon / containerd-shim pattern). A fork of the
+//! stage the machine refuses for want of processes (EAGAIN) is tried again with a backoff
+//! (`fork_wait`); still refused, the shim reports `Busy`, and the daemon's own backoff takes over.
 //!
 //! The exit reaches the daemon by two paths. The daemon that started us reads our stdout, so the
 //! status goes there first: a pipe needs no disk space. Then it goes to the exit file, for a
@@ -16,6 +18,7 @@ use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -165,7 +168,7 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     if !args.cwd.is_dir() {
         return fail(format!("working directory {} does not exist", args.cwd.display()));
     }
-    let log = match RotatingLog::open(&args.log, args.rotation) {
+    let mut log = match RotatingLog::open(&args.log, args.rotation) {
         Ok(log) => log,
         Err(e) => return fail(format!("cannot open log {}: {e}", args.log.display())),
     };
@@ -176,19 +179,37 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     // log stops growing before the disk is full (see `space`).
     let secrets = crate::secrets::secrets_for(&args.argv);
     let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let stderr = writer.try_clone().map_err(|e| e.to_string())?;
-    let (stdout, stderr) = (Stdio::from(writer), Stdio::from(stderr));
-    let spawned = Command::new(program)
-        .args(rest)
-        .current_dir(&args.cwd)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        // Its own group, so a stop signal reaches the stage and all its children, not the shim.
-        .process_group(0)
-        .spawn();
+    let spawn = || -> std::io::Result<std::process::Child> {
+        let (stdout, stderr) = (writer.try_clone()?, writer.try_clone()?);
+        Command::new(program)
+            .args(rest)
+            .current_dir(&args.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr))
+            // Its own group, so a stop signal reaches the stage and all its children, not the shim.
+            .process_group(0)
+            .spawn()
+    };
+    let refused = |err: &std::io::Error, wait: Duration| {
+        // Said in the stage's log, where its user looks, and on our stderr.
+        let line =
+            format!("cannot start '{program}' yet ({}); trying again in {wait:?}", plain_io_error(err));
+        eprintln!("lachesis shim: {line}");
+        let _ = writeln!(log, "[lachesis: {line}]");
+    };
+    let spawned = spawn_retrying(spawn, refused, std::thread::sleep);
+    // The pipe's write end must close here, so the copy below ends with the stage's output.
+    drop(writer);
     let mut child = match spawned {
         Ok(child) => child,
+        Err(e) if super::spawn::is_transient(&e) => {
+            // Still refused after our tries: the daemon tries again later (its own backoff), and
+            // the stage is not failed for the machine's limits. Nothing of it was recorded yet.
+            let why = format!("cannot start '{program}': {}", plain_io_error(&e));
+            report(&ShimReport::Busy(why.clone()));
+            return Err(why);
+        }
         Err(e) => return fail(format!("cannot start '{program}': {}", plain_io_error(&e))),
     };
     let process = identity_of(child.id() as i32).ok();
@@ -199,7 +220,6 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     }
     report(&ShimReport::Started(started));
 
-    // The pipe's write ends went to the child with the Command, which is dropped by now.
     let log = ReservedLog::new(log);
     let (done_tx, copied) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -209,7 +229,7 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     let status = child.wait().map_err(|e| format!("cannot wait for the stage: {e}"))?;
     let ended_at = now_millis();
     // A grandchild may hold the pipe open forever; the exit status must not wait for it.
-    let _ = copied.recv_timeout(std::time::Duration::from_secs(2));
+    let _ = copied.recv_timeout(Duration::from_secs(2));
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => Exit::Code(code),
         (None, Some(signal)) => Exit::Signal(signal),
@@ -224,13 +244,52 @@ fn supervise(args: &ShimArgs) -> Result<(), String> {
     record_exit(&args.files.exit, &finished)
 }
 
+/// The first wait after the machine refused the stage a process (EAGAIN: out of process
+/// slots; or descriptors, memory), doubling after each refusal...
+const FORK_FIRST_WAIT: Duration = Duration::from_millis(50);
+/// ... to at most this ...
+const FORK_LONGEST_WAIT: Duration = Duration::from_secs(4);
+/// ... while the waits add up to no more than this: the daemon waits 30 s for our first report,
+/// and past this budget we report `Busy`, so its own backoff takes over.
+const FORK_BUDGET: Duration = Duration::from_secs(20);
+
+/// The wait before trying the stage's fork again after `refusals` refusals in a row (1 for the
+/// first), having waited `waited` so far; None once the budget would be spent.
+pub fn fork_wait(refusals: u32, waited: Duration) -> Option<Duration> {
+    let wait =
+        FORK_FIRST_WAIT.saturating_mul(1u32 << refusals.saturating_sub(1).min(16)).min(FORK_LONGEST_WAIT);
+    (waited + wait <= FORK_BUDGET).then_some(wait)
+}
+
+/// Calls `spawn` until it succeeds, fails for a reason other than the machine's limits, or
+/// the retry budget is spent (see `fork_wait`); `refused` hears of each refusal and its wait.
+fn spawn_retrying<T>(
+    mut spawn: impl FnMut() -> std::io::Result<T>,
+    mut refused: impl FnMut(&std::io::Error, Duration),
+    mut sleep: impl FnMut(Duration),
+) -> std::io::Result<T> {
+    let (mut refusals, mut waited) = (0u32, Duration::ZERO);
+    loop {
+        match spawn() {
+            Err(err) if super::spawn::is_transient(&err) => {
+                refusals += 1;
+                let Some(wait) = fork_wait(refusals, waited) else { return Err(err) };
+                refused(&err, wait);
+                sleep(wait);
+                waited += wait;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Other write errors are retried this many times (the run directory vanished, a flaky mount).
 const OTHER_ERROR_ATTEMPTS: u32 = 20;
 
 /// Writes the exit file. A full disk is waited out however long it lasts: until the file lands
 /// we stay alive, and a restarted daemon re-attaches to us instead of calling the stage lost.
 fn record_exit(path: &std::path::Path, finished: &Finished) -> Result<(), String> {
-    let mut pause = std::time::Duration::from_millis(100);
+    let mut pause = Duration::from_millis(100);
     let mut other_errors = 0;
     loop {
         match write_atomic(path, finished, Durability::Synced) {
@@ -244,7 +303,7 @@ fn record_exit(path: &std::path::Path, finished: &Finished) -> Result<(), String
             }
         }
         std::thread::sleep(pause);
-        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+        pause = (pause * 2).min(Duration::from_secs(2));
     }
 }
 
@@ -317,6 +376,59 @@ mod tests {
         limited.extend(os(&full));
         limited.extend(os(&["--", "true"]));
         assert_eq!(parse_args(limited).unwrap().rotation, Rotation { max_size: 4096, max_files: 5 });
+    }
+
+    #[test]
+    fn a_refused_fork_is_tried_again_sooner_than_the_daemon_gives_up() {
+        use Duration;
+        let mut waits = Vec::new();
+        let mut waited = Duration::ZERO;
+        while let Some(wait) = fork_wait(waits.len() as u32 + 1, waited) {
+            waits.push(wait.as_millis());
+            waited += wait;
+        }
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1600, 3200, 4000, 4000, 4000]);
+        assert!(waited <= FORK_BUDGET && waited > Duration::from_secs(15), "{waited:?}");
+        assert_eq!(fork_wait(u32::MAX, Duration::ZERO), Some(FORK_LONGEST_WAIT));
+    }
+
+    #[test]
+    fn the_stage_starts_once_the_machine_has_a_process_for_it() {
+        let eagain = || std::io::Error::from_raw_os_error(libc::EAGAIN);
+        // Refused three times, then started: each refusal heard, the waits slept.
+        let mut left = 3;
+        let (mut heard, mut slept) = (Vec::new(), Vec::new());
+        let spawned = spawn_retrying(
+            || match left {
+                0 => Ok("child"),
+                _ => {
+                    left -= 1;
+                    Err(eagain())
+                }
+            },
+            |err, wait| heard.push((err.raw_os_error(), wait.as_millis())),
+            |wait| slept.push(wait.as_millis()),
+        );
+        assert_eq!(spawned.unwrap(), "child");
+        assert_eq!(heard, [(Some(libc::EAGAIN), 50), (Some(libc::EAGAIN), 100), (Some(libc::EAGAIN), 200)]);
+        assert_eq!(slept, [50, 100, 200]);
+        // Always refused: given up once the budget is spent, with the refusal.
+        let mut slept = Duration::ZERO;
+        let err = spawn_retrying(|| Err::<(), _>(eagain()), |_, _| {}, |wait| slept += wait).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EAGAIN));
+        assert!(slept <= FORK_BUDGET);
+        // Not the machine's limits: no retry.
+        let mut tries = 0;
+        let err = spawn_retrying(
+            || {
+                tries += 1;
+                Err::<(), _>(std::io::Error::from_raw_os_error(libc::ENOENT))
+            },
+            |_, _| panic!("not a refusal"),
+            |_| panic!("no wait"),
+        )
+        .unwrap_err();
+        assert_eq!((err.raw_os_error(), tries), (Some(libc::ENOENT), 1));
     }
 
     proptest! {

@@ -24,6 +24,7 @@ mod progress;
 mod report;
 mod retention;
 mod schedules;
+mod shim_fork;
 mod slurm;
 mod supervisor;
 mod support;
