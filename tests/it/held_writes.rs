@@ -129,12 +129,18 @@ async fn health(home: &TestHome) -> (u16, Value) {
     (status, serde_json::from_str(body).unwrap_or_default())
 }
 
-/// Waits until GET /health answers 503 with writes failing for `kind`; returns what it says.
+/// Waits until GET /health answers 503 with writes failing for `kind` and messages held;
+/// returns what it says.
 async fn wait_unhealthy(home: &TestHome, kind: &str) -> Value {
     wait_for(&format!("GET /health to say writes fail ({kind})"), T, || async move {
         let (status, body) = health(home).await;
-        (status == 503 && body["status"] == "failing" && body["writes_failing"]["kind"] == kind)
-            .then(|| body["writes_failing"].clone())
+        // Until the exits are held (a claim may fail first: the queue waits).
+        let failing = &body["writes_failing"];
+        (status == 503
+            && body["status"] == "failing"
+            && failing["kind"] == kind
+            && failing["held_messages"] != 0)
+            .then(|| failing.clone())
     })
     .await
 }

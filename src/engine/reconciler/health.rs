@@ -33,13 +33,15 @@ pub struct WritesFailing {
     pub held_runs: usize,
     /// Messages held, in all.
     pub held_messages: usize,
+    /// A claim could not land: the queue waits (its runs stay pending in the store).
+    pub queue_waits: bool,
     /// When the held messages are tried next (ms since the epoch), if a try is due.
     pub next_try: Option<Millis>,
 }
 
 impl WritesFailing {
-    /// One line for a person: `lasting since 10:31:02 UTC (4m 5s): attempt to write a
-    /// readonly database; 3 runs, 7 messages held; next try in 30s`.
+    /// One line for a person: `writes fail (lasting: …) since 2026-11-26 10:31:02 UTC (4m 5s):
+    /// attempt to write a readonly database; 3 runs, 7 messages held; next try in 30s`.
     pub fn describe(&self, now: Millis) -> String {
         let since = chrono::DateTime::from_timestamp_millis(self.since)
             .map_or_else(|| self.since.to_string(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string());
@@ -50,8 +52,9 @@ impl WritesFailing {
             Some(at) => format!("; next try in {}", ago(at - now + 999)),
             None => String::new(),
         };
+        let queue = if self.queue_waits { ", the queue waits" } else { "" };
         format!(
-            "writes fail ({}: {}) since {since} ({}): {}; {} runs, {} messages held{next}",
+            "writes fail ({}: {}) since {since} ({}): {}; {} runs, {} messages held{queue}{next}",
             self.kind,
             self.kind.meaning(),
             ago(now - self.since),
@@ -74,13 +77,14 @@ mod tests {
             error: "attempt to write a readonly database".into(),
             held_runs: 3,
             held_messages: 7,
+            queue_waits: true,
             next_try: Some(1_000_000 + 250_000),
         };
         let line = failing.describe(1_000_000 + 245_500);
         assert_eq!(
             line,
             "writes fail (lasting: the store refuses writes until someone acts) since 1970-01-01 00:16:40 \
-             UTC (4m 5s): attempt to write a readonly database; 3 runs, 7 messages held; next try in 5s"
+             UTC (4m 5s): attempt to write a readonly database; 3 runs, 7 messages held, the queue waits; next try in 5s"
         );
         assert!(!line.contains('\n'));
         let health = Health { writes_failing: Some(failing) };

@@ -199,6 +199,7 @@ impl Held {
                 error: f.error.clone(),
                 held_runs: self.queues.len(),
                 held_messages: self.queues.iter().map(|(_, q)| q.len()).sum(),
+                queue_waits: self.claim,
                 next_try: self.due,
             }),
         }
@@ -320,12 +321,20 @@ impl Reconciler {
         let was = self.held.health();
         let mut failed = false;
         if self.held.claim {
-            self.held.claim = false;
             self.queue_drained = false;
-            if let Err(err) = self.claim_or_wait().await {
-                warn!("reconciler: cannot schedule: {err}");
+            match self.claim_runs().await {
+                Err(err) if outcome::holds(&err) => {
+                    self.held.hold_claim(err.fault().unwrap_or(Fault::Lasting), error_line(&err));
+                    debug!("still cannot schedule: {}", outcome::why_held(&err));
+                    failed = true;
+                }
+                result => {
+                    self.held.claim = false;
+                    if let Err(err) = result {
+                        warn!("reconciler: cannot schedule: {err}");
+                    }
+                }
             }
-            failed |= self.held.claim;
         }
         for run in self.held.runs() {
             while let Some(msg) = self.held.pop(run) {
