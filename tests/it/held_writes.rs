@@ -179,6 +179,13 @@ async fn a_dropped_table_is_a_lasting_failure_reported_until_it_returns() {
     for id in ids {
         assert_eq!(lab.home.run(id).await.state, RunState::Running, "nothing moved ahead of its facts");
     }
+    // Tried again ever less often (1 s, 2 s, 4 s, …), never in a busy loop.
+    let home = &lab.home;
+    wait_for("the wait before the next try to grow past 3 s", T, || async move {
+        let next = health(home).await.1["writes_failing"]["next_try"].as_i64()?;
+        (next - lachesis::model::now_millis() > 3000).then_some(())
+    })
+    .await;
     sqlite(&lab.home, "ALTER TABLE events_aside RENAME TO events").await;
     lab.healed(ids, "lasting").await;
     assert_eq!(doctor_writes(&lab.home)["ok"], true);
