@@ -8,6 +8,7 @@ mod dependencies;
 mod docs;
 mod environ;
 mod faults;
+mod figures;
 mod full_disk;
 mod fuzz;
 mod handoff;
