@@ -43,7 +43,7 @@ fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
 }
 
 #[derive(clap::Parser)]
-#[command(name = "figures", about = "Measure the supervisor: exit detection, recovery, throughput, idle memory")]
+#[command(name = "figures", about = "Measure the supervisor: exit detection, recovery, throughput, memory")]
 pub struct BenchArgs {
     /// (given by `cargo bench`; ignored)
     #[arg(long, hide = true)]
