@@ -29,7 +29,7 @@ pub fn daemon_beside(client: &Path) -> BenchResult<PathBuf> {
     if !client.is_file() || !pueued.is_file() {
         return Err(format!(
             "--pueue {}: expected the pueue client there and pueued beside it",
-            lachesis::yaml::one_line(&client.to_string_lossy())
+            lachesis::text::one_line(&client.to_string_lossy())
         )
         .into());
     }

@@ -16,6 +16,7 @@ mod holds;
 mod hostile;
 mod http;
 mod inference_tests;
+mod layers;
 mod logs;
 mod mcp;
 mod nodes;

@@ -325,11 +325,11 @@ async fn resolve_prefix<T>(
     let mut matches = by_prefix(prefix).await?;
     match matches.len() {
         // The prefix comes from the user: shown escaped, so the error stays one printable line.
-        0 => Err(unknown(crate::yaml::one_line(prefix))),
+        0 => Err(unknown(crate::text::one_line(prefix))),
         1 => Ok(matches.remove(0)),
         _ => Err(ServiceError::Ambiguous {
             what,
-            prefix: crate::yaml::one_line(prefix),
+            prefix: crate::text::one_line(prefix),
             candidates: matches.iter().map(|m| id_of(m).to_string()).collect(),
         }),
     }
