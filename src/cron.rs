@@ -82,8 +82,8 @@ impl Cron {
         let expr = expr.trim();
         // Both are echoed in messages: kept on one line.
         let invalid = |reason: String| CronError::InvalidExpression {
-            expr: crate::workflow::one_line(expr),
-            reason: crate::workflow::one_line(&reason),
+            expr: crate::text::one_line(expr),
+            reason: crate::text::one_line(&reason),
         };
         let fields = expand_alias(expr).map_err(invalid)?;
         let pattern = parse_fields(&fields).map_err(invalid)?;
@@ -259,7 +259,7 @@ fn croner_detail(err: &CronerError) -> String {
 }
 
 fn parse_tz(name: &str) -> Result<Tz, CronError> {
-    name.parse::<Tz>().map_err(|_| CronError::UnknownTimeZone(crate::workflow::one_line(name)))
+    name.parse::<Tz>().map_err(|_| CronError::UnknownTimeZone(crate::text::one_line(name)))
 }
 
 /// Rejects lines such as `0 0 30 2 *` that parse but can never fire, so `schedule add` fails

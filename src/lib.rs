@@ -2,10 +2,12 @@
 //! the Atropos + Tinker stack. The concepts are in the README, how a run flows through these
 //! modules in ARCHITECTURE.md.
 //!
-//! The layers, outside in: the surfaces (`api` with its dashboard, `mcp`; the CLI is the
-//! binary) render what `engine::service` returns; the engine (service, reconciler, and the store
-//! private to them) owns run state; beneath it sit the nouns (`model`), the workflow schema
-//! (`workflow`), processes (`launch`), stage logs (`logs`) and the leaves they use.
+//! The layers (ARCHITECTURE.md, "Layers"; tests/it/layers.rs holds the code to them), outside
+//! in: the surfaces (`api` with its dashboard, `mcp`, `doctor`, `daemon`; the CLI is the binary)
+//! render what `engine::service` returns; the engine (service, reconciler, and the store private
+//! to them) owns run state; beneath it the workflow schema (`workflow`) and what stands on it
+//! (`launch`, `inference`, `environments`, …); then the nouns (`model`); at the ground, helpers
+//! that name no noun (`text`, `yaml`, `cron`, `logs`, …).
 
 pub mod api;
 pub mod cron;
@@ -27,6 +29,7 @@ pub mod report_poster;
 pub mod secrets;
 pub mod settings;
 pub mod telemetry;
+pub mod text;
 pub mod wake;
 pub mod wandb;
 pub mod webhooks;

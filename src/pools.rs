@@ -46,7 +46,7 @@ fn list_gpus() -> Result<Vec<String>, PoolsError> {
         let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(PoolsError::NvidiaSmiFailed {
             status: out.status.to_string(),
-            stderr: crate::workflow::shown(stderr.trim()),
+            stderr: crate::text::one_line(stderr.trim()),
         });
     }
     let gpus = gpus_listed(&String::from_utf8_lossy(&out.stdout));

@@ -5,6 +5,10 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+// The service's runs.rs still names `yaml::one_line`; once its split lands, this goes and every
+// caller names `crate::text::one_line`.
+pub use crate::text::one_line;
+
 /// The largest YAML document read (workflows are a few KiB).
 pub const MAX_BYTES: usize = 1024 * 1024;
 /// The deepest nesting accepted, as estimated by [`nesting_estimate`].
@@ -46,33 +50,11 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
             line: inner.location().map(|loc| loc.line()),
             // serde quotes the offending value whole: a file that is no YAML at all (a pipeline
             // named by mistake) must not come back as a screenful.
-            message: clip(&one_line(&message), MAX_MESSAGE),
+            message: one_line(&message),
             // A key from the document may hold a newline: errors stay on one line.
             path: (!["", ".", "?"].contains(&path.as_str())).then(|| one_line(&path)),
         }
     })
-}
-
-/// The longest parse error shown, in characters.
-const MAX_MESSAGE: usize = 300;
-
-/// `text` cut in its middle to at most about `max` characters: the start says what was found,
-/// the end what was expected.
-fn clip(text: &str, max: usize) -> String {
-    let count = text.chars().count();
-    if count <= max {
-        return text.to_string();
-    }
-    let head: String = text.chars().take(max / 2).collect();
-    let tail: String = text.chars().skip(count - max / 2).collect();
-    format!("{head} … {tail}")
-}
-
-/// `text` with its control characters (newlines included) escaped, for one-line errors.
-pub fn one_line(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
-        .collect()
 }
 
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, YamlError> {
@@ -146,7 +128,7 @@ mod tests {
     fn an_error_quoting_a_huge_value_stays_short_and_keeps_what_was_expected() {
         let text = format!("\"{}\"", "x".repeat(100_000));
         let err = from_str::<Vec<String>>(&text).unwrap_err();
-        assert!(err.message.chars().count() <= MAX_MESSAGE + 3, "{}", err.message.len());
+        assert!(err.message.chars().count() <= crate::text::MAX_CHARS + 3, "{}", err.message.len());
         assert!(err.message.starts_with("invalid type: string"), "{}", err.message);
         assert!(err.message.ends_with("expected a sequence"), "{}", err.message);
     }

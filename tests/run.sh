@@ -6,9 +6,17 @@ cd "$(dirname "$0")/.."
 
 say() { printf '== %s\n' "$*" >&2; }
 
-# PostgreSQL at 127.0.0.1:5432 (trust auth). Started if installed but stopped; installed from
-# Debian's packages if missing and we may; otherwise its tests say they skip.
-postgres_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
+# PostgreSQL at 127.0.0.1:5432 (trust auth), required: the store's suites and the integration
+# tests run on it as on SQLite. Started if installed but stopped; installed from Debian's
+# packages if missing and we may; otherwise the suite fails here, before building anything.
+# (Without pg_isready, e.g. a server elsewhere and no client installed: does the port answer?)
+postgres_up() {
+  if command -v pg_isready >/dev/null; then
+    pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null
+  else
+    (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null
+  fi
+}
 if ! postgres_up; then
   if ! command -v pg_ctlcluster >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "installing PostgreSQL"
@@ -20,19 +28,19 @@ if ! postgres_up; then
     for _ in $(seq 50); do postgres_up && break; sleep 0.2; done
   fi
 fi
-if postgres_up; then
-  export LACHESIS_REQUIRE_POSTGRES=1
-  # Each PostgreSQL test makes a scratch database; drop the ones earlier runs left (one still
-  # in use by a concurrent run refuses, and stays).
-  if command -v psql >/dev/null; then
-    psql -h 127.0.0.1 -U root -d postgres -Atc \
-      "SELECT datname FROM pg_database WHERE datname LIKE 'lachesis\_test\_%' OR datname LIKE 'lachesis\_bench\_%'" 2>/dev/null |
-      while read -r db; do
-        psql -h 127.0.0.1 -U root -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
-      done
-  fi
-else
-  say "PostgreSQL is not reachable at 127.0.0.1:5432: its tests will say they skip"
+if ! postgres_up; then
+  say "PostgreSQL is not reachable at 127.0.0.1:5432 and could not be started: the suite needs it"
+  exit 1
+fi
+export LACHESIS_REQUIRE_POSTGRES=1
+# Each PostgreSQL test makes a scratch database; drop the ones earlier runs left (one still
+# in use by a concurrent run refuses, and stays).
+if command -v psql >/dev/null; then
+  psql -h 127.0.0.1 -U root -d postgres -Atc \
+    "SELECT datname FROM pg_database WHERE datname LIKE 'lachesis\_test\_%' OR datname LIKE 'lachesis\_bench\_%'" 2>/dev/null |
+    while read -r db; do
+      psql -h 127.0.0.1 -U root -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
+    done
 fi
 
 # The real-Atropos tier: atroposlib 0.4.0 and the rest of tests/python/requirements.lock.

@@ -162,7 +162,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             Err(e) => Err(Failure::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_body",
-                crate::workflow::one_line(&e.body_text()),
+                crate::text::one_line(&e.body_text()),
             )),
         }
     }
@@ -595,7 +595,7 @@ pub async fn json_refusals(response: Response) -> Response {
         _ => "invalid_request",
     };
     let text = axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default();
-    let message = crate::workflow::one_line(String::from_utf8_lossy(&text).trim());
+    let message = crate::text::one_line(String::from_utf8_lossy(&text).trim());
     let message = if message.is_empty() { status.to_string() } else { message };
     Failure::new(status, code, message).into_response()
 }
@@ -611,7 +611,7 @@ impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for
             Err(e) => Err(Failure::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_query",
-                crate::workflow::one_line(&e.body_text()),
+                crate::text::one_line(&e.body_text()),
             )),
         }
     }

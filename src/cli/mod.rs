@@ -1,6 +1,5 @@
 //! Command-line definitions and dispatch, one file per command group.
 
-mod bench;
 mod checkpoints;
 mod completions;
 mod config;
@@ -84,8 +83,6 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Forget finished runs and tests older than a limit: rows, events, logs and directories
     Gc(gc::GcArgs),
-    /// Measure the supervisor: exit detection, recovery, throughput, idle memory
-    Bench(bench::BenchArgs),
     /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell)
     Completions(completions::CompletionsArgs),
     /// (internal) Copies stdin to stdout with secrets redacted; Slurm stages' output filter
@@ -127,7 +124,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         };
         return service_install::install(globals, args.force);
     }
-    if !matches!(cli.command, Command::Daemon(_) | Command::Mcp(_) | Command::Bench(_)) {
+    if !matches!(cli.command, Command::Daemon(_) | Command::Mcp(_)) {
         one_malloc_arena();
     }
     let settings = Settings::new(cli.home, cli.database_url);
@@ -150,7 +147,6 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Schedule(command) => current_thread()?.block_on(schedule::run(settings, command)),
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),
-        Command::Bench(args) => bench::run(args),
         Command::Gc(args) => current_thread()?.block_on(gc::run(settings, args)),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),
@@ -160,7 +156,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
 
 /// A short command's second thread (SQLite's worker) would otherwise get a malloc arena of its
 /// own: a fresh 64 MB mapping and its first-touch page faults, about a tenth of `run start`'s CPU.
-/// Long-lived, busy processes (daemon, MCP server, bench) keep glibc's default.
+/// Long-lived, busy processes (daemon, MCP server) keep glibc's default.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters; called before any other thread exists.

@@ -62,7 +62,7 @@ pub fn check_value(field: &FieldInfo, raw: &str) -> Result<serde_json::Value, Va
     }
     // The text is echoed: on one line, so the error stays one line.
     let invalid =
-        |expected| ValueError { field: field.name.clone(), expected, raw: crate::workflow::one_line(raw) };
+        |expected| ValueError { field: field.name.clone(), expected, raw: crate::text::one_line(raw) };
     let annotation = strip_optional(field.type_name.trim());
     if let Some(allowed) = literal_values(annotation) {
         let value = match field.kind {

@@ -50,7 +50,7 @@ impl std::str::FromStr for ByteSize {
     type Err = String;
     fn from_str(s: &str) -> Result<ByteSize, String> {
         let text = s.trim();
-        let shown: String = text.chars().take(40).flat_map(char::escape_default).collect();
+        let shown = crate::text::one_line(text);
         let bad = || format!("'{shown}' is not a size (e.g. 1048576, 512KiB, 100MiB, 1GiB)");
         let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (number, unit) = text.split_at(split);

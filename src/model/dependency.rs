@@ -45,7 +45,7 @@ impl FromStr for When {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         When::ALL.into_iter().find(|w| w.as_str() == s).ok_or_else(|| {
-            format!("'{}' is not a dependency condition (ok, any, failed)", crate::yaml::one_line(s))
+            format!("'{}' is not a dependency condition (ok, any, failed)", crate::text::one_line(s))
         })
     }
 }
@@ -173,7 +173,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "'{}' is not a dependency name (letters, digits, '-' or '_', at most 64)",
-            crate::yaml::one_line(name)
+            crate::text::one_line(name)
         ))
     }
 }

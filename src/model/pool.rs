@@ -34,11 +34,6 @@ fn is_unit(unit: &str) -> bool {
     (1..=64).contains(&unit.len()) && unit.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
-/// `text` on one line and short, for an error message.
-fn shown(text: &str) -> String {
-    crate::workflow::shown(text)
-}
-
 /// A `--pool` or `--needs` value that cannot be used; its message is one line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
@@ -86,10 +81,11 @@ impl FromStr for PoolSpec {
     type Err = PoolError;
 
     fn from_str(text: &str) -> Result<PoolSpec, PoolError> {
-        let (name, units) = text.split_once('=').ok_or_else(|| PoolError::NotAssignment(shown(text)))?;
+        let (name, units) =
+            text.split_once('=').ok_or_else(|| PoolError::NotAssignment(crate::text::one_line(text)))?;
         let name = name.trim();
         if !is_pool_name(name) {
-            return Err(PoolError::BadName(shown(name)));
+            return Err(PoolError::BadName(crate::text::one_line(name)));
         }
         let units = units.trim();
         if units == "auto" {
@@ -115,7 +111,7 @@ fn check_units(pool: &str, units: Vec<String>) -> Result<Vec<String>, PoolError>
     let mut seen = BTreeSet::new();
     for unit in &units {
         if !is_unit(unit) {
-            return Err(PoolError::BadUnit { pool: pool.to_string(), unit: shown(unit) });
+            return Err(PoolError::BadUnit { pool: pool.to_string(), unit: crate::text::one_line(unit) });
         }
         if !seen.insert(unit.as_str()) {
             return Err(PoolError::Duplicate { pool: pool.to_string(), unit: unit.clone() });
@@ -155,7 +151,7 @@ impl Pools {
         }
         for (name, units) in &self.0 {
             if !is_pool_name(name) {
-                return Err(PoolError::BadName(shown(name)));
+                return Err(PoolError::BadName(crate::text::one_line(name)));
             }
             check_units(name, units.clone())?;
         }
@@ -231,7 +227,7 @@ impl Needs {
         let mut needs = BTreeMap::new();
         for (name, count) in pairs {
             if needs.insert(name.clone(), count).is_some() {
-                return Err(PoolError::TwiceNeed(shown(&name)));
+                return Err(PoolError::TwiceNeed(crate::text::one_line(&name)));
             }
         }
         Needs(needs).checked()
@@ -244,7 +240,7 @@ impl Needs {
         }
         for (name, &count) in &self.0 {
             if !is_pool_name(name) {
-                return Err(PoolError::BadName(shown(name)));
+                return Err(PoolError::BadName(crate::text::one_line(name)));
             }
             if count as usize > MAX_UNITS {
                 return Err(PoolError::BadCount { text: format!("{name}={count}") });
@@ -282,14 +278,15 @@ impl fmt::Display for Needs {
 
 /// One `--needs NAME=COUNT` value.
 pub fn parse_need(text: &str) -> Result<(String, u32), PoolError> {
-    let (name, count) = text.split_once('=').ok_or_else(|| PoolError::NotNeed(shown(text)))?;
+    let (name, count) =
+        text.split_once('=').ok_or_else(|| PoolError::NotNeed(crate::text::one_line(text)))?;
     let name = name.trim();
     if !is_pool_name(name) {
-        return Err(PoolError::BadName(shown(name)));
+        return Err(PoolError::BadName(crate::text::one_line(name)));
     }
     match count.trim().parse::<u32>() {
         Ok(count) if count as usize <= MAX_UNITS => Ok((name.to_string(), count)),
-        _ => Err(PoolError::BadCount { text: shown(text) }),
+        _ => Err(PoolError::BadCount { text: crate::text::one_line(text) }),
     }
 }
 

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use super::progress::{as_count, check_file, compile, resolve_run_file};
-use super::{shown, template};
+use super::template;
 use crate::model::{FoundCheckpoint, ResumePoint, RunParams, Start};
+use crate::text::one_line;
 
 /// Written `{log: {stage: NAME, pattern: REGEX}}` (groups `step`, `path`, optional `weights`)
 /// or `{jsonl: {file: "{run_dir}/…/checkpoints.jsonl", step: /batch, path: /state_path,
@@ -86,7 +87,7 @@ impl CheckpointSpec {
             ),
             (Some(log), None) => {
                 if !stages.contains(&log.stage.as_str()) {
-                    return bad("log.stage", format!("no stage is called '{}'", shown(&log.stage)));
+                    return bad("log.stage", format!("no stage is called '{}'", one_line(&log.stage)));
                 }
                 let pattern =
                     compile(&log.pattern).map_err(|e| ("checkpoints.log.pattern".to_string(), e))?;
@@ -112,7 +113,7 @@ impl CheckpointSpec {
                     {
                         return bad(
                             &format!("jsonl.{field}"),
-                            format!("'{}' is not a JSON pointer (e.g. /state_path)", shown(pointer)),
+                            format!("'{}' is not a JSON pointer (e.g. /state_path)", one_line(pointer)),
                         );
                     }
                 }
@@ -165,7 +166,7 @@ impl ResolvedCheckpoints {
                 let text =
                     |name: &str| caps.name(name).map(|m| m.as_str().to_string()).filter(|s| !s.is_empty());
                 let Some(step) = caps.name("step").and_then(|m| m.as_str().parse::<u64>().ok()) else {
-                    return Err(LineError::NoStep(shown(line)));
+                    return Err(LineError::NoStep(one_line(line)));
                 };
                 (step, text("path"), text("weights"))
             }
@@ -224,7 +225,7 @@ pub fn with_resume_vars(known: &[String]) -> Vec<String> {
 /// path that could not be passed safely (it comes from a trainer's output and lands in argv).
 pub fn resume_of(vars: &BTreeMap<String, String>) -> Result<Option<ResumePoint>, String> {
     let (Some(step), Some(path)) = (vars.get(RESUME_STEP), vars.get(RESUME_PATH)) else { return Ok(None) };
-    let step = step.parse().map_err(|_| format!("step '{}' is not a number", shown(step)))?;
+    let step = step.parse().map_err(|_| format!("step '{}' is not a number", one_line(step)))?;
     check_resume_path(path)?;
     Ok(Some(ResumePoint { step, path: path.clone() }))
 }
@@ -235,7 +236,7 @@ pub fn check_resume_path(path: &str) -> Result<(), String> {
     if path.is_empty() || path.chars().any(bad) {
         return Err(format!(
             "the checkpoint path '{}' is empty or holds whitespace, quotes, `;`, `|`, `$` or backquotes",
-            shown(path)
+            one_line(path)
         ));
     }
     Ok(())

@@ -46,7 +46,7 @@ impl std::str::FromStr for Dur {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let text = s.trim();
-        let shown: String = text.chars().take(40).flat_map(char::escape_default).collect();
+        let shown = crate::text::one_line(text);
         if text.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !text.is_empty() {
             let secs: f64 =
                 text.parse().map_err(|_| format!("'{shown}' is not a duration (e.g. 500ms, 5s, 2m)"))?;

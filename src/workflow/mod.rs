@@ -18,15 +18,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::yaml::one_line;
 pub use catalog::{Catalog, CatalogError};
 pub use checkpoints::CheckpointSpec;
 pub use duration::{Dur, MAX_DURATION};
-pub use names::{NAME_RULE, check_log_path, is_simple_name, shown};
+pub use names::{NAME_RULE, check_log_path, is_simple_name};
 pub use progress::ProgressSpec;
 pub use retry::RetryPolicy;
 pub use slurm::SlurmOptions;
 use template::TemplateError;
+
+use crate::text::one_line;
 
 /// Template variables every workflow may use, filled in by lachesis.
 pub const BUILTIN_VARS: &[&str] = &[
@@ -237,7 +238,7 @@ impl Workflow {
     fn validate(&self) -> Result<(), (String, String)> {
         let bad = |field: &str, problem: String| Err((field.to_string(), problem));
         if !is_simple_name(&self.name) {
-            return bad("name", format!("'{}' {NAME_RULE}", shown(&self.name)));
+            return bad("name", format!("'{}' {NAME_RULE}", one_line(&self.name)));
         }
         if self.stages.is_empty() {
             return bad("stages", "a workflow needs at least one stage".into());
@@ -292,7 +293,7 @@ impl Workflow {
         for (i, stage) in self.stages.iter().enumerate() {
             let at = |field: &str| format!("stages[{i}]{field}");
             if !is_simple_name(&stage.name) {
-                return bad(&at(".name"), format!("'{}' {NAME_RULE}", shown(&stage.name)));
+                return bad(&at(".name"), format!("'{}' {NAME_RULE}", one_line(&stage.name)));
             }
             if !names.insert(stage.name.as_str()) {
                 return bad(&at(".name"), format!("another stage is already called '{}'", stage.name));
@@ -327,7 +328,10 @@ impl Workflow {
             }
             for (key, value) in &stage.environ {
                 if key.is_empty() || key.contains(['=', '\0']) {
-                    return bad(&at(".env"), format!("'{}' is not an environment variable name", shown(key)));
+                    return bad(
+                        &at(".env"),
+                        format!("'{}' is not an environment variable name", one_line(key)),
+                    );
                 }
                 template::check(value, &known)
                     .or_else(|e| bad(&at(&format!(".env.{key}")), e.to_string()))?;

@@ -16,15 +16,6 @@ pub fn is_simple_name(name: &str) -> bool {
 
 pub const NAME_RULE: &str = "must be 1 to 64 letters, digits, '-', '_' or '.' (not starting with '.')";
 
-/// `text` on one line and of bounded length, for error messages.
-pub fn shown(text: &str) -> String {
-    let mut out: String = text.chars().take(80).flat_map(char::escape_default).collect();
-    if text.chars().count() > 80 {
-        out.push('…');
-    }
-    out
-}
-
 /// Files of the run directory a stage log may not be: lachesis writes them.
 const RESERVED_RUN_FILES: &[&str] = &[".status", "config.yaml", ".env"];
 
@@ -32,7 +23,7 @@ const RESERVED_RUN_FILES: &[&str] = &[".status", "config.yaml", ".env"];
 /// (the exit records in `.status/`, the run's config).
 pub fn check_log_path(log: &str) -> Result<(), String> {
     use std::path::Component;
-    let shown = shown(log);
+    let shown = crate::text::one_line(log);
     if log.trim().is_empty() {
         return Err("must name a file".into());
     }

@@ -71,8 +71,8 @@ impl Pipeline {
     pub fn parse(file: &Path, text: &str) -> Result<Pipeline, InvalidPipeline> {
         let bad = |field: String, problem: String| InvalidPipeline {
             file: file.to_path_buf(),
-            field: crate::yaml::one_line(&field),
-            problem: crate::yaml::one_line(&problem),
+            field: crate::text::one_line(&field),
+            problem: crate::text::one_line(&problem),
         };
         let raw: Vec<RawStep> = crate::yaml::from_str(text).map_err(|err| {
             let field = err.path.clone().unwrap_or_else(|| {

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Dur, shown, template};
+use super::{Dur, template};
+use crate::text::one_line;
 
 /// How often an HTTP progress source is read when the workflow says nothing.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
@@ -297,7 +298,7 @@ impl JsonlSource {
             if let Some(pointer) = pointer
                 && !pointer.starts_with('/')
             {
-                let problem = format!("'{}' is not a JSON pointer (e.g. /step)", shown(pointer));
+                let problem = format!("'{}' is not a JSON pointer (e.g. /step)", one_line(pointer));
                 return Err((format!("progress.{field}"), problem));
             }
         }
@@ -329,7 +330,7 @@ pub(super) fn resolve_run_file(file: &str, vars: &BTreeMap<String, String>) -> R
         Some(_) => Ok(path),
         None => Err(format!(
             "'{}' is not a file inside the run directory {}",
-            shown(&expanded),
+            one_line(&expanded),
             run_dir.display()
         )),
     }
@@ -339,7 +340,7 @@ pub(super) fn resolve_run_file(file: &str, vars: &BTreeMap<String, String>) -> R
 /// never out of it (the daemon reads it).
 pub(super) fn check_file(file: &str) -> Result<(), String> {
     let outside =
-        |why: &str| Err(format!("'{}' {why}: the file must be inside the run directory", shown(file)));
+        |why: &str| Err(format!("'{}' {why}: the file must be inside the run directory", one_line(file)));
     if file.trim().is_empty() {
         return outside("is empty");
     }

@@ -23,7 +23,7 @@ enum Piece<'a> {
 
 fn pieces(text: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
     // The text is echoed in the error (a `--var` value can be anything): kept on one line.
-    let text_of = || super::one_line(text);
+    let text_of = || crate::text::one_line(text);
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(pos) = rest.find(['{', '}']) {
@@ -66,7 +66,10 @@ pub fn variables(text: &str) -> Result<Vec<&str>, TemplateError> {
 pub fn check(text: &str, known: &[String]) -> Result<(), TemplateError> {
     for name in variables(text)? {
         if !known.iter().any(|k| k == name) {
-            return Err(TemplateError::Unknown { name: super::one_line(name), known: known.join(", ") });
+            return Err(TemplateError::Unknown {
+                name: crate::text::one_line(name),
+                known: known.join(", "),
+            });
         }
     }
     Ok(())
@@ -82,7 +85,7 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Tem
                 Some(value) => out.push_str(value),
                 None => {
                     let known = vars.keys().cloned().collect::<Vec<_>>().join(", ");
-                    return Err(TemplateError::Unknown { name: super::one_line(name), known });
+                    return Err(TemplateError::Unknown { name: crate::text::one_line(name), known });
                 }
             },
         }

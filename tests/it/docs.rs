@@ -27,7 +27,7 @@ fn expand_braces(path: &str) -> Vec<String> {
 
 /// The repository paths a document names: words starting with one of the tree's top folders.
 fn named_paths(text: &str) -> Vec<String> {
-    const ROOTS: [&str; 6] = ["src/", "tests/", "migrations/", "workflows/", "scripts/", ".ci/"];
+    const ROOTS: [&str; 7] = ["src/", "tests/", "benches/", "migrations/", "workflows/", "scripts/", ".ci/"];
     let mut paths = Vec::new();
     for word in text.split(|c: char| c.is_whitespace() || "`()'\"[]<>*|".contains(c)) {
         let start = ROOTS.iter().filter_map(|root| word.find(root).filter(|&i| i == 0)).next();

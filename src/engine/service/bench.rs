@@ -1,5 +1,5 @@
-//! What `lachesis bench --claims` asks of the service: claims made as a daemon's loop makes
-//! them, one at a time, by as many nodes as it likes. Nothing else calls these.
+//! What the figures bench's `--claims` asks of the service: claims made as a daemon's loop
+//! makes them, one at a time, by as many nodes as it likes. Compiled only with `testing`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +10,6 @@ use super::{Result, Service};
 use crate::engine::store::{Lease, NodeRegistration, Pick, Store};
 use crate::model::Run;
 
-#[doc(hidden)]
 impl Service {
     /// Registers `node` (a 60 s lease, no labels) and returns a claimer holding its lease.
     pub async fn claimer(&self, node: &str) -> Result<Claimer> {
@@ -26,7 +25,6 @@ impl Service {
 }
 
 /// One node's claims, as its daemon makes them.
-#[doc(hidden)]
 pub struct Claimer {
     store: Arc<dyn Store>,
     lease: Lease,

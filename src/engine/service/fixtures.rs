@@ -1,6 +1,7 @@
 //! Writes beneath the rules, for tests and benchmarks that need a state no user action makes
 //! quickly: a long history, a test that ended hours ago, a schedule a day overdue, a stage whose
-//! recorded process is now someone else's. No surface calls these.
+//! recorded process is now someone else's. Compiled only for tests and the figures bench
+//! (`testing`): no surface can call these.
 
 use uuid::Uuid;
 
@@ -16,7 +17,6 @@ fn postgres_admin_url() -> String {
 
 /// A fresh database for one test, or None (with a message) when PostgreSQL is not reachable
 /// and the run does not require it (`LACHESIS_REQUIRE_POSTGRES=1` turns the skip into a failure).
-#[doc(hidden)]
 pub async fn fresh_postgres() -> Option<String> {
     use sqlx::Connection;
     let admin = postgres_admin_url();
@@ -38,10 +38,8 @@ pub async fn fresh_postgres() -> Option<String> {
 }
 
 /// A run, its stages and the runs it waits for (each with its condition).
-#[doc(hidden)]
 pub type WaitingRun = (Run, Vec<Stage>, Vec<(Uuid, crate::model::When)>);
 
-#[doc(hidden)]
 impl Service {
     /// Writes `runs` with their stages exactly as given (in whatever state), in one
     /// transaction, skipping submission's checks: a store filled so is measured as one that grew.

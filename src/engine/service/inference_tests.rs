@@ -199,7 +199,7 @@ impl Service {
     ) -> Result<crate::model::Schedule> {
         // The name is typed on command lines and shown in tables: a plain name.
         if !crate::workflow::is_simple_name(name) {
-            let shown = crate::workflow::shown(name);
+            let shown = crate::text::one_line(name);
             return Err(ServiceError::Schedule(format!("name: '{shown}' {}", crate::workflow::NAME_RULE)));
         }
         let policy = match max_drop {

@@ -88,7 +88,7 @@ impl Service {
         {
             return Err(ServiceError::UnknownStage {
                 run: crate::model::short_id(&run.id),
-                stage: crate::yaml::one_line(name),
+                stage: crate::text::one_line(name),
                 known: stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
             });
         }

@@ -1,11 +1,9 @@
 //! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
 //! print; they decide nothing.
 
-mod bench;
 mod checkpoints;
 mod daemon;
 mod environments;
-mod fixtures;
 mod inference_tests;
 mod logs;
 mod metric_history;
@@ -13,10 +11,19 @@ mod metrics;
 mod nodes;
 mod pending;
 mod pipelines;
-mod records;
 mod report;
 mod retention;
 mod runs;
+
+// Writes beneath the transition table, reads by exact id and claims one at a time: for the
+// tests and the figures bench only. A build without `testing` (what users install) has none of
+// them, so no surface can reach around the reconciler.
+#[cfg(any(test, feature = "testing"))]
+mod bench;
+#[cfg(any(test, feature = "testing"))]
+mod fixtures;
+#[cfg(any(test, feature = "testing"))]
+mod records;
 
 use std::sync::Arc;
 
@@ -26,10 +33,11 @@ use crate::settings::Settings;
 use crate::workflow::CatalogError;
 
 pub use crate::engine::store::NodeRegistration;
+#[cfg(any(test, feature = "testing"))]
 pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
-#[doc(hidden)]
-pub use fixtures::fresh_postgres;
+#[cfg(any(test, feature = "testing"))]
+pub use fixtures::{WaitingRun, fresh_postgres};
 pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
 pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
@@ -320,11 +328,11 @@ async fn resolve_prefix<T>(
     let mut matches = by_prefix(prefix).await?;
     match matches.len() {
         // The prefix comes from the user: shown escaped, so the error stays one printable line.
-        0 => Err(unknown(crate::yaml::one_line(prefix))),
+        0 => Err(unknown(crate::text::one_line(prefix))),
         1 => Ok(matches.remove(0)),
         _ => Err(ServiceError::Ambiguous {
             what,
-            prefix: crate::yaml::one_line(prefix),
+            prefix: crate::text::one_line(prefix),
             candidates: matches.iter().map(|m| id_of(m).to_string()).collect(),
         }),
     }

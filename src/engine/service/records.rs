@@ -1,5 +1,6 @@
 //! Reads by exact id of what the store records, beneath what the surfaces show: for callers
-//! that already hold an id and check what was written (the integration tests).
+//! that already hold an id and check what was written (the integration tests). Compiled only
+//! with `testing`.
 
 use uuid::Uuid;
 

@@ -9,11 +9,8 @@ use crate::model::RunTrigger;
 use crate::model::{
     EventKind, Exit, NewEvent, ProcessIdentity, ProcessState, Run, RunParams, RunState, Stage,
 };
-use crate::settings::StoreLocation;
 use crate::workflow::Workflow;
 use uuid::Uuid;
-
-use super::fresh_postgres;
 
 fn workflow() -> Workflow {
     Workflow::parse(
@@ -39,22 +36,22 @@ async fn insert(store: &dyn Store, priority: i64) -> Run {
     run
 }
 
-async fn conformance(store: Arc<dyn Store>) {
-    round_trips_runs_and_orders_the_queue(&*store).await;
-    a_batch_is_written_in_order_or_not_at_all(&*store).await;
-    transitions_are_conditional_and_recorded(&*store).await;
-    stages_round_trip(&*store).await;
-    a_stage_and_the_run_move_it_decides_land_together(&*store).await;
-    supervised_runs_are_the_ones_in_flight(&*store).await;
-    racing_writers_cannot_both_win(Arc::clone(&store)).await;
-    the_daemon_lock_is_exclusive(&*store).await;
-    retention_forgets_only_what_has_ended(&*store).await;
-    progress_ends_summarise_as_the_whole_attempt(&*store).await;
-    metric_history_is_one_row_per_step(&*store).await;
-    a_checkpoint_line_is_recorded_once(&*store).await;
-    an_end_settles_the_runs_waiting_for_it(&*store).await;
-    a_dependency_failure_is_listed_and_its_notice_taken_once(Arc::clone(&store)).await;
-}
+on_both_backends!(
+    round_trips_runs_and_orders_the_queue,
+    a_batch_is_written_in_order_or_not_at_all,
+    transitions_are_conditional_and_recorded,
+    stages_round_trip,
+    a_stage_and_the_run_move_it_decides_land_together,
+    supervised_runs_are_the_ones_in_flight,
+    racing_writers_cannot_both_win,
+    the_daemon_lock_is_exclusive,
+    retention_forgets_only_what_has_ended,
+    progress_ends_summarise_as_the_whole_attempt,
+    metric_history_is_one_row_per_step,
+    a_checkpoint_line_is_recorded_once,
+    an_end_settles_the_runs_waiting_for_it,
+    a_dependency_failure_is_listed_and_its_notice_taken_once,
+);
 
 /// The runs a dependency failed are found in the event log (and only they), and each one's
 /// notice is taken once, however many takers race for it.
@@ -554,21 +551,4 @@ async fn the_daemon_lock_is_exclusive(store: &dyn Store) {
         None
     };
     assert!(again.await.is_some(), "the lock is free again once released");
-}
-
-#[tokio::test]
-async fn sqlite_store_conforms() {
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        crate::engine::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
-    conformance(Arc::new(store)).await;
-}
-
-#[tokio::test]
-async fn postgres_store_conforms() {
-    let Some(url) = fresh_postgres().await else {
-        return;
-    };
-    let store = crate::engine::store::open(&StoreLocation::Postgres(url)).await.unwrap();
-    conformance(Arc::new(store)).await;
 }

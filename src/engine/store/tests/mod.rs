@@ -1,5 +1,36 @@
 //! The store's conformance suites: every rule the service and the reconciler rely on, run
-//! against SQLite and against the real PostgreSQL (a fresh database per suite).
+//! against SQLite and against the real PostgreSQL, one test per scenario and backend, each on a
+//! fresh store, so that one failure hides no other.
+
+use std::sync::Arc;
+
+/// One `#[tokio::test]` per scenario and backend, each on a fresh store: `sqlite::NAME` and
+/// `postgres::NAME` beside the scenarios. A scenario takes `&dyn Store`, or `Arc<dyn Store>` when
+/// it shares the store with tasks of its own.
+macro_rules! on_both_backends {
+    ($($scenario:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let (_dir, store) = $crate::engine::store::tests::sqlite_store().await;
+                    super::$scenario($crate::engine::store::tests::Given::given(&store)).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let Some(store) = $crate::engine::store::tests::postgres_store().await else {
+                        return;
+                    };
+                    super::$scenario($crate::engine::store::tests::Given::given(&store)).await;
+                }
+            )+
+        }
+    };
+}
 
 mod conformance;
 mod nodes;
@@ -22,6 +53,38 @@ pub(super) async fn sqlite_plan(store: &super::sql::SqlStore, sql: &str) -> Vec<
 }
 
 pub(super) use crate::engine::service::fresh_postgres;
+
+/// A fresh SQLite store, in a directory that lives as long as the returned guard.
+async fn sqlite_store() -> (tempfile::TempDir, Arc<dyn super::Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
+    let store = super::open(&location).await.unwrap();
+    (dir, Arc::new(store))
+}
+
+/// A store on a fresh database of the test server; None when it is unreachable and not required.
+async fn postgres_store() -> Option<Arc<dyn super::Store>> {
+    let url = fresh_postgres().await?;
+    let store = super::open(&crate::settings::StoreLocation::Postgres(url)).await.unwrap();
+    Some(Arc::new(store))
+}
+
+/// What a scenario takes from the store its test opened.
+trait Given<'a> {
+    fn given(store: &'a Arc<dyn super::Store>) -> Self;
+}
+
+impl<'a> Given<'a> for &'a dyn super::Store {
+    fn given(store: &'a Arc<dyn super::Store>) -> Self {
+        &**store
+    }
+}
+
+impl Given<'_> for Arc<dyn super::Store> {
+    fn given(store: &Arc<dyn super::Store>) -> Self {
+        Arc::clone(store)
+    }
+}
 
 /// Polls `check` until it returns Some, or panics with `what` after `timeout`.
 async fn wait_for<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {

@@ -10,11 +10,10 @@ use std::time::Duration;
 use crate::engine::store::{Lease, NodeRegistration, Pick, Reap, Store, StoreError};
 use crate::model::RunTrigger;
 use crate::model::{ProcessState, Run, RunParams, RunState, now_millis};
-use crate::settings::StoreLocation;
 use crate::workflow::Workflow;
 use uuid::Uuid;
 
-use super::{fresh_postgres, wait_for};
+use super::wait_for;
 
 const RETRY_ON_NODE_LOSS: &str = "retry: {max_attempts: 2, backoff: 100ms}\n";
 
@@ -53,14 +52,14 @@ async fn claim(store: &dyn Store, lease: &Lease, max: usize) -> Result<Vec<Run>,
     store.claim_runs(lease, 8, 16, &mut pick).await
 }
 
-async fn node_suite(open: impl AsyncFn() -> Arc<dyn Store>) {
-    a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(&*open().await).await;
-    a_restart_within_the_lease_keeps_the_claims(&*open().await).await;
-    concurrent_claimers_take_each_run_exactly_once(open().await).await;
-    a_due_schedule_fires_once_however_many_daemons_tick(&*open().await).await;
-    a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(&*open().await).await;
-    a_held_run_is_never_claimed_until_released(&*open().await).await;
-}
+on_both_backends!(
+    a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected,
+    a_restart_within_the_lease_keeps_the_claims,
+    concurrent_claimers_take_each_run_exactly_once,
+    a_due_schedule_fires_once_however_many_daemons_tick,
+    a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected,
+    a_held_run_is_never_claimed_until_released,
+);
 
 /// A hold is the claim query's own condition: a held run ahead of others (first in the queue,
 /// at a higher priority) is skipped by every node, and claimed once released.
@@ -319,28 +318,4 @@ async fn concurrent_claimers_take_each_run_exactly_once(store: Arc<dyn Store>) {
             store.events(id, 0).await.unwrap().iter().filter(|e| e.message.starts_with("claim")).count();
         assert_eq!(claims, 1, "one claim event for {id}");
     }
-}
-
-#[tokio::test]
-async fn sqlite_nodes_conform() {
-    let dir = tempfile::tempdir().unwrap();
-    let counter = std::sync::atomic::AtomicUsize::new(0);
-    node_suite(async || {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let path = dir.path().join(format!("{n}.db"));
-        Arc::new(crate::engine::store::open(&StoreLocation::Sqlite(path)).await.unwrap()) as Arc<dyn Store>
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn postgres_nodes_conform() {
-    if fresh_postgres().await.is_none() {
-        return;
-    }
-    node_suite(async || {
-        let url = fresh_postgres().await.unwrap();
-        Arc::new(crate::engine::store::open(&StoreLocation::Postgres(url)).await.unwrap()) as Arc<dyn Store>
-    })
-    .await;
 }

@@ -1,4 +1,4 @@
-//! `lachesis bench --pueue PATH`: the throughput figure once more through pueue, a well-known
+//! `--pueue PATH` (the figures bench): the throughput figure once more through pueue, a well-known
 //! local task queue, in the same bench run: figures of two tools compare only when measured
 //! on one machine at one moment (these VMs' speed moves by a third within a day). Only the
 //! bench uses it, and only when asked; nothing else needs pueue.
@@ -29,7 +29,7 @@ pub fn daemon_beside(client: &Path) -> BenchResult<PathBuf> {
     if !client.is_file() || !pueued.is_file() {
         return Err(format!(
             "--pueue {}: expected the pueue client there and pueued beside it",
-            lachesis::yaml::one_line(&client.to_string_lossy())
+            lachesis::text::one_line(&client.to_string_lossy())
         )
         .into());
     }
@@ -136,7 +136,7 @@ fn task_ends(status: &serde_json::Value) -> BenchResult<Vec<i64>> {
     Ok(ends)
 }
 
-/// The throughput figure through pueue at `client`, as `lachesis bench` measures its own.
+/// The throughput figure through pueue at `client`, as the figures bench measures its own.
 pub fn throughput(
     client: &Path,
     runs: usize,

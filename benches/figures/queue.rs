@@ -1,4 +1,4 @@
-//! `lachesis bench --queue`: what a deep queue costs. A scratch home with N pending runs of a
+//! `--queue` (the figures bench): what a deep queue costs. A scratch home with N pending runs of a
 //! one-stage workflow (inserted as given) and two sleepers holding a daemon's `--max-parallel 2`;
 //! then every dashboard page, `run status` of the deepest pending run, `run list`, `report`, `GET /runs`,
 //! and the daemon's RSS and peak RSS.

@@ -1,4 +1,4 @@
-//! `lachesis bench --history`: the cost of everyday commands and of an idle daemon with an empty
+//! `--history` (the figures bench): the cost of everyday commands and of an idle daemon with an empty
 //! store, then with a long history of finished runs (inserted straight through the store, in
 //! batches), on SQLite and, when a server is given, on PostgreSQL.
 

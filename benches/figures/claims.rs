@@ -1,4 +1,4 @@
-//! `lachesis bench --claims`: how fast several nodes claim runs from one PostgreSQL queue, and
+//! `--claims` (the figures bench): how fast several nodes claim runs from one PostgreSQL queue, and
 //! what contention adds to a claim. Each claimer is what a daemon is to the store: a node
 //! registration of its own and a connection pool of its own, claiming one run per call with
 //! `FOR UPDATE SKIP LOCKED`, until the queue is empty.

@@ -1,28 +1,58 @@
-//! `lachesis bench`: figures measured on this machine with real daemons in scratch homes (the
-//! supervisor, the HTTP API, claims on PostgreSQL). It prints figures; it passes or fails nothing.
+//! The figures: lachesis measured on this machine with real daemons in scratch homes (the
+//! supervisor, the HTTP API, claims on PostgreSQL), driving the built `lachesis` binary as a
+//! user would and the library only where a state takes too long to reach by hand (a long
+//! history, a deep queue, claims one at a time). It prints figures; it passes or fails nothing.
+//!
+//! `cargo bench --bench figures -- [--http | --claims | --progress | --history | --logs | --queue]`
 
+use std::path::Path;
 use std::process::ExitCode;
+
+use clap::Parser;
 
 mod claims;
 mod history;
 mod logs;
 mod progress;
 mod pueue;
-mod queue;
+pub mod queue;
 mod supervisor;
 
 use supervisor::BenchOptions;
 
-use super::CliResult;
-use super::output::print_json;
+type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
 
-#[derive(clap::Args)]
+/// The `lachesis` binary Cargo built beside this bench (it starts the shim beside itself).
+const LACHESIS: &str = env!("CARGO_BIN_EXE_lachesis");
+
+fn main() -> ExitCode {
+    match run(BenchArgs::parse()) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("figures: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)
+}
+
+#[derive(clap::Parser)]
+#[command(name = "figures", about = "Measure the supervisor: exit detection, recovery, throughput, memory")]
 pub struct BenchArgs {
+    /// (given by `cargo bench`; ignored)
+    #[arg(long, hide = true)]
+    bench: bool,
     /// Runs of `true` queued through the CLI for the throughput figure
     #[arg(long, default_value_t = 1000, value_parser = parse_runs)]
     runs: usize,
     /// Runs allowed at once during the throughput figure
-    #[arg(long, default_value_t = 8, value_parser = super::daemon::parse_max_parallel)]
+    #[arg(long, default_value_t = 8, value_parser = parse_parallel)]
     parallel: usize,
     /// Live runs when the daemon is SIGKILLed, for the recovery figure
     #[arg(long, default_value_t = 100)]
@@ -98,6 +128,14 @@ pub struct BenchArgs {
     json: bool,
 }
 
+/// As the daemon's `--max-parallel` takes it.
+fn parse_parallel(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        _ => Err(format!("'{text}' is not a number of runs from 1 to 4096")),
+    }
+}
+
 /// A throughput figure needs runs to time; a million is hours of this machine's work.
 fn parse_runs(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
@@ -137,9 +175,9 @@ pub fn run(args: BenchArgs) -> CliResult {
         submitters: args.submitters,
         pueue: args.pueue,
     };
-    let exe = std::env::current_exe()?;
+    let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let report = runtime.block_on(supervisor::run(&exe, &options, &|line| eprintln!("bench: {line}")))?;
+    let report = runtime.block_on(supervisor::run(exe, &options, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -183,7 +221,7 @@ pub fn run(args: BenchArgs) -> CliResult {
 }
 
 fn progress(args: BenchArgs) -> CliResult {
-    let exe = std::env::current_exe()?;
+    let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let options = progress::ProgressOptions {
         polled_runs: args.polled_runs,
@@ -192,7 +230,7 @@ fn progress(args: BenchArgs) -> CliResult {
         follower_lines: 2_000_000,
         exits: args.exits,
     };
-    let report = runtime.block_on(progress::run(&exe, &options, &|line| eprintln!("bench: {line}")))?;
+    let report = runtime.block_on(progress::run(exe, &options, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -224,9 +262,9 @@ fn progress(args: BenchArgs) -> CliResult {
 }
 
 fn queue(args: BenchArgs) -> CliResult {
-    let exe = std::env::current_exe()?;
+    let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let report = runtime.block_on(queue::run(&exe, args.pending, &|line| eprintln!("bench: {line}")))?;
+    let report = runtime.block_on(queue::run(exe, args.pending, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -245,10 +283,10 @@ fn queue(args: BenchArgs) -> CliResult {
 }
 
 fn logs(args: BenchArgs) -> CliResult {
-    let exe = std::env::current_exe()?;
+    let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let report =
-        runtime.block_on(logs::run(&exe, args.log_size.0, args.exits, &|line| eprintln!("bench: {line}")))?;
+        runtime.block_on(logs::run(exe, args.log_size.0, args.exits, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -275,10 +313,10 @@ fn logs(args: BenchArgs) -> CliResult {
 }
 
 fn http(args: BenchArgs) -> CliResult {
-    let exe = std::env::current_exe()?;
+    let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let report = runtime
-        .block_on(supervisor::http_load(&exe, args.rate, args.seconds, &|line| eprintln!("bench: {line}")))?;
+        .block_on(supervisor::http_load(exe, args.rate, args.seconds, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
     } else {
@@ -299,11 +337,11 @@ fn http(args: BenchArgs) -> CliResult {
 }
 
 fn history(args: BenchArgs) -> CliResult {
-    let exe = std::env::current_exe()?;
+    let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let postgres = args.history_postgres.then_some(args.postgres.as_str());
     let report = runtime
-        .block_on(history::history(&exe, args.history_runs, postgres, &|line| eprintln!("bench: {line}")))?;
+        .block_on(history::history(exe, args.history_runs, postgres, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);

@@ -1,0 +1,27 @@
+//! The figures bench (benches/figures, `cargo bench --bench figures`) is compiled into this
+//! binary too, so it cannot rot unseen, and its smallest figure runs once: the deep-queue reads
+//! against a short queue, through the built `lachesis` as the bench drives it.
+
+#[path = "../../benches/figures/main.rs"]
+#[allow(dead_code)]
+mod bench;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_smallest_figure_runs() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_lachesis"));
+    let report = bench::queue::run(exe, 20, &|_| {}).await.unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(report.pending, 20);
+    // Every page and command was read, each answering in full (an error status fails the run).
+    assert!(report.figures.iter().any(|f| f.what == "GET /ui/runs"), "{:?}", report.figures);
+    assert!(report.figures.iter().all(|f| f.ms.samples > 0 && f.ms.max >= f.ms.p50));
+    assert!(report.daemon_rss_mb > 0.0);
+}
+
+/// `cargo bench` appends `--bench` to the flags it passes on; the parser takes it.
+#[test]
+fn the_figures_take_cargo_bench_flags() {
+    use clap::{CommandFactory, Parser};
+    bench::BenchArgs::command().debug_assert();
+    assert!(bench::BenchArgs::try_parse_from(["figures", "--queue", "--pending", "5", "--bench"]).is_ok());
+    assert!(bench::BenchArgs::try_parse_from(["figures", "--pending", "0"]).is_err());
+}
