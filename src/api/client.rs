@@ -84,3 +84,22 @@ async fn post<T: DeserializeOwned>(
     let message = failure["message"].as_str().map_or_else(|| status.to_string(), str::to_string);
     Err(ClientError::Refused(message))
 }
+
+/// GETs `path` from the daemon listening on `settings`' home socket, whatever its settings:
+/// the answer's status and JSON body (null when it is not JSON). `None` when no daemon answers
+/// within `within`.
+pub async fn get(settings: &Settings, path: &str, within: Duration) -> Option<(u16, serde_json::Value)> {
+    let exchange = async {
+        let stream = tokio::net::UnixStream::connect(settings.api_socket_path()).await.ok()?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
+        tokio::spawn(connection);
+        let request =
+            hyper::Request::get(path).header(HOST, "lachesis").body(Full::new(Bytes::new())).ok()?;
+        let response = sender.send_request(request).await.ok()?;
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await.ok()?.to_bytes();
+        Some((status, serde_json::from_slice(&bytes).unwrap_or_default()))
+    };
+    tokio::time::timeout(within, exchange).await.ok().flatten()
+}
