@@ -225,8 +225,7 @@ fn detach(settings: &Settings, json: bool) -> CliResult {
     let args = detached_args(std::env::args_os().skip(1));
     // The running executable itself, even if an upgrade has replaced the file since.
     let exe = Path::new("/proc/self/exe");
-    let started =
-        current_thread()?.block_on(control::detach(settings, exe, args, START_WITHIN, |note| say(note)))?;
+    let started = current_thread()?.block_on(control::detach(settings, exe, args, START_WITHIN, say))?;
     if json {
         print_json(&started)?;
     } else {
@@ -245,7 +244,7 @@ fn detached_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 }
 
 fn stop(settings: &Settings, within: Duration, json: bool) -> CliResult {
-    let stopped = current_thread()?.block_on(control::stop(settings, within, |note| say(note)))?;
+    let stopped = current_thread()?.block_on(control::stop(settings, within, say))?;
     if json {
         print_json(&stopped)?;
     } else {

@@ -246,7 +246,7 @@ async fn sighup_reopens_a_detached_daemons_log_as_logrotate_expects() {
 async fn a_detached_daemon_outlives_the_shell_that_started_it_and_stops_on_request() {
     let mut home = quick_home();
     // The shell exits as soon as `--detach` returns; its pipes close behind it.
-    let mut shell = home.command(&["daemon", "--detach", "--json", "--scan-interval", "500ms"]);
+    let shell = home.command(&["daemon", "--detach", "--json", "--scan-interval", "500ms"]);
     let args: Vec<String> = shell.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
     let mut sh = Command::new("sh");
     sh.arg("-c").arg("\"$0\" \"$@\"; exit $?").arg(BIN).args(args);
