@@ -156,10 +156,10 @@ struct FileLog {
 }
 
 impl FileLog {
+    /// Opens the file at the path; until that succeeds, writing goes on into the one open (a
+    /// reopen that fails for want of space keeps the moved-away file).
     fn open(&mut self) -> io::Result<()> {
         self.tried = Some(Instant::now());
-        self.log = None;
-        self.fd = None;
         let log = RotatingLog::open(&self.path, self.rotation)?;
         self.log = Some(log);
         self.follow_with_stderr();

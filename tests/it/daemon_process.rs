@@ -148,6 +148,12 @@ async fn a_log_pipe_whose_reader_exits_costs_lines_never_the_daemon() {
         line.clear();
         assert!(reader.read_line(&mut line).unwrap() > 0, "the daemon's stderr closed before it started");
     }
+    // A write to the gone reader is an error (EPIPE) it counts, not a signal that ends it.
+    let ignored = read(Path::new(&format!("/proc/{}/status", daemon.pid())))
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:").map(|m| u64::from_str_radix(m.trim(), 16).unwrap()))
+        .unwrap();
+    assert_ne!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE is ignored");
     drop(reader);
     let runs = burst(&home);
     all_end_truly(&mut home, &runs).await;
