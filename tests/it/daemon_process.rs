@@ -251,6 +251,8 @@ async fn sighup_reopens_a_detached_daemons_log_as_logrotate_expects() {
 #[tokio::test]
 async fn a_detached_daemon_outlives_the_shell_that_started_it_and_stops_on_request() {
     let mut home = quick_home();
+    // No colour in a file, even where NO_COLOR would allow it.
+    home.environ.push(("NO_COLOR".into(), String::new()));
     // The shell exits as soon as `--detach` returns; its pipes close behind it.
     let shell = home.command(&["daemon", "--detach", "--json", "--scan-interval", "500ms"]);
     let args: Vec<String> = shell.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
@@ -306,5 +308,68 @@ async fn a_detached_daemon_outlives_the_shell_that_started_it_and_stops_on_reque
     assert!(!ok && status["running"] == false, "{status}");
     let again = home.cli(&["daemon", "stop"]);
     assert!(!again.status.success() && stderr(&again).contains("no daemon is running"), "{}", stderr(&again));
-    assert!(read(&log).contains("SIGTERM: daemon exits"));
+    let text = read(&log);
+    assert!(text.contains("SIGTERM: daemon exits") && !text.contains('\x1b'), "{text}");
+}
+
+/// A new pseudo-terminal: its master, and its slave opened (not yet anyone's controlling one).
+fn pseudo_terminal() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // SAFETY: plain libc calls on a descriptor this function owns; ptsname_r writes into `name`.
+    let (master, path) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_owned();
+        (std::fs::File::from_raw_fd(fd), path)
+    };
+    let slave =
+        std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOCTTY).open(path).unwrap();
+    (master, slave)
+}
+
+#[tokio::test]
+async fn a_terminal_that_hangs_up_costs_lines_never_the_daemon() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut home = quick_home();
+    // Colour is for terminals: an empty NO_COLOR does not turn it off.
+    home.environ.push(("NO_COLOR".into(), String::new()));
+    let (mut master, slave) = pseudo_terminal();
+    let mut daemon = Foreground::spawn(&home, |c| {
+        c.stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave.try_clone().unwrap());
+        // As a login shell's job would be: the terminal is its session's controlling one.
+        // SAFETY: setsid and ioctl are async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                rustix::process::setsid()?;
+                if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    drop(slave);
+    // The terminal shows the daemon start, in colour.
+    let mut shown = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&shown).contains("daemon started") {
+        let n = master.read(&mut buf).unwrap();
+        assert!(n > 0, "the terminal closed before the daemon started");
+        shown.extend_from_slice(&buf[..n]);
+    }
+    assert!(shown.windows(2).any(|w| w == b"\x1b["), "{}", String::from_utf8_lossy(&shown));
+    wait_answering(&home).await;
+    // The terminal goes (the ssh session ends): SIGHUP, then every write fails.
+    drop(master);
+    let runs = burst(&home);
+    all_end_truly(&mut home, &runs).await;
+    daemon.assert_alive();
 }
