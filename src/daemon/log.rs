@@ -98,10 +98,21 @@ impl DaemonLog {
 
     /// Waits (up to `within`) until every line queued so far is written or dropped.
     pub fn flush(&self, within: Duration) {
+        let deadline = Instant::now() + within;
         let (done, wait) = mpsc::channel();
-        if self.queue.send(Message::Flush(done)).is_ok() {
-            let _ = wait.recv_timeout(within);
+        let mut message = Message::Flush(done);
+        // Never a blocking send: a writer stuck on its destination must not hold the exit.
+        loop {
+            match self.queue.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(back)) if Instant::now() < deadline => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
         }
+        let _ = wait.recv_timeout(deadline.saturating_duration_since(Instant::now()));
     }
 
     fn queue_line(&self, line: &[u8]) {
@@ -401,6 +412,10 @@ mod tests {
         }
         assert!(started.elapsed() < WITHIN, "queueing lines never waits for the destination");
         assert!(log.shared.overflow.load(Ordering::Relaxed) > 0);
+        // Nor does the flush before the daemon exits, past its limit.
+        let started = Instant::now();
+        log.flush(Duration::from_millis(100));
+        assert!(started.elapsed() < WITHIN);
         drop(held);
     }
 

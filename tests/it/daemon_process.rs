@@ -373,3 +373,35 @@ async fn a_terminal_that_hangs_up_costs_lines_never_the_daemon() {
     all_end_truly(&mut home, &runs).await;
     daemon.assert_alive();
 }
+
+#[test]
+fn daemon_commands_refuse_what_makes_no_sense_in_one_line() {
+    let home = TestHome::new();
+    for args in [
+        &["daemon", "--json"][..],
+        &["daemon", "--detach", "--install-service"],
+        &["daemon", "--max-parallel", "2", "stop"],
+        &["daemon", "stop", "--timeout", "0s"],
+    ] {
+        let out = home.cli(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+    }
+    let out = home.cli(&["daemon", "stop"]);
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.trim().lines().count() == 1, "{err}");
+    assert!(err.contains(&format!("no daemon is running on {}", home.path().display())), "{err}");
+    let out = home.cli(&["daemon", "status"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("no daemon is running on {}", home.path().display())
+    );
+    // A record left by a daemon that was killed names nobody: no one is signalled.
+    let stale = serde_json::json!({
+        "process": {"pid": std::process::id(), "start_time": 1, "boot_id": "another boot"},
+        "started_at": 0, "version": "0.0.0", "store": "sqlite:///x", "log": null, "node": "n"
+    });
+    std::fs::write(home.path().join("daemon.json"), stale.to_string()).unwrap();
+    let out = home.cli(&["daemon", "stop"]);
+    assert!(stderr(&out).contains("no daemon is running"), "{}", stderr(&out));
+}
