@@ -38,7 +38,7 @@ pub struct DaemonOptions {
     pub report: Option<crate::report_poster::ReportPost>,
     /// Counted pools (`--pool gpu=0,1,2,3`, `gpu=auto`); none by default.
     pub pools: Vec<crate::model::pool::PoolSpec>,
-    /// The daemon's own log, reopened on SIGHUP when it is a file; None: tracing's default.
+    /// The daemon's own log, reopened on SIGHUP when it is a file (None: nothing to reopen).
     pub log: Option<super::log::DaemonLog>,
 }
 
