@@ -5,6 +5,7 @@ use std::process::ExitCode;
 mod cli;
 
 fn main() -> ExitCode {
+    open_closed_standard_descriptors();
     cli::output::exit_quietly_on_broken_pipe();
     // Everything lachesis and its stages create is private to this user (the store holds --var
     // values and webhook passwords, logs hold prompts) whatever umask the shell had; files
@@ -20,8 +21,28 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if cli::output::is_broken_pipe(err.as_ref()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("lachesis: {err}");
+            // Not eprintln!, which panics when stderr fails (a full disk, a gone reader).
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "lachesis: {err}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Started with stdin, stdout or stderr closed (`lachesis daemon >&- 2>&-`), the next file
+/// opened would take its number, and a write meant for stderr would land in it (the store,
+/// a stage's log). Each closed one is opened on /dev/null first.
+fn open_closed_standard_descriptors() {
+    use std::os::fd::IntoRawFd;
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
+            continue;
+        }
+        // The lowest free number is `fd` (those below it are open by now).
+        let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else { return };
+        if null.into_raw_fd() != fd {
+            return;
         }
     }
 }

@@ -51,7 +51,7 @@ pub async fn health(settings: &Settings) -> Option<crate::reconciler::Health> {
         .header(SETTINGS_HEADER, settings.fingerprint())
         .body(Full::new(Bytes::new()))
         .ok()?;
-    let (status, bytes) = exchange(settings, request).await.ok()??;
+    let (status, bytes) = exchange(settings, request, ANSWER_WITHIN).await.ok()??;
     match status {
         StatusCode::OK | StatusCode::SERVICE_UNAVAILABLE => serde_json::from_slice(&bytes).ok(),
         _ => None,
@@ -70,7 +70,7 @@ async fn post<T: DeserializeOwned>(
         .header(SETTINGS_HEADER, settings.fingerprint())
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| ClientError::Refused(e.to_string()))?;
-    let Some((status, bytes)) = exchange(settings, request).await? else { return Ok(None) };
+    let Some((status, bytes)) = exchange(settings, request, ANSWER_WITHIN).await? else { return Ok(None) };
     let unanswered = |e: &dyn std::fmt::Display| ClientError::Unanswered(e.to_string());
     if status.is_success() {
         return serde_json::from_slice(&bytes).map(Some).map_err(|e| unanswered(&e));
@@ -88,6 +88,7 @@ async fn post<T: DeserializeOwned>(
 async fn exchange(
     settings: &Settings,
     request: hyper::Request<Full<Bytes>>,
+    within: Duration,
 ) -> Result<Option<(StatusCode, Bytes)>, ClientError> {
     // Any failure to connect leaves nothing done: a stale socket, no daemon, a foreign file.
     let Ok(stream) = tokio::net::UnixStream::connect(settings.api_socket_path()).await else {
@@ -105,8 +106,17 @@ async fn exchange(
         let bytes = response.into_body().collect().await.map_err(|e| unanswered(&e))?.to_bytes();
         Ok::<_, ClientError>((status, bytes))
     };
-    let answer = tokio::time::timeout(ANSWER_WITHIN, exchange)
+    let answer = tokio::time::timeout(within, exchange)
         .await
-        .map_err(|_| unanswered(&format!("no answer within {}s", ANSWER_WITHIN.as_secs())))??;
+        .map_err(|_| unanswered(&format!("no answer within {}s", within.as_secs())))??;
     Ok(Some(answer))
+}
+
+/// GETs `path` from the daemon listening on `settings`' home socket, whatever its settings:
+/// the answer's status and JSON body (null when it is not JSON). `None` when no daemon answers
+/// within `within`.
+pub async fn get(settings: &Settings, path: &str, within: Duration) -> Option<(u16, serde_json::Value)> {
+    let request = hyper::Request::get(path).header(HOST, "lachesis").body(Full::new(Bytes::new())).ok()?;
+    let (status, bytes) = exchange(settings, request, within).await.ok().flatten()?;
+    Some((status.as_u16(), serde_json::from_slice(&bytes).unwrap_or_default()))
 }

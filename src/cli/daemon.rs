@@ -1,13 +1,33 @@
+use std::ffi::OsString;
+use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use lachesis::daemon::control::{self, DaemonStatus};
+use lachesis::daemon::log::{DaemonLog, FILE_ROTATION, wants_colour};
 use lachesis::daemon::{self, DaemonOptions};
 use lachesis::settings::Settings;
 use lachesis::workflow::Dur;
 
 use super::CliResult;
+use super::output::print_json;
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct DaemonArgs {
+    #[command(subcommand)]
+    action: Option<DaemonAction>,
+    /// Start the daemon in its own session, with no terminal, logging to
+    /// $LACHESIS_HOME/daemon.log (rotated; reopened on SIGHUP); return once it answers, and
+    /// print its pid
+    #[arg(long, conflicts_with = "service")]
+    detach: bool,
+    /// With --detach: print the pid and log path as JSON
+    #[arg(long, requires = "detach")]
+    json: bool,
+    /// (internal) This is the daemon --detach started: log to $LACHESIS_HOME/daemon.log
+    #[arg(long, hide = true, conflicts_with_all = ["service", "detach"])]
+    detached: bool,
     /// Serve the HTTP API here (repeatable): HOST:PORT needs the bearer token
     /// (LACHESIS_API_TOKEN, else $LACHESIS_HOME/api-token, created on first start);
     /// unix:PATH is a 0600 socket that needs none
@@ -83,6 +103,25 @@ pub struct DaemonArgs {
     pub force: bool,
 }
 
+#[derive(clap::Subcommand)]
+enum DaemonAction {
+    /// Stop the home's daemon: SIGTERM, then wait until it is gone (its stages keep running,
+    /// and the next daemon re-attaches them)
+    Stop {
+        /// How long to wait for it to exit
+        #[arg(long, default_value = "30s", value_parser = parse_positive)]
+        timeout: Dur,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The home's daemon: pid, uptime, version, store, node, log and health (exits 1 unless
+    /// it runs and is healthy)
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 fn parse_max_files(text: &str) -> Result<u32, String> {
     let count = text.trim().parse::<u32>().map_err(|_| format!("'{text}' is not a number of files"))?;
     lachesis::logs::limits::check_max_files(count)
@@ -113,13 +152,35 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
 }
 
 pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
+    match args.action {
+        Some(DaemonAction::Stop { timeout, json }) => return stop(&settings, timeout.0, json),
+        Some(DaemonAction::Status { json }) => return status(&settings, json),
+        None if args.detach => return detach(&settings, args.json),
+        None => {}
+    }
+    // The detached daemon keeps its log in the home; any other writes to its stderr. Neither
+    // can stop it by failing (see daemon::log).
+    let log = if args.detached {
+        DaemonLog::file(&control::log_path(&settings.home), FILE_ROTATION, true)
+    } else {
+        DaemonLog::stderr()
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LACHESIS_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
+        .with_ansi(wants_colour(args.detached))
+        .log_internal_errors(false)
+        .with_writer(log.clone())
         .init();
+    let served = serve(settings, args, log.clone());
+    // What the daemon said last (why it exits) is in the log before the process ends.
+    log.flush(Duration::from_secs(2));
+    served
+}
+
+fn serve(settings: Settings, args: DaemonArgs, log: DaemonLog) -> CliResult {
     let report = lachesis::report_poster::ReportPost::from_settings(
         args.report_cron.as_deref(),
         args.report_tz.as_deref(),
@@ -142,15 +203,120 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         },
         report,
         pools: args.pools,
+        log: Some(log),
     };
     // One thread runs every task: a message between the API, the reconciler and a stage's
     // watcher stays on it instead of waking another thread (about 90 context switches per run
     // instead of 120, and 15% less of the daemon's CPU). Nothing here holds the thread: children
-    // are tokio's, log followers read on their own threads, and SQLite has sqlx's worker.
+    // are tokio's, log followers read on their own threads, SQLite has sqlx's worker, and the
+    // log has its writer.
     raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(daemon::run(settings, options))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long `--detach` waits for the daemon to answer (a PostgreSQL store's migrations, a slow
+/// disk).
+const START_WITHIN: Duration = Duration::from_secs(60);
+
+/// `daemon --detach`: this same command line, as the detached daemon, in its own session.
+fn detach(settings: &Settings, json: bool) -> CliResult {
+    let args = detached_args(std::env::args_os().skip(1));
+    // The running executable itself, even if an upgrade has replaced the file since.
+    let exe = Path::new("/proc/self/exe");
+    let started = current_thread()?.block_on(control::detach(settings, exe, args, START_WITHIN, say))?;
+    if json {
+        print_json(&started)?;
+    } else {
+        println!("{}", started.pid);
+        say(&format!("lachesis daemon started; its log: {}", started.log.display()));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The daemon's arguments for its detached self: `--detach` becomes `--detached`, and what only
+/// the starting command prints (`--json`) is left out.
+fn detached_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    args.filter(|arg| arg != "--json")
+        .map(|arg| if arg == "--detach" { OsString::from("--detached") } else { arg })
+        .collect()
+}
+
+fn stop(settings: &Settings, within: Duration, json: bool) -> CliResult {
+    let stopped = current_thread()?.block_on(control::stop(settings, within, say))?;
+    if json {
+        print_json(&stopped)?;
+    } else {
+        println!(
+            "stopped the daemon (pid {}); its stages run on until the next daemon re-attaches them",
+            stopped.pid
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(settings: &Settings, json: bool) -> CliResult {
+    let status = current_thread()?.block_on(control::status(settings))?;
+    if json {
+        print_json(&status)?;
+    } else {
+        print!("{}", status_text(&status));
+    }
+    Ok(if status.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn status_text(status: &DaemonStatus) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if !status.running {
+        let _ = writeln!(out, "no daemon is running on {}", status.home.display());
+        return out;
+    }
+    let pid = status.pid.map_or_else(|| "?".into(), |p| p.to_string());
+    let up = status
+        .uptime_secs
+        .map(|s| format!(", up {}", humantime::format_duration(Duration::from_secs(s))))
+        .unwrap_or_default();
+    let unknown = || "? (it left no daemon.json: an older lachesis?)".to_string();
+    let _ = writeln!(out, "daemon   running (pid {pid}{up})");
+    let _ = writeln!(out, "version  {}", status.version.clone().unwrap_or_else(unknown));
+    let _ = writeln!(out, "store    {}", status.store.clone().unwrap_or_else(unknown));
+    let _ = writeln!(out, "node     {}", status.node.clone().unwrap_or_else(unknown));
+    let log = match (&status.log, status.pid) {
+        (Some(log), _) => log.display().to_string(),
+        (None, Some(_)) => "its stderr".into(),
+        (None, None) => unknown(),
+    };
+    let _ = writeln!(out, "log      {log}");
+    let verdict = if status.ok { "ok" } else { "unhealthy" };
+    match (status.health_status, &status.health) {
+        (Some(code), Some(serde_json::Value::Object(fields))) => {
+            let _ = writeln!(out, "health   {verdict} (GET /health: {code})");
+            for (key, value) in fields {
+                let value = value.as_str().map_or_else(|| value.to_string(), str::to_string);
+                let _ = writeln!(out, "  {key}: {value}");
+            }
+        }
+        (Some(code), _) => {
+            let _ = writeln!(out, "health   {verdict} (GET /health: {code})");
+        }
+        (None, _) => {
+            let _ =
+                writeln!(out, "health   unhealthy (no answer on {})", status.home.join("api.sock").display());
+        }
+    }
+    out
+}
+
+/// A note on stderr for the user; a stderr that cannot take it is no reason to fail.
+fn say(note: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{note}");
+}
+
+fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
 /// Each live stage holds descriptors in the daemon (its report pipe, a pidfd), so the usual soft

@@ -3,6 +3,7 @@
 mod atropos;
 mod checkpoints;
 mod cli;
+mod daemon_process;
 mod dashboard;
 mod dependencies;
 mod docs;

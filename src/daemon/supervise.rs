@@ -10,6 +10,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::info;
 
+use super::record::DaemonRecord;
 use crate::reconciler::{Msg, ReconcilerConfig};
 use crate::service::{Service, ServiceError};
 use crate::settings::Settings;
@@ -37,6 +38,8 @@ pub struct DaemonOptions {
     pub report: Option<crate::report_poster::ReportPost>,
     /// Counted pools (`--pool gpu=0,1,2,3`, `gpu=auto`); none by default.
     pub pools: Vec<crate::model::pool::PoolSpec>,
+    /// The daemon's own log, reopened on SIGHUP when it is a file (None: nothing to reopen).
+    pub log: Option<super::log::DaemonLog>,
 }
 
 impl Default for DaemonOptions {
@@ -54,6 +57,7 @@ impl Default for DaemonOptions {
             log_rotation: crate::logs::Rotation::default(),
             report: None,
             pools: Vec::new(),
+            log: None,
         }
     }
 }
@@ -76,6 +80,10 @@ pub enum DaemonError {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), DaemonError> {
+    // First, before anything can take long: a hung-up terminal's SIGHUP must not end the daemon.
+    let hangup = signal(SignalKind::hangup())
+        .map_err(|source| DaemonError::Socket { path: "SIGHUP".into(), source })?;
+    tokio::spawn(on_hangup(hangup, options.log.clone()));
     let wants_token = options.listen.iter().any(|l| matches!(l, crate::api::Listen::Tcp(_)));
     // A short LACHESIS_API_TOKEN is refused before anything starts.
     if wants_token && let Some(token) = crate::environ::var("LACHESIS_API_TOKEN") {
@@ -116,11 +124,28 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     if !pools.is_empty() {
         info!(pools = %pools, "counted pools");
     }
+    let record = DaemonRecord::of_this_process(
+        super::control::store_text(&settings),
+        options.log.as_ref().and_then(|log| log.path().map(Path::to_path_buf)),
+        node.clone(),
+    );
+    // `daemon stop` and `daemon status` find the daemon by it; one that cannot be written (a
+    // full disk) leaves them blind, not the runs unsupervised.
+    let record = match record.and_then(|r| r.write(&settings.home).map(|()| r)) {
+        Ok(record) => Some(record),
+        Err(err) => {
+            tracing::warn!(
+                "cannot write {}: {err}; `daemon stop` and `daemon status` will not find this daemon",
+                super::record::path(&settings.home).display()
+            );
+            None
+        }
+    };
     let socket_path = settings.socket_path();
     let socket = crate::wake::listen(&socket_path)
         .map_err(|source| DaemonError::Socket { path: socket_path.display().to_string(), source })?;
     let exe = std::env::current_exe().map_err(DaemonError::Exe)?;
-    info!(home = %settings.home.display(), store = %service.backend(), pid = std::process::id(), "daemon started");
+    info!(home = %settings.home.display(), store = %service.backend(), pid = std::process::id(), version = env!("CARGO_PKG_VERSION"), "daemon started");
 
     let (tx, rx) = mpsc::unbounded_channel();
     let wake_tx = tx.clone();
@@ -216,12 +241,27 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     }
     let _ = std::fs::remove_file(&socket_path);
     let _ = std::fs::remove_file(settings.api_socket_path());
+    if let Some(record) = record {
+        record.remove_if_ours(&settings.home);
+    }
     for listen in &options.listen {
         if let crate::api::Listen::Unix(path) = listen {
             let _ = std::fs::remove_file(path);
         }
     }
     Ok(())
+}
+
+/// SIGHUP never ends the daemon (a terminal that hangs up sends it): a log file is reopened, as
+/// logrotate expects after moving it away; a log on stderr has nothing to reopen.
+async fn on_hangup(mut hangup: tokio::signal::unix::Signal, log: Option<super::log::DaemonLog>) {
+    while hangup.recv().await.is_some() {
+        match log.as_ref().filter(|log| log.path().is_some()) {
+            // The log's writer says when it has reopened the file, in the new file.
+            Some(log) => log.reopen(),
+            None => info!("SIGHUP ignored: the log goes to stderr, nothing to reopen; the daemon runs on"),
+        }
+    }
 }
 
 /// How often the daemon looks at the home's free space.
