@@ -1,0 +1,319 @@
+//! Submission: a run request checked, planned and written as pending, alone or in a batch.
+
+use std::collections::{BTreeMap, HashMap};
+
+use uuid::Uuid;
+
+use crate::engine::service::{Result, Service, ServiceError};
+use crate::engine::store::{NewDependency, StoreError};
+use crate::model::{Run, RunParams};
+use crate::workflow::Workflow;
+
+/// What a surface asks for when it starts a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SubmitRequest {
+    /// The default workflow when absent.
+    pub workflow: Option<String>,
+    /// The selected environment when absent (for workflows that run one).
+    pub env_name: Option<String>,
+    pub vars: BTreeMap<String, String>,
+    /// Config fields for this run (`--set`), checked against the field types and locks.
+    pub set: BTreeMap<String, String>,
+    pub priority: i64,
+    /// Overrides the workflow's `stall_timeout` for this run.
+    pub stall_timeout: Option<std::time::Duration>,
+    /// Queued held: not claimed until released (`run release`).
+    pub hold: bool,
+    /// Overrides the workflow's `time_limit` for this run.
+    pub time_limit: Option<std::time::Duration>,
+    /// Units of the daemon's pools, over the workflow's `needs` (`--needs gpu=2`).
+    pub needs: crate::model::Needs,
+    /// Runs it waits for (`--after`, `--after-any`, `--after-failed`, a pipeline's `after`).
+    pub after: Vec<After>,
+}
+
+/// One dependency of a submitted run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct After {
+    pub target: AfterTarget,
+    pub when: crate::model::When,
+    /// What `{after.NAME.*}` calls it in the run's variables; a dependency without a name gives
+    /// no values.
+    pub name: Option<String>,
+}
+
+/// The run a dependency waits for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AfterTarget {
+    /// An existing run, by its id or a unique prefix.
+    Run(String),
+    /// An earlier run of the same `submit_many` (its index, from 0): a pipeline's step.
+    Earlier(usize),
+}
+
+/// Only the workflow's declared vars take per-run values: the built-ins (the interpreter, the
+/// checkout, the run's paths) are the operator's, never a caller's.
+fn check_run_vars(spec: &Workflow, vars: &BTreeMap<String, String>) -> Result<()> {
+    for name in vars.keys() {
+        if crate::workflow::BUILTIN_VARS.contains(&name.as_str()) || name.starts_with("port.") {
+            return Err(ServiceError::BuiltinVar { name: name.clone() });
+        }
+        if !spec.vars.contains_key(name) {
+            let known = spec.vars.keys().cloned().collect::<Vec<_>>();
+            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            return Err(ServiceError::UnknownVar { name: name.clone(), workflow: spec.name.clone(), known });
+        }
+    }
+    Ok(())
+}
+
+impl Service {
+    /// Validates everything a run needs, then writes it as pending in one transaction and
+    /// wakes the daemon. Nothing is written when anything is wrong.
+    pub async fn submit(&self, request: SubmitRequest) -> Result<Run> {
+        let mut runs = self.submit_many(vec![request]).await?;
+        Ok(runs.remove(0))
+    }
+
+    /// Validates every request, then writes all the runs as pending in one transaction (in
+    /// order, so they are claimed in order at equal priority) and wakes the daemon once.
+    /// Nothing is written when any request is wrong; the error names the request (from 1).
+    pub async fn submit_many(&self, requests: Vec<SubmitRequest>) -> Result<Vec<Run>> {
+        let catalog = self.settings.catalog()?;
+        let single = requests.len() == 1;
+        // A sweep names a handful of workflows: each is loaded and checked once.
+        let mut specs: HashMap<String, Workflow> = HashMap::new();
+        let mut batch = Vec::with_capacity(requests.len());
+        let mut ids: Vec<Uuid> = Vec::with_capacity(requests.len());
+        for (index, request) in requests.into_iter().enumerate() {
+            let in_batch = |err| {
+                if single { err } else { ServiceError::InBatch { index: index + 1, source: Box::new(err) } }
+            };
+            let deps = self.dependencies_of(&request.after, &ids).await.map_err(in_batch)?;
+            let run = self.prepare(&catalog, &mut specs, request).await.map_err(in_batch)?;
+            let stages = run.pending_stages();
+            ids.push(run.id);
+            batch.push((run, stages, deps));
+        }
+        let runs = self.store.insert_runs_after(&batch).await.map_err(|err| match err {
+            StoreError::Unmet { reason } => ServiceError::DependencyUnmet { reason },
+            other => other.into(),
+        })?;
+        self.wake_queued().await;
+        Ok(runs)
+    }
+
+    /// A request's dependencies as the store writes them: each target found (an existing run by
+    /// its id or prefix, or an earlier run of the batch, whose id is in `earlier`), each name
+    /// given once, and none on a run that already ended in a way that can never meet it.
+    async fn dependencies_of(&self, after: &[After], earlier: &[Uuid]) -> Result<Vec<NewDependency>> {
+        let mut deps: Vec<NewDependency> = Vec::with_capacity(after.len());
+        for dep in after {
+            if let Some(name) = &dep.name {
+                crate::model::dependency::check_name(name).map_err(ServiceError::BadDependency)?;
+                if deps.iter().any(|d| d.name.as_ref() == Some(name)) {
+                    return Err(ServiceError::BadDependency(format!("two dependencies are named '{name}'")));
+                }
+            }
+            let target = match &dep.target {
+                AfterTarget::Earlier(index) => *earlier.get(*index).ok_or_else(|| {
+                    ServiceError::BadDependency(format!(
+                        "run {} of the batch is not before this one: a run waits only for earlier runs",
+                        index + 1
+                    ))
+                })?,
+                AfterTarget::Run(prefix) => {
+                    let run = self.resolve(prefix).await?;
+                    let settled = crate::model::dependency::settle(dep.when, run.state);
+                    if settled == crate::model::Settled::Unmet {
+                        let reason = crate::model::dependency::unmet_reason(&run.id, dep.when, run.state);
+                        return Err(ServiceError::DependencyUnmet { reason });
+                    }
+                    run.id
+                }
+            };
+            deps.push(NewDependency { after: target, when: dep.when, name: dep.name.clone() });
+        }
+        Ok(deps)
+    }
+
+    /// One run, checked and planned, not yet written.
+    async fn prepare(
+        &self,
+        catalog: &crate::workflow::Catalog,
+        specs: &mut HashMap<String, Workflow>,
+        request: SubmitRequest,
+    ) -> Result<Run> {
+        self.prepare_as(catalog, specs, request, Uuid::new_v4()).await
+    }
+
+    /// `prepare` for the run `id`: an edit re-plans a queued run under its own id.
+    pub(in crate::engine::service) async fn prepare_as(
+        &self,
+        catalog: &crate::workflow::Catalog,
+        specs: &mut HashMap<String, Workflow>,
+        request: SubmitRequest,
+        id: Uuid,
+    ) -> Result<Run> {
+        let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
+        let cached = specs.get(&name).cloned();
+        let mut spec = match cached {
+            Some(spec) => spec,
+            None => catalog.load(&name)?,
+        };
+        // Per-run values first: a bad variable is named even when a credential is missing too.
+        check_run_vars(&spec, &request.vars)?;
+        if !specs.contains_key(&name) {
+            self.check_workflow(&name, &spec)?;
+            specs.insert(name.clone(), spec.clone());
+        }
+        if let Some(timeout) = request.stall_timeout {
+            spec.stall_timeout = Some(crate::workflow::Dur(timeout));
+        }
+        if let Some(limit) = request.time_limit {
+            spec.time_limit = Some(crate::workflow::Dur(limit));
+        }
+        let needs = self.checked_needs(&spec, &request.needs)?;
+        let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
+        let (env_name, env_file, config) = if runs_env || request.env_name.is_some() {
+            let (name, file, config) = self
+                .run_environment(request.env_name.as_deref(), &request.set, &spec)
+                .await
+                .map_err(|err| match err {
+                    ServiceError::NoSelection if runs_env => {
+                        ServiceError::NeedsEnvironment(spec.name.clone())
+                    }
+                    other => other,
+                })?;
+            (Some(name), Some(file), config)
+        } else {
+            let config =
+                request.set.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+            (None, None, config)
+        };
+        let run_dir = self.settings.run_dir(&id);
+        let after_names: Vec<&str> = request.after.iter().filter_map(|a| a.name.as_deref()).collect();
+        let resolved = self.resolve_vars(
+            &spec,
+            (&request.vars, &after_names),
+            (env_name.as_deref(), env_file.as_deref()),
+            &id,
+            &run_dir,
+            catalog.dir(),
+        )?;
+        // A dry run of the expansion with stand-in ports, so a template problem is caught now.
+        let mut trial = resolved.clone();
+        for port in spec.ports.keys() {
+            trial.insert(format!("port.{port}"), "0".into());
+        }
+        for pool in needs.names() {
+            trial.insert(format!("{}{pool}", crate::model::pool::VAR_PREFIX), "0".into());
+        }
+        for stage in &spec.stages {
+            stage
+                .plan(&trial, &run_dir)
+                .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
+        }
+        let after = after_names.iter().map(|n| n.to_string()).collect();
+        let params = RunParams { vars: request.vars, config, needs, resolved, after };
+        let held_at = request.hold.then(crate::model::now_millis);
+        let run = Run {
+            env_name,
+            workflow: name,
+            held_at,
+            ..Run::queued(id, spec, run_dir, request.priority, params)
+        };
+        Ok(run)
+    }
+
+    /// The run's needs (the workflow's, the request's over them), refused when no claim could
+    /// meet them: checked against the pools the home's daemon published when it started.
+    fn checked_needs(&self, spec: &Workflow, asked: &crate::model::Needs) -> Result<crate::model::Needs> {
+        let needs = spec.needs.overlaid(&asked.clone().checked()?);
+        if needs.iter().all(|(_, &count)| count == 0) {
+            return Ok(needs);
+        }
+        if spec.launcher == crate::workflow::Launcher::Slurm {
+            return Err(ServiceError::Unplannable {
+                workflow: spec.name.clone(),
+                problem: "needs: counted pools are the claiming node's devices; a Slurm job asks sbatch for its own".into(),
+            });
+        }
+        crate::pools::published(&self.settings.home)?.check(&needs)?;
+        Ok(needs)
+    }
+
+    /// What a workflow needs of this store and environment, checked once per submission.
+    fn check_workflow(&self, name: &str, spec: &Workflow) -> Result<()> {
+        if !spec.node_labels.is_empty() && !self.store.backend().supports_nodes() {
+            let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            return Err(ServiceError::NeedsPostgres(format!(
+                "workflow '{name}' pins its runs to nodes labelled {}, which",
+                labels.join(",")
+            )));
+        }
+        let missing: Vec<String> =
+            spec.credentials.iter().filter(|c| !crate::environ::is_set(c)).cloned().collect();
+        if !missing.is_empty() {
+            return Err(ServiceError::MissingCredentials {
+                workflow: name.to_string(),
+                wanted: spec.credentials.clone(),
+                missing,
+            });
+        }
+        Ok(())
+    }
+
+    /// Every template value of a run except its ports (those are picked when it is claimed)
+    /// and its dependencies' values (`{after.NAME.*}` in a per-run value, kept as written until
+    /// the run is claimed; only the names in `after` may appear).
+    fn resolve_vars(
+        &self,
+        spec: &Workflow,
+        (vars, after): (&BTreeMap<String, String>, &[&str]),
+        (env_name, env_file): (Option<&str>, Option<&std::path::Path>),
+        id: &Uuid,
+        run_dir: &std::path::Path,
+        workflow_dir: &std::path::Path,
+    ) -> Result<BTreeMap<String, String>> {
+        let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let builtins = BTreeMap::from([
+            ("run_id".to_string(), id.to_string()),
+            ("run_dir".to_string(), path(run_dir)),
+            ("config_path".to_string(), path(&run_dir.join("config.yaml"))),
+            ("env_file".to_string(), env_file.map(path).unwrap_or_default()),
+            ("env_name".to_string(), env_name.unwrap_or_default().to_string()),
+            ("python".to_string(), self.settings.python.clone()),
+            ("workflow_dir".to_string(), path(workflow_dir)),
+            ("home".to_string(), path(&self.settings.home)),
+            ("tinker_atropos".to_string(), path(&self.settings.tinker_atropos)),
+        ]);
+        let mut resolved = builtins.clone();
+        let mut with_after = builtins;
+        for name in after {
+            for kind in crate::model::dependency::AFTER_VALUES {
+                let var = crate::model::dependency::after_var(name, kind);
+                with_after.insert(var.clone(), format!("{{{var}}}"));
+            }
+        }
+        let unplannable =
+            |problem: String| ServiceError::Unplannable { workflow: spec.name.clone(), problem };
+        for (name, default) in &spec.vars {
+            let raw = vars.get(name).unwrap_or(default);
+            for var in crate::workflow::template::variables(raw).unwrap_or_default() {
+                if var.starts_with("after.") && !with_after.contains_key(var) {
+                    let named = if after.is_empty() { "none".to_string() } else { after.join(", ") };
+                    return Err(unplannable(format!(
+                        "vars.{name}: '{{{}}}' is not a value of a named dependency ({{after.NAME.run_id}}, \
+                         {{after.NAME.trained_weights}} or {{after.NAME.run_dir}}; named: {named})",
+                        crate::yaml::one_line(var)
+                    )));
+                }
+            }
+            let value = crate::workflow::template::expand(raw, &with_after)
+                .map_err(|e| unplannable(format!("vars.{name}: {e}")))?;
+            resolved.insert(name.clone(), value);
+        }
+        Ok(resolved)
+    }
+}
