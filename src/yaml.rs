@@ -58,7 +58,7 @@ const MAX_MESSAGE: usize = 300;
 
 /// `text` cut in its middle to at most about `max` characters: the start says what was found,
 /// the end what was expected.
-fn clip(text: &str, max: usize) -> String {
+pub fn clip(text: &str, max: usize) -> String {
     let count = text.chars().count();
     if count <= max {
         return text.to_string();

@@ -4,6 +4,8 @@ use rmcp::schemars;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::service::RunRequest;
+
 #[derive(Deserialize, schemars::JsonSchema)]
 pub struct NameArgs {
     /// Environment name, from rl_list_environments
@@ -24,34 +26,21 @@ pub struct RunArgs {
     pub run_id: String,
 }
 
-#[derive(Deserialize, schemars::JsonSchema, Default)]
-pub struct StartArgs {
-    /// Workflow to run (default: the default workflow, tinker-atropos)
-    #[serde(default)]
-    pub workflow: Option<String>,
-    /// Queue it held: not started until it is released
-    #[serde(default)]
-    pub hold: bool,
-    /// Fail the run when an attempt runs this long (e.g. "10h"); overrides the workflow's
-    /// `time_limit`
-    #[serde(default)]
-    pub time_limit: Option<String>,
-    /// Runs to wait for before this one starts (default: none)
-    #[serde(default)]
-    pub after: Vec<AfterArg>,
-}
+/// `rl_start_training`'s arguments: one run request, every field `run start --from` lines and
+/// `POST /runs` bodies take (all optional; the reference takes none). Kept as given and read
+/// by `RunRequest::from_value`, so a bad field is answered as an error that names it.
+#[derive(Deserialize, Default)]
+#[serde(transparent)]
+pub struct StartArgs(pub serde_json::Map<String, Value>);
 
-/// One run to wait for.
-#[derive(Deserialize, schemars::JsonSchema, Default)]
-pub struct AfterArg {
-    /// The run id (or a unique prefix of it)
-    pub run: String,
-    /// "ok" (it completed; the default), "any" (it ended) or "failed" (it failed)
-    #[serde(default)]
-    pub when: Option<String>,
-    /// A name for its values in this run's variables ({after.NAME.trained_weights})
-    #[serde(default)]
-    pub name: Option<String>,
+impl schemars::JsonSchema for StartArgs {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StartArgs".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <RunRequest as schemars::JsonSchema>::json_schema(generator)
+    }
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]

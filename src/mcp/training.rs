@@ -9,38 +9,19 @@ use super::answers::{self, answer};
 use super::args::{RunArgs, StartArgs};
 use super::inference;
 use crate::model::RunQuery;
-use crate::service::{ServiceError, SubmitRequest};
+use crate::service::{RunRequest, ServiceError};
 
 impl RlTools {
     pub(super) async fn start_training(&self, args: StartArgs) -> String {
+        let mut request = match RunRequest::from_value(Value::Object(args.0)) {
+            Ok(request) => request,
+            Err(err) => return answer(json!({ "error": err.to_string() })),
+        };
         // The selected environment, as the reference starts it; with none selected, the service
         // asks for one only if the workflow runs an environment (the demo starts without).
-        let env_name = self.service.selection().await.ok().map(|selection| selection.env_name);
-        let mut after = Vec::with_capacity(args.after.len());
-        for dep in args.after {
-            let when = match dep.when.as_deref().map(str::parse).transpose() {
-                Ok(when) => when.unwrap_or_default(),
-                Err(problem) => return answer(json!({ "error": problem })),
-            };
-            after.push(crate::service::After {
-                target: crate::service::AfterTarget::Run(dep.run),
-                when,
-                name: dep.name,
-            });
+        if request.env.is_none() {
+            request.env = self.service.selection().await.ok().map(|selection| selection.env_name);
         }
-        let time_limit = match args.time_limit.as_deref().map(str::parse::<crate::workflow::Dur>) {
-            None => None,
-            Some(Ok(limit)) => Some(limit.0),
-            Some(Err(problem)) => return answer(json!({ "error": format!("time_limit: {problem}") })),
-        };
-        let request = SubmitRequest {
-            workflow: args.workflow,
-            env_name,
-            hold: args.hold,
-            time_limit,
-            after,
-            ..SubmitRequest::default()
-        };
         match self.service.submit(request).await {
             Ok(run) => {
                 let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);
@@ -161,7 +142,11 @@ mod tests {
     use std::time::Duration;
 
     fn start(workflow: Option<&str>) -> StartArgs {
-        StartArgs { workflow: workflow.map(str::to_string), hold: false, time_limit: None, after: Vec::new() }
+        args(json!({ "workflow": workflow }))
+    }
+
+    fn args(value: Value) -> StartArgs {
+        serde_json::from_value(value).unwrap()
     }
 
     /// Only a workflow that runs an environment asks for a selection; `run start -w demo` and
@@ -225,19 +210,19 @@ mod tests {
         let settings = crate::settings::Settings::new(Some(home.path().to_path_buf()), None);
         let service = Service::open(settings).await.unwrap();
         let tools = RlTools::new(service.clone());
-        let args = |time_limit: &str| StartArgs {
-            workflow: Some("demo".into()),
-            hold: true,
-            time_limit: Some(time_limit.into()),
-            after: Vec::new(),
-        };
-        let started: Value = serde_json::from_str(&tools.start_training(args("10h")).await).unwrap();
+        let limited =
+            |time_limit: &str| args(json!({ "workflow": "demo", "hold": true, "time_limit": time_limit }));
+        let started: Value = serde_json::from_str(&tools.start_training(limited("10h")).await).unwrap();
         assert_eq!(started["held"], true, "{started:#}");
         let run = service.resolve(started["run_id"].as_str().unwrap()).await.unwrap();
         assert!(run.held_at.is_some());
         assert_eq!(run.spec.time_limit, Some(crate::workflow::Dur(Duration::from_secs(36_000))));
-        let refused: Value = serde_json::from_str(&tools.start_training(args("soon")).await).unwrap();
+        let refused: Value = serde_json::from_str(&tools.start_training(limited("soon")).await).unwrap();
         let error = refused["error"].as_str().unwrap();
         assert!(error.starts_with("time_limit: 'soon' is not a duration"), "{error}");
+        // A misspelt argument is an answer naming it, not a default silently taken.
+        let typo: Value =
+            serde_json::from_str(&tools.start_training(args(json!({ "workflw": "demo" }))).await).unwrap();
+        assert!(typo["error"].as_str().unwrap().contains("unknown field `workflw`"), "{typo:#}");
     }
 }

@@ -21,6 +21,7 @@ mod nodes;
 mod pools;
 mod progress;
 mod report;
+mod requests;
 mod retention;
 mod schedules;
 mod slurm;

@@ -1,11 +1,11 @@
 //! `lachesis run start`: one run, N identical runs, one per line of a file, or a pipeline.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use lachesis::service::{Service, ServiceError, SubmitRequest};
+use lachesis::model::When;
+use lachesis::service::{DependencyRequest, RunRequest, Service, ServiceError};
 use lachesis::settings::Settings;
 
 use super::flags::{assignments, needs};
@@ -50,8 +50,9 @@ pub struct StartArgs {
     /// Queue N identical runs in one transaction; prints their ids in order
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     count: Option<u32>,
-    /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with
-    /// any of workflow, env, set, vars, priority, needs, after, over the flags given here
+    /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with any
+    /// of workflow, env, vars, set, priority, stall_timeout, hold, time_limit, needs, after,
+    /// over the flags given here
     #[arg(long, value_name = "FILE", conflicts_with = "count")]
     from: Option<PathBuf>,
     /// Wait for this run to complete (repeatable; an id or unique prefix, or NAME=ID to use
@@ -78,36 +79,27 @@ pub struct StartArgs {
 
 impl StartArgs {
     /// The run the flags describe (for `--from`, what each line's fields fall back to).
-    fn request(&self) -> Result<SubmitRequest, ServiceError> {
-        Ok(SubmitRequest {
+    fn request(&self) -> Result<RunRequest, ServiceError> {
+        let after: Vec<DependencyRequest> =
+            [(&self.after, When::Ok), (&self.after_any, When::Any), (&self.after_failed, When::Failed)]
+                .into_iter()
+                .flat_map(|(list, when)| {
+                    list.iter().map(move |text| DependencyRequest::from_flag(text, when))
+                })
+                .collect();
+        Ok(RunRequest {
             workflow: self.workflow.clone(),
-            env_name: self.env.clone(),
+            env: self.env.clone(),
             vars: assignments("--var", &self.var)?,
             set: assignments("--set", &self.set)?,
-            priority: self.priority,
-            stall_timeout: self.stall_timeout.map(|d| d.0),
-            hold: self.hold,
-            time_limit: self.time_limit.map(|d| d.0),
+            priority: Some(self.priority),
+            stall_timeout: self.stall_timeout,
+            hold: self.hold.then_some(true),
+            time_limit: self.time_limit,
             needs: needs(&self.needs)?,
-            after: [
-                (&self.after, lachesis::model::When::Ok),
-                (&self.after_any, lachesis::model::When::Any),
-                (&self.after_failed, lachesis::model::When::Failed),
-            ]
-            .into_iter()
-            .flat_map(|(list, when)| list.iter().map(move |text| after(text, when)))
-            .collect(),
+            after: (!after.is_empty()).then_some(after),
         })
     }
-}
-
-/// `--after [NAME=]ID`: a run by its id or prefix, named for `{after.NAME.*}` when given.
-fn after(text: &str, when: lachesis::model::When) -> lachesis::service::After {
-    let (name, run) = match text.split_once('=') {
-        Some((name, run)) => (Some(name.trim().to_string()), run.trim()),
-        None => (None, text.trim()),
-    };
-    lachesis::service::After { target: lachesis::service::AfterTarget::Run(run.to_string()), when, name }
 }
 
 /// Queues what the flags ask for. One run with nothing to wait for goes to the home's daemon
@@ -175,67 +167,20 @@ fn pipeline(
     lachesis::workflow::pipeline::Pipeline::parse(&path, &text).map_err(|e| e.to_string())
 }
 
-/// One line of `run start --from`: what this run changes over the command line's flags.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunLine {
-    workflow: Option<String>,
-    env: Option<String>,
-    #[serde(default)]
-    set: BTreeMap<String, serde_json::Value>,
-    #[serde(default)]
-    vars: BTreeMap<String, serde_json::Value>,
-    priority: Option<i64>,
-    #[serde(default)]
-    needs: lachesis::model::Needs,
-    /// Queued held (`run release` queues it).
-    hold: Option<bool>,
-    /// Overrides the workflow's `time_limit` (e.g. "10h").
-    time_limit: Option<lachesis::workflow::Dur>,
-    /// Runs it waits for, over the flags' (`[{"run": ID, "when": "ok|any|failed", "name": …}]`).
-    #[serde(default)]
-    after: Vec<AfterLine>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AfterLine {
-    run: String,
-    #[serde(default)]
-    when: lachesis::model::When,
-    name: Option<String>,
-}
-
 /// The requests of a `--from` file (or stdin), one per non-blank line, over `base`.
 /// The largest `--from` file read: a sweep of some 100,000 lines.
 const MAX_FROM_BYTES: u64 = 64 << 20;
 
-fn requests_from(path: &std::path::Path, base: &SubmitRequest) -> Result<Vec<SubmitRequest>, String> {
+fn requests_from(path: &std::path::Path, base: &RunRequest) -> Result<Vec<RunRequest>, String> {
     let text = crate::cli::input::read_text(path, MAX_FROM_BYTES, "--from")?;
-    // Numbers and booleans are passed as their JSON text, the way `--set`/`--var` take them.
-    let text_of = |v: serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
     let mut requests = Vec::new();
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let line: RunLine = serde_json::from_str(line)
+        let line = RunRequest::from_json(line)
             .map_err(|e| format!("--from {} line {}: {e}", path.display(), number + 1))?;
-        let mut request = base.clone();
-        request.workflow = line.workflow.or(request.workflow);
-        request.env_name = line.env.or(request.env_name);
-        request.priority = line.priority.unwrap_or(request.priority);
-        request.hold = line.hold.unwrap_or(request.hold);
-        request.time_limit = line.time_limit.map(|d| d.0).or(request.time_limit);
-        request.set.extend(line.set.into_iter().map(|(k, v)| (k, text_of(v))));
-        request.vars.extend(line.vars.into_iter().map(|(k, v)| (k, text_of(v))));
-        request.needs = request.needs.overlaid(&line.needs);
-        request.after.extend(line.after.into_iter().map(|a| lachesis::service::After {
-            target: lachesis::service::AfterTarget::Run(a.run),
-            when: a.when,
-            name: a.name,
-        }));
-        requests.push(request);
+        requests.push(line.over(base));
     }
     if requests.is_empty() {
         return Err(format!("--from {}: no runs in it (one JSON object per line)", path.display()));

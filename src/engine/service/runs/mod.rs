@@ -5,8 +5,9 @@ mod stop;
 mod submit;
 mod views;
 
+pub use crate::workflow::request::{DependencyRequest, DependencyTarget, RunRequest};
 pub(super) use results::weights_in;
 pub use results::{RunResults, trained_weights, trained_weights_of};
 pub(super) use stop::resubmitted_set;
-pub use submit::{After, AfterTarget, SubmitRequest};
+pub(super) use submit::Earlier;
 pub use views::{RunStatus, RunSummary};

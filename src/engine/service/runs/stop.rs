@@ -6,7 +6,7 @@ use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::StoreError;
 use crate::model::{Run, RunState, RunTrigger};
 
-use super::SubmitRequest;
+use super::RunRequest;
 
 impl Service {
     /// Queues a new run of an ended run's workflow with its environment, variables and
@@ -19,18 +19,18 @@ impl Service {
             return Err(ServiceError::NotEnded { id: run.id.to_string(), state: run.state });
         }
         let set = resubmitted_set(&run);
-        let request = SubmitRequest {
+        let request = RunRequest {
             workflow: Some(run.workflow.clone()),
-            env_name: run.env_name.clone(),
+            env: run.env_name.clone(),
             vars: run.params.vars.clone(),
             set,
-            priority: run.priority,
-            // The stall timeout the run had, its own override included.
-            stall_timeout: run.spec.stall_timeout.map(|d| d.0),
-            hold: false,
-            time_limit: run.spec.time_limit.map(|d| d.0),
+            priority: Some(run.priority),
+            // The stall timeout and time limit the run had, its own overrides included.
+            stall_timeout: run.spec.stall_timeout,
+            hold: None,
+            time_limit: run.spec.time_limit,
             needs: run.params.needs.clone(),
-            after: Vec::new(),
+            after: None,
         };
         self.submit(request).await
     }

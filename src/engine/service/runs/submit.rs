@@ -6,49 +6,18 @@ use uuid::Uuid;
 
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::{NewDependency, StoreError};
-use crate::model::{Run, RunParams};
+use crate::model::{Run, RunParams, When};
 use crate::workflow::Workflow;
+use crate::workflow::request::{DependencyRequest, DependencyTarget, RunRequest};
 
-/// What a surface asks for when it starts a run.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SubmitRequest {
-    /// The default workflow when absent.
-    pub workflow: Option<String>,
-    /// The selected environment when absent (for workflows that run one).
-    pub env_name: Option<String>,
-    pub vars: BTreeMap<String, String>,
-    /// Config fields for this run (`--set`), checked against the field types and locks.
-    pub set: BTreeMap<String, String>,
-    pub priority: i64,
-    /// Overrides the workflow's `stall_timeout` for this run.
-    pub stall_timeout: Option<std::time::Duration>,
-    /// Queued held: not claimed until released (`run release`).
-    pub hold: bool,
-    /// Overrides the workflow's `time_limit` for this run.
-    pub time_limit: Option<std::time::Duration>,
-    /// Units of the daemon's pools, over the workflow's `needs` (`--needs gpu=2`).
-    pub needs: crate::model::Needs,
-    /// Runs it waits for (`--after`, `--after-any`, `--after-failed`, a pipeline's `after`).
-    pub after: Vec<After>,
-}
-
-/// One dependency of a submitted run.
+/// A dependency on an earlier run of the same batch (a pipeline's step, already placed before
+/// this one): its place in the batch, from 0.
 #[derive(Clone, Debug, PartialEq)]
-pub struct After {
-    pub target: AfterTarget,
-    pub when: crate::model::When,
-    /// What `{after.NAME.*}` calls it in the run's variables; a dependency without a name gives
-    /// no values.
+pub(in crate::engine::service) struct Earlier {
+    pub place: usize,
+    pub when: When,
+    /// What `{after.NAME.*}` calls it: the step's name.
     pub name: Option<String>,
-}
-
-/// The run a dependency waits for.
-#[derive(Clone, Debug, PartialEq)]
-pub enum AfterTarget {
-    /// An existing run, by its id or a unique prefix.
-    Run(String),
-    /// An earlier run of the same `submit_many` (its index, from 0): a pipeline's step.
-    Earlier(usize),
 }
 
 /// Only the workflow's declared vars take per-run values: the built-ins (the interpreter, the
@@ -70,7 +39,7 @@ fn check_run_vars(spec: &Workflow, vars: &BTreeMap<String, String>) -> Result<()
 impl Service {
     /// Validates everything a run needs, then writes it as pending in one transaction and
     /// wakes the daemon. Nothing is written when anything is wrong.
-    pub async fn submit(&self, request: SubmitRequest) -> Result<Run> {
+    pub async fn submit(&self, request: RunRequest) -> Result<Run> {
         let mut runs = self.submit_many(vec![request]).await?;
         Ok(runs.remove(0))
     }
@@ -78,19 +47,32 @@ impl Service {
     /// Validates every request, then writes all the runs as pending in one transaction (in
     /// order, so they are claimed in order at equal priority) and wakes the daemon once.
     /// Nothing is written when any request is wrong; the error names the request (from 1).
-    pub async fn submit_many(&self, requests: Vec<SubmitRequest>) -> Result<Vec<Run>> {
+    pub async fn submit_many(&self, requests: Vec<RunRequest>) -> Result<Vec<Run>> {
+        self.submit_batch(requests.into_iter().map(|r| (r, Vec::new())).collect()).await
+    }
+
+    /// `submit_many`, each request with the earlier runs of the batch it waits for.
+    pub(in crate::engine::service) async fn submit_batch(
+        &self,
+        requests: Vec<(RunRequest, Vec<Earlier>)>,
+    ) -> Result<Vec<Run>> {
         let catalog = self.settings.catalog()?;
         let single = requests.len() == 1;
         // A sweep names a handful of workflows: each is loaded and checked once.
         let mut specs: HashMap<String, Workflow> = HashMap::new();
         let mut batch = Vec::with_capacity(requests.len());
         let mut ids: Vec<Uuid> = Vec::with_capacity(requests.len());
-        for (index, request) in requests.into_iter().enumerate() {
+        for (index, (request, earlier)) in requests.into_iter().enumerate() {
             let in_batch = |err| {
                 if single { err } else { ServiceError::InBatch { index: index + 1, source: Box::new(err) } }
             };
-            let deps = self.dependencies_of(&request.after, &ids).await.map_err(in_batch)?;
-            let run = self.prepare(&catalog, &mut specs, request).await.map_err(in_batch)?;
+            let deps =
+                self.dependencies_of(request.dependencies(), &earlier, &ids).await.map_err(in_batch)?;
+            let names: Vec<String> = deps.iter().filter_map(|d| d.name.clone()).collect();
+            let run = self
+                .prepare_as(&catalog, &mut specs, request, &names, Uuid::new_v4())
+                .await
+                .map_err(in_batch)?;
             let stages = run.pending_stages();
             ids.push(run.id);
             batch.push((run, stages, deps));
@@ -104,55 +86,61 @@ impl Service {
     }
 
     /// A request's dependencies as the store writes them: each target found (an existing run by
-    /// its id or prefix, or an earlier run of the batch, whose id is in `earlier`), each name
-    /// given once, and none on a run that already ended in a way that can never meet it.
-    async fn dependencies_of(&self, after: &[After], earlier: &[Uuid]) -> Result<Vec<NewDependency>> {
-        let mut deps: Vec<NewDependency> = Vec::with_capacity(after.len());
-        for dep in after {
+    /// its id or prefix, or an earlier run of the batch, whose id is in `ids`), each name given
+    /// once, and none on a run that already ended in a way that can never meet it.
+    async fn dependencies_of(
+        &self,
+        asked: &[DependencyRequest],
+        earlier: &[Earlier],
+        ids: &[Uuid],
+    ) -> Result<Vec<NewDependency>> {
+        let mut deps: Vec<NewDependency> = Vec::with_capacity(asked.len() + earlier.len());
+        for dep in earlier {
+            let id = *ids.get(dep.place).ok_or_else(|| {
+                ServiceError::BadDependency(format!(
+                    "run {} of the batch is not before this one: a run waits only for earlier runs",
+                    dep.place + 1
+                ))
+            })?;
+            deps.push(NewDependency { after: id, when: dep.when, name: dep.name.clone() });
+        }
+        for dep in asked {
+            let prefix = match &dep.target {
+                DependencyTarget::Run(prefix) => prefix,
+                DependencyTarget::Step(step) => {
+                    return Err(ServiceError::BadDependency(format!(
+                        "'{}' names a pipeline step; outside a pipeline, wait for a run: {{\"run\": ID}}",
+                        crate::yaml::one_line(step)
+                    )));
+                }
+            };
+            let run = self.resolve(prefix).await?;
+            let settled = crate::model::dependency::settle(dep.when, run.state);
+            if settled == crate::model::Settled::Unmet {
+                let reason = crate::model::dependency::unmet_reason(&run.id, dep.when, run.state);
+                return Err(ServiceError::DependencyUnmet { reason });
+            }
+            deps.push(NewDependency { after: run.id, when: dep.when, name: dep.name.clone() });
+        }
+        for (i, dep) in deps.iter().enumerate() {
             if let Some(name) = &dep.name {
                 crate::model::dependency::check_name(name).map_err(ServiceError::BadDependency)?;
-                if deps.iter().any(|d| d.name.as_ref() == Some(name)) {
+                if deps[..i].iter().any(|d| d.name.as_ref() == Some(name)) {
                     return Err(ServiceError::BadDependency(format!("two dependencies are named '{name}'")));
                 }
             }
-            let target = match &dep.target {
-                AfterTarget::Earlier(index) => *earlier.get(*index).ok_or_else(|| {
-                    ServiceError::BadDependency(format!(
-                        "run {} of the batch is not before this one: a run waits only for earlier runs",
-                        index + 1
-                    ))
-                })?,
-                AfterTarget::Run(prefix) => {
-                    let run = self.resolve(prefix).await?;
-                    let settled = crate::model::dependency::settle(dep.when, run.state);
-                    if settled == crate::model::Settled::Unmet {
-                        let reason = crate::model::dependency::unmet_reason(&run.id, dep.when, run.state);
-                        return Err(ServiceError::DependencyUnmet { reason });
-                    }
-                    run.id
-                }
-            };
-            deps.push(NewDependency { after: target, when: dep.when, name: dep.name.clone() });
         }
         Ok(deps)
     }
 
-    /// One run, checked and planned, not yet written.
-    async fn prepare(
-        &self,
-        catalog: &crate::workflow::Catalog,
-        specs: &mut HashMap<String, Workflow>,
-        request: SubmitRequest,
-    ) -> Result<Run> {
-        self.prepare_as(catalog, specs, request, Uuid::new_v4()).await
-    }
-
-    /// `prepare` for the run `id`: an edit re-plans a queued run under its own id.
+    /// One run, checked and planned as `id`, not yet written: a new run, or a queued run an
+    /// edit re-plans under its own id. `after` are its dependencies' names (`{after.NAME.*}`).
     pub(in crate::engine::service) async fn prepare_as(
         &self,
         catalog: &crate::workflow::Catalog,
         specs: &mut HashMap<String, Workflow>,
-        request: SubmitRequest,
+        request: RunRequest,
+        after: &[String],
         id: Uuid,
     ) -> Result<Run> {
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
@@ -168,16 +156,16 @@ impl Service {
             specs.insert(name.clone(), spec.clone());
         }
         if let Some(timeout) = request.stall_timeout {
-            spec.stall_timeout = Some(crate::workflow::Dur(timeout));
+            spec.stall_timeout = Some(timeout);
         }
         if let Some(limit) = request.time_limit {
-            spec.time_limit = Some(crate::workflow::Dur(limit));
+            spec.time_limit = Some(limit);
         }
         let needs = self.checked_needs(&spec, &request.needs)?;
         let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
-        let (env_name, env_file, config) = if runs_env || request.env_name.is_some() {
+        let (env_name, env_file, config) = if runs_env || request.env.is_some() {
             let (name, file, config) = self
-                .run_environment(request.env_name.as_deref(), &request.set, &spec)
+                .run_environment(request.env.as_deref(), &request.set, &spec)
                 .await
                 .map_err(|err| match err {
                     ServiceError::NoSelection if runs_env => {
@@ -192,7 +180,7 @@ impl Service {
             (None, None, config)
         };
         let run_dir = self.settings.run_dir(&id);
-        let after_names: Vec<&str> = request.after.iter().filter_map(|a| a.name.as_deref()).collect();
+        let after_names: Vec<&str> = after.iter().map(String::as_str).collect();
         let resolved = self.resolve_vars(
             &spec,
             (&request.vars, &after_names),
@@ -214,14 +202,13 @@ impl Service {
                 .plan(&trial, &run_dir)
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
-        let after = after_names.iter().map(|n| n.to_string()).collect();
-        let params = RunParams { vars: request.vars, config, needs, resolved, after };
-        let held_at = request.hold.then(crate::model::now_millis);
+        let params = RunParams { vars: request.vars, config, needs, resolved, after: after.to_vec() };
+        let held_at = request.hold.unwrap_or(false).then(crate::model::now_millis);
         let run = Run {
             env_name,
             workflow: name,
             held_at,
-            ..Run::queued(id, spec, run_dir, request.priority, params)
+            ..Run::queued(id, spec, run_dir, request.priority.unwrap_or(0), params)
         };
         Ok(run)
     }
