@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use lachesis::model::{RunQuery, RunState, now_millis, short_id};
+use lachesis::model::{Dependency, RunQuery, RunState, now_millis, short_id};
 use lachesis::service::Service;
 
 use crate::cli::CliResult;
@@ -36,7 +36,7 @@ pub async fn run(service: &Service, ListArgs { state, limit, json }: ListArgs) -
                 state.push_str(" (held)");
             }
             if r.deps_open > 0 && r.state == RunState::Pending {
-                state.push_str(&format!(" (waits for {})", runs_word(r.deps_open)));
+                state.push_str(&format!(" (waits for {})", waits_for(&r.waits_for, r.deps_open)));
             }
             if r.attempt > 1 {
                 state.push_str(&format!(" (attempt {})", r.attempt));
@@ -61,7 +61,41 @@ pub async fn run(service: &Service, ListArgs { state, limit, json }: ListArgs) -
     Ok(ExitCode::SUCCESS)
 }
 
-/// "1 run", "3 runs".
-fn runs_word(n: i64) -> String {
-    if n == 1 { "1 run".into() } else { format!("{n} runs") }
+/// How many runs `waits_for` shows before "+N more".
+const SHOWN_DEPENDENCIES: usize = 3;
+
+/// What a waiting run waits for, short: "1a2b3c4d ok, 5e6f7a8b any" (the first three, then
+/// "+N more"); "2 runs" when the edges were not read.
+fn waits_for(open: &[Dependency], count: i64) -> String {
+    if open.is_empty() {
+        return if count == 1 { "1 run".into() } else { format!("{count} runs") };
+    }
+    let shown: Vec<String> =
+        open.iter().take(SHOWN_DEPENDENCIES).map(|d| format!("{} {}", short_id(&d.run), d.when)).collect();
+    let more = open.len().saturating_sub(SHOWN_DEPENDENCIES);
+    let more = if more > 0 { format!(" +{more} more") } else { String::new() };
+    format!("{}{more}", shown.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use lachesis::model::{Settled, When};
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn dep(n: u128, when: When) -> Dependency {
+        Dependency { run: Uuid::from_u128(n << 96), when, name: None, state: None, settled: Settled::Waiting }
+    }
+
+    #[test]
+    fn a_waiting_run_shows_three_dependencies_then_how_many_more() {
+        let one = [dep(0x1a2b3c4d, When::Ok)];
+        assert_eq!(waits_for(&one, 1), "1a2b3c4d ok");
+        let five: Vec<_> =
+            (1..=5).map(|n| dep(n, [When::Ok, When::Any, When::Failed][n as usize % 3])).collect();
+        assert_eq!(waits_for(&five, 5), "00000001 any, 00000002 failed, 00000003 ok +2 more");
+        assert_eq!(waits_for(&five[..3], 3), "00000001 any, 00000002 failed, 00000003 ok");
+        assert_eq!(waits_for(&[], 2), "2 runs");
+    }
 }

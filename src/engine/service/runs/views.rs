@@ -1,6 +1,6 @@
 //! What runs look like from outside: found by prefix, listed, a status with its stages.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -110,6 +110,10 @@ pub struct RunSummary {
     /// How many of its dependencies are not met yet (a pending run waits while this is > 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deps_open: i64,
+    /// What a pending run waits for: each dependency not met yet, with the run waited for, its
+    /// condition, name and state (listings read them for the whole page at once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits_for: Vec<crate::model::Dependency>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -143,6 +147,7 @@ impl From<&Run> for RunSummary {
             },
             time_limit_at: crate::engine::reconciler::time_limit_deadline(run),
             deps_open: run.deps_open,
+            waits_for: Vec::new(),
         }
     }
 }
@@ -192,8 +197,12 @@ impl Service {
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
         let checkpoint = self.store.last_checkpoint(run.id).await?;
+        let waits_for = match run.state == RunState::Pending && run.deps_open > 0 {
+            true => after.iter().filter(|d| d.settled == crate::model::Settled::Waiting).cloned().collect(),
+            false => Vec::new(),
+        };
         Ok(RunStatus {
-            run: RunSummary { progress, ..RunSummary::from(&run) },
+            run: RunSummary { progress, waits_for, ..RunSummary::from(&run) },
             stages,
             waiting_for,
             queue_position,
@@ -329,12 +338,22 @@ impl Service {
         self.summaries(self.store.list_runs(filter).await?).await
     }
 
-    /// Runs as listings show them, each with its progress.
+    /// Runs as listings show them, each with its progress, and a waiting run with what it
+    /// waits for (the page's open edges in one set query, not one per run).
     async fn summaries(&self, runs: Vec<Run>) -> Result<Vec<RunSummary>> {
+        let waiting: Vec<Uuid> =
+            runs.iter().filter(|r| r.state == RunState::Pending && r.deps_open > 0).map(|r| r.id).collect();
+        let mut open: HashMap<Uuid, Vec<crate::model::Dependency>> = HashMap::new();
+        if !waiting.is_empty() {
+            for (run, dep) in self.store.open_dependencies(&waiting).await? {
+                open.entry(run).or_default().push(dep);
+            }
+        }
         let mut summaries = Vec::with_capacity(runs.len());
         for run in runs {
             let progress = self.progress_of(&run).await?;
-            summaries.push(RunSummary { progress, ..RunSummary::from(&run) });
+            let waits_for = open.remove(&run.id).unwrap_or_default();
+            summaries.push(RunSummary { progress, waits_for, ..RunSummary::from(&run) });
         }
         Ok(summaries)
     }

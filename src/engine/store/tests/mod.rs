@@ -2,6 +2,7 @@
 //! against SQLite and against the real PostgreSQL (a fresh database per suite).
 
 mod conformance;
+mod dependencies;
 mod nodes;
 mod queue;
 mod report;
