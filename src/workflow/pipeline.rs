@@ -228,4 +228,38 @@ mod tests {
         assert_eq!(p.steps[2].after, vec![(1, When::Any)]);
         assert!(p.steps[1].request.vars.values().any(|v| v.contains("{after.train.trained_weights}")));
     }
+
+    /// Text near a pipeline: steps with a name and one field, any of a run request's keys (or
+    /// none of them) with values of odd shapes; or any text at all.
+    fn pipeline_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|vars|set|after|name|nope)",
+            "\\PC{0,6}",
+        ];
+        let value = prop_oneof![
+            "\\PC{0,12}",
+            "\\[[a-c, ]{0,6}\\]",
+            "\\{[a-z: 0-9,]{0,16}\\}",
+            "\\[\\{(run|step|when|name): [a-c0-9]{0,4}\\}\\]",
+        ];
+        let steps = proptest::collection::vec(("[a-c]{1,2}", key, value), 0..5).prop_map(|steps| {
+            steps
+                .into_iter()
+                .map(|(name, key, value)| format!("- name: {name}\n  {key}: {value}\n"))
+                .collect()
+        });
+        prop_oneof!["\\PC{0,200}", steps]
+    }
+
+    proptest::proptest! {
+        /// Any text, YAML or not, is a pipeline or a one-line refusal, never a panic; steps are
+        /// read by the run request's parser, so its fields get arbitrary values here too.
+        #[test]
+        fn any_text_is_a_pipeline_or_a_one_line_refusal(text in pipeline_text()) {
+            if let Err(err) = parse(&text) {
+                proptest::prop_assert!(!err.to_string().contains('\n'), "{}", err);
+            }
+        }
+    }
 }
