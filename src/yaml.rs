@@ -5,9 +5,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-// The service's runs.rs still names `yaml::one_line`; once its split lands, this goes and every
-// caller names `crate::text::one_line`.
-pub use crate::text::one_line;
+use crate::text::one_line;
 
 /// The largest YAML document read (workflows are a few KiB).
 pub const MAX_BYTES: usize = 1024 * 1024;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use lachesis::model::RunState;
-use lachesis::service::{Service, SubmitRequest};
+use lachesis::service::{RunRequest, Service};
 use lachesis::settings::Settings;
 
 use super::supervisor::{BenchResult, Percentiles};
@@ -97,7 +97,7 @@ impl Lab {
     }
 
     async fn submit(&self, workflow: &str) -> BenchResult<uuid::Uuid> {
-        let request = SubmitRequest { workflow: Some(workflow.into()), ..SubmitRequest::default() };
+        let request = RunRequest { workflow: Some(workflow.into()), ..RunRequest::default() };
         Ok(self.service.submit(request).await?.id)
     }
 }

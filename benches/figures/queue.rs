@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::supervisor::{BenchResult, Percentiles, rss_mb, status_mb};
 use lachesis::model::{Run, RunParams, Stage};
-use lachesis::service::{Service, SubmitRequest};
+use lachesis::service::{RunRequest, Service};
 use lachesis::settings::Settings;
 use lachesis::workflow::Workflow;
 
@@ -56,7 +56,8 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
     let service = Service::open(Settings::new(Some(home.clone()), None)).await?;
     // The two sleepers go first (higher priority): they hold both slots, the rest waits.
     for _ in 0..2 {
-        let request = SubmitRequest { workflow: Some("sleeper".into()), priority: 1, ..Default::default() };
+        let request =
+            RunRequest { workflow: Some("sleeper".into()), priority: Some(1), ..Default::default() };
         service.submit(request).await?;
     }
     say(&format!("queueing {pending} pending runs"));

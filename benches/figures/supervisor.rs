@@ -386,7 +386,7 @@ pub async fn http_load(
     }
     let run = lab
         .service
-        .submit(lachesis::service::SubmitRequest { workflow: Some("churn".into()), ..Default::default() })
+        .submit(lachesis::service::RunRequest { workflow: Some("churn".into()), ..Default::default() })
         .await?;
     let target = format!("{base}/runs/{}", run.id);
 

@@ -14,9 +14,8 @@ use hyper::header::{CONTENT_TYPE, HOST};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 
-use super::StartBody;
 use super::home::{OTHER_SETTINGS, SETTINGS_HEADER};
-use crate::service::{RunSummary, SubmitRequest};
+use crate::service::{RunRequest, RunSummary};
 use crate::settings::Settings;
 
 /// How long a daemon that took a request may take to answer it. Past the store's own busy
@@ -37,9 +36,8 @@ pub enum ClientError {
 
 /// Queues one run through the home's daemon. `None`: no daemon with these settings listens,
 /// and nothing was sent.
-pub async fn submit(settings: &Settings, request: &SubmitRequest) -> Result<Option<RunSummary>, ClientError> {
-    let body =
-        serde_json::to_vec(&StartBody::from(request)).map_err(|e| ClientError::Refused(e.to_string()))?;
+pub async fn submit(settings: &Settings, request: &RunRequest) -> Result<Option<RunSummary>, ClientError> {
+    let body = serde_json::to_vec(request).map_err(|e| ClientError::Refused(e.to_string()))?;
     post(settings, "/runs", body).await
 }
 

@@ -23,7 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-pub use routes::{ROUTES, StartBody};
+pub use routes::ROUTES;
 
 use crate::service::{ErrorKind, Service, ServiceError};
 use crate::telemetry::Telemetry;

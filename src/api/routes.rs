@@ -8,14 +8,14 @@ use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, patch, post, put};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{AppState, Failure};
 use crate::model::RunQuery;
 use crate::model::RunState;
-use crate::service::{LogRequest, SubmitRequest, TestRequest};
+use crate::service::{LogRequest, RunRequest, TestRequest};
 
 pub struct Route {
     pub method: &'static str,
@@ -271,105 +271,6 @@ async fn list_runs(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
     ok(s.service.list(&RunQuery { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
 }
 
-/// The body of `POST /runs`, one run's worth.
-#[derive(Debug, Deserialize, Serialize, Default, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct StartBody {
-    workflow: Option<String>,
-    env: Option<String>,
-    #[serde(default)]
-    set: BTreeMap<String, Value>,
-    #[serde(default)]
-    vars: BTreeMap<String, String>,
-    #[serde(default)]
-    priority: i64,
-    /// Overrides the workflow's `stall_timeout` (e.g. "30m").
-    #[serde(default)]
-    stall_timeout: Option<crate::workflow::Dur>,
-    /// Queue it held: not claimed until `POST /runs/{id}/release`.
-    #[serde(default)]
-    hold: bool,
-    /// Overrides the workflow's `time_limit` (e.g. "10h").
-    #[serde(default)]
-    time_limit: Option<crate::workflow::Dur>,
-    /// Units of the daemon's pools, over the workflow's `needs` (e.g. {"gpu": 2}).
-    #[serde(default, skip_serializing_if = "crate::model::Needs::is_empty")]
-    needs: crate::model::Needs,
-    /// Runs to wait for: `[{"run": "3f2a", "when": "ok|any|failed", "name": "train"}]`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    after: Vec<AfterBody>,
-}
-
-/// One dependency in a `POST /runs` body: a run id (or unique prefix), the condition (`ok`,
-/// the default: it completed; `any`; `failed`) and an optional name for `{after.NAME.*}`.
-#[derive(Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct AfterBody {
-    run: String,
-    #[serde(default)]
-    when: crate::model::When,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-}
-
-impl From<StartBody> for SubmitRequest {
-    fn from(body: StartBody) -> SubmitRequest {
-        let set = body
-            .set
-            .into_iter()
-            .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-            .collect();
-        SubmitRequest {
-            workflow: body.workflow,
-            env_name: body.env,
-            vars: body.vars,
-            set,
-            priority: body.priority,
-            stall_timeout: body.stall_timeout.map(|d| d.0),
-            hold: body.hold,
-            time_limit: body.time_limit.map(|d| d.0),
-            needs: body.needs,
-            after: body
-                .after
-                .into_iter()
-                .map(|a| crate::service::After {
-                    target: crate::service::AfterTarget::Run(a.run),
-                    when: a.when,
-                    name: a.name,
-                })
-                .collect(),
-        }
-    }
-}
-
-/// What the CLI sends for a run it hands to the daemon (see `api::client`).
-impl From<&SubmitRequest> for StartBody {
-    fn from(request: &SubmitRequest) -> StartBody {
-        StartBody {
-            workflow: request.workflow.clone(),
-            env: request.env_name.clone(),
-            set: request.set.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect(),
-            vars: request.vars.clone(),
-            priority: request.priority,
-            stall_timeout: request.stall_timeout.map(crate::workflow::Dur),
-            hold: request.hold,
-            time_limit: request.time_limit.map(crate::workflow::Dur),
-            needs: request.needs.clone(),
-            // A batch's own runs (a pipeline) are never handed over one by one.
-            after: request
-                .after
-                .iter()
-                .filter_map(|a| match &a.target {
-                    crate::service::AfterTarget::Run(run) => {
-                        Some(AfterBody { run: run.clone(), when: a.when, name: a.name.clone() })
-                    }
-                    crate::service::AfterTarget::Earlier(_) => None,
-                })
-                .collect(),
-        }
-    }
-}
-
 /// One object queues one run; a list queues them all in one transaction, or none.
 async fn start_run(State(s): State<AppState>, Body(body): Body<Value>) -> Response {
     let invalid = |e: String| Failure::new(StatusCode::BAD_REQUEST, "invalid_body", e).into_response();
@@ -377,8 +278,8 @@ async fn start_run(State(s): State<AppState>, Body(body): Body<Value>) -> Respon
         Value::Array(items) => {
             let mut requests = Vec::with_capacity(items.len());
             for (index, item) in items.into_iter().enumerate() {
-                match serde_json::from_value::<StartBody>(item) {
-                    Ok(body) => requests.push(SubmitRequest::from(body)),
+                match RunRequest::from_value(item) {
+                    Ok(request) => requests.push(request),
                     Err(e) => return invalid(format!("run {} of the batch: {e}", index + 1)),
                 }
             }
@@ -393,8 +294,8 @@ async fn start_run(State(s): State<AppState>, Body(body): Body<Value>) -> Respon
                 Err(err) => Failure::from(err).into_response(),
             }
         }
-        item => match serde_json::from_value::<StartBody>(item) {
-            Ok(body) => match s.service.submit(body.into()).await {
+        item => match RunRequest::from_value(item) {
+            Ok(request) => match s.service.submit(request).await {
                 Ok(run) => (StatusCode::CREATED, axum::Json(json!(crate::service::RunSummary::from(&run))))
                     .into_response(),
                 Err(err) => Failure::from(err).into_response(),
@@ -733,32 +634,5 @@ mod tests {
             let why = report_window(Some(bad)).unwrap_err();
             assert!(why.starts_with("since: ") && !why.contains('\n'), "{bad}: {why}");
         }
-    }
-
-    #[test]
-    fn a_cli_request_survives_the_trip_through_the_body() {
-        let request = SubmitRequest {
-            workflow: Some("demo".into()),
-            env_name: Some("gsm8k".into()),
-            vars: [("steps".to_string(), "3".to_string())].into(),
-            set: [("group_size".to_string(), "16".to_string()), ("name".to_string(), "a \"b\"".to_string())]
-                .into(),
-            priority: -2,
-            stall_timeout: Some(std::time::Duration::from_millis(1500)),
-            hold: true,
-            time_limit: Some(std::time::Duration::from_secs(36_000)),
-            needs: crate::model::Needs::from_pairs([("gpu".to_string(), 2)]).unwrap(),
-            after: vec![crate::service::After {
-                target: crate::service::AfterTarget::Run("3f2a".into()),
-                when: crate::model::When::Failed,
-                name: Some("train".into()),
-            }],
-        };
-        let json = serde_json::to_string(&StartBody::from(&request)).unwrap();
-        let body: StartBody = serde_json::from_str(&json).unwrap();
-        assert_eq!(SubmitRequest::from(body), request);
-        let empty: StartBody =
-            serde_json::from_str(&serde_json::to_string(&StartBody::default()).unwrap()).unwrap();
-        assert_eq!(SubmitRequest::from(empty), SubmitRequest::default());
     }
 }

@@ -9,10 +9,13 @@ use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 
+use super::RlTools;
+use super::answers::{self, answer};
+use super::args::TestArgs;
 use crate::inference::results::{ModelResult, StepResult};
 use crate::inference::spec::{output_path, wandb_run_name};
 use crate::model::InferenceTest;
-use crate::service::{Service, TestStatus};
+use crate::service::{Service, TestRequest, TestStatus};
 
 /// How often a waiting call looks at the test (the store read is cheap; groups take seconds).
 const POLL: Duration = Duration::from_millis(500);
@@ -206,4 +209,53 @@ fn model_entry(test: &InferenceTest, r: &ModelResult) -> Value {
 
 fn step_entry(s: &StepResult) -> Value {
     json!({ "step": s.step, "completions": s.completions, "correct": s.correct, "scores": s.scores, "mean_score": s.mean_score })
+}
+
+impl RlTools {
+    pub(super) async fn test_inference(&self, args: TestArgs, ctx: RequestContext<RoleServer>) -> String {
+        if self.service.selection().await.is_err() {
+            return answer(json!({ "error": answers::NO_SELECTION }));
+        }
+        let request = TestRequest {
+            steps: Some(args.num_steps),
+            group_size: Some(args.group_size),
+            models: args.models.unwrap_or_default(),
+            provider: args.provider,
+            server_type: args.server_type,
+            api_key_env: args.api_key_env,
+            ..TestRequest::default()
+        };
+        let test = match self.service.submit_test(request).await {
+            Ok(test) => test,
+            Err(err) => return answers::error(&self.service, &err),
+        };
+        if args.wait == Some(false) {
+            let mut out = queued(&test);
+            if !answers::daemon_running(&self.service) {
+                out["note"] =
+                    json!(answers::start_note(&self.service, crate::model::RunState::Pending, None));
+            }
+            return answer(out);
+        }
+        if !answers::daemon_running(&self.service) {
+            let mut out = queued(&test);
+            out["note"] = json!(answers::start_note(&self.service, crate::model::RunState::Pending, None));
+            out["message"] = json!(
+                "Not waiting: no daemon runs the test. rl_get_results(test_id) gives its results once one has."
+            );
+            return answer(out);
+        }
+        match wait(&self.service, &test, &ctx).await {
+            (Some(status), cancelled) => {
+                let mut out = layout(&status);
+                if cancelled {
+                    out["error"] = json!("the client cancelled the call: the test was cancelled");
+                }
+                answer(out)
+            }
+            (None, _) => answer(
+                json!({ "error": "the test could not be read back from the store", "test_id": test.id }),
+            ),
+        }
+    }
 }

@@ -1,12 +1,12 @@
-//! A pipeline file: a YAML list of steps, each one run of a workflow, waiting for other steps.
+//! A pipeline file: a YAML list of steps, each a run request with a name, waiting for other
+//! steps (or runs).
 //! Parsing checks what only the file can get wrong (names, references, cycles) and gives the
 //! order the steps are queued in: each after the steps it waits for, otherwise as written.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
+use super::request::{DependencyTarget, RunRequest};
 use crate::model::When;
 use crate::model::dependency::check_name;
 
@@ -19,15 +19,13 @@ pub struct InvalidPipeline {
     pub problem: String,
 }
 
-/// One step: a run of `workflow` with its values, waiting for the steps in `after`.
+/// One step: a run request with a name, waiting for the steps in `after`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     pub name: Option<String>,
-    pub workflow: Option<String>,
-    pub env: Option<String>,
-    pub vars: BTreeMap<String, String>,
-    pub set: BTreeMap<String, String>,
-    pub priority: i64,
+    /// The run it asks for: any field a `--from` line or `POST /runs` takes. Its `after` keeps
+    /// only runs outside the pipeline (`{run: ID}`); the steps it waits for are in `after`.
+    pub request: RunRequest,
     /// The steps it waits for, by their place in the file, with the condition.
     pub after: Vec<(usize, When)>,
 }
@@ -40,33 +38,6 @@ pub struct Pipeline {
     pub order: Vec<usize>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStep {
-    name: Option<String>,
-    workflow: Option<String>,
-    env: Option<String>,
-    #[serde(default)]
-    vars: BTreeMap<String, serde_json::Value>,
-    #[serde(default)]
-    set: BTreeMap<String, serde_json::Value>,
-    #[serde(default)]
-    priority: i64,
-    /// Absent: the previous step, `ok`. `[]`: nothing.
-    after: Option<Vec<RawAfter>>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawAfter {
-    Name(String),
-    Full {
-        step: String,
-        #[serde(default)]
-        when: When,
-    },
-}
-
 impl Pipeline {
     pub fn parse(file: &Path, text: &str) -> Result<Pipeline, InvalidPipeline> {
         let bad = |field: String, problem: String| InvalidPipeline {
@@ -74,18 +45,34 @@ impl Pipeline {
             field: crate::text::one_line(&field),
             problem: crate::text::one_line(&problem),
         };
-        let raw: Vec<RawStep> = crate::yaml::from_str(text).map_err(|err| {
-            let field = err.path.clone().unwrap_or_else(|| {
-                err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}"))
-            });
-            bad(field, format!("{} (a pipeline is a list of steps)", err.message))
-        })?;
+        let raw: Vec<serde_json::Map<String, serde_json::Value>> =
+            crate::yaml::from_str(text).map_err(|err| {
+                let field = err.path.clone().unwrap_or_else(|| {
+                    err.line.map_or_else(|| "yaml".to_string(), |line| format!("line {line}"))
+                });
+                bad(field, format!("{} (a pipeline is a list of steps)", err.message))
+            })?;
         if raw.is_empty() {
             return Err(bad("steps".into(), "a pipeline needs at least one step".into()));
         }
+        // Each step is a name and a run request: the request is read by the one parser every
+        // surface shares, so a field `--from` takes, a step takes.
+        let mut named = Vec::with_capacity(raw.len());
+        for (i, mut fields) in raw.into_iter().enumerate() {
+            let name = match fields.remove("name") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(name)) => Some(name),
+                Some(other) => return Err(bad(format!("[{i}].name"), format!("{other} is not a step name"))),
+            };
+            let request = RunRequest::from_value(serde_json::Value::Object(fields)).map_err(|err| {
+                let field = err.path.map_or_else(|| format!("[{i}]"), |path| format!("[{i}].{path}"));
+                bad(field, err.problem)
+            })?;
+            named.push((name, request));
+        }
         let mut names: BTreeMap<&str, usize> = BTreeMap::new();
-        for (i, step) in raw.iter().enumerate() {
-            if let Some(name) = &step.name {
+        for (i, (name, _)) in named.iter().enumerate() {
+            if let Some(name) = name {
                 check_name(name).map_err(|p| bad(format!("[{i}].name"), p))?;
                 if names.insert(name.as_str(), i).is_some() {
                     return Err(bad(
@@ -95,45 +82,47 @@ impl Pipeline {
                 }
             }
         }
-        let text_of = |v: serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
-        let mut steps = Vec::with_capacity(raw.len());
-        for (i, step) in raw.iter().enumerate() {
-            let after = match &step.after {
-                None if i == 0 => Vec::new(),
-                None => vec![(i - 1, When::Ok)],
+        let mut steps = Vec::with_capacity(named.len());
+        for (i, (name, request)) in named.iter().enumerate() {
+            let mut request = request.clone();
+            let mut after = Vec::new();
+            match request.after.take() {
+                None if i == 0 => {}
+                None => after.push((i - 1, When::Ok)),
                 Some(list) => {
-                    let mut after = Vec::with_capacity(list.len());
-                    for (j, entry) in list.iter().enumerate() {
-                        let (name, when) = match entry {
-                            RawAfter::Name(name) => (name, When::Ok),
-                            RawAfter::Full { step, when } => (step, *when),
-                        };
+                    let mut runs = Vec::new();
+                    for (j, dep) in list.into_iter().enumerate() {
                         let field = format!("[{i}].after[{j}]");
-                        let target = *names.get(name.as_str()).ok_or_else(|| {
+                        let step = match &dep.target {
+                            DependencyTarget::Run(_) => {
+                                runs.push(dep);
+                                continue;
+                            }
+                            DependencyTarget::Step(step) => step,
+                        };
+                        if dep.name.is_some() {
+                            return Err(bad(
+                                format!("{field}.name"),
+                                format!("a step's values are named after it: {{after.{step}.*}}"),
+                            ));
+                        }
+                        let target = *names.get(step.as_str()).ok_or_else(|| {
                             let known: Vec<&str> = names.keys().copied().collect();
                             let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                            bad(field.clone(), format!("no step is called '{name}' (steps: {known})"))
+                            bad(field.clone(), format!("no step is called '{step}' (steps: {known})"))
                         })?;
                         if target == i {
-                            return Err(bad(field, format!("step '{name}' cannot wait for itself")));
+                            return Err(bad(field, format!("step '{step}' cannot wait for itself")));
                         }
                         if after.iter().any(|(t, _)| *t == target) {
-                            return Err(bad(field, format!("step '{name}' is named twice")));
+                            return Err(bad(field, format!("step '{step}' is named twice")));
                         }
-                        after.push((target, when));
+                        after.push((target, dep.when));
                     }
-                    after
+                    request.after = (!runs.is_empty()).then_some(runs);
                 }
-            };
-            steps.push(Step {
-                name: step.name.clone(),
-                workflow: step.workflow.clone(),
-                env: step.env.clone(),
-                vars: step.vars.clone().into_iter().map(|(k, v)| (k, text_of(v))).collect(),
-                set: step.set.clone().into_iter().map(|(k, v)| (k, text_of(v))).collect(),
-                priority: step.priority,
-                after,
-            });
+            }
+            steps.push(Step { name: name.clone(), request, after });
         }
         let order = queue_order(&steps).map_err(|cycle| {
             let names: Vec<String> = cycle.iter().map(|i| step_label(&steps[*i], *i)).collect();
@@ -237,6 +226,40 @@ mod tests {
         assert_eq!(names, ["train", "eval", "cleanup"]);
         assert_eq!(p.steps[1].after, vec![(0, When::Ok)]);
         assert_eq!(p.steps[2].after, vec![(1, When::Any)]);
-        assert!(p.steps[1].vars.values().any(|v| v.contains("{after.train.trained_weights}")));
+        assert!(p.steps[1].request.vars.values().any(|v| v.contains("{after.train.trained_weights}")));
+    }
+
+    /// Text near a pipeline: steps with a name and one field, any of a run request's keys (or
+    /// none of them) with values of odd shapes; or any text at all.
+    fn pipeline_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|vars|set|after|name|nope)",
+            "\\PC{0,6}",
+        ];
+        let value = prop_oneof![
+            "\\PC{0,12}",
+            "\\[[a-c, ]{0,6}\\]",
+            "\\{[a-z: 0-9,]{0,16}\\}",
+            "\\[\\{(run|step|when|name): [a-c0-9]{0,4}\\}\\]",
+        ];
+        let steps = proptest::collection::vec(("[a-c]{1,2}", key, value), 0..5).prop_map(|steps| {
+            steps
+                .into_iter()
+                .map(|(name, key, value)| format!("- name: {name}\n  {key}: {value}\n"))
+                .collect()
+        });
+        prop_oneof!["\\PC{0,200}", steps]
+    }
+
+    proptest::proptest! {
+        /// Any text, YAML or not, is a pipeline or a one-line refusal, never a panic; steps are
+        /// read by the run request's parser, so its fields get arbitrary values here too.
+        #[test]
+        fn any_text_is_a_pipeline_or_a_one_line_refusal(text in pipeline_text()) {
+            if let Err(err) = parse(&text) {
+                proptest::prop_assert!(!err.to_string().contains('\n'), "{}", err);
+            }
+        }
     }
 }

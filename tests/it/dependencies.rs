@@ -32,6 +32,74 @@ fn log_of(home: &TestHome, run: Uuid, stage: &str) -> String {
         .unwrap_or_default()
 }
 
+/// `run list` says what a waiting run waits for: short ids and conditions, three then "+N more"
+/// in the table; every open dependency (run, condition, name, state) with `--json`. A met
+/// dependency leaves the list.
+#[tokio::test]
+async fn run_list_says_what_a_waiting_run_waits_for() {
+    let home = TestHome::new();
+    home.workflow("quick", QUICK);
+    let base: Vec<Uuid> = (0..5).map(|_| home.submit(&["--workflow", "quick", "--hold"])).collect();
+    // In the order the flags group them: --after, then --after-any, then --after-failed.
+    let waiting = home.submit(&[
+        "--workflow",
+        "quick",
+        "--after",
+        &format!("a={}", base[0]),
+        "--after",
+        &base[1].to_string(),
+        "--after-any",
+        &base[2].to_string(),
+        "--after-any",
+        &base[3].to_string(),
+        "--after-failed",
+        &base[4].to_string(),
+    ]);
+    let short = |i: usize| short_id(&base[i]);
+    let row =
+        |list: &str| list.lines().find(|l| l.contains(&short_id(&waiting))).unwrap_or_default().to_string();
+    let list = home.cli_ok(&["run", "list"]);
+    let want = format!("pending (waits for {} ok, {} ok, {} any +2 more)", short(0), short(1), short(2));
+    assert!(row(&list).contains(&want), "{list}");
+
+    let json: serde_json::Value = serde_json::from_str(&home.cli_ok(&["run", "list", "--json"])).unwrap();
+    let listed = json.as_array().unwrap().iter().find(|r| r["id"] == waiting.to_string()).unwrap();
+    let waits: Vec<_> = listed["waits_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (d["run"].as_str().unwrap().to_string(), d["when"].clone(), d["name"].clone(), d["state"].clone())
+        })
+        .collect();
+    let when = ["ok", "ok", "any", "any", "failed"];
+    let want: Vec<_> = (0..5)
+        .map(|i| {
+            let name = if i == 0 { serde_json::json!("a") } else { serde_json::Value::Null };
+            (base[i].to_string(), serde_json::json!(when[i]), name, serde_json::json!("pending"))
+        })
+        .collect();
+    assert_eq!(waits, want, "{listed:#}");
+    // Runs that wait for nothing say nothing of it.
+    assert!(
+        json.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["id"] != waiting.to_string())
+            .all(|r| r.get("waits_for").is_none())
+    );
+
+    // Two of them end as asked (a cancel is an end `any` accepts): they leave the list.
+    home.cli_ok(&["run", "stop", &base[2].to_string()]);
+    home.cli_ok(&["run", "stop", &base[3].to_string()]);
+    let list = home.cli_ok(&["run", "list"]);
+    let want = format!("pending (waits for {} ok, {} ok, {} failed)", short(0), short(1), short(4));
+    assert!(row(&list).contains(&want), "{list}");
+    let status: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["run", "status", &waiting.to_string(), "--json"])).unwrap();
+    assert_eq!(status["waits_for"].as_array().unwrap().len(), 3, "{status:#}");
+}
+
 #[tokio::test]
 async fn a_pipeline_whose_first_step_fails_ends_the_rest_without_starting_them() {
     let mut home = TestHome::new();
@@ -58,7 +126,8 @@ async fn a_pipeline_whose_first_step_fails_ends_the_rest_without_starting_them()
     assert_eq!(runs.iter().map(|r| r["deps_open"].as_i64().unwrap_or(0)).collect::<Vec<_>>(), [0, 1, 1]);
     let list = home.cli_ok(&["run", "list"]);
     assert!(
-        list.lines().any(|l| l.contains(&short_id(&ids[2])) && l.contains("pending (waits for 1 run)")),
+        list.lines().any(|l| l.contains(&short_id(&ids[2]))
+            && l.contains(&format!("pending (waits for {} ok)", short_id(&ids[1])))),
         "{list}"
     );
 

@@ -14,7 +14,7 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-struct Api {
+pub(crate) struct Api {
     base: String,
     http: reqwest::Client,
     token: Option<String>,
@@ -39,7 +39,7 @@ impl Api {
         self.call(Method::GET, path, None).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.call(Method::POST, path, Some(body)).await
     }
 }
@@ -50,7 +50,7 @@ async fn start(home: &mut TestHome, host: &str, token: Option<&str>) -> Api {
     start_with(home, host, token, &[]).await
 }
 
-async fn start_with(home: &mut TestHome, host: &str, token: Option<&str>, extra: &[&str]) -> Api {
+pub(crate) async fn start_with(home: &mut TestHome, host: &str, token: Option<&str>, extra: &[&str]) -> Api {
     let addr = format!("{host}:{}", free_port());
     home.environ.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
     if let Some(token) = token {

@@ -25,6 +25,7 @@ mod nodes;
 mod pools;
 mod progress;
 mod report;
+mod requests;
 mod retention;
 mod schedules;
 mod shim_fork;

@@ -212,7 +212,7 @@ impl Held {
 
 /// The error of a held write, on one line.
 fn error_line(err: &StoreError) -> String {
-    crate::yaml::one_line(&err.to_string())
+    crate::text::one_line(&err.to_string())
 }
 
 impl Reconciler {

@@ -50,7 +50,8 @@ pub use report::{
 };
 pub use retention::{GcReport, disk_usage};
 pub use runs::{
-    After, AfterTarget, RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights, trained_weights_of,
+    DependencyRequest, DependencyTarget, RunRequest, RunResults, RunStatus, RunSummary, trained_weights,
+    trained_weights_of,
 };
 
 #[derive(Debug, thiserror::Error)]

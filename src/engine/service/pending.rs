@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::engine::store::{PendingEdit, StoreError};
 use crate::model::{Run, RunState};
 
-use super::{Result, Service, ServiceError, SubmitRequest};
+use super::{Result, RunRequest, Service, ServiceError};
 
 /// What `run edit` changes; absent fields stay as they are.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -95,30 +95,18 @@ impl Service {
         let mut set = super::runs::resubmitted_set(run);
         set.extend(request.set.clone());
         // Its dependencies' names stay valid in its values; they are written once, at submission.
-        let after = self
-            .store
-            .dependencies(run.id)
-            .await?
-            .into_iter()
-            .map(|d| super::After {
-                target: super::AfterTarget::Run(d.run.to_string()),
-                when: d.when,
-                name: d.name,
-            })
-            .collect();
-        let submit = SubmitRequest {
+        let after: Vec<String> =
+            self.store.dependencies(run.id).await?.into_iter().filter_map(|d| d.name).collect();
+        let submit = RunRequest {
             workflow: Some(run.workflow.clone()),
-            env_name: run.env_name.clone(),
+            env: run.env_name.clone(),
             vars,
             set,
-            priority: run.priority,
-            stall_timeout: None,
-            hold: false,
-            time_limit: None,
+            priority: Some(run.priority),
             needs: run.params.needs.overlaid(&request.needs),
-            after,
+            ..RunRequest::default()
         };
-        self.prepare_as(&catalog, &mut specs, submit, run.id).await
+        self.prepare_as(&catalog, &mut specs, submit, &after, run.id).await
     }
 
     /// The run `prefix` names, when it is pending; else a refusal naming its state.

@@ -4,7 +4,8 @@
 use crate::model::Run;
 use crate::workflow::pipeline::{Pipeline, step_label};
 
-use super::{After, AfterTarget, Result, Service, ServiceError, SubmitRequest};
+use super::runs::Earlier;
+use super::{Result, Service, ServiceError};
 
 impl Service {
     /// Queues every step of `pipeline` in one transaction (`submit_many`), each after the steps
@@ -21,26 +22,19 @@ impl Service {
             .iter()
             .map(|&index| {
                 let step = &pipeline.steps[index];
-                SubmitRequest {
-                    workflow: step.workflow.clone(),
-                    env_name: step.env.clone(),
-                    vars: step.vars.clone(),
-                    set: step.set.clone(),
-                    priority: step.priority,
-                    after: step
-                        .after
-                        .iter()
-                        .map(|(target, when)| After {
-                            target: AfterTarget::Earlier(place[*target]),
-                            when: *when,
-                            name: pipeline.steps[*target].name.clone(),
-                        })
-                        .collect(),
-                    ..SubmitRequest::default()
-                }
+                let earlier = step
+                    .after
+                    .iter()
+                    .map(|(target, when)| Earlier {
+                        place: place[*target],
+                        when: *when,
+                        name: pipeline.steps[*target].name.clone(),
+                    })
+                    .collect();
+                (step.request.clone(), earlier)
             })
             .collect();
-        let runs = self.submit_many(requests).await.map_err(|err| match err {
+        let runs = self.submit_batch(requests).await.map_err(|err| match err {
             ServiceError::InBatch { index, source } => {
                 let step = pipeline.order[index - 1];
                 ServiceError::Pipeline(format!("step {}: {source}", step_label(&pipeline.steps[step], step)))

@@ -24,10 +24,50 @@ pub struct NewDependency {
     pub name: Option<String>,
 }
 
+/// The most waiting runs one `open_dependencies` query binds (well under either backend's
+/// limit on bound values).
+pub const OPEN_CHUNK: usize = 500;
+
+/// The open edges of `n` waiting runs: `run_id IN ($1, …, $n)`, on the primary key. Only the
+/// placeholders vary: the ids are bound, never spliced.
+pub(crate) fn open_dependencies_sql(n: usize) -> String {
+    let marks: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+    format!(
+        "SELECT d.run_id, d.after_id, d.cond, d.name, d.settled, r.state FROM run_deps d \
+         LEFT JOIN runs r ON r.id = d.after_id WHERE d.run_id IN ({}) AND d.settled IS NULL \
+         ORDER BY d.run_id, d.pos",
+        marks.join(", ")
+    )
+}
+
+/// One edge as surfaces show it, from a row of `run_deps` joined with the run it waits for.
+fn dependency_of(row: &sqlx::any::AnyRow) -> Result<Dependency> {
+    let after: String = row.try_get("after_id")?;
+    let cond: String = row.try_get("cond")?;
+    let settled: Option<String> = row.try_get("settled")?;
+    let state: Option<String> = row.try_get("state")?;
+    Ok(Dependency {
+        run: Uuid::parse_str(&after).map_err(|e| corrupt(format!("dependency {after}: {e}")))?,
+        when: cond.parse().map_err(corrupt)?,
+        name: row.try_get("name")?,
+        state: state.map(|s| s.parse()).transpose().map_err(corrupt)?,
+        settled: match settled.as_deref() {
+            None => Settled::Waiting,
+            Some("met") => Settled::Met,
+            Some("unmet") => Settled::Unmet,
+            Some(other) => return Err(corrupt(format!("dependency settled as '{other}'"))),
+        },
+    })
+}
+
 #[async_trait]
 pub trait DependencyStore: Send + Sync {
     /// The run's dependencies in the order given, each with the state of the run it waits for.
     async fn dependencies(&self, run_id: Uuid) -> Result<Vec<Dependency>>;
+    /// The edges not met yet of each of `run_ids` (the waiting runs of a listed page), each
+    /// with the state of the run it waits for, by waiting run and in the order given: one
+    /// query per [`OPEN_CHUNK`] runs, on the edges' primary key.
+    async fn open_dependencies(&self, run_ids: &[Uuid]) -> Result<Vec<(Uuid, Dependency)>>;
     /// Writes a claimed run's params with its dependencies' values, and `note` as its event,
     /// while the run is in the state and version it was read at (and holds this store's fence).
     async fn record_after_values(&self, run: &Run, params: &RunParams, note: &str) -> Result<Run>;
@@ -43,26 +83,25 @@ impl DependencyStore for SqlStore {
         .bind(run_id.to_string())
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let after: String = row.try_get("after_id")?;
-                let cond: String = row.try_get("cond")?;
-                let settled: Option<String> = row.try_get("settled")?;
-                let state: Option<String> = row.try_get("state")?;
-                Ok(Dependency {
-                    run: Uuid::parse_str(&after).map_err(|e| corrupt(format!("dependency {after}: {e}")))?,
-                    when: cond.parse().map_err(corrupt)?,
-                    name: row.try_get("name")?,
-                    state: state.map(|s| s.parse()).transpose().map_err(corrupt)?,
-                    settled: match settled.as_deref() {
-                        None => Settled::Waiting,
-                        Some("met") => Settled::Met,
-                        Some("unmet") => Settled::Unmet,
-                        Some(other) => return Err(corrupt(format!("dependency settled as '{other}'"))),
-                    },
-                })
-            })
-            .collect()
+        rows.iter().map(dependency_of).collect()
+    }
+
+    async fn open_dependencies(&self, run_ids: &[Uuid]) -> Result<Vec<(Uuid, Dependency)>> {
+        let mut open = Vec::new();
+        for chunk in run_ids.chunks(OPEN_CHUNK) {
+            let sql = open_dependencies_sql(chunk.len());
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(id.to_string());
+            }
+            for row in query.fetch_all(self.pool()).await? {
+                let waiting: String = row.try_get("run_id")?;
+                let waiting = Uuid::parse_str(&waiting)
+                    .map_err(|e| corrupt(format!("dependency of {waiting}: {e}")))?;
+                open.push((waiting, dependency_of(&row)?));
+            }
+        }
+        Ok(open)
     }
 
     async fn record_after_values(&self, run: &Run, params: &RunParams, note: &str) -> Result<Run> {

@@ -33,6 +33,7 @@ macro_rules! on_both_backends {
 }
 
 mod conformance;
+mod dependencies;
 mod nodes;
 mod queue;
 mod report;

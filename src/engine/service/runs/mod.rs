@@ -1,0 +1,13 @@
+//! Runs: submit, views (find, list, status), stop and requeue, results.
+
+mod results;
+mod stop;
+mod submit;
+mod views;
+
+pub use crate::workflow::request::{DependencyRequest, DependencyTarget, RunRequest};
+pub(super) use results::weights_in;
+pub use results::{RunResults, trained_weights, trained_weights_of};
+pub(super) use stop::resubmitted_set;
+pub(super) use submit::Earlier;
+pub use views::{RunStatus, RunSummary};

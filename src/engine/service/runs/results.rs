@@ -1,0 +1,97 @@
+//! A run's outcome: stage durations, trained weights, checkpoints and metrics.
+
+use serde::Serialize;
+
+use crate::engine::service::{Result, Service};
+use crate::model::Stage;
+
+use super::views::stage_wandb_runs;
+use super::{RunStatus, RunSummary};
+
+/// The `tinker://…` weights path a trainer log reports, if any: the last one in the log's
+/// final [`crate::logs::SCAN_WINDOW`] bytes, scanned backwards (a trainer reports its weights
+/// as it ends), so the cost is the same for any size of log.
+pub fn trained_weights(log: &std::path::Path) -> Result<Option<String>, crate::logs::LogError> {
+    crate::logs::last_match(log, 0, crate::logs::SCAN_WINDOW, weights_in)
+}
+
+/// A run's trained weights: the last weights path among its checkpoints, else the last one its
+/// stage logs report (read off the runtime's threads). Results show it; a run that waits for
+/// this one gets it as `{after.NAME.trained_weights}`.
+pub async fn trained_weights_of(
+    checkpoints: &[crate::model::Checkpoint],
+    stages: &[Stage],
+) -> Result<Option<String>> {
+    let recorded = crate::model::Checkpoint::last_weights(checkpoints).map(str::to_string);
+    if recorded.is_some() {
+        return Ok(recorded);
+    }
+    let logs: Vec<std::path::PathBuf> = stages.iter().map(|s| s.log_path.clone()).collect();
+    crate::engine::service::logs::off_thread(move || {
+        // An unreadable log has no weights to show; the rest of the results still stand.
+        for log in &logs {
+            match trained_weights(log) {
+                Ok(Some(weights)) => return Ok(Some(weights)),
+                Ok(None) => {}
+                Err(err) => tracing::warn!("results: {err}"),
+            }
+        }
+        Ok(None)
+    })
+    .await
+}
+
+pub(in crate::engine::service) fn weights_in(line: &str) -> Option<String> {
+    let start = line.find("tinker://")?;
+    Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
+}
+
+/// A run's outcome as results commands show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResults {
+    #[serde(flatten)]
+    pub status: RunStatus,
+    /// Wall time per stage, in seconds.
+    pub durations: std::collections::BTreeMap<String, f64>,
+    /// The last weights path among its checkpoints (also for a failed or stopped run), else
+    /// the last one its trainer's log reports.
+    pub trained_weights: Option<String>,
+    /// Every checkpoint, oldest first, across attempts.
+    pub checkpoints: Vec<crate::model::Checkpoint>,
+    /// Training metrics from W&B, or the last snapshot of them.
+    pub metrics: crate::engine::service::RunMetrics,
+    /// About ten rows of the stored metric history spread evenly, the last included (the
+    /// reference tool's `history`).
+    pub history: Vec<crate::model::MetricRow>,
+    /// Every stored row of the metric history, by step.
+    pub metric_history: Vec<crate::model::MetricRow>,
+}
+
+impl Service {
+    pub async fn results(&self, prefix: &str) -> Result<RunResults> {
+        let run = self.resolve(prefix).await?;
+        let metrics = self.run_metrics(&run).await;
+        let stages = self.store.stages(run.id).await?;
+        let checkpoints = self.checkpoints_of(run.id).await?;
+        let status = RunStatus {
+            run: RunSummary::from(&run),
+            stages,
+            waiting_for: None,
+            queue_position: None,
+            wandb_runs: stage_wandb_runs(&run),
+            checkpoint: checkpoints.last().cloned(),
+            resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
+            after: Vec::new(),
+        };
+        let durations = status
+            .stages
+            .iter()
+            .filter_map(|s| {
+                Some((s.name.clone(), (s.record.ended_at? - s.record.started_at?) as f64 / 1000.0))
+            })
+            .collect();
+        let trained_weights = trained_weights_of(&checkpoints, &status.stages).await?;
+        let (metric_history, history) = self.history_of(&run).await?;
+        Ok(RunResults { status, durations, trained_weights, checkpoints, metrics, history, metric_history })
+    }
+}

@@ -1,0 +1,82 @@
+//! Ending and repeating: stop a run (a pending one is cancelled), requeue an ended one.
+
+use std::collections::BTreeMap;
+
+use crate::engine::service::{Result, Service, ServiceError};
+use crate::engine::store::StoreError;
+use crate::model::{Run, RunState, RunTrigger};
+
+use super::RunRequest;
+
+impl Service {
+    /// Queues a new run of an ended run's workflow with its environment, variables and
+    /// priority (the old run is left as it is). A run without an environment keeps its config
+    /// fields too; one with an environment takes that environment's configuration as it is now
+    /// (its stored config holds locked fields, which `--set` refuses).
+    pub async fn requeue(&self, prefix: &str) -> Result<Run> {
+        let run = self.resolve(prefix).await?;
+        if !run.state.is_terminal() {
+            return Err(ServiceError::NotEnded { id: run.id.to_string(), state: run.state });
+        }
+        let set = resubmitted_set(&run);
+        let request = RunRequest {
+            workflow: Some(run.workflow.clone()),
+            env: run.env_name.clone(),
+            vars: run.params.vars.clone(),
+            set,
+            priority: Some(run.priority),
+            // The stall timeout and time limit the run had, its own overrides included.
+            stall_timeout: run.spec.stall_timeout,
+            hold: None,
+            time_limit: run.spec.time_limit,
+            needs: run.params.needs.clone(),
+            after: None,
+        };
+        self.submit(request).await
+    }
+
+    /// Cancels a pending run or asks a started one to stop; stopping twice is not an error.
+    pub async fn stop(&self, prefix: &str) -> Result<Run> {
+        let mut run = self.resolve(prefix).await?;
+        loop {
+            // The state table says what a stop does; this only knows that stopping twice is fine.
+            let event = match crate::model::run::stop_event(run.state) {
+                Some(event) => event,
+                None if run.state == RunState::Stopping => return Ok(run),
+                None => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state: run.state }),
+            };
+            let reason =
+                if event == RunTrigger::Cancel { "cancelled before it started" } else { "stop requested" };
+            match self.store.transition(&run, event, Some(reason), None).await {
+                Ok(moved) => {
+                    self.wake().await;
+                    return Ok(moved);
+                }
+                // The daemon moved it meanwhile: look again and decide on what is there now.
+                Err(StoreError::Conflict { .. }) => {
+                    run = self
+                        .store
+                        .run(run.id)
+                        .await?
+                        .ok_or_else(|| ServiceError::UnknownRun(crate::text::one_line(prefix)))?;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+}
+
+/// The `--set` values that submit `run` again: its stored config for a run without an
+/// environment; none for one with (the environment's current config applies, and its stored
+/// config holds locked fields, which `--set` refuses).
+pub(in crate::engine::service) fn resubmitted_set(run: &Run) -> BTreeMap<String, String> {
+    match run.env_name {
+        Some(_) => BTreeMap::new(),
+        None => run
+            .params
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            .collect(),
+    }
+}

@@ -1,0 +1,306 @@
+//! Submission: a run request checked, planned and written as pending, alone or in a batch.
+
+use std::collections::{BTreeMap, HashMap};
+
+use uuid::Uuid;
+
+use crate::engine::service::{Result, Service, ServiceError};
+use crate::engine::store::{NewDependency, StoreError};
+use crate::model::{Run, RunParams, When};
+use crate::workflow::Workflow;
+use crate::workflow::request::{DependencyRequest, DependencyTarget, RunRequest};
+
+/// A dependency on an earlier run of the same batch (a pipeline's step, already placed before
+/// this one): its place in the batch, from 0.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::engine::service) struct Earlier {
+    pub place: usize,
+    pub when: When,
+    /// What `{after.NAME.*}` calls it: the step's name.
+    pub name: Option<String>,
+}
+
+/// Only the workflow's declared vars take per-run values: the built-ins (the interpreter, the
+/// checkout, the run's paths) are the operator's, never a caller's.
+fn check_run_vars(spec: &Workflow, vars: &BTreeMap<String, String>) -> Result<()> {
+    for name in vars.keys() {
+        if crate::workflow::BUILTIN_VARS.contains(&name.as_str()) || name.starts_with("port.") {
+            return Err(ServiceError::BuiltinVar { name: name.clone() });
+        }
+        if !spec.vars.contains_key(name) {
+            let known = spec.vars.keys().cloned().collect::<Vec<_>>();
+            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            return Err(ServiceError::UnknownVar { name: name.clone(), workflow: spec.name.clone(), known });
+        }
+    }
+    Ok(())
+}
+
+impl Service {
+    /// Validates everything a run needs, then writes it as pending in one transaction and
+    /// wakes the daemon. Nothing is written when anything is wrong.
+    pub async fn submit(&self, request: RunRequest) -> Result<Run> {
+        let mut runs = self.submit_many(vec![request]).await?;
+        Ok(runs.remove(0))
+    }
+
+    /// Validates every request, then writes all the runs as pending in one transaction (in
+    /// order, so they are claimed in order at equal priority) and wakes the daemon once.
+    /// Nothing is written when any request is wrong; the error names the request (from 1).
+    pub async fn submit_many(&self, requests: Vec<RunRequest>) -> Result<Vec<Run>> {
+        self.submit_batch(requests.into_iter().map(|r| (r, Vec::new())).collect()).await
+    }
+
+    /// `submit_many`, each request with the earlier runs of the batch it waits for.
+    pub(in crate::engine::service) async fn submit_batch(
+        &self,
+        requests: Vec<(RunRequest, Vec<Earlier>)>,
+    ) -> Result<Vec<Run>> {
+        let catalog = self.settings.catalog()?;
+        let single = requests.len() == 1;
+        // A sweep names a handful of workflows: each is loaded and checked once.
+        let mut specs: HashMap<String, Workflow> = HashMap::new();
+        let mut batch = Vec::with_capacity(requests.len());
+        let mut ids: Vec<Uuid> = Vec::with_capacity(requests.len());
+        for (index, (request, earlier)) in requests.into_iter().enumerate() {
+            let in_batch = |err| {
+                if single { err } else { ServiceError::InBatch { index: index + 1, source: Box::new(err) } }
+            };
+            let deps =
+                self.dependencies_of(request.dependencies(), &earlier, &ids).await.map_err(in_batch)?;
+            let names: Vec<String> = deps.iter().filter_map(|d| d.name.clone()).collect();
+            let run = self
+                .prepare_as(&catalog, &mut specs, request, &names, Uuid::new_v4())
+                .await
+                .map_err(in_batch)?;
+            let stages = run.pending_stages();
+            ids.push(run.id);
+            batch.push((run, stages, deps));
+        }
+        let runs = self.store.insert_runs_after(&batch).await.map_err(|err| match err {
+            StoreError::Unmet { reason } => ServiceError::DependencyUnmet { reason },
+            other => other.into(),
+        })?;
+        self.wake_queued().await;
+        Ok(runs)
+    }
+
+    /// A request's dependencies as the store writes them: each target found (an existing run by
+    /// its id or prefix, or an earlier run of the batch, whose id is in `ids`), each name given
+    /// once, and none on a run that already ended in a way that can never meet it.
+    async fn dependencies_of(
+        &self,
+        asked: &[DependencyRequest],
+        earlier: &[Earlier],
+        ids: &[Uuid],
+    ) -> Result<Vec<NewDependency>> {
+        let mut deps: Vec<NewDependency> = Vec::with_capacity(asked.len() + earlier.len());
+        for dep in earlier {
+            let id = *ids.get(dep.place).ok_or_else(|| {
+                ServiceError::BadDependency(format!(
+                    "run {} of the batch is not before this one: a run waits only for earlier runs",
+                    dep.place + 1
+                ))
+            })?;
+            deps.push(NewDependency { after: id, when: dep.when, name: dep.name.clone() });
+        }
+        for dep in asked {
+            let prefix = match &dep.target {
+                DependencyTarget::Run(prefix) => prefix,
+                DependencyTarget::Step(step) => {
+                    return Err(ServiceError::BadDependency(format!(
+                        "'{}' names a pipeline step; outside a pipeline, wait for a run: {{\"run\": ID}}",
+                        crate::text::one_line(step)
+                    )));
+                }
+            };
+            let run = self.resolve(prefix).await?;
+            let settled = crate::model::dependency::settle(dep.when, run.state);
+            if settled == crate::model::Settled::Unmet {
+                let reason = crate::model::dependency::unmet_reason(&run.id, dep.when, run.state);
+                return Err(ServiceError::DependencyUnmet { reason });
+            }
+            deps.push(NewDependency { after: run.id, when: dep.when, name: dep.name.clone() });
+        }
+        for (i, dep) in deps.iter().enumerate() {
+            if let Some(name) = &dep.name {
+                crate::model::dependency::check_name(name).map_err(ServiceError::BadDependency)?;
+                if deps[..i].iter().any(|d| d.name.as_ref() == Some(name)) {
+                    return Err(ServiceError::BadDependency(format!("two dependencies are named '{name}'")));
+                }
+            }
+        }
+        Ok(deps)
+    }
+
+    /// One run, checked and planned as `id`, not yet written: a new run, or a queued run an
+    /// edit re-plans under its own id. `after` are its dependencies' names (`{after.NAME.*}`).
+    pub(in crate::engine::service) async fn prepare_as(
+        &self,
+        catalog: &crate::workflow::Catalog,
+        specs: &mut HashMap<String, Workflow>,
+        request: RunRequest,
+        after: &[String],
+        id: Uuid,
+    ) -> Result<Run> {
+        let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
+        let cached = specs.get(&name).cloned();
+        let mut spec = match cached {
+            Some(spec) => spec,
+            None => catalog.load(&name)?,
+        };
+        // Per-run values first: a bad variable is named even when a credential is missing too.
+        check_run_vars(&spec, &request.vars)?;
+        if !specs.contains_key(&name) {
+            self.check_workflow(&name, &spec)?;
+            specs.insert(name.clone(), spec.clone());
+        }
+        if let Some(timeout) = request.stall_timeout {
+            spec.stall_timeout = Some(timeout);
+        }
+        if let Some(limit) = request.time_limit {
+            spec.time_limit = Some(limit);
+        }
+        let needs = self.checked_needs(&spec, &request.needs)?;
+        let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
+        let (env_name, env_file, config) = if runs_env || request.env.is_some() {
+            let (name, file, config) = self
+                .run_environment(request.env.as_deref(), &request.set, &spec)
+                .await
+                .map_err(|err| match err {
+                    ServiceError::NoSelection if runs_env => {
+                        ServiceError::NeedsEnvironment(spec.name.clone())
+                    }
+                    other => other,
+                })?;
+            (Some(name), Some(file), config)
+        } else {
+            let config =
+                request.set.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+            (None, None, config)
+        };
+        let run_dir = self.settings.run_dir(&id);
+        let after_names: Vec<&str> = after.iter().map(String::as_str).collect();
+        let resolved = self.resolve_vars(
+            &spec,
+            (&request.vars, &after_names),
+            (env_name.as_deref(), env_file.as_deref()),
+            &id,
+            &run_dir,
+            catalog.dir(),
+        )?;
+        // A dry run of the expansion with stand-in ports, so a template problem is caught now.
+        let mut trial = resolved.clone();
+        for port in spec.ports.keys() {
+            trial.insert(format!("port.{port}"), "0".into());
+        }
+        for pool in needs.names() {
+            trial.insert(format!("{}{pool}", crate::model::pool::VAR_PREFIX), "0".into());
+        }
+        for stage in &spec.stages {
+            stage
+                .plan(&trial, &run_dir)
+                .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
+        }
+        let params = RunParams { vars: request.vars, config, needs, resolved, after: after.to_vec() };
+        let held_at = request.hold.unwrap_or(false).then(crate::model::now_millis);
+        let run = Run {
+            env_name,
+            workflow: name,
+            held_at,
+            ..Run::queued(id, spec, run_dir, request.priority.unwrap_or(0), params)
+        };
+        Ok(run)
+    }
+
+    /// The run's needs (the workflow's, the request's over them), refused when no claim could
+    /// meet them: checked against the pools the home's daemon published when it started.
+    fn checked_needs(&self, spec: &Workflow, asked: &crate::model::Needs) -> Result<crate::model::Needs> {
+        let needs = spec.needs.overlaid(&asked.clone().checked()?);
+        if needs.iter().all(|(_, &count)| count == 0) {
+            return Ok(needs);
+        }
+        if spec.launcher == crate::workflow::Launcher::Slurm {
+            return Err(ServiceError::Unplannable {
+                workflow: spec.name.clone(),
+                problem: "needs: counted pools are the claiming node's devices; a Slurm job asks sbatch for its own".into(),
+            });
+        }
+        crate::pools::published(&self.settings.home)?.check(&needs)?;
+        Ok(needs)
+    }
+
+    /// What a workflow needs of this store and environment, checked once per submission.
+    fn check_workflow(&self, name: &str, spec: &Workflow) -> Result<()> {
+        if !spec.node_labels.is_empty() && !self.store.backend().supports_nodes() {
+            let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            return Err(ServiceError::NeedsPostgres(format!(
+                "workflow '{name}' pins its runs to nodes labelled {}, which",
+                labels.join(",")
+            )));
+        }
+        let missing: Vec<String> =
+            spec.credentials.iter().filter(|c| !crate::environ::is_set(c)).cloned().collect();
+        if !missing.is_empty() {
+            return Err(ServiceError::MissingCredentials {
+                workflow: name.to_string(),
+                wanted: spec.credentials.clone(),
+                missing,
+            });
+        }
+        Ok(())
+    }
+
+    /// Every template value of a run except its ports (those are picked when it is claimed)
+    /// and its dependencies' values (`{after.NAME.*}` in a per-run value, kept as written until
+    /// the run is claimed; only the names in `after` may appear).
+    fn resolve_vars(
+        &self,
+        spec: &Workflow,
+        (vars, after): (&BTreeMap<String, String>, &[&str]),
+        (env_name, env_file): (Option<&str>, Option<&std::path::Path>),
+        id: &Uuid,
+        run_dir: &std::path::Path,
+        workflow_dir: &std::path::Path,
+    ) -> Result<BTreeMap<String, String>> {
+        let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let builtins = BTreeMap::from([
+            ("run_id".to_string(), id.to_string()),
+            ("run_dir".to_string(), path(run_dir)),
+            ("config_path".to_string(), path(&run_dir.join("config.yaml"))),
+            ("env_file".to_string(), env_file.map(path).unwrap_or_default()),
+            ("env_name".to_string(), env_name.unwrap_or_default().to_string()),
+            ("python".to_string(), self.settings.python.clone()),
+            ("workflow_dir".to_string(), path(workflow_dir)),
+            ("home".to_string(), path(&self.settings.home)),
+            ("tinker_atropos".to_string(), path(&self.settings.tinker_atropos)),
+        ]);
+        let mut resolved = builtins.clone();
+        let mut with_after = builtins;
+        for name in after {
+            for kind in crate::model::dependency::AFTER_VALUES {
+                let var = crate::model::dependency::after_var(name, kind);
+                with_after.insert(var.clone(), format!("{{{var}}}"));
+            }
+        }
+        let unplannable =
+            |problem: String| ServiceError::Unplannable { workflow: spec.name.clone(), problem };
+        for (name, default) in &spec.vars {
+            let raw = vars.get(name).unwrap_or(default);
+            for var in crate::workflow::template::variables(raw).unwrap_or_default() {
+                if var.starts_with("after.") && !with_after.contains_key(var) {
+                    let named = if after.is_empty() { "none".to_string() } else { after.join(", ") };
+                    return Err(unplannable(format!(
+                        "vars.{name}: '{{{}}}' is not a value of a named dependency ({{after.NAME.run_id}}, \
+                         {{after.NAME.trained_weights}} or {{after.NAME.run_dir}}; named: {named})",
+                        crate::text::one_line(var)
+                    )));
+                }
+            }
+            let value = crate::workflow::template::expand(raw, &with_after)
+                .map_err(|e| unplannable(format!("vars.{name}: {e}")))?;
+            resolved.insert(name.clone(), value);
+        }
+        Ok(resolved)
+    }
+}
