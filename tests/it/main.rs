@@ -25,6 +25,7 @@ mod retention;
 mod schedules;
 mod slurm;
 mod supervisor;
+mod sweep_reference;
 mod support;
 mod systemd;
 mod time_limits;

@@ -21,8 +21,12 @@ pub fn python_float(x: f64) -> String {
     if x.is_infinite() {
         return if x > 0.0 { "inf" } else { "-inf" }.to_string();
     }
-    // `{:e}` gives the shortest round-trip digits: "-1.2345e-5", "3e0".
-    let sci = format!("{x:e}");
+    // `{:e}` finds how many digits round-trip ("-1.2345e-5", "3e0"), but breaks an exact tie
+    // between two such strings upwards; Python takes the even one, as correctly rounding to
+    // that many digits does.
+    let shortest = format!("{x:e}");
+    let digits = shortest.split('e').next().unwrap_or("").chars().filter(char::is_ascii_digit).count();
+    let sci = format!("{x:.*e}", digits.saturating_sub(1));
     let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
     let (sign, mantissa) = match mantissa.strip_prefix('-') {
@@ -84,6 +88,9 @@ mod tests {
             (1.5e300, "1.5e+300"),
             (5e-324, "5e-324"),
             (-0.00012, "-0.00012"),
+            // Exact ties between two shortest strings go to the even digit, as in Python.
+            (779974396281802.25, "779974396281802.2"),
+            (-1946628812582478.25, "-1946628812582478.2"),
             (f64::NAN, "nan"),
             (f64::NEG_INFINITY, "-inf"),
         ];

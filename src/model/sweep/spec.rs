@@ -231,6 +231,14 @@ impl SweepSpec {
                     if let Some(distribution) = not_for_grid(&param.domain) {
                         return Err(SweepError::NotForGrid { path: format!("parameters.{}", param.path), distribution });
                     }
+                    if let Domain::Categorical { values, .. } = &param.domain
+                        && let Some(twice) = repeated(values)
+                    {
+                        return Err(SweepError::Invalid {
+                            path: format!("parameters.{}.values", param.path),
+                            problem: format!("{} is listed twice (a grid point runs once)", short(&twice.to_string())),
+                        });
+                    }
                 }
                 let size = super::generate::grid_size(&spec.parameters);
                 if spec.run_cap.is_none() && size.is_none_or(|size| size > MAX_RUN_CAP) {
@@ -274,6 +282,17 @@ fn not_for_grid(domain: &Domain) -> Option<&'static str> {
         Domain::LogNormal { .. } => Some("log_normal"),
         Domain::Beta { .. } => Some("beta"),
     }
+}
+
+/// A value listed twice, as W&B tells values apart (a whole float is its integer: W&B's grid
+/// would skip the second silently).
+fn repeated(values: &[serde_json::Value]) -> Option<&serde_json::Value> {
+    let key = |value: &serde_json::Value| match value.as_f64() {
+        Some(x) if value.is_f64() && x.fract() == 0.0 && x.abs() < 9e15 => serde_json::Value::from(x as i64),
+        _ => value.clone(),
+    };
+    let keys: Vec<serde_json::Value> = values.iter().map(key).collect();
+    (1..values.len()).find(|&i| keys[..i].contains(&keys[i])).map(|i| &values[i])
 }
 
 fn metric(raw: RawMetric) -> Result<Metric, SweepError> {

@@ -97,6 +97,7 @@ fn bad_files_get_one_line_naming_the_key() {
         (format!("{HEAD}method: grid\nearly_terminate: {{type: hyperband, min_iter: 3}}\nparameters: {{a: {{value: 1}}}}\n"), "metric: missing metric"),
         (format!("{HEAD}method: grid\nmetric: {{name: loss, goal: lower}}\nparameters: {{a: {{value: 1}}}}\n"), "metric.goal: 'lower' is not minimize or maximize"),
         ("method: grid\nparameters: {a: {value: 1}}\n".to_string(), "workflow: missing workflow"),
+        (format!("{HEAD}method: grid\nparameters: {{a: {{values: [2, x, 2.0]}}}}\n"), "parameters.a.values: 2.0 is listed twice (a grid point runs once)"),
         (format!("{HEAD}method: grid\nparameters: {{a: {{value: 1}}}}\nmetrics: []\n"), "metrics: unknown field `metrics`"),
         ("[1, 2".to_string(), "line"),
     ];
