@@ -77,7 +77,7 @@ impl<Id> Holder<Id> {
     /// Milliseconds of work a stop now would lose.
     pub fn lost_time(&self, now: Millis) -> Millis {
         let since = self.checkpoint_at.map_or(self.started_at, |at| at.max(self.started_at));
-        (now - since).max(0)
+        now.saturating_sub(since).max(0)
     }
 
     /// Lost work in unit·milliseconds.
@@ -181,9 +181,9 @@ impl<'a> Search<'a> {
     fn new(candidates: &'a [Candidate], deficit: Vec<u64>) -> Search<'a> {
         let mut reachable = vec![vec![0u64; deficit.len()]; candidates.len() + 1];
         for i in (0..candidates.len()).rev() {
-            for pool in 0..deficit.len() {
-                reachable[i][pool] = reachable[i + 1][pool] + candidates[i].gives[pool];
-            }
+            let after: Vec<u64> =
+                reachable[i + 1].iter().zip(&candidates[i].gives).map(|(a, g)| a + g).collect();
+            reachable[i] = after;
         }
         Search { candidates, reachable, best: None, steps: 0, chosen: Vec::new(), deficit }
     }
@@ -230,7 +230,8 @@ impl<'a> Search<'a> {
             }
         }
         for at in (0..set.len()).rev() {
-            let without: Vec<usize> = set.iter().enumerate().filter(|(j, _)| *j != at).map(|(_, i)| *i).collect();
+            let without: Vec<usize> =
+                set.iter().enumerate().filter(|(j, _)| *j != at).map(|(_, i)| *i).collect();
             if self.frees_enough(&without) {
                 set = without;
             }
@@ -239,8 +240,9 @@ impl<'a> Search<'a> {
     }
 
     fn frees_enough(&self, set: &[usize]) -> bool {
-        (0..self.deficit.len())
-            .all(|pool| set.iter().map(|&i| self.candidates[i].gives[pool]).sum::<u64>() >= self.deficit[pool])
+        (0..self.deficit.len()).all(|pool| {
+            set.iter().map(|&i| self.candidates[i].gives[pool]).sum::<u64>() >= self.deficit[pool]
+        })
     }
 
     /// Candidates from `next` on, with `cost` spent and `remaining` still short.
@@ -259,7 +261,9 @@ impl<'a> Search<'a> {
             self.offer(&set);
             return;
         }
-        if next == self.candidates.len() || remaining.iter().zip(&self.reachable[next]).any(|(need, can)| can < need) {
+        if next == self.candidates.len()
+            || remaining.iter().zip(&self.reachable[next]).any(|(need, can)| can < need)
+        {
             return;
         }
         let candidate = &self.candidates[next];
@@ -284,7 +288,13 @@ mod tests {
 
     const MIN: Millis = 60_000;
 
-    fn holder(id: &str, priority: i64, gpus: u32, started_min_ago: i64, checkpoint_min_ago: Option<i64>) -> Holder<String> {
+    fn holder(
+        id: &str,
+        priority: i64,
+        gpus: u32,
+        started_min_ago: i64,
+        checkpoint_min_ago: Option<i64>,
+    ) -> Holder<String> {
         let now = 1_000 * MIN;
         Holder {
             id: id.to_string(),
@@ -313,7 +323,8 @@ mod tests {
 
     #[test]
     fn the_run_that_checkpointed_last_loses_least() {
-        let holders = [holder("a", 0, 1, 120, Some(30)), holder("b", 0, 1, 120, Some(2)), holder("c", 0, 1, 60, None)];
+        let holders =
+            [holder("a", 0, 1, 120, Some(30)), holder("b", 0, 1, 120, Some(2)), holder("c", 0, 1, 60, None)];
         let choice = choose_victims(&short(1, 0, 10), &holders).unwrap();
         assert_eq!(choice.victims, ["b"]);
         assert_eq!(choice.lost_work, 2 * MIN as u128);
@@ -324,7 +335,11 @@ mod tests {
     fn victims_are_chosen_as_a_set_not_one_by_one() {
         // Two 1-unit runs that lost 5 min each (10 unit·min) beat one 2-unit run that lost 6
         // (12), though the 2-unit run alone is the fewest victims.
-        let holders = [holder("big", 0, 2, 60, Some(6)), holder("x", 0, 1, 60, Some(5)), holder("y", 0, 1, 60, Some(5))];
+        let holders = [
+            holder("big", 0, 2, 60, Some(6)),
+            holder("x", 0, 1, 60, Some(5)),
+            holder("y", 0, 1, 60, Some(5)),
+        ];
         assert_eq!(victims(&short(2, 0, 10), &holders).unwrap(), ["x", "y"]);
         // One free unit: only one more is needed, and the cheapest 1-unit run suffices.
         assert_eq!(victims(&short(2, 1, 10), &holders).unwrap(), ["x"]);
@@ -338,20 +353,26 @@ mod tests {
         let peer = holder("peer", 10, 1, 60, Some(1));
         let close = holder("close", 9, 1, 60, Some(1));
         let old_checkpoint = holder("old-checkpoint", 0, 1, 20, Some(50));
-        let cases: Vec<(&str, Shortage, Vec<Holder<String>>, Option<Vec<&str>>)> = vec![
+        type Case = (&'static str, Shortage, Vec<Holder<String>>, Option<Vec<&'static str>>);
+        let cases: Vec<Case> = vec![
             ("nothing short: no victim", short(1, 1, 10), vec![holder("a", 0, 1, 60, None)], Some(vec![])),
             ("protected: too young", short(1, 0, 10), vec![young.clone()], None),
             ("protected: not preemptible", short(1, 0, 10), vec![fixed.clone()], None),
             ("protected: equal priority", short(1, 0, 10), vec![peer.clone()], None),
             ("lower by 1 with gap 1", short(1, 0, 10), vec![close.clone()], Some(vec!["close"])),
+            ("lower by 1 with gap 2", Shortage { gap: 2, ..short(1, 0, 10) }, vec![close.clone()], None),
             (
-                "lower by 1 with gap 2",
-                Shortage { gap: 2, ..short(1, 0, 10) },
-                vec![close.clone()],
+                "equal priority even with gap 0",
+                Shortage { gap: 0, ..short(1, 0, 10) },
+                vec![peer.clone()],
                 None,
             ),
-            ("equal priority even with gap 0", Shortage { gap: 0, ..short(1, 0, 10) }, vec![peer.clone()], None),
-            ("not enough units anywhere", short(3, 0, 10), vec![holder("a", 0, 1, 60, None), young.clone()], None),
+            (
+                "not enough units anywhere",
+                short(3, 0, 10),
+                vec![holder("a", 0, 1, 60, None), young.clone()],
+                None,
+            ),
             (
                 "a checkpoint older than the attempt counts from the attempt",
                 short(1, 0, 10),
@@ -374,7 +395,10 @@ mod tests {
                 "a run holding no short unit is never chosen",
                 short(1, 0, 10),
                 vec![
-                    Holder { units: BTreeMap::from([("cpu".to_string(), 4)]), ..holder("cpu", 0, 0, 60, Some(0)) },
+                    Holder {
+                        units: BTreeMap::from([("cpu".to_string(), 4)]),
+                        ..holder("cpu", 0, 0, 60, Some(0))
+                    },
                     holder("gpu", 0, 1, 60, Some(30)),
                 ],
                 Some(vec!["gpu"]),
@@ -404,25 +428,27 @@ mod tests {
 
     #[test]
     fn many_candidates_answer_quickly() {
-        let holders: Vec<Holder<String>> =
-            (0..300).map(|i| holder(&format!("r{i}"), 0, 1 + (i % 3) as u32, 100, Some((i % 17) as i64 + 1))).collect();
+        let holders: Vec<Holder<String>> = (0..300)
+            .map(|i| holder(&format!("r{i}"), 0, 1 + (i % 3) as u32, 100, Some((i % 17) as i64 + 1)))
+            .collect();
         let choice = choose_victims(&short(40, 0, 10), &holders).unwrap();
         let freed: u32 = choice.freed["gpu"];
         assert!(freed >= 40, "{freed}");
     }
 
     fn arbitrary_holder() -> impl Strategy<Value = Holder<String>> {
-        (0i64..4, any::<bool>(), 0i64..120, proptest::option::of(0i64..120), 0u32..4, 0u32..3, 0i64..30).prop_map(
-            |(priority, preemptible, started_ago, checkpoint_ago, gpus, cpus, min_runtime)| Holder {
-                id: String::new(),
-                priority,
-                preemptible,
-                started_at: 1_000 * MIN - started_ago * MIN,
-                checkpoint_at: checkpoint_ago.map(|ago| 1_000 * MIN - ago * MIN),
-                units: BTreeMap::from([("gpu".to_string(), gpus), ("cpu".to_string(), cpus)]),
-                min_runtime: min_runtime * MIN,
-            },
-        )
+        (0i64..4, any::<bool>(), 0i64..120, proptest::option::of(0i64..120), 0u32..4, 0u32..3, 0i64..30)
+            .prop_map(|(priority, preemptible, started_ago, checkpoint_ago, gpus, cpus, min_runtime)| {
+                Holder {
+                    id: String::new(),
+                    priority,
+                    preemptible,
+                    started_at: 1_000 * MIN - started_ago * MIN,
+                    checkpoint_at: checkpoint_ago.map(|ago| 1_000 * MIN - ago * MIN),
+                    units: BTreeMap::from([("gpu".to_string(), gpus), ("cpu".to_string(), cpus)]),
+                    min_runtime: min_runtime * MIN,
+                }
+            })
     }
 
     proptest! {

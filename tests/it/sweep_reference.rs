@@ -26,7 +26,9 @@ fn reference_python() -> Option<String> {
             std::env::var_os("LACHESIS_REQUIRE_SWEEPS").is_none(),
             "W&B's sweeps package is required: set LACHESIS_TEST_SWEEPS_PYTHON=$(bash tests/python/sweeps.sh)"
         );
-        eprintln!("skipped: no W&B sweeps package (LACHESIS_TEST_SWEEPS_PYTHON from bash tests/python/sweeps.sh)");
+        eprintln!(
+            "skipped: no W&B sweeps package (LACHESIS_TEST_SWEEPS_PYTHON from bash tests/python/sweeps.sh)"
+        );
     }
     python
 }
@@ -45,7 +47,11 @@ fn ask_reference(python: &str, request: &Value) -> Value {
     let writer = std::thread::spawn(move || stdin.write_all(&body));
     let output = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
-    assert!(output.status.success(), "hyperband_check.py failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "hyperband_check.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
@@ -114,14 +120,16 @@ fn hyperband_case(k: u64) -> HyperbandCase {
         "early_terminate": early,
         "parameters": {"a": {"value": 1}},
     });
-    let states = ["running", "running", "running", "finished", "failed", "killed", "crashed", "preempted", "pending"];
+    let states =
+        ["running", "running", "running", "finished", "failed", "killed", "crashed", "preempted", "pending"];
     let style = int(&mut rng, 0, 2) as u64;
     let members = int(&mut rng, 1, 12);
     let (mut runs, mut json_runs) = (Vec::new(), Vec::new());
     for m in 0..members {
         let state = *pick(&mut rng, &states);
         let len = int(&mut rng, 0, 30);
-        let (values, json_values): (Vec<f64>, Vec<Value>) = (0..len).map(|_| reading(&mut rng, style)).unzip();
+        let (values, json_values): (Vec<f64>, Vec<Value>) =
+            (0..len).map(|_| reading(&mut rng, style)).unzip();
         let name = format!("r{m}");
         json_runs.push(json!({"name": name, "state": state, "history": json_values}));
         runs.push((name, state == "running", values));
@@ -133,7 +141,17 @@ fn hyperband_case(k: u64) -> HyperbandCase {
 fn grid_parameter(rng: &mut Rng) -> Value {
     match int(rng, 0, 5) {
         0 => {
-            let pool = [json!(1), json!(0.1), json!("adam"), json!(true), json!(2.0), json!(-3), json!(1e-5), json!("x"), json!(2.5e-7)];
+            let pool = [
+                json!(1),
+                json!(0.1),
+                json!("adam"),
+                json!(true),
+                json!(2.0),
+                json!(-3),
+                json!(1e-5),
+                json!("x"),
+                json!(2.5e-7),
+            ];
             // Distinct: lachesis refuses a grid value listed twice, where W&B skips the repeat.
             let count = int(rng, 1, 3) as usize;
             let start = rng.below(pool.len() as u128) as usize;
@@ -195,7 +213,17 @@ fn typed(value: &Value) -> Value {
 fn floats(count: u64) -> Vec<f64> {
     let mut rng = Rng::keyed(0xf10a7, 0, 0);
     let mut out: Vec<f64> = (-25..25).map(|e| 10f64.powi(e)).collect();
-    out.extend([0.0, -0.0, 0.1 + 0.2, 1e16, 9999999999999998.0, 1e-4, 0.00009999, 123456789012345680.0, 5e-324]);
+    out.extend([
+        0.0,
+        -0.0,
+        0.1 + 0.2,
+        1e16,
+        9999999999999998.0,
+        1e-4,
+        0.00009999,
+        123456789012345680.0,
+        5e-324,
+    ]);
     while (out.len() as u64) < count {
         let x = match int(&mut rng, 0, 2) {
             0 => f64::from_bits(rng.next_u64()),
@@ -244,7 +272,8 @@ fn hyperband_grid_and_float_text_match_w_and_b() {
                     .iter()
                     .map(|(id, running, values)| Series { id: id.clone(), running: *running, values })
                     .collect();
-                let stopped = stop_runs(&series, spec.metric.as_ref().unwrap(), spec.early_terminate.as_ref().unwrap());
+                let stopped =
+                    stop_runs(&series, spec.metric.as_ref().unwrap(), spec.early_terminate.as_ref().unwrap());
                 stops += stopped.len();
                 json!(stopped.into_iter().map(|stop| stop.id).collect::<Vec<_>>())
             }
@@ -264,7 +293,9 @@ fn hyperband_grid_and_float_text_match_w_and_b() {
     }
     for ((spec, config), wandb) in specs.iter().zip(&grids).zip(answer["grid"].as_array().unwrap()) {
         let ours: Vec<Value> = (0..spec.members())
-            .map(|k| json!(spec.member(k).unwrap().assignments.iter().map(|a| typed(&a.value)).collect::<Vec<_>>()))
+            .map(|k| {
+                json!(spec.member(k).unwrap().assignments.iter().map(|a| typed(&a.value)).collect::<Vec<_>>())
+            })
             .collect();
         if json!(ours) != *wandb {
             mismatches.push(clip(format!("grid {config}: ours {}, W&B {wandb}", json!(ours))));
@@ -275,7 +306,12 @@ fn hyperband_grid_and_float_text_match_w_and_b() {
             mismatches.push(format!("float {x:e}: ours {}, Python {wandb}", python_float(*x)));
         }
     }
-    assert!(mismatches.is_empty(), "{} mismatches; the first:\n{}", mismatches.len(), mismatches[..mismatches.len().min(5)].join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches; the first:\n{}",
+        mismatches.len(),
+        mismatches[..mismatches.len().min(5)].join("\n")
+    );
     eprintln!(
         "matched W&B on {HYPERBAND_CASES} hyperband cases ({stops} stops, {refused} configs refused by both), \
          {GRID_CASES} grids and {FLOATS} floats"

@@ -78,7 +78,11 @@ impl SweepSpec {
             .parameters
             .iter()
             .zip(values)
-            .map(|(param, value)| Assignment { path: param.path.clone(), target: param.target.clone(), value })
+            .map(|(param, value)| Assignment {
+                path: param.path.clone(),
+                target: param.target.clone(),
+                value,
+            })
             .collect();
         Some(Member { index, assignments })
     }
@@ -139,7 +143,9 @@ fn grid_value(domain: &Domain, at: u64) -> Value {
 fn draw(domain: &Domain, rng: &mut Rng) -> Value {
     match domain {
         Domain::Constant(value) => value.clone(),
-        Domain::Categorical { values, probabilities: None } => values[rng.below(values.len() as u128) as usize].clone(),
+        Domain::Categorical { values, probabilities: None } => {
+            values[rng.below(values.len() as u128) as usize].clone()
+        }
         Domain::Categorical { values, probabilities: Some(weights) } => {
             let u = rng.unit();
             let mut cumulative = 0.0;

@@ -43,7 +43,7 @@ impl Hyperband {
             Bands::MinIter(min_iter) => {
                 let mut band = min_iter as f64;
                 for _ in 0..100 {
-                    if !(band < MAX_BAND) {
+                    if band.is_nan() || band >= MAX_BAND {
                         break;
                     }
                     bands.push(band as u64);
@@ -62,6 +62,8 @@ impl Hyperband {
                 bands.sort_unstable();
             }
         }
+        // A parsed sweep has none; a hand-made min_iter 0 must not index before a series.
+        bands.retain(|band| *band >= 1);
         bands
     }
 }
@@ -93,10 +95,14 @@ impl<Id> Stop<Id> {
     pub fn reason(&self, metric: &str) -> String {
         let (band, value, threshold) = (self.band, python_float(self.value), python_float(self.threshold));
         if self.strict {
-            format!("{metric} {value} at iteration {band} is worse than the band-{band} threshold {threshold}")
+            format!(
+                "{metric} {value} at iteration {band} is worse than the band-{band} threshold {threshold}"
+            )
         } else {
             let iterations = self.iterations;
-            format!("best {metric} {value} by iteration {iterations} is worse than the band-{band} threshold {threshold}")
+            format!(
+                "best {metric} {value} by iteration {iterations} is worse than the band-{band} threshold {threshold}"
+            )
         }
     }
 }
@@ -132,7 +138,8 @@ pub fn stop_runs<Id: Clone>(members: &[Series<Id>], metric: &Metric, config: &Hy
         if !member.running {
             continue;
         }
-        let reached = bands.iter().zip(&thresholds).take_while(|(band, _)| **band as usize <= history.len()).last();
+        let reached =
+            bands.iter().zip(&thresholds).take_while(|(band, _)| **band as usize <= history.len()).last();
         let Some((&band, &threshold)) = reached else { continue };
         let value = if config.strict {
             history[band as usize - 1]

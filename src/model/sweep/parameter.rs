@@ -57,21 +57,60 @@ pub struct Quantum {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Domain {
     Constant(Value),
-    Categorical { values: Vec<Value>, probabilities: Option<Vec<f64>> },
-    IntUniform { min: i64, max: i64 },
-    Uniform { min: f64, max: f64 },
-    QUniform { min: Num, max: Num, q: Num },
+    Categorical {
+        values: Vec<Value>,
+        probabilities: Option<Vec<f64>>,
+    },
+    IntUniform {
+        min: i64,
+        max: i64,
+    },
+    Uniform {
+        min: f64,
+        max: f64,
+    },
+    QUniform {
+        min: Num,
+        max: Num,
+        q: Num,
+    },
     /// `log_uniform`: `exp` of a uniform draw between the exponents `min` and `max`.
-    LogUniform { min: f64, max: f64, q: Option<Quantum> },
+    LogUniform {
+        min: f64,
+        max: f64,
+        q: Option<Quantum>,
+    },
     /// `log_uniform_values`: log-uniform between the values `min` and `max`.
-    LogUniformValues { min: f64, max: f64, q: Option<Quantum> },
+    LogUniformValues {
+        min: f64,
+        max: f64,
+        q: Option<Quantum>,
+    },
     /// `inv_log_uniform`: `exp(-u)`, u uniform between the exponents `min` and `max`.
-    InvLogUniform { min: f64, max: f64 },
+    InvLogUniform {
+        min: f64,
+        max: f64,
+    },
     /// `inv_log_uniform_values`: its reciprocal is log-uniform; values between `min` and `max`.
-    InvLogUniformValues { min: f64, max: f64 },
-    Normal { mu: f64, sigma: f64, q: Option<Quantum> },
-    LogNormal { mu: f64, sigma: f64, q: Option<Quantum> },
-    Beta { a: f64, b: f64, q: Option<Quantum> },
+    InvLogUniformValues {
+        min: f64,
+        max: f64,
+    },
+    Normal {
+        mu: f64,
+        sigma: f64,
+        q: Option<Quantum>,
+    },
+    LogNormal {
+        mu: f64,
+        sigma: f64,
+        q: Option<Quantum>,
+    },
+    Beta {
+        a: f64,
+        b: f64,
+        q: Option<Quantum>,
+    },
 }
 
 /// Where a member's value of a parameter goes.
@@ -126,7 +165,10 @@ pub fn flatten(raw: &BTreeMap<String, RawParameter>) -> Result<Vec<Parameter>, S
     let mut out = Vec::new();
     flatten_into(raw, "", 0, &mut out)?;
     if out.is_empty() {
-        return Err(SweepError::Invalid { path: "parameters".into(), problem: "no parameter is given".into() });
+        return Err(SweepError::Invalid {
+            path: "parameters".into(),
+            problem: "no parameter is given".into(),
+        });
     }
     let mut seen = std::collections::BTreeSet::new();
     for parameter in &out {
@@ -250,18 +292,30 @@ fn domain_of(path: &str, raw: &RawParameter) -> Result<Domain, SweepError> {
     let (allowed, required): (&[&str], &[&str]) = match distribution.as_str() {
         "constant" => (&["value"], &["value"]),
         "categorical" | "categorical_w_probabilities" => (&["values", "probabilities"], &["values"]),
-        "int_uniform" | "uniform" | "log_uniform" | "log_uniform_values" | "inv_log_uniform"
+        "int_uniform"
+        | "uniform"
+        | "log_uniform"
+        | "log_uniform_values"
+        | "inv_log_uniform"
         | "inv_log_uniform_values" => (&["min", "max"], &["min", "max"]),
         "q_uniform" | "q_log_uniform" | "q_log_uniform_values" => (&["min", "max", "q"], &["min", "max"]),
         "normal" | "log_normal" => (&["mu", "sigma"], &[]),
         "q_normal" | "q_log_normal" => (&["mu", "sigma", "q"], &[]),
         "beta" => (&["a", "b"], &[]),
         "q_beta" => (&["a", "b", "q"], &[]),
-        _ => return Err(SweepError::UnknownDistribution { path: path.to_string(), name: one_line(&distribution) }),
+        _ => {
+            return Err(SweepError::UnknownDistribution {
+                path: path.to_string(),
+                name: one_line(&distribution),
+            });
+        }
     };
     let present = present_keys(raw);
     if let Some(extra) = present.iter().find(|key| **key != "distribution" && !allowed.contains(key)) {
-        return Err(invalid(&format!("{path}.{extra}"), &format!("does not apply to distribution {distribution}")));
+        return Err(invalid(
+            &format!("{path}.{extra}"),
+            &format!("does not apply to distribution {distribution}"),
+        ));
     }
     if let Some(missing) = required.iter().find(|key| !present.contains(key)) {
         return Err(SweepError::Missing {
@@ -281,7 +335,11 @@ fn domain_of(path: &str, raw: &RawParameter) -> Result<Domain, SweepError> {
         let (min, max) = (raw.min.unwrap_or(Num::Int(0)), raw.max.unwrap_or(Num::Int(0)));
         let (lo, hi) = (finite("min", Some(min.get()), 0.0)?, finite("max", Some(max.get()), 0.0)?);
         if lo >= hi {
-            return Err(SweepError::MinNotBelowMax { path: path.to_string(), min: min.shown(), max: max.shown() });
+            return Err(SweepError::MinNotBelowMax {
+                path: path.to_string(),
+                min: min.shown(),
+                max: max.shown(),
+            });
         }
         Ok((lo, hi))
     };
@@ -310,7 +368,10 @@ fn domain_of(path: &str, raw: &RawParameter) -> Result<Domain, SweepError> {
     let normal = |limit: f64| -> Result<(f64, f64), SweepError> {
         let (mu, sigma) = (finite("mu", raw.mu, 0.0)?, finite("sigma", raw.sigma, 1.0)?);
         if sigma < 0.0 {
-            return Err(invalid(&format!("{path}.sigma"), &format!("{} must not be negative", python_float(sigma))));
+            return Err(invalid(
+                &format!("{path}.sigma"),
+                &format!("{} must not be negative", python_float(sigma)),
+            ));
         }
         if mu.abs() + 9.0 * sigma > limit {
             return Err(invalid(path, &format!("|mu| + 9 sigma must be at most {}", python_float(limit))));

@@ -17,7 +17,8 @@ fn mix(mut z: u64) -> u64 {
 impl Rng {
     /// The stream of parameter `parameter` of member `member` of the sweep seeded `seed`.
     pub fn keyed(seed: u64, member: u64, parameter: u64) -> Rng {
-        let key = mix(mix(mix(seed.wrapping_add(GOLDEN)) ^ member.wrapping_add(GOLDEN)) ^ parameter.wrapping_add(GOLDEN));
+        let key = mix(mix(mix(seed.wrapping_add(GOLDEN)) ^ member.wrapping_add(GOLDEN))
+            ^ parameter.wrapping_add(GOLDEN));
         Rng(key)
     }
 

@@ -25,7 +25,8 @@ use serde::Deserialize;
 
 use super::format::python_float;
 use super::hyperband::Hyperband;
-use super::parameter::{self, DISTRIBUTIONS, Domain, Num, Parameter, RawParameter};
+use super::parameter::{self, DISTRIBUTIONS, Domain, Num, Parameter, RawParameter, Target};
+use crate::model::Needs;
 
 /// The most members a sweep may have.
 pub const MAX_RUN_CAP: u64 = 10_000;
@@ -49,9 +50,13 @@ pub enum SweepError {
     NotFinite { path: String, value: String },
     #[error("{path}: missing {what}")]
     Missing { path: String, what: String },
-    #[error("{path}: distribution {distribution} cannot be walked by a grid (use values, int_uniform or q_uniform)")]
+    #[error(
+        "{path}: distribution {distribution} cannot be walked by a grid (use values, int_uniform or q_uniform)"
+    )]
     NotForGrid { path: String, distribution: &'static str },
-    #[error("parameters: the grid has {size} points, more than {MAX_RUN_CAP}: set run_cap to run its first ones")]
+    #[error(
+        "parameters: the grid has {size} points, more than {MAX_RUN_CAP}: set run_cap to run its first ones"
+    )]
     GridTooLarge { size: String },
     #[error("run_cap: {0} is not between 1 and {MAX_RUN_CAP}")]
     RunCap(i64),
@@ -107,7 +112,7 @@ pub struct SweepSpec {
     pub workflow: String,
     pub env: Option<String>,
     pub priority: i64,
-    pub needs: BTreeMap<String, u32>,
+    pub needs: Needs,
     pub max_live: Option<u32>,
     pub seed: u64,
     pub name: Option<String>,
@@ -131,7 +136,7 @@ struct RawSweep {
     #[serde(default)]
     priority: i64,
     #[serde(default)]
-    needs: BTreeMap<String, u32>,
+    needs: Needs,
     max_live: Option<u32>,
     #[serde(default)]
     seed: u64,
@@ -169,7 +174,9 @@ impl SweepSpec {
         let raw: RawSweep = crate::yaml::from_str(text).map_err(|err| {
             SweepError::Yaml(match (&err.path, err.line) {
                 // serde_yaml often starts its message with where the problem is already.
-                (Some(path), _) if err.message.split(": ").next().is_some_and(|head| path.starts_with(head)) => {
+                (Some(path), _)
+                    if err.message.split(": ").next().is_some_and(|head| path.starts_with(head)) =>
+                {
                     err.message
                 }
                 (Some(path), _) => format!("{path}: {}", err.message),
@@ -186,23 +193,26 @@ impl SweepSpec {
             Some("random") => Method::Random,
             Some("bayes") => return Err(SweepError::Bayes),
             Some(other) => return Err(SweepError::UnknownMethod(crate::yaml::one_line(&short(other)))),
-            None => return Err(missing("method", "grid or random")),
+            None => return Err(invalid("method", "missing: grid or random")),
         };
         let metric = raw.metric.map(metric).transpose()?;
-        let parameters = parameter::flatten(&raw.parameters.ok_or_else(|| missing("parameters", "the parameters"))?)?;
+        let parameters =
+            parameter::flatten(&raw.parameters.ok_or_else(|| invalid("parameters", "missing"))?)?;
         let early_terminate = raw.early_terminate.map(early_terminate).transpose()?;
         if early_terminate.is_some() && metric.is_none() {
-            return Err(missing("metric", "metric (early_terminate compares members by it)"));
+            return Err(invalid("metric", "missing: early_terminate compares members by it"));
         }
         if let Some(cap) = raw.run_cap
             && !(1..=MAX_RUN_CAP as i64).contains(&cap)
         {
             return Err(SweepError::RunCap(cap));
         }
-        let workflow = raw.workflow.ok_or_else(|| missing("workflow", "workflow (the workflow each member runs)"))?;
+        let workflow =
+            raw.workflow.ok_or_else(|| invalid("workflow", "missing: name the workflow each member runs"))?;
         if workflow.is_empty() || workflow.chars().any(char::is_control) {
             return Err(invalid("workflow", "must be a name on one line"));
         }
+        let needs = raw.needs.checked().map_err(|err| invalid("needs", &err.to_string()))?;
         if raw.max_live == Some(0) {
             return Err(invalid("max_live", "must be at least 1"));
         }
@@ -215,7 +225,7 @@ impl SweepSpec {
             workflow,
             env: raw.env,
             priority: raw.priority,
-            needs: raw.needs,
+            needs,
             max_live: raw.max_live,
             seed: raw.seed,
             name: raw.name,
@@ -229,14 +239,20 @@ impl SweepSpec {
             Method::Grid => {
                 for param in &spec.parameters {
                     if let Some(distribution) = not_for_grid(&param.domain) {
-                        return Err(SweepError::NotForGrid { path: format!("parameters.{}", param.path), distribution });
+                        return Err(SweepError::NotForGrid {
+                            path: format!("parameters.{}", param.path),
+                            distribution,
+                        });
                     }
                     if let Domain::Categorical { values, .. } = &param.domain
                         && let Some(twice) = repeated(values)
                     {
                         return Err(SweepError::Invalid {
                             path: format!("parameters.{}.values", param.path),
-                            problem: format!("{} is listed twice (a grid point runs once)", short(&twice.to_string())),
+                            problem: format!(
+                                "{} is listed twice (a grid point runs once)",
+                                short(&twice.to_string())
+                            ),
                         });
                     }
                 }
@@ -248,11 +264,30 @@ impl SweepSpec {
             }
             Method::Random => {
                 if spec.run_cap.is_none() {
-                    return Err(missing("run_cap", &format!("run_cap (a random sweep draws at most {MAX_RUN_CAP} members)")));
+                    return Err(SweepError::Invalid {
+                        path: "run_cap".into(),
+                        problem: format!("missing: a random sweep needs it (at most {MAX_RUN_CAP})"),
+                    });
                 }
             }
         }
         Ok(spec)
+    }
+
+    /// The workflow vars members set: each must be one the workflow uses.
+    pub fn var_names(&self) -> impl Iterator<Item = &str> {
+        self.parameters.iter().filter_map(|param| match &param.target {
+            Target::Var(name) => Some(name.as_str()),
+            Target::Set(_) => None,
+        })
+    }
+
+    /// The config keys members set (`set:`).
+    pub fn config_keys(&self) -> impl Iterator<Item = &str> {
+        self.parameters.iter().filter_map(|param| match &param.target {
+            Target::Set(key) => Some(key.as_str()),
+            Target::Var(_) => None,
+        })
     }
 
     /// How many members the sweep has: a grid's points up to `run_cap`, or `run_cap` draws.
@@ -329,7 +364,10 @@ fn early_terminate(raw: RawEarlyTerminate) -> Result<Hyperband, SweepError> {
     }
     let iter = |key: &str, value: i64| -> Result<u64, SweepError> {
         if !(1..=MAX_ITER).contains(&value) {
-            return Err(invalid(&format!("early_terminate.{key}"), &format!("{value} is not between 1 and {MAX_ITER}")));
+            return Err(invalid(
+                &format!("early_terminate.{key}"),
+                &format!("{value} is not between 1 and {MAX_ITER}"),
+            ));
         }
         Ok(value as u64)
     };
@@ -341,7 +379,9 @@ fn early_terminate(raw: RawEarlyTerminate) -> Result<Hyperband, SweepError> {
             }
             super::hyperband::Bands::MaxIter { max_iter: iter("max_iter", max_iter)?, s: s as u64 }
         }
-        (None, Some(_), None) => return Err(missing("early_terminate", "s (max_iter needs s, the number of bands)")),
+        (None, Some(_), None) => {
+            return Err(missing("early_terminate", "s (max_iter needs s, the number of bands)"));
+        }
         _ => return Err(invalid("early_terminate", "give min_iter, or max_iter with s")),
     };
     let hyperband = Hyperband { bands, eta, strict: raw.strict.unwrap_or(true) };

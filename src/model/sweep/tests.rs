@@ -59,8 +59,13 @@ seed: 7
     let hyperband = spec.early_terminate.unwrap();
     assert_eq!((hyperband.eta, hyperband.strict), (3.0, true));
     assert_eq!(&hyperband.bands()[..4], [3, 9, 27, 81]);
-    assert_eq!((spec.run_cap, spec.members(), spec.max_live, spec.seed, spec.priority), (Some(12), 12, Some(4), 7, 3));
-    assert_eq!(spec.needs["gpu"], 1);
+    assert_eq!(
+        (spec.run_cap, spec.members(), spec.max_live, spec.seed, spec.priority),
+        (Some(12), 12, Some(4), 7, 3)
+    );
+    assert_eq!(spec.needs.iter().collect::<Vec<_>>(), [(&"gpu".to_string(), &1)]);
+    assert_eq!(spec.var_names().collect::<Vec<_>>(), ["batch", "kl", "lr", "optimizer.beta1", "rank"]);
+    assert_eq!(spec.config_keys().collect::<Vec<_>>(), ["optimizer.name"]);
     assert_eq!((spec.program.as_deref(), spec.project.as_deref()), (Some("train.py"), Some("rl")));
 }
 
@@ -68,38 +73,119 @@ seed: 7
 fn bad_files_get_one_line_naming_the_key() {
     let random = |params: &str| format!("{HEAD}method: random\nrun_cap: 4\nparameters:\n{params}");
     let table = [
-        (format!("{HEAD}method: bayes\nparameters: {{a: {{value: 1}}}}\n"), "method bayes is not supported: use grid or random"),
-        (format!("{HEAD}method: hill\nparameters: {{a: {{value: 1}}}}\n"), "method: unknown method 'hill' (expected grid or random)"),
+        (
+            format!("{HEAD}method: bayes\nparameters: {{a: {{value: 1}}}}\n"),
+            "method bayes is not supported: use grid or random",
+        ),
+        (
+            format!("{HEAD}method: hill\nparameters: {{a: {{value: 1}}}}\n"),
+            "method: unknown method 'hill' (expected grid or random)",
+        ),
         (random("  lr: {min: 0.1, max: 0.01}\n"), "parameters.lr: min 0.1 is not below max 0.01"),
         (random("  lr: {min: 3, max: 3}\n"), "parameters.lr: min 3 is not below max 3"),
         (random("  lr: {min: .nan, max: 1.0}\n"), "parameters.lr.min: nan is not a finite number"),
         (random("  lr: {min: 0.0, max: .inf}\n"), "parameters.lr.max: inf is not a finite number"),
-        (random("  lr: {distribution: q_uniform, min: 0, max: 1, q: 0}\n"), "parameters.lr.q: 0 must be above 0"),
-        (random("  lr: {distribution: lognormal}\n"), "parameters.lr: unknown distribution 'lognormal' (expected one of:"),
-        (random("  lr: {distribution: uniform, min: 0, max: 1, mu: 2}\n"), "parameters.lr.mu: does not apply to distribution uniform"),
-        (random("  lr: {distribution: uniform, min: 0}\n"), "parameters.lr: missing max (distribution uniform needs min and max)"),
-        (random("  lr: {distribution: log_uniform_values, min: 0, max: 1}\n"), "parameters.lr.min: 0.0 must be above 0"),
+        (
+            random("  lr: {distribution: q_uniform, min: 0, max: 1, q: 0}\n"),
+            "parameters.lr.q: 0 must be above 0",
+        ),
+        (
+            random("  lr: {distribution: lognormal}\n"),
+            "parameters.lr: unknown distribution 'lognormal' (expected one of:",
+        ),
+        (
+            random("  lr: {distribution: uniform, min: 0, max: 1, mu: 2}\n"),
+            "parameters.lr.mu: does not apply to distribution uniform",
+        ),
+        (
+            random("  lr: {distribution: uniform, min: 0}\n"),
+            "parameters.lr: missing max (distribution uniform needs min and max)",
+        ),
+        (
+            random("  lr: {distribution: log_uniform_values, min: 0, max: 1}\n"),
+            "parameters.lr.min: 0.0 must be above 0",
+        ),
         (random("  lr: {values: []}\n"), "parameters.lr.values: is empty"),
-        (random("  lr: {values: [1, 2], probabilities: [0.5, 0.6]}\n"), "parameters.lr.probabilities: sum to 1.1, not 1"),
+        (
+            random("  lr: {values: [1, 2], probabilities: [0.5, 0.6]}\n"),
+            "parameters.lr.probabilities: sum to 1.1, not 1",
+        ),
         (random("  lr: {}\n"), "parameters.lr: missing value, values, min and max, or a distribution"),
         (random("  lr: {value: 1, lr: 2}\n"), "parameters.lr: unknown field `lr`"),
         (random("  9lr: {value: 1}\n"), "parameters.9lr: a parameter name is"),
-        (random("  lr: {value: 1, var: x}\n  mu: {value: 1, var: x}\n"), "parameters.mu: var x is the target of another parameter"),
-        (format!("{HEAD}method: random\nparameters: {{a: {{value: 1}}}}\n"), "run_cap: missing run_cap (a random sweep draws at most 10000 members)"),
-        (format!("{HEAD}method: grid\nrun_cap: 0\nparameters: {{a: {{value: 1}}}}\n"), "run_cap: 0 is not between 1 and 10000"),
-        (format!("{HEAD}method: grid\nrun_cap: 10001\nparameters: {{a: {{value: 1}}}}\n"), "run_cap: 10001 is not between 1 and 10000"),
-        (format!("{HEAD}method: grid\nparameters: {{a: {{min: 0, max: 100}}, b: {{min: 0, max: 100}}}}\n"), "parameters: the grid has 10201 points, more than 10000: set run_cap to run its first ones"),
-        (format!("{HEAD}method: grid\nparameters: {{a: {{min: 0.0, max: 1.0}}}}\n"), "parameters.a: distribution uniform cannot be walked by a grid"),
-        (format!("{HEAD}method: grid\nparameters: {{a: {{values: [1, 2], probabilities: [0.5, 0.5]}}}}\n"), "parameters.a: distribution categorical_w_probabilities cannot"),
-        (format!("{HEAD}method: grid\nmetric: {{name: loss}}\nearly_terminate: {{type: hyperband, min_iter: 3, eta: 1}}\nparameters: {{a: {{value: 1}}}}\n"), "early_terminate.eta: 1.0 must be above 1"),
-        (format!("{HEAD}method: grid\nmetric: {{name: loss}}\nearly_terminate: {{type: hyperband, max_iter: 27}}\nparameters: {{a: {{value: 1}}}}\n"), "early_terminate: missing s"),
-        (format!("{HEAD}method: grid\nmetric: {{name: loss}}\nearly_terminate: {{type: hyperband, max_iter: 2, s: 3, eta: 3}}\nparameters: {{a: {{value: 1}}}}\n"), "early_terminate: no band is at least 1"),
-        (format!("{HEAD}method: grid\nearly_terminate: {{type: hyperband, min_iter: 3}}\nparameters: {{a: {{value: 1}}}}\n"), "metric: missing metric"),
-        (format!("{HEAD}method: grid\nmetric: {{name: loss, goal: lower}}\nparameters: {{a: {{value: 1}}}}\n"), "metric.goal: 'lower' is not minimize or maximize"),
-        ("method: grid\nparameters: {a: {value: 1}}\n".to_string(), "workflow: missing workflow"),
-        (format!("{HEAD}method: grid\nparameters: {{a: {{values: [2, x, 2.0]}}}}\n"), "parameters.a.values: 2.0 is listed twice (a grid point runs once)"),
-        (format!("{HEAD}method: grid\nparameters: {{a: {{value: 1}}}}\nmetrics: []\n"), "metrics: unknown field `metrics`"),
+        (
+            random("  lr: {value: 1, var: x}\n  mu: {value: 1, var: x}\n"),
+            "parameters.mu: var x is the target of another parameter",
+        ),
+        (
+            format!("{HEAD}method: random\nparameters: {{a: {{value: 1}}}}\n"),
+            "run_cap: missing: a random sweep needs it (at most 10000)",
+        ),
+        (
+            format!("{HEAD}method: grid\nrun_cap: 0\nparameters: {{a: {{value: 1}}}}\n"),
+            "run_cap: 0 is not between 1 and 10000",
+        ),
+        (
+            format!("{HEAD}method: grid\nrun_cap: 10001\nparameters: {{a: {{value: 1}}}}\n"),
+            "run_cap: 10001 is not between 1 and 10000",
+        ),
+        (
+            format!("{HEAD}method: grid\nparameters: {{a: {{min: 0, max: 100}}, b: {{min: 0, max: 100}}}}\n"),
+            "parameters: the grid has 10201 points, more than 10000: set run_cap to run its first ones",
+        ),
+        (
+            format!("{HEAD}method: grid\nparameters: {{a: {{min: 0.0, max: 1.0}}}}\n"),
+            "parameters.a: distribution uniform cannot be walked by a grid",
+        ),
+        (
+            format!("{HEAD}method: grid\nparameters: {{a: {{values: [1, 2], probabilities: [0.5, 0.5]}}}}\n"),
+            "parameters.a: distribution categorical_w_probabilities cannot",
+        ),
+        (
+            format!(
+                "{HEAD}method: grid\nmetric: {{name: loss}}\nearly_terminate: {{type: hyperband, min_iter: 3, eta: 1}}\nparameters: {{a: {{value: 1}}}}\n"
+            ),
+            "early_terminate.eta: 1.0 must be above 1",
+        ),
+        (
+            format!(
+                "{HEAD}method: grid\nmetric: {{name: loss}}\nearly_terminate: {{type: hyperband, max_iter: 27}}\nparameters: {{a: {{value: 1}}}}\n"
+            ),
+            "early_terminate: missing s",
+        ),
+        (
+            format!(
+                "{HEAD}method: grid\nmetric: {{name: loss}}\nearly_terminate: {{type: hyperband, max_iter: 2, s: 3, eta: 3}}\nparameters: {{a: {{value: 1}}}}\n"
+            ),
+            "early_terminate: no band is at least 1",
+        ),
+        (
+            format!(
+                "{HEAD}method: grid\nearly_terminate: {{type: hyperband, min_iter: 3}}\nparameters: {{a: {{value: 1}}}}\n"
+            ),
+            "metric: missing: early_terminate compares members by it",
+        ),
+        (
+            format!(
+                "{HEAD}method: grid\nmetric: {{name: loss, goal: lower}}\nparameters: {{a: {{value: 1}}}}\n"
+            ),
+            "metric.goal: 'lower' is not minimize or maximize",
+        ),
+        (
+            "method: grid\nparameters: {a: {value: 1}}\n".to_string(),
+            "workflow: missing: name the workflow each member runs",
+        ),
+        (
+            format!("{HEAD}method: grid\nparameters: {{a: {{values: [2, x, 2.0]}}}}\n"),
+            "parameters.a.values: 2.0 is listed twice (a grid point runs once)",
+        ),
+        (
+            format!("{HEAD}method: grid\nparameters: {{a: {{value: 1}}}}\nmetrics: []\n"),
+            "metrics: unknown field `metrics`",
+        ),
         ("[1, 2".to_string(), "line"),
+        (format!("{HEAD}method: grid\nneeds: {{'a b': 1}}\nparameters: {{a: {{value: 1}}}}\n"), "needs: "),
+        ("workflow: w\nparameters: {a: {value: 1}}\n".to_string(), "method: missing: grid or random"),
     ];
     for (text, want) in table {
         let got = error(&text);
@@ -135,7 +221,8 @@ parameters:
 
 #[test]
 fn run_cap_takes_a_grids_first_points() {
-    let spec = parse(&format!("{HEAD}method: grid\nrun_cap: 5\nparameters: {{a: {{min: 0, max: 1000000000}}}}\n"));
+    let spec =
+        parse(&format!("{HEAD}method: grid\nrun_cap: 5\nparameters: {{a: {{min: 0, max: 1000000000}}}}\n"));
     assert_eq!(spec.members(), 5);
     assert_eq!(spec.member(4).unwrap().values()["a"], json!(4));
 }
@@ -143,7 +230,9 @@ fn run_cap_takes_a_grids_first_points() {
 #[test]
 fn a_random_member_is_a_function_of_seed_and_index() {
     let text = |seed: u64| {
-        format!("{HEAD}method: random\nrun_cap: 50\nseed: {seed}\nparameters:\n  lr: {{distribution: log_uniform_values, min: 1.0e-5, max: 1.0e-1}}\n  b: {{values: [1, 2, 3]}}\n")
+        format!(
+            "{HEAD}method: random\nrun_cap: 50\nseed: {seed}\nparameters:\n  lr: {{distribution: log_uniform_values, min: 1.0e-5, max: 1.0e-1}}\n  b: {{values: [1, 2, 3]}}\n"
+        )
     };
     let spec = parse(&text(1));
     let again = parse(&text(1));
@@ -157,7 +246,9 @@ fn a_random_member_is_a_function_of_seed_and_index() {
 
 #[test]
 fn a_set_parameter_reaches_the_config_with_its_type() {
-    let spec = parse(&format!("{HEAD}method: grid\nparameters:\n  lr: {{values: [0.001], set: trainer.lr}}\n  n: {{value: 4, var: group_size}}\n"));
+    let spec = parse(&format!(
+        "{HEAD}method: grid\nparameters:\n  lr: {{values: [0.001], set: trainer.lr}}\n  n: {{value: 4, var: group_size}}\n"
+    ));
     let member = spec.member(0).unwrap();
     assert_eq!(member.config()["trainer.lr"], json!(0.001));
     assert_eq!(member.vars()["group_size"], "4");
@@ -168,9 +259,15 @@ fn series(id: &str, running: bool, values: &[f64]) -> (String, bool, Vec<f64>) {
     (id.to_string(), running, values.to_vec())
 }
 
-fn stops(members: &[(String, bool, Vec<f64>)], goal: Goal, hyperband: &Hyperband) -> Vec<(String, u64, f64, f64)> {
-    let series: Vec<Series<String>> =
-        members.iter().map(|(id, running, values)| Series { id: id.clone(), running: *running, values }).collect();
+fn stops(
+    members: &[(String, bool, Vec<f64>)],
+    goal: Goal,
+    hyperband: &Hyperband,
+) -> Vec<(String, u64, f64, f64)> {
+    let series: Vec<Series<String>> = members
+        .iter()
+        .map(|(id, running, values)| Series { id: id.clone(), running: *running, values })
+        .collect();
     let metric = Metric { name: "loss".into(), goal, target: None };
     stop_runs(&series, &metric, hyperband).into_iter().map(|s| (s.id, s.band, s.value, s.threshold)).collect()
 }
@@ -192,13 +289,23 @@ fn hyperband_matches_the_example_of_w_and_b_docs() {
 
 #[test]
 fn hyperband_negates_for_maximize_and_says_why() {
-    let members = [series("low", true, &[0.1, 0.2, 0.3]), series("high", true, &[0.5, 0.6, 0.9]), series("mid", false, &[0.4, 0.5, f64::NAN, 0.6])];
+    let members = [
+        series("low", true, &[0.1, 0.2, 0.3]),
+        series("high", true, &[0.5, 0.6, 0.9]),
+        series("mid", false, &[0.4, 0.5, f64::NAN, 0.6]),
+    ];
     let hyperband = Hyperband { bands: Bands::MinIter(3), eta: 3.0, strict: false };
-    let series: Vec<Series<&str>> = members.iter().map(|(id, running, values)| Series { id: id.as_str(), running: *running, values }).collect();
+    let series: Vec<Series<&str>> = members
+        .iter()
+        .map(|(id, running, values)| Series { id: id.as_str(), running: *running, values })
+        .collect();
     let metric = Metric { name: "reward".into(), goal: Goal::Maximize, target: None };
     let stopped = stop_runs(&series, &metric, &hyperband);
     assert_eq!(stopped.len(), 1);
-    assert_eq!(stopped[0].reason("reward"), "best reward 0.3 by iteration 3 is worse than the band-3 threshold 0.6");
+    assert_eq!(
+        stopped[0].reason("reward"),
+        "best reward 0.3 by iteration 3 is worse than the band-3 threshold 0.6"
+    );
     let strict = Stop { strict: true, ..stopped[0].clone() };
     assert_eq!(strict.reason("reward"), "reward 0.3 at iteration 3 is worse than the band-3 threshold 0.6");
 }
@@ -206,14 +313,30 @@ fn hyperband_negates_for_maximize_and_says_why() {
 fn arbitrary_parameter() -> impl Strategy<Value = String> {
     prop_oneof![
         (-5i64..5, 1i64..20).prop_map(|(min, span)| format!("{{min: {min}, max: {}}}", min + span)),
-        (-5.0f64..5.0, 0.01f64..10.0).prop_map(|(min, span)| format!("{{min: {min:?}, max: {:?}}}", min + span)),
-        (-5.0f64..5.0, 0.01f64..10.0, 0.001f64..3.0).prop_map(|(min, span, q)| format!("{{distribution: q_uniform, min: {min:?}, max: {:?}, q: {q:?}}}", min + span)),
-        (-5i64..5, 1i64..20, 1i64..4).prop_map(|(min, span, q)| format!("{{distribution: q_uniform, min: {min}, max: {}, q: {q}}}", min + span)),
-        (1e-8f64..1.0, 1.0f64..1e3).prop_map(|(min, factor)| format!("{{distribution: log_uniform_values, min: {min:?}, max: {:?}}}", min * (1.0 + factor))),
-        (1e-8f64..1.0, 1.0f64..1e3).prop_map(|(min, factor)| format!("{{distribution: inv_log_uniform_values, min: {min:?}, max: {:?}}}", min * (1.0 + factor))),
-        (-10.0f64..10.0, 0.0f64..3.0).prop_map(|(mu, sigma)| format!("{{distribution: normal, mu: {mu:?}, sigma: {sigma:?}}}")),
-        (-3.0f64..3.0, 0.0f64..2.0).prop_map(|(mu, sigma)| format!("{{distribution: log_normal, mu: {mu:?}, sigma: {sigma:?}}}")),
-        (0.01f64..10.0, 0.01f64..10.0).prop_map(|(a, b)| format!("{{distribution: beta, a: {a:?}, b: {b:?}}}")),
+        (-5.0f64..5.0, 0.01f64..10.0)
+            .prop_map(|(min, span)| format!("{{min: {min:?}, max: {:?}}}", min + span)),
+        (-5.0f64..5.0, 0.01f64..10.0, 0.001f64..3.0).prop_map(|(min, span, q)| format!(
+            "{{distribution: q_uniform, min: {min:?}, max: {:?}, q: {q:?}}}",
+            min + span
+        )),
+        (-5i64..5, 1i64..20, 1i64..4).prop_map(|(min, span, q)| format!(
+            "{{distribution: q_uniform, min: {min}, max: {}, q: {q}}}",
+            min + span
+        )),
+        (1e-8f64..1.0, 1.0f64..1e3).prop_map(|(min, factor)| format!(
+            "{{distribution: log_uniform_values, min: {min:?}, max: {:?}}}",
+            min * (1.0 + factor)
+        )),
+        (1e-8f64..1.0, 1.0f64..1e3).prop_map(|(min, factor)| format!(
+            "{{distribution: inv_log_uniform_values, min: {min:?}, max: {:?}}}",
+            min * (1.0 + factor)
+        )),
+        (-10.0f64..10.0, 0.0f64..3.0)
+            .prop_map(|(mu, sigma)| format!("{{distribution: normal, mu: {mu:?}, sigma: {sigma:?}}}")),
+        (-3.0f64..3.0, 0.0f64..2.0)
+            .prop_map(|(mu, sigma)| format!("{{distribution: log_normal, mu: {mu:?}, sigma: {sigma:?}}}")),
+        (0.01f64..10.0, 0.01f64..10.0)
+            .prop_map(|(a, b)| format!("{{distribution: beta, a: {a:?}, b: {b:?}}}")),
         proptest::collection::vec(0i64..100, 1..5).prop_map(|values| format!("{{values: {values:?}}}")),
     ]
 }
@@ -235,7 +358,9 @@ fn within(domain: &Domain, value: &Value) -> bool {
         Domain::InvLogUniformValues { min, max } => (*min..=*max).contains(&x),
         Domain::LogUniform { min, max, q } => (min.exp() - slack(q)..=max.exp() + slack(q)).contains(&x),
         Domain::InvLogUniform { min, max } => ((-max).exp()..=(-min).exp()).contains(&x),
-        Domain::Normal { mu, sigma, q } => (mu - 9.0 * sigma - slack(q)..=mu + 9.0 * sigma + slack(q)).contains(&x),
+        Domain::Normal { mu, sigma, q } => {
+            (mu - 9.0 * sigma - slack(q)..=mu + 9.0 * sigma + slack(q)).contains(&x)
+        }
         Domain::LogNormal { mu, sigma, q } => x >= 0.0 && x <= (mu + 9.0 * sigma).exp() + slack(q),
         Domain::Beta { q, .. } => (-slack(q)..=1.0 + slack(q)).contains(&x),
     }
