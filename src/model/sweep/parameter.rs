@@ -20,7 +20,7 @@ use super::spec::SweepError;
 
 /// A number as written: W&B keeps integers integers (an integer `q` gives integer values).
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "min, max and q must be numbers")]
 pub enum Num {
     Int(i64),
     Float(f64),
@@ -141,7 +141,10 @@ const MAX_NAME_LEN: usize = 64;
 
 /// A parameter as written: every key any distribution takes, checked in [`flatten`].
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a parameter: a mapping with value, values, min and max, or distribution"
+)]
 pub struct RawParameter {
     value: Option<Value>,
     values: Option<Vec<Value>>,
@@ -211,6 +214,9 @@ fn flatten_into(
             ));
         }
         if let Some(nested) = &param.parameters {
+            if nested.is_empty() {
+                return Err(invalid(&format!("{shown_path}.parameters"), "no parameter is given"));
+            }
             if present_keys(param).len() > 1 {
                 return Err(invalid(&shown_path, "a group with parameters takes no other key"));
             }

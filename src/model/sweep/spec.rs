@@ -55,7 +55,7 @@ pub enum SweepError {
     )]
     NotForGrid { path: String, distribution: &'static str },
     #[error(
-        "parameters: the grid has {size} points, more than {MAX_RUN_CAP}: set run_cap to run its first ones"
+        "parameters: the grid has {size} points; the most without run_cap is {MAX_RUN_CAP} (run_cap N runs its first N)"
     )]
     GridTooLarge { size: String },
     #[error("run_cap: {0} is not between 1 and {MAX_RUN_CAP}")]
@@ -124,7 +124,7 @@ pub struct SweepSpec {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a sweep: a mapping with method, parameters and workflow")]
 struct RawSweep {
     method: Option<String>,
     metric: Option<RawMetric>,
@@ -258,7 +258,7 @@ impl SweepSpec {
                 }
                 let size = super::generate::grid_size(&spec.parameters);
                 if spec.run_cap.is_none() && size.is_none_or(|size| size > MAX_RUN_CAP) {
-                    let size = size.map_or("more than 2^64".to_string(), |size| size.to_string());
+                    let size = size.map_or("over 2^64".to_string(), |size| size.to_string());
                     return Err(SweepError::GridTooLarge { size });
                 }
             }

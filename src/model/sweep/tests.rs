@@ -131,7 +131,7 @@ fn bad_files_get_one_line_naming_the_key() {
         ),
         (
             format!("{HEAD}method: grid\nparameters: {{a: {{min: 0, max: 100}}, b: {{min: 0, max: 100}}}}\n"),
-            "parameters: the grid has 10201 points, more than 10000: set run_cap to run its first ones",
+            "parameters: the grid has 10201 points; the most without run_cap is 10000 (run_cap N runs its first N)",
         ),
         (
             format!("{HEAD}method: grid\nparameters: {{a: {{min: 0.0, max: 1.0}}}}\n"),
@@ -184,6 +184,12 @@ fn bad_files_get_one_line_naming_the_key() {
             "metrics: unknown field `metrics`",
         ),
         ("[1, 2".to_string(), "line"),
+        (
+            random("  lr: 0.1\n"),
+            "parameters.lr: invalid type: floating point `0.1`, expected a parameter: a mapping with",
+        ),
+        (random("  lr: {min: 1, max: x}\n"), "parameters.lr: min, max and q must be numbers"),
+        (random("  g: {parameters: {}}\n"), "parameters.g.parameters: no parameter is given"),
         (format!("{HEAD}method: grid\nneeds: {{'a b': 1}}\nparameters: {{a: {{value: 1}}}}\n"), "needs: "),
         ("workflow: w\nparameters: {a: {value: 1}}\n".to_string(), "method: missing: grid or random"),
     ];
