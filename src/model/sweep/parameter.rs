@@ -393,7 +393,7 @@ fn domain_of(path: &str, raw: &RawParameter) -> Result<Domain, SweepError> {
         }
         Ok((a, b))
     };
-    Ok(match distribution.as_str() {
+    let domain = match distribution.as_str() {
         "constant" => Domain::Constant(raw.value.clone().unwrap_or(Value::Null)),
         "categorical" | "categorical_w_probabilities" => categorical(path, raw)?,
         "int_uniform" => match (raw.min, raw.max) {
@@ -447,7 +447,33 @@ fn domain_of(path: &str, raw: &RawParameter) -> Result<Domain, SweepError> {
             let q = if distribution == "q_beta" { Some(quantum()?) } else { None };
             Domain::Beta { a, b, q }
         }
-    })
+    };
+    if let Some((q, reach)) = steps(&domain)
+        && reach / q > MAX_STEPS
+    {
+        return Err(invalid(
+            &format!("{path}.q"),
+            &format!("{} is too small for the range (over 10^15 steps)", python_float(q)),
+        ));
+    }
+    Ok(domain)
+}
+
+/// Most multiples of `q` a quantized value may be: beyond, rounding to `q` means nothing.
+const MAX_STEPS: f64 = 1e15;
+
+/// A quantized domain's `q` and the largest magnitude its draws reach.
+fn steps(domain: &Domain) -> Option<(f64, f64)> {
+    let (q, reach) = match domain {
+        Domain::QUniform { min, max, q } => (q.get(), min.get().abs().max(max.get().abs())),
+        Domain::LogUniform { max, q: Some(q), .. } => (q.q, max.exp()),
+        Domain::LogUniformValues { max, q: Some(q), .. } => (q.q, *max),
+        Domain::Normal { mu, sigma, q: Some(q) } => (q.q, mu.abs() + 9.0 * sigma),
+        Domain::LogNormal { mu, sigma, q: Some(q) } => (q.q, (mu + 9.0 * sigma).exp()),
+        Domain::Beta { q: Some(q), .. } => (q.q, 1.0),
+        _ => return None,
+    };
+    Some((q, reach))
 }
 
 fn categorical(path: &str, raw: &RawParameter) -> Result<Domain, SweepError> {

@@ -45,7 +45,9 @@ impl Rng {
 
     /// Uniform in [min, max].
     pub fn uniform(&mut self, min: f64, max: f64) -> f64 {
-        (min + self.unit() * (max - min)).clamp(min, max)
+        // Weighted, not min + u·(max − min): the span of ±1e308 bounds overflows.
+        let u = self.unit();
+        ((1.0 - u) * min + u * max).clamp(min, max)
     }
 
     /// Standard normal (Box–Muller): within ±8.6.

@@ -344,6 +344,12 @@ fn arbitrary_parameter() -> impl Strategy<Value = String> {
         (0.01f64..10.0, 0.01f64..10.0)
             .prop_map(|(a, b)| format!("{{distribution: beta, a: {a:?}, b: {b:?}}}")),
         proptest::collection::vec(0i64..100, 1..5).prop_map(|values| format!("{{values: {values:?}}}")),
+        // Extremes: bounds whose span overflows, and the largest quantum ranges accepted.
+        Just("{min: -1.0e308, max: 1.0e308}".to_string()),
+        Just("{min: -9223372036854775808, max: 9223372036854775807}".to_string()),
+        Just("{distribution: q_uniform, min: -1.0e300, max: 1.0e300, q: 1.0e286}".to_string()),
+        Just("{distribution: log_uniform, min: -700, max: 700}".to_string()),
+        Just("{distribution: log_normal, mu: 600, sigma: 11}".to_string()),
     ]
 }
 
