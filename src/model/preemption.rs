@@ -2,6 +2,7 @@
 //! stop frees what an urgent run lacks while losing the least work. Pure; the daemon supplies
 //! the runs and carries the choice out.
 //!
+//! - Pools are named freely: a parallel slot can be a pool of its own (`slot`, one unit a run).
 //! - A run's lost work is the units it holds (all pools; at least 1) × the time since its last
 //!   resumable checkpoint, or since its attempt started when it has none or the checkpoint is
 //!   older than the attempt (that work was redone already).

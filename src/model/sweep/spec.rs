@@ -89,6 +89,16 @@ pub struct Metric {
 }
 
 impl Metric {
+    /// The best of `values` by the goal, the readings that are not finite left out (as W&B
+    /// drops them).
+    pub fn best(&self, values: &[f64]) -> Option<f64> {
+        let finite = values.iter().copied().filter(|v| v.is_finite());
+        match self.goal {
+            Goal::Minimize => finite.reduce(f64::min),
+            Goal::Maximize => finite.reduce(f64::max),
+        }
+    }
+
     /// `value` reaches the target.
     pub fn reaches_target(&self, value: f64) -> bool {
         match (self.target, self.goal) {

@@ -56,6 +56,12 @@ seed: 7
     assert_eq!(domains[3], &Domain::Constant(json!(0.9)));
     assert_eq!(spec.parameters[4].target, Target::Set("optimizer.name".into()));
     assert_eq!(spec.parameters[2].target, Target::Var("lr".into()));
+    assert_eq!(metric.best(&[0.2, f64::NAN, 0.7, f64::INFINITY, 0.5]), Some(0.7));
+    assert!(metric.reaches_target(0.95) && !metric.reaches_target(0.85));
+    let loss = Metric { name: "loss".into(), goal: Goal::Minimize, target: Some(0.1) };
+    assert_eq!(loss.best(&[0.3, 0.2, 0.4]), Some(0.2));
+    assert_eq!(loss.best(&[f64::NAN]), None);
+    assert!(loss.reaches_target(0.1) && !loss.reaches_target(0.11));
     let hyperband = spec.early_terminate.unwrap();
     assert_eq!((hyperband.eta, hyperband.strict), (3.0, true));
     assert_eq!(&hyperband.bands()[..4], [3, 9, 27, 81]);
