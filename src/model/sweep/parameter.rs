@@ -145,7 +145,7 @@ const MAX_NAME_LEN: usize = 64;
     deny_unknown_fields,
     expecting = "a parameter: a mapping with value, values, min and max, or distribution"
 )]
-pub struct RawParameter {
+pub(super) struct RawParameter {
     value: Option<Value>,
     values: Option<Vec<Value>>,
     probabilities: Option<Vec<f64>>,
@@ -164,7 +164,7 @@ pub struct RawParameter {
 
 /// `raw` flattened, in W&B's order: names sorted at each level, a nested group in its name's
 /// place. W&B walks grids in this order too.
-pub fn flatten(raw: &BTreeMap<String, RawParameter>) -> Result<Vec<Parameter>, SweepError> {
+pub(super) fn flatten(raw: &BTreeMap<String, RawParameter>) -> Result<Vec<Parameter>, SweepError> {
     let mut out = Vec::new();
     flatten_into(raw, "", 0, &mut out)?;
     if out.is_empty() {
