@@ -8,11 +8,13 @@ pub mod event;
 pub mod inference_test;
 pub mod metric_row;
 pub mod pool;
+pub mod preemption;
 pub mod process;
 pub mod progress;
 pub mod run;
 pub mod schedule;
 pub mod stage;
+pub mod sweep;
 
 use uuid::Uuid;
 

@@ -32,6 +32,7 @@ mod shim_fork;
 mod slurm;
 mod supervisor;
 mod support;
+mod sweep_reference;
 mod systemd;
 mod time_limits;
 mod wandb;

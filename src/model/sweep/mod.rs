@@ -1,0 +1,18 @@
+//! Sweeps: a configuration space searched by member runs, in W&B's sweep-file format, with
+//! W&B's hyperband rule for stopping the losers early. Pure: parsing, members, decisions.
+
+pub mod format;
+pub mod generate;
+pub mod hyperband;
+pub mod parameter;
+pub mod random;
+pub mod spec;
+
+pub use format::{python_float, var_text};
+pub use generate::{Assignment, Member, grid_size};
+pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
+pub use parameter::{Domain, Num, Parameter, Quantum, Target};
+pub use spec::{Goal, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
+
+#[cfg(test)]
+mod tests;

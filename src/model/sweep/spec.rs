@@ -1,0 +1,414 @@
+//! A sweep file, in W&B's format with lachesis' keys, parsed and checked: what
+//! `lachesis sweep start FILE` reads.
+//!
+//! W&B's keys: `method` (grid | random; bayes is refused), `metric {name, goal, target}`,
+//! `parameters` (see [`super::parameter`]), `early_terminate` (hyperband), `run_cap`, and
+//! `program`, `command`, `name`, `description`, `project`, `entity`, which are kept but not
+//! used (a member runs `workflow`, not `program`).
+//!
+//! lachesis' keys:
+//! - `workflow` (required): the workflow each member runs;
+//! - `env`, `priority`, `needs`: as for `run start`, for every member;
+//! - `max_live`: the most members live at once (default: no limit but the pools');
+//! - `seed`: member k of a random sweep draws from (seed, k) alone (default 0);
+//! - per parameter, `var: NAME` or `set: KEY`: where its value goes (default: the workflow var
+//!   named like the parameter).
+//!
+//! Members: a grid has one member per point, up to `run_cap`; a grid larger than
+//! [`MAX_RUN_CAP`] must say how many of its points to run with `run_cap` (its first points,
+//! in W&B's order). A random sweep needs `run_cap`. Unlike W&B, a bad `goal` is refused rather
+//! than replaced by `minimize`, and `strict` defaults to true as in W&B's schema.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::format::python_float;
+use super::hyperband::Hyperband;
+use super::parameter::{self, DISTRIBUTIONS, Domain, Num, Parameter, RawParameter, Target};
+use crate::model::Needs;
+
+/// The most members a sweep may have.
+pub const MAX_RUN_CAP: u64 = 10_000;
+/// Bounds on hyperband's settings: its iterations are metric readings.
+const MAX_ITER: i64 = 1_000_000_000;
+const MAX_S: i64 = 100;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SweepError {
+    #[error("{0}")]
+    Yaml(String),
+    #[error("method bayes is not supported: use grid or random")]
+    Bayes,
+    #[error("method: unknown method '{0}' (expected grid or random)")]
+    UnknownMethod(String),
+    #[error("{path}: unknown distribution '{name}' (expected one of: {DISTRIBUTIONS})")]
+    UnknownDistribution { path: String, name: String },
+    #[error("{path}: min {min} is not below max {max}")]
+    MinNotBelowMax { path: String, min: String, max: String },
+    #[error("{path}: {value} is not a finite number")]
+    NotFinite { path: String, value: String },
+    #[error("{path}: missing {what}")]
+    Missing { path: String, what: String },
+    #[error(
+        "{path}: distribution {distribution} cannot be walked by a grid (use values, int_uniform or q_uniform)"
+    )]
+    NotForGrid { path: String, distribution: &'static str },
+    #[error(
+        "parameters: the grid has {size} points; the most without run_cap is {MAX_RUN_CAP} (run_cap N runs its first N)"
+    )]
+    GridTooLarge { size: String },
+    #[error("run_cap: {0} is not between 1 and {MAX_RUN_CAP}")]
+    RunCap(i64),
+    #[error("early_terminate.eta: {0} must be above 1")]
+    Eta(String),
+    #[error("{path}: {problem}")]
+    Invalid { path: String, problem: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Grid,
+    Random,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Goal {
+    #[default]
+    Minimize,
+    Maximize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    pub name: String,
+    pub goal: Goal,
+    /// Once a member's reading reaches it (at or below for minimize, at or above for
+    /// maximize), no new member starts.
+    pub target: Option<f64>,
+}
+
+impl Metric {
+    /// The best of `values` by the goal, the readings that are not finite left out (as W&B
+    /// drops them).
+    pub fn best(&self, values: &[f64]) -> Option<f64> {
+        let finite = values.iter().copied().filter(|v| v.is_finite());
+        match self.goal {
+            Goal::Minimize => finite.reduce(f64::min),
+            Goal::Maximize => finite.reduce(f64::max),
+        }
+    }
+
+    /// `value` reaches the target.
+    pub fn reaches_target(&self, value: f64) -> bool {
+        match (self.target, self.goal) {
+            (Some(target), Goal::Minimize) => value <= target,
+            (Some(target), Goal::Maximize) => value >= target,
+            (None, _) => false,
+        }
+    }
+}
+
+/// A checked sweep file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepSpec {
+    pub method: Method,
+    pub metric: Option<Metric>,
+    /// In W&B's order: names sorted at each nesting level.
+    pub parameters: Vec<Parameter>,
+    pub early_terminate: Option<Hyperband>,
+    /// As written; see [`SweepSpec::members`] for the count that runs.
+    pub run_cap: Option<u64>,
+    pub workflow: String,
+    pub env: Option<String>,
+    pub priority: i64,
+    pub needs: Needs,
+    pub max_live: Option<u32>,
+    pub seed: u64,
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub program: Option<String>,
+    pub command: Option<Vec<serde_json::Value>>,
+    pub project: Option<String>,
+    pub entity: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a sweep: a mapping with method, parameters and workflow")]
+struct RawSweep {
+    method: Option<String>,
+    metric: Option<RawMetric>,
+    parameters: Option<BTreeMap<String, RawParameter>>,
+    early_terminate: Option<RawEarlyTerminate>,
+    run_cap: Option<i64>,
+    workflow: Option<String>,
+    env: Option<String>,
+    #[serde(default)]
+    priority: i64,
+    #[serde(default)]
+    needs: Needs,
+    max_live: Option<u32>,
+    #[serde(default)]
+    seed: u64,
+    name: Option<String>,
+    description: Option<String>,
+    program: Option<String>,
+    command: Option<Vec<serde_json::Value>>,
+    project: Option<String>,
+    entity: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetric {
+    name: Option<String>,
+    goal: Option<String>,
+    target: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEarlyTerminate {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    min_iter: Option<i64>,
+    max_iter: Option<i64>,
+    s: Option<i64>,
+    eta: Option<Num>,
+    strict: Option<bool>,
+}
+
+impl SweepSpec {
+    /// Parse and check a sweep file.
+    pub fn parse(text: &str) -> Result<SweepSpec, SweepError> {
+        let raw: RawSweep = crate::yaml::from_str(text).map_err(|err| {
+            SweepError::Yaml(match (&err.path, err.line) {
+                // serde_yaml often starts its message with where the problem is already.
+                (Some(path), _)
+                    if err.message.split(": ").next().is_some_and(|head| path.starts_with(head)) =>
+                {
+                    err.message
+                }
+                (Some(path), _) => format!("{path}: {}", err.message),
+                (None, Some(line)) => format!("line {line}: {}", err.message),
+                (None, None) => err.message,
+            })
+        })?;
+        SweepSpec::checked(raw)
+    }
+
+    fn checked(raw: RawSweep) -> Result<SweepSpec, SweepError> {
+        let method = match raw.method.as_deref() {
+            Some("grid") => Method::Grid,
+            Some("random") => Method::Random,
+            Some("bayes") => return Err(SweepError::Bayes),
+            Some(other) => return Err(SweepError::UnknownMethod(crate::yaml::one_line(&short(other)))),
+            None => return Err(invalid("method", "missing: grid or random")),
+        };
+        let metric = raw.metric.map(metric).transpose()?;
+        let parameters =
+            parameter::flatten(&raw.parameters.ok_or_else(|| invalid("parameters", "missing"))?)?;
+        let early_terminate = raw.early_terminate.map(early_terminate).transpose()?;
+        if early_terminate.is_some() && metric.is_none() {
+            return Err(invalid("metric", "missing: early_terminate compares members by it"));
+        }
+        if let Some(cap) = raw.run_cap
+            && !(1..=MAX_RUN_CAP as i64).contains(&cap)
+        {
+            return Err(SweepError::RunCap(cap));
+        }
+        let workflow =
+            raw.workflow.ok_or_else(|| invalid("workflow", "missing: name the workflow each member runs"))?;
+        if workflow.is_empty() || workflow.chars().any(char::is_control) {
+            return Err(invalid("workflow", "must be a name on one line"));
+        }
+        let needs = raw.needs.checked().map_err(|err| invalid("needs", &err.to_string()))?;
+        if raw.max_live == Some(0) {
+            return Err(invalid("max_live", "must be at least 1"));
+        }
+        let spec = SweepSpec {
+            method,
+            metric,
+            parameters,
+            early_terminate,
+            run_cap: raw.run_cap.map(|cap| cap as u64),
+            workflow,
+            env: raw.env,
+            priority: raw.priority,
+            needs,
+            max_live: raw.max_live,
+            seed: raw.seed,
+            name: raw.name,
+            description: raw.description,
+            program: raw.program,
+            command: raw.command,
+            project: raw.project,
+            entity: raw.entity,
+        };
+        match method {
+            Method::Grid => {
+                for param in &spec.parameters {
+                    if let Some(distribution) = not_for_grid(&param.domain) {
+                        return Err(SweepError::NotForGrid {
+                            path: format!("parameters.{}", param.path),
+                            distribution,
+                        });
+                    }
+                    if let Domain::Categorical { values, .. } = &param.domain
+                        && let Some(twice) = repeated(values)
+                    {
+                        return Err(SweepError::Invalid {
+                            path: format!("parameters.{}.values", param.path),
+                            problem: format!(
+                                "{} is listed twice (a grid point runs once)",
+                                short(&twice.to_string())
+                            ),
+                        });
+                    }
+                }
+                let size = super::generate::grid_size(&spec.parameters);
+                if spec.run_cap.is_none() && size.is_none_or(|size| size > MAX_RUN_CAP) {
+                    let size = size.map_or("over 2^64".to_string(), |size| size.to_string());
+                    return Err(SweepError::GridTooLarge { size });
+                }
+            }
+            Method::Random => {
+                if spec.run_cap.is_none() {
+                    return Err(SweepError::Invalid {
+                        path: "run_cap".into(),
+                        problem: format!("missing: a random sweep needs it (at most {MAX_RUN_CAP})"),
+                    });
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The workflow vars members set: each must be one the workflow uses.
+    pub fn var_names(&self) -> impl Iterator<Item = &str> {
+        self.parameters.iter().filter_map(|param| match &param.target {
+            Target::Var(name) => Some(name.as_str()),
+            Target::Set(_) => None,
+        })
+    }
+
+    /// The config keys members set (`set:`).
+    pub fn config_keys(&self) -> impl Iterator<Item = &str> {
+        self.parameters.iter().filter_map(|param| match &param.target {
+            Target::Set(key) => Some(key.as_str()),
+            Target::Var(_) => None,
+        })
+    }
+
+    /// How many members the sweep has: a grid's points up to `run_cap`, or `run_cap` draws.
+    pub fn members(&self) -> u64 {
+        match self.method {
+            Method::Grid => {
+                let size = super::generate::grid_size(&self.parameters).unwrap_or(u64::MAX);
+                self.run_cap.map_or(size, |cap| cap.min(size))
+            }
+            Method::Random => self.run_cap.unwrap_or(0),
+        }
+    }
+}
+
+/// The W&B name of a domain a grid cannot walk, if `domain` is one.
+fn not_for_grid(domain: &Domain) -> Option<&'static str> {
+    match domain {
+        Domain::Constant(_) | Domain::IntUniform { .. } | Domain::QUniform { .. } => None,
+        Domain::Categorical { probabilities: None, .. } => None,
+        Domain::Categorical { probabilities: Some(_), .. } => Some("categorical_w_probabilities"),
+        Domain::Uniform { .. } => Some("uniform"),
+        Domain::LogUniform { .. } => Some("log_uniform"),
+        Domain::LogUniformValues { .. } => Some("log_uniform_values"),
+        Domain::InvLogUniform { .. } => Some("inv_log_uniform"),
+        Domain::InvLogUniformValues { .. } => Some("inv_log_uniform_values"),
+        Domain::Normal { .. } => Some("normal"),
+        Domain::LogNormal { .. } => Some("log_normal"),
+        Domain::Beta { .. } => Some("beta"),
+    }
+}
+
+/// A value listed twice, as W&B tells values apart (a whole float is its integer: W&B's grid
+/// would skip the second silently).
+fn repeated(values: &[serde_json::Value]) -> Option<&serde_json::Value> {
+    let key = |value: &serde_json::Value| match value.as_f64() {
+        Some(x) if value.is_f64() && x.fract() == 0.0 && x.abs() < 9e15 => serde_json::Value::from(x as i64),
+        _ => value.clone(),
+    };
+    let keys: Vec<serde_json::Value> = values.iter().map(key).collect();
+    (1..values.len()).find(|&i| keys[..i].contains(&keys[i])).map(|i| &values[i])
+}
+
+fn metric(raw: RawMetric) -> Result<Metric, SweepError> {
+    let name = raw.name.ok_or_else(|| missing("metric", "name"))?;
+    if name.is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
+        return Err(invalid("metric.name", "must be 1 to 256 characters on one line"));
+    }
+    let goal = match raw.goal.as_deref() {
+        None | Some("minimize") => Goal::Minimize,
+        Some("maximize") => Goal::Maximize,
+        Some(other) => {
+            return Err(invalid("metric.goal", &format!("'{}' is not minimize or maximize", short(other))));
+        }
+    };
+    if let Some(target) = raw.target
+        && !target.is_finite()
+    {
+        return Err(SweepError::NotFinite { path: "metric.target".into(), value: python_float(target) });
+    }
+    Ok(Metric { name, goal, target: raw.target })
+}
+
+fn early_terminate(raw: RawEarlyTerminate) -> Result<Hyperband, SweepError> {
+    match raw.kind.as_deref() {
+        Some("hyperband") => {}
+        Some(other) => {
+            return Err(invalid("early_terminate.type", &format!("'{}' is not hyperband", short(other))));
+        }
+        None => return Err(missing("early_terminate", "type (hyperband)")),
+    }
+    let eta = raw.eta.map_or(3.0, Num::get);
+    if !eta.is_finite() || eta <= 1.0 {
+        return Err(SweepError::Eta(python_float(eta)));
+    }
+    let iter = |key: &str, value: i64| -> Result<u64, SweepError> {
+        if !(1..=MAX_ITER).contains(&value) {
+            return Err(invalid(
+                &format!("early_terminate.{key}"),
+                &format!("{value} is not between 1 and {MAX_ITER}"),
+            ));
+        }
+        Ok(value as u64)
+    };
+    let bands = match (raw.min_iter, raw.max_iter, raw.s) {
+        (Some(min_iter), None, None) => super::hyperband::Bands::MinIter(iter("min_iter", min_iter)?),
+        (None, Some(max_iter), Some(s)) => {
+            if !(1..=MAX_S).contains(&s) {
+                return Err(invalid("early_terminate.s", &format!("{s} is not between 1 and {MAX_S}")));
+            }
+            super::hyperband::Bands::MaxIter { max_iter: iter("max_iter", max_iter)?, s: s as u64 }
+        }
+        (None, Some(_), None) => {
+            return Err(missing("early_terminate", "s (max_iter needs s, the number of bands)"));
+        }
+        _ => return Err(invalid("early_terminate", "give min_iter, or max_iter with s")),
+    };
+    let hyperband = Hyperband { bands, eta, strict: raw.strict.unwrap_or(true) };
+    if hyperband.bands().is_empty() {
+        return Err(invalid("early_terminate", "no band is at least 1: raise max_iter or lower eta or s"));
+    }
+    Ok(hyperband)
+}
+
+fn missing(path: &str, what: &str) -> SweepError {
+    SweepError::Missing { path: path.to_string(), what: what.to_string() }
+}
+
+fn invalid(path: &str, problem: &str) -> SweepError {
+    SweepError::Invalid { path: path.to_string(), problem: problem.to_string() }
+}
+
+fn short(text: &str) -> String {
+    crate::yaml::one_line(&text.chars().take(80).collect::<String>())
+}
