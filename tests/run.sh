@@ -58,6 +58,14 @@ else
   say "tinker-cookbook did not install: its checkpoints test will say it skips"
 fi
 
+# The sweeps tier: W&B's own `sweeps` package (its hyperband rule and grid order), in a venv of
+# its own since it needs numpy<2. Once it installs, its reference test is required.
+if LACHESIS_TEST_SWEEPS_PYTHON="$(bash tests/python/sweeps.sh)"; then
+  export LACHESIS_TEST_SWEEPS_PYTHON LACHESIS_REQUIRE_SWEEPS=1
+else
+  say "W&B's sweeps package did not install: its reference test will say it skips"
+fi
+
 # The Slurm launcher's tier: a one-node cluster from Debian's packages (installed when missing
 # and we are root). Once it is up, its tests are required; otherwise they say they skip.
 say "bringing up a local Slurm cluster"
