@@ -505,7 +505,7 @@ async fn test_status(State(s): State<AppState>, Path(id): Path<String>) -> Answe
 }
 
 async fn stop_test(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.cancel_test(&id).await?)
+    ok(s.service.stop_test(&id).await?)
 }
 
 async fn schedules(State(s): State<AppState>) -> Answer {

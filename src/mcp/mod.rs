@@ -437,7 +437,7 @@ impl RlTools {
         description = "Check what training needs: the store, a running daemon, Python and atroposlib, environments, and keys (where each comes from, never its value). Call it when a start or test fails for an unclear reason."
     )]
     async fn rl_health_check(&self) -> String {
-        let mut out = crate::doctor::report(&self.service).await.to_json();
+        let mut out = crate::doctor::checkup(&self.service).await.to_json();
         let running = answers::daemon_running(&self.service);
         let filter = RunQuery { state: Some(crate::model::RunState::Pending), limit: Some(100) };
         let queued = self.service.list(&filter).await.map(|r| r.len()).unwrap_or(0);

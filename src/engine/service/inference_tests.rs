@@ -1,4 +1,4 @@
-//! Inference tests: queue, find, inspect, cancel.
+//! Inference tests: queue, find, inspect, stop.
 
 use std::collections::BTreeMap;
 
@@ -161,8 +161,9 @@ impl Service {
         Ok(self.store.list_tests(limit).await?.into_iter().map(shown_test).collect())
     }
 
-    /// Cancels a queued or running test (its processes are killed by the daemon).
-    pub async fn cancel_test(&self, prefix: &str) -> Result<InferenceTest> {
+    /// Stops a queued or running test (`test stop`): it ends cancelled, its processes killed by
+    /// the daemon.
+    pub async fn stop_test(&self, prefix: &str) -> Result<InferenceTest> {
         let mut test = self.resolve_test(prefix).await?;
         loop {
             if test.state.is_terminal() {

@@ -129,7 +129,7 @@ pub enum ServiceError {
     BadNeeds(#[from] crate::model::pool::PoolError),
     /// The home's pools file cannot be read.
     #[error(transparent)]
-    Pools(#[from] crate::pools::PoolsError),
+    Pools(#[from] crate::node_pools::NodePoolsError),
     /// A run would wait for a run that already ended in a way that never meets the condition.
     #[error("{reason}: a run waiting for it could never start")]
     DependencyUnmet { reason: String },

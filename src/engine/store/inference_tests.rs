@@ -16,7 +16,7 @@ use crate::model::{EventKind, NewEvent, now_millis};
 use crate::model::{InferenceTest, Schedule, TestState, TestTask, TestTrigger};
 
 #[async_trait]
-pub trait TestStore: Send + Sync {
+pub trait InferenceTestStore: Send + Sync {
     async fn insert_test(&self, test: &InferenceTest, tasks: &[TestTask]) -> Result<()>;
     async fn test(&self, id: Uuid) -> Result<Option<InferenceTest>>;
     async fn tests_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<InferenceTest>>;
@@ -172,7 +172,7 @@ async fn insert_test_in(
 }
 
 #[async_trait]
-impl TestStore for SqlStore {
+impl InferenceTestStore for SqlStore {
     async fn insert_test(&self, test: &InferenceTest, tasks: &[TestTask]) -> Result<()> {
         let mut tx = self.pool().begin().await?;
         insert_test_in(&mut tx, test, tasks).await?;

@@ -58,7 +58,6 @@ macro_rules! supervised_runs_sql {
 }
 
 mod backend;
-mod checkpoint;
 mod checkpoints;
 mod claims;
 mod dependencies;
@@ -81,6 +80,7 @@ mod sql;
 mod sqlite;
 #[cfg(test)]
 mod tests;
+mod wal;
 
 use std::path::PathBuf;
 
@@ -97,7 +97,7 @@ pub use checkpoints::CheckpointStore;
 pub use claims::{ClaimStore, Pick};
 pub use dependencies::{DependencyStore, NewDependency};
 pub use holds::{HoldStore, PendingEdit};
-pub use inference_tests::TestStore;
+pub use inference_tests::InferenceTestStore;
 pub use metric_history::MetricStore;
 pub use nodes::{Lease, NodeInfo, NodeRegistration, NodeStore, Reap, labels_fit};
 pub use notices::NoticeStore;
@@ -163,7 +163,7 @@ pub struct DaemonLock {
 
 #[async_trait]
 pub trait Store:
-    TestStore
+    InferenceTestStore
     + NodeStore
     + ClaimStore
     + HoldStore
