@@ -17,6 +17,7 @@ mod records;
 mod report;
 mod retention;
 mod runs;
+mod schedules;
 
 use std::sync::Arc;
 
@@ -30,7 +31,7 @@ pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
 #[doc(hidden)]
 pub use fixtures::fresh_postgres;
-pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
+pub use inference_tests::{TestRequest, TestStatus};
 pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
@@ -44,6 +45,7 @@ pub use retention::{GcReport, disk_usage};
 pub use runs::{
     After, AfterTarget, RunResults, RunStatus, RunSummary, SubmitRequest, trained_weights, trained_weights_of,
 };
+pub use schedules::ScheduleDetail;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -259,6 +261,7 @@ fn store_kind(err: &StoreError) -> ErrorKind {
         | StoreError::Migrate(_)
         | StoreError::Database(_)
         | StoreError::Corrupt(_)
+        | StoreError::IllegalProcess(_)
         | StoreError::Io { .. } => ErrorKind::Internal,
     }
 }

@@ -76,6 +76,7 @@ mod queue;
 mod report;
 mod retention;
 mod rows;
+mod schedules;
 mod sql;
 mod sqlite;
 #[cfg(test)]
@@ -105,6 +106,7 @@ pub use progress::ProgressStore;
 pub use queue::QueueStore;
 pub use report::ReportStore;
 pub use retention::{Expired, RetentionStore};
+pub use schedules::ScheduleStore;
 use sql::Locking;
 pub use sql::SqlStore;
 
@@ -121,6 +123,9 @@ pub enum StoreError {
     Conflict { id: Uuid, expected: RunState, version: i64 },
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),
+    /// A stage's or task's move its table refuses: a daemon bug, and nothing is written.
+    #[error(transparent)]
+    IllegalProcess(#[from] crate::model::IllegalProcessMove),
     /// Someone else moved the test first; re-read it and decide again.
     #[error("test {id} changed concurrently")]
     TestConflict { id: Uuid },
@@ -164,6 +169,7 @@ pub struct DaemonLock {
 #[async_trait]
 pub trait Store:
     InferenceTestStore
+    + ScheduleStore
     + NodeStore
     + ClaimStore
     + HoldStore
