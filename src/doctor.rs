@@ -16,12 +16,13 @@ pub struct Check {
     pub detail: String,
 }
 
+/// What `doctor` found: one check per thing a run needs.
 #[derive(Clone, Debug, Serialize)]
-pub struct Report {
+pub struct Checkup {
     pub checks: Vec<Check>,
 }
 
-impl Report {
+impl Checkup {
     /// Whether everything a run needs is there.
     pub fn healthy(&self) -> bool {
         self.checks.iter().all(|c| c.ok || !c.required)
@@ -114,7 +115,7 @@ fn disk_check(home: &std::path::Path) -> Check {
 
 /// The counted pools the home's daemon published when it last started (`--pool`).
 fn pools_check(home: &std::path::Path) -> Check {
-    match crate::pools::published(home) {
+    match crate::node_pools::published(home) {
         Ok(pools) if pools.is_empty() => {
             check("pools", true, false, "none: runs with `needs` are refused (see `daemon --pool`)")
         }
@@ -127,7 +128,7 @@ fn check(name: &str, ok: bool, required: bool, detail: impl Into<String>) -> Che
     Check { name: name.into(), ok, required, detail: detail.into() }
 }
 
-pub async fn report(service: &Service) -> Report {
+pub async fn checkup(service: &Service) -> Checkup {
     let settings = &service.settings;
     let mut checks = Vec::new();
     checks.push(check("store", true, true, format!("{} store reachable", service.backend())));
@@ -253,7 +254,7 @@ pub async fn report(service: &Service) -> Report {
             )
         },
     ));
-    Report { checks }
+    Checkup { checks }
 }
 
 /// Whether the tinker-cookbook workflow's recipe is importable: a warning, never a failure

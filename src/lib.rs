@@ -23,7 +23,7 @@ pub mod logs;
 pub mod mcp;
 pub mod metric_poller;
 pub mod model;
-pub mod pools;
+pub mod node_pools;
 pub mod pyjson;
 pub mod report_poster;
 pub mod secrets;

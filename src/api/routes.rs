@@ -1,21 +1,31 @@
 //! Every HTTP route, once: method, path, what it does, and its handler. The router and the
-//! OpenAPI document are both built from `ROUTES`.
+//! OpenAPI document are both built from `ROUTES`. The handlers are in `handlers/`, a file per
+//! noun, but for the health check and the run start (with its body), here.
 
-use std::collections::BTreeMap;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Path, Query, Request, State};
+
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, patch, post, put};
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
+
 use serde_json::{Value, json};
 
+use super::handlers::answer::Body;
+use super::handlers::daemon::{metrics, nodes};
+use super::handlers::environments::{config, environment, environments, select, set_config, workflows};
+use super::handlers::inference_tests::{list_tests, start_test, stop_test, test_status};
+use super::handlers::openapi::openapi;
+use super::handlers::report::report;
+use super::handlers::runs::{
+    edit_run, hold_run, list_runs, release_run, resume_run, run_checkpoints, run_events, run_logs,
+    run_results, run_status, stop_run,
+};
+use super::handlers::schedules::{
+    add_schedule, pause_schedule, remove_schedule, resume_schedule, schedule, schedules,
+};
 use super::{AppState, Failure};
-use crate::model::RunQuery;
-use crate::model::RunState;
-use crate::service::{LogRequest, RunRequest, TestRequest};
+use crate::service::RunRequest;
 
 pub struct Route {
     pub method: &'static str,
@@ -142,32 +152,6 @@ pub static ROUTES: &[Route] = &[
     ),
 ];
 
-type Answer = Result<axum::Json<Value>, Failure>;
-
-fn ok(value: impl serde::Serialize) -> Answer {
-    Ok(axum::Json(serde_json::to_value(value).unwrap_or(Value::Null)))
-}
-
-/// A JSON body whose rejections are JSON errors too.
-pub struct Body<T>(T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = Failure;
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Body(value)),
-            Err(JsonRejection::BytesRejection(e)) => {
-                Err(Failure::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", e.body_text()))
-            }
-            Err(e) => Err(Failure::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_body",
-                crate::text::one_line(&e.body_text()),
-            )),
-        }
-    }
-}
-
 /// 200 while the daemon's writes land; 503, with the same body, while the store refuses them
 /// (`writes_failing`: since when, the fault's kind, its error, what is held).
 async fn health(State(s): State<AppState>) -> Response {
@@ -184,91 +168,6 @@ async fn health(State(s): State<AppState>) -> Response {
         "writes_failing": health.writes_failing,
     });
     (code, axum::Json(body)).into_response()
-}
-
-async fn openapi() -> axum::Json<Value> {
-    axum::Json(super::routes::openapi_document())
-}
-
-async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s.service.prometheus(&s.telemetry).await;
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
-
-async fn nodes(State(s): State<AppState>) -> Answer {
-    ok(s.service.nodes().await?)
-}
-
-async fn workflows(State(s): State<AppState>) -> Answer {
-    let catalog = s.service.settings.catalog().map_err(crate::service::ServiceError::from)?;
-    let list: Vec<Value> = catalog
-        .names()
-        .into_iter()
-        .map(|name| match catalog.load(&name) {
-            Ok(wf) => json!({ "name": name, "description": wf.description, "stages": wf.stages.iter().map(|s| &s.name).collect::<Vec<_>>(), "credentials": wf.credentials }),
-            Err(err) => json!({ "name": name, "error": err.to_string() }),
-        })
-        .collect();
-    ok(list)
-}
-
-async fn environments(State(s): State<AppState>) -> Answer {
-    let d = s.service.environments();
-    ok(
-        json!({ "environments": d.environments, "warnings": d.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>() }),
-    )
-}
-
-async fn environment(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
-    ok(s.service.environment(&name)?)
-}
-
-async fn config(State(s): State<AppState>) -> Answer {
-    ok(s.service.config().await?)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SelectBody {
-    name: String,
-}
-
-async fn select(State(s): State<AppState>, Body(body): Body<SelectBody>) -> Answer {
-    ok(s.service.select(&body.name).await?)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ValueBody {
-    value: Value,
-}
-
-async fn set_config(
-    State(s): State<AppState>,
-    Path(field): Path<String>,
-    Body(body): Body<ValueBody>,
-) -> Answer {
-    let raw = match body.value {
-        Value::String(text) => text,
-        other => other.to_string(),
-    };
-    let value = s.service.set_config(&field, &raw).await?;
-    ok(json!({ "field": field, "value": value }))
-}
-
-#[derive(Deserialize)]
-struct ListQuery {
-    state: Option<String>,
-    limit: Option<i64>,
-}
-
-async fn list_runs(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
-    let state = q
-        .state
-        .map(|text| text.parse::<RunState>())
-        .transpose()
-        .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
-    ok(s.service.list(&RunQuery { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
 }
 
 /// One object queues one run; a list queues them all in one transaction, or none.
@@ -302,337 +201,5 @@ async fn start_run(State(s): State<AppState>, Body(body): Body<Value>) -> Respon
             },
             Err(e) => invalid(e.to_string()),
         },
-    }
-}
-
-async fn run_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.status(&id).await?)
-}
-
-async fn stop_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.stop(&id).await?))
-}
-
-/// The body of `PATCH /runs/{id}`: what changes; absent fields stay.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct EditBody {
-    priority: Option<i64>,
-    #[serde(default)]
-    vars: BTreeMap<String, String>,
-    #[serde(default)]
-    set: BTreeMap<String, Value>,
-    /// Pool units, over the run's own needs (e.g. {"gpu": 1}).
-    #[serde(default)]
-    needs: crate::model::Needs,
-}
-
-async fn edit_run(State(s): State<AppState>, Path(id): Path<String>, Body(body): Body<EditBody>) -> Answer {
-    let set =
-        body.set.into_iter().map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)));
-    let request = crate::service::EditRequest {
-        priority: body.priority,
-        vars: body.vars,
-        set: set.collect(),
-        needs: body.needs,
-    };
-    ok(crate::service::RunSummary::from(&s.service.edit(&id, request).await?))
-}
-
-async fn hold_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.hold(&id).await?))
-}
-
-async fn release_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.release(&id).await?))
-}
-
-#[derive(serde::Deserialize)]
-struct ResumeQuery {
-    from: Option<i64>,
-}
-
-async fn resume_run(
-    State(s): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<ResumeQuery>,
-) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.resume(&id, query.from).await?))
-}
-
-async fn run_results(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.results(&id).await?)
-}
-
-async fn run_checkpoints(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.checkpoints(&id).await?.1)
-}
-
-async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.events(&id).await?.1)
-}
-
-/// `?stage=&tail=` or `?stage=&offset=&limit=`.
-#[derive(Deserialize)]
-struct LogQuery {
-    stage: Option<String>,
-    tail: Option<usize>,
-    offset: Option<u64>,
-    limit: Option<u64>,
-}
-
-impl LogQuery {
-    /// What to read: the last lines unless a byte range is asked for (a limit alone reads from
-    /// the start). Both at once is refused: which would the answer be?
-    fn request(&self) -> Result<LogRequest, String> {
-        match (self.tail, self.offset, self.limit) {
-            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
-                Err("give either tail (lines) or offset/limit (bytes), not both".into())
-            }
-            (Some(lines), None, None) => Ok(LogRequest::Tail { lines }),
-            (None, None, None) => Ok(LogRequest::default()),
-            (None, offset, limit) => Ok(LogRequest::Range {
-                offset: offset.unwrap_or(0),
-                limit: limit.unwrap_or(crate::logs::MAX_ANSWER),
-            }),
-        }
-    }
-}
-
-/// Each stage's part of its log: `{"<stage>": {"text", "size", "start", "end", "file", "cut"?}}`.
-async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<LogQuery>) -> Answer {
-    let request = q.request().map_err(|why| Failure::new(StatusCode::BAD_REQUEST, "invalid_query", why))?;
-    let logs = s.service.logs(&id, q.stage.as_deref(), request).await?;
-    let answer: serde_json::Map<String, Value> =
-        logs.into_iter().map(|log| (log.stage, json!(log.page))).collect();
-    ok(answer)
-}
-
-async fn list_tests(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
-    ok(s.service.list_tests(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
-}
-
-async fn start_test(State(s): State<AppState>, Body(body): Body<TestRequest>) -> Response {
-    match s.service.submit_test(body).await {
-        Ok(test) => (StatusCode::CREATED, axum::Json(json!(test))).into_response(),
-        Err(err) => Failure::from(err).into_response(),
-    }
-}
-
-async fn test_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    let status = s.service.test_status(&id).await?;
-    ok(json!({ "test": status.test, "tasks": status.tasks }))
-}
-
-async fn stop_test(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.cancel_test(&id).await?)
-}
-
-async fn schedules(State(s): State<AppState>) -> Answer {
-    ok(s.service.schedules().await?)
-}
-
-/// The schedule's own fields, and the test each firing runs (every other field, read as a
-/// `TestRequest`, which rejects fields neither it nor the schedule knows: serde's `flatten`
-/// would let unknown fields through).
-#[derive(Deserialize)]
-#[serde(try_from = "serde_json::Map<String, Value>")]
-struct ScheduleBody {
-    name: String,
-    cron: String,
-    tz: Option<String>,
-    webhooks: Vec<String>,
-    max_drop: Option<f64>,
-    test: TestRequest,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScheduleFields {
-    name: String,
-    cron: String,
-    tz: Option<String>,
-    #[serde(default)]
-    webhooks: Vec<String>,
-    max_drop: Option<f64>,
-}
-
-impl TryFrom<serde_json::Map<String, Value>> for ScheduleBody {
-    type Error = serde_json::Error;
-    fn try_from(mut body: serde_json::Map<String, Value>) -> Result<Self, Self::Error> {
-        let own: serde_json::Map<String, Value> = ["name", "cron", "tz", "webhooks", "max_drop"]
-            .into_iter()
-            .filter_map(|key| body.remove_entry(key))
-            .collect();
-        let own: ScheduleFields = serde_json::from_value(Value::Object(own))?;
-        let test: TestRequest = serde_json::from_value(Value::Object(body))?;
-        Ok(ScheduleBody {
-            name: own.name,
-            cron: own.cron,
-            tz: own.tz,
-            webhooks: own.webhooks,
-            max_drop: own.max_drop,
-            test,
-        })
-    }
-}
-
-/// Turns any refusal axum answers in plain text (a path segment that isn't UTF-8, a wrong
-/// method, a wrong content type) into the JSON error every other refusal is.
-pub async fn json_refusals(response: Response) -> Response {
-    let is_json = response
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    let status = response.status();
-    if !status.is_client_error() || is_json {
-        return response;
-    }
-    let code = match status {
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::NOT_FOUND => "not_found",
-        _ => "invalid_request",
-    };
-    let text = axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default();
-    let message = crate::text::one_line(String::from_utf8_lossy(&text).trim());
-    let message = if message.is_empty() { status.to_string() } else { message };
-    Failure::new(status, code, message).into_response()
-}
-
-/// A query string whose rejections are JSON errors, like the bodies'.
-pub struct Q<T>(T);
-
-impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for Q<T> {
-    type Rejection = Failure;
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Failure> {
-        match Query::<T>::from_request_parts(parts, state).await {
-            Ok(Query(value)) => Ok(Q(value)),
-            Err(e) => Err(Failure::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_query",
-                crate::text::one_line(&e.body_text()),
-            )),
-        }
-    }
-}
-
-async fn add_schedule(State(s): State<AppState>, Body(body): Body<ScheduleBody>) -> Response {
-    let added = s
-        .service
-        .add_schedule(&body.name, &body.cron, body.tz.as_deref(), &body.test, body.webhooks, body.max_drop)
-        .await;
-    match added {
-        Ok(schedule) => (StatusCode::CREATED, axum::Json(json!(schedule))).into_response(),
-        Err(err) => Failure::from(err).into_response(),
-    }
-}
-
-async fn schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
-    let detail = s.service.schedule_detail(&name).await?;
-    ok(json!({ "schedule": detail.schedule, "tests": detail.tests }))
-}
-
-async fn pause_schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
-    ok(s.service.pause_schedule(&name, true).await?)
-}
-
-async fn resume_schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
-    ok(s.service.pause_schedule(&name, false).await?)
-}
-
-async fn remove_schedule(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
-    ok(s.service.remove_schedule(&name).await?)
-}
-
-#[derive(Deserialize)]
-pub(super) struct ReportQuery {
-    pub since: Option<String>,
-}
-
-/// The report's window from `?since=` (a duration longer than zero, at most 30 days), or the
-/// default 12 hours.
-pub(super) fn report_window(since: Option<&str>) -> Result<std::time::Duration, String> {
-    match since {
-        None => Ok(crate::service::DEFAULT_WINDOW),
-        Some(text) => text
-            .parse::<crate::workflow::Dur>()
-            .and_then(crate::workflow::Dur::positive)
-            .map(|d| d.0)
-            .map_err(|why| format!("since: {why}")),
-    }
-}
-
-async fn report(State(s): State<AppState>, Q(q): Q<ReportQuery>) -> Answer {
-    let window = report_window(q.since.as_deref())
-        .map_err(|why| Failure::new(StatusCode::BAD_REQUEST, "invalid_query", why))?;
-    ok(s.service.report(window).await?)
-}
-
-/// OpenAPI 3.1, generated from the route table.
-pub fn openapi_document() -> Value {
-    let mut paths: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
-    for route in ROUTES {
-        let params: Vec<Value> = route
-            .path
-            .split('/')
-            .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
-            .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
-            .collect();
-        let mut op = json!({
-            "summary": route.summary,
-            "operationId": format!("{}{}", route.method, route.path.replace(['/', '{', '}', '.'], "_")),
-            "parameters": params,
-            "responses": {
-                "200": { "description": "OK (201 for creations)", "content": { "application/json": {} } },
-                "default": { "description": "An error", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
-            },
-        });
-        if let Some(example) = route.body {
-            op["requestBody"] = json!({
-                "required": true,
-                "content": { "application/json": { "schema": { "type": "object" }, "example": serde_json::from_str::<Value>(example).unwrap_or_default() } },
-            });
-        }
-        paths.entry(route.path.to_string()).or_default().insert(route.method.to_string(), op);
-    }
-    json!({
-        "openapi": "3.1.0",
-        "info": { "title": "lachesis", "version": env!("CARGO_PKG_VERSION"), "description": "Queue, start and supervise RL training runs and inference tests." },
-        "paths": paths,
-        "components": {
-            "schemas": { "Error": { "type": "object", "required": ["error", "message"], "properties": { "error": { "type": "string" }, "message": { "type": "string" } } } },
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
-        },
-        "security": [{ "bearer": [] }],
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_log_query_asks_for_lines_or_bytes_never_both() {
-        let q = |tail, offset, limit| LogQuery { stage: None, tail, offset, limit }.request();
-        assert_eq!(q(None, None, None), Ok(LogRequest::Tail { lines: crate::service::DEFAULT_TAIL_LINES }));
-        assert_eq!(q(Some(5), None, None), Ok(LogRequest::Tail { lines: 5 }));
-        assert_eq!(
-            q(None, Some(7), None),
-            Ok(LogRequest::Range { offset: 7, limit: crate::logs::MAX_ANSWER })
-        );
-        assert_eq!(q(None, None, Some(9)), Ok(LogRequest::Range { offset: 0, limit: 9 }));
-        assert!(q(Some(1), Some(0), None).is_err() && q(Some(1), None, Some(1)).is_err());
-    }
-
-    #[test]
-    fn a_report_window_is_a_positive_duration_or_the_default() {
-        assert_eq!(report_window(None), Ok(crate::service::DEFAULT_WINDOW));
-        assert_eq!(report_window(Some("30m")), Ok(std::time::Duration::from_secs(1800)));
-        for bad in ["0", "0s", "soon", "-1h", "31d", ""] {
-            let why = report_window(Some(bad)).unwrap_err();
-            assert!(why.starts_with("since: ") && !why.contains('\n'), "{bad}: {why}");
-        }
     }
 }

@@ -14,11 +14,11 @@ pub struct DoctorArgs {
 
 pub async fn run(settings: Settings, args: DoctorArgs) -> CliResult {
     let service = Service::open(settings).await?;
-    let report = lachesis::doctor::report(&service).await;
+    let checkup = lachesis::doctor::checkup(&service).await;
     if args.json {
-        print_json(&report.to_json())?;
+        print_json(&checkup.to_json())?;
     } else {
-        for c in &report.checks {
+        for c in &checkup.checks {
             let mark = match (c.ok, c.required) {
                 (true, _) => "ok  ",
                 (false, true) => "FAIL",
@@ -27,5 +27,5 @@ pub async fn run(settings: Settings, args: DoctorArgs) -> CliResult {
             println!("{mark} {:<18} {}", c.name, c.detail);
         }
     }
-    Ok(if report.healthy() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if checkup.healthy() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -149,7 +149,7 @@ pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
             }
         }
         TestCommand::Stop { id } => {
-            let test = service.cancel_test(&id).await?;
+            let test = service.stop_test(&id).await?;
             println!("{} {}", test.id, test.state);
         }
     }

@@ -75,7 +75,7 @@ pub enum DaemonError {
     #[error("{0}")]
     BadOption(String),
     #[error(transparent)]
-    Pools(#[from] crate::pools::PoolsError),
+    Pools(#[from] crate::node_pools::NodePoolsError),
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -106,7 +106,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
             "--node '{node}' is not a node id (letters, digits, '-', '_' or '.')"
         )));
     }
-    let pools = crate::pools::resolve(&options.pools)?;
+    let pools = crate::node_pools::resolve(&options.pools)?;
     let service = Service::open(settings.clone()).await?;
     if !options.labels.is_empty() && !service.backend().supports_nodes() {
         return Err(ServiceError::NeedsPostgres("node labels (--label)".into()).into());
@@ -116,7 +116,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     // Published for submissions made without the daemon; only the lock's holder writes it.
     // Supervising the runs matters more than the file: a daemon that cannot write it (a full
     // disk) carries on, and says what a submission made without it will see.
-    if let Err(err) = crate::pools::publish(&settings.home, &pools) {
+    if let Err(err) = crate::node_pools::publish(&settings.home, &pools) {
         tracing::warn!(
             "{err}: submissions made without the daemon check their needs against the last pools published"
         );

@@ -1,8 +1,10 @@
 //! Atropos environments: finding them on disk and describing their configuration.
 
+mod classes;
 mod discovery;
 mod fields;
 mod introspect;
+mod scan;
 mod selection;
 
 pub use discovery::{DiscoveredEnv, Discovery, DiscoveryWarning, LookupError, discover};

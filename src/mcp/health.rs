@@ -8,7 +8,7 @@ use crate::model::RunQuery;
 
 impl RlTools {
     pub(super) async fn health_check(&self) -> String {
-        let mut out = crate::doctor::report(&self.service).await.to_json();
+        let mut out = crate::doctor::checkup(&self.service).await.to_json();
         let running = answers::daemon_running(&self.service);
         let filter = RunQuery { state: Some(crate::model::RunState::Pending), limit: Some(100) };
         let queued = self.service.list(&filter).await.map(|r| r.len()).unwrap_or(0);

@@ -60,7 +60,7 @@ pub async fn wait(
         }
         tokio::select! {
             _ = ctx.ct.cancelled() => {
-                let _ = service.cancel_test(&id).await;
+                let _ = service.stop_test(&id).await;
                 return (service.test_status(&id).await.ok(), true);
             }
             _ = tokio::time::sleep(POLL) => {}

@@ -24,7 +24,9 @@ pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};
 pub use pool::{Needs, Pools};
-pub use process::{Exit, ProcessIdentity, ProcessRecord, ProcessState, signal_name};
+pub use process::{
+    Exit, IllegalProcessMove, ProcessIdentity, ProcessRecord, ProcessState, ProcessTrigger, signal_name,
+};
 pub use progress::{Progress, ProgressPoint};
 pub use run::{IllegalTransition, Run, RunPage, RunParams, RunQuery, RunState, RunTrigger};
 pub use schedule::Schedule;

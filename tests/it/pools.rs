@@ -48,7 +48,7 @@ async fn start_with_pool(home: &mut TestHome, pool: &str) {
     let dir = home.path().to_path_buf();
     wait_for("the daemon to publish its pools", WAIT, || {
         let dir = dir.clone();
-        async move { lachesis::pools::published(&dir).ok().filter(|p| !p.is_empty()) }
+        async move { lachesis::node_pools::published(&dir).ok().filter(|p| !p.is_empty()) }
     })
     .await;
 }
@@ -268,7 +268,7 @@ async fn requests_no_pool_can_meet_are_refused_and_needs_are_edited_while_pendin
     // A queued run whose needs a restarted daemon no longer has says so, and waits.
     let waiting = home.submit(&["-w", "gpujob", "--needs", "gpu=3", "--hold"]);
     home.kill_daemon();
-    std::fs::remove_file(lachesis::pools::file(home.path())).unwrap();
+    std::fs::remove_file(lachesis::node_pools::file(home.path())).unwrap();
     start_with_pool(&mut home, "gpu=0,1").await;
     home.cli_ok(&["run", "release", &waiting.to_string()]);
     let quick = home.submit(&["-w", "quick"]);

@@ -126,7 +126,7 @@ async fn every_field_is_taken_by_every_surface_and_stored() {
     let dir = home.path().to_path_buf();
     wait_for("the daemon to publish its pools", Duration::from_secs(20), || {
         let dir = dir.clone();
-        async move { lachesis::pools::published(&dir).ok().filter(|p| !p.is_empty()) }
+        async move { lachesis::node_pools::published(&dir).ok().filter(|p| !p.is_empty()) }
     })
     .await;
     let base = home.submit(&["--workflow", "req", "--hold"]);

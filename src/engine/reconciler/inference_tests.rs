@@ -19,7 +19,7 @@ use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::{StageFiles, Started};
 use crate::model::{InferenceTest, TestState, TestTask, TestTrigger};
-use crate::model::{NewEvent, ProcessState, now_millis};
+use crate::model::{NewEvent, ProcessState, ProcessTrigger, now_millis};
 
 /// Tests run at once; each has its own per-model concurrency.
 const MAX_TESTS: usize = 2;
@@ -153,7 +153,7 @@ impl Reconciler {
             None => "x".to_string(),
         };
         let task = &mut sup.tasks[idx];
-        task.record.state = ProcessState::Spawning;
+        task.record.apply(ProcessTrigger::Spawn)?;
         self.store.update_task(task, None).await?;
         let mut plan = sup.test.spec.task_plan(&task.model, &sup.test.test_dir);
         // The key reaches the process through a 0600 file, and the shim (to mask it in the
@@ -161,7 +161,7 @@ impl Reconciler {
         let secret_file = secret_config_path(&sup.test.test_dir, &task.model);
         if let Err(err) = write_secret_config(&secret_file, &key) {
             let reason = format!("cannot write {}: {err}", secret_file.display());
-            let what = task.record.exited(None, Some(&reason), now_millis());
+            let what = task.record.exited(None, Some(&reason), now_millis())?;
             let model = task.model.clone();
             self.store.update_task(task, Some(&NewEvent::stage(&model, what))).await?;
             return Ok(());
@@ -183,7 +183,9 @@ impl Reconciler {
         let model = task.model.clone();
         match result {
             Ok(started) => {
-                task.record.started(ProcessState::Up, started.started_at, started.shim, started.process);
+                // A task waits for nothing: up as soon as it started.
+                task.record.started(started.started_at, started.shim, started.process)?;
+                task.record.apply(ProcessTrigger::Ready)?;
                 let pid = task.record.process.as_ref().map_or(0, |p| p.pid);
                 // The command as it may be shown: it holds no key (that is in the secret file).
                 let argv = sup.test.spec.task_plan(&model, &sup.test.test_dir).argv;
@@ -194,7 +196,7 @@ impl Reconciler {
             }
             Err(err) => {
                 let _ = std::fs::remove_file(secret_config_path(&sup.test.test_dir, &model));
-                let what = task.record.exited(None, Some(&err.to_string()), now_millis());
+                let what = task.record.exited(None, Some(&err.to_string()), now_millis())?;
                 self.store.update_task(task, Some(&NewEvent::stage(&model, what))).await?;
             }
         }
@@ -241,7 +243,7 @@ impl Reconciler {
         if !task.record.state.is_live() {
             return Ok(());
         }
-        let what = end.record_on(&mut task.record);
+        let what = end.record_on(&mut task.record)?;
         let model = task.model.clone();
         self.store.update_task(task, Some(&NewEvent::stage(&model, what))).await?;
         self.drive_test(id).await
@@ -347,7 +349,10 @@ impl Reconciler {
                 ) {
                     Found::Ended(end) => self.on_task_ended(id, idx, end).await?,
                     Found::Alive(watch, _) => {
-                        task.record.state = ProcessState::Up;
+                        task.record.apply(ProcessTrigger::Reattach)?;
+                        if task.record.state == ProcessState::Starting {
+                            task.record.apply(ProcessTrigger::Ready)?;
+                        }
                         let model = task.model.clone();
                         let event = NewEvent::stage(&model, "re-attached after a daemon restart");
                         self.store.update_task(task, Some(&event)).await?;

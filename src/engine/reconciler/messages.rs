@@ -19,7 +19,10 @@ pub enum ProcessEnd {
 
 impl ProcessEnd {
     /// Records this end on `record`; returns what happened, in words for its event.
-    pub(super) fn record_on(&self, record: &mut ProcessRecord) -> String {
+    pub(super) fn record_on(
+        &self,
+        record: &mut ProcessRecord,
+    ) -> std::result::Result<String, crate::model::IllegalProcessMove> {
         match self {
             ProcessEnd::Finished(f) => record.exited(f.exit, f.spawn_error.as_deref(), f.ended_at),
             ProcessEnd::Vanished(why) => record.lost(why, now_millis()),

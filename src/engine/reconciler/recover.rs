@@ -17,7 +17,9 @@ use uuid::Uuid;
 use super::{Msg, ProcessEnd, Reconciler, Result, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
-use crate::model::{Millis, NewEvent, ProcessIdentity, ProcessState, RunState, RunTrigger, now_millis};
+use crate::model::{
+    Millis, NewEvent, ProcessIdentity, ProcessState, ProcessTrigger, RunState, RunTrigger, now_millis,
+};
 
 /// How many more looks, and how far apart, restart repair gives a stage that left no trace
 /// (no identity, no status file) before it counts as lost: a shim waiting out a full disk
@@ -204,9 +206,7 @@ impl Reconciler {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
         let stage = &mut sup.stages[idx].stage;
         let pid = stage.record.process.as_ref().map_or(0, |p| p.pid);
-        if stage.record.state == ProcessState::Spawning {
-            stage.record.state = ProcessState::Starting;
-        }
+        stage.record.apply(ProcessTrigger::Reattach)?;
         let starting = stage.record.state == ProcessState::Starting;
         let since = stage.record.started_at.unwrap_or_else(now_millis);
         let event = NewEvent::stage(&stage.name, format!("re-attached after a daemon restart (pid {pid})"));

@@ -14,7 +14,9 @@ use crate::launch::probe::{ReadyHow, wait_ready};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::Started;
-use crate::model::{Exit, Millis, NewEvent, ProcessState, Run, RunState, RunTrigger, now_millis};
+use crate::model::{
+    Exit, Millis, NewEvent, ProcessState, ProcessTrigger, Run, RunState, RunTrigger, now_millis,
+};
 
 impl Reconciler {
     /// Adopts changes others made (stop requests from the CLI) to the runs we supervise.
@@ -246,7 +248,7 @@ impl Reconciler {
         };
         let tracked = &mut sup.stages[idx];
         let mut spawning = tracked.stage.clone();
-        spawning.record.state = ProcessState::Spawning;
+        spawning.record.apply(ProcessTrigger::Spawn)?;
         // Committed before the shim exists: after a crash, "spawning" means "look for its files".
         // Held in memory only once it landed: until then the stage is still to be started.
         self.store.update_stage(&spawning, None).await?;
@@ -287,7 +289,7 @@ impl Reconciler {
                 let tracked = &sup.stages[idx];
                 let name = tracked.stage.name.clone();
                 let mut failed = tracked.stage.clone();
-                let what = failed.record.exited(None, Some(&err.to_string()), now_millis());
+                let what = failed.record.exited(None, Some(&err.to_string()), now_millis())?;
                 let reason = format!("stage '{name}' failed to start: {err}");
                 // The stage's failure and its run's move: one commit.
                 let then = failure_move(&sup.run, &reason, None);
@@ -311,7 +313,7 @@ impl Reconciler {
         let name = tracked.stage.name.clone();
         let at_once = sup.run.state == RunState::Starting && tracked.plan.up_at_once();
         let mut stage = tracked.stage.clone();
-        stage.record.started(ProcessState::Starting, started.started_at, started.shim, started.process);
+        stage.record.started(started.started_at, started.shim, started.process)?;
         let pid = stage.record.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
         let mut events = vec![NewEvent::stage(
             &name,
@@ -328,7 +330,7 @@ impl Reconciler {
         }
         // Up at once, decided here (a task would race the stage's own exit).
         let how = ReadyHow::from(tracked.plan.up_at_once_how());
-        stage.record.state = ProcessState::Up;
+        stage.record.apply(ProcessTrigger::Ready)?;
         stage.ready_at = Some(now_millis());
         events.push(NewEvent::stage(&name, format!("up ({how})")));
         let all_up =
@@ -356,7 +358,7 @@ impl Reconciler {
         let tracked = &sup.stages[idx];
         let wait = spawn_backoff(tracked.spawn_failures);
         let mut pending = tracked.stage.clone();
-        pending.record.state = ProcessState::Pending;
+        pending.record.apply(ProcessTrigger::Defer)?;
         let event = NewEvent::stage(
             &pending.name,
             format!("could not start yet: {err}; trying again in {}", crate::workflow::Dur(wait)),
@@ -401,7 +403,7 @@ impl Reconciler {
             return self.drive(id).await;
         }
         let mut up = sup.stages[idx].stage.clone();
-        up.record.state = ProcessState::Up;
+        up.record.apply(ProcessTrigger::Ready)?;
         up.ready_at = Some(now_millis());
         let event = NewEvent::stage(&up.name, format!("up ({how})"));
         self.store.update_stage(&up, Some(&event)).await?;
@@ -445,7 +447,7 @@ impl Reconciler {
         }
         let name = sup.stages[idx].stage.name.clone();
         let mut ended = sup.stages[idx].stage.clone();
-        let what = end.record_on(&mut ended.record);
+        let what = end.record_on(&mut ended.record)?;
         let exit = end.exit();
         let exited_at = match &end {
             ProcessEnd::Finished(finished) => Some(finished.ended_at),

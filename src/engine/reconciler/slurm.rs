@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
 use crate::launch::slurm::{JobState, Slurm, SlurmJobId};
 use crate::launch::status::Finished;
-use crate::model::{NewEvent, ProcessState, RunState, now_millis};
+use crate::model::{NewEvent, ProcessState, ProcessTrigger, RunState, now_millis};
 
 /// How often a Slurm job is looked at: exit detection is this coarse for Slurm stages.
 const POLL: Duration = Duration::from_millis(250);
@@ -54,14 +54,13 @@ impl Reconciler {
         let name = stage.name.clone();
         match result {
             Ok(job) => {
-                stage.record.state = ProcessState::Starting;
+                stage.record.apply(ProcessTrigger::Launch)?;
                 stage.slurm_job = Some(job);
                 let event = NewEvent::stage(&name, format!("submitted as Slurm job {job}: {argv}"));
                 self.store.update_stage(stage, Some(&event)).await?;
             }
             Err(err) => {
-                stage.record.state = ProcessState::Exited;
-                stage.record.ended_at = Some(now_millis());
+                stage.record.exited(None, Some(err.as_str()), now_millis())?;
                 let event = NewEvent::stage(&name, format!("failed to submit: {err}"));
                 self.store.update_stage(stage, Some(&event)).await?;
                 self.fail(id, &format!("stage '{name}' failed to start: {err}")).await?;

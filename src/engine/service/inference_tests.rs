@@ -1,4 +1,4 @@
-//! Inference tests: queue, find, inspect, cancel.
+//! Inference tests: queue, find, inspect, stop.
 
 use std::collections::BTreeMap;
 
@@ -47,18 +47,6 @@ pub struct TestStatus {
     /// Groups each model has written so far (its JSONL grows by one line per group), in task
     /// order; the environment prints little else while it works.
     pub groups_written: Vec<usize>,
-    pub events: Vec<crate::model::Event>,
-}
-
-/// A schedule as `schedule show` presents it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ScheduleDetail {
-    pub schedule: crate::model::Schedule,
-    /// The next due time in milliseconds (UTC), `None` when paused.
-    pub next_due: Option<crate::model::Millis>,
-    /// Its latest tests, newest first.
-    pub tests: Vec<InferenceTest>,
-    /// Its firings, catch-ups and skips.
     pub events: Vec<crate::model::Event>,
 }
 
@@ -161,8 +149,9 @@ impl Service {
         Ok(self.store.list_tests(limit).await?.into_iter().map(shown_test).collect())
     }
 
-    /// Cancels a queued or running test (its processes are killed by the daemon).
-    pub async fn cancel_test(&self, prefix: &str) -> Result<InferenceTest> {
+    /// Stops a queued or running test (`test stop`): it ends cancelled, its processes killed by
+    /// the daemon.
+    pub async fn stop_test(&self, prefix: &str) -> Result<InferenceTest> {
         let mut test = self.resolve_test(prefix).await?;
         loop {
             if test.state.is_terminal() {
@@ -186,113 +175,8 @@ impl Service {
     }
 }
 
-impl Service {
-    /// Adds a schedule whose firings enqueue the inference test `request` describes.
-    pub async fn add_schedule(
-        &self,
-        name: &str,
-        cron: &str,
-        tz: Option<&str>,
-        request: &TestRequest,
-        webhooks: Vec<String>,
-        max_drop: Option<f64>,
-    ) -> Result<crate::model::Schedule> {
-        // The name is typed on command lines and shown in tables: a plain name.
-        if !crate::workflow::is_simple_name(name) {
-            let shown = crate::text::one_line(name);
-            return Err(ServiceError::Schedule(format!("name: '{shown}' {}", crate::workflow::NAME_RULE)));
-        }
-        let policy = match max_drop {
-            Some(drop) => crate::inference::regression::RegressionPolicy::new(drop)
-                .map_err(|e| ServiceError::Schedule(e.to_string()))?,
-            None => crate::inference::regression::RegressionPolicy::default(),
-        };
-        crate::cron::Cron::parse(cron, tz).map_err(|e| ServiceError::Schedule(e.to_string()))?;
-        if self.store.schedules().await?.iter().any(|s| s.name == name) {
-            return Err(ServiceError::Schedule(format!("a schedule called '{name}' already exists")));
-        }
-        for url in &webhooks {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(ServiceError::Schedule(format!("webhook '{url}' must be an http(s) URL")));
-            }
-        }
-        let now = crate::model::now_millis();
-        let schedule = crate::model::Schedule {
-            id: Uuid::new_v4(),
-            name: name.to_string(),
-            cron: cron.to_string(),
-            tz: tz.map(str::to_string),
-            spec: self.test_spec(request).await?,
-            webhooks,
-            policy,
-            paused: false,
-            // Due times count from now: a new schedule has missed nothing.
-            last_fired: now,
-            created_at: now,
-        };
-        self.store.insert_schedule(&schedule).await?;
-        self.wake().await;
-        Ok(shown(schedule))
-    }
-
-    /// A schedule as it may be shown: its webhooks' credentials redacted.
-    pub async fn schedule(&self, name: &str) -> Result<crate::model::Schedule> {
-        self.stored_schedule(name).await.map(shown)
-    }
-
-    /// The schedule as stored, webhook credentials and all: never returned to a caller.
-    async fn stored_schedule(&self, name: &str) -> Result<crate::model::Schedule> {
-        let all = self.store.schedules().await?;
-        let names: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
-        all.into_iter().find(|s| s.name == name).ok_or_else(|| ServiceError::UnknownSchedule {
-            name: name.to_string(),
-            available: names.join(", "),
-        })
-    }
-
-    /// Every schedule as it may be shown (webhook credentials redacted).
-    pub async fn schedules(&self) -> Result<Vec<crate::model::Schedule>> {
-        Ok(self.store.schedules().await?.into_iter().map(shown).collect())
-    }
-
-    /// A schedule with its next due time, its latest tests and its history of firings.
-    pub async fn schedule_detail(&self, name: &str) -> Result<ScheduleDetail> {
-        let schedule = self.schedule(name).await?;
-        let tests = self.store.schedule_tests(schedule.id, 10).await?;
-        let events = self.store.events(schedule.id, 0).await?;
-        let next_due = schedule.next_due(chrono::Utc::now());
-        Ok(ScheduleDetail { schedule, next_due, tests, events })
-    }
-
-    pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<crate::model::Schedule> {
-        let mut schedule = self.stored_schedule(name).await?;
-        schedule.paused = paused;
-        if !paused {
-            // Resuming doesn't catch up on the time it was paused for.
-            schedule.last_fired = crate::model::now_millis();
-        }
-        self.store.update_schedule(&schedule).await?;
-        self.wake().await;
-        Ok(shown(schedule))
-    }
-
-    pub async fn remove_schedule(&self, name: &str) -> Result<crate::model::Schedule> {
-        let schedule = self.schedule(name).await?;
-        self.store.delete_schedule(schedule.id).await?;
-        Ok(schedule)
-    }
-}
-
 /// `test` with its provider URL's user:password, query and fragment redacted, for reads.
 fn shown_test(mut test: InferenceTest) -> InferenceTest {
     test.spec.provider.base_url = crate::secrets::redact_url(&test.spec.provider.base_url);
     test
-}
-
-/// `schedule` with each webhook's (and its provider's) user:password, query and fragment redacted: reads (CLI,
-/// `--json`, HTTP, MCP) never carry a webhook's credentials.
-fn shown(mut schedule: crate::model::Schedule) -> crate::model::Schedule {
-    schedule.webhooks = schedule.webhooks.iter().map(|url| crate::secrets::redact_url(url)).collect();
-    schedule.spec.provider.base_url = crate::secrets::redact_url(&schedule.spec.provider.base_url);
-    schedule
 }

@@ -1,9 +1,19 @@
 //! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
 //! print; they decide nothing.
+//!
+//! `bench`, `fixtures` and `records` write beneath the transition table, read by exact id and
+//! claim one at a time: for the tests and the figures bench only. A build without `testing`
+//! (what users install) has none of them, so no surface can reach around the reconciler.
 
+#[cfg(any(test, feature = "testing"))]
+mod bench;
 mod checkpoints;
 mod daemon;
 mod environments;
+mod error;
+#[cfg(any(test, feature = "testing"))]
+mod fixtures;
+mod handle;
 mod inference_tests;
 mod logs;
 mod metric_history;
@@ -11,34 +21,23 @@ mod metrics;
 mod nodes;
 mod pending;
 mod pipelines;
+#[cfg(any(test, feature = "testing"))]
+mod records;
 mod report;
 mod retention;
 mod runs;
-
-// Writes beneath the transition table, reads by exact id and claims one at a time: for the
-// tests and the figures bench only. A build without `testing` (what users install) has none of
-// them, so no surface can reach around the reconciler.
-#[cfg(any(test, feature = "testing"))]
-mod bench;
-#[cfg(any(test, feature = "testing"))]
-mod fixtures;
-#[cfg(any(test, feature = "testing"))]
-mod records;
-
-use std::sync::Arc;
-
-use crate::engine::store::{Store, StoreError};
-use crate::model::RunState;
-use crate::settings::Settings;
-use crate::workflow::CatalogError;
+mod schedules;
 
 pub use crate::engine::store::NodeRegistration;
 #[cfg(any(test, feature = "testing"))]
 pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
+pub use error::{ErrorKind, Result, ServiceError};
 #[cfg(any(test, feature = "testing"))]
 pub use fixtures::{WaitingRun, fresh_postgres};
-pub use inference_tests::{ScheduleDetail, TestRequest, TestStatus};
+pub use handle::Service;
+use handle::resolve_prefix;
+pub use inference_tests::{TestRequest, TestStatus};
 pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};
 pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
@@ -53,311 +52,4 @@ pub use runs::{
     DependencyRequest, DependencyTarget, RunRequest, RunResults, RunStatus, RunSummary, trained_weights,
     trained_weights_of,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
-    #[error("no run matches '{0}'")]
-    UnknownRun(String),
-    #[error("'{prefix}' matches several {what}: {} (give more of the id)", candidates.join(", "))]
-    Ambiguous { what: &'static str, prefix: String, candidates: Vec<String> },
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    #[error(transparent)]
-    Storage(#[from] StoreError),
-    #[error("workflow '{workflow}' needs {} in the environment (not set: {})", wanted.join(", "), missing.join(", "))]
-    MissingCredentials { workflow: String, wanted: Vec<String>, missing: Vec<String> },
-    #[error("workflow '{0}' runs an environment: pass --env NAME (or select one)")]
-    NeedsEnvironment(String),
-    #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
-    UnknownVar { name: String, workflow: String, known: String },
-    #[error(
-        "variable '{name}' is set by lachesis and can't be given per run (only a workflow's declared vars can)"
-    )]
-    BuiltinVar { name: String },
-    #[error("invalid {what} '{text}': expected NAME=VALUE")]
-    BadAssignment { what: &'static str, text: String },
-    #[error("workflow '{workflow}': {problem}")]
-    Unplannable { workflow: String, problem: String },
-    #[error("run {id} has already ended ({state})")]
-    AlreadyEnded { id: String, state: RunState },
-    #[error("run {id} has not ended ({state}): stop it before queueing it again")]
-    NotEnded { id: String, state: RunState },
-    /// Hold, release and edit change only a run still in the queue.
-    #[error("run {id} is {state}: only a pending run can be {action}")]
-    NotPending { id: String, state: RunState, action: &'static str },
-    #[error("nothing to edit: give --priority, --var, --set or --needs")]
-    NothingToEdit,
-    #[error("run {id} is {state}: only a failed or stopped run resumes")]
-    NotResumable { id: String, state: RunState },
-    #[error("run {id}: {problem}")]
-    NoCheckpoint { id: String, problem: String },
-    #[error(transparent)]
-    Environment(#[from] crate::environments::LookupError),
-    #[error(transparent)]
-    Introspect(#[from] crate::environments::IntrospectError),
-    #[error(transparent)]
-    Edit(#[from] crate::environments::EditError),
-    #[error(transparent)]
-    Value(#[from] crate::environments::ValueError),
-    #[error("no environment is selected: run `lachesis env select NAME` (see `lachesis env list`)")]
-    NoSelection,
-    #[error(transparent)]
-    Provider(#[from] crate::inference::spec::ProviderError),
-    #[error("environment '{name}' file {} no longer exists (select the environment again)", .path.display())]
-    EnvironmentFileMissing { name: String, path: std::path::PathBuf },
-    #[error("no test matches '{0}'")]
-    UnknownTest(String),
-    #[error("run {run} has no stage '{stage}' (stages: {known})")]
-    UnknownStage { run: String, stage: String, known: String },
-    #[error(transparent)]
-    Log(#[from] crate::logs::LogError),
-    #[error("{0}")]
-    Schedule(String),
-    #[error("unknown schedule '{name}' (schedules: {available})")]
-    UnknownSchedule { name: String, available: String },
-    #[error("test {id} has already ended ({state})")]
-    TestEnded { id: String, state: crate::model::TestState },
-    #[error("no node is called '{id}' (nodes: {known})")]
-    UnknownNode { id: String, known: String },
-    #[error(
-        "node '{id}' is {health} (last heartbeat {age_s}s ago): only a lost node can be forgotten; \
-         stop its daemon and let another node reap it when its lease runs out"
-    )]
-    NodeNotLost { id: String, health: &'static str, age_s: i64 },
-    /// Several daemons (nodes, labels, leases) share state through PostgreSQL only.
-    #[error(
-        "{0} needs several daemons on one PostgreSQL store (set LACHESIS_DATABASE_URL=postgres://…); \
-         the embedded SQLite store serves one daemon on one machine"
-    )]
-    NeedsPostgres(String),
-    /// A request's needs no claim could meet (a pool the daemon lacks, more than it has).
-    #[error(transparent)]
-    Needs(#[from] crate::model::pool::NeedsError),
-    /// A need or pool name that is not one (`--needs`, a body's `needs`).
-    #[error("needs: {0}")]
-    BadNeeds(#[from] crate::model::pool::PoolError),
-    /// The home's pools file cannot be read.
-    #[error(transparent)]
-    Pools(#[from] crate::pools::PoolsError),
-    /// A run would wait for a run that already ended in a way that never meets the condition.
-    #[error("{reason}: a run waiting for it could never start")]
-    DependencyUnmet { reason: String },
-    /// A dependency that cannot be written as given (a bad or repeated name, a later run, a cycle).
-    #[error("{0}")]
-    BadDependency(String),
-    /// A pipeline file that cannot be queued; nothing was written.
-    #[error("{0}")]
-    Pipeline(String),
-    /// One request of a bulk submission was refused (`index` counts from 1); nothing was written.
-    #[error("run {index} of the batch: {source}")]
-    InBatch { index: usize, source: Box<ServiceError> },
-}
-
-pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
-
-/// What kind of failure an error is, for a surface that answers with a status (HTTP) or an
-/// exit code. Every error has exactly one kind; the match in `kind` has no catch-all, so a new
-/// error must choose.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The request names something that does not exist (a run, test, schedule, workflow, node).
-    NotFound,
-    /// The request is malformed or asks for something no state of the store would allow.
-    Invalid,
-    /// A prefix or name matches several things.
-    Ambiguous,
-    /// The request is sound but the current state refuses it (an ended run, a concurrent move,
-    /// no selection, a node that is not lost).
-    Conflict,
-    /// An operator's setting forbids it (a locked field).
-    Forbidden,
-    /// The request is understood, but something it needs is missing (credentials, an
-    /// environment's introspection).
-    Unprocessable,
-    /// The store's disk is full: nothing was written, and the same request can succeed later.
-    StorageFull,
-    /// A fault of this machine or its store, not of the request.
-    Internal,
-}
-
-impl ServiceError {
-    pub fn kind(&self) -> ErrorKind {
-        use ServiceError as E;
-        match self {
-            E::UnknownRun(_) | E::UnknownTest(_) | E::UnknownSchedule { .. } | E::UnknownNode { .. } => {
-                ErrorKind::NotFound
-            }
-            E::UnknownStage { .. } => ErrorKind::NotFound,
-            E::Environment(crate::environments::LookupError::Unknown { .. }) => ErrorKind::NotFound,
-            E::Environment(crate::environments::LookupError::Ambiguous { .. }) | E::Ambiguous { .. } => {
-                ErrorKind::Ambiguous
-            }
-            E::Catalog(CatalogError::Unknown { .. }) => ErrorKind::NotFound,
-            E::Catalog(CatalogError::NotAName { .. } | CatalogError::Invalid(_)) => ErrorKind::Invalid,
-            E::Catalog(CatalogError::Io { .. }) | E::Log(_) => ErrorKind::Internal,
-            E::Storage(err) => store_kind(err),
-            E::MissingCredentials { .. } | E::Introspect(_) => ErrorKind::Unprocessable,
-            E::Edit(crate::environments::EditError::Locked { .. }) => ErrorKind::Forbidden,
-            E::Edit(_) | E::Value(_) | E::Provider(_) | E::Schedule(_) => ErrorKind::Invalid,
-            E::NeedsEnvironment(_) | E::UnknownVar { .. } | E::BuiltinVar { .. } => ErrorKind::Invalid,
-            E::BadAssignment { .. } | E::Unplannable { .. } => ErrorKind::Invalid,
-            E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
-            E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
-            E::NotPending { .. } => ErrorKind::Conflict,
-            E::NothingToEdit => ErrorKind::Invalid,
-            E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
-            E::NodeNotLost { .. } => ErrorKind::Conflict,
-            E::Needs(_) | E::BadNeeds(_) => ErrorKind::Invalid,
-            E::Pools(_) => ErrorKind::Internal,
-            E::InBatch { source, .. } => source.kind(),
-            E::DependencyUnmet { .. } => ErrorKind::Conflict,
-            E::BadDependency(_) | E::Pipeline(_) => ErrorKind::Invalid,
-        }
-    }
-
-    /// A stable machine-readable name for the error (the HTTP API's `error` field): its kind's
-    /// name, or a finer one that clients already match on.
-    pub fn code(&self) -> &'static str {
-        use ServiceError as E;
-        match self {
-            E::InBatch { source, .. } => source.code(),
-            E::MissingCredentials { .. } => "missing_credentials",
-            E::Edit(crate::environments::EditError::Locked { .. }) => "locked_field",
-            E::NoSelection => "no_selection",
-            E::NeedsPostgres(_) => "needs_postgres",
-            E::NodeNotLost { .. } => "node_not_lost",
-            E::AlreadyEnded { .. } | E::TestEnded { .. } => "already_ended",
-            E::NotEnded { .. } => "not_ended",
-            E::NotPending { .. } => "not_pending",
-            E::NotResumable { .. } => "not_resumable",
-            E::NoCheckpoint { .. } => "no_checkpoint",
-            E::DependencyUnmet { .. } => "dependency_unmet",
-            E::Introspect(_) => "introspection",
-            other => other.kind().name(),
-        }
-    }
-}
-
-impl ErrorKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorKind::NotFound => "not_found",
-            ErrorKind::Invalid => "invalid",
-            ErrorKind::Ambiguous => "ambiguous",
-            ErrorKind::Conflict => "conflict",
-            ErrorKind::Forbidden => "forbidden",
-            ErrorKind::Unprocessable => "unprocessable",
-            ErrorKind::StorageFull => "storage_full",
-            ErrorKind::Internal => "internal",
-        }
-    }
-}
-
-fn store_kind(err: &StoreError) -> ErrorKind {
-    match err {
-        _ if err.is_storage_full() => ErrorKind::StorageFull,
-        StoreError::Conflict { .. }
-        | StoreError::TestConflict { .. }
-        | StoreError::Illegal(_)
-        | StoreError::LeaseLost { .. }
-        | StoreError::Fenced { .. }
-        | StoreError::Locked(_)
-        | StoreError::Unmet { .. } => ErrorKind::Conflict,
-        StoreError::UnsupportedUrl(_) => ErrorKind::Invalid,
-        StoreError::Open { .. }
-        | StoreError::Migrate(_)
-        | StoreError::Database(_)
-        | StoreError::Corrupt(_)
-        | StoreError::Io { .. } => ErrorKind::Internal,
-    }
-}
-
-#[derive(Clone)]
-pub struct Service {
-    pub settings: Settings,
-    /// Surfaces never see it: every read and write they offer is a method here.
-    store: Arc<dyn Store>,
-    /// The daemon's health, written by its reconciler alone (see `Service::health`).
-    health: Arc<tokio::sync::watch::Sender<crate::reconciler::Health>>,
-}
-
-impl Service {
-    pub async fn open(settings: Settings) -> Result<Service> {
-        settings
-            .ensure_private_home()
-            .map_err(|source| StoreError::Io { path: settings.home.clone(), source })?;
-        let store = crate::engine::store::open(&settings.store_location().map_err(StoreError::from)?).await?;
-        let health = Arc::new(tokio::sync::watch::Sender::new(crate::reconciler::Health::default()));
-        Ok(Service { settings, store: Arc::new(store), health })
-    }
-
-    /// After a write the daemons must act on: pokes this machine's daemon through its socket,
-    /// and the daemons of other machines through the store. Returns whether a local one heard.
-    pub async fn wake(&self) -> bool {
-        self.poke(crate::wake::Poke::Changed).await
-    }
-
-    /// `wake` after queueing new work: the local daemon only looks at its queue.
-    pub async fn wake_queued(&self) -> bool {
-        self.poke(crate::wake::Poke::Queued).await
-    }
-
-    async fn poke(&self, poke: crate::wake::Poke) -> bool {
-        if let Err(err) = self.store.announce().await {
-            tracing::debug!("cannot announce to other daemons: {err}");
-        }
-        crate::wake::poke(&self.settings.socket_path(), poke)
-    }
-}
-
-/// What a user's id or id prefix names: the row with that exact id, else the one row whose id
-/// starts with it; `unknown` when none does, `Ambiguous` (naming `what`) when several do.
-async fn resolve_prefix<T>(
-    prefix: &str,
-    what: &'static str,
-    by_id: impl AsyncFnOnce(uuid::Uuid) -> crate::engine::store::Result<Option<T>>,
-    by_prefix: impl AsyncFnOnce(&str) -> crate::engine::store::Result<Vec<T>>,
-    id_of: impl Fn(&T) -> uuid::Uuid,
-    unknown: fn(String) -> ServiceError,
-) -> Result<T> {
-    let prefix = prefix.trim();
-    if let Ok(id) = uuid::Uuid::parse_str(prefix)
-        && let Some(found) = by_id(id).await?
-    {
-        return Ok(found);
-    }
-    let mut matches = by_prefix(prefix).await?;
-    match matches.len() {
-        // The prefix comes from the user: shown escaped, so the error stays one printable line.
-        0 => Err(unknown(crate::text::one_line(prefix))),
-        1 => Ok(matches.remove(0)),
-        _ => Err(ServiceError::Ambiguous {
-            what,
-            prefix: crate::text::one_line(prefix),
-            candidates: matches.iter().map(|m| id_of(m).to_string()).collect(),
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A store error is a conflict, a full disk or a fault by its kind, never by its message.
-    #[test]
-    fn store_errors_are_classified_by_kind() {
-        let conflict =
-            StoreError::Conflict { id: uuid::Uuid::nil(), expected: RunState::Pending, version: 1 };
-        assert_eq!(ServiceError::Storage(conflict).kind(), ErrorKind::Conflict);
-        let enospc = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
-        let full = ServiceError::Storage(StoreError::Io { path: "/h".into(), source: enospc });
-        assert_eq!((full.kind(), full.code()), (ErrorKind::StorageFull, "storage_full"));
-        let sql_full = StoreError::Database(sqlx::Error::Io(std::io::Error::from_raw_os_error(
-            rustix::io::Errno::DQUOT.raw_os_error(),
-        )));
-        assert_eq!(ServiceError::Storage(sql_full).kind(), ErrorKind::StorageFull);
-        // A message that merely says "full" is not a full disk.
-        let corrupt = ServiceError::Storage(StoreError::Corrupt("the table is full of surprises".into()));
-        assert_eq!((corrupt.kind(), corrupt.code()), (ErrorKind::Internal, "internal"));
-    }
-}
+pub use schedules::ScheduleDetail;

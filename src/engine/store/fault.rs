@@ -77,6 +77,7 @@ impl StoreError {
             StoreError::Migrate(_)
             | StoreError::Conflict { .. }
             | StoreError::Illegal(_)
+            | StoreError::IllegalProcess(_)
             | StoreError::TestConflict { .. }
             | StoreError::Corrupt(_)
             | StoreError::LeaseLost { .. }

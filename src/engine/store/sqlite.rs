@@ -97,8 +97,8 @@ fn sibling(db: &Path, suffix: &str) -> PathBuf {
 /// WAL is checkpointed off the daemon's commits (`checkpoint`).
 pub(super) async fn lock_daemon(db: &Path, pool: &AnyPool) -> Result<DaemonLock> {
     let file = lock_file(&lock_path(db))?;
-    let checkpointer = super::checkpoint::start(db, pool).await?;
-    Ok(DaemonLock { _held: Box::new((file, checkpointer)) })
+    let wal_checkpointer = super::wal::start_wal_checkpoints(db, pool).await?;
+    Ok(DaemonLock { _held: Box::new((file, wal_checkpointer)) })
 }
 
 fn lock_file(lock_path: &Path) -> Result<File> {

@@ -503,5 +503,5 @@ fn categorical(path: &str, raw: &RawParameter) -> Result<Domain, SweepError> {
 }
 
 fn one_line(text: &str) -> String {
-    crate::yaml::one_line(&text.chars().take(80).collect::<String>())
+    crate::text::one_line(&text.chars().take(80).collect::<String>())
 }

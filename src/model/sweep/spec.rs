@@ -202,7 +202,7 @@ impl SweepSpec {
             Some("grid") => Method::Grid,
             Some("random") => Method::Random,
             Some("bayes") => return Err(SweepError::Bayes),
-            Some(other) => return Err(SweepError::UnknownMethod(crate::yaml::one_line(&short(other)))),
+            Some(other) => return Err(SweepError::UnknownMethod(crate::text::one_line(&short(other)))),
             None => return Err(invalid("method", "missing: grid or random")),
         };
         let metric = raw.metric.map(metric).transpose()?;
@@ -410,5 +410,5 @@ fn invalid(path: &str, problem: &str) -> SweepError {
 }
 
 fn short(text: &str) -> String {
-    crate::yaml::one_line(&text.chars().take(80).collect::<String>())
+    crate::text::one_line(&text.chars().take(80).collect::<String>())
 }

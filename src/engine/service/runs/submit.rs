@@ -226,7 +226,7 @@ impl Service {
                 problem: "needs: counted pools are the claiming node's devices; a Slurm job asks sbatch for its own".into(),
             });
         }
-        crate::pools::published(&self.settings.home)?.check(&needs)?;
+        crate::node_pools::published(&self.settings.home)?.check(&needs)?;
         Ok(needs)
     }
 

@@ -260,13 +260,13 @@ impl Service {
         // Needs the daemon's pools no longer meet (it restarted with fewer units): said, not
         // waited on silently.
         if !run.params.needs.is_empty()
-            && let Ok(pools) = crate::pools::published(&self.settings.home)
+            && let Ok(pools) = crate::node_pools::published(&self.settings.home)
             && let Err(err) = pools.check(&run.params.needs)
         {
             return Some(format!("pool units the daemon lacks: {err}"));
         }
         if !run.params.needs.is_empty()
-            && let Ok(pools) = crate::pools::published(&self.settings.home)
+            && let Ok(pools) = crate::node_pools::published(&self.settings.home)
             && let Some(busy) = self.busy_units(run, &pools).await
         {
             return Some(busy);

@@ -1,5 +1,5 @@
-//! The daemon's counted pools: resolved from its `--pool` values at start (`gpu=auto` asks
-//! `nvidia-smi -L`), and published in the home (`pools.json`, 0600) so that a submission made
+//! This node's counted pools (the rule and the pure assignment are `model::pool`): resolved
+//! from the daemon's `--pool` values at start (`gpu=auto` asks `nvidia-smi -L`), and published in the home (`pools.json`, 0600) so that a submission made
 //! without the daemon (`run start --count`, `--from`, `--wait`, or with the daemon down) checks
 //! its needs against the same pools. The daemon writes the file each time it starts; a home
 //! whose daemon never started with `--pool` has none, and then has no pools.
@@ -14,7 +14,7 @@ pub fn file(home: &Path) -> PathBuf {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum PoolsError {
+pub enum NodePoolsError {
     #[error("--pool: {0}")]
     Bad(#[from] PoolError),
     #[error("--pool gpu=auto: cannot run `nvidia-smi -L`: {0} (list the GPUs instead: --pool gpu=0,1)")]
@@ -30,39 +30,39 @@ pub enum PoolsError {
 }
 
 /// The pools `specs` describe, asking `nvidia-smi -L` (from PATH) for `gpu=auto`.
-pub fn resolve(specs: &[PoolSpec]) -> Result<Pools, PoolsError> {
+pub fn resolve(specs: &[PoolSpec]) -> Result<Pools, NodePoolsError> {
     let gpus = if Pools::wants_gpus(specs) { Some(list_gpus()?) } else { None };
     Ok(Pools::from_specs(specs, gpus.as_deref())?)
 }
 
 /// The GPU indexes `nvidia-smi -L` lists.
-fn list_gpus() -> Result<Vec<String>, PoolsError> {
+fn list_gpus() -> Result<Vec<String>, NodePoolsError> {
     let out = std::process::Command::new("nvidia-smi")
         .arg("-L")
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(PoolsError::NoNvidiaSmi)?;
+        .map_err(NodePoolsError::NoNvidiaSmi)?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(PoolsError::NvidiaSmiFailed {
+        return Err(NodePoolsError::NvidiaSmiFailed {
             status: out.status.to_string(),
             stderr: crate::text::one_line(stderr.trim()),
         });
     }
     let gpus = gpus_listed(&String::from_utf8_lossy(&out.stdout));
     if gpus.is_empty() {
-        return Err(PoolsError::NoGpu);
+        return Err(NodePoolsError::NoGpu);
     }
     Ok(gpus)
 }
 
 /// Publishes `pools` in `home` (written aside, then renamed: a reader sees the old file or the
 /// new one).
-pub fn publish(home: &Path, pools: &Pools) -> Result<(), PoolsError> {
+pub fn publish(home: &Path, pools: &Pools) -> Result<(), NodePoolsError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let path = file(home);
-    let err = |source| PoolsError::Write { path: path.display().to_string(), source };
+    let err = |source| NodePoolsError::Write { path: path.display().to_string(), source };
     let aside = home.join(".pools.json.tmp");
     let text = serde_json::to_vec(pools).map_err(|e| err(std::io::Error::other(e)))?;
     // A restart with the same pools writes nothing: a daemon that comes back on a full disk
@@ -85,21 +85,21 @@ pub fn publish(home: &Path, pools: &Pools) -> Result<(), PoolsError> {
 }
 
 /// The pools the home's daemon published; none when it never did.
-pub fn published(home: &Path) -> Result<Pools, PoolsError> {
+pub fn published(home: &Path) -> Result<Pools, NodePoolsError> {
     let path = file(home);
     let shown = || path.display().to_string();
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Pools::default()),
-        Err(err) => return Err(PoolsError::Read { path: shown(), problem: err.to_string() }),
+        Err(err) => return Err(NodePoolsError::Read { path: shown(), problem: err.to_string() }),
     };
     // The daemon writes a few hundred bytes; anything far bigger is not its file.
     if bytes.len() > 1 << 20 {
-        return Err(PoolsError::Read { path: shown(), problem: "larger than 1 MiB".into() });
+        return Err(NodePoolsError::Read { path: shown(), problem: "larger than 1 MiB".into() });
     }
     let pools: Pools = serde_json::from_slice(&bytes)
-        .map_err(|e| PoolsError::Read { path: shown(), problem: e.to_string() })?;
-    pools.checked().map_err(|e| PoolsError::Read { path: shown(), problem: e.to_string() })
+        .map_err(|e| NodePoolsError::Read { path: shown(), problem: e.to_string() })?;
+    pools.checked().map_err(|e| NodePoolsError::Read { path: shown(), problem: e.to_string() })
 }
 
 #[cfg(test)]

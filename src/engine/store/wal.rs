@@ -14,12 +14,12 @@ use super::{Result, StoreError};
 /// How often the WAL is looked at; a drain of 500 runs/s writes about 8 MB of it in this time.
 const EVERY: Duration = Duration::from_millis(250);
 
-/// Checkpoints until dropped (with the daemon lock that holds it).
-pub(super) struct Checkpointer {
+/// Checkpoints the WAL until dropped (with the daemon lock that holds it).
+pub(super) struct WalCheckpointer {
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Checkpointer {
+impl Drop for WalCheckpointer {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -28,7 +28,7 @@ impl Drop for Checkpointer {
 /// Turns the checkpoints of `pool`'s connection off and starts checkpointing `db` on a
 /// connection of its own. A connection the pool opens later (after one was closed mid-
 /// transaction) checkpoints inline again, as every command's does: slower, never wrong.
-pub(super) async fn start(db: &Path, pool: &AnyPool) -> Result<Checkpointer> {
+pub(super) async fn start_wal_checkpoints(db: &Path, pool: &AnyPool) -> Result<WalCheckpointer> {
     let target = db.display().to_string();
     let mut conn = AnyConnection::connect(&format!("sqlite://{target}?mode=rw"))
         .await
@@ -58,7 +58,7 @@ pub(super) async fn start(db: &Path, pool: &AnyPool) -> Result<Checkpointer> {
             }
         }
     });
-    Ok(Checkpointer { task })
+    Ok(WalCheckpointer { task })
 }
 
 #[cfg(test)]
@@ -68,11 +68,11 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn the_daemon_commits_and_another_connection_checkpoints() {
+    async fn the_daemon_commits_and_another_connection_checkpoints_the_wal() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("lachesis.db");
         let pool = super::super::sqlite::open(&db).await.unwrap();
-        let _checkpointer = start(&db, &pool).await.unwrap();
+        let _wal_checkpointer = start_wal_checkpoints(&db, &pool).await.unwrap();
         let inline: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint").fetch_one(&pool).await.unwrap();
         assert_eq!(inline, 0, "the daemon's own commits must not checkpoint");
 
