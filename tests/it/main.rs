@@ -1,6 +1,7 @@
 //! One integration test binary (as pueue does): helpers in `support`, one module per area.
 
 mod atropos;
+mod attempts;
 mod checkpoints;
 mod cli;
 mod dashboard;

@@ -1,6 +1,7 @@
 //! The operations every surface (CLI, HTTP, MCP) offers, in one place. Surfaces parse and
 //! print; they decide nothing.
 
+mod attempts;
 mod bench;
 mod checkpoints;
 mod daemon;
@@ -26,6 +27,7 @@ use crate::settings::Settings;
 use crate::workflow::CatalogError;
 
 pub use crate::engine::store::NodeRegistration;
+pub use attempts::AttemptStages;
 pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
 #[doc(hidden)]

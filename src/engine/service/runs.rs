@@ -12,6 +12,7 @@ use crate::model::{Event, Run, RunParams, RunState, Stage};
 use crate::model::{RunPage, RunQuery};
 use crate::workflow::Workflow;
 
+use super::attempts::since_first_start;
 use super::{Result, Service, ServiceError};
 
 /// What a surface asks for when it starts a run.
@@ -80,6 +81,14 @@ pub struct RunStatus {
     /// The runs it waits for (or waited for), each with its condition and state.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<crate::model::Dependency>,
+    /// When its first attempt started (`started_at` is its current attempt's).
+    pub first_started_at: Option<crate::model::Millis>,
+    /// From its first attempt's start to its end, or to now for a run still going: every attempt
+    /// and the waits between them.
+    pub since_first_start_ms: Option<i64>,
+    /// The stages of its earlier attempts, as each ended (`stages` are the current attempt's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub earlier_attempts: Vec<super::attempts::AttemptStages>,
 }
 
 /// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
@@ -496,6 +505,7 @@ impl Service {
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
         let checkpoint = self.store.last_checkpoint(run.id).await?;
+        let (first_started_at, earlier_attempts) = self.attempts_of(&run).await?;
         Ok(RunStatus {
             run: RunSummary { progress, ..RunSummary::from(&run) },
             stages,
@@ -505,6 +515,9 @@ impl Service {
             checkpoint,
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
             after,
+            first_started_at,
+            since_first_start_ms: since_first_start(&run, first_started_at),
+            earlier_attempts,
         })
     }
 
@@ -781,6 +794,7 @@ impl Service {
         let metrics = self.run_metrics(&run).await;
         let stages = self.store.stages(run.id).await?;
         let checkpoints = self.checkpoints_of(run.id).await?;
+        let (first_started_at, earlier_attempts) = self.attempts_of(&run).await?;
         let status = RunStatus {
             run: RunSummary::from(&run),
             stages,
@@ -790,6 +804,9 @@ impl Service {
             checkpoint: checkpoints.last().cloned(),
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
             after: Vec::new(),
+            first_started_at,
+            since_first_start_ms: since_first_start(&run, first_started_at),
+            earlier_attempts,
         };
         let durations = status
             .stages

@@ -57,6 +57,7 @@ macro_rules! supervised_runs_sql {
     };
 }
 
+mod attempts;
 mod backend;
 mod checkpoint;
 mod checkpoints;
@@ -92,6 +93,7 @@ use uuid::Uuid;
 use crate::model::{Event, NewEvent, Run, RunQuery, RunState, Stage};
 use crate::model::{IllegalTransition, RunTrigger};
 
+pub use attempts::AttemptStore;
 pub use backend::Backend;
 pub use checkpoints::CheckpointStore;
 pub use claims::{ClaimStore, Pick};
@@ -173,6 +175,7 @@ pub trait Store:
     + RetentionStore
     + QueueStore
     + ReportStore
+    + AttemptStore
     + DependencyStore
     + NoticeStore
     + Send

@@ -1,6 +1,7 @@
 //! The store's conformance suites: every rule the service and the reconciler rely on, run
 //! against SQLite and against the real PostgreSQL (a fresh database per suite).
 
+mod attempts;
 mod conformance;
 mod nodes;
 mod queue;
