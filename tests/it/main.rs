@@ -23,6 +23,7 @@ mod pools;
 mod progress;
 mod report;
 mod retention;
+mod rotated_logs;
 mod schedules;
 mod slurm;
 mod supervisor;

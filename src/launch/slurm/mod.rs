@@ -16,11 +16,13 @@
 mod client;
 mod error;
 mod job;
+mod log;
 mod records;
 mod script;
 
 pub use client::Slurm;
 pub use error::SlurmError;
 pub use job::{BadJobId, JobState, SlurmJobId};
+pub use log::SlurmLog;
 pub use records::{JobRecord, decode_wait_status, parse_sacct, parse_scontrol};
 pub use script::{BatchScript, batch_script};
