@@ -6,6 +6,7 @@
 //! run (a correlated `ORDER BY … LIMIT 1`, which SQLite and PostgreSQL both walk on the index).
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -18,7 +19,9 @@ use super::metric_history::metric_row_from_row;
 use super::progress::point_from_row;
 use super::rows::{corrupt, run_from_row, stage_from_row};
 use super::sql::{SqlStore, count_by_state};
-use crate::model::{Checkpoint, InferenceTest, MetricRow, Millis, ProgressPoint, Run, Stage};
+use crate::model::{
+    Checkpoint, InferenceTest, MetricRow, Millis, ProgressPoint, Run, RunState, Stage, TestState,
+};
 
 /// The most runs one set query names; a longer list is read in chunks of it.
 pub(super) const CHUNK: usize = 512;
@@ -29,13 +32,14 @@ pub trait ReportStore: Send + Sync {
     async fn runs_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<Run>>;
     /// Up to `limit` runs in flight (starting, running, stopping, retrying), in queue order.
     async fn runs_in_flight(&self, limit: i64) -> Result<Vec<Run>>;
-    /// How many runs ended at or after `since`, per state (counted on `runs_by_end`).
+    /// How many runs ended at or after `since`, per terminal state, by state (counted on
+    /// `runs_by_end` alone); a state no run ended in is left out.
     async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
     /// How many pending runs are held.
     async fn held_count(&self) -> Result<i64>;
     /// Up to `limit` tests that ended at or after `since`, the latest end first (`tests_by_end`).
     async fn tests_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<InferenceTest>>;
-    /// How many tests ended at or after `since`, per state.
+    /// How many tests ended at or after `since`, per terminal state, as `ended_run_counts`.
     async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
     /// How many tests are queued or running, per state.
     async fn live_test_counts(&self) -> Result<Vec<(String, i64)>>;
@@ -67,6 +71,46 @@ pub(super) const RUNS_ENDED: &str = concat!(
     select_runs_sql!(),
     "WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at DESC LIMIT $2"
 );
+/// `SELECT COUNT(CASE WHEN state = 'a' THEN 1 END), … FROM <table> WHERE <ended in the window>`:
+/// one count per terminal state, read off the end-time index alone (it holds the state). A
+/// `GROUP BY state` would let SQLite walk the state index instead, a row per run of the store.
+fn ended_counts_sql(table: &str, states: &[&'static str]) -> String {
+    let counts: Vec<String> =
+        states.iter().map(|state| format!("COUNT(CASE WHEN state = '{state}' THEN 1 END)")).collect();
+    format!("SELECT {} FROM {table} WHERE ended_at IS NOT NULL AND ended_at >= $1", counts.join(", "))
+}
+
+fn terminal_run_states() -> Vec<&'static str> {
+    RunState::ALL.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect()
+}
+
+fn terminal_test_states() -> Vec<&'static str> {
+    TestState::ALL.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect()
+}
+
+pub(super) static ENDED_RUN_COUNTS: LazyLock<String> =
+    LazyLock::new(|| ended_counts_sql("runs", &terminal_run_states()));
+static ENDED_TEST_COUNTS: LazyLock<String> =
+    LazyLock::new(|| ended_counts_sql("tests", &terminal_test_states()));
+
+/// The counts of `ended_counts_sql`'s one row, by state, those of no run left out.
+async fn ended_counts(
+    store: &SqlStore,
+    sql: &str,
+    states: &[&'static str],
+    since: Millis,
+) -> Result<Vec<(String, i64)>> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(since).fetch_one(store.pool()).await?;
+    let mut counts = Vec::new();
+    for (i, state) in states.iter().enumerate() {
+        let n: i64 = row.try_get(i)?;
+        if n > 0 {
+            counts.push((state.to_string(), n));
+        }
+    }
+    counts.sort();
+    Ok(counts)
+}
 /// Only a pending run is held (a hold goes with the move out of the queue), so the partial index
 /// `runs_held` answers alone: the held few, never a walk of every pending run.
 pub(super) const HELD_COUNT: &str = "SELECT COUNT(*) AS n FROM runs WHERE held_at IS NOT NULL";
@@ -171,14 +215,7 @@ impl ReportStore for SqlStore {
     }
 
     async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>> {
-        let rows = sqlx::query(
-            "SELECT state, COUNT(*) AS n FROM runs WHERE ended_at IS NOT NULL AND ended_at >= $1 \
-             GROUP BY state ORDER BY state",
-        )
-        .bind(since)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
+        ended_counts(self, &ENDED_RUN_COUNTS, &terminal_run_states(), since).await
     }
 
     async fn held_count(&self) -> Result<i64> {
@@ -192,14 +229,7 @@ impl ReportStore for SqlStore {
     }
 
     async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>> {
-        let rows = sqlx::query(
-            "SELECT state, COUNT(*) AS n FROM tests WHERE ended_at IS NOT NULL AND ended_at >= $1 \
-             GROUP BY state ORDER BY state",
-        )
-        .bind(since)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
+        ended_counts(self, &ENDED_TEST_COUNTS, &terminal_test_states(), since).await
     }
 
     async fn live_test_counts(&self) -> Result<Vec<(String, i64)>> {

@@ -272,6 +272,9 @@ async fn sqlite_report_reads_are_the_window_and_walk_its_index() {
     let plan = super::sqlite_plan(&store, crate::engine::store::report::RUNS_ENDED).await;
     assert!(plan.iter().any(|step| step.contains("runs_by_end")), "{plan:?}");
     assert!(!plan.iter().any(|step| step.starts_with("SCAN runs")), "{plan:?}");
+    // The window's count reads the end-time index alone, not a row per run.
+    let plan = super::sqlite_plan(&store, &crate::engine::store::report::ENDED_RUN_COUNTS).await;
+    assert!(plan.iter().any(|step| step.contains("COVERING INDEX runs_by_end")), "{plan:?}");
     // The held count walks the held few, not every pending run (100,000 of them overnight).
     let plan = super::sqlite_plan(&store, crate::engine::store::report::HELD_COUNT).await;
     assert!(plan.iter().any(|step| step.contains("runs_held")), "{plan:?}");
