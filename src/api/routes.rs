@@ -2,8 +2,6 @@
 //! OpenAPI document are both built from `ROUTES`. The handlers are in `handlers/`, a file per
 //! noun, but for the health check and the run start (with its body), here.
 
-
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -116,7 +114,8 @@ pub static ROUTES: &[Route] = &[
         "get",
         "/runs/{id}/logs",
         "A run's stage logs, bounded: the last 200 lines (?tail=N) or bytes ?offset=&limit= (at most \
-         1 MiB), of every stage or ?stage=; per stage {text, size, start, end, file, cut}",
+         1 MiB), of every stage or ?stage=, of the live file or a rotated one (?rotation=N: <log>.N); \
+         per stage {text, size, start, end, file, cut, rotation, files: [{rotation, size}]}",
         None,
         get(run_logs)
     ),

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use lachesis::service::{Report, Service};
+use lachesis::service::{Report, ReportRun, Service};
 use lachesis::settings::Settings;
 use lachesis::workflow::Dur;
 
@@ -39,6 +39,17 @@ fn dash(text: Option<String>) -> String {
     text.filter(|t| !t.is_empty()).unwrap_or_else(|| "-".into())
 }
 
+/// Since its first attempt started and, for a retried run, its last attempt's own time:
+/// `3h05m (last attempt 1h00m)`.
+fn run_duration(run: &ReportRun) -> String {
+    let total = duration(Some(0), run.total_ms.or(run.duration_ms));
+    if run.attempt > 1 {
+        format!("{total} (last attempt {})", duration(Some(0), run.duration_ms))
+    } else {
+        total
+    }
+}
+
 fn render(report: &Report) -> String {
     let mut out = format!(
         "Report over the last {}: {} to {}\n\n",
@@ -49,16 +60,18 @@ fn render(report: &Report) -> String {
     if report.runs.is_empty() {
         out.push_str("No run ended in the window, and none is running.\n");
     } else {
-        let mut t =
-            table(["RUN", "WORKFLOW", "ENV", "OUTCOME", "STEP", "DURATION", "SAVED", "METRICS", "REASON"]);
+        let mut t = table([
+            "RUN", "WORKFLOW", "ENV", "OUTCOME", "ATTEMPT", "STEP", "DURATION", "SAVED", "METRICS", "REASON",
+        ]);
         for run in &report.runs {
             t.add_row([
                 lachesis::model::short_id(&run.id),
                 run.workflow.clone(),
                 dash(run.env_name.clone()),
                 run.state.to_string(),
+                dash(run.attempt_line()),
                 dash(run.step_line()),
-                duration(Some(0), run.duration_ms),
+                run_duration(run),
                 dash(run.saved_line()),
                 dash(run.metrics_line()),
                 dash(run.reason.clone()),

@@ -18,6 +18,26 @@ pub fn rotated(path: &Path, n: u32) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// One file of a stage log: the live one (rotation 0) or a rotated one (`<log>.N`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LogFile {
+    pub rotation: u32,
+    pub size: u64,
+}
+
+/// The files a stage log has now, the live one first, then `<log>.1`, `<log>.2`, … to the first
+/// that is missing (at most [`MAX_FILES`](super::limits::MAX_FILES) of them). A log not written
+/// yet has none.
+pub fn log_files(path: &Path) -> Vec<LogFile> {
+    (0..=super::limits::MAX_FILES)
+        .map_while(|rotation| {
+            let file = if rotation == 0 { path.to_path_buf() } else { rotated(path, rotation) };
+            let size = std::fs::metadata(file).ok()?.len();
+            Some(LogFile { rotation, size })
+        })
+        .collect()
+}
+
 fn open_append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).mode(0o600).open(path)
 }
@@ -151,6 +171,20 @@ mod tests {
         log.write_all(b"after\n").unwrap();
         assert_eq!(std::fs::read_to_string(rotated(&path, 1)).unwrap(), lines(0, 5).concat());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "after\n");
+    }
+
+    #[test]
+    fn the_files_are_the_live_one_then_each_rotated_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        assert!(log_files(&path).is_empty(), "not written yet");
+        let mut log = RotatingLog::open(&path, Rotation { max_size: 10, max_files: 3 }).unwrap();
+        for line in lines(0, 3) {
+            log.write_all(line.as_bytes()).unwrap();
+        }
+        let files = log_files(&path);
+        let seen: Vec<(u32, u64)> = files.iter().map(|f| (f.rotation, f.size)).collect();
+        assert_eq!(seen, [(0, 10), (1, 10), (2, 10)]);
     }
 
     #[test]

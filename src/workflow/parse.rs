@@ -131,7 +131,10 @@ impl Workflow {
             }
             for (key, value) in &stage.environ {
                 if key.is_empty() || key.contains(['=', '\0']) {
-                    return bad(&at(".env"), format!("'{}' is not an environment variable name", one_line(key)));
+                    return bad(
+                        &at(".env"),
+                        format!("'{}' is not an environment variable name", one_line(key)),
+                    );
                 }
                 template::check(value, &known)
                     .or_else(|e| bad(&at(&format!(".env.{key}")), e.to_string()))?;

@@ -97,7 +97,6 @@ pub struct InvalidRequest {
     pub problem: String,
 }
 
-
 impl InvalidRequest {
     fn new(path: String, problem: String) -> InvalidRequest {
         // An unknown key's path ends in the key, which the problem already quotes.

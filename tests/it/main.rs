@@ -1,6 +1,7 @@
 //! One integration test binary (as pueue does): helpers in `support`, one module per area.
 
 mod atropos;
+mod attempts;
 mod checkpoints;
 mod cli;
 mod daemon_process;
@@ -27,6 +28,7 @@ mod progress;
 mod report;
 mod requests;
 mod retention;
+mod rotated_logs;
 mod schedules;
 mod shim_fork;
 mod slurm;

@@ -459,3 +459,98 @@ async fn a_crowded_window_lists_a_thousand_and_counts_the_rest() {
         started.elapsed()
     );
 }
+
+/// Figures, run by hand (`cargo test --test it report_figures -- --ignored --nocapture`): the
+/// report over a window of 1,000 and one of 100,000 ended runs, the newest thousand (the rows it
+/// lists) each with 20 changes of step, 2 checkpoints and 10 metric rows, one in ten failed with
+/// a log; on SQLite and, when a server answers, PostgreSQL. The median of 5 `Service::report`
+/// calls, and one `lachesis report --json` (its process's open included).
+#[tokio::test]
+#[ignore = "a figure, not a check: run by hand"]
+async fn report_figures() {
+    for window in [1_000usize, 100_000] {
+        report_figure(None, window).await;
+        if let Some(url) = crate::support::fresh_postgres().await {
+            report_figure(Some(url), window).await;
+        }
+    }
+}
+
+async fn report_figure(database_url: Option<String>, window: usize) {
+    let mut home = home_with_workflows();
+    let backend = if database_url.is_some() { "postgres" } else { "sqlite" };
+    home.database_url = database_url;
+    let spec = home.settings().catalog().unwrap().load("ok").unwrap();
+    let service = home.service().await;
+    let now = now_millis();
+    let mut listed = Vec::new();
+    for start in (0..window).step_by(5_000) {
+        let mut batch = Vec::new();
+        for i in start..window.min(start + 5_000) {
+            let id = Uuid::new_v4();
+            let mut run =
+                Run::queued(id, spec.clone(), home.settings().run_dir(&id), 0, RunParams::default());
+            // Spread over the last 11 hours, the newest last.
+            let ended = now - 11 * HOUR + (i as i64 * 11 * HOUR) / window as i64;
+            run.state = if i % 10 == 0 { RunState::Failed } else { RunState::Completed };
+            run.started_at = Some(ended - HOUR);
+            run.ended_at = Some(ended);
+            run.reason = Some("stage 'main' exited with code 1".into());
+            let stages = run.pending_stages();
+            if i + 1_000 >= window {
+                listed.push((run.clone(), stages.clone()));
+            }
+            batch.push((run, stages));
+        }
+        service.insert_as_given(&batch).await.unwrap();
+    }
+    for (run, stages) in &listed {
+        let start = run.started_at.unwrap();
+        for step in 0..20 {
+            let point = ProgressPoint { attempt: 1, step, total: Some(20), at: start + step * 1000 };
+            service.record_progress_as_given(run.id, &point).await.unwrap();
+        }
+        for step in [10, 20] {
+            let found = FoundCheckpoint {
+                step,
+                path: Some(format!("tinker://{}/weights/{step}", run.id)),
+                weights: Some(format!("tinker://{}/sampler_weights/{step}", run.id)),
+                key: format!("line {step}"),
+            };
+            service.record_checkpoint_as_given(run.id, 1, &found, start + step * 1000).await.unwrap();
+        }
+        let rows: Vec<MetricRow> = (1..=10)
+            .map(|step| MetricRow {
+                step: step * 2,
+                reward_mean: Some(0.5),
+                loss: Some(0.1),
+                recorded_at: now,
+                ..MetricRow::default()
+            })
+            .collect();
+        service.put_metric_rows_as_given(run.id, &rows).await.unwrap();
+        if run.state == RunState::Failed {
+            std::fs::create_dir_all(&run.run_dir).unwrap();
+            let log: String = (0..200).map(|i| format!("step {i} of a trainer's log line\n")).collect();
+            std::fs::write(&stages[0].log_path, log).unwrap();
+        }
+    }
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let report = service.report(Duration::from_secs(12 * 3600)).await.unwrap();
+        samples.push(started.elapsed());
+        assert_eq!(report.runs.len(), 1_000);
+        assert_eq!(report.more_runs, window as i64 - 1_000);
+    }
+    samples.sort();
+    let started = std::time::Instant::now();
+    home.cli_ok(&["report", "--json"]);
+    eprintln!(
+        "FIGURES report, {backend}, {window} runs in the window (1,000 listed): Service::report p50 {:?} \
+         (max {:?}), `lachesis report --json` {:?}",
+        samples[2],
+        samples[4],
+        started.elapsed()
+    );
+}

@@ -419,3 +419,51 @@ async fn a_daemon_restart_reattaches_slurm_jobs_and_stop_cancels_them_in_reverse
         assert!(!slurm.query(SlurmJobId(job)).await.unwrap().is_live(), "job {job} is over");
     }
 }
+
+/// A Slurm stage's log is bounded like a shim's: Slurm appends to it from the compute node, and
+/// the daemon rotates it by copy and truncate as it passes its `log_max_size`, keeping
+/// `log_max_files` files in all; the newest lines are kept in order, each once, and the rotated
+/// files can be paged into.
+#[tokio::test]
+async fn a_slurm_stage_log_rotates_past_its_size_and_keeps_its_newest_lines() {
+    let Some(conf) = cluster_conf() else { return };
+    let mut home = slurm_home(&conf);
+    // 800 lines of 100 bytes over ~16 s: past 8 KiB every couple of seconds.
+    let chatty = "i=0; while [ $i -lt 800 ]; do i=$((i+1)); printf 'line %04d %090d\\n' $i 0; \
+                  [ $((i % 20)) -eq 0 ] && sleep 0.4; done; echo done";
+    home.workflow(
+        "chatty",
+        &format!(
+            "name: chatty\nlauncher: slurm\nstages:\n  - name: main\n    argv: [sh, -c, \"{chatty}\"]\n    \
+             log_max_size: 8KiB\n    log_max_files: 3\n"
+        ),
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "chatty"]);
+    let (run, stages) = home.wait_settled(id, Duration::from_secs(90)).await;
+    assert_eq!(run.state, lachesis::model::RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
+    let log = &stages[0].log_path;
+    let rotated = |n: u32| lachesis::logs::rotated(log, n);
+    assert!(rotated(1).exists(), "the log rotated:\n{}", home.daemon_log());
+    assert!(!rotated(3).exists(), "log_max_files counts the live file");
+    // The files, oldest first, hold the newest lines in order, each once, to the last.
+    let kept: String = [rotated(2), rotated(1), log.clone()]
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    let numbers: Vec<u32> = kept.lines().filter_map(|l| l.strip_prefix("line ")?[..4].parse().ok()).collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "in order, each once: {numbers:?}");
+    assert_eq!(numbers.last(), Some(&800));
+    assert!(kept.ends_with("done\n"), "{}", &kept[kept.len().saturating_sub(200)..]);
+    // Far less than the 80 KB written: the bound held while the job ran.
+    assert!(kept.len() < 45_000, "{} bytes kept", kept.len());
+    // The rotated file is read like the live one, and the answer lists the files.
+    let service = home.service().await;
+    let request = lachesis::service::LogRequest::Tail { lines: 1 };
+    let page = service.logs_in(&id.to_string(), Some("main"), 1, request).await.unwrap().remove(0);
+    let last_of_first = std::fs::read_to_string(rotated(1)).unwrap().lines().last().unwrap().to_string();
+    assert_eq!(page.page.text.trim_end(), last_of_first);
+    assert_eq!(page.rotation, 1);
+    let files: Vec<u32> = page.files.iter().map(|f| f.rotation).collect();
+    assert_eq!(files, [0, 1, 2]);
+}

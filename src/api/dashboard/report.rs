@@ -7,12 +7,21 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use super::html::{badge, duration, esc, progress_cell, time};
-use crate::service::{Report, Result, Service};
+use crate::service::{Report, ReportRun, Result, Service};
 
 fn cell(text: Option<String>) -> String {
     match text.filter(|t| !t.is_empty()) {
         Some(text) => esc(&text),
         None => "<span class=\"muted\">-</span>".into(),
+    }
+}
+
+/// Since its first attempt started and, for a retried run, its last attempt's own time.
+fn run_duration(run: &ReportRun) -> String {
+    let Some(total) = run.total_ms.or(run.duration_ms) else { return "-".into() };
+    match run.duration_ms {
+        Some(last) if run.attempt > 1 => format!("{} (last attempt {})", duration(total), duration(last)),
+        _ => duration(total),
     }
 }
 
@@ -45,19 +54,20 @@ fn body(report: &Report) -> String {
     } else {
         out.push_str(
             "<table id=\"report-runs\"><thead><tr><th>run</th><th>workflow</th><th>environment</th><th>outcome</th>\
-             <th>step</th><th>duration</th><th>saved</th><th>metrics</th><th>reason</th></tr></thead><tbody>",
+             <th>attempt</th><th>step</th><th>duration</th><th>saved</th><th>metrics</th><th>reason</th></tr></thead><tbody>",
         );
         for run in &report.runs {
             let progress = run.progress.as_ref().and_then(|p| serde_json::to_value(p).ok());
             let _ = write!(
                 out,
                 "<tr data-run=\"{id}\"><td><a href=\"/ui/runs/{id}\">{short}</a></td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                 <td class=\"attempt\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&run.workflow),
                 cell(run.env_name.clone()),
                 badge(run.state.as_str()),
+                cell(run.attempt_line()),
                 progress_cell(progress.as_ref()),
-                run.duration_ms.map(duration).unwrap_or_else(|| "-".into()),
+                run_duration(run),
                 cell(run.saved_line()),
                 cell(run.metrics_line()),
                 cell(run.reason.clone()),

@@ -175,15 +175,39 @@ pub fn metric_charts(rows: &[HistoryRow]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Stop signals and kills the daemon recorded against a stage.
-fn signals(events: &[Event], stage: &str) -> Vec<(i64, String)> {
+/// Stop signals and kills the daemon recorded against a stage, while it ran (`from`..`to`: an
+/// earlier attempt's stage of the same name has its own).
+fn signals(events: &[Event], stage: &str, from: Option<i64>, to: Option<i64>) -> Vec<(i64, String)> {
     events
         .iter()
         .filter(|e| {
             e.stage.as_deref() == Some(stage)
                 && (e.message.contains("SIGTERM") || e.message.contains("SIGKILL"))
+                && from.is_none_or(|from| e.at >= from)
+                && to.is_none_or(|to| e.at <= to)
         })
         .map(|e| (e.at, e.message.clone()))
+        .collect()
+}
+
+/// The timeline's bars: every attempt's stages, oldest attempt first, each labelled with its
+/// attempt when there were several.
+fn stage_spans(status: &RunStatus, events: &[Event]) -> Vec<StageSpan> {
+    let several = !status.earlier_attempts.is_empty();
+    let earlier = status.earlier_attempts.iter().flat_map(|a| a.stages.iter().map(move |s| (a.attempt, s)));
+    let current = status.stages.iter().map(|s| (status.run.attempt, s));
+    earlier
+        .chain(current)
+        .map(|(attempt, s)| StageSpan {
+            name: s.name.clone(),
+            attempt: several.then_some(attempt),
+            state: s.record.state.as_str().to_string(),
+            started_at: s.record.started_at,
+            ready_at: s.ready_at,
+            ended_at: s.record.ended_at,
+            exit: s.record.exit.map(|e| e.to_string()),
+            signals: signals(events, &s.name, s.record.started_at, s.record.ended_at),
+        })
         .collect()
 }
 
@@ -231,6 +255,17 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
             .map(|s| format!(" · took {}", duration(run.ended_at.unwrap_or(now) - s)))
             .unwrap_or_default(),
     );
+    if let (Some(first), Some(since)) = (status.first_started_at, status.since_first_start_ms)
+        && run.attempt > 1
+    {
+        let _ = write!(
+            body,
+            "<p class=\"meta attempts\">first attempt started {} · {} since, over {} attempts</p>",
+            time(Some(first)),
+            duration(since),
+            run.attempt
+        );
+    }
     if let Some(reason) = &run.reason {
         let _ = write!(body, "<p class=\"reason\">{}</p>", esc(reason));
     }
@@ -307,19 +342,7 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
         "<h2>Progress</h2><div class=\"run-progress\">{}</div>",
         progress_bar(value.get("progress"))
     );
-    let spans: Vec<StageSpan> = status
-        .stages
-        .iter()
-        .map(|s| StageSpan {
-            name: s.name.clone(),
-            state: s.record.state.as_str().to_string(),
-            started_at: s.record.started_at,
-            ready_at: s.ready_at,
-            ended_at: s.record.ended_at,
-            exit: s.record.exit.map(|e| e.to_string()),
-            signals: signals(&events, &s.name),
-        })
-        .collect();
+    let spans = stage_spans(&status, &events);
     let _ = write!(body, "<h2>Stages</h2>{}", timeline(&spans, now));
 
     let rows = history_rows(&value);

@@ -146,12 +146,16 @@ impl LineChart {
                     );
                 }
             }
+            // The key: a swatch of the line's colour beside its name.
+            let key_y = PAD_Y + 14.0 + 13.0 * i as f64;
             let _ = write!(
                 svg,
-                "<text class=\"legend\" x=\"{}\" y=\"{}\" fill=\"{colour}\">{}</text>",
+                "<g class=\"key\" data-series=\"{name}\"><rect x=\"{}\" y=\"{}\" width=\"14\" height=\"4\" fill=\"{colour}\"/>\
+                 <text class=\"legend\" x=\"{}\" y=\"{key_y}\" fill=\"{colour}\">{name}</text></g>",
                 PAD_LEFT + 8.0,
-                PAD_Y + 14.0 + 13.0 * i as f64,
-                esc(&series.name)
+                key_y - 5.0,
+                PAD_LEFT + 26.0,
+                name = esc(&series.name)
             );
         }
         for (x, y, label) in &self.regressions {
@@ -210,6 +214,8 @@ pub fn bar_chart(title: &str, bars: &[(String, f64)], max: f64) -> String {
 /// One stage on the timeline: started, counted up, ended, and marks along the way.
 pub struct StageSpan {
     pub name: String,
+    /// Its attempt, on the timeline of a run with several (its label says it).
+    pub attempt: Option<i64>,
     pub state: String,
     pub started_at: Option<i64>,
     pub ready_at: Option<i64>,
@@ -235,12 +241,16 @@ pub fn timeline(stages: &[StageSpan], now: i64) -> String {
     );
     for (i, stage) in stages.iter().enumerate() {
         let y = 4.0 + row * i as f64;
+        let label = match stage.attempt {
+            Some(attempt) => format!("{} #{attempt}", stage.name),
+            None => stage.name.clone(),
+        };
         let _ = write!(
             svg,
             "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
             label_width - 6.0,
             y + 16.0,
-            esc(&stage.name)
+            esc(&label)
         );
         let Some(start) = stage.started_at else {
             let _ = write!(
@@ -254,10 +264,12 @@ pub fn timeline(stages: &[StageSpan], now: i64) -> String {
         let up = stage.ready_at.unwrap_or(end).clamp(start, end);
         let _ = write!(
             svg,
-            "<g class=\"stage-bar\" data-stage=\"{name}\" data-state=\"{state}\"><title>{name}: {state}, {took}</title>\
+            "<g class=\"stage-bar\" data-stage=\"{name}\" data-state=\"{state}\"{attempt}><title>{label}: {state}, {took}</title>\
              <rect class=\"starting\" x=\"{sx:.1}\" y=\"{y}\" width=\"{sw:.1}\" height=\"20\"/>\
              <rect class=\"up\" x=\"{ux:.1}\" y=\"{y}\" width=\"{uw:.1}\" height=\"20\"/></g>",
             name = esc(&stage.name),
+            label = esc(&label),
+            attempt = stage.attempt.map(|a| format!(" data-attempt=\"{a}\"")).unwrap_or_default(),
             state = esc(&stage.state),
             took = duration(end - start),
             sx = x(start),
@@ -329,6 +341,7 @@ mod tests {
     fn the_timeline_has_a_bar_per_started_stage_with_exits_and_signals() {
         let stage = |name: &str, start, ready, end, exit: Option<&str>| StageSpan {
             name: name.into(),
+            attempt: None,
             state: "exited".into(),
             started_at: start,
             ready_at: ready,
@@ -350,6 +363,44 @@ mod tests {
         assert_eq!(svg.matches("class=\"stage-bar\"").count(), 2);
         assert!(svg.contains("not started") && svg.contains("SIGTERM") && svg.contains("code 0"));
         assert_eq!(svg.matches("class=\"signal\"").count(), 1);
+    }
+
+    #[test]
+    fn each_attempt_has_its_own_bars_and_label() {
+        let span = |attempt, start, end| StageSpan {
+            name: "trainer".into(),
+            attempt: Some(attempt),
+            state: "exited".into(),
+            started_at: Some(start),
+            ready_at: None,
+            ended_at: Some(end),
+            exit: Some("code 1".into()),
+            signals: vec![],
+        };
+        let svg = timeline(&[span(1, 0, 4_000), span(2, 6_000, 9_000)], 10_000);
+        assert_eq!(svg.matches("class=\"stage-bar\"").count(), 2, "{svg}");
+        assert!(svg.contains("data-attempt=\"1\"") && svg.contains("data-attempt=\"2\""), "{svg}");
+        assert!(svg.contains(">trainer #1<") && svg.contains(">trainer #2<"), "{svg}");
+    }
+
+    #[test]
+    fn each_line_has_a_key_in_its_colour() {
+        let series = |name: &str| Series { name: name.into(), points: vec![(0.0, 0.0), (1.0, 1.0)] };
+        let chart = LineChart {
+            title: "steps".into(),
+            series: vec![series("attempt 1"), series("attempt 2")],
+            ..LineChart::default()
+        }
+        .render()
+        .unwrap();
+        assert_eq!(chart.matches("class=\"key\"").count(), 2, "{chart}");
+        for (i, name) in ["attempt 1", "attempt 2"].iter().enumerate() {
+            let key = &chart[chart.find(&format!("data-series=\"{name}\"")).unwrap()..];
+            assert!(
+                key[..key.find("</g>").unwrap()].contains(&format!("fill=\"{}\"", COLOURS[i])),
+                "{chart}"
+            );
+        }
     }
 
     #[test]

@@ -99,10 +99,12 @@ pub async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> An
     ok(s.service.events(&id).await?.1)
 }
 
-/// `?stage=&tail=` or `?stage=&offset=&limit=`.
+/// `?stage=&tail=` or `?stage=&offset=&limit=`, each with `&rotation=N` for `<log>.N`.
 #[derive(Deserialize)]
 pub struct LogQuery {
     stage: Option<String>,
+    #[serde(default)]
+    rotation: u32,
     tail: Option<usize>,
     offset: Option<u64>,
     limit: Option<u64>,
@@ -126,12 +128,20 @@ impl LogQuery {
     }
 }
 
-/// Each stage's part of its log: `{"<stage>": {"text", "size", "start", "end", "file", "cut"?}}`.
+/// Each stage's part of its log: `{"<stage>": {"text", "size", "start", "end", "file", "cut"?,
+/// "rotation", "files"}}`.
 pub async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<LogQuery>) -> Answer {
     let request = q.request().map_err(|why| Failure::new(StatusCode::BAD_REQUEST, "invalid_query", why))?;
-    let logs = s.service.logs(&id, q.stage.as_deref(), request).await?;
-    let answer: serde_json::Map<String, Value> =
-        logs.into_iter().map(|log| (log.stage, json!(log.page))).collect();
+    let logs = s.service.logs_in(&id, q.stage.as_deref(), q.rotation, request).await?;
+    let answer: serde_json::Map<String, Value> = logs
+        .into_iter()
+        .map(|log| {
+            let mut page = json!(log.page);
+            page["rotation"] = json!(log.rotation);
+            page["files"] = json!(log.files);
+            (log.stage, page)
+        })
+        .collect();
     ok(answer)
 }
 
@@ -141,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_log_query_asks_for_lines_or_bytes_never_both() {
-        let q = |tail, offset, limit| LogQuery { stage: None, tail, offset, limit }.request();
+        let q = |tail, offset, limit| LogQuery { stage: None, rotation: 0, tail, offset, limit }.request();
         assert_eq!(q(None, None, None), Ok(LogRequest::Tail { lines: crate::service::DEFAULT_TAIL_LINES }));
         assert_eq!(q(Some(5), None, None), Ok(LogRequest::Tail { lines: 5 }));
         assert_eq!(

@@ -86,6 +86,18 @@ pub(super) fn print_status(status: &RunStatus) {
     if r.ended_at.is_some() {
         println!("ended     {} (after {})", time(r.ended_at), duration(r.started_at, r.ended_at));
     }
+    if let (Some(first), Some(since)) = (status.first_started_at, status.since_first_start_ms)
+        && r.attempt > 1
+    {
+        let end = r.ended_at.unwrap_or_else(now_millis);
+        println!(
+            "attempts  {} since the first started ({}); attempt {} took {}",
+            duration(Some(0), Some(since)),
+            time(Some(first)),
+            r.attempt,
+            duration(r.started_at, r.started_at.map(|_| end))
+        );
+    }
     println!("directory {}", r.run_dir.display());
     for w in &status.wandb_runs {
         let url = w.url.as_ref().map(|u| format!("  {u}")).unwrap_or_default();

@@ -9,7 +9,7 @@ use tracing::warn;
 use uuid::Uuid;
 
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
-use crate::launch::slurm::{JobState, Slurm, SlurmJobId};
+use crate::launch::slurm::{JobState, Slurm, SlurmJobId, SlurmLog};
 use crate::launch::status::Finished;
 use crate::model::{NewEvent, ProcessState, ProcessTrigger, RunState, now_millis};
 
@@ -27,13 +27,14 @@ impl Reconciler {
         let job_name = format!("lachesis-{}-{}", sup.run.short_id(), plan.name);
         // Output goes through `lachesis mask` only when there is something to mask.
         let mask = (!crate::secrets::secrets_for(&plan.argv).is_empty()).then(|| self.config.exe.clone());
+        let log = SlurmLog::new(plan.log_path.clone(), plan.log_limits.over(self.config.log_rotation));
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let slurm = Slurm::default();
             match slurm.submit(&plan, &options, &job_name, mask.as_deref()).await {
                 Ok(job) => {
                     let _ = tx.send(Msg::Submitted { run: id, idx, result: Ok(job.0) });
-                    watch(slurm, id, idx, job, true, tx).await;
+                    watch(slurm, id, idx, job, true, log, tx).await;
                 }
                 Err(err) => {
                     let _ = tx.send(Msg::Submitted { run: id, idx, result: Err(err.to_string()) });
@@ -94,6 +95,8 @@ impl Reconciler {
     /// After a restart: watch the recorded job again. True if the stage had a job to watch.
     pub(super) async fn reattach_slurm(&mut self, id: Uuid, idx: usize) -> Result<bool> {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
+        let plan = &sup.stages[idx].plan;
+        let log = SlurmLog::new(plan.log_path.clone(), plan.log_limits.over(self.config.log_rotation));
         let stage = &mut sup.stages[idx].stage;
         let Some(job) = stage.slurm_job.filter(|_| stage.record.state.is_live()) else { return Ok(false) };
         let event =
@@ -110,7 +113,7 @@ impl Reconciler {
             self.start_readiness(id, idx, elapsed);
         }
         let tx = self.tx.clone();
-        tokio::spawn(watch(Slurm::default(), id, idx, SlurmJobId(job), waiting_to_run, tx));
+        tokio::spawn(watch(Slurm::default(), id, idx, SlurmJobId(job), waiting_to_run, log, tx));
         Ok(true)
     }
 }
@@ -125,13 +128,15 @@ pub(super) fn cancel(job: u64) {
     });
 }
 
-/// Polls the job until it ends, reporting when it starts running (if asked) and how it ended.
+/// Polls the job until it ends, reporting when it starts running (if asked) and how it ended,
+/// and keeps its log within the stage's rotation meanwhile (Slurm writes it, not a shim).
 async fn watch(
     slurm: Slurm,
     run: Uuid,
     idx: usize,
     job: SlurmJobId,
     mut report_running: bool,
+    mut log: SlurmLog,
     tx: tokio::sync::mpsc::UnboundedSender<Msg>,
 ) {
     let owner = Owner::Stage { run, idx };
@@ -160,7 +165,9 @@ async fn watch(
             }
             Err(err) => break ProcessEnd::Vanished(format!("Slurm job {job} can't be queried: {err}")),
         }
+        log.keep_bounded(false).await;
         tokio::time::sleep(POLL).await;
     };
+    log.keep_bounded(true).await;
     let _ = tx.send(Msg::Ended { owner, end });
 }

@@ -59,6 +59,10 @@ pub enum ServiceError {
     UnknownTest(String),
     #[error("run {run} has no stage '{stage}' (stages: {known})")]
     UnknownStage { run: String, stage: String, known: String },
+    #[error(
+        "rotation {rotation} is past the most files a log keeps ({most}): 0 is the live file, N its <log>.N"
+    )]
+    BadRotation { rotation: u32, most: u32 },
     #[error(transparent)]
     Log(#[from] crate::logs::LogError),
     #[error("{0}")]
@@ -154,7 +158,7 @@ impl ServiceError {
             E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
             E::NotPending { .. } => ErrorKind::Conflict,
-            E::NothingToEdit => ErrorKind::Invalid,
+            E::NothingToEdit | E::BadRotation { .. } => ErrorKind::Invalid,
             E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
             E::NodeNotLost { .. } => ErrorKind::Conflict,
             E::Needs(_) | E::BadNeeds(_) => ErrorKind::Invalid,

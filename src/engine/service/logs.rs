@@ -38,6 +38,15 @@ pub struct StageLog {
     pub path: PathBuf,
     #[serde(flatten)]
     pub page: LogPage,
+    /// Which file of the log was read: 0 the live one, N its rotated `<log>.N`.
+    pub rotation: u32,
+    /// The files the log has (the live one first, then each rotated one), to page into.
+    pub files: Vec<crate::logs::LogFile>,
+}
+
+/// The file `rotation` of the log at `path`: itself for 0, else `<log>.N`.
+fn log_file(path: &Path, rotation: u32) -> PathBuf {
+    if rotation == 0 { path.to_path_buf() } else { crate::logs::rotated(path, rotation) }
 }
 
 /// Reads `request` of one log; the blocking work of [`Service::logs`].
@@ -76,6 +85,22 @@ impl Service {
         stage: Option<&str>,
         request: LogRequest,
     ) -> Result<Vec<StageLog>> {
+        self.logs_in(prefix, stage, 0, request).await
+    }
+
+    /// `logs` of one file of each log: `rotation` 0 is the live file, N its rotated `<log>.N`
+    /// (up to [`crate::logs::limits::MAX_FILES`]). A file that does not exist reads as empty; each
+    /// answer lists the files there are.
+    pub async fn logs_in(
+        &self,
+        prefix: &str,
+        stage: Option<&str>,
+        rotation: u32,
+        request: LogRequest,
+    ) -> Result<Vec<StageLog>> {
+        if rotation > crate::logs::limits::MAX_FILES {
+            return Err(ServiceError::BadRotation { rotation, most: crate::logs::limits::MAX_FILES });
+        }
         let run = self.resolve(prefix).await?;
         let stages = self.store.stages(run.id).await?;
         let chosen: Vec<(String, PathBuf)> = stages
@@ -95,7 +120,10 @@ impl Service {
         off_thread(move || {
             chosen
                 .into_iter()
-                .map(|(stage, path)| Ok(StageLog { page: read_log(&path, request)?, stage, path }))
+                .map(|(stage, path)| {
+                    let page = read_log(&log_file(&path, rotation), request)?;
+                    Ok(StageLog { page, rotation, files: crate::logs::log_files(&path), stage, path })
+                })
                 .collect()
         })
         .await

@@ -5,6 +5,7 @@
 //! claim one at a time: for the tests and the figures bench only. A build without `testing`
 //! (what users install) has none of them, so no surface can reach around the reconciler.
 
+mod attempts;
 #[cfg(any(test, feature = "testing"))]
 mod bench;
 mod checkpoints;
@@ -29,6 +30,7 @@ mod runs;
 mod schedules;
 
 pub use crate::engine::store::NodeRegistration;
+pub use attempts::AttemptStages;
 #[cfg(any(test, feature = "testing"))]
 pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};

@@ -1,9 +1,10 @@
 //! The morning report: every run and inference test that ended in a window (the last 12 hours
 //! by default) or is still going, in one screen, with counts by outcome and what still waits.
 //! Rows come from indexed reads, at most [`REPORT_ROWS`] of each kind (the rest is counted, not
-//! read); each row's extras from bounded ones: its last recorded step, its last checkpoint, its
-//! last metric row and, for a failed run, the last lines of the stage that decided it, read
-//! through `crate::logs` off the daemon's thread.
+//! read); the rows' extras (last recorded step, last checkpoint, last metric row, a retried
+//! run's first start) from a few set queries over the listed runs, never one read per row; a
+//! failed run's last log lines (the stage that decided it) from bounded reads through
+//! `crate::logs`, all of them in one trip off the daemon's thread.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,7 +15,9 @@ use uuid::Uuid;
 use super::logs::off_thread;
 use super::{Result, Service};
 use crate::inference::regression::Regression;
-use crate::model::{Checkpoint, InferenceTest, MetricRow, Millis, Progress, Run, RunState, Stage, TestState};
+use crate::model::{
+    Checkpoint, InferenceTest, MetricRow, Millis, Progress, ResumePoint, Run, RunState, Stage, TestState,
+};
 
 /// The most runs (and, apart, tests) one report lists; more are counted and said.
 pub const REPORT_ROWS: i64 = 1_000;
@@ -73,8 +76,16 @@ pub struct ReportRun {
     pub reason: Option<String>,
     pub started_at: Option<Millis>,
     pub ended_at: Option<Millis>,
-    /// From its start to its end, or to the report for a run still going.
+    /// From its (current attempt's) start to its end, or to the report for a run still going.
     pub duration_ms: Option<i64>,
+    /// When its first attempt started: `started_at` for a run on its first attempt.
+    pub first_started_at: Option<Millis>,
+    /// From its first attempt's start to its end (or the report): every attempt and the waits
+    /// between them.
+    pub total_ms: Option<i64>,
+    /// The checkpoint its current attempt resumed from; none for an attempt from step 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<ResumePoint>,
     /// The step its attempt reached, of the total.
     pub progress: Option<Progress>,
     /// Its last checkpoint.
@@ -139,6 +150,18 @@ impl ReportRun {
     /// `120/120`, `step 40`, or none when no step was reported.
     pub fn step_line(&self) -> Option<String> {
         self.progress.as_ref().map(Progress::short)
+    }
+
+    /// `attempt 2, resumed from step 6` for a run past its first attempt (`attempt 2, from the
+    /// start` when there was nothing to resume from); none on its first.
+    pub fn attempt_line(&self) -> Option<String> {
+        if self.attempt <= 1 {
+            return None;
+        }
+        Some(match &self.resumed_from {
+            Some(from) => format!("attempt {}, resumed from step {}", self.attempt, from.step),
+            None => format!("attempt {}, from the start", self.attempt),
+        })
     }
 
     /// What it saved: its weights and its last checkpoint's step (`step 100: tinker://…`).
@@ -274,10 +297,8 @@ impl Service {
         ended.retain(|run| run.state.is_terminal());
         ended.truncate(room as usize);
         ended.reverse();
-        let mut runs = Vec::with_capacity(ended.len() + live.len());
-        for run in ended.iter().chain(&live) {
-            runs.push(self.report_run(run, until).await?);
-        }
+        let listed: Vec<&Run> = ended.iter().chain(&live).collect();
+        let runs = self.report_runs(&listed, until).await?;
         let mut run_outcomes = BTreeMap::new();
         counts_into(&mut run_outcomes, self.store.ended_run_counts(since).await?);
         run_outcomes.retain(|state, _| state.parse::<RunState>().is_ok_and(RunState::is_terminal));
@@ -331,72 +352,129 @@ impl Service {
         Ok(self.store.claim_report_post(name, from, to).await?)
     }
 
-    /// One run's row: its extras from bounded reads.
-    async fn report_run(&self, run: &Run, now: Millis) -> Result<ReportRun> {
-        let progress = if run.state.is_terminal() {
-            match self.store.last_progress(run.id, run.attempt).await? {
-                Some(point) => Progress::of(&[point]),
-                None => None,
-            }
-        } else {
-            // Still going: the rate and time left need the attempt's series.
-            self.progress_of(run).await?
+    /// The rows of `runs`: their extras read for all of them at once (a few set queries), the
+    /// failed runs' log tails and the completed runs' weights from their logs in one trip off
+    /// the daemon's thread.
+    async fn report_runs(&self, runs: &[&Run], now: Millis) -> Result<Vec<ReportRun>> {
+        let ids: Vec<Uuid> = runs.iter().map(|r| r.id).collect();
+        let mut progress = self.store.progress_ends_of(&ids).await?;
+        let mut checkpoints = self.store.last_checkpoints_of(&ids).await?;
+        let mut weights = self.store.last_weights_of(&ids).await?;
+        let mut metrics = self.store.last_metric_rows_of(&ids).await?;
+        // Stages only where the row needs them: a failed run's deciding stage, a completed
+        // run's logs when no checkpoint named its weights.
+        let needs_stages = |run: &Run| {
+            run.state == RunState::Failed
+                || (run.state == RunState::Completed && !weights.contains_key(&run.id))
         };
-        let checkpoint = self.store.last_checkpoint(run.id).await?;
-        let mut weights = self.store.last_weights(run.id).await?;
-        let metrics = self.store.last_metric_row(run.id).await?;
-        let needs_stages =
-            run.state == RunState::Failed || (run.state == RunState::Completed && weights.is_none());
-        let stages = if needs_stages { self.store.stages(run.id).await? } else { Vec::new() };
-        if run.state == RunState::Completed && weights.is_none() {
-            let logs: Vec<std::path::PathBuf> = stages.iter().map(|s| s.log_path.clone()).collect();
-            weights = off_thread(move || {
+        let staged: Vec<Uuid> = runs.iter().filter(|r| needs_stages(r)).map(|r| r.id).collect();
+        let mut stages = self.store.stages_of(&staged).await?;
+        // A retried run's first attempt started before its current one: read it from its events.
+        let retried: Vec<Uuid> = runs.iter().filter(|r| r.attempt > 1).map(|r| r.id).collect();
+        let first_starts = self.store.first_starts_of(&retried).await?;
+
+        // What the logs give, read together off the daemon's thread.
+        let mut reads = Vec::new();
+        for run in runs {
+            let Some(stages) = stages.get(&run.id) else { continue };
+            if run.state == RunState::Failed {
+                if let Some(stage) = deciding_stage(run.reason.as_deref(), stages) {
+                    reads.push((run.id, LogRead::Tail(stage.name.clone(), stage.log_path.clone())));
+                }
+            } else {
+                reads.push((run.id, LogRead::Weights(stages.iter().map(|s| s.log_path.clone()).collect())));
+            }
+        }
+        let mut from_logs: BTreeMap<Uuid, LogFound> =
+            off_thread(move || Ok(reads.into_iter().map(|(id, read)| (id, read.read())).collect())).await?;
+
+        let mut rows = Vec::with_capacity(runs.len());
+        for run in runs {
+            let ends = progress.remove(&run.id).unwrap_or_default();
+            let progress = if run.state.is_terminal() {
+                // Ended: its last step, without a rate.
+                ends.last().and_then(|last| Progress::of(std::slice::from_ref(last)))
+            } else if run.spec.progress.is_some() {
+                // Still going: the rate and time left need the attempt's ends.
+                Progress::of(&ends)
+            } else {
+                None
+            };
+            let (mut failed_stage, mut log_tail, mut weights) = (None, Vec::new(), weights.remove(&run.id));
+            match from_logs.remove(&run.id) {
+                Some(LogFound::Tail(stage, lines)) => (failed_stage, log_tail) = (Some(stage), lines),
+                Some(LogFound::Weights(found)) => weights = weights.or(found),
+                None => {}
+            }
+            stages.remove(&run.id);
+            let end = run.ended_at.unwrap_or(now);
+            let first_started_at = first_starts.get(&run.id).copied().or(run.started_at);
+            rows.push(ReportRun {
+                id: run.id,
+                workflow: run.workflow.clone(),
+                env_name: run.env_name.clone(),
+                state: run.state,
+                attempt: run.attempt,
+                reason: run.reason.clone(),
+                started_at: run.started_at,
+                ended_at: run.ended_at,
+                duration_ms: run.started_at.map(|start| (end - start).max(0)),
+                first_started_at,
+                total_ms: first_started_at.map(|start| (end - start).max(0)),
+                resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
+                progress,
+                checkpoint: checkpoints.remove(&run.id),
+                weights,
+                metrics: metrics.remove(&run.id),
+                failed_stage,
+                log_tail,
+            });
+        }
+        Ok(rows)
+    }
+}
+
+/// A read of a run's logs for its report row.
+enum LogRead {
+    /// The last lines of the stage (its name) that decided a failed run.
+    Tail(String, std::path::PathBuf),
+    /// Trained weights at the end of any of these logs (a completed run no checkpoint named).
+    Weights(Vec<std::path::PathBuf>),
+}
+
+/// What a [`LogRead`] found.
+enum LogFound {
+    Tail(String, Vec<String>),
+    Weights(Option<String>),
+}
+
+impl LogRead {
+    /// Bounded reads: [`LOG_TAIL_BYTES`] of the tail, [`WEIGHTS_WINDOW`] of each log's end.
+    fn read(self) -> LogFound {
+        match self {
+            LogRead::Tail(stage, log) => {
+                let lines = match crate::logs::tail(&log, LOG_LINES, LOG_TAIL_BYTES) {
+                    Ok(page) => {
+                        let lines: Vec<&str> = page.text.lines().collect();
+                        let from = lines.len().saturating_sub(LOG_LINES);
+                        lines[from..].iter().map(|l| l.to_string()).collect()
+                    }
+                    Err(err) => vec![format!("(cannot read the log: {err})")],
+                };
+                LogFound::Tail(stage, lines)
+            }
+            LogRead::Weights(logs) => {
                 for log in &logs {
                     // An unreadable log has no weights to show; the rest of the row stands.
                     match crate::logs::last_match(log, 0, WEIGHTS_WINDOW, super::runs::weights_in) {
-                        Ok(Some(found)) => return Ok(Some(found)),
+                        Ok(Some(found)) => return LogFound::Weights(Some(found)),
                         Ok(None) => {}
                         Err(err) => tracing::debug!("report: {err}"),
                     }
                 }
-                Ok(None)
-            })
-            .await?;
-        }
-        let (mut failed_stage, mut log_tail) = (None, Vec::new());
-        if run.state == RunState::Failed
-            && let Some(stage) = deciding_stage(run.reason.as_deref(), &stages)
-        {
-            failed_stage = Some(stage.name.clone());
-            let log = stage.log_path.clone();
-            let page = off_thread(move || crate::logs::tail(&log, LOG_LINES, LOG_TAIL_BYTES)).await;
-            match page {
-                Ok(page) => {
-                    let lines: Vec<&str> = page.text.lines().collect();
-                    let from = lines.len().saturating_sub(LOG_LINES);
-                    log_tail = lines[from..].iter().map(|l| l.to_string()).collect();
-                }
-                Err(err) => log_tail = vec![format!("(cannot read the log: {err})")],
+                LogFound::Weights(None)
             }
         }
-        let end = run.ended_at.unwrap_or(now);
-        Ok(ReportRun {
-            id: run.id,
-            workflow: run.workflow.clone(),
-            env_name: run.env_name.clone(),
-            state: run.state,
-            attempt: run.attempt,
-            reason: run.reason.clone(),
-            started_at: run.started_at,
-            ended_at: run.ended_at,
-            duration_ms: run.started_at.map(|start| (end - start).max(0)),
-            progress,
-            checkpoint,
-            weights,
-            metrics,
-            failed_stage,
-            log_tail,
-        })
     }
 }
 

@@ -28,7 +28,7 @@ pub trait CheckpointStore: Send + Sync {
     async fn last_weights(&self, run_id: Uuid) -> Result<Option<String>>;
 }
 
-fn checkpoint_from_row(row: &sqlx::any::AnyRow) -> Result<Checkpoint> {
+pub(super) fn checkpoint_from_row(row: &sqlx::any::AnyRow) -> Result<Checkpoint> {
     Ok(Checkpoint {
         attempt: row.try_get("attempt")?,
         step: row.try_get("step")?,

@@ -19,7 +19,7 @@ pub trait MetricStore: Send + Sync {
     async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
 }
 
-fn metric_row_from_row(row: &sqlx::any::AnyRow) -> Result<MetricRow> {
+pub(super) fn metric_row_from_row(row: &sqlx::any::AnyRow) -> Result<MetricRow> {
     Ok(MetricRow {
         step: row.try_get("step")?,
         reward_mean: row.try_get("reward_mean")?,

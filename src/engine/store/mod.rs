@@ -8,6 +8,7 @@
 #[macro_use]
 mod columns;
 
+mod attempts;
 mod backend;
 mod checkpoints;
 mod claims;
@@ -37,6 +38,7 @@ mod sqlite;
 mod tests;
 mod wal;
 
+pub use attempts::AttemptStore;
 pub use backend::Backend;
 pub use checkpoints::CheckpointStore;
 pub use claims::{ClaimStore, Pick};

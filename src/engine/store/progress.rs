@@ -26,7 +26,7 @@ pub trait ProgressStore: Send + Sync {
     async fn running_since(&self, run_id: Uuid) -> Result<Option<Millis>>;
 }
 
-fn point_from_row(row: &sqlx::any::AnyRow) -> Result<ProgressPoint> {
+pub(super) fn point_from_row(row: &sqlx::any::AnyRow) -> Result<ProgressPoint> {
     Ok(ProgressPoint {
         attempt: row.try_get("attempt")?,
         step: row.try_get("step")?,

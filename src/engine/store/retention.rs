@@ -108,6 +108,7 @@ impl RetentionStore for SqlStore {
         // Stages first: they reference the run row.
         let tables = [
             ("stages", "run_id"),
+            ("stage_attempts", "run_id"),
             ("events", "run_id"),
             ("snapshots", "run_id"),
             ("progress", "run_id"),

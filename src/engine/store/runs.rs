@@ -5,9 +5,9 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore, InferenceTestStore,
-    MetricStore, NewDependency, NodeStore, NoticeStore, ProgressStore, QueueStore, ReportStore, Result,
-    RetentionStore, ScheduleStore,
+    AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
+    InferenceTestStore, MetricStore, NewDependency, NodeStore, NoticeStore, ProgressStore, QueueStore,
+    ReportStore, Result, RetentionStore, ScheduleStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunTrigger, Stage};
 
@@ -35,6 +35,7 @@ pub trait Store:
     + RetentionStore
     + QueueStore
     + ReportStore
+    + AttemptStore
     + DependencyStore
     + NoticeStore
     + Send

@@ -569,7 +569,19 @@ impl SqlStore {
         .bind(not_before)
         .bind(json(params));
         let mut tx = self.guarded_update(tx, update, run).await?;
-        // The next attempt starts from scratch; what the last one did stays in the events.
+        // The ending attempt's stages are kept as they ended, for the run's page.
+        sqlx::query(
+            "INSERT INTO stage_attempts (run_id, attempt, idx, name, state, shim, process, started_at, ready_at, \
+             ended_at, exit_code, exit_signal, log_path, slurm_job) SELECT run_id, CAST($2 AS BIGINT), idx, name, \
+             state, shim, process, started_at, ready_at, ended_at, exit_code, exit_signal, log_path, slurm_job \
+             FROM stages WHERE run_id = $1 ON CONFLICT DO NOTHING",
+        )
+        .bind(run.id.to_string())
+        .bind(run.attempt)
+        .execute(&mut *tx)
+        .await?;
+        // The next attempt starts from scratch; what the last one did stays in the events and
+        // in `stage_attempts`.
         sqlx::query(
             "UPDATE stages SET state = 'pending', shim = NULL, process = NULL, started_at = NULL, ready_at = NULL, \
              ended_at = NULL, exit_code = NULL, exit_signal = NULL, slurm_job = NULL WHERE run_id = $1",

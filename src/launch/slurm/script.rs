@@ -117,3 +117,134 @@ pub(super) fn argv_secrets(plan: &StagePlan) -> Vec<String> {
 pub(super) fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    /// A stage plan running `argv` in a directory whose name has a space.
+    pub(in crate::launch::slurm) fn plan(argv: &[&str]) -> StagePlan {
+        StagePlan {
+            name: "trainer".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: PathBuf::from("/runs/r 1"),
+            environ: BTreeMap::new(),
+            log_path: PathBuf::from("/runs/r 1/trainer.log"),
+            start_delay: None,
+            probe: None,
+            start_timeout: Duration::from_secs(60),
+            log_limits: Default::default(),
+        }
+    }
+
+    /// Runs `script` with bash (not through Slurm) and returns what it printed.
+    fn run_bash(script: &BatchScript, cwd: &Path) -> std::process::Output {
+        let text = script.text.replace(&quote("/runs/r 1"), &quote(&cwd.to_string_lossy()));
+        std::process::Command::new("bash").arg("-c").arg(text).envs(&script.environ).output().unwrap()
+    }
+
+    #[test]
+    fn the_script_execs_the_stage_with_every_argument_intact() {
+        let awkward =
+            ["printf", "<%s>\\n", "two words", "it's", "\"dq\"", "$HOME", "`id`", "a\nb", "", "-n", "*"];
+        let script = batch_script(&plan(&awkward), None);
+        assert!(script.text.starts_with("#!/bin/bash\n"));
+        assert!(
+            script.text.contains("\ncd -- '/runs/r 1' || exit 126\nexec -- 'printf' "),
+            "{}",
+            script.text
+        );
+        assert!(script.environ.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_bash(&script, dir.path());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "<two words>\n<it's>\n<\"dq\">\n<$HOME>\n<`id`>\n<a\nb>\n<>\n<-n>\n<*>\n"
+        );
+    }
+
+    #[test]
+    fn secrets_in_argv_travel_in_the_environment_not_in_the_script() {
+        let mut p = plan(&[
+            "train",
+            "--api_key",
+            "sk-flag-secret",
+            "--token=tok-0123456789",
+            "--url=http://x?k=tnkr-envsecret",
+            "plain",
+        ]);
+        p.environ.insert("TINKER_API_KEY".into(), "tnkr-envsecret".into());
+        let script = batch_script(&p, None);
+        for secret in ["sk-flag-secret", "tok-0123456789", "tnkr-envsecret"] {
+            assert!(!script.text.contains(secret), "{secret} in:\n{}", script.text);
+        }
+        assert!(script.text.contains(
+            "exec -- 'train' '--api_key' \"$LACHESIS_SECRET_ARG_2\" '--token='\"$LACHESIS_SECRET_ARG_3\" \"$LACHESIS_SECRET_ARG_4\" 'plain'\n"
+        ), "{}", script.text);
+        assert_eq!(script.environ["LACHESIS_SECRET_ARG_2"], "sk-flag-secret");
+        assert_eq!(script.environ["LACHESIS_SECRET_ARG_3"], "tok-0123456789");
+        assert_eq!(script.environ["LACHESIS_SECRET_ARG_4"], "--url=http://x?k=tnkr-envsecret");
+        // The stage still gets the real values.
+        let mut echo = p.clone();
+        echo.argv[0] = "echo".into();
+        let script = batch_script(&echo, None);
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_bash(&script, dir.path());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "--api_key sk-flag-secret --token=tok-0123456789 --url=http://x?k=tnkr-envsecret plain\n"
+        );
+    }
+
+    /// A stand-in for `lachesis redact` (which lives in the CLI): sed replacing one secret.
+    fn fake_mask_exe(dir: &Path, secret: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = dir.join("fake-lachesis");
+        std::fs::write(
+            &exe,
+            format!("#!/bin/sh\n[ \"$1\" = redact ] || exit 9\nexec sed -u 's/{secret}/***/g'\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        exe
+    }
+
+    #[test]
+    fn the_masked_script_filters_output_and_exits_as_the_stage_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = fake_mask_exe(dir.path(), "sekrit-value-1");
+        let mut p = plan(&["sh", "-c", "echo out $0; echo err sekrit-value-1 >&2; exit 7", "sekrit-value-1"]);
+        p.environ.insert("WANDB_API_KEY".into(), "sekrit-value-1".into());
+        let script = batch_script(&p, Some(&exe));
+        assert!(!script.text.contains("sekrit-value-1"));
+        assert!(script.text.contains(&format!("lachesis_mask_exe='{}'\n", exe.display())));
+        assert!(
+            script.text.contains(
+                "exec > >(trap '' TERM INT HUP USR1 USR2; exec \"$lachesis_mask_exe\" redact) 2>&1\n"
+            )
+        );
+        assert!(
+            script.text.contains("\n'sh' '-c' \"$LACHESIS_SECRET_ARG_2\" \"$LACHESIS_SECRET_ARG_3\" &\n"),
+            "{}",
+            script.text
+        );
+        let out = run_bash(&script, dir.path());
+        assert_eq!(out.status.code(), Some(7));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "out ***\nerr ***\n");
+
+        // Killed by a signal: the shell dies of the same one.
+        let killed = batch_script(&plan(&["sh", "-c", "kill -TERM $$"]), Some(&exe));
+        let out = run_bash(&killed, dir.path());
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(15));
+
+        // A mask filter that cannot run: the stage does not start unmasked.
+        let missing = batch_script(&plan(&["echo", "unmasked"]), Some(&dir.path().join("nope")));
+        let out = run_bash(&missing, dir.path());
+        assert_eq!(out.status.code(), Some(127));
+        assert!(out.stdout.is_empty());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is not executable"));
+    }
+}

@@ -7,6 +7,7 @@ use crate::model::Stage;
 
 use super::views::stage_wandb_runs;
 use super::{RunStatus, RunSummary};
+use crate::engine::service::attempts::since_first_start;
 
 /// The `tinker://…` weights path a trainer log reports, if any: the last one in the log's
 /// final [`crate::logs::SCAN_WINDOW`] bytes, scanned backwards (a trainer reports its weights
@@ -73,6 +74,7 @@ impl Service {
         let metrics = self.run_metrics(&run).await;
         let stages = self.store.stages(run.id).await?;
         let checkpoints = self.checkpoints_of(run.id).await?;
+        let (first_started_at, earlier_attempts) = self.attempts_of(&run).await?;
         let status = RunStatus {
             run: RunSummary::from(&run),
             stages,
@@ -81,6 +83,9 @@ impl Service {
             wandb_runs: stage_wandb_runs(&run),
             checkpoint: checkpoints.last().cloned(),
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
+            first_started_at,
+            since_first_start_ms: since_first_start(&run, first_started_at),
+            earlier_attempts,
             after: Vec::new(),
         };
         let durations = status

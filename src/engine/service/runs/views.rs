@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::engine::service::attempts::since_first_start;
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::model::{Event, Run, RunPage, RunQuery, RunState, Stage};
 
@@ -33,6 +34,14 @@ pub struct RunStatus {
     /// The runs it waits for (or waited for), each with its condition and state.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<crate::model::Dependency>,
+    /// When its first attempt started (`started_at` is its current attempt's).
+    pub first_started_at: Option<crate::model::Millis>,
+    /// From its first attempt's start to its end, or to now for a run still going: every attempt
+    /// and the waits between them.
+    pub since_first_start_ms: Option<i64>,
+    /// The stages of its earlier attempts, as each ended (`stages` are the current attempt's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub earlier_attempts: Vec<crate::engine::service::attempts::AttemptStages>,
 }
 
 /// The W&B run one stage logs into: its id (`WANDB_RUN_ID`) and, when the entity is known
@@ -197,6 +206,7 @@ impl Service {
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
         let checkpoint = self.store.last_checkpoint(run.id).await?;
+        let (first_started_at, earlier_attempts) = self.attempts_of(&run).await?;
         let waits_for = match run.state == RunState::Pending && run.deps_open > 0 {
             true => after.iter().filter(|d| d.settled == crate::model::Settled::Waiting).cloned().collect(),
             false => Vec::new(),
@@ -209,6 +219,9 @@ impl Service {
             wandb_runs: stage_wandb_runs(&run),
             checkpoint,
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
+            first_started_at,
+            since_first_start_ms: since_first_start(&run, first_started_at),
+            earlier_attempts,
             after,
         })
     }

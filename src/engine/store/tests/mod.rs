@@ -32,6 +32,7 @@ macro_rules! on_both_backends {
     };
 }
 
+mod attempts;
 mod conformance;
 mod dependencies;
 mod nodes;

@@ -136,6 +136,133 @@ async fn report_reads(store: &dyn Store) {
     assert_eq!(store.report_post_since("0 8 * * * UTC", now + 9).await.unwrap(), now + 9, "its own row");
 }
 
+/// The report's set reads over many runs give what the single-row reads give for each, across
+/// a chunk's edge, for a run with two attempts, a run with nothing recorded and a run whose
+/// records hold no total, no weights and no metric.
+async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
+    use crate::model::{Exit, ProcessState, ProgressPoint, RunTrigger};
+    let now = crate::model::now_millis();
+    let (retried, quiet, bare) =
+        (run_as(RunState::Pending, None), run_as(RunState::Pending, None), run_as(RunState::Pending, None));
+    store.insert_runs(&[retried.clone(), quiet.clone(), bare.clone()]).await.unwrap();
+    let point = |attempt, step, total, at| ProgressPoint { attempt, step, total, at };
+    let found = |step: i64, weights: Option<&str>| FoundCheckpoint {
+        step,
+        path: Some(format!("tinker://run/weights/{step}")),
+        weights: weights.map(str::to_string),
+        key: format!("line {step}"),
+    };
+    let metric = |step: i64, reward: Option<f64>| MetricRow {
+        step,
+        reward_mean: reward,
+        recorded_at: now,
+        ..MetricRow::default()
+    };
+
+    // The retried run: attempt 1 starts, records, fails a stage and is requeued; attempt 2
+    // starts and records more.
+    let id = retried.0.id;
+    let run = store.transition(&retried.0, RunTrigger::Claim, None, None).await.unwrap();
+    for p in [point(1, 0, None, now - 900), point(1, 5, Some(10), now - 800), point(1, 7, None, now - 700)] {
+        store.record_progress(id, &p).await.unwrap();
+    }
+    store
+        .record_checkpoint(id, 1, &found(5, Some("tinker://run/sampler_weights/5")), now - 750)
+        .await
+        .unwrap();
+    let mut stage = store.stages(id).await.unwrap().remove(0);
+    stage.record.state = ProcessState::Exited;
+    stage.record.started_at = Some(now - 950);
+    stage.record.ended_at = Some(now - 650);
+    stage.record.exit = Some(Exit::Code(1));
+    store.update_stage(&stage, None).await.unwrap();
+    let run = store.transition(&run, RunTrigger::Retry, Some("exited 1"), None).await.unwrap();
+    let run = store.requeue(&run, RunTrigger::AllStagesGone, "retry", now).await.unwrap();
+    store.transition(&run, RunTrigger::Claim, None, None).await.unwrap();
+    for p in
+        [point(2, 6, Some(10), now - 500), point(2, 8, Some(10), now - 400), point(2, 9, None, now - 300)]
+    {
+        store.record_progress(id, &p).await.unwrap();
+    }
+    store.record_checkpoint(id, 2, &found(8, None), now - 350).await.unwrap();
+    store.put_metric_rows(id, &[metric(5, Some(0.2)), metric(8, Some(0.5)), metric(9, None)]).await.unwrap();
+
+    // The bare run: no total, no weights, no metric.
+    let bare_id = bare.0.id;
+    store.transition(&bare.0, RunTrigger::Claim, None, None).await.unwrap();
+    store.record_progress(bare_id, &point(1, 3, None, now - 100)).await.unwrap();
+    store.record_checkpoint(bare_id, 1, &found(3, None), now - 90).await.unwrap();
+    store.put_metric_rows(bare_id, &[metric(3, None)]).await.unwrap();
+
+    // Across a chunk's edge, among ids the store never saw.
+    let chunk = crate::engine::store::report::CHUNK;
+    let mut ids: Vec<Uuid> = (0..chunk + 40).map(|_| Uuid::new_v4()).collect();
+    ids[0] = id;
+    ids[chunk - 1] = quiet.0.id;
+    ids[chunk] = bare_id;
+    let progress = store.progress_ends_of(&ids).await.unwrap();
+    let checkpoints = store.last_checkpoints_of(&ids).await.unwrap();
+    let weights = store.last_weights_of(&ids).await.unwrap();
+    let metrics = store.last_metric_rows_of(&ids).await.unwrap();
+    let stages = store.stages_of(&ids).await.unwrap();
+    let first_starts = store.first_starts_of(&ids).await.unwrap();
+    for run_id in [id, quiet.0.id, bare_id] {
+        let run = store.run(run_id).await.unwrap().unwrap();
+        let ends = store.progress_ends(run_id, run.attempt).await.unwrap();
+        assert_eq!(progress.get(&run_id).cloned().unwrap_or_default(), ends, "{run_id}");
+        assert_eq!(checkpoints.get(&run_id), store.last_checkpoint(run_id).await.unwrap().as_ref());
+        assert_eq!(weights.get(&run_id), store.last_weights(run_id).await.unwrap().as_ref());
+        assert_eq!(metrics.get(&run_id), store.last_metric_row(run_id).await.unwrap().as_ref());
+        let json = |stages: &[Stage]| serde_json::to_value(stages).unwrap();
+        assert_eq!(json(stages.get(&run_id).unwrap()), json(&store.stages(run_id).await.unwrap()));
+        let first = store
+            .events(run_id, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|e| e.to_state == Some(RunState::Starting));
+        assert_eq!(first_starts.get(&run_id).copied(), first.map(|e| e.at), "{run_id}");
+    }
+    // What each holds, so the single rows are no vacuous yardstick.
+    assert_eq!(
+        progress[&id].iter().map(|p| (p.attempt, p.step)).collect::<Vec<_>>(),
+        [(2, 6), (2, 8), (2, 9)]
+    );
+    assert_eq!(progress[&bare_id].len(), 2, "no total: its first and its last");
+    assert!(!progress.contains_key(&quiet.0.id));
+    assert_eq!(checkpoints[&id].step, 8);
+    assert_eq!(weights[&id], "tinker://run/sampler_weights/5");
+    assert!(!weights.contains_key(&bare_id));
+    assert_eq!(metrics[&id].step, 8);
+    assert!(!metrics.contains_key(&bare_id));
+    assert!(first_starts[&id] < store.run(id).await.unwrap().unwrap().started_at.unwrap());
+    assert!(!first_starts.contains_key(&quiet.0.id));
+    assert_eq!(stages.len(), 3, "the unknown ids have no stages");
+    assert!(store.progress_ends_of(&[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn sqlite_set_reads_answer_as_the_single_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        crate::engine::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
+    set_reads_answer_as_the_single_rows(&store).await;
+    // Each run's rows are found from the run by an index seek: no table is walked.
+    for sql in crate::engine::store::report::listed_queries() {
+        let plan = super::sqlite_plan(&store, &sql).await;
+        assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{sql}: {plan:?}");
+    }
+}
+
+#[tokio::test]
+async fn postgres_set_reads_answer_as_the_single_rows() {
+    let Some(url) = fresh_postgres().await else {
+        return;
+    };
+    let store = crate::engine::store::open(&StoreLocation::Postgres(url)).await.unwrap();
+    set_reads_answer_as_the_single_rows(&store).await;
+}
+
 #[tokio::test]
 async fn sqlite_report_reads_are_the_window_and_walk_its_index() {
     let dir = tempfile::tempdir().unwrap();
@@ -145,6 +272,9 @@ async fn sqlite_report_reads_are_the_window_and_walk_its_index() {
     let plan = super::sqlite_plan(&store, crate::engine::store::report::RUNS_ENDED).await;
     assert!(plan.iter().any(|step| step.contains("runs_by_end")), "{plan:?}");
     assert!(!plan.iter().any(|step| step.starts_with("SCAN runs")), "{plan:?}");
+    // The window's count reads the end-time index alone, not a row per run.
+    let plan = super::sqlite_plan(&store, &crate::engine::store::report::ENDED_RUN_COUNTS).await;
+    assert!(plan.iter().any(|step| step.contains("COVERING INDEX runs_by_end")), "{plan:?}");
     // The held count walks the held few, not every pending run (100,000 of them overnight).
     let plan = super::sqlite_plan(&store, crate::engine::store::report::HELD_COUNT).await;
     assert!(plan.iter().any(|step| step.contains("runs_held")), "{plan:?}");
