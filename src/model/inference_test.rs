@@ -75,24 +75,24 @@ pub enum TestTrigger {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("a {from} test cannot {event:?}")]
+#[error("a {from} test cannot {trigger:?}")]
 pub struct IllegalTestTransition {
     pub from: TestState,
-    pub event: TestTrigger,
+    pub trigger: TestTrigger,
 }
 
 /// The test state machine: `queued → running → succeeded | regressed | failed`, and
 /// `cancelled` from either live state. Pure, like the run table.
-pub fn next(from: TestState, event: TestTrigger) -> Result<TestState, IllegalTestTransition> {
+pub fn next(from: TestState, trigger: TestTrigger) -> Result<TestState, IllegalTestTransition> {
     use TestState as S;
     use TestTrigger as E;
-    Ok(match (from, event) {
+    Ok(match (from, trigger) {
         (S::Queued, E::Claim) => S::Running,
         (S::Queued | S::Running, E::Cancel) => S::Cancelled,
         (S::Running, E::Succeed) => S::Succeeded,
         (S::Running, E::Regress) => S::Regressed,
         (S::Running, E::Fail) => S::Failed,
-        _ => return Err(IllegalTestTransition { from, event }),
+        _ => return Err(IllegalTestTransition { from, trigger }),
     })
 }
 
@@ -191,9 +191,9 @@ mod tests {
             (S::Running, E::Fail, S::Failed),
         ];
         for from in TestState::ALL {
-            for event in [E::Claim, E::Succeed, E::Regress, E::Fail, E::Cancel] {
-                let want = legal.iter().find(|(f, e, _)| *f == from && *e == event).map(|t| t.2);
-                assert_eq!(next(from, event).ok(), want, "{from} {event:?}");
+            for trigger in [E::Claim, E::Succeed, E::Regress, E::Fail, E::Cancel] {
+                let want = legal.iter().find(|(f, e, _)| *f == from && *e == trigger).map(|t| t.2);
+                assert_eq!(next(from, trigger).ok(), want, "{from} {trigger:?}");
             }
         }
         assert!(TestState::ALL.iter().filter(|s| s.is_terminal()).all(|s| next(*s, E::Cancel).is_err()));

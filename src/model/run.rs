@@ -287,17 +287,17 @@ impl fmt::Display for RunTrigger {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("a {from} run cannot {event}")]
+#[error("a {from} run cannot {trigger}")]
 pub struct IllegalTransition {
     pub from: RunState,
-    pub event: RunTrigger,
+    pub trigger: RunTrigger,
 }
 
 /// The state `event` moves a run in state `from` to, or why it can't.
-pub fn next(from: RunState, event: RunTrigger) -> Result<RunState, IllegalTransition> {
+pub fn next(from: RunState, trigger: RunTrigger) -> Result<RunState, IllegalTransition> {
     use RunState as S;
     use RunTrigger as E;
-    let to = match (from, event) {
+    let to = match (from, trigger) {
         (S::Pending, E::Claim) => S::Starting,
         (S::Pending, E::Cancel) => S::Stopped,
         (S::Pending, E::Unmet) => S::Failed,
@@ -314,15 +314,15 @@ pub fn next(from: RunState, event: RunTrigger) -> Result<RunState, IllegalTransi
         (S::Stopping, E::NodeLost) => S::Stopped,
         (S::Starting | S::Running | S::Retrying, E::Requeue) => S::Pending,
         (S::Failed | S::Stopped, E::Resume) => S::Pending,
-        _ => return Err(IllegalTransition { from, event }),
+        _ => return Err(IllegalTransition { from, trigger }),
     };
     Ok(to)
 }
 
 /// What a stop request does to a run in `from`, by the table: cancel a pending run, stop a
 /// started (or retrying) one. None where neither applies: stopping already, or ended.
-pub fn stop_event(from: RunState) -> Option<RunTrigger> {
-    [RunTrigger::Cancel, RunTrigger::Stop].into_iter().find(|event| next(from, *event).is_ok())
+pub fn stop_trigger(from: RunState) -> Option<RunTrigger> {
+    [RunTrigger::Cancel, RunTrigger::Stop].into_iter().find(|trigger| next(from, *trigger).is_ok())
 }
 
 #[cfg(test)]
@@ -332,7 +332,7 @@ mod tests {
     use RunTrigger as E;
     use proptest::prelude::*;
 
-    /// The whole table, written out: every (state, event) pair not listed here must be refused.
+    /// The whole table, written out: every (state, trigger) pair not listed here must be refused.
     const LEGAL: [(RunState, RunTrigger, RunState); 24] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
@@ -363,12 +363,12 @@ mod tests {
     #[test]
     fn every_pair_is_either_listed_or_refused() {
         for from in RunState::ALL {
-            for event in RunTrigger::ALL {
-                let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == event).map(|t| t.2);
-                match (next(from, event), expected) {
-                    (Ok(to), Some(want)) => assert_eq!(to, want, "{from} --{event}-->"),
-                    (Err(err), None) => assert_eq!(err, IllegalTransition { from, event }),
-                    (got, want) => panic!("{from} --{event}--> gave {got:?}, table says {want:?}"),
+            for trigger in RunTrigger::ALL {
+                let expected = LEGAL.iter().find(|(f, e, _)| *f == from && *e == trigger).map(|t| t.2);
+                match (next(from, trigger), expected) {
+                    (Ok(to), Some(want)) => assert_eq!(to, want, "{from} --{trigger}-->"),
+                    (Err(err), None) => assert_eq!(err, IllegalTransition { from, trigger }),
+                    (got, want) => panic!("{from} --{trigger}--> gave {got:?}, table says {want:?}"),
                 }
             }
         }
@@ -376,7 +376,7 @@ mod tests {
 
     #[test]
     fn a_stop_request_applies_whatever_the_table_allows() {
-        for (from, event) in [
+        for (from, trigger) in [
             (S::Pending, Some(E::Cancel)),
             (S::Starting, Some(E::Stop)),
             (S::Running, Some(E::Stop)),
@@ -386,18 +386,22 @@ mod tests {
             (S::Completed, None),
             (S::Failed, None),
         ] {
-            assert_eq!(stop_event(from), event, "{from}");
+            assert_eq!(stop_trigger(from), trigger, "{from}");
         }
     }
 
     #[test]
     fn terminal_states_accept_nothing_but_a_resume() {
         for from in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
-            for event in RunTrigger::ALL {
-                if event == E::Resume && from != S::Completed {
-                    assert_eq!(next(from, event), Ok(S::Pending), "a {from} run resumes as its next attempt");
+            for trigger in RunTrigger::ALL {
+                if trigger == E::Resume && from != S::Completed {
+                    assert_eq!(
+                        next(from, trigger),
+                        Ok(S::Pending),
+                        "a {from} run resumes as its next attempt"
+                    );
                 } else {
-                    assert!(next(from, event).is_err(), "{from} accepted {event}");
+                    assert!(next(from, trigger).is_err(), "{from} accepted {trigger}");
                 }
             }
         }
@@ -409,16 +413,16 @@ mod tests {
         assert_eq!(err.to_string(), "a completed run cannot stop");
     }
 
-    fn any_event() -> impl Strategy<Value = RunTrigger> {
+    fn any_trigger() -> impl Strategy<Value = RunTrigger> {
         prop::sample::select(RunTrigger::ALL.to_vec())
     }
 
     proptest! {
-        /// Random event sequences: within an attempt a run only moves forward; it goes back to
+        /// Random trigger sequences: within an attempt a run only moves forward; it goes back to
         /// `pending` only as a new attempt (retry, requeue or resume); a terminal state is left
-        /// only by a resume; refused events leave the state unchanged.
+        /// only by a resume; refused triggers leave the state unchanged.
         #[test]
-        fn random_sequences_respect_the_lifecycle(events in prop::collection::vec(any_event(), 0..40)) {
+        fn random_sequences_respect_the_lifecycle(triggers in prop::collection::vec(any_trigger(), 0..40)) {
             let rank = |s: RunState| match s {
                 S::Pending => 0,
                 S::Starting => 1,
@@ -429,15 +433,15 @@ mod tests {
             };
             let mut state = S::Pending;
             let mut visited = vec![state];
-            for event in events {
-                match next(state, event) {
+            for trigger in triggers {
+                match next(state, trigger) {
                     Ok(to) => {
-                        prop_assert!(!state.is_terminal() || event == E::Resume);
+                        prop_assert!(!state.is_terminal() || trigger == E::Resume);
                         if to == S::Pending {
-                            let again = event == E::Requeue
-                                || event == E::Resume
-                                || (state == S::Retrying && event == E::AllStagesGone);
-                            prop_assert!(again, "{} --{}--> pending is not a new attempt", state, event);
+                            let again = trigger == E::Requeue
+                                || trigger == E::Resume
+                                || (state == S::Retrying && trigger == E::AllStagesGone);
+                            prop_assert!(again, "{} --{}--> pending is not a new attempt", state, trigger);
                         } else {
                             prop_assert!(rank(to) > rank(state), "{} -> {} went backwards", state, to);
                         }

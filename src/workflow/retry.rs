@@ -117,30 +117,30 @@ impl RetryPolicy {
 
 /// What becomes of a run whose stage failed or whose node was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AfterFailure {
+pub enum RetryDecision {
     Fail,
     RetryIn(Duration),
 }
 
 /// The decision for an exit, with or without a policy.
 /// Only exit codes can be transient: a signal is never retried by this rule.
-pub fn after_exit(policy: Option<&RetryPolicy>, attempt: i64, exit_code: Option<i32>) -> AfterFailure {
-    policy.and_then(|p| p.after_exit(attempt, exit_code)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+pub fn after_exit(policy: Option<&RetryPolicy>, attempt: i64, exit_code: Option<i32>) -> RetryDecision {
+    policy.and_then(|p| p.after_exit(attempt, exit_code)).map_or(RetryDecision::Fail, RetryDecision::RetryIn)
 }
 
 /// The decision for a lost node, with or without a policy.
-pub fn after_node_lost(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailure {
-    policy.and_then(|p| p.after_node_lost(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+pub fn after_node_lost(policy: Option<&RetryPolicy>, attempt: i64) -> RetryDecision {
+    policy.and_then(|p| p.after_node_lost(attempt)).map_or(RetryDecision::Fail, RetryDecision::RetryIn)
 }
 
 /// The decision for a time limit reached, with or without a policy.
-pub fn after_time_limit(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailure {
-    policy.and_then(|p| p.after_time_limit(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+pub fn after_time_limit(policy: Option<&RetryPolicy>, attempt: i64) -> RetryDecision {
+    policy.and_then(|p| p.after_time_limit(attempt)).map_or(RetryDecision::Fail, RetryDecision::RetryIn)
 }
 
 /// The decision for a stall, with or without a policy.
-pub fn after_stall(policy: Option<&RetryPolicy>, attempt: i64) -> AfterFailure {
-    policy.and_then(|p| p.after_stall(attempt)).map_or(AfterFailure::Fail, AfterFailure::RetryIn)
+pub fn after_stall(policy: Option<&RetryPolicy>, attempt: i64) -> RetryDecision {
+    policy.and_then(|p| p.after_stall(attempt)).map_or(RetryDecision::Fail, RetryDecision::RetryIn)
 }
 
 #[cfg(test)]
@@ -163,23 +163,23 @@ mod tests {
     #[test]
     fn stalls_are_retried_only_when_the_policy_names_them() {
         let p = policy(2, &[]);
-        assert_eq!(after_stall(Some(&p), 1), AfterFailure::Fail);
+        assert_eq!(after_stall(Some(&p), 1), RetryDecision::Fail);
         let yes = RetryPolicy { retry_on_stall: true, ..p };
-        assert_eq!(after_stall(Some(&yes), 1), AfterFailure::RetryIn(Duration::from_secs(5)));
-        assert_eq!(after_stall(Some(&yes), 2), AfterFailure::Fail, "second of two");
-        assert_eq!(after_stall(None, 1), AfterFailure::Fail);
+        assert_eq!(after_stall(Some(&yes), 1), RetryDecision::RetryIn(Duration::from_secs(5)));
+        assert_eq!(after_stall(Some(&yes), 2), RetryDecision::Fail, "second of two");
+        assert_eq!(after_stall(None, 1), RetryDecision::Fail);
     }
 
     #[test]
     fn only_listed_codes_are_retried_while_attempts_are_left() {
         let p = policy(3, &[75]);
-        assert_eq!(after_exit(Some(&p), 1, Some(75)), AfterFailure::RetryIn(Duration::from_secs(5)));
-        assert_eq!(after_exit(Some(&p), 2, Some(75)), AfterFailure::RetryIn(Duration::from_secs(10)));
-        assert_eq!(after_exit(Some(&p), 3, Some(75)), AfterFailure::Fail, "third of three");
-        assert_eq!(after_exit(Some(&p), 1, Some(1)), AfterFailure::Fail, "not transient");
-        assert_eq!(after_exit(Some(&p), 1, None), AfterFailure::Fail, "signals aren't codes");
-        assert_eq!(after_exit(Some(&p), 1, None), AfterFailure::Fail, "vanished stage");
-        assert_eq!(after_exit(None, 1, Some(75)), AfterFailure::Fail, "no policy");
+        assert_eq!(after_exit(Some(&p), 1, Some(75)), RetryDecision::RetryIn(Duration::from_secs(5)));
+        assert_eq!(after_exit(Some(&p), 2, Some(75)), RetryDecision::RetryIn(Duration::from_secs(10)));
+        assert_eq!(after_exit(Some(&p), 3, Some(75)), RetryDecision::Fail, "third of three");
+        assert_eq!(after_exit(Some(&p), 1, Some(1)), RetryDecision::Fail, "not transient");
+        assert_eq!(after_exit(Some(&p), 1, None), RetryDecision::Fail, "signals aren't codes");
+        assert_eq!(after_exit(Some(&p), 1, None), RetryDecision::Fail, "vanished stage");
+        assert_eq!(after_exit(None, 1, Some(75)), RetryDecision::Fail, "no policy");
     }
 
     #[test]
@@ -196,11 +196,11 @@ mod tests {
     #[test]
     fn node_loss_requeues_only_when_the_policy_says_so() {
         let p = policy(2, &[]);
-        assert_eq!(after_node_lost(Some(&p), 1), AfterFailure::RetryIn(Duration::from_secs(5)));
-        assert_eq!(after_node_lost(Some(&p), 2), AfterFailure::Fail);
+        assert_eq!(after_node_lost(Some(&p), 1), RetryDecision::RetryIn(Duration::from_secs(5)));
+        assert_eq!(after_node_lost(Some(&p), 2), RetryDecision::Fail);
         let no = RetryPolicy { on_node_lost: false, ..p };
-        assert_eq!(after_node_lost(Some(&no), 1), AfterFailure::Fail);
-        assert_eq!(after_node_lost(None, 1), AfterFailure::Fail);
+        assert_eq!(after_node_lost(Some(&no), 1), RetryDecision::Fail);
+        assert_eq!(after_node_lost(None, 1), RetryDecision::Fail);
     }
 
     #[test]

@@ -282,7 +282,7 @@ impl Reconciler {
             .collect();
         let summary = summarize(&models);
         let mut results = serde_json::json!({ "models": models, "summary": summary });
-        let (mut event, mut reason) = if summary.models_succeeded > 0 {
+        let (mut trigger, mut reason) = if summary.models_succeeded > 0 {
             let produced =
                 format!("{} of {} models produced results", summary.models_succeeded, summary.models_tested);
             (TestTrigger::Succeed, produced)
@@ -290,24 +290,24 @@ impl Reconciler {
             (TestTrigger::Fail, "no model produced results".to_string())
         };
         let test = sup.test.clone();
-        if event == TestTrigger::Succeed
+        if trigger == TestTrigger::Succeed
             && let Some((why, found)) = self.check_regression(&test, &results).await?
         {
-            (event, reason) = (TestTrigger::Regress, why);
+            (trigger, reason) = (TestTrigger::Regress, why);
             results["regressions"] = found;
         }
-        self.finish_test(id, event, &reason, Some(&results)).await
+        self.finish_test(id, trigger, &reason, Some(&results)).await
     }
 
     async fn finish_test(
         &mut self,
         id: Uuid,
-        event: TestTrigger,
+        trigger: TestTrigger,
         reason: &str,
         results: Option<&serde_json::Value>,
     ) -> Result {
         let Some(sup) = self.tests.get_mut(&id) else { return Ok(()) };
-        match self.store.transition_test(&sup.test, event, Some(reason), results).await {
+        match self.store.transition_test(&sup.test, trigger, Some(reason), results).await {
             Ok(test) => {
                 info!(test = %crate::model::short_id(&test.id), state = %test.state, reason, "test ended");
                 sup.test = test.clone();

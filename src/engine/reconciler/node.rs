@@ -22,7 +22,7 @@ use crate::engine::store::{Lease, NodeRegistration, Reap, StoreError};
 use crate::launch::process::{Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
 use crate::model::{NewEvent, ProcessIdentity, Run, RunState, now_millis};
-use crate::workflow::retry::{AfterFailure, after_node_lost};
+use crate::workflow::retry::{RetryDecision, after_node_lost};
 
 /// What the reconciler knows about itself as a node.
 pub struct NodeState {
@@ -204,7 +204,7 @@ impl Reconciler {
                 } else {
                     match after_node_lost(run.spec.retry.as_ref(), run.attempt) {
                         // Like any retry, from the last checkpoint the lost node recorded.
-                        AfterFailure::RetryIn(wait) => Reap::Requeue {
+                        RetryDecision::RetryIn(wait) => Reap::Requeue {
                             reason: format!(
                                 "{why}; queued again as attempt {} (retry policy), not before {}",
                                 run.attempt + 1,
@@ -213,7 +213,7 @@ impl Reconciler {
                             not_before: now + wait.as_millis() as i64,
                             resume: self.next_params(&run).await?,
                         },
-                        AfterFailure::Fail => Reap::Fail { reason: why.clone() },
+                        RetryDecision::Fail => Reap::Fail { reason: why.clone() },
                     }
                 };
                 // Slurm jobs outlive their node's daemon: cancel them, the run is settled here.

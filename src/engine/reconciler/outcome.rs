@@ -5,7 +5,7 @@
 
 use crate::engine::store::{Fault, StoreError};
 use crate::model::{Exit, ProgressPoint, Run, RunState, RunTrigger};
-use crate::workflow::retry::{AfterFailure, RetryPolicy};
+use crate::workflow::retry::{RetryDecision, RetryPolicy};
 
 /// What the completion rule says of one stage's end, before the retry policy is asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub fn failure_move(
         return None;
     }
     Some(match crate::workflow::retry::after_exit(policy, attempt, exit.and_then(Exit::code)) {
-        AfterFailure::RetryIn(wait) => {
+        RetryDecision::RetryIn(wait) => {
             let max = policy.map_or(1, |p| p.max_attempts);
             let reason = format!(
                 "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
@@ -76,7 +76,7 @@ pub fn failure_move(
             );
             (RunTrigger::Retry, reason)
         }
-        AfterFailure::Fail => (RunTrigger::Fail, reason.to_string()),
+        RetryDecision::Fail => (RunTrigger::Fail, reason.to_string()),
     })
 }
 

@@ -16,7 +16,7 @@ use crate::logs::follow::{FileMark, Follower, last_in_tail};
 use crate::model::progress::span;
 use crate::model::{Millis, NewEvent, ProgressPoint, RunState, RunTrigger, now_millis};
 use crate::workflow::progress::{Reading, ResolvedProgress, ResolvedSource};
-use crate::workflow::retry::AfterFailure;
+use crate::workflow::retry::RetryDecision;
 
 /// How often a followed log is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
@@ -298,7 +298,7 @@ impl Reconciler {
         info!(run = %sup.run.short_id(), "{reason}");
         let policy = sup.run.spec.retry.as_ref();
         match crate::workflow::retry::after_stall(policy, sup.run.attempt) {
-            AfterFailure::RetryIn(wait) => {
+            RetryDecision::RetryIn(wait) => {
                 let max = policy.map_or(1, |p| p.max_attempts);
                 let reason = format!(
                     "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
@@ -307,7 +307,7 @@ impl Reconciler {
                 );
                 self.transition(id, RunTrigger::Retry, Some(&reason)).await?;
             }
-            AfterFailure::Fail => self.transition(id, RunTrigger::Fail, Some(&reason)).await?,
+            RetryDecision::Fail => self.transition(id, RunTrigger::Fail, Some(&reason)).await?,
         }
         self.drive(id).await
     }

@@ -130,15 +130,15 @@ impl Reconciler {
     }
 
     /// Applies `event` to a supervised run; on a conflict, adopts what the store holds instead.
-    pub(super) async fn transition(&mut self, id: Uuid, event: RunTrigger, reason: Option<&str>) -> Result {
-        self.transition_at(id, event, reason, None).await
+    pub(super) async fn transition(&mut self, id: Uuid, trigger: RunTrigger, reason: Option<&str>) -> Result {
+        self.transition_at(id, trigger, reason, None).await
     }
 
     /// `transition`; a terminal state ends at `exited_at` when given (the deciding exit's time).
     async fn transition_at(
         &mut self,
         id: Uuid,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: Option<&str>,
         exited_at: Option<Millis>,
     ) -> Result {
@@ -148,9 +148,9 @@ impl Reconciler {
         let moved = match exited_at {
             Some(at) => {
                 let at = run_end_time(at, sup.run.started_at, now_millis());
-                self.store.transition_ended(&sup.run, event, reason, at).await
+                self.store.transition_ended(&sup.run, trigger, reason, at).await
             }
-            None => self.store.transition(&sup.run, event, reason, None).await,
+            None => self.store.transition(&sup.run, trigger, reason, None).await,
         };
         self.adopt(id, moved.map(Some)).await
     }
@@ -201,7 +201,7 @@ impl Reconciler {
     ) -> Result {
         let Some(sup) = self.runs.get(&id) else { return Ok(()) };
         match failure_move(&sup.run, reason, exit) {
-            Some((event, reason)) => self.transition_at(id, event, Some(&reason), exited_at).await,
+            Some((trigger, reason)) => self.transition_at(id, trigger, Some(&reason), exited_at).await,
             None => Ok(()),
         }
     }
@@ -337,7 +337,7 @@ impl Reconciler {
             sup.stages.iter().enumerate().all(|(i, s)| i == idx || s.stage.record.state == ProcessState::Up);
         let then = all_up.then_some(RunMove {
             run: &sup.run,
-            event: RunTrigger::AllStagesUp,
+            trigger: RunTrigger::AllStagesUp,
             reason: None,
             ended_at: None,
         });
@@ -460,9 +460,9 @@ impl Reconciler {
         let decision = self.decide_end(id, &name, &what, exit).await?;
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let ended_at = exited_at.map(|at| run_end_time(at, sup.run.started_at, now_millis()));
-        let then = decision.as_ref().map(|(event, reason)| RunMove {
+        let then = decision.as_ref().map(|(trigger, reason)| RunMove {
             run: &sup.run,
-            event: *event,
+            trigger: *trigger,
             reason: Some(reason),
             ended_at,
         });
@@ -571,7 +571,7 @@ fn run_end_time(exited_at: Millis, run_started_at: Option<Millis>, now: Millis) 
 fn as_move<'a>(run: &'a Run, then: &'a Option<(RunTrigger, String)>) -> Option<RunMove<'a>> {
     then.as_ref().map(|(trigger, reason)| RunMove {
         run,
-        event: *trigger,
+        trigger: *trigger,
         reason: Some(reason),
         ended_at: None,
     })

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::supervised::Supervised;
 use super::{Msg, Reconciler, Result};
 use crate::model::{Millis, Run, RunState, RunTrigger, now_millis};
-use crate::workflow::retry::{AfterFailure, after_time_limit};
+use crate::workflow::retry::{RetryDecision, after_time_limit};
 
 /// A run's armed time-limit timer; dropped with the run's supervision, it never fires.
 pub struct LimitTimer(AbortHandle);
@@ -56,8 +56,8 @@ pub fn decide(run: &Run, now: Millis) -> Verdict {
     let reason = format!("time limit {} reached", limit_text(limit.0));
     let policy = run.spec.retry.as_ref();
     match after_time_limit(policy, run.attempt) {
-        AfterFailure::Fail => Verdict::Fail { reason },
-        AfterFailure::RetryIn(wait) => {
+        RetryDecision::Fail => Verdict::Fail { reason },
+        RetryDecision::RetryIn(wait) => {
             let max = policy.map_or(1, |p| p.max_attempts);
             let reason = format!(
                 "{reason} (retried by the retry policy): attempt {} of {max} starts in {}",

@@ -77,16 +77,16 @@ impl Service {
     pub async fn move_test(
         &self,
         test: &InferenceTest,
-        event: TestTrigger,
+        trigger: TestTrigger,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
     ) -> Result<InferenceTest> {
-        Ok(self.store.transition_test(test, event, reason, results).await?)
+        Ok(self.store.transition_test(test, trigger, reason, results).await?)
     }
 
     /// Moves a run by `event` as the daemon would (through the state table).
-    pub async fn move_run(&self, run: &Run, event: RunTrigger, reason: Option<&str>) -> Result<Run> {
-        Ok(self.store.transition(run, event, reason, None).await?)
+    pub async fn move_run(&self, run: &Run, trigger: RunTrigger, reason: Option<&str>) -> Result<Run> {
+        Ok(self.store.transition(run, trigger, reason, None).await?)
     }
 
     /// Overwrites a stage's row (its recorded process included).

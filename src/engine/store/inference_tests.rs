@@ -27,7 +27,7 @@ pub trait InferenceTestStore: Send + Sync {
     async fn transition_test(
         &self,
         test: &InferenceTest,
-        event: TestTrigger,
+        trigger: TestTrigger,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
     ) -> Result<InferenceTest>;
@@ -172,11 +172,11 @@ impl InferenceTestStore for SqlStore {
     async fn transition_test(
         &self,
         test: &InferenceTest,
-        event: TestTrigger,
+        trigger: TestTrigger,
         reason: Option<&str>,
         results: Option<&serde_json::Value>,
     ) -> Result<InferenceTest> {
-        let to = crate::model::inference_test::next(test.state, event)
+        let to = crate::model::inference_test::next(test.state, trigger)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let now = now_millis();
         let started_at = if to == TestState::Running { Some(now) } else { test.started_at };

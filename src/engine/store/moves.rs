@@ -31,7 +31,7 @@ pub(super) async fn lose_live_stages(
 /// A run's row after a move, computed before the write: what `move_run` writes and returns.
 pub(super) struct Moved {
     pub(super) run: Run,
-    pub(super) event: RunTrigger,
+    pub(super) trigger: RunTrigger,
     pub(super) from: RunState,
 }
 
@@ -39,7 +39,7 @@ impl Moved {
     /// `run` moved by `event` to `to` (not `pending`: that is a requeue), at `now`.
     pub(super) fn new(
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         to: RunState,
         reason: Option<&str>,
         params: Option<&RunParams>,
@@ -58,10 +58,10 @@ impl Moved {
                 reason: reason.map(str::to_string).or_else(|| run.reason.clone()),
                 params: params.unwrap_or(&run.params).clone(),
                 // A lost node's claim ends here: nothing it writes later may land.
-                fence: if event == RunTrigger::NodeLost { None } else { run.fence },
+                fence: if trigger == RunTrigger::NodeLost { None } else { run.fence },
                 ..run.clone()
             },
-            event,
+            trigger,
             from: run.state,
         }
     }
@@ -72,16 +72,16 @@ impl SqlStore {
     pub(super) async fn transition_ending_at(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: Option<&str>,
         params: Option<&RunParams>,
         ends_at: Option<Millis>,
     ) -> Result<Run> {
-        let to = transitions::next(run.state, event)?;
+        let to = transitions::next(run.state, trigger)?;
         if to == RunState::Pending {
-            return self.requeue(run, event, reason.unwrap_or(event.as_str()), now_millis()).await;
+            return self.requeue(run, trigger, reason.unwrap_or(trigger.as_str()), now_millis()).await;
         }
-        let moved = Moved::new(run, event, to, reason, params, ends_at);
+        let moved = Moved::new(run, trigger, to, reason, params, ends_at);
         let mut tx = self.pool().begin().await?;
         let Some(event) = self.move_run(&mut tx, run, &moved).await? else {
             // Given up first: on SQLite the transaction holds the one connection.
@@ -117,7 +117,7 @@ impl SqlStore {
         .bind(next.ended_at)
         .bind(next.reason.as_deref())
         .bind(json(&next.params))
-        .bind(i64::from(moved.event == RunTrigger::NodeLost))
+        .bind(i64::from(moved.trigger == RunTrigger::NodeLost))
         .bind(run.id.to_string())
         .bind(run.state.as_str())
         .bind(run.version)
@@ -127,7 +127,7 @@ impl SqlStore {
         if updated.rows_affected() == 0 {
             return Ok(None);
         }
-        if moved.event == RunTrigger::NodeLost {
+        if moved.trigger == RunTrigger::NodeLost {
             lose_live_stages(tx, run.id, next.updated_at).await?;
         }
         if next.state.is_terminal() {
@@ -137,9 +137,9 @@ impl SqlStore {
         let to = next.state;
         let message = match &next.reason {
             Some(reason) if to != RunState::Starting && to != RunState::Running => {
-                format!("{}: {reason}", moved.event)
+                format!("{}: {reason}", moved.trigger)
             }
-            _ => moved.event.to_string(),
+            _ => moved.trigger.to_string(),
         };
         Ok(Some(EventRow {
             kind: EventKind::State,

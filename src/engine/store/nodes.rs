@@ -262,11 +262,11 @@ impl NodeStore for SqlStore {
         let fenced = self.with_fence(token);
         let result = match how {
             Reap::Fail { reason } => {
-                let event = match run.state.is_in_flight() {
+                let trigger = match run.state.is_in_flight() {
                     true => crate::model::RunTrigger::NodeLost,
                     false => return fenced.release_run(run).await,
                 };
-                Store::transition(&fenced, run, event, Some(reason), None).await.map(|_| ())
+                Store::transition(&fenced, run, trigger, Some(reason), None).await.map(|_| ())
             }
             Reap::Requeue { reason, not_before, resume } => {
                 let trigger = crate::model::RunTrigger::Requeue;

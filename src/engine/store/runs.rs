@@ -16,7 +16,7 @@ use crate::model::{Event, NewEvent, Run, RunQuery, RunTrigger, Stage};
 pub struct RunMove<'a> {
     /// The run as last read: the move lands only if it is still in that state and version.
     pub run: &'a Run,
-    pub event: RunTrigger,
+    pub trigger: RunTrigger,
     pub reason: Option<&'a str>,
     /// A terminal state's end, when an exit decides it (see `Store::transition_ended`).
     pub ended_at: Option<crate::model::Millis>,
@@ -80,7 +80,7 @@ pub trait Store:
     async fn transition(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: Option<&str>,
         params: Option<&crate::model::RunParams>,
     ) -> Result<Run>;
@@ -90,7 +90,7 @@ pub trait Store:
     async fn transition_ended(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: Option<&str>,
         ended_at: crate::model::Millis,
     ) -> Result<Run>;
@@ -101,7 +101,7 @@ pub trait Store:
     async fn requeue(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: &str,
         not_before: crate::model::Millis,
     ) -> Result<Run>;
@@ -111,7 +111,7 @@ pub trait Store:
     async fn requeue_resuming(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: &str,
         not_before: crate::model::Millis,
         params: &crate::model::RunParams,

@@ -338,36 +338,36 @@ impl Store for SqlStore {
     async fn transition(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: Option<&str>,
         params: Option<&RunParams>,
     ) -> Result<Run> {
-        self.transition_ending_at(run, event, reason, params, None).await
+        self.transition_ending_at(run, trigger, reason, params, None).await
     }
 
     async fn transition_ended(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: Option<&str>,
         ended_at: Millis,
     ) -> Result<Run> {
-        self.transition_ending_at(run, event, reason, None, Some(ended_at)).await
+        self.transition_ending_at(run, trigger, reason, None, Some(ended_at)).await
     }
-    async fn requeue(&self, run: &Run, event: RunTrigger, reason: &str, not_before: Millis) -> Result<Run> {
-        self.requeue_with(run, event, reason, not_before, None).await
+    async fn requeue(&self, run: &Run, trigger: RunTrigger, reason: &str, not_before: Millis) -> Result<Run> {
+        self.requeue_with(run, trigger, reason, not_before, None).await
     }
 
     async fn requeue_resuming(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: &str,
         not_before: Millis,
         params: &RunParams,
         note: &str,
     ) -> Result<Run> {
-        self.requeue_with(run, event, reason, not_before, Some((params, note))).await
+        self.requeue_with(run, trigger, reason, not_before, Some((params, note))).await
     }
 
     async fn release_run(&self, run: &Run) -> Result<bool> {
@@ -419,9 +419,9 @@ impl Store for SqlStore {
     ) -> Result<Option<Run>> {
         // A move this path doesn't make (a requeue, or one the run's state forbids) is left to
         // the caller, who re-reads the run: the stage still lands.
-        let moved = then.and_then(|m| match transitions::next(m.run.state, m.event) {
+        let moved = then.and_then(|m| match transitions::next(m.run.state, m.trigger) {
             Ok(to) if to != RunState::Pending => {
-                Some((m.run, Moved::new(m.run, m.event, to, m.reason, None, m.ended_at)))
+                Some((m.run, Moved::new(m.run, m.trigger, to, m.reason, None, m.ended_at)))
             }
             _ => None,
         });
@@ -546,15 +546,15 @@ impl SqlStore {
     async fn requeue_with(
         &self,
         run: &Run,
-        event: RunTrigger,
+        trigger: RunTrigger,
         reason: &str,
         not_before: Millis,
         resume: Option<(&RunParams, &str)>,
     ) -> Result<Run> {
-        let to = transitions::next(run.state, event)?;
+        let to = transitions::next(run.state, trigger)?;
 
         if to != RunState::Pending {
-            return Err(StoreError::Illegal(transitions::IllegalTransition { from: run.state, event }));
+            return Err(StoreError::Illegal(transitions::IllegalTransition { from: run.state, trigger }));
         }
         let now = now_millis();
         let tx = self.pool.begin().await?;
@@ -589,7 +589,7 @@ impl SqlStore {
         .bind(run.id.to_string())
         .execute(&mut *tx)
         .await?;
-        let message = format!("{event}: {reason}");
+        let message = format!("{trigger}: {reason}");
         insert_event(&mut *tx, run.id, EventKind::State, Some((run.state, to)), None, &message).await?;
         if let Some((_, note)) = resume {
             insert_event(&mut *tx, run.id, EventKind::Note, None, None, note).await?;

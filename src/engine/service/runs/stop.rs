@@ -40,14 +40,14 @@ impl Service {
         let mut run = self.resolve(prefix).await?;
         loop {
             // The state table says what a stop does; this only knows that stopping twice is fine.
-            let event = match crate::model::run::stop_event(run.state) {
-                Some(event) => event,
+            let trigger = match crate::model::run::stop_trigger(run.state) {
+                Some(trigger) => trigger,
                 None if run.state == RunState::Stopping => return Ok(run),
                 None => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state: run.state }),
             };
             let reason =
-                if event == RunTrigger::Cancel { "cancelled before it started" } else { "stop requested" };
-            match self.store.transition(&run, event, Some(reason), None).await {
+                if trigger == RunTrigger::Cancel { "cancelled before it started" } else { "stop requested" };
+            match self.store.transition(&run, trigger, Some(reason), None).await {
                 Ok(moved) => {
                     self.wake().await;
                     return Ok(moved);

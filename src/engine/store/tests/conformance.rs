@@ -358,7 +358,7 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
     let exited = [NewEvent::stage("api", "exited with code 0")];
     let then = RunMove {
         run: &run,
-        event: RunTrigger::Complete,
+        trigger: RunTrigger::Complete,
         reason: Some("stage 'api' finished"),
         ended_at: stage.record.ended_at,
     };
@@ -384,7 +384,7 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
     stage.record.exit = Some(Exit::Code(3));
     let then = RunMove {
         run: &running,
-        event: RunTrigger::Fail,
+        trigger: RunTrigger::Fail,
         reason: Some("stage 'env' exited with code 3"),
         ended_at: None,
     };
@@ -394,7 +394,7 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
     assert_eq!((stored.state, stored.version), (RunState::Stopping, stopping.version));
 
     // A move the run's state forbids is not made; the stage lands all the same.
-    let then = RunMove { run: &stopping, event: RunTrigger::Complete, reason: None, ended_at: None };
+    let then = RunMove { run: &stopping, trigger: RunTrigger::Complete, reason: None, ended_at: None };
     stage.record.exit = Some(Exit::Code(4));
     assert!(store.record_stage(&stage, &[], Some(then)).await.unwrap().is_none());
     assert_eq!(store.stages(run.id).await.unwrap()[1].record.exit, Some(Exit::Code(4)));
@@ -406,7 +406,7 @@ async fn a_stage_and_the_run_move_it_decides_land_together(store: &dyn Store) {
     let mut stage = store.stages(run.id).await.unwrap().remove(0);
     stage.record.state = ProcessState::Up;
     let notes: Vec<NewEvent> = (1..=4).map(|n| NewEvent::stage("api", format!("note {n}"))).collect();
-    let then = RunMove { run: &run, event: RunTrigger::AllStagesUp, reason: None, ended_at: None };
+    let then = RunMove { run: &run, trigger: RunTrigger::AllStagesUp, reason: None, ended_at: None };
     let moved = store.record_stage(&stage, &notes, Some(then)).await.unwrap().expect("the run moved");
     assert_eq!(moved.state, RunState::Running);
     let events = store.events(run.id, 0).await.unwrap();
@@ -514,9 +514,9 @@ async fn retention_forgets_only_what_has_ended(store: &dyn Store) {
 async fn racing_writers_cannot_both_win(store: Arc<dyn Store>) {
     let run = insert(&*store, 0).await;
     let mut tasks = Vec::new();
-    for event in [RunTrigger::Claim, RunTrigger::Cancel, RunTrigger::Claim, RunTrigger::Cancel] {
+    for trigger in [RunTrigger::Claim, RunTrigger::Cancel, RunTrigger::Claim, RunTrigger::Cancel] {
         let (store, run) = (Arc::clone(&store), run.clone());
-        tasks.push(tokio::spawn(async move { store.transition(&run, event, None, None).await }));
+        tasks.push(tokio::spawn(async move { store.transition(&run, trigger, None, None).await }));
     }
     let mut wins = 0;
     for task in tasks {
