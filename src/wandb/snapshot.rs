@@ -1,0 +1,222 @@
+//! What lachesis keeps of a W&B run: a `Snapshot` of its summary, stored with the run so that
+//! `status` and `results` still answer (saying how old the numbers are) when W&B is
+//! unreachable, and its sampled history merged step by step into metric rows.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::RunRef;
+use crate::model::MetricRow;
+
+/// The numbers `status` and `results` show, as last read from W&B.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Snapshot {
+    /// When it was read, unix milliseconds.
+    pub taken_at: i64,
+    pub state: Option<String>,
+    pub step: Option<i64>,
+    pub reward_mean: Option<f64>,
+    pub percent_correct: Option<f64>,
+    pub eval_percent_correct: Option<f64>,
+    pub loss: Option<f64>,
+    pub summary: Map<String, Value>,
+    pub url: Option<String>,
+}
+
+/// The metric names a snapshot is made of, in order of preference.
+const STEP_KEYS: &[&str] = &["_step", "train/step"];
+const REWARD_MEAN_KEYS: &[&str] = &["train/reward_mean"];
+const PERCENT_CORRECT_KEYS: &[&str] = &["train/percent_correct"];
+const EVAL_PERCENT_CORRECT_KEYS: &[&str] = &["eval/percent_correct"];
+const LOSS_KEYS: &[&str] = &["train/loss", "loss"];
+
+/// The snapshot of `run` taken at `now_ms`. Values that are missing, not numbers, or not finite
+/// are left `None`.
+pub fn snapshot_from(run: &RunRef, now_ms: i64) -> Snapshot {
+    let number = |keys: &[&str]| keys.iter().find_map(|key| lookup(&run.summary, key).and_then(finite));
+    Snapshot {
+        taken_at: now_ms,
+        state: run.state.clone(),
+        step: STEP_KEYS.iter().find_map(|key| lookup(&run.summary, key).and_then(whole)),
+        reward_mean: number(REWARD_MEAN_KEYS),
+        percent_correct: number(PERCENT_CORRECT_KEYS),
+        eval_percent_correct: number(EVAL_PERCENT_CORRECT_KEYS),
+        loss: number(LOSS_KEYS),
+        summary: run.summary.clone(),
+        url: run.url.clone(),
+    }
+}
+
+/// The history keys the stored metric history is read from: every key any metric may come from.
+pub const HISTORY_KEYS: &[&str] =
+    &["train/reward_mean", "train/percent_correct", "eval/percent_correct", "train/loss", "loss"];
+
+/// Adds W&B history `rows` (each with `_step` and some metric keys) to `by_step`, read at
+/// `now_ms`. A step already present keeps the values it has and gains those it lacked, so rows of
+/// one step asked for key by key merge into one. Rows without a whole `_step` are skipped.
+pub fn merge_history(
+    by_step: &mut std::collections::BTreeMap<i64, MetricRow>,
+    rows: &[Map<String, Value>],
+    now_ms: i64,
+) {
+    for row in rows {
+        let Some(step) = lookup(row, "_step").and_then(whole) else { continue };
+        let number = |keys: &[&str]| keys.iter().find_map(|key| lookup(row, key).and_then(finite));
+        let entry = by_step.entry(step).or_insert_with(|| MetricRow {
+            step,
+            recorded_at: now_ms,
+            ..MetricRow::default()
+        });
+        entry.reward_mean = entry.reward_mean.or(number(REWARD_MEAN_KEYS));
+        entry.percent_correct = entry.percent_correct.or(number(PERCENT_CORRECT_KEYS));
+        entry.eval_percent_correct = entry.eval_percent_correct.or(number(EVAL_PERCENT_CORRECT_KEYS));
+        entry.loss = entry.loss.or(number(LOSS_KEYS));
+    }
+}
+
+/// How old a snapshot taken at `taken_at_ms` is at `now_ms`: "12 s old", "5 min old", "3 h old",
+/// "4 d old". A snapshot from the future (clocks moved) reads as "0 s old".
+pub fn age_text(taken_at_ms: i64, now_ms: i64) -> String {
+    let secs = now_ms.saturating_sub(taken_at_ms).max(0) / 1000;
+    match secs {
+        s if s < 60 => format!("{s} s old"),
+        s if s < 3600 => format!("{} min old", s / 60),
+        // Up to two days hours say more than "1 d".
+        s if s < 48 * 3600 => format!("{} h old", s / 3600),
+        s => format!("{} d old", s / 86_400),
+    }
+}
+
+/// A summary value by key. wandb stores `train/x` as a flat key; a run that logged a nested dict
+/// (`{"train": {"x": ..}}`) has it nested instead, so that is tried second.
+fn lookup<'a>(summary: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    if let Some(value) = summary.get(key) {
+        return Some(value);
+    }
+    let mut parts = key.split('/');
+    let mut current = summary.get(parts.next()?)?;
+    for part in parts {
+        current = current.as_object()?.get(part)?;
+    }
+    Some(current)
+}
+
+fn finite(value: &Value) -> Option<f64> {
+    value.as_f64().filter(|v| v.is_finite())
+}
+
+/// An integer, also when W&B wrote it as a float (`120.0`).
+pub(super) fn whole(value: &Value) -> Option<i64> {
+    if let Some(n) = value.as_i64() {
+        return Some(n);
+    }
+    let f = finite(value)?;
+    // The bounds keep the cast exact: i64::MAX itself is not representable as f64.
+    (f.fract() == 0.0 && (-9.0e18..=9.0e18).contains(&f)).then_some(f as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn snapshot_picks_the_known_metrics() {
+        let run = RunRef::finished_with(json!({
+            "_step": 120, "train/step": 60, "train/reward_mean": 0.42, "train/percent_correct": 0.61,
+            "eval/percent_correct": 0.58, "train/loss": 0.9, "loss": 5.0, "other": "x",
+        }));
+        let snap = snapshot_from(&run, 1_000);
+        assert_eq!(snap.taken_at, 1_000);
+        assert_eq!(snap.state.as_deref(), Some("finished"));
+        assert_eq!(snap.step, Some(120));
+        assert_eq!(snap.reward_mean, Some(0.42));
+        assert_eq!(snap.percent_correct, Some(0.61));
+        assert_eq!(snap.eval_percent_correct, Some(0.58));
+        assert_eq!(snap.loss, Some(0.9));
+        assert_eq!(snap.summary, run.summary);
+        assert_eq!(snap.url, run.url);
+    }
+
+    #[test]
+    fn snapshot_falls_back_and_skips_what_is_not_a_number() {
+        let run = RunRef::finished_with(json!({
+            "train/step": 60.0, "train": { "reward_mean": 1 }, "train/percent_correct": "n/a",
+            "eval/percent_correct": null, "loss": 2.5,
+        }));
+        let snap = snapshot_from(&run, 0);
+        assert_eq!(snap.step, Some(60));
+        assert_eq!(snap.reward_mean, Some(1.0));
+        assert_eq!(snap.percent_correct, None);
+        assert_eq!(snap.eval_percent_correct, None);
+        assert_eq!(snap.loss, Some(2.5));
+        let empty = snapshot_from(&RunRef::finished_with(json!({ "_step": 1.5 })), 0);
+        assert_eq!((empty.step, empty.loss), (None, None));
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_old_ones_still_load() {
+        let snap = snapshot_from(&RunRef::finished_with(json!({ "_step": 3, "train/loss": 0.5 })), 42);
+        let text = serde_json::to_string(&snap).expect("encode");
+        assert_eq!(serde_json::from_str::<Snapshot>(&text).expect("decode"), snap);
+        let old: Snapshot = serde_json::from_str(r#"{"taken_at": 5, "step": 2}"#).expect("old");
+        assert_eq!((old.taken_at, old.step, old.loss), (5, Some(2), None));
+    }
+
+    #[test]
+    fn age_text_uses_the_largest_sensible_unit() {
+        assert_eq!(age_text(0, 12_400), "12 s old");
+        assert_eq!(age_text(0, 59_999), "59 s old");
+        assert_eq!(age_text(0, 5 * 60_000 + 30_000), "5 min old");
+        assert_eq!(age_text(0, 3 * 3_600_000 + 1), "3 h old");
+        assert_eq!(age_text(0, 47 * 3_600_000), "47 h old");
+        assert_eq!(age_text(0, 4 * 86_400_000), "4 d old");
+        assert_eq!(age_text(10_000, 0), "0 s old");
+        assert_eq!(age_text(i64::MIN, i64::MAX), format!("{} d old", i64::MAX / 1000 / 86_400));
+    }
+
+    #[test]
+    fn history_rows_merge_per_step_and_skip_what_is_not_a_metric() {
+        let rows = |v: Value| -> Vec<Map<String, Value>> {
+            v.as_array().unwrap().iter().map(|r| r.as_object().unwrap().clone()).collect()
+        };
+        let mut by_step = std::collections::BTreeMap::new();
+        merge_history(
+            &mut by_step,
+            &rows(json!([
+                {"_step": 0, "train/reward_mean": 0.25, "train/percent_correct": "n/a"},
+                {"_step": 2.0, "train/reward_mean": 0.5, "loss": 0.75},
+                {"train/reward_mean": 9.0},
+                {"_step": 1.5, "train/reward_mean": 9.0},
+            ])),
+            7,
+        );
+        // Eval logged at its own steps, asked for separately: merged into the same rows.
+        merge_history(
+            &mut by_step,
+            &rows(json!([{"_step": 2, "eval/percent_correct": 0.4, "train/reward_mean": 1.0},
+                         {"_step": 4, "eval/percent_correct": 0.6, "train/loss": 0.1}])),
+            8,
+        );
+        let got: Vec<MetricRow> = by_step.into_values().collect();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(
+            got[0],
+            MetricRow { step: 0, reward_mean: Some(0.25), recorded_at: 7, ..MetricRow::default() }
+        );
+        assert_eq!(
+            got[1],
+            MetricRow {
+                step: 2,
+                reward_mean: Some(0.5),
+                eval_percent_correct: Some(0.4),
+                loss: Some(0.75),
+                recorded_at: 7,
+                ..MetricRow::default()
+            }
+        );
+        assert_eq!((got[2].step, got[2].eval_percent_correct, got[2].loss), (4, Some(0.6), Some(0.1)));
+    }
+}
