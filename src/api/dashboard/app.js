@@ -2,11 +2,21 @@
 "use strict";
 (function () {
   const liveNote = document.getElementById("live");
-  // Swap the page's live parts when the store's newest event moves (no reload).
-  let inFlight = false, again = false, seen = null;
-  async function refresh() {
+  // Swap the page's live parts when the store's newest event moves (no reload), at most once a
+  // second: a busy store would otherwise have the page rebuilt back to back (the report page
+  // reads a thousand rows). Changes that come meanwhile make one refresh when the second is up.
+  const GAP_MS = 1000;
+  let inFlight = false, again = false, timer = null, seen = null, lastStart = 0;
+  function request() {
     if (inFlight) { again = true; return; }
+    if (timer !== null) return;
+    const wait = lastStart + GAP_MS - Date.now();
+    if (wait <= 0) { refresh(); return; }
+    timer = setTimeout(() => { timer = null; refresh(); }, wait);
+  }
+  async function refresh() {
     inFlight = true;
+    lastStart = Date.now();
     try {
       const answer = await fetch(location.href, { credentials: "same-origin" });
       if (answer.ok) {
@@ -19,7 +29,7 @@
       }
     } catch (e) { /* the next change retries */ }
     inFlight = false;
-    if (again) { again = false; refresh(); }
+    if (again) { again = false; request(); }
   }
   // Streams stay open while a page sits in the back-forward cache, and a browser keeps only
   // six connections per host: close them when the page is left, reopen when it comes back.
@@ -32,7 +42,7 @@
     changes.addEventListener("open", () => { if (liveNote) liveNote.textContent = "live"; });
     changes.addEventListener("error", () => { if (liveNote) liveNote.textContent = "reconnecting…"; });
     changes.addEventListener("change", (e) => {
-      if (seen !== null && seen !== e.data) refresh();
+      if (seen !== null && seen !== e.data) request();
       seen = e.data;
     });
   }
