@@ -7,9 +7,12 @@ cargo build --release --quiet
 bin=target/release/lachesis
 export LACHESIS_HOME="${LACHESIS_HOME:-$HOME/.lachesis}"
 mkdir -p "$LACHESIS_HOME"
-"$bin" daemon 2>>"$LACHESIS_HOME/daemon.log" &
-daemon=$!
-trap 'kill "$daemon" 2>/dev/null || true' EXIT
+# The home's daemon if one runs; else one of our own, detached (its log in daemon.log), stopped
+# when the demo ends.
+if ! "$bin" daemon status >/dev/null 2>&1; then
+  "$bin" daemon --detach >/dev/null
+  trap '"$bin" daemon stop >/dev/null || true' EXIT
+fi
 id=$("$bin" run start --workflow demo)
 echo "queued run $id; following it:"
 "$bin" run status "$id" --watch
