@@ -1,8 +1,8 @@
 //! Inference tests of an environment: what a test runs for each model, what the JSONL it wrote
-//! means, and whether a scheduled test regressed. The test itself is a noun of `model`.
+//! means. The test, its spec and the regression rule are `model`'s (`regression` is re-exported).
 
-pub mod regression;
 pub mod results;
 pub mod spec;
 
+pub use crate::model::regression;
 pub use spec::{InferenceSpec, Provider};

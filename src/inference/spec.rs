@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::workflow::{DEFAULT_START_TIMEOUT, Dur, StagePlan};
+pub use crate::model::inference_spec::{InferenceSpec, Provider, ProviderError, SERVER_TYPES};
+use crate::workflow::{DEFAULT_START_TIMEOUT, StagePlan};
 
 /// The reference's three test models (its latest release moved the large one to MiniMax M2.7).
 pub const DEFAULT_MODELS: [&str; 3] = ["qwen/qwen3-8b", "z-ai/glm-4.7-flash", "minimax/minimax-m2.7"];
@@ -24,37 +23,11 @@ pub const DEFAULT_CONCURRENCY: usize = 2;
 pub const LOCKED_TEST_FIELDS: [&str; 4] =
     ["tokenizer_name", "max_token_length", "max_num_workers", "max_batches_offpolicy"];
 
-/// Where completions come from. The key itself is never stored: only the name of the
-/// environment variable that holds it, read by the daemon when it starts the process.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Provider {
-    pub base_url: String,
-    /// `openai` (any OpenAI-compatible API), `vllm` or `sglang`.
-    pub server_type: String,
-    pub api_key_env: Option<String>,
-    pub health_check: bool,
-}
-
-/// The `server_type` values atroposlib knows (`APIServerConfig.server_type`).
-pub const SERVER_TYPES: [&str; 4] = ["openai", "vllm", "sglang", "trl"];
-
 /// The provider key every test may use.
 pub const DEFAULT_KEY_VAR: &str = "OPENROUTER_API_KEY";
 
 /// Extra variables an operator allows as provider keys (comma-separated).
 pub const PROVIDER_KEYS_VAR: &str = "LACHESIS_PROVIDER_KEYS";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProviderError {
-    #[error("provider '{0}' must be an http(s) URL with a host (e.g. https://openrouter.ai/api/v1)")]
-    NotHttp(String),
-    #[error("server_type '{0}' is not one of openai, vllm, sglang, trl")]
-    ServerType(String),
-    #[error(
-        "api_key_env '{name}' is not a provider key (allowed: {allowed}; an operator can allow more in LACHESIS_PROVIDER_KEYS)"
-    )]
-    KeyNotAllowed { name: String, allowed: String },
-}
 
 /// The variables a test may send to its provider as the key: OPENROUTER_API_KEY, the
 /// `*_API_KEY` names among the workflow's credentials, and those in LACHESIS_PROVIDER_KEYS.
@@ -68,53 +41,6 @@ pub fn allowed_key_vars(credentials: &[String]) -> Vec<String> {
     allowed.sort();
     allowed.dedup();
     allowed
-}
-
-impl Provider {
-    /// Refuses what would send a key somewhere unexpected: a provider that isn't an http(s)
-    /// URL, an unknown server type, a key variable not in `allowed`.
-    pub fn check(&self, allowed: &[String]) -> Result<(), ProviderError> {
-        let url = reqwest::Url::parse(&self.base_url).ok();
-        if !url.is_some_and(|u| {
-            matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
-        }) {
-            return Err(ProviderError::NotHttp(crate::secrets::redact_url(&self.base_url)));
-        }
-        if !SERVER_TYPES.contains(&self.server_type.as_str()) {
-            return Err(ProviderError::ServerType(self.server_type.clone()));
-        }
-        if let Some(name) = &self.api_key_env
-            && !allowed.contains(name)
-        {
-            return Err(ProviderError::KeyNotAllowed { name: name.clone(), allowed: allowed.join(", ") });
-        }
-        Ok(())
-    }
-
-    pub fn openrouter() -> Provider {
-        Provider {
-            base_url: "https://openrouter.ai/api/v1".into(),
-            server_type: "openai".into(),
-            api_key_env: Some("OPENROUTER_API_KEY".into()),
-            // OpenRouter has no health endpoint.
-            health_check: false,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct InferenceSpec {
-    pub env_name: String,
-    pub env_file: PathBuf,
-    pub python: String,
-    pub models: Vec<String>,
-    pub steps: u32,
-    pub group_size: u32,
-    pub provider: Provider,
-    pub timeout: Dur,
-    pub concurrency: usize,
-    /// tokenizer_name, max_token_length, … from the workflow's locked profile.
-    pub locked_env: BTreeMap<String, serde_json::Value>,
 }
 
 /// `qwen/qwen3-8b` → `qwen_qwen3-8b`: a model name as a file name.
@@ -220,6 +146,7 @@ impl InferenceSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workflow::Dur;
 
     #[test]
     fn the_task_command_carries_the_test_and_locked_settings() {

@@ -8,8 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{Millis, ProcessRecord, UnknownState};
-use crate::inference::InferenceSpec;
+use super::{InferenceSpec, Millis, ProcessRecord, UnknownState};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

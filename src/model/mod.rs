@@ -1,26 +1,31 @@
 //! The persisted nouns, one per file: runs (with their transition table), their stages, the
 //! process record stages and inference-test tasks share, inference tests (with their table),
-//! schedules, events and the training-metric history.
+//! schedules, events and the training-metric history; and the specs they carry: a run's workflow
+//! (`workflow/`), a test's inference spec and a schedule's regression policy.
 
 pub mod checkpoint;
 pub mod dependency;
 pub mod event;
+pub mod inference_spec;
 pub mod inference_test;
 pub mod metric_row;
 pub mod pool;
 pub mod preemption;
 pub mod process;
 pub mod progress;
+pub mod regression;
 pub mod run;
 pub mod schedule;
 pub mod stage;
 pub mod sweep;
+pub mod workflow;
 
 use uuid::Uuid;
 
 pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
 pub use dependency::{Dependency, Settled, When};
 pub use event::{Event, EventKind, NewEvent};
+pub use inference_spec::InferenceSpec;
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};
 pub use pool::{Needs, Pools};

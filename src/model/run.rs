@@ -32,8 +32,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::workflow::Workflow;
 use super::{Millis, Stage, UnknownState, now_millis, short_id};
-use crate::workflow::Workflow;
 
 /// A run's place in its life; see `next` for the moves between them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

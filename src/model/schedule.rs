@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::InferenceSpec;
 use super::Millis;
-use crate::inference::InferenceSpec;
-use crate::inference::regression::RegressionPolicy;
+use super::regression::RegressionPolicy;
 
 /// A cron expression that enqueues an inference test (a nightly regression check).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,32 +1,26 @@
-//! Workflows: the YAML that says which processes a run starts, in which order, how to tell they
-//! are up, what they hold exclusively and when the run is over.
+//! Workflows at work: reading a workflow file, checking it, filling its templates and planning
+//! a run's stages. The workflow as data (its schema) is `model::workflow`, re-exported here.
 
 mod catalog;
 pub mod checkpoints;
-mod duration;
 mod names;
 mod parse;
 pub mod pipeline;
 mod plan;
 pub mod progress;
 pub mod request;
-pub mod retry;
-mod schema;
-mod slurm;
 pub mod template;
 pub mod wandb;
 
+pub use crate::model::workflow::retry;
+pub use crate::model::workflow::{
+    AutoPort, BUILTIN_VARS, Completion, DEFAULT_START_TIMEOUT, Dur, Launcher, MAX_DURATION, MAX_NAME_LEN,
+    PortSpec, Probe, RetryPolicy, SlurmOptions, StageSpec, Workflow,
+};
 pub use catalog::{Catalog, CatalogError};
 pub use checkpoints::CheckpointSpec;
-pub use duration::{Dur, MAX_DURATION};
 pub use names::{NAME_RULE, check_log_path, is_simple_name};
 pub use parse::InvalidWorkflow;
 pub use plan::{PlanError, StagePlan, expand_home};
 pub use progress::ProgressSpec;
 pub use request::RunRequest;
-pub use retry::RetryPolicy;
-pub use schema::{
-    AutoPort, BUILTIN_VARS, Completion, DEFAULT_START_TIMEOUT, Launcher, MAX_NAME_LEN, PortSpec, Probe,
-    StageSpec, Workflow,
-};
-pub use slurm::SlurmOptions;

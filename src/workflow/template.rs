@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use super::Workflow;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
     #[error("unknown variable '{{{name}}}' (known: {known})")]
@@ -91,6 +93,18 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Tem
         }
     }
     Ok(out)
+}
+
+impl Workflow {
+    /// Whether any template of this workflow refers to `var`.
+    pub fn uses_var(&self, var: &str) -> bool {
+        let mentions = |text: &str| variables(text).is_ok_and(|vars| vars.contains(&var));
+        self.stages.iter().any(|stage| {
+            stage.argv.iter().any(|a| mentions(a))
+                || stage.cwd.as_deref().is_some_and(mentions)
+                || stage.environ.values().any(|v| mentions(v))
+        }) || self.vars.values().any(|v| mentions(v))
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::template;
 use super::{CheckpointSpec, Dur, ProgressSpec, RetryPolicy, SlurmOptions};
 
 /// Template variables every workflow may use, filled in by lachesis.
@@ -194,16 +193,6 @@ impl Workflow {
         } else {
             self.completion.stages.iter().map(String::as_str).collect()
         }
-    }
-
-    /// Whether any template of this workflow refers to `var`.
-    pub fn uses_var(&self, var: &str) -> bool {
-        let mentions = |text: &str| template::variables(text).is_ok_and(|vars| vars.contains(&var));
-        self.stages.iter().any(|stage| {
-            stage.argv.iter().any(|a| mentions(a))
-                || stage.cwd.as_deref().is_some_and(mentions)
-                || stage.environ.values().any(|v| mentions(v))
-        }) || self.vars.values().any(|v| mentions(v))
     }
 
     /// The exclusive resources a run holds, given its resolved ports.

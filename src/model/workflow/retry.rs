@@ -83,7 +83,7 @@ impl RetryPolicy {
     }
 
     /// Checks the policy; errors are (field, problem).
-    pub(super) fn validate(&self) -> Result<(), (String, String)> {
+    pub(crate) fn validate(&self) -> Result<(), (String, String)> {
         if self.max_attempts == 0 {
             return Err(("retry.max_attempts".into(), "must be at least 1 (the first attempt)".into()));
         }
