@@ -9,6 +9,7 @@ pub mod event;
 pub mod inference_spec;
 pub mod inference_test;
 pub mod metric_row;
+pub mod names;
 pub mod pool;
 pub mod preemption;
 pub mod process;
@@ -18,9 +19,8 @@ pub mod run;
 pub mod schedule;
 pub mod stage;
 pub mod sweep;
+pub mod time;
 pub mod workflow;
-
-use uuid::Uuid;
 
 pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
 pub use dependency::{Dependency, Settled, When};
@@ -28,6 +28,7 @@ pub use event::{Event, EventKind, NewEvent};
 pub use inference_spec::InferenceSpec;
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_row::{MetricRow, sample_evenly};
+pub use names::{UnknownState, short_id};
 pub use pool::{Needs, Pools};
 pub use process::{
     Exit, IllegalProcessMove, ProcessIdentity, ProcessRecord, ProcessState, ProcessTrigger, signal_name,
@@ -36,32 +37,4 @@ pub use progress::{Progress, ProgressPoint};
 pub use run::{IllegalTransition, Run, RunPage, RunParams, RunQuery, RunState, RunTrigger};
 pub use schedule::Schedule;
 pub use stage::Stage;
-
-/// Milliseconds since the Unix epoch: one integer type that both SQLite and PostgreSQL store as is.
-pub type Millis = i64;
-
-pub fn now_millis() -> Millis {
-    chrono::Utc::now().timestamp_millis()
-}
-
-/// The first 8 hex digits of an id: what people type and read.
-pub fn short_id(id: &Uuid) -> String {
-    id.simple().to_string()[..8].to_string()
-}
-
-/// A state name that no state of `kind` has.
-#[derive(Debug, thiserror::Error)]
-#[error("unknown {kind} state '{text}' (expected one of: {expected})")]
-pub struct UnknownState {
-    pub kind: &'static str,
-    pub text: String,
-    pub expected: String,
-}
-
-impl UnknownState {
-    /// `text` is not one of `names`, the states of a `kind`.
-    pub fn new<'a>(kind: &'static str, text: &str, names: impl IntoIterator<Item = &'a str>) -> UnknownState {
-        let expected = names.into_iter().collect::<Vec<_>>().join(", ");
-        UnknownState { kind, text: text.to_string(), expected }
-    }
-}
+pub use time::{Millis, now_millis};
