@@ -15,7 +15,7 @@ use crate::service::{Result, RunSummary, Service};
 /// Rows per page of the runs table: a morning's glance, and a page Chromium lays out in a
 /// few milliseconds (1,000 rows took it most of a second).
 pub const PAGE_SIZE: usize = 100;
-/// Rows per page of the queue: the head of a sweep, not all of it.
+/// Rows per page of the queue: the head of a deep queue, not all of it.
 pub const QUEUE_PAGE: usize = 50;
 /// Pending runs whose waiting note is looked up (each is a read of the run).
 const QUEUE_DETAIL: usize = 20;

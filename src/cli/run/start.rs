@@ -168,7 +168,7 @@ fn pipeline(
 }
 
 /// The requests of a `--from` file (or stdin), one per non-blank line, over `base`.
-/// The largest `--from` file read: a sweep of some 100,000 lines.
+/// The largest `--from` file read: a batch of some 100,000 lines.
 const MAX_FROM_BYTES: u64 = 64 << 20;
 
 fn requests_from(path: &std::path::Path, base: &RunRequest) -> Result<Vec<RunRequest>, String> {

@@ -58,7 +58,7 @@ impl Service {
     ) -> Result<Vec<Run>> {
         let catalog = self.settings.catalog()?;
         let single = requests.len() == 1;
-        // A sweep names a handful of workflows: each is loaded and checked once.
+        // A batch names a handful of workflows: each is loaded and checked once.
         let mut specs: HashMap<String, Workflow> = HashMap::new();
         let mut batch = Vec::with_capacity(requests.len());
         let mut ids: Vec<Uuid> = Vec::with_capacity(requests.len());
