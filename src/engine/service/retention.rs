@@ -45,7 +45,7 @@ impl Service {
         loop {
             let runs = self.store.expired_runs(before, node, limit).await?;
             report.runs += runs.len();
-            report.bytes += self.sweep_dirs(&runs, &runs_dir, dry_run, &mut report.foreign_dirs);
+            report.bytes += self.remove_dirs(&runs, &runs_dir, dry_run, &mut report.foreign_dirs);
             if !dry_run {
                 let ids: Vec<_> = runs.iter().map(|r| r.id).collect();
                 self.store.forget_runs(&ids).await?;
@@ -57,7 +57,7 @@ impl Service {
         loop {
             let tests = self.store.expired_tests(before, limit).await?;
             report.tests += tests.len();
-            report.bytes += self.sweep_dirs(&tests, &tests_dir, dry_run, &mut report.foreign_dirs);
+            report.bytes += self.remove_dirs(&tests, &tests_dir, dry_run, &mut report.foreign_dirs);
             if !dry_run {
                 let ids: Vec<_> = tests.iter().map(|t| t.id).collect();
                 self.store.forget_tests(&ids).await?;
@@ -74,7 +74,7 @@ impl Service {
 
     /// Measures (and unless `dry_run`, removes) the directories of `expired` that sit where
     /// this home keeps them, `parent/<id>`; returns their disk usage.
-    fn sweep_dirs(&self, expired: &[Expired], parent: &Path, dry_run: bool, foreign: &mut usize) -> u64 {
+    fn remove_dirs(&self, expired: &[Expired], parent: &Path, dry_run: bool, foreign: &mut usize) -> u64 {
         let mut bytes = 0;
         for item in expired {
             if item.dir != parent.join(item.id.to_string()) {
