@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tracing::warn;
 use uuid::Uuid;
 
@@ -29,14 +30,22 @@ const FINAL_TRIES: u32 = 5;
 
 /// A supervised run's metric worker.
 pub struct MetricWatch {
-    /// Set when the run leaves `running`: the worker reads the rest and ends.
-    finish: Arc<AtomicBool>,
+    finish: Arc<Finish>,
+}
+
+/// Set when the run leaves `running`: the worker wakes at once, reads the rest and ends, before
+/// a next attempt (a backoff away at least) writes lines of its own to the same file.
+#[derive(Default)]
+struct Finish {
+    asked: AtomicBool,
+    wake: Notify,
 }
 
 impl MetricWatch {
     /// Asks the worker to read what is left, record it, and end.
     pub fn finish(&self) {
-        self.finish.store(true, Ordering::Release);
+        self.finish.asked.store(true, Ordering::Release);
+        self.finish.wake.notify_one();
     }
 }
 
@@ -83,7 +92,7 @@ fn spawn_worker(
     attempt: u32,
     source: ResolvedMetrics,
     mark: FileMark,
-    finish: Arc<AtomicBool>,
+    finish: Arc<Finish>,
 ) {
     let reader =
         Arc::new(Mutex::new(Reader { follower: Follower::from_mark(source.file(), mark), warned: false }));
@@ -91,7 +100,7 @@ fn spawn_worker(
         let mut failures = 0u32;
         loop {
             // Sampled before the read: a read that starts after the ask reads the last lines.
-            let finishing = finish.load(Ordering::Acquire);
+            let finishing = finish.asked.load(Ordering::Acquire);
             let (source_, reader_) = (source.clone(), Arc::clone(&reader));
             let Ok((batch, more)) =
                 tokio::task::spawn_blocking(move || read_batch(&source_, &reader_, run)).await
@@ -124,7 +133,10 @@ fn spawn_worker(
             if finishing {
                 return;
             }
-            tokio::time::sleep(FOLLOW_INTERVAL).await;
+            tokio::select! {
+                _ = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+                _ = finish.wake.notified() => {}
+            }
         }
     });
 }
@@ -147,7 +159,7 @@ impl Reconciler {
             Ok(source) => source,
             Err(err) => {
                 // Said once: the watch stays empty for the attempt.
-                sup.metrics = Some(MetricWatch { finish: Arc::new(AtomicBool::new(true)) });
+                sup.metrics = Some(MetricWatch { finish: Arc::default() });
                 let note = crate::model::NewEvent::note(format!("cannot read metrics: {err}"));
                 self.store.add_event(id, &note).await?;
                 return Ok(());
@@ -164,7 +176,7 @@ impl Reconciler {
             (None, None) => FileMark::of(source.file()),
         };
         let attempt = u32::try_from(sup.run.attempt).unwrap_or(u32::MAX);
-        let finish = Arc::new(AtomicBool::new(false));
+        let finish = Arc::new(Finish::default());
         spawn_worker(Arc::clone(&self.store), id, attempt, source, mark, Arc::clone(&finish));
         sup.metrics = Some(MetricWatch { finish });
         Ok(())
