@@ -337,12 +337,12 @@ mod tests {
         /// return (an error or a source) and never panic.
         #[test]
         fn any_block_is_refused_or_read_without_panicking(yaml in "\\PC{0,200}", line in "\\PC{0,200}") {
-            if let Ok(spec) = crate::yaml::from_str::<MetricSpec>(&yaml) {
-                if spec.validate(&["trainer"], &[]).is_ok() {
-                    let vars = BTreeMap::from([("run_dir".to_string(), "/r".to_string())]);
-                    if let Ok(source) = spec.resolve(&vars, |_| None) {
-                        let _ = source.read_line(&line);
-                    }
+            if let Ok(spec) = crate::yaml::from_str::<MetricSpec>(&yaml)
+                && spec.validate(&["trainer"], &[]).is_ok()
+            {
+                let vars = BTreeMap::from([("run_dir".to_string(), "/r".to_string())]);
+                if let Ok(source) = spec.resolve(&vars, |_| None) {
+                    let _ = source.read_line(&line);
                 }
             }
         }

@@ -94,30 +94,37 @@ pub(super) static LAST_ROW_READINGS: LazyLock<String> = LazyLock::new(|| {
         .join(" UNION ALL ")
 });
 
+/// One stored reading of a named metric, as the last-row reads return them.
+struct Stored {
+    name: String,
+    attempt: i64,
+    step: i64,
+    value: f64,
+    at: Millis,
+}
+
 /// The last metric row of each run of `LAST_ROW_READINGS`'s rows: the readings at its latest
 /// attempt's highest step.
 pub(super) fn last_rows(rows: &[sqlx::any::AnyRow]) -> Result<HashMap<Uuid, MetricRow>> {
-    let mut by_run: HashMap<Uuid, Vec<(String, i64, i64, f64, Millis)>> = HashMap::new();
+    let mut by_run: HashMap<Uuid, Vec<Stored>> = HashMap::new();
     for row in rows {
         let id: String = row.try_get("run_id")?;
         let id = Uuid::parse_str(&id).map_err(corrupt)?;
-        by_run.entry(id).or_default().push((
-            row.try_get("name")?,
-            row.try_get("attempt")?,
-            row.try_get("step")?,
-            row.try_get("value")?,
-            row.try_get("recorded_at")?,
-        ));
+        by_run.entry(id).or_default().push(Stored {
+            name: row.try_get("name")?,
+            attempt: row.try_get("attempt")?,
+            step: row.try_get("step")?,
+            value: row.try_get("value")?,
+            at: row.try_get("recorded_at")?,
+        });
     }
     let mut last = HashMap::new();
     for (id, readings) in by_run {
-        let Some(end) = readings.iter().map(|(_, attempt, step, ..)| (*attempt, *step)).max() else {
-            continue;
-        };
+        let Some(end) = readings.iter().map(|r| (r.attempt, r.step)).max() else { continue };
         let at_end = readings
             .iter()
-            .filter(|(_, attempt, step, ..)| (*attempt, *step) == end)
-            .map(|(name, _, step, value, at)| (name.as_str(), *step, *value, *at));
+            .filter(|r| (r.attempt, r.step) == end)
+            .map(|r| (r.name.as_str(), r.step, r.value, r.at));
         if let Some(row) = MetricRow::from_readings(at_end).pop() {
             last.insert(id, row);
         }
