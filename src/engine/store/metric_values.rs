@@ -72,6 +72,9 @@ pub trait MetricStore: Send + Sync {
     async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
 }
 
+/// The readings newer than a mark, off the covering time index (`metric_values_by_time`).
+pub(super) const METRIC_RUNS_SINCE: &str = "SELECT run_id FROM metric_values WHERE recorded_at > $1";
+
 /// Each of the listed runs' last reading of each W&B metric, its latest attempt's highest step
 /// (a seek on the key per run and name); `last_rows` makes rows of them.
 pub(super) static LAST_ROW_READINGS: LazyLock<String> = LazyLock::new(|| {
@@ -231,16 +234,17 @@ impl MetricStore for SqlStore {
     }
 
     async fn metric_runs_since(&self, recorded_after: Millis) -> Result<Vec<Uuid>> {
-        let rows = sqlx::query("SELECT DISTINCT run_id FROM metric_values WHERE recorded_at > $1")
-            .bind(recorded_after)
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let id: String = row.try_get("run_id")?;
-                Uuid::parse_str(&id).map_err(corrupt)
-            })
-            .collect()
+        // Not DISTINCT: SQLite would walk the key for its order rather than the time index.
+        let rows = sqlx::query(METRIC_RUNS_SINCE).bind(recorded_after).fetch_all(self.pool()).await?;
+        let mut runs = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for row in &rows {
+            let id: String = row.try_get("run_id")?;
+            if seen.insert(id.clone()) {
+                runs.push(Uuid::parse_str(&id).map_err(corrupt)?);
+            }
+        }
+        Ok(runs)
     }
 
     async fn metric_rows(&self, run_id: Uuid) -> Result<Vec<MetricRow>> {
