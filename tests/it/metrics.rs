@@ -155,3 +155,41 @@ for i in 3 4; do echo "{\"step\": $i, \"loss\": 1$i}" >> "$f"; done
     );
     home.kill_daemon();
 }
+
+#[tokio::test]
+async fn a_daemon_killed_mid_run_reads_on_and_records_each_reading_once() {
+    let mut home = TestHome::new();
+    // Twelve rows a tenth of a second apart; the daemon dies after the third is recorded.
+    let script = home.path().join("trainer.sh");
+    let body = r#"i=0; while [ $i -lt 12 ]; do echo "{\"step\": $i, \"loss\": $i}" >> "$1/m.jsonl"; i=$((i+1)); sleep 0.1; done
+"#;
+    std::fs::write(&script, body).unwrap();
+    home.workflow(
+        "slow",
+        &format!(
+            "name: slow\nstages:\n  - name: trainer\n    argv: [sh, \"{}\", \"{{run_dir}}\"]\n\
+             metrics:\n  jsonl: {{file: m.jsonl, step: /step}}\n",
+            script.display()
+        ),
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "slow"]);
+    let service = home.service().await;
+    wait_for("three readings", T, || {
+        let service = service.clone();
+        async move { (service.metric_series(id, "loss").await.unwrap().len() >= 3).then_some(()) }
+    })
+    .await;
+    home.kill_daemon();
+    // The next daemon re-attaches, reads the file again from the attempt's start and records
+    // only what was new: one reading per step, all of the first attempt.
+    home.start_daemon();
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    let loss = series_of(&mut home, id, "loss", 12).await;
+    assert_eq!(loss, (0..12).map(|s| p(1, s, s as f64)).collect::<Vec<_>>());
+    let listed: Value =
+        serde_json::from_str(&home.cli_ok(&["run", "metrics", &id.to_string(), "--json"])).unwrap();
+    assert_eq!(listed["metrics"][0]["count"], 12, "{listed:#}");
+    home.kill_daemon();
+}
