@@ -61,8 +61,14 @@ struct Reader {
     warned: bool,
 }
 
-/// Reads up to `BATCH_BYTES` of the source: its readings, and whether there is more to read.
-fn read_batch(source: &ResolvedMetrics, reader: &Mutex<Reader>, run: Uuid) -> (Vec<MetricReading>, bool) {
+/// Reads up to `BATCH_BYTES` of the source: its readings at `from_step` or later, and whether
+/// there is more to read.
+fn read_batch(
+    source: &ResolvedMetrics,
+    reader: &Mutex<Reader>,
+    run: Uuid,
+    from_step: i64,
+) -> (Vec<MetricReading>, bool) {
     let Ok(mut reader) = reader.lock() else { return (Vec::new(), false) };
     let reader = &mut *reader;
     let mut readings = Vec::new();
@@ -70,7 +76,7 @@ fn read_batch(source: &ResolvedMetrics, reader: &Mutex<Reader>, run: Uuid) -> (V
     let more = reader
         .follower
         .read_some(BATCH_BYTES, |line| match source.read_line(line) {
-            Ok(found) => readings.extend(found),
+            Ok(found) => readings.extend(found.into_iter().filter(|r| r.step >= from_step)),
             Err(err) => {
                 if !std::mem::replace(warned, true) {
                     warn!(%run, file = %source.file().display(), "metrics: skipped a line: failed to {err}");
@@ -84,16 +90,17 @@ fn read_batch(source: &ResolvedMetrics, reader: &Mutex<Reader>, run: Uuid) -> (V
     (readings, more)
 }
 
-/// Follows `source` from `mark`, recording readings under `attempt` until `finish` is set and the
-/// file is read to its end.
-fn spawn_worker(
-    store: Arc<dyn Store>,
-    run: Uuid,
-    attempt: u32,
+/// Where a worker reads: the source, from `mark` on, keeping readings at `from_step` or later.
+struct Followed {
     source: ResolvedMetrics,
     mark: FileMark,
-    finish: Arc<Finish>,
-) {
+    from_step: i64,
+}
+
+/// Follows the source from its mark, recording readings under `attempt` until `finish` is set
+/// and the file is read to its end.
+fn spawn_worker(store: Arc<dyn Store>, run: Uuid, attempt: u32, followed: Followed, finish: Arc<Finish>) {
+    let Followed { source, mark, from_step } = followed;
     let reader =
         Arc::new(Mutex::new(Reader { follower: Follower::from_mark(source.file(), mark), warned: false }));
     tokio::spawn(async move {
@@ -103,7 +110,7 @@ fn spawn_worker(
             let finishing = finish.asked.load(Ordering::Acquire);
             let (source_, reader_) = (source.clone(), Arc::clone(&reader));
             let Ok((batch, more)) =
-                tokio::task::spawn_blocking(move || read_batch(&source_, &reader_, run)).await
+                tokio::task::spawn_blocking(move || read_batch(&source_, &reader_, run, from_step)).await
             else {
                 return;
             };
@@ -145,7 +152,9 @@ impl Reconciler {
     /// Starts following a running run's metrics, if its workflow names where they appear (once
     /// per attempt and daemon). A first attempt's file is read from its start; a later
     /// attempt's from where it stood when the attempt's first stage started (a file put in its
-    /// place since, from its start), or from the stage's log start for a log.
+    /// place since, from its start, without the rows below the step it resumed at: those are
+    /// the earlier attempts', kept by a trainer that rewrote the file), or from the stage's log
+    /// start for a log.
     pub(super) async fn watch_metrics(&mut self, id: Uuid) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let Some(spec) = &sup.run.spec.metrics else { return Ok(()) };
@@ -177,7 +186,12 @@ impl Reconciler {
         };
         let attempt = u32::try_from(sup.run.attempt).unwrap_or(u32::MAX);
         let finish = Arc::new(Finish::default());
-        spawn_worker(Arc::clone(&self.store), id, attempt, source, mark, Arc::clone(&finish));
+        let from_step = crate::workflow::checkpoints::resume_of(&sup.run.params.resolved)
+            .ok()
+            .flatten()
+            .map_or(i64::MIN, |point| point.step);
+        let followed = Followed { source, mark, from_step };
+        spawn_worker(Arc::clone(&self.store), id, attempt, followed, Arc::clone(&finish));
         sup.metrics = Some(MetricWatch { finish });
         Ok(())
     }
