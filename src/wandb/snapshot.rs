@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::RunRef;
-use crate::model::MetricRow;
+use crate::model::{MetricReading, MetricRow};
 
 /// The numbers `status` and `results` show, as last read from W&B.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -51,6 +51,35 @@ pub fn snapshot_from(run: &RunRef, now_ms: i64) -> Snapshot {
 /// The history keys the stored metric history is read from: every key any metric may come from.
 pub const HISTORY_KEYS: &[&str] =
     &["train/reward_mean", "train/percent_correct", "eval/percent_correct", "train/loss", "loss"];
+
+/// Keys of a run's W&B history read beyond `HISTORY_KEYS`: each costs a request per reading.
+pub const MAX_OTHER_KEYS: usize = 16;
+
+/// The history keys read of `run`: `HISTORY_KEYS` it logs (all of them when W&B did not say
+/// which it logs), then up to `MAX_OTHER_KEYS` of its other keys, W&B's own `_` keys left out.
+pub fn history_keys_of(run: &RunRef) -> Vec<&str> {
+    let logged = |key: &str| run.history_keys.is_empty() || run.history_keys.iter().any(|k| k == key);
+    let mut keys: Vec<&str> = HISTORY_KEYS.iter().copied().filter(|key| logged(key)).collect();
+    let others = run
+        .history_keys
+        .iter()
+        .map(String::as_str)
+        .filter(|key| !key.starts_with('_') && !HISTORY_KEYS.contains(key))
+        .take(MAX_OTHER_KEYS);
+    keys.extend(others);
+    keys
+}
+
+/// The readings of `key` in W&B history `rows` (each with `_step`): rows without a whole
+/// `_step` or a finite number under `key` are skipped.
+pub fn history_readings(rows: &[Map<String, Value>], key: &str) -> Vec<MetricReading> {
+    rows.iter()
+        .filter_map(|row| {
+            let step = lookup(row, "_step").and_then(whole)?;
+            MetricReading::new(key, step, lookup(row, key).and_then(finite)?)
+        })
+        .collect()
+}
 
 /// Adds W&B history `rows` (each with `_step` and some metric keys) to `by_step`, read at
 /// `now_ms`. A step already present keeps the values it has and gains those it lacked, so rows of

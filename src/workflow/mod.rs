@@ -3,6 +3,7 @@
 
 mod catalog;
 pub mod checkpoints;
+pub mod metrics;
 mod names;
 mod parse;
 pub mod pipeline;
@@ -19,6 +20,7 @@ pub use crate::model::workflow::{
 };
 pub use catalog::{Catalog, CatalogError};
 pub use checkpoints::CheckpointSpec;
+pub use metrics::MetricSpec;
 pub use names::{NAME_RULE, check_log_path, is_simple_name};
 pub use parse::InvalidWorkflow;
 pub use plan::{PlanError, StagePlan, expand_home};

@@ -31,6 +31,8 @@ progress:
   jsonl: {{file: "{{run_dir}}/log/metrics.jsonl", step: /step, total: 10}}
 checkpoints:
   jsonl: {{file: "{{run_dir}}/log/checkpoints.jsonl", step: /batch, path: /state_path, weights: /sampler_path}}
+metrics:
+  jsonl: {{file: "{{run_dir}}/log/metrics.jsonl", step: /step}}
 {extra}"#,
             standin().display()
         ),
@@ -99,6 +101,23 @@ async fn resumed_at_six(home: &mut TestHome, id: Uuid) {
     let second = series(service.progress(id, 2).await.unwrap(), 2);
     assert!(first.last().is_some_and(|s| (0..=6).contains(s)), "{first:?}");
     assert_eq!((second.first(), second.last()), (Some(&6), Some(&10)), "{second:?}");
+    // The metrics by name: the first attempt's rows before the step the second resumed at, the
+    // second's from it, the rows the cookbook kept on rewriting the file not read again as the
+    // second's. (A lost node's last rows may never have reached the store.)
+    let batch = wait_for("the batches' metric", T, || {
+        let service = service.clone();
+        async move {
+            let series = service.metric_series(id, "progress/batch").await.unwrap();
+            series.last().is_some_and(|p| p.step == 9).then_some(series)
+        }
+    })
+    .await;
+    let tagged: Vec<(u32, i64)> = batch.iter().map(|p| (p.attempt, p.step)).collect();
+    assert!(tagged.iter().all(|(attempt, step)| (*attempt == 2) == (*step >= 6)), "{tagged:?}");
+    assert!(tagged.ends_with(&[(2, 6), (2, 7), (2, 8), (2, 9)]), "{tagged:?}");
+    if lines.len() == 2 {
+        assert_eq!(tagged.iter().map(|(_, step)| *step).collect::<Vec<_>>(), (0..10).collect::<Vec<_>>());
+    }
     // Every checkpoint once, each under the attempt that wrote it.
     let saved = service.checkpoints_of(id).await.unwrap();
     let rows: Vec<(i64, i64)> = saved.iter().map(|c| (c.attempt, c.step)).collect();

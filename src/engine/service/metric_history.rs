@@ -1,10 +1,12 @@
-//! The training-metric history: what the daemon's metric poller reads from W&B and stores, and
-//! what results and `run metrics` answer with, from the store alone (so after W&B is gone too).
+//! Training metrics by name: what the daemon's metric poller reads from W&B and stores, and
+//! what results, `run metrics` and a sweep read, from the store alone (so after W&B is gone
+//! too). The workflow's own sources (`metrics:`) are recorded by the reconciler's metric worker.
 
 use serde::Serialize;
+use uuid::Uuid;
 
 use crate::model::RunQuery;
-use crate::model::{MetricRow, Run, RunState, now_millis, sample_evenly};
+use crate::model::{MetricPoint, MetricRow, MetricSummary, Millis, Run, RunState, now_millis, sample_evenly};
 use crate::wandb::{WandbClient, WandbError};
 
 use super::metrics::wandb_names;
@@ -17,12 +19,14 @@ pub const HISTORY_SAMPLES: usize = 10;
 /// steps of later readings fill it in further, since rows are kept per step.
 const WANDB_SAMPLES: u32 = 500;
 
-/// A run's stored metric history.
+/// A run's metrics, as `run metrics` and `GET /runs/{id}/metrics` show them.
 #[derive(Clone, Debug, Serialize)]
-pub struct MetricHistory {
-    pub run_id: uuid::Uuid,
-    /// Every stored step, oldest first.
-    pub rows: Vec<MetricRow>,
+#[serde(untagged)]
+pub enum NamedMetrics {
+    /// Each metric with its count of readings and its last one, by name.
+    Names { run_id: Uuid, metrics: Vec<MetricSummary> },
+    /// One metric's series, by step.
+    Series { run_id: Uuid, name: String, points: Vec<MetricPoint> },
 }
 
 /// Why a reading of a run's metric history stored nothing.
@@ -44,8 +48,8 @@ impl Service {
         Ok(runs.into_iter().filter(|run| run.node.as_deref().is_none_or(|n| n == node)).collect())
     }
 
-    /// Reads `run`'s metric history from W&B and stores it, one row per step; returns how many
-    /// steps the reading held.
+    /// Reads `run`'s metric history from W&B and stores it by name under the run's attempt;
+    /// returns how many readings it held.
     pub async fn read_metric_history(
         &self,
         run: &Run,
@@ -55,15 +59,44 @@ impl Service {
         let Some(found) = client.find_run(&project, &name).await? else {
             return Err(ReadingError::NotYet { project, name });
         };
-        let rows = client.metric_history(&project, &found, WANDB_SAMPLES, now_millis()).await?;
-        self.store.put_metric_rows(run.id, &rows).await?;
-        Ok(rows.len())
+        let readings = client.metric_readings(&project, &found, WANDB_SAMPLES).await?;
+        let attempt = u32::try_from(run.attempt).unwrap_or(u32::MAX);
+        self.store.put_metric_values(run.id, attempt, &readings, now_millis()).await?;
+        Ok(readings.len())
     }
 
-    /// The stored metric history of the run `prefix` names.
-    pub async fn metric_history(&self, prefix: &str) -> Result<MetricHistory> {
+    /// The metrics of the run `prefix` names: with `name`, that metric's series; without, each
+    /// metric's count and last reading.
+    pub async fn named_metrics(&self, prefix: &str, name: Option<&str>) -> Result<NamedMetrics> {
         let run = self.resolve(prefix).await?;
-        Ok(MetricHistory { run_id: run.id, rows: self.store.metric_rows(run.id).await? })
+        Ok(match name {
+            Some(name) => NamedMetrics::Series {
+                run_id: run.id,
+                name: name.to_string(),
+                points: self.store.metric_series(run.id, name).await?,
+            },
+            None => {
+                NamedMetrics::Names { run_id: run.id, metrics: self.store.metric_summaries(run.id).await? }
+            }
+        })
+    }
+
+    /// The series of metric `name` of `run`, ordered by step, a resumed attempt's readings
+    /// replacing the earlier attempts' from its resume step on; at most
+    /// `model::metric_point::MAX_SERIES_POINTS` readings are read.
+    pub async fn metric_series(&self, run: Uuid, name: &str) -> Result<Vec<MetricPoint>> {
+        Ok(self.store.metric_series(run, name).await?)
+    }
+
+    /// The names of `run`'s metrics, sorted (at most 1,000).
+    pub async fn metric_names(&self, run: Uuid) -> Result<Vec<String>> {
+        Ok(self.store.metric_names(run).await?)
+    }
+
+    /// The runs with a metric reading recorded (or changed) after `recorded_after`: what a task
+    /// beside the loop rereads, rather than every run's series.
+    pub async fn metric_runs_since(&self, recorded_after: Millis) -> Result<Vec<Uuid>> {
+        Ok(self.store.metric_runs_since(recorded_after).await?)
     }
 
     /// The stored rows of `run`, and about `HISTORY_SAMPLES` of them spread evenly, the last

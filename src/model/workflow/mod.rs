@@ -5,6 +5,7 @@
 
 pub mod checkpoints;
 mod duration;
+pub mod metrics;
 pub mod progress;
 pub mod retry;
 mod schema;
@@ -12,6 +13,7 @@ mod slurm;
 
 pub use checkpoints::{CheckpointJsonl, CheckpointLog, CheckpointSpec};
 pub use duration::{Dur, MAX_DURATION};
+pub use metrics::{MetricJsonl, MetricLog, MetricSpec};
 pub use progress::{JsonlSource, LogSource, ProgressSpec, TotalSpec};
 pub use retry::RetryPolicy;
 pub use schema::{
