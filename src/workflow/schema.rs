@@ -28,6 +28,12 @@ pub const MAX_NAME_LEN: usize = 64;
 /// Default wait for a stage with a probe and no delay.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How long an attempt runs before it may be preempted, when the workflow does not say.
+pub const DEFAULT_MIN_RUNTIME: Duration = Duration::from_secs(600);
+
+/// Preemptions after which a run is no longer preemptible, when the workflow does not say.
+pub const DEFAULT_MAX_PREEMPTIONS: u32 = 5;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workflow {
@@ -88,6 +94,16 @@ pub struct Workflow {
     /// Where the run's trainer says it saved a checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoints: Option<CheckpointSpec>,
+    /// A daemon started with `--preempt` may stop it for a run of higher priority and queue it
+    /// again, to resume from its last checkpoint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
+    /// How long an attempt runs before it may be preempted (default 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_runtime: Option<Dur>,
+    /// Preemptions after which the run is no longer preemptible (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_preemptions: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,6 +194,16 @@ pub struct Completion {
 
 /// A workflow file that can't be used, with where and why.
 impl Workflow {
+    /// How long an attempt runs before it may be preempted.
+    pub fn min_runtime(&self) -> Duration {
+        self.min_runtime.map_or(DEFAULT_MIN_RUNTIME, |d| d.0)
+    }
+
+    /// Preemptions after which a run of it is no longer preemptible.
+    pub fn max_preemptions(&self) -> u32 {
+        self.max_preemptions.unwrap_or(DEFAULT_MAX_PREEMPTIONS)
+    }
+
     /// Every placeholder a template of this workflow may use.
     pub fn known_vars(&self) -> Vec<String> {
         let mut known: Vec<String> = BUILTIN_VARS.iter().map(|s| s.to_string()).collect();

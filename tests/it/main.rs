@@ -24,6 +24,7 @@ mod logs;
 mod mcp;
 mod nodes;
 mod pools;
+mod preemption;
 mod progress;
 mod report;
 mod requests;

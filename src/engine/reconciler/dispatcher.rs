@@ -39,6 +39,8 @@ pub struct ReconcilerConfig {
     pub log_rotation: crate::logs::Rotation,
     /// This node's counted pools (`--pool gpu=0,1,2,3`).
     pub pools: crate::model::Pools,
+    /// With `--preempt`: how much lower a victim's priority must be (None: never preempt).
+    pub preempt_gap: Option<i64>,
 }
 
 pub struct Reconciler {

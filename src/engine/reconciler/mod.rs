@@ -12,6 +12,7 @@ mod inference_tests;
 mod messages;
 mod node;
 mod outcome;
+mod preempt;
 mod progress;
 mod recover;
 mod runs;

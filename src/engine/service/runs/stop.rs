@@ -30,6 +30,7 @@ impl Service {
             hold: None,
             time_limit: run.spec.time_limit,
             needs: run.params.needs.clone(),
+            preemptible: Some(run.spec.preemptible),
             after: None,
         };
         self.submit(request).await

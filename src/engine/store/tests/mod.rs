@@ -36,6 +36,7 @@ mod attempts;
 mod conformance;
 mod dependencies;
 mod nodes;
+mod preemptions;
 mod queue;
 mod report;
 

@@ -1,0 +1,213 @@
+//! Preemption (`daemon --preempt`): an urgent run takes the pool unit of a running preemptible
+//! run of lower priority, which queues again (not failed, no attempt charged) and resumes
+//! from its last checkpoint; protected runs are never taken; a daemon killed during the
+//! victim's grace leaves no unit double-booked, the victim requeued once and the urgent run
+//! started.
+
+use std::time::Duration;
+
+use lachesis::model::RunState;
+use uuid::Uuid;
+
+use crate::support::{TestHome, wait_for};
+
+const T: Duration = Duration::from_secs(60);
+
+/// A trainer that, on a first attempt, writes a checkpoint at step 120 and runs until it is
+/// stopped (with `stubborn`, it notes SIGTERM in `term` and keeps going until SIGKILL); a
+/// resumed attempt completes at once. Each attempt appends what it was handed to `attempts`.
+fn trainer(stubborn: bool) -> String {
+    let wait = match stubborn {
+        true => r#"trap 'echo term >> "$d/term"' TERM; while :; do sleep 1 & wait $!; done"#,
+        false => "exec sleep 600",
+    };
+    format!(
+        r#"d="$1"; echo "start=${{LACHESIS_RESUME_STEP:-0}} gpu=$CUDA_VISIBLE_DEVICES" >> "$d/attempts"; [ -n "$LACHESIS_RESUME_STEP" ] && exit 0; printf '{{"batch": 120, "state_path": "tinker://x/weights/120"}}\n' >> "$d/checkpoints.jsonl"; {wait}"#
+    )
+}
+
+/// A workflow of `trainer` holding one gpu unit, with `extra` keys.
+fn low(home: &TestHome, name: &str, stubborn: bool, extra: &str) {
+    home.workflow(
+        name,
+        &format!(
+            r#"name: {name}
+needs: {{gpu: 1}}
+stages:
+  - name: trainer
+    argv: [sh, -c, {script}, sh, "{{run_dir}}"]
+completion: {{stages: [trainer]}}
+checkpoints:
+  jsonl: {{file: "{{run_dir}}/checkpoints.jsonl", step: /batch, path: /state_path}}
+{extra}"#,
+            script = serde_json::to_string(&trainer(stubborn)).unwrap()
+        ),
+    );
+}
+
+/// The urgent run: one gpu unit, done once `release` appears in its run directory.
+fn urgent(home: &TestHome) {
+    home.workflow(
+        "urgent",
+        r#"name: urgent
+needs: {gpu: 1}
+stages:
+  - name: eval
+    argv: [sh, -c, 'while [ ! -f "$1/release" ]; do sleep 0.05; done', sh, "{run_dir}"]
+completion: {stages: [eval]}
+"#,
+    );
+}
+
+async fn wait_checkpoint(home: &mut TestHome, id: Uuid) {
+    let service = home.service().await;
+    wait_for("the victim's checkpoint to be recorded", T, || {
+        let service = service.clone();
+        async move { (!service.checkpoints_of(id).await.unwrap().is_empty()).then_some(()) }
+    })
+    .await;
+}
+
+/// Event ids are global and increasing: the id of the first event of `id` whose message
+/// starts with `prefix`.
+async fn event_id(home: &mut TestHome, id: Uuid, prefix: &str) -> i64 {
+    let events = home.events(id).await;
+    let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+    events
+        .iter()
+        .find(|e| e.message.starts_with(prefix))
+        .map(|e| e.id)
+        .unwrap_or_else(|| panic!("no '{prefix}' in {messages:#?}"))
+}
+
+#[tokio::test]
+async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint() {
+    let mut home = TestHome::new();
+    low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
+    urgent(&home);
+    home.start_daemon_with(&["--pool", "gpu=0", "--preempt"]);
+    let victim = home.submit(&["--workflow", "low"]);
+    home.wait_state(victim, RunState::Running, T).await;
+    wait_checkpoint(&mut home, victim).await;
+
+    let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+    let run = home.wait_state(eval, RunState::Running, T).await;
+    let (short_eval, short_victim) = (&eval.to_string()[..8], &victim.to_string()[..8]);
+    assert_eq!(run.params.resolved.get("pool.gpu").map(String::as_str), Some("0"));
+
+    let back = home.run(victim).await;
+    assert_eq!((back.state, back.preemptions, back.attempt), (RunState::Pending, 1, 2), "{:?}", back.reason);
+    assert!(back.preempted_work >= 0);
+    assert!(back.preempted_by().is_none(), "the requeue clears the decision");
+    let messages = home.messages(victim).await;
+    let stop = messages
+        .iter()
+        .find(|m| m.starts_with(&format!("stop: preempted by run {short_eval} for 1 gpu unit; ≈ ")))
+        .unwrap_or_else(|| panic!("{messages:#?}"));
+    assert!(stop.ends_with("of work since the checkpoint at step 120 will be redone"), "{stop}");
+    assert!(
+        messages.iter().any(|m| m == "attempt 2 resumes from step 120 (tinker://x/weights/120)"),
+        "{messages:#?}"
+    );
+    let told = home.messages(eval).await;
+    assert!(told.iter().any(|m| m == &format!("took gpu unit 0 from run {short_victim}")), "{told:#?}");
+    // The urgent run was claimed only after the victim was queued again (its stages gone).
+    let requeued = event_id(&mut home, victim, "preempted: ").await;
+    let claimed = event_id(&mut home, eval, "claim").await;
+    assert!(requeued < claimed, "the urgent run started before the victim's stages were gone");
+    let status: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["run", "status", &victim.to_string(), "--json"])).unwrap();
+    assert_eq!(status["preemptions"], 1, "{status:#}");
+
+    // Once the urgent run ends, the victim resumes from step 120 on the same unit.
+    std::fs::write(run.run_dir.join("release"), "").unwrap();
+    let (done, _) = home.wait_settled(victim, T).await;
+    assert_eq!(done.state, RunState::Completed, "{:?}\n{}", done.reason, home.daemon_log());
+    let attempts = std::fs::read_to_string(done.run_dir.join("attempts")).unwrap();
+    assert_eq!(attempts, "start=0 gpu=0\nstart=120 gpu=0\n");
+    assert_eq!(home.run(eval).await.state, RunState::Completed);
+}
+
+#[tokio::test]
+async fn protected_runs_are_never_preempted() {
+    let mut home = TestHome::new();
+    low(&home, "fixed", false, "min_runtime: 0s\n");
+    low(&home, "young", false, "preemptible: true\nmin_runtime: 1h\n");
+    low(&home, "peer", false, "preemptible: true\nmin_runtime: 0s\n");
+    urgent(&home);
+    home.workflow("probe", "name: probe\nstages:\n  - {name: main, argv: [sleep, '600']}\n");
+    home.start_daemon_with(&["--pool", "gpu=0,1,2", "--preempt"]);
+    let holders = [
+        home.submit(&["--workflow", "fixed"]),
+        home.submit(&["--workflow", "young"]),
+        home.submit(&["--workflow", "peer", "--priority", "10"]),
+    ];
+    for id in holders {
+        home.wait_state(id, RunState::Running, T).await;
+    }
+    let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+    // Queued after the urgent run at its priority: the claim that starts it looked at the urgent
+    // run first, and decided any preemption for it in the same pass.
+    let probe = home.submit(&["--workflow", "probe", "--priority", "10"]);
+    home.wait_state(probe, RunState::Running, T).await;
+    assert_eq!(home.run(eval).await.state, RunState::Pending);
+    for id in holders {
+        let run = home.run(id).await;
+        assert_eq!((run.state, run.preemptions), (RunState::Running, 0), "{}", run.workflow);
+        let messages = home.messages(id).await;
+        assert!(!messages.iter().any(|m| m.contains("preempted")), "{}: {messages:#?}", run.workflow);
+    }
+}
+
+#[tokio::test]
+async fn without_preempt_nothing_is_preempted() {
+    let mut home = TestHome::new();
+    low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
+    urgent(&home);
+    home.workflow("probe", "name: probe\nstages:\n  - {name: main, argv: [sleep, '600']}\n");
+    home.start_daemon_with(&["--pool", "gpu=0"]);
+    let victim = home.submit(&["--workflow", "low"]);
+    home.wait_state(victim, RunState::Running, T).await;
+    let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+    let probe = home.submit(&["--workflow", "probe", "--priority", "10"]);
+    home.wait_state(probe, RunState::Running, T).await;
+    assert_eq!(home.run(eval).await.state, RunState::Pending);
+    let run = home.run(victim).await;
+    assert_eq!((run.state, run.preemptions), (RunState::Running, 0));
+}
+
+#[tokio::test]
+async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_the_urgent_run() {
+    let mut home = TestHome::new();
+    low(&home, "low", true, "preemptible: true\nmin_runtime: 0s\n");
+    urgent(&home);
+    home.start_daemon_with(&["--pool", "gpu=0", "--preempt"]);
+    let victim = home.submit(&["--workflow", "low"]);
+    let run = home.wait_state(victim, RunState::Running, T).await;
+    wait_checkpoint(&mut home, victim).await;
+    let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+    // The victim got SIGTERM and holds on through its grace: the decision is written, the
+    // unit not yet free.
+    let term = run.run_dir.join("term");
+    wait_for("the victim to be asked to stop", T, || {
+        let term = term.clone();
+        async move { term.exists().then_some(()) }
+    })
+    .await;
+    assert_eq!(home.run(victim).await.state, RunState::Stopping);
+    assert_eq!(home.run(eval).await.state, RunState::Pending, "the unit is still the victim's");
+    home.kill_daemon();
+    home.start_daemon_with(&["--pool", "gpu=0", "--preempt"]);
+
+    home.wait_state(eval, RunState::Running, T).await;
+    let back = home.run(victim).await;
+    assert_eq!((back.state, back.preemptions, back.attempt), (RunState::Pending, 1, 2), "{:?}", back.reason);
+    let messages = home.messages(victim).await;
+    let requeues = messages.iter().filter(|m| m.starts_with("preempted: ")).count();
+    assert_eq!(requeues, 1, "{messages:#?}");
+    let requeued = event_id(&mut home, victim, "preempted: ").await;
+    let claimed = event_id(&mut home, eval, "claim").await;
+    assert!(requeued < claimed, "the urgent run started before the victim's stages were gone");
+    let stages = home.stages(victim).await;
+    assert!(stages.iter().all(|s| !s.record.state.is_live()), "{stages:#?}");
+}
