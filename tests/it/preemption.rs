@@ -22,12 +22,16 @@ fn trainer(stubborn: bool) -> String {
         false => "exec sleep 600",
     };
     format!(
-        r#"d="$1"; echo "start=${{LACHESIS_RESUME_STEP:-0}} gpu=$CUDA_VISIBLE_DEVICES" >> "$d/attempts"; [ -n "$LACHESIS_RESUME_STEP" ] && exit 0; printf '{{"batch": 120, "state_path": "tinker://x/weights/120"}}\n' >> "$d/checkpoints.jsonl"; {wait}"#
+        r#"d="$1"
+echo "start=${{LACHESIS_RESUME_STEP:-0}} gpu=$CUDA_VISIBLE_DEVICES" >> "$d/attempts"; [ -n "$LACHESIS_RESUME_STEP" ] && exit 0; printf '{{"batch": 120, "state_path": "tinker://x/weights/120"}}\n' >> "$d/checkpoints.jsonl"; {wait}"#
     )
 }
 
-/// A workflow of `trainer` holding one gpu unit, with `extra` keys.
+/// A workflow of `trainer` holding one gpu unit, with `extra` keys (the script is a file:
+/// argv's braces are the workflow's variables).
 fn low(home: &TestHome, name: &str, stubborn: bool, extra: &str) {
+    let script = home.path().join(format!("{name}.sh"));
+    std::fs::write(&script, trainer(stubborn)).unwrap();
     home.workflow(
         name,
         &format!(
@@ -35,12 +39,12 @@ fn low(home: &TestHome, name: &str, stubborn: bool, extra: &str) {
 needs: {{gpu: 1}}
 stages:
   - name: trainer
-    argv: [sh, -c, {script}, sh, "{{run_dir}}"]
+    argv: [sh, "{script}", "{{run_dir}}"]
 completion: {{stages: [trainer]}}
 checkpoints:
   jsonl: {{file: "{{run_dir}}/checkpoints.jsonl", step: /batch, path: /state_path}}
 {extra}"#,
-            script = serde_json::to_string(&trainer(stubborn)).unwrap()
+            script = script.display()
         ),
     );
 }
@@ -57,6 +61,18 @@ stages:
 completion: {stages: [eval]}
 "#,
     );
+}
+
+/// Starts the daemon with `args` and waits for it to publish its pools (a submission needing
+/// units is checked against them).
+async fn start_daemon(home: &mut TestHome, args: &[&str]) {
+    home.start_daemon_with(args);
+    let dir = home.path().to_path_buf();
+    wait_for("the daemon to publish its pools", T, || {
+        let dir = dir.clone();
+        async move { lachesis::node_pools::published(&dir).ok().filter(|p| !p.is_empty()) }
+    })
+    .await;
 }
 
 async fn wait_checkpoint(home: &mut TestHome, id: Uuid) {
@@ -85,7 +101,7 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
     let mut home = TestHome::new();
     low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
-    home.start_daemon_with(&["--pool", "gpu=0", "--preempt"]);
+    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
     let victim = home.submit(&["--workflow", "low"]);
     home.wait_state(victim, RunState::Running, T).await;
     wait_checkpoint(&mut home, victim).await;
@@ -136,7 +152,7 @@ async fn protected_runs_are_never_preempted() {
     low(&home, "peer", false, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     home.workflow("probe", "name: probe\nstages:\n  - {name: main, argv: [sleep, '600']}\n");
-    home.start_daemon_with(&["--pool", "gpu=0,1,2", "--preempt"]);
+    start_daemon(&mut home, &["--pool", "gpu=0,1,2", "--preempt"]).await;
     let holders = [
         home.submit(&["--workflow", "fixed"]),
         home.submit(&["--workflow", "young"]),
@@ -165,7 +181,7 @@ async fn without_preempt_nothing_is_preempted() {
     low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     home.workflow("probe", "name: probe\nstages:\n  - {name: main, argv: [sleep, '600']}\n");
-    home.start_daemon_with(&["--pool", "gpu=0"]);
+    start_daemon(&mut home, &["--pool", "gpu=0"]).await;
     let victim = home.submit(&["--workflow", "low"]);
     home.wait_state(victim, RunState::Running, T).await;
     let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
@@ -181,7 +197,7 @@ async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_th
     let mut home = TestHome::new();
     low(&home, "low", true, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
-    home.start_daemon_with(&["--pool", "gpu=0", "--preempt"]);
+    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
     let victim = home.submit(&["--workflow", "low"]);
     let run = home.wait_state(victim, RunState::Running, T).await;
     wait_checkpoint(&mut home, victim).await;
@@ -197,7 +213,7 @@ async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_th
     assert_eq!(home.run(victim).await.state, RunState::Stopping);
     assert_eq!(home.run(eval).await.state, RunState::Pending, "the unit is still the victim's");
     home.kill_daemon();
-    home.start_daemon_with(&["--pool", "gpu=0", "--preempt"]);
+    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
 
     home.wait_state(eval, RunState::Running, T).await;
     let back = home.run(victim).await;
