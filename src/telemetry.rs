@@ -174,6 +174,20 @@ mod tests {
     }
 
     #[test]
+    fn preemptions_and_the_work_they_lost_are_counters() {
+        let telemetry = Telemetry::default();
+        telemetry.preempted();
+        telemetry.work_lost(160_000);
+        telemetry.work_lost(-5);
+        let text = telemetry.render(vec![], vec![]);
+        assert!(
+            text.contains("# TYPE lachesis_preemptions_total counter\nlachesis_preemptions_total 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nlachesis_preempted_work_seconds_total 160.000\n"), "{text}");
+    }
+
+    #[test]
     fn histograms_are_cumulative() {
         let h = Histogram::default();
         for ms in [0.5, 3.0, 3.0, 700.0] {

@@ -98,7 +98,9 @@ async fn event_id(home: &mut TestHome, id: Uuid, prefix: &str) -> i64 {
 
 #[tokio::test]
 async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint() {
+    let hook = crate::support::Receiver::start(vec![]).await;
     let mut home = TestHome::new();
+    home.environ = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
     low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
@@ -113,7 +115,6 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
 
     let back = home.run(victim).await;
     assert_eq!((back.state, back.preemptions, back.attempt), (RunState::Pending, 1, 2), "{:?}", back.reason);
-    assert!(back.preempted_work >= 0);
     assert!(back.preempted_by().is_none(), "the requeue clears the decision");
     let messages = home.messages(victim).await;
     let stop = messages
@@ -135,6 +136,30 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
         serde_json::from_str(&home.cli_ok(&["run", "status", &victim.to_string(), "--json"])).unwrap();
     assert_eq!(status["preemptions"], 1, "{status:#}");
 
+    // The work redone is the time from the checkpoint to the victim's end: at least until the
+    // decision, at most until the requeue (the store's clock throughout).
+    let checkpoint_at = home.service().await.checkpoints_of(victim).await.unwrap()[0].at;
+    let events = home.events(victim).await;
+    let at = |prefix: &str| events.iter().find(|e| e.message.starts_with(prefix)).map(|e| e.at).unwrap();
+    let (stopped_at, requeued_at) = (at("stop: preempted by"), at("preempted: "));
+    assert!(
+        (stopped_at - checkpoint_at..=requeued_at - checkpoint_at).contains(&back.preempted_work),
+        "{} not in {}..={}",
+        back.preempted_work,
+        stopped_at - checkpoint_at,
+        requeued_at - checkpoint_at
+    );
+    let posted = wait_for("the run_preempted webhook", T, || {
+        let got = hook.of_kind("run_preempted");
+        async move { got.into_iter().next() }
+    })
+    .await;
+    assert_eq!(
+        (posted["ids"]["run"].as_str(), posted["state"].as_str()),
+        (Some(&*victim.to_string()), Some("stopping"))
+    );
+    assert_eq!(posted["summary"]["preempted_by"], eval.to_string());
+
     // Once the urgent run ends, the victim resumes from step 120 on the same unit.
     std::fs::write(run.run_dir.join("release"), "").unwrap();
     let (done, _) = home.wait_settled(victim, T).await;
@@ -142,6 +167,13 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
     let attempts = std::fs::read_to_string(done.run_dir.join("attempts")).unwrap();
     assert_eq!(attempts, "start=0 gpu=0\nstart=120 gpu=0\n");
     assert_eq!(home.run(eval).await.state, RunState::Completed);
+    assert_eq!((done.preemptions, done.attempt, done.charged_attempts()), (1, 2, 1));
+    // The report counts the preemption and the work it lost.
+    let report: serde_json::Value = serde_json::from_str(&home.cli_ok(&["report", "--json"])).unwrap();
+    assert_eq!(report["preemptions"], 1, "{report:#}");
+    assert_eq!(report["preempted_work_ms"], done.preempted_work, "{report:#}");
+    let row = report["runs"].as_array().unwrap().iter().find(|r| r["id"] == victim.to_string()).unwrap();
+    assert_eq!(row["preemptions"], 1, "{row:#}");
 }
 
 #[tokio::test]
