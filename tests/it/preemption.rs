@@ -259,3 +259,55 @@ async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_th
     let stages = home.stages(victim).await;
     assert!(stages.iter().all(|s| !s.record.state.is_live()), "{stages:#?}");
 }
+
+#[tokio::test]
+async fn a_parallel_slot_is_taken_like_a_unit() {
+    let mut home = TestHome::new();
+    low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
+    // Without pools: the runs need nothing but a slot of `--max-parallel 1`.
+    let text = std::fs::read_to_string(home.workflows().join("low.yaml")).unwrap();
+    home.workflow("low", &text.replace("needs: {gpu: 1}\n", ""));
+    home.workflow("urgent", "name: urgent\nstages:\n  - {name: main, argv: [sleep, '600']}\n");
+    home.start_daemon_with(&["--max-parallel", "1", "--preempt"]);
+    let victim = home.submit(&["--workflow", "low"]);
+    home.wait_state(victim, RunState::Running, T).await;
+    wait_checkpoint(&mut home, victim).await;
+    let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+    home.wait_state(eval, RunState::Running, T).await;
+    let back = home.run(victim).await;
+    assert_eq!((back.state, back.preemptions), (RunState::Pending, 1));
+    let messages = home.messages(victim).await;
+    let want = format!("stop: preempted by run {} for a parallel slot; ≈ ", &eval.to_string()[..8]);
+    assert!(messages.iter().any(|m| m.starts_with(&want)), "{messages:#?}");
+    let told = home.messages(eval).await;
+    assert!(
+        told.iter().any(|m| m == &format!("took a parallel slot from run {}", &victim.to_string()[..8])),
+        "{told:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_victim_stopped_during_its_preemption_ends_stopped() {
+    let mut home = TestHome::new();
+    low(&home, "low", true, "preemptible: true\nmin_runtime: 0s\n");
+    urgent(&home);
+    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
+    let victim = home.submit(&["--workflow", "low"]);
+    let run = home.wait_state(victim, RunState::Running, T).await;
+    let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+    let term = run.run_dir.join("term");
+    wait_for("the victim to be asked to stop", T, || {
+        let term = term.clone();
+        async move { term.exists().then_some(()) }
+    })
+    .await;
+    home.cli_ok(&["run", "stop", &victim.to_string()]);
+    let (ended, _) = home.wait_settled(victim, T).await;
+    assert_eq!(
+        (ended.state, ended.preemptions, ended.attempt),
+        (RunState::Stopped, 0, 1),
+        "{:?}",
+        ended.reason
+    );
+    home.wait_state(eval, RunState::Running, T).await;
+}

@@ -43,6 +43,24 @@ impl Service {
             // The state table says what a stop does; this only knows that stopping twice is fine.
             let event = match crate::model::run::stop_event(run.state) {
                 Some(event) => event,
+                // A victim of a preemption would queue again: it stays stopped instead.
+                None if run.state == RunState::Stopping && run.preempted_by().is_some() => {
+                    match self.store.keep_stopped(&run).await {
+                        Ok(moved) => {
+                            self.wake().await;
+                            return Ok(moved);
+                        }
+                        Err(StoreError::Conflict { .. }) => {
+                            run = self
+                                .store
+                                .run(run.id)
+                                .await?
+                                .ok_or_else(|| ServiceError::UnknownRun(crate::text::one_line(prefix)))?;
+                            continue;
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
+                }
                 None if run.state == RunState::Stopping => return Ok(run),
                 None => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state: run.state }),
             };
