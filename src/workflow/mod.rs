@@ -26,7 +26,7 @@ pub use progress::ProgressSpec;
 pub use request::RunRequest;
 pub use retry::RetryPolicy;
 pub use schema::{
-    AutoPort, BUILTIN_VARS, Completion, DEFAULT_START_TIMEOUT, Launcher, MAX_NAME_LEN, PortSpec, Probe,
-    StageSpec, Workflow,
+    AutoPort, BUILTIN_VARS, Completion, DEFAULT_START_TIMEOUT, Launcher, MAX_NAME_LEN, PortSpec,
+    PreemptSignal, Probe, StageSpec, Workflow,
 };
 pub use slurm::SlurmOptions;

@@ -104,7 +104,51 @@ pub struct Workflow {
     /// Preemptions after which the run is no longer preemptible (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_preemptions: Option<u32>,
+    /// Sent to a victim's stages to ask for a checkpoint now; the stop follows the next
+    /// checkpoint recorded, or `preempt_wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_signal: Option<PreemptSignal>,
+    /// How long a victim asked with `preempt_signal` gets to checkpoint (default 2m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_wait: Option<Dur>,
 }
+
+/// The signals a workflow may name as `preempt_signal`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PreemptSignal {
+    #[serde(rename = "SIGUSR1")]
+    Usr1,
+    #[serde(rename = "SIGUSR2")]
+    Usr2,
+    #[serde(rename = "SIGINT")]
+    Int,
+    #[serde(rename = "SIGHUP")]
+    Hup,
+}
+
+impl PreemptSignal {
+    pub fn signal(self) -> rustix::process::Signal {
+        use rustix::process::Signal;
+        match self {
+            PreemptSignal::Usr1 => Signal::USR1,
+            PreemptSignal::Usr2 => Signal::USR2,
+            PreemptSignal::Int => Signal::INT,
+            PreemptSignal::Hup => Signal::HUP,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PreemptSignal::Usr1 => "SIGUSR1",
+            PreemptSignal::Usr2 => "SIGUSR2",
+            PreemptSignal::Int => "SIGINT",
+            PreemptSignal::Hup => "SIGHUP",
+        }
+    }
+}
+
+/// How long a victim asked to checkpoint gets, when the workflow does not say.
+pub const DEFAULT_PREEMPT_WAIT: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -197,6 +241,11 @@ impl Workflow {
     /// How long an attempt runs before it may be preempted.
     pub fn min_runtime(&self) -> Duration {
         self.min_runtime.map_or(DEFAULT_MIN_RUNTIME, |d| d.0)
+    }
+
+    /// How long a victim asked with `preempt_signal` gets to checkpoint.
+    pub fn preempt_wait(&self) -> Duration {
+        self.preempt_wait.map_or(DEFAULT_PREEMPT_WAIT, |d| d.0)
     }
 
     /// Preemptions after which a run of it is no longer preemptible.

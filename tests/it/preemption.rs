@@ -13,14 +13,17 @@ use crate::support::{TestHome, wait_for};
 
 const T: Duration = Duration::from_secs(60);
 
-/// A trainer that, on a first attempt, writes a checkpoint at step 120 and runs until it is
-/// stopped (with `stubborn`, it notes SIGTERM in `term` and keeps going until SIGKILL); a
-/// resumed attempt completes at once. Each attempt appends what it was handed to `attempts`.
-fn trainer(stubborn: bool) -> String {
-    let wait = match stubborn {
-        true => r#"trap 'echo term >> "$d/term"' TERM; while :; do sleep 1 & wait $!; done"#,
-        false => "exec sleep 600",
-    };
+/// How the stand-in trainer waits once it checkpointed: until stopped.
+const PLAIN: &str = "exec sleep 600";
+/// Noting SIGTERM in `term` and going on until SIGKILL.
+const STUBBORN: &str = r#"trap 'echo term >> "$d/term"' TERM; while :; do sleep 1 & wait $!; done"#;
+/// Checkpointing at step 130 on SIGUSR1, as a trainer that saves on request does.
+const COOPERATIVE: &str = r#"trap 'printf "{\"batch\": 130, \"state_path\": \"tinker://x/weights/130\"}\n" >> "$d/checkpoints.jsonl"' USR1; while :; do sleep 1 & wait $!; done"#;
+
+/// A trainer that, on a first attempt, writes a checkpoint at step 120 and waits as `wait`
+/// says; a resumed attempt completes at once. Each attempt appends what it was handed to
+/// `attempts`.
+fn trainer(wait: &str) -> String {
     format!(
         r#"d="$1"
 echo "start=${{LACHESIS_RESUME_STEP:-0}} gpu=$CUDA_VISIBLE_DEVICES" >> "$d/attempts"; [ -n "$LACHESIS_RESUME_STEP" ] && exit 0; printf '{{"batch": 120, "state_path": "tinker://x/weights/120"}}\n' >> "$d/checkpoints.jsonl"; {wait}"#
@@ -29,9 +32,9 @@ echo "start=${{LACHESIS_RESUME_STEP:-0}} gpu=$CUDA_VISIBLE_DEVICES" >> "$d/attem
 
 /// A workflow of `trainer` holding one gpu unit, with `extra` keys (the script is a file:
 /// argv's braces are the workflow's variables).
-fn low(home: &TestHome, name: &str, stubborn: bool, extra: &str) {
+fn low(home: &TestHome, name: &str, wait: &str, extra: &str) {
     let script = home.path().join(format!("{name}.sh"));
-    std::fs::write(&script, trainer(stubborn)).unwrap();
+    std::fs::write(&script, trainer(wait)).unwrap();
     home.workflow(
         name,
         &format!(
@@ -101,7 +104,7 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
     let hook = crate::support::Receiver::start(vec![]).await;
     let mut home = TestHome::new();
     home.environ = vec![("LACHESIS_WEBHOOKS".into(), hook.url.clone())];
-    low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
+    low(&home, "low", PLAIN, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
     let victim = home.submit(&["--workflow", "low"]);
@@ -179,9 +182,9 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
 #[tokio::test]
 async fn protected_runs_are_never_preempted() {
     let mut home = TestHome::new();
-    low(&home, "fixed", false, "min_runtime: 0s\n");
-    low(&home, "young", false, "preemptible: true\nmin_runtime: 1h\n");
-    low(&home, "peer", false, "preemptible: true\nmin_runtime: 0s\n");
+    low(&home, "fixed", PLAIN, "min_runtime: 0s\n");
+    low(&home, "young", PLAIN, "preemptible: true\nmin_runtime: 1h\n");
+    low(&home, "peer", PLAIN, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     home.workflow("probe", "name: probe\nstages:\n  - {name: main, argv: [sleep, '600']}\n");
     start_daemon(&mut home, &["--pool", "gpu=0,1,2", "--preempt"]).await;
@@ -210,7 +213,7 @@ async fn protected_runs_are_never_preempted() {
 #[tokio::test]
 async fn without_preempt_nothing_is_preempted() {
     let mut home = TestHome::new();
-    low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
+    low(&home, "low", PLAIN, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     home.workflow("probe", "name: probe\nstages:\n  - {name: main, argv: [sleep, '600']}\n");
     start_daemon(&mut home, &["--pool", "gpu=0"]).await;
@@ -227,7 +230,7 @@ async fn without_preempt_nothing_is_preempted() {
 #[tokio::test]
 async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_the_urgent_run() {
     let mut home = TestHome::new();
-    low(&home, "low", true, "preemptible: true\nmin_runtime: 0s\n");
+    low(&home, "low", STUBBORN, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
     let victim = home.submit(&["--workflow", "low"]);
@@ -263,7 +266,7 @@ async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_th
 #[tokio::test]
 async fn a_parallel_slot_is_taken_like_a_unit() {
     let mut home = TestHome::new();
-    low(&home, "low", false, "preemptible: true\nmin_runtime: 0s\n");
+    low(&home, "low", PLAIN, "preemptible: true\nmin_runtime: 0s\n");
     // Without pools: the runs need nothing but a slot of `--max-parallel 1`.
     let text = std::fs::read_to_string(home.workflows().join("low.yaml")).unwrap();
     home.workflow("low", &text.replace("needs: {gpu: 1}\n", ""));
@@ -289,7 +292,7 @@ async fn a_parallel_slot_is_taken_like_a_unit() {
 #[tokio::test]
 async fn a_victim_stopped_during_its_preemption_ends_stopped() {
     let mut home = TestHome::new();
-    low(&home, "low", true, "preemptible: true\nmin_runtime: 0s\n");
+    low(&home, "low", STUBBORN, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
     let victim = home.submit(&["--workflow", "low"]);
@@ -310,4 +313,36 @@ async fn a_victim_stopped_during_its_preemption_ends_stopped() {
         ended.reason
     );
     home.wait_state(eval, RunState::Running, T).await;
+}
+
+#[tokio::test]
+async fn a_victim_asked_to_checkpoint_is_stopped_at_its_new_checkpoint() {
+    let mut home = TestHome::new();
+    // A wait far past the test's: only the new checkpoint can stop the victim in time.
+    low(
+        &home,
+        "low",
+        COOPERATIVE,
+        "preemptible: true\nmin_runtime: 0s\npreempt_signal: SIGUSR1\npreempt_wait: 10m\n",
+    );
+    urgent(&home);
+    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
+    let victim = home.submit(&["--workflow", "low"]);
+    home.wait_state(victim, RunState::Running, T).await;
+    wait_checkpoint(&mut home, victim).await;
+    let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+    let run = home.wait_state(eval, RunState::Running, T).await;
+    let short_eval = &eval.to_string()[..8];
+    let messages = home.messages(victim).await;
+    let asked = format!(
+        "asked to checkpoint now (SIGUSR1) before its preemption by run {short_eval}: stopped at its next checkpoint, or in 10m"
+    );
+    assert!(messages.contains(&asked), "{messages:#?}");
+    let stop = messages.iter().find(|m| m.starts_with("stop: preempted by")).unwrap();
+    assert!(stop.ends_with("since the checkpoint at step 130 will be redone"), "{stop}");
+    std::fs::write(run.run_dir.join("release"), "").unwrap();
+    let (done, _) = home.wait_settled(victim, T).await;
+    assert_eq!(done.state, RunState::Completed, "{:?}", done.reason);
+    let attempts = std::fs::read_to_string(done.run_dir.join("attempts")).unwrap();
+    assert_eq!(attempts, "start=0 gpu=0\nstart=130 gpu=0\n");
 }

@@ -199,6 +199,7 @@ impl Reconciler {
             Msg::Checkpoints { run } => self.on_checkpoints(run).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
             Msg::TimeLimit { run } => self.on_time_limit(run).await,
+            Msg::PreemptDue { run } => self.carry_out_preemption(run).await,
             Msg::Drive { run } => self.drive(run).await,
             Msg::Fail { run, reason } => {
                 self.fail(run, &reason).await?;

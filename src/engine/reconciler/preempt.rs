@@ -26,11 +26,22 @@ use super::{Reconciler, Result};
 use crate::engine::store::StoreError;
 use crate::model::preemption::{Holder, Shortage, choose_victims};
 use crate::model::run::PREEMPTED_BY;
-use crate::model::{Checkpoint, Millis, NextAttempt, Run, RunState, Start, next_start, now_millis, short_id};
+use crate::model::{
+    Checkpoint, Millis, NewEvent, NextAttempt, Run, RunState, Start, next_start, now_millis, short_id,
+};
+use crate::workflow::PreemptSignal;
 use crate::workflow::checkpoints::params_for;
 
 /// The pool name a parallel slot goes by in a shortage, when slots are short.
 const SLOT: &str = "parallel slot";
+
+/// A preemption asked of a victim: the run it is for and the pools short; with a timer while
+/// the victim was asked to checkpoint first.
+pub(super) struct Ask {
+    pub urgent: Uuid,
+    pub short: Vec<String>,
+    pub timer: Option<tokio::task::AbortHandle>,
+}
 
 /// The first run the claim could not place for lack of units or a slot.
 #[derive(Clone, Debug)]
@@ -73,7 +84,7 @@ impl Reconciler {
     /// earlier preemption is still under way.
     pub(super) async fn preempt_for(&mut self, blocked: Blocked) -> Result {
         let Some(gap) = self.config.preempt_gap else { return Ok(()) };
-        if self.runs.values().any(|sup| sup.run.preempted_by().is_some()) {
+        if self.runs.values().any(|sup| sup.run.preempted_by().is_some() || sup.preempt_ask.is_some()) {
             return Ok(());
         }
         let now = now_millis();
@@ -121,55 +132,105 @@ impl Reconciler {
             holders.push(holder);
         }
         let Some(choice) = choose_victims(&shortage, &holders) else { return Ok(()) };
-        for holder in holders.iter().filter(|h| choice.victims.contains(&h.id)) {
-            self.preempt(holder, &shortage, blocked.id).await?;
+        // The pools short: what each victim is said to give.
+        let short: Vec<String> = shortage
+            .needed
+            .iter()
+            .filter(|(pool, needed)| **needed > shortage.free.get(*pool).copied().unwrap_or(0))
+            .map(|(pool, _)| pool.clone())
+            .collect();
+        for victim in choice.victims {
+            let ask = Ask { urgent: blocked.id, short: short.clone(), timer: None };
+            match self.runs.get(&victim).and_then(|sup| sup.run.spec.preempt_signal) {
+                Some(signal) => self.ask_to_checkpoint(victim, signal, ask).await?,
+                None => self.preempt(victim, &ask).await?,
+            }
         }
         Ok(())
     }
 
-    /// Stops `victim` for run `urgent`: the decision and both runs' events in one commit.
-    async fn preempt(&mut self, victim: &Holder<Uuid>, shortage: &Shortage, urgent: Uuid) -> Result {
-        let Some(sup) = self.runs.get(&victim.id) else { return Ok(()) };
+    /// Asks a victim whose workflow names a `preempt_signal` to checkpoint now; it is stopped
+    /// at its next checkpoint, or after `preempt_wait`.
+    async fn ask_to_checkpoint(&mut self, id: Uuid, signal: PreemptSignal, mut ask: Ask) -> Result {
+        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+        let wait = sup.run.spec.preempt_wait();
+        let mut sent = false;
+        for stage in sup.rows().filter(|s| s.record.state.is_live()) {
+            if let Some(process) = &stage.record.process {
+                sent |= crate::launch::process::signal_group(process, signal.signal());
+            }
+        }
+        if !sent {
+            return self.preempt(id, &ask).await;
+        }
+        let tx = self.tx.clone();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _ = tx.send(super::Msg::PreemptDue { run: id });
+        });
+        ask.timer = Some(timer.abort_handle());
+        let message = format!(
+            "asked to checkpoint now ({}) before its preemption by run {}: stopped at its next checkpoint, or in {}",
+            signal.name(),
+            short_id(&ask.urgent),
+            crate::model::progress::span(wait)
+        );
+        sup.preempt_ask = Some(ask);
+        self.note(id, NewEvent::note(message)).await
+    }
+
+    /// Stops a victim asked to checkpoint: it did, or its wait is over. Nothing when the run it
+    /// was asked for no longer waits.
+    pub(super) async fn carry_out_preemption(&mut self, id: Uuid) -> Result {
+        let Some(ask) = self.runs.get_mut(&id).and_then(|sup| sup.preempt_ask.take()) else { return Ok(()) };
+        if let Some(timer) = &ask.timer {
+            timer.abort();
+        }
+        match self.store.run(ask.urgent).await? {
+            Some(run) if run.state == RunState::Pending => self.preempt(id, &ask).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops `id` for run `ask.urgent`: the decision and both runs' events in one commit.
+    async fn preempt(&mut self, id: Uuid, ask: &Ask) -> Result {
+        let Some(sup) = self.runs.get(&id) else { return Ok(()) };
         let run = sup.run.clone();
-        let step = match victim.checkpoint_at {
-            Some(_) => Checkpoint::last_resumable(&self.store.checkpoints(run.id).await?).map(|c| c.step),
-            None => None,
+        if !matches!(run.state, RunState::Starting | RunState::Running) {
+            return Ok(());
+        }
+        let now = now_millis();
+        let started = run.started_at.unwrap_or(now);
+        let last = Checkpoint::last_resumable(&self.store.checkpoints(run.id).await?).cloned();
+        let (since_at, since) = match last {
+            Some(c) if c.at >= started => (c.at, format!("since the checkpoint at step {}", c.step)),
+            _ => (started, "since its attempt started".to_string()),
         };
+        let lost = std::time::Duration::from_millis((now - since_at).max(0) as u64);
         // What it gives of the short pools, by unit.
         let assigned = crate::model::pool::assigned(&run.params.resolved);
-        let short: Vec<(String, Vec<String>)> = shortage
-            .needed
-            .keys()
-            .filter(|pool| shortage.needed[*pool] > shortage.free.get(*pool).copied().unwrap_or(0))
-            .map(|pool| match pool.as_str() {
-                SLOT => (pool.clone(), Vec::new()),
-                _ => (pool.clone(), assigned.get(pool).cloned().unwrap_or_default()),
-            })
+        let short: Vec<(String, Vec<String>)> = ask
+            .short
+            .iter()
+            .map(|pool| (pool.clone(), assigned.get(pool).cloned().unwrap_or_default()))
             .filter(|(pool, units)| pool == SLOT || !units.is_empty())
             .collect();
-        let lost = std::time::Duration::from_millis(victim.lost_time(shortage.now).max(0) as u64);
-        let since = match (step, victim.checkpoint_at) {
-            (Some(step), Some(at)) if at >= victim.started_at => {
-                format!("since the checkpoint at step {step}")
-            }
-            _ => "since its attempt started".to_string(),
-        };
         let reason = format!(
             "preempted by run {} for {}; ≈ {} of work {since} will be redone",
-            short_id(&urgent),
+            short_id(&ask.urgent),
             amounts(&short),
             crate::model::progress::span(lost)
         );
         let note = format!("took {} from run {}", named_units(&short), run.short_id());
         let mut params = run.params.clone();
-        params.resolved.insert(PREEMPTED_BY.to_string(), urgent.to_string());
-        let moved = self.store.preempt(&run, &params, &reason, urgent, &note).await;
+        params.resolved.insert(PREEMPTED_BY.to_string(), ask.urgent.to_string());
+        let moved = self.store.preempt(&run, &params, &reason, ask.urgent, &note).await;
         if moved.is_ok() {
-            info!(run = %run.short_id(), by = %short_id(&urgent), "preempted");
+            info!(run = %run.short_id(), by = %short_id(&ask.urgent), "preempted");
             self.telemetry.preempted();
         }
-        self.adopt(victim.id, moved.map(Some)).await?;
-        self.drive(victim.id).await
+        self.adopt(id, moved.map(Some)).await?;
+        self.drive(id).await
     }
 
     /// Queues a preempted run whose stages are all gone again, resuming from its last

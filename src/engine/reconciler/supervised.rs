@@ -47,6 +47,9 @@ pub struct Supervised {
     /// Its JSONL progress file as this daemon started the attempt's first stage: the lines
     /// after it are the attempt's (earlier attempts wrote the same file).
     pub progress_mark: Option<crate::logs::follow::FileMark>,
+    /// Asked to checkpoint before its preemption (`preempt_signal`): stopped at its next
+    /// checkpoint, or when the timer fires. In memory only: a restarted daemon decides again.
+    pub preempt_ask: Option<super::preempt::Ask>,
 }
 
 impl Supervised {
@@ -73,6 +76,7 @@ impl Supervised {
             checkpoints: None,
             time_limit: None,
             progress_mark: None,
+            preempt_ask: None,
         })
     }
 
