@@ -222,7 +222,8 @@ impl Run {
 
     /// The run that preempted it, while it stops for that run (a `stopping` run only).
     pub fn preempted_by(&self) -> Option<&str> {
-        self.params.resolved.get(PREEMPTED_BY).map(String::as_str)
+        let by = self.params.resolved.get(PREEMPTED_BY).map(String::as_str);
+        by.filter(|_| self.state == RunState::Stopping)
     }
 }
 

@@ -118,7 +118,7 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
 
     let back = home.run(victim).await;
     assert_eq!((back.state, back.preemptions, back.attempt), (RunState::Pending, 1, 2), "{:?}", back.reason);
-    assert!(back.preempted_by().is_none(), "the requeue clears the decision");
+    assert!(!back.params.resolved.contains_key("preempted_by"), "the requeue clears the decision");
     let messages = home.messages(victim).await;
     let stop = messages
         .iter()

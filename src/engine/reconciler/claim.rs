@@ -59,6 +59,8 @@ impl Reconciler {
                 return Pick::Skip;
             };
             let mut params = run.params.clone();
+            // An earlier attempt's preemption (one that ended stopped, its node lost) is not this one's.
+            params.resolved.remove(crate::model::run::PREEMPTED_BY);
             crate::model::pool::record(&mut params.resolved, &units);
             held.extend(crate::model::pool::resources(&units));
             for (name, port) in &ports {

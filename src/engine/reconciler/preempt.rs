@@ -126,8 +126,7 @@ impl Reconciler {
             };
             // Only a run that may be chosen costs a read of its checkpoints.
             if holder.protection(&shortage).is_none() {
-                let checkpoints = self.store.checkpoints(run.id).await?;
-                holder.checkpoint_at = Checkpoint::last_resumable(&checkpoints).map(|c| c.at);
+                holder.checkpoint_at = self.last_resumable(run.id).await?.map(|c| c.at);
             }
             holders.push(holder);
         }
@@ -201,7 +200,7 @@ impl Reconciler {
         }
         let now = now_millis();
         let started = run.started_at.unwrap_or(now);
-        let last = Checkpoint::last_resumable(&self.store.checkpoints(run.id).await?).cloned();
+        let last = self.last_resumable(run.id).await?;
         let (since_at, since) = match last {
             Some(c) if c.at >= started => (c.at, format!("since the checkpoint at step {}", c.step)),
             _ => (started, "since its attempt started".to_string()),
@@ -231,6 +230,16 @@ impl Reconciler {
         }
         self.adopt(id, moved.map(Some)).await?;
         self.drive(id).await
+    }
+
+    /// A run's last resumable checkpoint: its last row when that one is (one indexed row), else
+    /// a read of them all.
+    async fn last_resumable(&self, id: Uuid) -> Result<Option<Checkpoint>> {
+        Ok(match self.store.last_checkpoint(id).await? {
+            Some(last) if last.path.is_some() => Some(last),
+            Some(_) => Checkpoint::last_resumable(&self.store.checkpoints(id).await?).cloned(),
+            None => None,
+        })
     }
 
     /// Queues a preempted run whose stages are all gone again, resuming from its last

@@ -54,7 +54,7 @@ async fn a_preemption_stops_then_requeues_once(store: &dyn Store) {
             (RunState::Pending, 2, 1, 90_000)
         );
         assert_eq!(run.charged_attempts(), 1, "a preemption charges no attempt");
-        assert!(run.preempted_by().is_none());
+        assert!(!run.params.resolved.contains_key(PREEMPTED_BY));
     }
     let twice = store.requeue_preempted(&stopping, "queued again", &next, "attempt 2 starts", 90_000).await;
     assert!(matches!(twice, Err(StoreError::Conflict { .. })), "{twice:?}");
