@@ -346,3 +346,52 @@ async fn a_victim_asked_to_checkpoint_is_stopped_at_its_new_checkpoint() {
     let attempts = std::fs::read_to_string(done.run_dir.join("attempts")).unwrap();
     assert_eq!(attempts, "start=0 gpu=0\nstart=130 gpu=0\n");
 }
+
+#[tokio::test]
+async fn a_sampler_sees_no_unit_held_by_two_live_runs_over_repeated_preemptions() {
+    let mut home = TestHome::new();
+    low(&home, "low", PLAIN, "preemptible: true\nmin_runtime: 0s\n");
+    urgent(&home);
+    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
+    let service = home.service().await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Each sample is one read of the runs table: a consistent view of who holds what.
+    let sampler = tokio::spawn({
+        let (service, done) = (service.clone(), done.clone());
+        async move {
+            let (mut samples, mut doubled) = (0u32, Vec::new());
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let page = lachesis::model::RunPage { limit: 100, ..Default::default() };
+                let runs = service.runs_page(&page).await.unwrap();
+                let held: Vec<(Uuid, &String)> = runs
+                    .iter()
+                    .filter(|r| r.state.is_in_flight())
+                    .flat_map(|r| r.units.get("gpu").into_iter().flatten().map(move |u| (r.id, u)))
+                    .collect();
+                let mut units: Vec<&String> = held.iter().map(|(_, u)| *u).collect();
+                units.sort_unstable();
+                units.dedup();
+                if units.len() < held.len() {
+                    doubled.push(format!("{held:?}"));
+                }
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (samples, doubled)
+        }
+    });
+    for _ in 0..5 {
+        let victim = home.submit(&["--workflow", "low"]);
+        home.wait_state(victim, RunState::Running, T).await;
+        wait_checkpoint(&mut home, victim).await;
+        let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
+        let run = home.wait_state(eval, RunState::Running, T).await;
+        std::fs::write(run.run_dir.join("release"), "").unwrap();
+        let (resumed, _) = home.wait_settled(victim, T).await;
+        assert_eq!((resumed.state, resumed.preemptions), (RunState::Completed, 1), "{:?}", resumed.reason);
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (samples, doubled) = sampler.await.unwrap();
+    assert!(samples > 10, "{samples} samples");
+    assert!(doubled.is_empty(), "a unit held by two live runs: {doubled:#?}");
+}
