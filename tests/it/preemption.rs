@@ -138,6 +138,9 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
     let status: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["run", "status", &victim.to_string(), "--json"])).unwrap();
     assert_eq!(status["preemptions"], 1, "{status:#}");
+    assert_eq!(status["preempted_work_ms"].as_i64().unwrap_or(0), back.preempted_work, "{status:#}");
+    let text = home.cli_ok(&["run", "status", &victim.to_string()]);
+    assert!(text.contains("preempted once; ≈ "), "{text}");
 
     // The work redone is the time from the checkpoint to the victim's end: at least until the
     // decision, at most until the requeue (the store's clock throughout).
