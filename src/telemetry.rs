@@ -47,6 +47,10 @@ pub struct Telemetry {
     pub stage_exits_failed: AtomicU64,
     pub stage_exits_signalled: AtomicU64,
     pub stages_lost: AtomicU64,
+    /// Runs stopped for a run of higher priority (`--preempt`).
+    pub preemptions: AtomicU64,
+    /// The work those stops lost (since each victim's last resumable checkpoint), in ms.
+    pub preempted_work_ms: AtomicU64,
     /// Handling one batch of reconciler messages.
     pub tick: Histogram,
     /// From a stage's exit (as its shim saw it) to the state committed.
@@ -65,6 +69,14 @@ impl Telemetry {
             None => &self.stages_lost,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn preempted(&self) {
+        self.preemptions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn work_lost(&self, ms: i64) {
+        self.preempted_work_ms.fetch_add(ms.max(0) as u64, Ordering::Relaxed);
     }
 
     /// Sets the gauge of a run's step; None drops the run from it (it is no longer supervised).
@@ -103,6 +115,16 @@ impl Telemetry {
                 counter.load(Ordering::Relaxed)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP lachesis_preemptions_total Runs stopped for a run of higher priority.\n# TYPE lachesis_preemptions_total counter\nlachesis_preemptions_total {}",
+            self.preemptions.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP lachesis_preempted_work_seconds_total Work preemptions lost: the time since each victim's last resumable checkpoint.\n# TYPE lachesis_preempted_work_seconds_total counter\nlachesis_preempted_work_seconds_total {:.3}",
+            self.preempted_work_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        );
         {
             let steps = self.run_steps.lock().unwrap_or_else(|e| e.into_inner());
             let _ = writeln!(
@@ -149,6 +171,20 @@ mod tests {
         assert!(text.contains("lachesis_run_total_steps{run=\"r1\"} 2500"), "{text}");
         telemetry.set_run_step("r1", None);
         assert!(!telemetry.render(vec![], vec![]).contains("run=\"r1\""));
+    }
+
+    #[test]
+    fn preemptions_and_the_work_they_lost_are_counters() {
+        let telemetry = Telemetry::default();
+        telemetry.preempted();
+        telemetry.work_lost(160_000);
+        telemetry.work_lost(-5);
+        let text = telemetry.render(vec![], vec![]);
+        assert!(
+            text.contains("# TYPE lachesis_preemptions_total counter\nlachesis_preemptions_total 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nlachesis_preempted_work_seconds_total 160.000\n"), "{text}");
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub struct Webhook {
 /// What is POSTed, as JSON, to every webhook.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Payload {
-    /// One of `Payload::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`,
+    /// One of `Payload::TEST_FINISHED`, `REGRESSION`, `RUN_COMPLETED`, `RUN_FAILED`, `RUN_PREEMPTED`,
     /// `MORNING_REPORT`, `DAEMON_UNHEALTHY`, `DAEMON_HEALTHY`.
     pub kind: String,
     /// Which run/test/workflow this is about.
@@ -77,6 +77,8 @@ impl Payload {
     pub const REGRESSION: &str = "regression";
     pub const RUN_COMPLETED: &str = "run_completed";
     pub const RUN_FAILED: &str = "run_failed";
+    /// A run was stopped for a run of higher priority; it queues again once its stages are gone.
+    pub const RUN_PREEMPTED: &str = "run_preempted";
     /// The daemon's morning report (`src/report_poster.rs`): the whole report as the summary.
     pub const MORNING_REPORT: &str = "morning_report";
     /// The daemon's writes to the store started failing (posted once per episode, to

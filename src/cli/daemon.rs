@@ -54,6 +54,15 @@ pub struct DaemonArgs {
     /// and gets distinct ones; the gpu pool's are its stages' CUDA_VISIBLE_DEVICES
     #[arg(long = "pool", value_name = "NAME=UNITS", env = "LACHESIS_POOLS", value_delimiter = ';')]
     pools: Vec<lachesis::model::pool::PoolSpec>,
+    /// Let a pending run that lacks pool units or parallel slots take them from running
+    /// preemptible runs of lower priority: they stop, queue again and resume from their last
+    /// checkpoint (per daemon: its own pools and runs)
+    #[arg(long)]
+    preempt: bool,
+    /// With --preempt: how much lower a victim's priority must be
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "preempt",
+          value_parser = clap::value_parser!(i64).range(1..))]
+    preempt_gap: i64,
     /// How long a heartbeat keeps this node's lease; after that other nodes fail (or requeue)
     /// its runs
     #[arg(long, env = "LACHESIS_LEASE", default_value = "60s")]
@@ -203,6 +212,7 @@ fn serve(settings: Settings, args: DaemonArgs, log: DaemonLog) -> CliResult {
         },
         report,
         pools: args.pools,
+        preempt_gap: args.preempt.then_some(args.preempt_gap),
         log: Some(log),
     };
     // One thread runs every task: a message between the API, the reconciler and a stage's

@@ -82,6 +82,14 @@ fn render(report: &Report) -> String {
     if report.more_runs > 0 {
         out.push_str(&format!("… and {} more runs (see `lachesis run list`)\n", report.more_runs));
     }
+    if report.preemptions > 0 {
+        let lost = std::time::Duration::from_millis(report.preempted_work_ms.max(0) as u64);
+        out.push_str(&format!(
+            "Preemptions: {}, ≈ {} of work lost (redone from the last checkpoints)\n",
+            report.preemptions,
+            lachesis::model::progress::span(lost)
+        ));
+    }
     for run in report.runs.iter().filter(|r| !r.log_tail.is_empty()) {
         out.push_str(&format!(
             "\n{} failed: last lines of {}:\n",

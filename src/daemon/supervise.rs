@@ -38,6 +38,8 @@ pub struct DaemonOptions {
     pub report: Option<crate::report_poster::ReportPost>,
     /// Counted pools (`--pool gpu=0,1,2,3`, `gpu=auto`); none by default.
     pub pools: Vec<crate::model::pool::PoolSpec>,
+    /// With `--preempt`: how much lower a victim's priority must be (None: never preempt).
+    pub preempt_gap: Option<i64>,
     /// The daemon's own log, reopened on SIGHUP when it is a file (None: nothing to reopen).
     pub log: Option<super::log::DaemonLog>,
 }
@@ -57,6 +59,7 @@ impl Default for DaemonOptions {
             log_rotation: crate::logs::Rotation::default(),
             report: None,
             pools: Vec::new(),
+            preempt_gap: None,
             log: None,
         }
     }
@@ -188,6 +191,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         claims_dir: settings.home.join("claims"),
         log_rotation: options.log_rotation,
         pools,
+        preempt_gap: options.preempt_gap,
     };
     let registration = crate::service::NodeRegistration {
         id: node,

@@ -23,6 +23,13 @@
 //! starting, running, retrying ──requeue──▶ pending (next attempt; its node was lost)
 //! retrying ──stop──▶ stopping
 //! ```
+//!
+//! Preemption (a daemon with `--preempt`): a victim gets the normal `stop` (its params name the
+//! run it stops for), and once its stages are gone it queues again instead of ending:
+//!
+//! ```text
+//! stopping ──preempted──▶ pending (next attempt, not charged to the retry policy)
+//! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -156,6 +163,14 @@ pub struct Run {
     /// How many of its dependencies are not met yet: a run is claimed only at 0.
     #[serde(default)]
     pub deps_open: i64,
+    /// How many times it was stopped for a run of higher priority and queued again; these
+    /// attempts are not charged to its retry policy.
+    #[serde(default)]
+    pub preemptions: i64,
+    /// The work those stops lost, summed (ms): each attempt's time since its last resumable
+    /// checkpoint, which the next attempt redoes.
+    #[serde(default)]
+    pub preempted_work: Millis,
 }
 
 impl Run {
@@ -183,6 +198,8 @@ impl Run {
             not_before: None,
             held_at: None,
             deps_open: 0,
+            preemptions: 0,
+            preempted_work: 0,
         }
     }
 
@@ -197,7 +214,22 @@ impl Run {
     pub fn short_id(&self) -> String {
         short_id(&self.id)
     }
+
+    /// The attempts its retry policy counts: a preemption's requeue charges none.
+    pub fn charged_attempts(&self) -> i64 {
+        (self.attempt - self.preemptions).max(1)
+    }
+
+    /// The run that preempted it, while it stops for that run (a `stopping` run only).
+    pub fn preempted_by(&self) -> Option<&str> {
+        let by = self.params.resolved.get(PREEMPTED_BY).map(String::as_str);
+        by.filter(|_| self.state == RunState::Stopping)
+    }
 }
+
+/// The resolved value naming the run a stopping run was preempted for: written with its
+/// move to `stopping`, so a restarted daemon requeues it rather than stopping it for good.
+pub const PREEMPTED_BY: &str = "preempted_by";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunParams {
@@ -244,10 +276,12 @@ pub enum RunTrigger {
     Resume,
     /// A run it waits for ended in a way that can never meet its dependency.
     Unmet,
+    /// Every stage of a run stopped for a run of higher priority is gone: it queues again.
+    Preempted,
 }
 
 impl RunTrigger {
-    pub const ALL: [RunTrigger; 12] = [
+    pub const ALL: [RunTrigger; 13] = [
         RunTrigger::Claim,
         RunTrigger::Cancel,
         RunTrigger::AllStagesUp,
@@ -260,6 +294,7 @@ impl RunTrigger {
         RunTrigger::Requeue,
         RunTrigger::Resume,
         RunTrigger::Unmet,
+        RunTrigger::Preempted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -276,6 +311,7 @@ impl RunTrigger {
             RunTrigger::Requeue => "requeue",
             RunTrigger::Resume => "resume",
             RunTrigger::Unmet => "dependency unmet",
+            RunTrigger::Preempted => "preempted",
         }
     }
 }
@@ -314,6 +350,7 @@ pub fn next(from: RunState, trigger: RunTrigger) -> Result<RunState, IllegalTran
         (S::Stopping, E::NodeLost) => S::Stopped,
         (S::Starting | S::Running | S::Retrying, E::Requeue) => S::Pending,
         (S::Failed | S::Stopped, E::Resume) => S::Pending,
+        (S::Stopping, E::Preempted) => S::Pending,
         _ => return Err(IllegalTransition { from, trigger }),
     };
     Ok(to)
@@ -333,7 +370,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, trigger) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunTrigger, RunState); 24] = [
+    const LEGAL: [(RunState, RunTrigger, RunState); 25] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
         (S::Pending, E::Unmet, S::Failed),
@@ -358,6 +395,7 @@ mod tests {
         (S::Retrying, E::Requeue, S::Pending),
         (S::Failed, E::Resume, S::Pending),
         (S::Stopped, E::Resume, S::Pending),
+        (S::Stopping, E::Preempted, S::Pending),
     ];
 
     #[test]
@@ -419,7 +457,7 @@ mod tests {
 
     proptest! {
         /// Random trigger sequences: within an attempt a run only moves forward; it goes back to
-        /// `pending` only as a new attempt (retry, requeue or resume); a terminal state is left
+        /// `pending` only as a new attempt (retry, requeue, resume or preemption); a terminal state is left
         /// only by a resume; refused triggers leave the state unchanged.
         #[test]
         fn random_sequences_respect_the_lifecycle(triggers in prop::collection::vec(any_trigger(), 0..40)) {
@@ -440,6 +478,7 @@ mod tests {
                         if to == S::Pending {
                             let again = trigger == E::Requeue
                                 || trigger == E::Resume
+                                || trigger == E::Preempted
                                 || (state == S::Retrying && trigger == E::AllStagesGone);
                             prop_assert!(again, "{} --{}--> pending is not a new attempt", state, trigger);
                         } else {

@@ -16,7 +16,7 @@ pub mod wandb;
 pub use crate::model::workflow::retry;
 pub use crate::model::workflow::{
     AutoPort, BUILTIN_VARS, Completion, DEFAULT_START_TIMEOUT, Dur, Launcher, MAX_DURATION, MAX_NAME_LEN,
-    PortSpec, Probe, RetryPolicy, SlurmOptions, StageSpec, Workflow,
+    PortSpec, PreemptSignal, Probe, RetryPolicy, SlurmOptions, StageSpec, Workflow,
 };
 pub use catalog::{Catalog, CatalogError};
 pub use checkpoints::CheckpointSpec;

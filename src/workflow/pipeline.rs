@@ -234,7 +234,7 @@ mod tests {
     fn pipeline_text() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let key = prop_oneof![
-            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|vars|set|after|name|nope)",
+            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|preemptible|vars|set|after|name|nope)",
             "\\PC{0,6}",
         ];
         let value = prop_oneof![

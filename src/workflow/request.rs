@@ -53,6 +53,10 @@ pub struct RunRequest {
     #[serde(default, skip_serializing_if = "Needs::is_empty")]
     #[schemars(with = "BTreeMap<String, u32>")]
     pub needs: Needs,
+    /// May be preempted by a run of higher priority, on a daemon started with `--preempt`
+    /// (default: the workflow's `preemptible`, else false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptible: Option<bool>,
     /// Runs to wait for before this one starts (default: none; in a pipeline, the previous step)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Vec<DependencySchema>>")]
@@ -147,6 +151,7 @@ impl RunRequest {
             hold: self.hold.or(base.hold),
             time_limit: self.time_limit.or(base.time_limit),
             needs: base.needs.overlaid(&self.needs),
+            preemptible: self.preemptible.or(base.preemptible),
             after,
         }
     }
@@ -251,6 +256,7 @@ mod tests {
             hold: Some(true),
             time_limit: Some(Dur(std::time::Duration::from_secs(36_000))),
             needs: Needs::from_pairs([("gpu".to_string(), 2)]).unwrap(),
+            preemptible: Some(true),
             after: Some(vec![
                 DependencyRequest {
                     target: DependencyTarget::Run("3f2a".into()),
@@ -356,6 +362,7 @@ mod tests {
             Just("hold".to_string()),
             Just("time_limit".to_string()),
             Just("needs".to_string()),
+            Just("preemptible".to_string()),
             Just("after".to_string()),
             Just("run".to_string()),
             Just("step".to_string()),

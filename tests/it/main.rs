@@ -25,6 +25,7 @@ mod mcp;
 mod metrics;
 mod nodes;
 mod pools;
+mod preemption;
 mod progress;
 mod report;
 mod requests;

@@ -87,6 +87,7 @@ fn fields(base: Uuid) -> Vec<Field> {
             |r, _| json!(r.params.needs),
             json!({ "gpu": 1 }),
         ),
+        field("preemptible", json!(true), &["--preemptible"], |r, _| json!(r.spec.preemptible), json!(true)),
         field(
             "after",
             json!([{ "run": base.to_string(), "when": "any", "name": "base" }]),

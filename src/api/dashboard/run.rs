@@ -96,8 +96,13 @@ pub fn history_rows(results: &Value) -> Vec<HistoryRow> {
 
 /// Steps over time from the recorded changes of step, one line per attempt (a resumed attempt's
 /// starts at its checkpoint's step), with a marker at each checkpoint: when it was recorded, at
-/// its step. `None` with fewer than two points.
-pub fn attempts_chart(series: &[ProgressPoint], checkpoints: &[Checkpoint]) -> Option<String> {
+/// its step, and a dashed line at each preemption (from its `stop: preempted by …` event).
+/// `None` with fewer than two points.
+pub fn attempts_chart(
+    series: &[ProgressPoint],
+    checkpoints: &[Checkpoint],
+    events: &[Event],
+) -> Option<String> {
     if series.len() < 2 {
         return None;
     }
@@ -112,6 +117,11 @@ pub fn attempts_chart(series: &[ProgressPoint], checkpoints: &[Checkpoint]) -> O
             .map(|(attempt, points)| Series { name: format!("attempt {attempt}"), points })
             .collect(),
         checkpoints: checkpoint_marks(checkpoints),
+        preemptions: events
+            .iter()
+            .filter_map(|e| Some((e.at as f64, e.message.strip_prefix("stop: ")?.to_string())))
+            .filter(|(_, what)| what.starts_with("preempted by run"))
+            .collect(),
         x_is_time: true,
         ..LineChart::default()
     }
@@ -347,7 +357,8 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
 
     let rows = history_rows(&value);
     // The recorded changes of step draw the chart; W&B's history stands in without them.
-    if let Some(chart) = attempts_chart(&series, &checkpoints).or_else(|| step_chart(&value, &rows)) {
+    if let Some(chart) = attempts_chart(&series, &checkpoints, &events).or_else(|| step_chart(&value, &rows))
+    {
         let _ = write!(body, "<h2>Steps over time</h2><div class=\"step-chart\">{chart}</div>");
     }
     let charts = metric_charts(&rows);
@@ -438,7 +449,7 @@ mod tests {
     }
 
     #[test]
-    fn each_attempt_is_a_line_and_each_checkpoint_a_marker() {
+    fn each_attempt_is_a_line_each_checkpoint_a_marker_and_each_preemption_a_dashed_line() {
         let point = |attempt, step, at| ProgressPoint { attempt, step, total: Some(10), at };
         let series = [point(1, 0, 1_000), point(1, 6, 7_000), point(2, 6, 9_000), point(2, 10, 13_000)];
         let saved = |attempt, step: i64, at| Checkpoint {
@@ -448,7 +459,20 @@ mod tests {
             weights: None,
             at,
         };
-        let chart = attempts_chart(&series, &[saved(1, 6, 6_500), saved(2, 8, 11_000)]).unwrap();
+        let preempted = Event {
+            id: 1,
+            run_id: uuid::Uuid::nil(),
+            at: 7_500,
+            kind: crate::model::EventKind::State,
+            from_state: None,
+            to_state: None,
+            stage: None,
+            message: "stop: preempted by run 3f2a9c1e for 1 gpu unit; ≈ 1s of work since the checkpoint at step 6 will be redone".into(),
+        };
+        let chart =
+            attempts_chart(&series, &[saved(1, 6, 6_500), saved(2, 8, 11_000)], &[preempted]).unwrap();
+        assert_eq!(chart.matches("class=\"preemption\"").count(), 1, "{chart}");
+        assert!(chart.contains("<title>preempted by run 3f2a9c1e for 1 gpu unit;"), "{chart}");
         assert_eq!(chart.matches("class=\"series\"").count(), 2, "{chart}");
         assert!(chart.contains("<title>attempt 2</title>"), "{chart}");
         assert_eq!(chart.matches("class=\"checkpoint\"").count(), 2, "{chart}");
@@ -458,6 +482,6 @@ mod tests {
                     .contains("<title>checkpoint at step 6 (attempt 1): tinker://a/weights/000006</title>"),
             "{chart}"
         );
-        assert!(attempts_chart(&series[..1], &[]).is_none(), "one point is no line");
+        assert!(attempts_chart(&series[..1], &[], &[]).is_none(), "one point is no line");
     }
 }

@@ -28,6 +28,8 @@ pub struct LineChart {
     pub regressions: Vec<(f64, f64, String)>,
     /// Checkpoints, drawn as diamonds: (x, step, label).
     pub checkpoints: Vec<(f64, f64, String)>,
+    /// Preemptions, drawn as dashed vertical lines: (x, label).
+    pub preemptions: Vec<(f64, String)>,
     /// Whether x values are milliseconds since the epoch (labelled as times).
     pub x_is_time: bool,
 }
@@ -173,6 +175,15 @@ impl LineChart {
                 svg,
                 "<path class=\"checkpoint\" data-step=\"{y}\" d=\"M{px:.1},{:.1} l5,5 l-5,5 l-5,-5 Z\"><title>{}</title></path>",
                 py - 5.0,
+                esc(label)
+            );
+        }
+        for (x, label) in self.preemptions.iter().filter(|(x, _)| (x0..=x1).contains(x)) {
+            let px = scale.x(*x);
+            let _ = write!(
+                svg,
+                "<line class=\"preemption\" x1=\"{px:.1}\" y1=\"{PAD_Y}\" x2=\"{px:.1}\" y2=\"{}\"><title>{}</title></line>",
+                HEIGHT - PAD_Y,
                 esc(label)
             );
         }

@@ -44,6 +44,10 @@ pub struct StartArgs {
     /// --needs gpu=2 (its stages see them as CUDA_VISIBLE_DEVICES)
     #[arg(long = "needs", value_name = "POOL=COUNT")]
     needs: Vec<String>,
+    /// May be preempted by a run of higher priority (on a daemon started with `--preempt`):
+    /// stopped, queued again and resumed from its last checkpoint
+    #[arg(long)]
+    preemptible: bool,
     /// Wait for the run to end, showing its progress; exit non-zero unless it completed
     #[arg(long, conflicts_with_all = ["count", "from"])]
     wait: bool,
@@ -51,8 +55,8 @@ pub struct StartArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     count: Option<u32>,
     /// Queue one run per line of FILE (`-`: stdin), in one transaction: JSON objects with any
-    /// of workflow, env, vars, set, priority, stall_timeout, hold, time_limit, needs, after,
-    /// over the flags given here
+    /// of workflow, env, vars, set, priority, stall_timeout, hold, time_limit, needs, preemptible,
+    /// after, over the flags given here
     #[arg(long, value_name = "FILE", conflicts_with = "count")]
     from: Option<PathBuf>,
     /// Wait for this run to complete (repeatable; an id or unique prefix, or NAME=ID to use
@@ -97,6 +101,7 @@ impl StartArgs {
             hold: self.hold.then_some(true),
             time_limit: self.time_limit,
             needs: needs(&self.needs)?,
+            preemptible: self.preemptible.then_some(true),
             after: (!after.is_empty()).then_some(after),
         })
     }

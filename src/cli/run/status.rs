@@ -51,6 +51,11 @@ pub(super) fn print_status(status: &RunStatus) {
         (None, attempt) if attempt > 1 => println!("attempt   {attempt}"),
         _ => {}
     }
+    if r.preemptions > 0 {
+        let redone = std::time::Duration::from_millis(r.preempted_work_ms.max(0) as u64);
+        let times = if r.preemptions == 1 { "once".to_string() } else { format!("{} times", r.preemptions) };
+        println!("preempted {times}; ≈ {} of work redone", lachesis::model::progress::span(redone));
+    }
     if let Some(progress) = &r.progress {
         println!("progress  {}", progress.line());
     }

@@ -175,6 +175,10 @@ impl Reconciler {
         if let Ok(mut read) = read.lock() {
             read.found.drain(..found.len());
         }
+        // A victim asked to checkpoint before its preemption has: it stops next.
+        if !found.is_empty() && self.runs.get(&id).is_some_and(|sup| sup.preempt_ask.is_some()) {
+            let _ = self.tx.send(Msg::PreemptDue { run: id });
+        }
         Ok(())
     }
 

@@ -21,18 +21,29 @@ impl Reconciler {
     pub(super) async fn claim_runs(&mut self) -> Result {
         let free = self.config.max_parallel.saturating_sub(self.runs.len());
         let Some(lease) = self.node.lease.clone() else { return Ok(()) };
-        if free == 0 {
+        let preempting = self.config.preempt_gap.is_some();
+        // With no slot free, only preemption can place a run: it reads the queue for it.
+        if free == 0 && !preempting {
             return Ok(());
         }
+        let floor = if preempting { self.preemption_floor().await? } else { None };
+        let mut blocked: Option<super::preempt::Blocked> = None;
         let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
         let runs_dir = self.config.runs_dir.clone();
         let pools = &self.config.pools;
         let mut taken = 0;
         let mut pick = |run: &Run| -> Pick {
+            if !lease.fits(&run.spec.node_labels) {
+                return Pick::Skip;
+            }
             if taken == free {
+                if preempting {
+                    blocked.get_or_insert_with(|| super::preempt::Blocked::of(run));
+                }
                 return Pick::Stop;
             }
-            if !lease.fits(&run.spec.node_labels) {
+            // What victims of a preemption free waits for the run they stop for.
+            if floor.is_some_and(|floor| run.priority < floor) {
                 return Pick::Skip;
             }
             let Some(ports) = allocate_ports(run, &held) else { return Pick::Skip };
@@ -42,9 +53,14 @@ impl Reconciler {
             }
             // Units no live run of this node holds (nor names as an exclusive label).
             let Some(units) = crate::model::pool::assign(pools, &held, &run.params.needs) else {
+                if preempting {
+                    blocked.get_or_insert_with(|| super::preempt::Blocked::of(run));
+                }
                 return Pick::Skip;
             };
             let mut params = run.params.clone();
+            // An earlier attempt's preemption (one that ended stopped, its node lost) is not this one's.
+            params.resolved.remove(crate::model::run::PREEMPTED_BY);
             crate::model::pool::record(&mut params.resolved, &units);
             held.extend(crate::model::pool::resources(&units));
             for (name, port) in &ports {
@@ -56,12 +72,14 @@ impl Reconciler {
             rebase_run_dir(&mut params, &run.run_dir, &run_dir);
             Pick::Take { params, run_dir }
         };
-        // After a claim that found less than it had room for, look before taking the write lock.
-        if self.queue_drained && !self.store.runs_waiting().await? {
+        // After a claim that found less than it had room for (or with no room, looking only to
+        // preempt), look before taking the write lock.
+        if (self.queue_drained || free == 0) && !self.store.runs_waiting().await? {
             return Ok(());
         }
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
-        self.queue_drained = claimed.len() < free;
+        // A run left blocked keeps the queue looked at: preemption may place it later.
+        self.queue_drained = claimed.len() < free && blocked.is_none();
         for run in claimed {
             let id = run.id;
             // Each claimed run gets under way on its own: one whose write cannot land is held,
@@ -69,7 +87,10 @@ impl Reconciler {
             let started = self.start_claimed(run, lease.token).await;
             self.or_hold(id, started, super::Msg::Drive { run: id })?;
         }
-        Ok(())
+        match blocked {
+            Some(blocked) => self.preempt_for(blocked).await,
+            None => Ok(()),
+        }
     }
 
     /// Begins a run this node just claimed: ledger first, then its first stage.

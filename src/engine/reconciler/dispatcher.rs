@@ -39,6 +39,8 @@ pub struct ReconcilerConfig {
     pub log_rotation: crate::logs::Rotation,
     /// This node's counted pools (`--pool gpu=0,1,2,3`).
     pub pools: crate::model::Pools,
+    /// With `--preempt`: how much lower a victim's priority must be (None: never preempt).
+    pub preempt_gap: Option<i64>,
 }
 
 pub struct Reconciler {
@@ -197,6 +199,7 @@ impl Reconciler {
             Msg::Checkpoints { run } => self.on_checkpoints(run).await,
             Msg::StallCheck { run, deadline } => self.on_stall_check(run, deadline).await,
             Msg::TimeLimit { run } => self.on_time_limit(run).await,
+            Msg::PreemptDue { run } => self.carry_out_preemption(run).await,
             Msg::Drive { run } => self.drive(run).await,
             Msg::Fail { run, reason } => {
                 self.fail(run, &reason).await?;

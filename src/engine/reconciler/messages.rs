@@ -107,6 +107,10 @@ pub enum Msg {
         run: Uuid,
         deadline: crate::model::Millis,
     },
+    /// A victim asked to checkpoint before its preemption had its `preempt_wait`.
+    PreemptDue {
+        run: Uuid,
+    },
     /// A run's time-limit timer fired.
     TimeLimit {
         run: Uuid,
@@ -158,6 +162,7 @@ impl Msg {
             | Msg::Checkpoints { run }
             | Msg::StallCheck { run, .. }
             | Msg::TimeLimit { run }
+            | Msg::PreemptDue { run }
             | Msg::Drive { run }
             | Msg::Fail { run, .. }
             | Msg::Note { run, .. }
@@ -186,6 +191,7 @@ impl Msg {
             Msg::Checkpoints { .. } => "checkpoints",
             Msg::StallCheck { .. } => "a stall",
             Msg::TimeLimit { .. } => "a time limit",
+            Msg::PreemptDue { .. } => "a preemption",
             Msg::Fail { .. } => "a failure",
             Msg::Note { .. } | Msg::Record { .. } => "an event",
             Msg::Examine { .. } => "a stage found at restart",

@@ -13,6 +13,7 @@ mod messages;
 mod metrics;
 mod node;
 mod outcome;
+mod preempt;
 mod progress;
 mod recover;
 mod runs;

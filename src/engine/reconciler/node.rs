@@ -202,7 +202,7 @@ impl Reconciler {
                 } else if run.state == RunState::Stopping {
                     Reap::Fail { reason: why.clone() }
                 } else {
-                    match after_node_lost(run.spec.retry.as_ref(), run.attempt) {
+                    match after_node_lost(run.spec.retry.as_ref(), run.charged_attempts()) {
                         // Like any retry, from the last checkpoint the lost node recorded.
                         RetryDecision::RetryIn(wait) => Reap::Requeue {
                             reason: format!(

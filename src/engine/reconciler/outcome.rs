@@ -97,7 +97,7 @@ pub fn end_move(
             None => (RunTrigger::Complete, format!("stage '{stage}' finished")),
         }),
         Verdict::Failure(reason) => {
-            failure_move(run.state, run.attempt, run.spec.retry.as_ref(), &reason, exit)
+            failure_move(run.state, run.charged_attempts(), run.spec.retry.as_ref(), &reason, exit)
         }
     }
 }

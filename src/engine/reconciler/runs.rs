@@ -111,6 +111,10 @@ impl Reconciler {
                         // A stage is being started: stop it once we know who it is.
                     } else if let Some(idx) = sup.next_to_stop() {
                         self.stop_stage(id, idx).await?;
+                    } else if sup.run.state == RunState::Stopping && sup.run.preempted_by().is_some() {
+                        if self.requeue_preempted(id).await? {
+                            continue;
+                        }
                     } else if sup.run.state == RunState::Stopping {
                         self.transition(id, RunTrigger::AllStagesGone, None).await?;
                         continue;
@@ -160,7 +164,11 @@ impl Reconciler {
 
     /// Takes the outcome of a move of run `id`: the moved run; or, when the store's run had
     /// changed under us (a stop request), what the store holds now.
-    async fn adopt(&mut self, id: Uuid, moved: std::result::Result<Option<Run>, StoreError>) -> Result {
+    pub(super) async fn adopt(
+        &mut self,
+        id: Uuid,
+        moved: std::result::Result<Option<Run>, StoreError>,
+    ) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         match moved {
             Ok(Some(run)) => {
@@ -215,7 +223,8 @@ impl Reconciler {
         self.catch_up_checkpoints(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
-        let wait = run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.attempt));
+        let wait =
+            run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.charged_attempts()));
         let not_before = now_millis() + wait.as_millis() as i64;
         let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
         let requeued = match self.next_params(&run).await? {

@@ -52,6 +52,9 @@ pub struct Supervised {
     /// Its JSONL metrics file as this daemon started the attempt's first stage (as
     /// `progress_mark`).
     pub metrics_mark: Option<crate::logs::follow::FileMark>,
+    /// Asked to checkpoint before its preemption (`preempt_signal`): stopped at its next
+    /// checkpoint, or when the timer fires. In memory only: a restarted daemon decides again.
+    pub preempt_ask: Option<super::preempt::Ask>,
 }
 
 impl Supervised {
@@ -80,6 +83,7 @@ impl Supervised {
             progress_mark: None,
             metrics: None,
             metrics_mark: None,
+            preempt_ask: None,
         })
     }
 

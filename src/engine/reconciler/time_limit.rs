@@ -55,7 +55,7 @@ pub fn decide(run: &Run, now: Millis) -> Verdict {
     }
     let reason = format!("time limit {} reached", limit_text(limit.0));
     let policy = run.spec.retry.as_ref();
-    match after_time_limit(policy, run.attempt) {
+    match after_time_limit(policy, run.charged_attempts()) {
         RetryDecision::Fail => Verdict::Fail { reason },
         RetryDecision::RetryIn(wait) => {
             let max = policy.map_or(1, |p| p.max_attempts);

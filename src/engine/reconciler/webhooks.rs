@@ -70,13 +70,20 @@ fn run_note(run: &Run) -> Option<Payload> {
     let kind = match run.state {
         RunState::Completed => Payload::RUN_COMPLETED,
         RunState::Failed => Payload::RUN_FAILED,
+        RunState::Stopping if run.preempted_by().is_some() => Payload::RUN_PREEMPTED,
         _ => return None,
+    };
+    let summary = match run.preempted_by() {
+        Some(by) => {
+            serde_json::json!({ "reason": run.reason, "preempted_by": by, "preemptions": run.preemptions })
+        }
+        None => serde_json::json!({ "reason": run.reason }),
     };
     Some(Payload {
         kind: kind.into(),
         ids: serde_json::json!({ "run": run.id, "workflow": run.workflow, "env": run.env_name }),
         state: run.state.to_string(),
-        summary: serde_json::json!({ "reason": run.reason }),
+        summary,
         at: chrono::Utc::now().timestamp(),
     })
 }

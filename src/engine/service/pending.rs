@@ -104,6 +104,7 @@ impl Service {
             set,
             priority: Some(run.priority),
             needs: run.params.needs.overlaid(&request.needs),
+            preemptible: Some(run.spec.preemptible),
             ..RunRequest::default()
         };
         self.prepare_as(&catalog, &mut specs, submit, &after, run.id).await

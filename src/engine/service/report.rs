@@ -52,6 +52,13 @@ pub struct Report {
     pub test_outcomes: BTreeMap<String, i64>,
     /// What is still waiting, counted.
     pub waiting: Waiting,
+    /// Preemptions of the runs listed, and the work they lost (ms).
+    pub preemptions: i64,
+    pub preempted_work_ms: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// What is queued and not started, counted.
@@ -99,6 +106,11 @@ pub struct ReportRun {
     pub failed_stage: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub log_tail: Vec<String>,
+    /// Times it was preempted, and the work those stops lost (ms).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub preemptions: i64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub preempted_work_ms: i64,
 }
 
 /// One inference test in the report.
@@ -158,9 +170,16 @@ impl ReportRun {
         if self.attempt <= 1 {
             return None;
         }
-        Some(match &self.resumed_from {
+        let line = match &self.resumed_from {
             Some(from) => format!("attempt {}, resumed from step {}", self.attempt, from.step),
             None => format!("attempt {}, from the start", self.attempt),
+        };
+        Some(match self.preemptions {
+            0 => line,
+            n => {
+                let redone = std::time::Duration::from_millis(self.preempted_work_ms.max(0) as u64);
+                format!("{line}; preempted {n}×, ≈ {} redone", crate::model::progress::span(redone))
+            }
         })
     }
 
@@ -327,6 +346,8 @@ impl Service {
 
         let more_runs = (run_outcomes.values().sum::<i64>() - runs.len() as i64).max(0);
         let more_tests = (test_outcomes.values().sum::<i64>() - tests.len() as i64).max(0);
+        let (preemptions, preempted_work_ms) =
+            (runs.iter().map(|r| r.preemptions).sum(), runs.iter().map(|r| r.preempted_work_ms).sum());
         Ok(Report {
             window: window_text(window),
             since,
@@ -338,6 +359,8 @@ impl Service {
             run_outcomes,
             test_outcomes,
             waiting: Waiting { pending: pending - held, held, queued_tests },
+            preemptions,
+            preempted_work_ms,
         })
     }
 
@@ -428,6 +451,8 @@ impl Service {
                 metrics: metrics.remove(&run.id),
                 failed_stage,
                 log_tail,
+                preemptions: run.preemptions,
+                preempted_work_ms: run.preempted_work,
             });
         }
         Ok(rows)

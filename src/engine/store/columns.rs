@@ -6,7 +6,8 @@ macro_rules! select_runs_sql {
     () => {
         concat!(
             "SELECT id, workflow, env_name, state, version, priority, attempt, created_at, updated_at, ",
-            "started_at, ended_at, reason, run_dir, spec, params, node, fence, not_before, held_at, deps_open FROM runs "
+            "started_at, ended_at, reason, run_dir, spec, params, node, fence, not_before, held_at, deps_open, ",
+            "preemptions, preempted_work_ms FROM runs "
         )
     };
 }

@@ -49,6 +49,8 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<Run> {
         not_before: row.try_get("not_before")?,
         held_at: row.try_get("held_at")?,
         deps_open: row.try_get("deps_open")?,
+        preemptions: row.try_get("preemptions")?,
+        preempted_work: row.try_get("preempted_work_ms")?,
     })
 }
 

@@ -6,8 +6,8 @@ use uuid::Uuid;
 
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
-    InferenceTestStore, MetricStore, NewDependency, NodeStore, NoticeStore, ProgressStore, QueueStore,
-    ReportStore, Result, RetentionStore, ScheduleStore,
+    InferenceTestStore, MetricStore, NewDependency, NodeStore, NoticeStore, PreemptionStore, ProgressStore,
+    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunTrigger, Stage};
 
@@ -38,6 +38,7 @@ pub trait Store:
     + AttemptStore
     + DependencyStore
     + NoticeStore
+    + PreemptionStore
     + Send
     + Sync
 {

@@ -355,7 +355,7 @@ impl Store for SqlStore {
         self.transition_ending_at(run, trigger, reason, None, Some(ended_at)).await
     }
     async fn requeue(&self, run: &Run, trigger: RunTrigger, reason: &str, not_before: Millis) -> Result<Run> {
-        self.requeue_with(run, trigger, reason, not_before, None).await
+        self.requeue_with(run, trigger, reason, not_before, None, None).await
     }
 
     async fn requeue_resuming(
@@ -367,7 +367,7 @@ impl Store for SqlStore {
         params: &RunParams,
         note: &str,
     ) -> Result<Run> {
-        self.requeue_with(run, trigger, reason, not_before, Some((params, note))).await
+        self.requeue_with(run, trigger, reason, not_before, Some((params, note)), None).await
     }
 
     async fn release_run(&self, run: &Run) -> Result<bool> {
@@ -542,14 +542,15 @@ impl Store for SqlStore {
 
 impl SqlStore {
     /// `requeue`, with the next attempt's params and an event saying what it resumes from
-    /// written in the same transaction.
-    async fn requeue_with(
+    /// written in the same transaction; `preempted` counts a preemption that lost that many ms.
+    pub(super) async fn requeue_with(
         &self,
         run: &Run,
         trigger: RunTrigger,
         reason: &str,
         not_before: Millis,
         resume: Option<(&RunParams, &str)>,
+        preempted: Option<Millis>,
     ) -> Result<Run> {
         let to = transitions::next(run.state, trigger)?;
 
@@ -559,15 +560,19 @@ impl SqlStore {
         let now = now_millis();
         let tx = self.pool.begin().await?;
         let params = resume.map_or(&run.params, |(params, _)| params);
+        let (count, lost): (i64, Millis) = preempted.map_or((0, 0), |lost| (1, lost.max(0)));
         let update = sqlx::query(
             "UPDATE runs SET state = 'pending', version = version + 1, updated_at = $1, started_at = NULL, \
              ended_at = NULL, reason = $2, attempt = attempt + 1, node = NULL, fence = NULL, not_before = $3, \
-             params = $4, deps_open = 0 WHERE id = $5 AND state = $6 AND version = $7 AND (CAST($8 AS BIGINT) IS NULL OR fence = $8)",
+             params = $4, deps_open = 0, preemptions = preemptions + $5, preempted_work_ms = preempted_work_ms + $6 \
+             WHERE id = $7 AND state = $8 AND version = $9 AND (CAST($10 AS BIGINT) IS NULL OR fence = $10)",
         )
         .bind(now)
         .bind(reason)
         .bind(not_before)
-        .bind(json(params));
+        .bind(json(params))
+        .bind(count)
+        .bind(lost);
         let mut tx = self.guarded_update(tx, update, run).await?;
         // The ending attempt's stages are kept as they ended, for the run's page.
         sqlx::query(
@@ -608,6 +613,8 @@ impl SqlStore {
             not_before: Some(not_before),
             params: params.clone(),
             deps_open: 0,
+            preemptions: run.preemptions + count,
+            preempted_work: run.preempted_work + lost,
             ..run.clone()
         })
     }

@@ -17,7 +17,7 @@ pub use metrics::{MetricJsonl, MetricLog, MetricSpec};
 pub use progress::{JsonlSource, LogSource, ProgressSpec, TotalSpec};
 pub use retry::RetryPolicy;
 pub use schema::{
-    AutoPort, BUILTIN_VARS, Completion, DEFAULT_START_TIMEOUT, Launcher, MAX_NAME_LEN, PortSpec, Probe,
-    StageSpec, Workflow,
+    AutoPort, BUILTIN_VARS, Completion, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MIN_RUNTIME, DEFAULT_PREEMPT_WAIT,
+    DEFAULT_START_TIMEOUT, Launcher, MAX_NAME_LEN, PortSpec, PreemptSignal, Probe, StageSpec, Workflow,
 };
 pub use slurm::SlurmOptions;

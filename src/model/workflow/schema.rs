@@ -27,6 +27,12 @@ pub const MAX_NAME_LEN: usize = 64;
 /// Default wait for a stage with a probe and no delay.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How long an attempt runs before it may be preempted, when the workflow does not say.
+pub const DEFAULT_MIN_RUNTIME: Duration = Duration::from_secs(600);
+
+/// Preemptions after which a run is no longer preemptible, when the workflow does not say.
+pub const DEFAULT_MAX_PREEMPTIONS: u32 = 5;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workflow {
@@ -90,7 +96,61 @@ pub struct Workflow {
     /// Where the run's training metrics appear, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricSpec>,
+    /// A daemon started with `--preempt` may stop it for a run of higher priority and queue it
+    /// again, to resume from its last checkpoint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
+    /// How long an attempt runs before it may be preempted (default 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_runtime: Option<Dur>,
+    /// Preemptions after which the run is no longer preemptible (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_preemptions: Option<u32>,
+    /// Sent to a victim's stages to ask for a checkpoint now; the stop follows the next
+    /// checkpoint recorded, or `preempt_wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_signal: Option<PreemptSignal>,
+    /// How long a victim asked with `preempt_signal` gets to checkpoint (default 2m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_wait: Option<Dur>,
 }
+
+/// The signals a workflow may name as `preempt_signal`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PreemptSignal {
+    #[serde(rename = "SIGUSR1")]
+    Usr1,
+    #[serde(rename = "SIGUSR2")]
+    Usr2,
+    #[serde(rename = "SIGINT")]
+    Int,
+    #[serde(rename = "SIGHUP")]
+    Hup,
+}
+
+impl PreemptSignal {
+    pub fn signal(self) -> rustix::process::Signal {
+        use rustix::process::Signal;
+        match self {
+            PreemptSignal::Usr1 => Signal::USR1,
+            PreemptSignal::Usr2 => Signal::USR2,
+            PreemptSignal::Int => Signal::INT,
+            PreemptSignal::Hup => Signal::HUP,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PreemptSignal::Usr1 => "SIGUSR1",
+            PreemptSignal::Usr2 => "SIGUSR2",
+            PreemptSignal::Int => "SIGINT",
+            PreemptSignal::Hup => "SIGHUP",
+        }
+    }
+}
+
+/// How long a victim asked to checkpoint gets, when the workflow does not say.
+pub const DEFAULT_PREEMPT_WAIT: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -180,6 +240,21 @@ pub struct Completion {
 
 /// A workflow file that can't be used, with where and why.
 impl Workflow {
+    /// How long an attempt runs before it may be preempted.
+    pub fn min_runtime(&self) -> Duration {
+        self.min_runtime.map_or(DEFAULT_MIN_RUNTIME, |d| d.0)
+    }
+
+    /// How long a victim asked with `preempt_signal` gets to checkpoint.
+    pub fn preempt_wait(&self) -> Duration {
+        self.preempt_wait.map_or(DEFAULT_PREEMPT_WAIT, |d| d.0)
+    }
+
+    /// Preemptions after which a run of it is no longer preemptible.
+    pub fn max_preemptions(&self) -> u32 {
+        self.max_preemptions.unwrap_or(DEFAULT_MAX_PREEMPTIONS)
+    }
+
     /// Every placeholder a template of this workflow may use.
     pub fn known_vars(&self) -> Vec<String> {
         let mut known: Vec<String> = BUILTIN_VARS.iter().map(|s| s.to_string()).collect();

@@ -30,6 +30,7 @@ impl Service {
             hold: None,
             time_limit: run.spec.time_limit,
             needs: run.params.needs.clone(),
+            preemptible: Some(run.spec.preemptible),
             after: None,
         };
         self.submit(request).await
@@ -42,6 +43,24 @@ impl Service {
             // The state table says what a stop does; this only knows that stopping twice is fine.
             let trigger = match crate::model::run::stop_trigger(run.state) {
                 Some(trigger) => trigger,
+                // A victim of a preemption would queue again: it stays stopped instead.
+                None if run.state == RunState::Stopping && run.preempted_by().is_some() => {
+                    match self.store.keep_stopped(&run).await {
+                        Ok(moved) => {
+                            self.wake().await;
+                            return Ok(moved);
+                        }
+                        Err(StoreError::Conflict { .. }) => {
+                            run = self
+                                .store
+                                .run(run.id)
+                                .await?
+                                .ok_or_else(|| ServiceError::UnknownRun(crate::text::one_line(prefix)))?;
+                            continue;
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
+                }
                 None if run.state == RunState::Stopping => return Ok(run),
                 None => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state: run.state }),
             };

@@ -161,6 +161,9 @@ impl Service {
         if let Some(limit) = request.time_limit {
             spec.time_limit = Some(limit);
         }
+        if let Some(preemptible) = request.preemptible {
+            spec.preemptible = preemptible;
+        }
         let needs = self.checked_needs(&spec, &request.needs)?;
         let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
         let (env_name, env_file, config) = if runs_env || request.env.is_some() {

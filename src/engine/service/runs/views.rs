@@ -123,6 +123,12 @@ pub struct RunSummary {
     /// condition, name and state (listings read them for the whole page at once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waits_for: Vec<crate::model::Dependency>,
+    /// Times it was stopped for a run of higher priority and queued again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preemptions: i64,
+    /// The work those stops lost, which later attempts redid (ms).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preempted_work_ms: i64,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -157,6 +163,8 @@ impl From<&Run> for RunSummary {
             time_limit_at: crate::engine::reconciler::time_limit_deadline(run),
             deps_open: run.deps_open,
             waits_for: Vec::new(),
+            preemptions: run.preemptions,
+            preempted_work_ms: run.preempted_work,
         }
     }
 }
