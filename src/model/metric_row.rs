@@ -17,7 +17,7 @@ pub struct MetricRow {
     pub eval_percent_correct: Option<f64>,
     /// `train/loss` (or `loss`)
     pub loss: Option<f64>,
-    /// When the daemon last read this step from W&B, unix milliseconds.
+    /// When the step's newest reading was recorded (or last changed value), unix milliseconds.
     pub recorded_at: Millis,
 }
 

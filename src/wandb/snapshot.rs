@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::RunRef;
-use crate::model::{MetricReading, MetricRow};
+use crate::model::MetricReading;
 
 /// The numbers `status` and `results` show, as last read from W&B.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -79,29 +79,6 @@ pub fn history_readings(rows: &[Map<String, Value>], key: &str) -> Vec<MetricRea
             MetricReading::new(key, step, lookup(row, key).and_then(finite)?)
         })
         .collect()
-}
-
-/// Adds W&B history `rows` (each with `_step` and some metric keys) to `by_step`, read at
-/// `now_ms`. A step already present keeps the values it has and gains those it lacked, so rows of
-/// one step asked for key by key merge into one. Rows without a whole `_step` are skipped.
-pub fn merge_history(
-    by_step: &mut std::collections::BTreeMap<i64, MetricRow>,
-    rows: &[Map<String, Value>],
-    now_ms: i64,
-) {
-    for row in rows {
-        let Some(step) = lookup(row, "_step").and_then(whole) else { continue };
-        let number = |keys: &[&str]| keys.iter().find_map(|key| lookup(row, key).and_then(finite));
-        let entry = by_step.entry(step).or_insert_with(|| MetricRow {
-            step,
-            recorded_at: now_ms,
-            ..MetricRow::default()
-        });
-        entry.reward_mean = entry.reward_mean.or(number(REWARD_MEAN_KEYS));
-        entry.percent_correct = entry.percent_correct.or(number(PERCENT_CORRECT_KEYS));
-        entry.eval_percent_correct = entry.eval_percent_correct.or(number(EVAL_PERCENT_CORRECT_KEYS));
-        entry.loss = entry.loss.or(number(LOSS_KEYS));
-    }
 }
 
 /// How old a snapshot taken at `taken_at_ms` is at `now_ms`: "12 s old", "5 min old", "3 h old",
@@ -207,45 +184,26 @@ mod tests {
     }
 
     #[test]
-    fn history_rows_merge_per_step_and_skip_what_is_not_a_metric() {
-        let rows = |v: Value| -> Vec<Map<String, Value>> {
-            v.as_array().unwrap().iter().map(|r| r.as_object().unwrap().clone()).collect()
-        };
-        let mut by_step = std::collections::BTreeMap::new();
-        merge_history(
-            &mut by_step,
-            &rows(json!([
-                {"_step": 0, "train/reward_mean": 0.25, "train/percent_correct": "n/a"},
-                {"_step": 2.0, "train/reward_mean": 0.5, "loss": 0.75},
-                {"train/reward_mean": 9.0},
-                {"_step": 1.5, "train/reward_mean": 9.0},
-            ])),
-            7,
-        );
-        // Eval logged at its own steps, asked for separately: merged into the same rows.
-        merge_history(
-            &mut by_step,
-            &rows(json!([{"_step": 2, "eval/percent_correct": 0.4, "train/reward_mean": 1.0},
-                         {"_step": 4, "eval/percent_correct": 0.6, "train/loss": 0.1}])),
-            8,
-        );
-        let got: Vec<MetricRow> = by_step.into_values().collect();
-        assert_eq!(got.len(), 3, "{got:?}");
-        assert_eq!(
-            got[0],
-            MetricRow { step: 0, reward_mean: Some(0.25), recorded_at: 7, ..MetricRow::default() }
-        );
-        assert_eq!(
-            got[1],
-            MetricRow {
-                step: 2,
-                reward_mean: Some(0.5),
-                eval_percent_correct: Some(0.4),
-                loss: Some(0.75),
-                recorded_at: 7,
-                ..MetricRow::default()
-            }
-        );
-        assert_eq!((got[2].step, got[2].eval_percent_correct, got[2].loss), (4, Some(0.6), Some(0.1)));
+    fn history_rows_give_readings_of_their_key_and_skip_what_is_not_a_metric() {
+        let rows: Vec<Map<String, Value>> = json!([
+            {"_step": 0, "train/reward_mean": 0.25, "train/percent_correct": "n/a"},
+            {"_step": 2.0, "train/reward_mean": 0.5, "loss": 0.75},
+            {"train/reward_mean": 9.0},
+            {"_step": 1.5, "train/reward_mean": 9.0},
+            {"_step": 3, "train/reward_mean": "NaN"},
+            {"_step": 4, "train": {"reward_mean": 0.75}},
+        ])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_object().unwrap().clone())
+        .collect();
+        let got: Vec<(String, i64, f64)> = history_readings(&rows, "train/reward_mean")
+            .into_iter()
+            .map(|r| (r.name, r.step, r.value))
+            .collect();
+        let name = "train/reward_mean".to_string();
+        assert_eq!(got, vec![(name.clone(), 0, 0.25), (name.clone(), 2, 0.5), (name, 4, 0.75)]);
+        assert!(history_readings(&rows, "train/percent_correct").is_empty(), "a string is no metric");
     }
 }

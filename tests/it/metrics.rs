@@ -110,6 +110,29 @@ metrics:
 }
 
 #[tokio::test]
+async fn a_stage_that_fails_during_start_up_has_its_metrics_read() {
+    let mut home = TestHome::new();
+    // The stage fails within its start delay: the run fails without reaching `running`.
+    home.workflow(
+        "quick",
+        r#"name: quick
+stages:
+  - name: trainer
+    argv: [sh, -c, "echo 'step 1 loss=0.5'; echo 'step 2 loss=0.25'; exit 1"]
+    start_delay: 5s
+metrics:
+  log: {stage: trainer, pattern: 'step (?P<step>\d+) loss=(?P<loss>\S+)'}
+"#,
+    );
+    home.start_daemon();
+    let id = home.submit(&["--workflow", "quick"]);
+    let (run, _) = home.wait_settled(id, T).await;
+    assert_eq!(run.state, RunState::Failed, "{:?}", run.reason);
+    assert_eq!(series_of(&mut home, id, "loss", 2).await, vec![p(1, 1, 0.5), p(1, 2, 0.25)]);
+    home.kill_daemon();
+}
+
+#[tokio::test]
 async fn a_retried_attempt_replaces_the_steps_it_reads_again() {
     let mut home = TestHome::new();
     // The first attempt logs steps 0-5 and fails transiently; the second goes back to step 3

@@ -195,4 +195,16 @@ impl Reconciler {
         sup.metrics = Some(MetricWatch { finish });
         Ok(())
     }
+
+    /// A last look at the run's metrics before it leaves this daemon's hands (its end, or its
+    /// requeue): a run that never reached `running` here (a stage that ended during start-up,
+    /// or one a restarted daemon found ended) gets a worker that reads its source once, records
+    /// it and ends; one that had its worker has it finish.
+    pub(super) async fn catch_up_metrics(&mut self, id: Uuid) -> Result {
+        self.watch_metrics(id).await?;
+        if let Some(watch) = self.runs.get(&id).and_then(|sup| sup.metrics.as_ref()) {
+            watch.finish();
+        }
+        Ok(())
+    }
 }

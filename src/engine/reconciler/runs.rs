@@ -126,6 +126,7 @@ impl Reconciler {
                         debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
                         // Its last checkpoints are its trained weights, also when it failed.
                         self.catch_up_checkpoints(id).await?;
+                        self.catch_up_metrics(id).await?;
                         self.forget_progress(id);
                         self.runs.remove(&id);
                         self.node.ledger.forget(&id);
@@ -221,6 +222,7 @@ impl Reconciler {
     /// backoff. True if the run changed under us and should be looked at again.
     async fn requeue_for_retry(&mut self, id: Uuid) -> Result<bool> {
         self.catch_up_checkpoints(id).await?;
+        self.catch_up_metrics(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
         let wait =
