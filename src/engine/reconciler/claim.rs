@@ -27,12 +27,23 @@ impl Reconciler {
         let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
         let runs_dir = self.config.runs_dir.clone();
         let pools = &self.config.pools;
+        // After a claim that found less than it had room for, look before taking the write lock.
+        if self.queue_drained && !self.store.runs_waiting().await? {
+            return Ok(());
+        }
+        // A sweep's `max_live`, counted over every node's runs in flight: its members past it
+        // wait in the queue, skipped like a run whose resources are taken.
+        let mut sweep_slots = self.store.sweep_slots().await?;
         let mut taken = 0;
         let mut pick = |run: &Run| -> Pick {
             if taken == free {
                 return Pick::Stop;
             }
             if !lease.fits(&run.spec.node_labels) {
+                return Pick::Skip;
+            }
+            let slots = run.params.sweep.and_then(|member| sweep_slots.get_mut(&member.sweep));
+            if slots.as_ref().is_some_and(|slots| !slots.has_room()) {
                 return Pick::Skip;
             }
             let Some(ports) = allocate_ports(run, &held) else { return Pick::Skip };
@@ -51,15 +62,14 @@ impl Reconciler {
                 params.resolved.insert(format!("port.{name}"), port.to_string());
             }
             held.extend(resources);
+            if let Some(slots) = slots {
+                slots.in_flight += 1;
+            }
             taken += 1;
             let run_dir = runs_dir.join(run.id.to_string());
             rebase_run_dir(&mut params, &run.run_dir, &run_dir);
             Pick::Take { params, run_dir }
         };
-        // After a claim that found less than it had room for, look before taking the write lock.
-        if self.queue_drained && !self.store.runs_waiting().await? {
-            return Ok(());
-        }
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
         self.queue_drained = claimed.len() < free;
         for run in claimed {

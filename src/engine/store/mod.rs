@@ -34,6 +34,7 @@ mod runs;
 mod schedules;
 mod sql;
 mod sqlite;
+mod sweeps;
 #[cfg(test)]
 mod tests;
 mod wal;
@@ -58,3 +59,4 @@ pub use retention::{Expired, RetentionStore};
 pub use runs::{RunMove, Store};
 pub use schedules::ScheduleStore;
 pub use sql::SqlStore;
+pub use sweeps::SweepStore;

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
     InferenceTestStore, MetricStore, NewDependency, NodeStore, NoticeStore, ProgressStore, QueueStore,
-    ReportStore, Result, RetentionStore, ScheduleStore,
+    ReportStore, Result, RetentionStore, ScheduleStore, SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunTrigger, Stage};
 
@@ -38,6 +38,7 @@ pub trait Store:
     + AttemptStore
     + DependencyStore
     + NoticeStore
+    + SweepStore
     + Send
     + Sync
 {

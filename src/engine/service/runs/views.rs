@@ -123,6 +123,9 @@ pub struct RunSummary {
     /// condition, name and state (listings read them for the whole page at once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waits_for: Vec<crate::model::Dependency>,
+    /// The sweep it is a member of, and which member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::model::sweep::MemberOf>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -157,6 +160,7 @@ impl From<&Run> for RunSummary {
             time_limit_at: crate::engine::reconciler::time_limit_deadline(run),
             deps_open: run.deps_open,
             waits_for: Vec::new(),
+            sweep: run.params.sweep,
         }
     }
 }

@@ -38,6 +38,7 @@ mod dependencies;
 mod nodes;
 mod queue;
 mod report;
+mod sweeps;
 
 use std::time::{Duration, Instant};
 
