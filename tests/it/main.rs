@@ -35,6 +35,7 @@ mod slurm;
 mod supervisor;
 mod support;
 mod sweep_reference;
+mod sweeps;
 mod systemd;
 mod time_limits;
 mod wandb;

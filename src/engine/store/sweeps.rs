@@ -50,9 +50,9 @@ pub trait SweepStore: Send + Sync {
     async fn list_sweeps(&self, limit: i64) -> Result<Vec<SweepRecord>>;
     /// A sweep's members in order of k, each with its run as it is now.
     async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>>;
-    /// For each sweep whose members may start and that has a `max_live`, its slots: two index
-    /// reads (the live sweeps; the runs in flight and their sweeps), flat however many
-    /// members or finished sweeps the store holds.
+    /// For each sweep whose members may not all start: a live one with a `max_live`, and one
+    /// stopped or at its target (no room), its slots: two index reads (those sweeps; the runs in
+    /// flight and their sweeps), flat however many members or ended sweeps the store holds.
     async fn sweep_slots(&self) -> Result<BTreeMap<Uuid, SweepSlots>>;
     /// The sweeps with a member in flight (from the runs in flight), each with how many.
     async fn sweeps_in_flight(&self) -> Result<BTreeMap<Uuid, u32>>;
@@ -190,9 +190,14 @@ impl SweepStore for SqlStore {
     }
 
     async fn sweep_slots(&self) -> Result<BTreeMap<Uuid, SweepSlots>> {
-        let limited = sqlx::query("SELECT id, max_live FROM sweeps WHERE state = 'live' AND max_live IS NOT NULL")
-            .fetch_all(self.pool())
-            .await?;
+        // A sweep that is stopped or at its target has no room at all: a member a stop has not
+        // cancelled yet is never claimed meanwhile.
+        let limited = sqlx::query(
+            "SELECT id, max_live, state FROM sweeps WHERE state IN ('target', 'stopped') \
+             OR (state = 'live' AND max_live IS NOT NULL)",
+        )
+        .fetch_all(self.pool())
+        .await?;
         if limited.is_empty() {
             return Ok(BTreeMap::new());
         }
@@ -201,8 +206,13 @@ impl SweepStore for SqlStore {
             .iter()
             .map(|row| {
                 let id = uuid_of(row, "id")?;
-                let max_live: i64 = row.try_get("max_live")?;
-                let max_live = u32::try_from(max_live).map_err(|_| corrupt(format!("sweep {id}: max_live {max_live}")))?;
+                let state: String = row.try_get("state")?;
+                let max_live: Option<i64> = row.try_get("max_live")?;
+                let max_live = match state.as_str() {
+                    "live" => u32::try_from(max_live.unwrap_or(0))
+                        .map_err(|_| corrupt(format!("sweep {id}: max_live {max_live:?}")))?,
+                    _ => 0,
+                };
                 Ok((id, SweepSlots { max_live, in_flight: in_flight.get(&id).copied().unwrap_or(0) }))
             })
             .collect()

@@ -31,7 +31,7 @@ pub enum SweepState {
     Target,
     /// A user stopped it: its pending members were cancelled, the running ones stopped.
     Stopped,
-    /// Every member has ended.
+    /// Every member has ended (its reason stays: a stopped sweep's says so).
     Done,
 }
 
@@ -53,10 +53,11 @@ impl SweepState {
     }
 
     /// Whether a sweep in this state may move to `to`: a live sweep may reach its target, be
-    /// stopped or end; one at its target may be stopped or end; stopped and done are final.
+    /// stopped or end; one at its target may be stopped or end; a stopped one may end; done is
+    /// final.
     pub fn may_become(self, to: SweepState) -> bool {
         use SweepState::*;
-        matches!((self, to), (Live, Target | Stopped | Done) | (Target, Stopped | Done))
+        matches!((self, to), (Live, Target | Stopped | Done) | (Target, Stopped | Done) | (Stopped, Done))
     }
 }
 
@@ -104,10 +105,11 @@ impl SweepRecord {
 mod tests {
     use super::SweepState::{self, *};
 
-    /// The whole table: only live and target sweeps move, never back to live.
+    /// The whole table: sweeps move forward only, never back to live, and done is final.
     #[test]
     fn sweep_states_move_only_forward() {
-        let allowed = [(Live, Target), (Live, Stopped), (Live, Done), (Target, Stopped), (Target, Done)];
+        let allowed =
+            [(Live, Target), (Live, Stopped), (Live, Done), (Target, Stopped), (Target, Done), (Stopped, Done)];
         for from in SweepState::ALL {
             for to in SweepState::ALL {
                 assert_eq!(from.may_become(to), allowed.contains(&(from, to)), "{from} -> {to}");

@@ -66,7 +66,7 @@ impl SweepDecider {
         }
         let left: BTreeSet<Uuid> = self.in_flight.iter().filter(|id| !in_flight.contains_key(id)).copied().collect();
         if self.passes % DONE_CHECK_EVERY == 0 || !left.is_empty() {
-            for state in [SweepState::Live, SweepState::Target] {
+            for state in [SweepState::Live, SweepState::Target, SweepState::Stopped] {
                 for sweep in service.store.sweeps_in_state(state).await? {
                     if in_flight.contains_key(&sweep.id) || service.store.sweep_has_open_member(sweep.id).await? {
                         continue;

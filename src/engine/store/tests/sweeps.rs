@@ -121,8 +121,11 @@ async fn max_live_counts_the_members_in_flight(store: &dyn Store) {
     store.transition(&started, RunTrigger::Fail, Some("boom"), None).await.unwrap();
     assert_eq!(store.sweep_slots().await.unwrap()[&limited.id].in_flight, 1);
 
-    // A stopped sweep starts no member: it has no slots to give.
+    // A stopped sweep starts no member: it has no room at all; a done one is not read.
     assert!(store.move_sweep(limited.id, SweepState::Live, SweepState::Stopped, Some("stop requested")).await.unwrap());
+    let slots = store.sweep_slots().await.unwrap();
+    assert_eq!((slots[&limited.id].max_live, slots[&limited.id].has_room()), (0, false));
+    assert!(store.move_sweep(limited.id, SweepState::Stopped, SweepState::Done, None).await.unwrap());
     assert!(store.sweep_slots().await.unwrap().is_empty());
     let of: Vec<Uuid> = vec![open_runs[0].0.id, limited_runs[1].0.id, Uuid::new_v4()];
     assert_eq!(store.sweeps_of_runs(&of).await.unwrap(), [open.id, limited.id].into_iter().collect());
