@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::model::MetricRow;
+use crate::model::{MetricReading, MetricRow};
 
 /// Where the hosted W&B API lives.
 pub const DEFAULT_BASE: &str = "https://api.wandb.ai";
@@ -141,6 +141,35 @@ pub fn snapshot_from(run: &RunRef, now_ms: i64) -> Snapshot {
 /// The history keys the stored metric history is read from: every key any metric may come from.
 pub const HISTORY_KEYS: &[&str] =
     &["train/reward_mean", "train/percent_correct", "eval/percent_correct", "train/loss", "loss"];
+
+/// Keys of a run's W&B history read beyond `HISTORY_KEYS`: each costs a request per reading.
+pub const MAX_OTHER_KEYS: usize = 16;
+
+/// The history keys read of `run`: `HISTORY_KEYS` it logs (all of them when W&B did not say
+/// which it logs), then up to `MAX_OTHER_KEYS` of its other keys, W&B's own `_` keys left out.
+pub fn history_keys_of(run: &RunRef) -> Vec<&str> {
+    let logged = |key: &str| run.history_keys.is_empty() || run.history_keys.iter().any(|k| k == key);
+    let mut keys: Vec<&str> = HISTORY_KEYS.iter().copied().filter(|key| logged(key)).collect();
+    let others = run
+        .history_keys
+        .iter()
+        .map(String::as_str)
+        .filter(|key| !key.starts_with('_') && !HISTORY_KEYS.contains(key))
+        .take(MAX_OTHER_KEYS);
+    keys.extend(others);
+    keys
+}
+
+/// The readings of `key` in W&B history `rows` (each with `_step`): rows without a whole
+/// `_step` or a finite number under `key` are skipped.
+pub fn history_readings(rows: &[Map<String, Value>], key: &str) -> Vec<MetricReading> {
+    rows.iter()
+        .filter_map(|row| {
+            let step = lookup(row, "_step").and_then(whole)?;
+            MetricReading::new(key, step, lookup(row, key).and_then(finite)?)
+        })
+        .collect()
+}
 
 /// Adds W&B history `rows` (each with `_step` and some metric keys) to `by_step`, read at
 /// `now_ms`. A step already present keeps the values it has and gains those it lacked, so rows of
@@ -423,24 +452,24 @@ impl WandbClient {
         Ok(rows)
     }
 
-    /// The metric history of `run` (found with `find_run`), up to `samples` sampled rows per key,
-    /// one row per step, read at `now_ms`. Keys are asked for one at a time: W&B samples only rows
-    /// holding every key asked for, and eval metrics are logged at other steps than training ones.
-    /// Only keys the run has history for are asked for, when W&B says which those are.
-    pub async fn metric_history(
+    /// The metric history of `run` (found with `find_run`) by name, up to `samples` sampled rows
+    /// per key: the keys results show (`HISTORY_KEYS`), then up to `MAX_OTHER_KEYS` more of the
+    /// keys W&B says the run logs (not its `_` keys), each reading under its W&B key. Keys are
+    /// asked for one at a time: W&B samples only rows holding every key asked for, and eval
+    /// metrics are logged at other steps than training ones. Only keys the run has history for
+    /// are asked for, when W&B says which those are. NaN and infinities are dropped.
+    pub async fn metric_readings(
         &self,
         project: &str,
         run: &RunRef,
         samples: u32,
-        now_ms: i64,
-    ) -> Result<Vec<MetricRow>, WandbError> {
-        let mut by_step = std::collections::BTreeMap::new();
-        let logged = |key: &str| run.history_keys.is_empty() || run.history_keys.iter().any(|k| k == key);
-        for key in HISTORY_KEYS.iter().copied().filter(|key| logged(key)) {
+    ) -> Result<Vec<MetricReading>, WandbError> {
+        let mut readings = Vec::new();
+        for key in history_keys_of(run) {
             let rows = self.history(project, &run.id, &[key], samples).await?;
-            merge_history(&mut by_step, &rows, now_ms);
+            readings.extend(history_readings(&rows, key));
         }
-        Ok(by_step.into_values().filter(MetricRow::has_metrics).collect())
+        Ok(readings)
     }
 
     /// The entity runs are looked up under: `WANDB_ENTITY`, else the key's default entity.
@@ -1054,16 +1083,30 @@ mod tests {
         let client = fake.client(KEY, Some("team"));
         let mut run = run_with(json!({}));
         run.history_keys = vec!["_step".into(), "eval/percent_correct".into(), "train/loss".into()];
-        let rows = within(client.metric_history("p", &run, 100, 5)).await.expect("history");
-        assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].step, rows[0].eval_percent_correct, rows[0].loss), (1, Some(0.5), Some(0.5)));
-        assert_eq!((rows[1].step, rows[1].reward_mean, rows[1].loss), (3, None, Some(0.25)));
+        let readings = within(client.metric_readings("p", &run, 100)).await.expect("history");
+        let got: Vec<(&str, i64, f64)> =
+            readings.iter().map(|r| (r.name.as_str(), r.step, r.value)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("eval/percent_correct", 1, 0.5),
+                ("eval/percent_correct", 3, 0.25),
+                ("train/loss", 1, 0.5),
+                ("train/loss", 3, 0.25)
+            ]
+        );
         assert_eq!(fake.bodies().len(), 2, "only the two keys the run logged");
 
         // W&B did not say which keys the run has: every metric key is asked for.
         run.history_keys.clear();
-        within(client.metric_history("p", &run, 100, 5)).await.expect("history");
+        within(client.metric_readings("p", &run, 100)).await.expect("history");
         assert_eq!(fake.bodies().len(), 2 + HISTORY_KEYS.len());
+
+        // Keys beyond the results' are read by name too, W&B's own left out.
+        run.history_keys = vec!["_runtime".into(), "env/all/reward/total".into(), "train/loss".into()];
+        let readings = within(client.metric_readings("p", &run, 100)).await.expect("history");
+        assert!(readings.iter().any(|r| r.name == "env/all/reward/total" && r.step == 3));
+        assert_eq!(fake.bodies().len(), 2 + HISTORY_KEYS.len() + 2);
     }
 
     #[tokio::test]

@@ -31,6 +31,43 @@ impl MetricRow {
     }
 }
 
+/// The metric names a `MetricRow` is made of (W&B's history keys), each with its field; `loss`
+/// takes `train/loss` and, at a step without it, `loss`.
+pub const ROW_METRICS: &[&str] =
+    &["train/reward_mean", "train/percent_correct", "eval/percent_correct", "train/loss", "loss"];
+
+impl MetricRow {
+    /// The rows of the readings of `ROW_METRICS` (`(name, step, value, recorded_at)`, any order,
+    /// one per name and step): one row per step that holds any, ordered by step; a row's
+    /// `recorded_at` is its newest reading's.
+    pub fn from_readings<'a>(
+        readings: impl IntoIterator<Item = (&'a str, i64, f64, Millis)>,
+    ) -> Vec<MetricRow> {
+        let mut by_step = std::collections::BTreeMap::<i64, MetricRow>::new();
+        let mut plain_loss = std::collections::BTreeMap::<i64, f64>::new();
+        for (name, step, value, at) in readings {
+            let row = by_step.entry(step).or_insert_with(|| MetricRow { step, ..MetricRow::default() });
+            match name {
+                "train/reward_mean" => row.reward_mean = Some(value),
+                "train/percent_correct" => row.percent_correct = Some(value),
+                "eval/percent_correct" => row.eval_percent_correct = Some(value),
+                "train/loss" => row.loss = Some(value),
+                "loss" => {
+                    plain_loss.insert(step, value);
+                }
+                _ => {}
+            }
+            row.recorded_at = row.recorded_at.max(at);
+        }
+        for (step, value) in plain_loss {
+            if let Some(row) = by_step.get_mut(&step) {
+                row.loss = row.loss.or(Some(value));
+            }
+        }
+        by_step.into_values().filter(MetricRow::has_metrics).collect()
+    }
+}
+
 /// About `count` rows spread evenly over `rows` (ordered by step), always including the first and
 /// the last: the short curve results show, as the reference tool's `history(samples=10)` does.
 pub fn sample_evenly<T: Clone>(rows: &[T], count: usize) -> Vec<T> {
@@ -50,6 +87,38 @@ pub fn sample_evenly<T: Clone>(rows: &[T], count: usize) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_gather_a_steps_readings_by_name() {
+        let readings = [
+            ("train/reward_mean", 2, 0.5, 10),
+            ("loss", 2, 3.0, 12),
+            ("eval/percent_correct", 0, 0.25, 5),
+            ("train/loss", 0, 1.0, 5),
+            ("loss", 0, 9.0, 5),
+            ("env/all/reward/total", 4, 1.0, 20),
+        ];
+        let rows = MetricRow::from_readings(readings);
+        assert_eq!(
+            rows,
+            vec![
+                MetricRow {
+                    step: 0,
+                    eval_percent_correct: Some(0.25),
+                    loss: Some(1.0),
+                    recorded_at: 5,
+                    ..MetricRow::default()
+                },
+                MetricRow {
+                    step: 2,
+                    reward_mean: Some(0.5),
+                    loss: Some(3.0),
+                    recorded_at: 12,
+                    ..MetricRow::default()
+                },
+            ]
+        );
+    }
 
     #[test]
     fn short_series_are_returned_whole() {

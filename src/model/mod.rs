@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod dependency;
 pub mod event;
 pub mod inference_test;
+pub mod metric_point;
 pub mod metric_row;
 pub mod pool;
 pub mod preemption;
@@ -22,6 +23,7 @@ pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Star
 pub use dependency::{Dependency, Settled, When};
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
+pub use metric_point::{MetricPoint, MetricReading, MetricSummary};
 pub use metric_row::{MetricRow, sample_evenly};
 pub use pool::{Needs, Pools};
 pub use process::{

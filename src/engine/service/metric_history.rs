@@ -4,7 +4,9 @@
 use serde::Serialize;
 
 use crate::model::RunQuery;
-use crate::model::{MetricRow, Run, RunState, now_millis, sample_evenly};
+use uuid::Uuid;
+
+use crate::model::{MetricPoint, MetricRow, Millis, Run, RunState, now_millis, sample_evenly};
 use crate::wandb::{WandbClient, WandbError};
 
 use super::metrics::wandb_names;
@@ -44,8 +46,8 @@ impl Service {
         Ok(runs.into_iter().filter(|run| run.node.as_deref().is_none_or(|n| n == node)).collect())
     }
 
-    /// Reads `run`'s metric history from W&B and stores it, one row per step; returns how many
-    /// steps the reading held.
+    /// Reads `run`'s metric history from W&B and stores it by name under the run's attempt;
+    /// returns how many readings it held.
     pub async fn read_metric_history(
         &self,
         run: &Run,
@@ -55,15 +57,34 @@ impl Service {
         let Some(found) = client.find_run(&project, &name).await? else {
             return Err(ReadingError::NotYet { project, name });
         };
-        let rows = client.metric_history(&project, &found, WANDB_SAMPLES, now_millis()).await?;
-        self.store.put_metric_rows(run.id, &rows).await?;
-        Ok(rows.len())
+        let readings = client.metric_readings(&project, &found, WANDB_SAMPLES).await?;
+        let attempt = u32::try_from(run.attempt).unwrap_or(u32::MAX);
+        self.store.put_metric_values(run.id, attempt, &readings, now_millis()).await?;
+        Ok(readings.len())
     }
 
     /// The stored metric history of the run `prefix` names.
     pub async fn metric_history(&self, prefix: &str) -> Result<MetricHistory> {
         let run = self.resolve(prefix).await?;
         Ok(MetricHistory { run_id: run.id, rows: self.store.metric_rows(run.id).await? })
+    }
+
+    /// The series of metric `name` of `run`, ordered by step, a resumed attempt's readings
+    /// replacing the earlier attempts' from its resume step on; at most
+    /// `model::metric_point::MAX_SERIES_POINTS` readings are read.
+    pub async fn metric_series(&self, run: Uuid, name: &str) -> Result<Vec<MetricPoint>> {
+        Ok(self.store.metric_series(run, name).await?)
+    }
+
+    /// The names of `run`'s metrics, sorted (at most 1,000).
+    pub async fn metric_names(&self, run: Uuid) -> Result<Vec<String>> {
+        Ok(self.store.metric_names(run).await?)
+    }
+
+    /// The runs with a metric reading recorded (or changed) after `recorded_after`: what a task
+    /// beside the loop rereads, rather than every run's series.
+    pub async fn metric_runs_since(&self, recorded_after: Millis) -> Result<Vec<Uuid>> {
+        Ok(self.store.metric_runs_since(recorded_after).await?)
     }
 
     /// The stored rows of `run`, and about `HISTORY_SAMPLES` of them spread evenly, the last

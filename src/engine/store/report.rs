@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::Result;
 use super::checkpoints::checkpoint_from_row;
 use super::inference_tests::test_from_row;
-use super::metric_history::metric_row_from_row;
+use super::metric_values::{LAST_ROW_READINGS, last_rows};
 use super::progress::point_from_row;
 use super::rows::{corrupt, run_from_row, stage_from_row};
 use super::sql::{SqlStore, count_by_state};
@@ -167,14 +167,6 @@ const LAST_WEIGHTS: &str = "SELECT r.id AS run_id, \
       ORDER BY d.at DESC, d.attempt DESC, d.step DESC LIMIT 1) AS weights \
      FROM runs r WHERE r.id IN ({ids})";
 
-const LAST_METRIC_ROWS: &str = "SELECT r.id AS run_id, m.step, m.reward_mean, m.percent_correct, \
-     m.eval_percent_correct, m.loss, m.recorded_at \
-     FROM runs r JOIN metric_history m ON m.run_id = r.id AND m.step = \
-     (SELECT n.step FROM metric_history n WHERE n.run_id = r.id AND (n.reward_mean IS NOT NULL \
-      OR n.percent_correct IS NOT NULL OR n.eval_percent_correct IS NOT NULL OR n.loss IS NOT NULL) \
-      ORDER BY n.step DESC LIMIT 1) \
-     WHERE r.id IN ({ids})";
-
 const STAGES_OF: &str = "SELECT run_id, idx, name, state, shim, process, started_at, ready_at, ended_at, \
      exit_code, exit_signal, log_path, slurm_job FROM stages WHERE run_id IN ({ids}) ORDER BY run_id, idx";
 
@@ -188,9 +180,16 @@ const FIRST_STARTS: &str = "SELECT r.id AS run_id, \
 /// Every listed-runs query, for the tests that hold them to their indexes.
 #[cfg(test)]
 pub(super) fn listed_queries() -> Vec<String> {
-    [progress_ends_sql().as_str(), LAST_CHECKPOINTS, LAST_WEIGHTS, LAST_METRIC_ROWS, STAGES_OF, FIRST_STARTS]
-        .map(|sql| sql.replace("{ids}", &marks(3)))
-        .to_vec()
+    [
+        progress_ends_sql().as_str(),
+        LAST_CHECKPOINTS,
+        LAST_WEIGHTS,
+        LAST_ROW_READINGS.as_str(),
+        STAGES_OF,
+        FIRST_STARTS,
+    ]
+    .map(|sql| sql.replace("{ids}", &marks(3)))
+    .to_vec()
 }
 
 /// The three ends of `PROGRESS_END`, as one query.
@@ -296,8 +295,7 @@ impl ReportStore for SqlStore {
     }
 
     async fn last_metric_rows_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, MetricRow>> {
-        let rows = for_listed(self, LAST_METRIC_ROWS, ids).await?;
-        rows.iter().map(|row| Ok((run_id_of(row)?, metric_row_from_row(row)?))).collect()
+        last_rows(&for_listed(self, &LAST_ROW_READINGS, ids).await?)
     }
 
     async fn stages_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Vec<Stage>>> {

@@ -113,7 +113,7 @@ impl RetentionStore for SqlStore {
             ("snapshots", "run_id"),
             ("progress", "run_id"),
             ("checkpoints", "run_id"),
-            ("metric_history", "run_id"),
+            ("metric_values", "run_id"),
             ("run_deps", "run_id"),
             ("runs", "id"),
         ];

@@ -35,6 +35,7 @@ macro_rules! on_both_backends {
 mod attempts;
 mod conformance;
 mod dependencies;
+mod metrics;
 mod nodes;
 mod queue;
 mod report;

@@ -1,0 +1,144 @@
+//! Training metrics by name: a reading is one value of one named metric at one step of one
+//! attempt, from any source (W&B history, a JSONL file, a stage log pattern); a series is one
+//! metric's readings as the run's training saw them, resumes included.
+
+use serde::{Deserialize, Serialize};
+
+use super::Millis;
+
+/// The most readings of one metric a series read returns (the first ones by attempt and step):
+/// a run logging every step for 100,000 steps fits, and no read grows without bound.
+pub const MAX_SERIES_POINTS: usize = 100_000;
+
+/// The longest metric name kept; a longer one is not a metric name but a stage's noise.
+pub const MAX_NAME_LEN: usize = 200;
+
+/// One point of a metric's series.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricPoint {
+    /// The attempt that read it (1 for the first).
+    pub attempt: u32,
+    pub step: i64,
+    pub value: f64,
+}
+
+/// One reading to record, under the attempt its writer reads for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricReading {
+    pub name: String,
+    pub step: i64,
+    pub value: f64,
+}
+
+impl MetricReading {
+    /// A reading of `name` at `step`, or `None` for what W&B drops too (NaN and infinities) and
+    /// for a name that is empty or too long to be one.
+    pub fn new(name: impl Into<String>, step: i64, value: f64) -> Option<MetricReading> {
+        let name = name.into();
+        (value.is_finite() && !name.is_empty() && name.len() <= MAX_NAME_LEN).then_some(MetricReading {
+            name,
+            step,
+            value,
+        })
+    }
+}
+
+/// One metric of a run at a glance: its name, how many readings it has, and the last of them
+/// (the latest attempt's highest step).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricSummary {
+    pub name: String,
+    pub count: i64,
+    pub last: MetricPoint,
+    /// When the last reading was recorded (or last changed), unix milliseconds.
+    pub recorded_at: Millis,
+}
+
+/// A metric's series from its readings ordered by (attempt, step): a resumed attempt rewound the
+/// training to its first step, so its readings replace every earlier attempt's reading from that
+/// step on (the abandoned steps past the resume point are not the run's history any more).
+/// The result is ordered by step, one point per step.
+pub fn series(readings: impl IntoIterator<Item = MetricPoint>) -> Vec<MetricPoint> {
+    let mut points: Vec<MetricPoint> = Vec::new();
+    let mut attempt = None;
+    for point in readings {
+        if attempt != Some(point.attempt) {
+            // The first reading of a later attempt: drop what it rewound over.
+            attempt = Some(point.attempt);
+            let keep = points.partition_point(|p| p.step < point.step);
+            points.truncate(keep);
+        }
+        match points.last_mut() {
+            // Readings come ordered by step within an attempt; a repeat of a step replaces.
+            Some(last) if last.step == point.step => *last = point,
+            Some(last) if last.step > point.step => {}
+            _ => points.push(point),
+        }
+    }
+    points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(attempt: u32, step: i64, value: f64) -> MetricPoint {
+        MetricPoint { attempt, step, value }
+    }
+
+    #[test]
+    fn one_attempt_is_its_readings() {
+        let readings = vec![p(1, 0, 0.1), p(1, 1, 0.2), p(1, 5, 0.3)];
+        assert_eq!(series(readings.clone()), readings);
+        assert_eq!(series(Vec::new()), Vec::new());
+    }
+
+    #[test]
+    fn a_resume_replaces_the_steps_it_reads_again_and_drops_those_it_rewound_over() {
+        // Attempt 1 reached step 8; attempt 2 resumed at step 5 and is at step 6 so far.
+        let readings = vec![p(1, 2, 0.2), p(1, 5, 0.5), p(1, 8, 0.8), p(2, 5, 5.0), p(2, 6, 6.0)];
+        assert_eq!(series(readings), vec![p(1, 2, 0.2), p(2, 5, 5.0), p(2, 6, 6.0)]);
+        // A third attempt from the start replaces everything.
+        let readings = vec![p(1, 2, 0.2), p(2, 5, 5.0), p(3, 0, 9.0)];
+        assert_eq!(series(readings), vec![p(3, 0, 9.0)]);
+        // An attempt that starts past the end only adds.
+        let readings = vec![p(1, 2, 0.2), p(2, 3, 3.0)];
+        assert_eq!(series(readings), vec![p(1, 2, 0.2), p(2, 3, 3.0)]);
+    }
+
+    #[test]
+    fn series_are_ordered_by_step_one_point_per_step() {
+        // Every sequence ordered by (attempt, step), however the attempts overlap.
+        for seed in 0u64..500 {
+            let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let mut next = |n: u64| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 33) % n
+            };
+            let mut readings = Vec::new();
+            for attempt in 1..=1 + next(3) as u32 {
+                let mut steps: Vec<i64> = (0..next(6)).map(|_| next(10) as i64).collect();
+                steps.sort();
+                readings.extend(steps.into_iter().map(|s| p(attempt, s, s as f64)));
+            }
+            let got = series(readings.clone());
+            assert!(got.windows(2).all(|w| w[0].step < w[1].step), "{readings:?} -> {got:?}");
+            // The last attempt's readings are all there.
+            if let Some(last) = readings.last() {
+                for r in readings.iter().filter(|r| r.attempt == last.attempt) {
+                    assert!(got.iter().any(|g| g.attempt == r.attempt && g.step == r.step), "{readings:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn readings_that_w_and_b_drops_are_never_made() {
+        assert!(MetricReading::new("loss", 1, f64::NAN).is_none());
+        assert!(MetricReading::new("loss", 1, f64::INFINITY).is_none());
+        assert!(MetricReading::new("loss", 1, f64::NEG_INFINITY).is_none());
+        assert!(MetricReading::new("", 1, 1.0).is_none());
+        assert!(MetricReading::new("x".repeat(MAX_NAME_LEN + 1), 1, 1.0).is_none());
+        assert_eq!(MetricReading::new("loss", 1, -0.5).map(|r| r.value), Some(-0.5));
+    }
+}
