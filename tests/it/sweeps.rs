@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lachesis::model::sweep::SweepState;
 use lachesis::model::{Millis, RunState};
-use lachesis::service::{MetricSeries, Reading, Service, SweepDecider, SweepDecision};
+use lachesis::model::MetricPoint;
+use lachesis::service::{MetricSeries, Service, SweepDecider, SweepDecision};
 use uuid::Uuid;
 
 use crate::support::{TestHome, stderr, wait_for};
@@ -193,9 +194,9 @@ struct Fed(HashMap<Uuid, Vec<f64>>);
 
 #[async_trait]
 impl MetricSeries for Fed {
-    async fn series(&self, run: Uuid, _name: &str) -> lachesis::service::Result<Vec<Reading>> {
+    async fn series(&self, run: Uuid, _name: &str) -> lachesis::service::Result<Vec<MetricPoint>> {
         let values = self.0.get(&run).cloned().unwrap_or_default();
-        Ok(values.into_iter().enumerate().map(|(i, value)| Reading { attempt: 1, step: i as i64 + 1, value }).collect())
+        Ok(values.into_iter().enumerate().map(|(i, value)| MetricPoint { attempt: 1, step: i as i64 + 1, value }).collect())
     }
 
     async fn runs_with_readings_since(&self, _after: Millis) -> lachesis::service::Result<Option<Vec<Uuid>>> {
@@ -275,4 +276,55 @@ async fn hyperband_stops_the_loser_once_and_the_target_ends_new_members() {
     let loser = board.leaderboard.iter().find(|m| m.k == 2).unwrap();
     assert!(loser.early_terminated && loser.reason.as_deref() == Some(reason.as_str()));
     assert_eq!((loser.best, loser.best_step, loser.iterations), (Some(0.95), Some(3), 3));
+}
+
+#[tokio::test]
+async fn the_daemon_stops_the_loser_from_its_stored_readings() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let file = write(
+        &home,
+        "hb.yaml",
+        "method: grid\nworkflow: gated\nmetric: {name: train/loss}\n\
+         early_terminate: {type: hyperband, min_iter: 2, eta: 2, strict: false}\n\
+         parameters:\n  lr: {values: [0.1, 0.2, 0.3, 0.4]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    for id in &members {
+        home.wait_state(*id, RunState::Running, T).await;
+    }
+    let losses = [[1.0, 0.9, 0.8], [1.0, 0.5, 0.4], [1.0, 0.97, 0.95], [1.0, 0.3, 0.2]];
+    for (id, series) in members.iter().zip(losses) {
+        let rows: Vec<lachesis::model::MetricRow> = series
+            .iter()
+            .enumerate()
+            .map(|(i, loss)| lachesis::model::MetricRow {
+                step: i as i64 + 1,
+                loss: Some(*loss),
+                recorded_at: lachesis::model::now_millis(),
+                ..Default::default()
+            })
+            .collect();
+        service.put_metric_rows_as_given(*id, &rows).await.unwrap();
+    }
+    let reason = format!(
+        "early-terminated by sweep {}: best train/loss 0.95 by iteration 3 is worse than the band-2 threshold 0.9",
+        &sweep.to_string()[..8]
+    );
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    assert_eq!((stopped.state, stopped.reason.as_deref()), (RunState::Stopped, Some(reason.as_str())));
+    let said: Vec<String> =
+        home.messages(members[2]).await.into_iter().filter(|m| m.starts_with("stop: early-terminated")).collect();
+    assert_eq!(said, vec![format!("stop: {reason}")], "stopped once, with an event saying why");
+    for id in [members[0], members[1], members[3]] {
+        assert_eq!(home.run(id).await.state, RunState::Running, "the others run on");
+    }
+    let board: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "status", &sweep.to_string(), "--json"])).unwrap();
+    assert_eq!(board["leaderboard"][0]["k"], 3, "{board:#}");
+    assert_eq!(board["leaderboard"][0]["best"], 0.2);
+    let text = home.cli_ok(&["sweep", "status", &sweep.to_string()]);
+    assert!(text.contains(&reason), "{text}");
 }

@@ -57,6 +57,6 @@ pub use runs::{
 };
 pub use schedules::ScheduleDetail;
 pub use sweeps::{
-    MemberStatus, MetricSeries, Reading, SWEEP_LIST_LIMIT, StartedSweep, SweepDecider, SweepDecision, SweepStatus,
+    MemberStatus, MetricSeries, SWEEP_LIST_LIMIT, StartedSweep, SweepDecider, SweepDecision, SweepStatus,
     SweepSummary,
 };

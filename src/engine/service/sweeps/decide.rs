@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{MetricSeries, Reading};
+use super::MetricSeries;
 use crate::engine::service::{Result, Service};
 use crate::engine::store::StoreError;
 use crate::model::sweep::{Metric, Series, SweepRecord, SweepSpec, SweepState, python_float, stop_runs};
-use crate::model::{Millis, Run, RunState, RunTrigger, now_millis};
+use crate::model::{MetricPoint, Millis, Run, RunState, RunTrigger, now_millis};
 
 /// What a pass decided.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -87,18 +87,10 @@ impl SweepDecider {
     }
 }
 
-/// A member's iterations: one value per step (a step read again by a later attempt, as a
-/// resumed member does, counts once, with the later attempt's value), readings that are not
-/// finite left out as W&B leaves them out.
-fn iterations(readings: &[Reading]) -> Vec<f64> {
-    let mut by_step: BTreeMap<i64, (u32, f64)> = BTreeMap::new();
-    for reading in readings.iter().filter(|r| r.value.is_finite()) {
-        let slot = by_step.entry(reading.step).or_insert((reading.attempt, reading.value));
-        if reading.attempt >= slot.0 {
-            *slot = (reading.attempt, reading.value);
-        }
-    }
-    by_step.into_values().map(|(_, value)| value).collect()
+/// A member's iterations: the values of its series (one per step, a resumed attempt's over the
+/// steps it rewound), those that are not finite left out as W&B leaves them out.
+fn iterations(series: &[MetricPoint]) -> Vec<f64> {
+    series.iter().map(|point| point.value).filter(|value| value.is_finite()).collect()
 }
 
 impl Service {
@@ -193,18 +185,5 @@ impl Service {
         }
         tracing::info!(sweep = %sweep.short_id(), cancelled, "{why}");
         Ok(Some(SweepDecision::Target { sweep: sweep.id, k, cancelled }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A resumed member's steps count once, with the later attempt's value; NaN is dropped.
-    #[test]
-    fn iterations_are_one_value_per_step() {
-        let r = |attempt, step, value| Reading { attempt, step, value };
-        let readings = [r(1, 1, 3.0), r(1, 2, 2.0), r(1, 3, f64::NAN), r(2, 2, 2.5), r(2, 3, 1.0)];
-        assert_eq!(iterations(&readings), vec![3.0, 2.5, 1.0]);
     }
 }

@@ -6,6 +6,6 @@ mod submit;
 mod views;
 
 pub use decide::{SweepDecider, SweepDecision};
-pub use series::{MetricSeries, Reading};
+pub use series::MetricSeries;
 pub use submit::StartedSweep;
 pub use views::{MemberStatus, SWEEP_LIST_LIMIT, SweepStatus, SweepSummary};
