@@ -19,10 +19,10 @@ use super::handlers::runs::{
     edit_run, hold_run, list_runs, release_run, resume_run, run_checkpoints, run_events, run_logs,
     run_results, run_status, stop_run,
 };
-use super::handlers::sweeps::{list_sweeps, start_sweep, stop_sweep, sweep_status};
 use super::handlers::schedules::{
     add_schedule, pause_schedule, remove_schedule, resume_schedule, schedule, schedules,
 };
+use super::handlers::sweeps::{list_sweeps, start_sweep, stop_sweep, sweep_status};
 use super::{AppState, Failure};
 use crate::service::RunRequest;
 

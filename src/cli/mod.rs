@@ -134,7 +134,12 @@ pub fn dispatch(cli: Cli) -> CliResult {
     let settings = Settings::new(cli.home, cli.database_url);
     if matches!(
         cli.command,
-        Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_) | Command::Run(_) | Command::Test(_) | Command::Sweep(_)
+        Command::Daemon(_)
+            | Command::Mcp(_)
+            | Command::Doctor(_)
+            | Command::Run(_)
+            | Command::Test(_)
+            | Command::Sweep(_)
     ) {
         // Keys the environment lacks; looked up through environ::var, handed to children. Run
         // and test commands check credentials when no daemon takes their request.

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lachesis::model::MetricPoint;
 use lachesis::model::sweep::SweepState;
 use lachesis::model::{Millis, RunState};
-use lachesis::model::MetricPoint;
 use lachesis::service::{MetricSeries, Service, SweepDecider, SweepDecision};
 use uuid::Uuid;
 
@@ -43,7 +43,8 @@ fn start(home: &TestHome, file: &str) -> (Uuid, Vec<Uuid>) {
     let out: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["sweep", "start", file, "--json"])).unwrap();
     let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
-    let members = out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+    let members =
+        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
     (id, members)
 }
 
@@ -64,7 +65,11 @@ async fn a_grid_sweep_queues_one_member_per_point_with_its_vars() {
     for (k, (id, (lr, size))) in members.iter().zip(expected).enumerate() {
         let run = home.run(*id).await;
         assert_eq!(run.state, RunState::Pending);
-        assert_eq!((run.params.vars["lr"].as_str(), run.params.vars["size"].as_str()), (lr, size), "member {k}");
+        assert_eq!(
+            (run.params.vars["lr"].as_str(), run.params.vars["size"].as_str()),
+            (lr, size),
+            "member {k}"
+        );
         assert_eq!(run.params.sweep.map(|m| (m.sweep, m.k)), Some((sweep, k as u64)));
     }
     let status = home.cli_ok(&["run", "status", &members[3].to_string()]);
@@ -128,7 +133,8 @@ async fn a_parameter_the_workflow_never_uses_is_refused_and_nothing_is_queued() 
     assert!(home.cli_ok(&["sweep", "list"]).contains("no sweeps"));
     assert!(home.cli_ok(&["run", "list"]).contains("no runs"));
     // A bad file is one line, too.
-    let bayes = write(&home, "bayes.yaml", "method: bayes\nworkflow: gated\nparameters: {lr: {values: [1]}}\n");
+    let bayes =
+        write(&home, "bayes.yaml", "method: bayes\nworkflow: gated\nparameters: {lr: {values: [1]}}\n");
     let err = stderr(&home.cli(&["sweep", "start", &bayes]));
     assert!(err.contains("bayes is not supported") && err.trim().lines().count() == 1, "{err}");
     let _ = home.service().await;
@@ -185,7 +191,12 @@ async fn max_live_holds_and_a_stopped_sweep_starts_nothing_more() {
     let board = service.sweep_status(&sweep.to_string()).await.unwrap();
     assert_eq!(board.sweep.state, SweepState::Stopped);
     assert_eq!(board.counts.get("stopped"), Some(&5));
-    let cancelled = members.iter().filter(|id| board.leaderboard.iter().any(|m| m.run == **id && m.reason.as_deref() == Some("cancelled before it started")));
+    let cancelled = members.iter().filter(|id| {
+        board
+            .leaderboard
+            .iter()
+            .any(|m| m.run == **id && m.reason.as_deref() == Some("cancelled before it started"))
+    });
     assert_eq!(cancelled.count(), 3, "the three that never started were cancelled: {:?}", board.leaderboard);
 }
 
@@ -196,7 +207,11 @@ struct Fed(HashMap<Uuid, Vec<f64>>);
 impl MetricSeries for Fed {
     async fn series(&self, run: Uuid, _name: &str) -> lachesis::service::Result<Vec<MetricPoint>> {
         let values = self.0.get(&run).cloned().unwrap_or_default();
-        Ok(values.into_iter().enumerate().map(|(i, value)| MetricPoint { attempt: 1, step: i as i64 + 1, value }).collect())
+        Ok(values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| MetricPoint { attempt: 1, step: i as i64 + 1, value })
+            .collect())
     }
 
     async fn runs_with_readings_since(&self, _after: Millis) -> lachesis::service::Result<Option<Vec<Uuid>>> {
@@ -249,7 +264,9 @@ async fn hyperband_stops_the_loser_once_and_the_target_ends_new_members() {
     assert_eq!(cancelled.state, RunState::Stopped);
     assert_eq!(
         cancelled.reason.as_deref(),
-        Some(format!("cancelled: sweep {short} member 3 reached the target: loss 0.2 (target 0.25)").as_str())
+        Some(
+            format!("cancelled: sweep {short} member 3 reached the target: loss 0.2 (target 0.25)").as_str()
+        )
     );
     // The others run on and finish.
     std::fs::write(home.path().join("gate"), "").unwrap();
@@ -315,8 +332,12 @@ async fn the_daemon_stops_the_loser_from_its_stored_readings() {
     );
     let (stopped, _) = home.wait_settled(members[2], T).await;
     assert_eq!((stopped.state, stopped.reason.as_deref()), (RunState::Stopped, Some(reason.as_str())));
-    let said: Vec<String> =
-        home.messages(members[2]).await.into_iter().filter(|m| m.starts_with("stop: early-terminated")).collect();
+    let said: Vec<String> = home
+        .messages(members[2])
+        .await
+        .into_iter()
+        .filter(|m| m.starts_with("stop: early-terminated"))
+        .collect();
     assert_eq!(said, vec![format!("stop: {reason}")], "stopped once, with an event saying why");
     for id in [members[0], members[1], members[3]] {
         assert_eq!(home.run(id).await.state, RunState::Running, "the others run on");

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::Result;
 use super::rows::{corrupt, from_json, json, run_from_row};
 use super::sql::{SqlStore, insert_pending_run};
-use super::Result;
 use crate::model::sweep::{SweepRecord, SweepState};
 use crate::model::{Run, Stage, now_millis};
 
@@ -64,7 +64,13 @@ pub trait SweepStore: Send + Sync {
     async fn sweep_has_open_member(&self, id: Uuid) -> Result<bool>;
     /// Moves the sweep from `from` to `to` with `reason`, if it is still in `from`; false when it
     /// was not (someone else moved it).
-    async fn move_sweep(&self, id: Uuid, from: SweepState, to: SweepState, reason: Option<&str>) -> Result<bool>;
+    async fn move_sweep(
+        &self,
+        id: Uuid,
+        from: SweepState,
+        to: SweepState,
+        reason: Option<&str>,
+    ) -> Result<bool>;
 }
 
 fn sweep_from_row(row: &sqlx::any::AnyRow) -> Result<SweepRecord> {
@@ -149,7 +155,10 @@ impl SweepStore for SqlStore {
     }
 
     async fn sweep(&self, id: Uuid) -> Result<Option<SweepRecord>> {
-        let row = sqlx::query(select_sweeps!("WHERE id = $1")).bind(id.to_string()).fetch_optional(self.pool()).await?;
+        let row = sqlx::query(select_sweeps!("WHERE id = $1"))
+            .bind(id.to_string())
+            .fetch_optional(self.pool())
+            .await?;
         row.as_ref().map(sweep_from_row).transpose()
     }
 
@@ -167,7 +176,10 @@ impl SweepStore for SqlStore {
     }
 
     async fn list_sweeps(&self, limit: i64) -> Result<Vec<SweepRecord>> {
-        let rows = sqlx::query(select_sweeps!("ORDER BY seq DESC LIMIT $1")).bind(limit).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(select_sweeps!("ORDER BY seq DESC LIMIT $1"))
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(sweep_from_row).collect()
     }
 
@@ -184,7 +196,10 @@ impl SweepStore for SqlStore {
         rows.iter()
             .map(|row| {
                 let k: i64 = row.try_get("k")?;
-                Ok((u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))?, run_from_row(row)?))
+                Ok((
+                    u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))?,
+                    run_from_row(row)?,
+                ))
             })
             .collect()
     }
@@ -223,7 +238,10 @@ impl SweepStore for SqlStore {
     }
 
     async fn sweeps_in_state(&self, state: SweepState) -> Result<Vec<SweepRecord>> {
-        let rows = sqlx::query(select_sweeps!("WHERE state = $1 ORDER BY seq")).bind(state.as_str()).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(select_sweeps!("WHERE state = $1 ORDER BY seq"))
+            .bind(state.as_str())
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(sweep_from_row).collect()
     }
 
@@ -232,7 +250,8 @@ impl SweepStore for SqlStore {
         for chunk in runs.chunks(super::dependencies::OPEN_CHUNK) {
             let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
             // Only the placeholders vary: the ids are bound, never spliced.
-            let sql = format!("SELECT DISTINCT sweep_id FROM sweep_members WHERE run_id IN ({})", marks.join(", "));
+            let sql =
+                format!("SELECT DISTINCT sweep_id FROM sweep_members WHERE run_id IN ({})", marks.join(", "));
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for id in chunk {
                 query = query.bind(id.to_string());
@@ -255,7 +274,13 @@ impl SweepStore for SqlStore {
         Ok(open.is_some())
     }
 
-    async fn move_sweep(&self, id: Uuid, from: SweepState, to: SweepState, reason: Option<&str>) -> Result<bool> {
+    async fn move_sweep(
+        &self,
+        id: Uuid,
+        from: SweepState,
+        to: SweepState,
+        reason: Option<&str>,
+    ) -> Result<bool> {
         if !from.may_become(to) {
             return Ok(false);
         }

@@ -36,7 +36,8 @@ pub enum SweepState {
 }
 
 impl SweepState {
-    pub const ALL: [SweepState; 4] = [SweepState::Live, SweepState::Target, SweepState::Stopped, SweepState::Done];
+    pub const ALL: [SweepState; 4] =
+        [SweepState::Live, SweepState::Target, SweepState::Stopped, SweepState::Done];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -108,8 +109,14 @@ mod tests {
     /// The whole table: sweeps move forward only, never back to live, and done is final.
     #[test]
     fn sweep_states_move_only_forward() {
-        let allowed =
-            [(Live, Target), (Live, Stopped), (Live, Done), (Target, Stopped), (Target, Done), (Stopped, Done)];
+        let allowed = [
+            (Live, Target),
+            (Live, Stopped),
+            (Live, Done),
+            (Target, Stopped),
+            (Target, Done),
+            (Stopped, Done),
+        ];
         for from in SweepState::ALL {
             for to in SweepState::ALL {
                 assert_eq!(from.may_become(to), allowed.contains(&(from, to)), "{from} -> {to}");

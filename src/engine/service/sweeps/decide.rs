@@ -64,11 +64,14 @@ impl SweepDecider {
             let Some(sweep) = service.store.sweep(*sweep_id).await? else { continue };
             decisions.extend(service.decide_sweep(&sweep, source).await?);
         }
-        let left: BTreeSet<Uuid> = self.in_flight.iter().filter(|id| !in_flight.contains_key(id)).copied().collect();
-        if self.passes % DONE_CHECK_EVERY == 0 || !left.is_empty() {
+        let left: BTreeSet<Uuid> =
+            self.in_flight.iter().filter(|id| !in_flight.contains_key(id)).copied().collect();
+        if self.passes.is_multiple_of(DONE_CHECK_EVERY) || !left.is_empty() {
             for state in [SweepState::Live, SweepState::Target, SweepState::Stopped] {
                 for sweep in service.store.sweeps_in_state(state).await? {
-                    if in_flight.contains_key(&sweep.id) || service.store.sweep_has_open_member(sweep.id).await? {
+                    if in_flight.contains_key(&sweep.id)
+                        || service.store.sweep_has_open_member(sweep.id).await?
+                    {
                         continue;
                     }
                     if service.store.move_sweep(sweep.id, state, SweepState::Done, None).await? {
@@ -137,7 +140,8 @@ impl Service {
             .collect();
         for stop in stop_runs(&series, metric, hyperband) {
             let (k, run) = &members[stop.id];
-            let reason = format!("early-terminated by sweep {}: {}", sweep.short_id(), stop.reason(&metric.name));
+            let reason =
+                format!("early-terminated by sweep {}: {}", sweep.short_id(), stop.reason(&metric.name));
             match self.store.transition(run, RunTrigger::Stop, Some(&reason), None).await {
                 Ok(_) => {
                     tracing::info!(sweep = %sweep.short_id(), member = k, run = %run.short_id(), "{reason}");

@@ -70,7 +70,8 @@ impl Service {
         let count = spec.members();
         let mut members: Vec<(Run, Vec<crate::model::Stage>)> = Vec::with_capacity(count as usize);
         for k in 0..count {
-            let member = spec.member(k).ok_or_else(|| ServiceError::Sweep(format!("member {k} has no parameters")))?;
+            let member =
+                spec.member(k).ok_or_else(|| ServiceError::Sweep(format!("member {k} has no parameters")))?;
             let request = RunRequest {
                 workflow: Some(spec.workflow.clone()),
                 env: spec.env.clone(),

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::MetricSeries;
 use crate::engine::service::{Result, Service, ServiceError};
-use crate::model::sweep::{Goal, SweepRecord, SweepSpec, SweepState};
 use crate::model::RunState;
+use crate::model::sweep::{Goal, SweepRecord, SweepSpec, SweepState};
 
 /// The most sweeps a listing shows.
 pub const SWEEP_LIST_LIMIT: i64 = 200;
@@ -116,7 +116,11 @@ impl Service {
     }
 
     /// The leaderboard of `sweep`, with readings from `source`.
-    pub async fn sweep_status_with(&self, sweep: &SweepRecord, source: &dyn MetricSeries) -> Result<SweepStatus> {
+    pub async fn sweep_status_with(
+        &self,
+        sweep: &SweepRecord,
+        source: &dyn MetricSeries,
+    ) -> Result<SweepStatus> {
         let spec = SweepSpec::parse(&sweep.file)?;
         let members = self.store.sweep_members(sweep.id).await?;
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();

@@ -122,7 +122,12 @@ async fn max_live_counts_the_members_in_flight(store: &dyn Store) {
     assert_eq!(store.sweep_slots().await.unwrap()[&limited.id].in_flight, 1);
 
     // A stopped sweep starts no member: it has no room at all; a done one is not read.
-    assert!(store.move_sweep(limited.id, SweepState::Live, SweepState::Stopped, Some("stop requested")).await.unwrap());
+    assert!(
+        store
+            .move_sweep(limited.id, SweepState::Live, SweepState::Stopped, Some("stop requested"))
+            .await
+            .unwrap()
+    );
     let slots = store.sweep_slots().await.unwrap();
     assert_eq!((slots[&limited.id].max_live, slots[&limited.id].has_room()), (0, false));
     assert!(store.move_sweep(limited.id, SweepState::Stopped, SweepState::Done, None).await.unwrap());
@@ -137,8 +142,14 @@ async fn a_sweep_moves_by_compare_and_set(store: &dyn Store) {
     store.insert_sweep(&record, &runs).await.unwrap();
     let why = "member 0 reached the target";
     assert!(store.move_sweep(record.id, SweepState::Live, SweepState::Target, Some(why)).await.unwrap());
-    assert!(!store.move_sweep(record.id, SweepState::Live, SweepState::Target, Some(why)).await.unwrap(), "once");
-    assert!(!store.move_sweep(record.id, SweepState::Target, SweepState::Live, None).await.unwrap(), "never back");
+    assert!(
+        !store.move_sweep(record.id, SweepState::Live, SweepState::Target, Some(why)).await.unwrap(),
+        "once"
+    );
+    assert!(
+        !store.move_sweep(record.id, SweepState::Target, SweepState::Live, None).await.unwrap(),
+        "never back"
+    );
     let read = store.sweep(record.id).await.unwrap().unwrap();
     assert_eq!((read.state, read.reason.as_deref()), (SweepState::Target, Some(why)));
 
