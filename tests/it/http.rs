@@ -35,7 +35,7 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, None).await
     }
 

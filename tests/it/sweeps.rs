@@ -349,3 +349,36 @@ async fn the_daemon_stops_the_loser_from_its_stored_readings() {
     let text = home.cli_ok(&["sweep", "status", &sweep.to_string()]);
     assert!(text.contains(&reason), "{text}");
 }
+
+#[tokio::test]
+async fn sweeps_over_http_start_list_show_and_stop() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let api = crate::http::start_with(&mut home, "127.0.0.1", None, &[]).await;
+    let object = serde_json::json!({
+        "method": "grid", "workflow": "gated", "max_live": 1,
+        "metric": {"name": "loss"}, "parameters": {"lr": {"values": [0.1, 0.2]}},
+    });
+    let (status, started) = api.post("/sweeps", object).await;
+    assert_eq!(status.as_u16(), 201, "{started}");
+    assert_eq!(started["members"].as_array().map(Vec::len), Some(2));
+    let id = started["id"].as_str().unwrap().to_string();
+    let yaml = "method: random\nworkflow: gated\nrun_cap: 3\nparameters:\n  lr: {min: 0.1, max: 0.2}\n";
+    let (status, second) = api.post("/sweeps", serde_json::json!(yaml)).await;
+    assert_eq!(status.as_u16(), 201, "{second}");
+    let (status, listed) = api.get("/sweeps").await;
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+    let (status, board) = api.get(&format!("/sweeps/{}", &id[..8])).await;
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!((board["metric"].as_str(), board["goal"].as_str()), (Some("loss"), Some("minimize")));
+    assert_eq!(board["leaderboard"].as_array().map(Vec::len), Some(2), "{board}");
+    let (status, refused) = api.post("/sweeps", serde_json::json!("method: bayes\nworkflow: gated\n")).await;
+    assert_eq!(status.as_u16(), 400, "{refused}");
+    assert!(refused.to_string().contains("bayes is not supported"), "{refused}");
+    let (status, _) = api.get("/sweeps/ffffffff").await;
+    assert_eq!(status.as_u16(), 404);
+    let (status, stopped) = api.post(&format!("/sweeps/{id}/stop"), serde_json::json!(null)).await;
+    assert_eq!(status.as_u16(), 200, "{stopped}");
+    assert_eq!(stopped["state"], "stopped");
+}
