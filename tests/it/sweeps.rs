@@ -312,6 +312,11 @@ async fn the_daemon_stops_the_loser_from_its_stored_readings() {
     for id in &members {
         home.wait_state(*id, RunState::Running, T).await;
     }
+    let waiting = home.cli_ok(&["sweep", "status", &sweep.to_string()]);
+    assert!(
+        waiting.contains("waiting   no member has reported train/loss yet (member 0 reports no metric yet)"),
+        "{waiting}"
+    );
     let losses = [[1.0, 0.9, 0.8], [1.0, 0.5, 0.4], [1.0, 0.97, 0.95], [1.0, 0.3, 0.2]];
     for (id, series) in members.iter().zip(losses) {
         let rows: Vec<lachesis::model::MetricRow> = series

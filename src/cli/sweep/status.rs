@@ -41,6 +41,9 @@ fn render(status: &SweepStatus) -> String {
     if let (Some(metric), Some(goal)) = (&status.metric, status.goal) {
         out.push_str(&format!("\nmetric    {metric} ({goal})"));
     }
+    if let Some(unreported) = &status.unreported {
+        out.push_str(&format!("\nwaiting   {unreported}"));
+    }
     out.push_str(&format!("\ncreated   {}\n", time(Some(s.created_at))));
     let parameters: Vec<String> =
         status.leaderboard.first().map(|m| m.parameters.keys().cloned().collect()).unwrap_or_default();

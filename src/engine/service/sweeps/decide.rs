@@ -44,7 +44,8 @@ pub struct SweepDecider {
 
 impl SweepDecider {
     /// One pass over the sweeps with members in flight (those whose members have new readings,
-    /// after the first pass), then the end of sweeps that may have ended.
+    /// after the first pass) and those whose last members just ended, then the end of sweeps
+    /// that may have ended.
     pub async fn pass(&mut self, service: &Service, source: &dyn MetricSeries) -> Result<Vec<SweepDecision>> {
         let started = now_millis();
         let in_flight: BTreeMap<Uuid, u32> = service.store.sweeps_in_flight().await?;
@@ -56,16 +57,18 @@ impl SweepDecider {
             },
             None => None,
         };
+        // A sweep whose last members just ended gets one more look: a last reading of theirs may
+        // reach the target before a pending member is claimed.
+        let left: BTreeSet<Uuid> =
+            self.in_flight.iter().filter(|id| !in_flight.contains_key(id)).copied().collect();
         let mut decisions = Vec::new();
-        for sweep_id in in_flight.keys() {
-            if fresh.as_ref().is_some_and(|fresh| !fresh.contains(sweep_id)) {
+        for sweep_id in in_flight.keys().chain(&left) {
+            if !left.contains(sweep_id) && fresh.as_ref().is_some_and(|fresh| !fresh.contains(sweep_id)) {
                 continue;
             }
             let Some(sweep) = service.store.sweep(*sweep_id).await? else { continue };
             decisions.extend(service.decide_sweep(&sweep, source).await?);
         }
-        let left: BTreeSet<Uuid> =
-            self.in_flight.iter().filter(|id| !in_flight.contains_key(id)).copied().collect();
         if self.passes.is_multiple_of(DONE_CHECK_EVERY) || !left.is_empty() {
             for state in [SweepState::Live, SweepState::Target, SweepState::Stopped] {
                 for sweep in service.store.sweeps_in_state(state).await? {

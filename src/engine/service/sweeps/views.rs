@@ -58,6 +58,10 @@ pub struct SweepStatus {
     /// The best member, once no member is pending or in flight.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub winner: Option<u64>,
+    /// While members have started and none has reported the metric: which metrics one does
+    /// report (a misspelt `metric.name` shows here, not after a night of runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreported: Option<String>,
 }
 
 /// One member on the leaderboard.
@@ -153,6 +157,12 @@ impl Service {
                 reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
             });
         }
+        let unreported = match &spec.metric {
+            Some(metric) if leaderboard.iter().all(|m| m.iterations == 0) => {
+                self.unreported(&metric.name, &members).await?
+            }
+            _ => None,
+        };
         let goal = spec.metric.as_ref().map(|m| m.goal);
         leaderboard.sort_by(|a, b| ranked(a, b, goal));
         let finished = members.iter().all(|(_, run)| run.state.is_terminal());
@@ -170,7 +180,23 @@ impl Service {
             counts,
             leaderboard,
             winner,
+            unreported,
         })
+    }
+
+    /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
+    /// a member has started.
+    async fn unreported(&self, metric: &str, members: &[(u64, crate::model::Run)]) -> Result<Option<String>> {
+        let Some((k, run)) = members.iter().find(|(_, run)| run.started_at.is_some()) else {
+            return Ok(None);
+        };
+        let names = self.metric_names(run.id).await?;
+        let reports = match names.len() {
+            0 => "no metric yet".to_string(),
+            n if n > 8 => format!("{}, … ({n} metrics)", names[..8].join(", ")),
+            _ => names.join(", "),
+        };
+        Ok(Some(format!("no member has reported {metric} yet (member {k} reports {reports})")))
     }
 
     /// Stops the sweep `prefix` names: its pending members are cancelled, its started ones
