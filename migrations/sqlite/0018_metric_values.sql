@@ -11,8 +11,9 @@ CREATE TABLE metric_values (
     recorded_at INTEGER NOT NULL,
     PRIMARY KEY (run_id, name, attempt, step)
 );
--- The runs with readings newer than a mark (a sweep's look at what changed since its last).
-CREATE INDEX metric_values_by_time ON metric_values (recorded_at);
+-- The runs with readings newer than a mark (a sweep's look at what changed since its last),
+-- read off the index alone.
+CREATE INDEX metric_values_by_time ON metric_values (recorded_at, run_id);
 -- The four W&B metrics of the old fixed-column history, under their W&B names and the run's
 -- current attempt (the old table had none).
 INSERT INTO metric_values (run_id, name, attempt, step, value, recorded_at)

@@ -17,7 +17,7 @@ use super::handlers::openapi::openapi;
 use super::handlers::report::report;
 use super::handlers::runs::{
     edit_run, hold_run, list_runs, release_run, resume_run, run_checkpoints, run_events, run_logs,
-    run_results, run_status, stop_run,
+    run_metrics, run_results, run_status, stop_run,
 };
 use super::handlers::schedules::{
     add_schedule, pause_schedule, remove_schedule, resume_schedule, schedule, schedules,
@@ -104,6 +104,13 @@ pub static ROUTES: &[Route] = &[
         get(run_results)
     ),
     route!("get", "/runs/{id}/events", "A run's event history", None, get(run_events)),
+    route!(
+        "get",
+        "/runs/{id}/metrics",
+        "A run's training metrics by name with their last reading and count, or one's series (?name=)",
+        None,
+        get(run_metrics)
+    ),
     route!(
         "get",
         "/runs/{id}/checkpoints",

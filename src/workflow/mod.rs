@@ -4,6 +4,7 @@
 mod catalog;
 pub mod checkpoints;
 mod duration;
+pub mod metrics;
 mod names;
 mod parse;
 pub mod pipeline;
@@ -19,6 +20,7 @@ pub mod wandb;
 pub use catalog::{Catalog, CatalogError};
 pub use checkpoints::CheckpointSpec;
 pub use duration::{Dur, MAX_DURATION};
+pub use metrics::MetricSpec;
 pub use names::{NAME_RULE, check_log_path, is_simple_name};
 pub use parse::InvalidWorkflow;
 pub use plan::{PlanError, StagePlan, expand_home};

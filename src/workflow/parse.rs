@@ -182,6 +182,10 @@ impl Workflow {
             let stages: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
             checkpoints.validate(&stages, &known)?;
         }
+        if let Some(metrics) = &self.metrics {
+            let stages: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
+            metrics.validate(&stages, &known)?;
+        }
         if self.completion.require_total && self.progress.is_none() {
             return bad("completion.require_total", "needs a `progress:` block to know the step".into());
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::template;
-use super::{CheckpointSpec, Dur, ProgressSpec, RetryPolicy, SlurmOptions};
+use super::{CheckpointSpec, Dur, MetricSpec, ProgressSpec, RetryPolicy, SlurmOptions};
 
 /// Template variables every workflow may use, filled in by lachesis.
 pub const BUILTIN_VARS: &[&str] = &[
@@ -88,6 +88,9 @@ pub struct Workflow {
     /// Where the run's trainer says it saved a checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoints: Option<CheckpointSpec>,
+    /// Where the run's training metrics appear, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricSpec>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

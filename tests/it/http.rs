@@ -508,18 +508,33 @@ async fn a_running_runs_wandb_history_is_stored_and_outlives_wandb() {
     .await;
     assert_eq!(home.run(id).await.state, lachesis::model::RunState::Running);
 
-    let printed: Value = serde_json::from_str(&home.cli_ok(&["run", "metrics", short, "--json"])).unwrap();
-    let printed = printed.as_array().expect("a list of rows");
-    assert_eq!(printed.len(), 30);
-    assert_eq!(
-        (printed[10]["step"].as_i64(), printed[10]["reward_mean"].as_f64()),
-        (Some(10), Some(10.0 / 30.0))
-    );
-    assert_eq!(printed[10]["eval_percent_correct"].as_f64(), Some(0.1));
-    assert_eq!(printed[11]["eval_percent_correct"], Value::Null);
-    assert_eq!(printed[29]["loss"].as_f64(), Some(1.0 - 29.0 / 60.0));
+    // Stored by name: each metric with its count and last reading, and each one's series.
+    let listed: Value = serde_json::from_str(&home.cli_ok(&["run", "metrics", short, "--json"])).unwrap();
+    let metrics = listed["metrics"].as_array().unwrap_or_else(|| panic!("{listed:#}"));
+    let counts: Vec<(&str, i64)> =
+        metrics.iter().map(|m| (m["name"].as_str().unwrap(), m["count"].as_i64().unwrap())).collect();
+    assert_eq!(counts, [("eval/percent_correct", 6), ("train/loss", 30), ("train/reward_mean", 30)]);
+    let series: Value = serde_json::from_str(&home.cli_ok(&[
+        "run",
+        "metrics",
+        short,
+        "--name",
+        "train/reward_mean",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(series["points"][10], json!({"attempt": 1, "step": 10, "value": 10.0 / 30.0}), "{series:#}");
     let table = home.cli_ok(&["run", "metrics", short]);
-    assert!(table.contains("STEP") && table.contains("REWARD_MEAN") && table.contains("LOSS"), "{table}");
+    assert!(
+        table.contains("NAME") && table.contains("train/reward_mean") && table.contains("COUNT"),
+        "{table}"
+    );
+    let (s, b) = api.get(&format!("/runs/{id}/metrics?name=eval/percent_correct")).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let points = b["points"].as_array().unwrap_or_else(|| panic!("{b:#}"));
+    assert_eq!((points.len(), &points[2]), (6, &json!({"attempt": 1, "step": 10, "value": 0.1})), "{b:#}");
+    let (s, b) = api.get(&format!("/runs/{id}/metrics")).await;
+    assert_eq!((s, b["metrics"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)), "{b:#}");
 
     let check = |b: &Value| {
         let history = b["history"].as_array().unwrap_or_else(|| panic!("no history: {b:#}"));

@@ -22,6 +22,7 @@ mod inference_tests;
 mod layers;
 mod logs;
 mod mcp;
+mod metrics;
 mod nodes;
 mod pools;
 mod progress;

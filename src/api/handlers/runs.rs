@@ -95,6 +95,16 @@ pub async fn run_checkpoints(State(s): State<AppState>, Path(id): Path<String>) 
     ok(s.service.checkpoints(&id).await?.1)
 }
 
+/// `?name=KEY`: that metric's series; without it, each metric's count and last reading.
+#[derive(Deserialize)]
+pub struct MetricsQuery {
+    name: Option<String>,
+}
+
+pub async fn run_metrics(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<MetricsQuery>) -> Answer {
+    ok(s.service.named_metrics(&id, q.name.as_deref()).await?)
+}
+
 pub async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
     ok(s.service.events(&id).await?.1)
 }

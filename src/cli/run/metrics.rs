@@ -1,8 +1,9 @@
-//! `lachesis run metrics`: the run's training-metric history, as the daemon read it from W&B.
+//! `lachesis run metrics`: a run's training metrics by name (from its workflow's `metrics:`
+//! source and W&B), each with its last reading and count, or one metric's series (`--name`).
 
 use std::process::ExitCode;
 
-use lachesis::service::Service;
+use lachesis::service::{NamedMetrics, Service};
 
 use crate::cli::CliResult;
 use crate::cli::output::{print_json, table};
@@ -10,37 +11,50 @@ use crate::cli::output::{print_json, table};
 #[derive(clap::Args)]
 pub struct MetricsArgs {
     id: String,
+    /// One metric's series (step, value, attempt), e.g. `env/all/reward/total`.
+    #[arg(long)]
+    name: Option<String>,
     #[arg(long)]
     json: bool,
 }
 
-pub async fn run(service: &Service, MetricsArgs { id, json }: MetricsArgs) -> CliResult {
-    let history = service.metric_history(&id).await?;
+pub async fn run(service: &Service, MetricsArgs { id, name, json }: MetricsArgs) -> CliResult {
+    let metrics = service.named_metrics(&id, name.as_deref()).await?;
     if json {
-        print_json(&history.rows)?;
-    } else {
-        print_metric_history(&history.rows);
+        print_json(&metrics)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match metrics {
+        NamedMetrics::Names { metrics, .. } if metrics.is_empty() => println!(
+            "no metrics yet: they are read from the workflow's `metrics:` source while the run runs, \
+             and from W&B when WANDB_API_KEY is set"
+        ),
+        NamedMetrics::Names { metrics, .. } => {
+            let mut t = table(["NAME", "LAST", "STEP", "ATTEMPT", "COUNT"]);
+            for m in &metrics {
+                t.add_row([
+                    lachesis::text::one_line(&m.name),
+                    format!("{}", m.last.value),
+                    m.last.step.to_string(),
+                    m.last.attempt.to_string(),
+                    m.count.to_string(),
+                ]);
+            }
+            println!("{t}");
+        }
+        NamedMetrics::Series { name, points, .. } if points.is_empty() => {
+            println!(
+                "no readings of '{}' (`run metrics ID` lists the run's metrics)",
+                lachesis::text::one_line(&name)
+            )
+        }
+        NamedMetrics::Series { points, .. } => {
+            let mut t = table(["STEP", "VALUE", "ATTEMPT"]);
+            for p in &points {
+                t.add_row([p.step.to_string(), format!("{}", p.value), p.attempt.to_string()]);
+            }
+            println!("{t}");
+        }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn print_metric_history(rows: &[lachesis::model::MetricRow]) {
-    if rows.is_empty() {
-        println!(
-            "no metric history: the daemon reads it from W&B while the run runs, when WANDB_API_KEY is set"
-        );
-        return;
-    }
-    let number = |value: Option<f64>| value.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
-    let mut t = table(["STEP", "REWARD_MEAN", "PERCENT_CORRECT", "EVAL_PERCENT_CORRECT", "LOSS"]);
-    for row in rows {
-        t.add_row([
-            row.step.to_string(),
-            number(row.reward_mean),
-            number(row.percent_correct),
-            number(row.eval_percent_correct),
-            number(row.loss),
-        ]);
-    }
-    println!("{t}");
 }

@@ -10,6 +10,7 @@ mod health;
 mod held;
 mod inference_tests;
 mod messages;
+mod metrics;
 mod node;
 mod outcome;
 mod progress;

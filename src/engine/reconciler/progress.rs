@@ -68,6 +68,7 @@ impl Reconciler {
             return Ok(());
         }
         self.watch_checkpoints(id).await?;
+        self.watch_metrics(id).await?;
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let mut watch = ProgressWatch::default();
         let run = sup.run.clone();

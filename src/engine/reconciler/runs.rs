@@ -100,6 +100,9 @@ impl Reconciler {
                     if let Some(watch) = sup.progress.as_mut() {
                         watch.stop();
                     }
+                    if let Some(watch) = sup.metrics.as_ref() {
+                        watch.finish();
+                    }
                     // Its follower stays: the run's last look at its checkpoints reads on from it.
                     if let Some(watch) = sup.checkpoints.as_mut() {
                         watch.stop();
@@ -263,6 +266,10 @@ impl Reconciler {
         if sup.progress_mark.is_none() {
             let file = sup.run.spec.progress.as_ref().and_then(|p| p.jsonl_file(&sup.run.params.resolved));
             sup.progress_mark = file.map(|file| crate::logs::follow::FileMark::of(&file));
+        }
+        if sup.metrics_mark.is_none() {
+            let file = sup.run.spec.metrics.as_ref().and_then(|m| m.jsonl_file(&sup.run.params.resolved));
+            sup.metrics_mark = file.map(|file| crate::logs::follow::FileMark::of(&file));
         }
         let files = tracked.files.clone();
         self.launch(Owner::Stage { run: id, idx }, plan, files);

@@ -47,6 +47,11 @@ pub struct Supervised {
     /// Its JSONL progress file as this daemon started the attempt's first stage: the lines
     /// after it are the attempt's (earlier attempts wrote the same file).
     pub progress_mark: Option<crate::logs::follow::FileMark>,
+    /// Its metric worker, once it runs.
+    pub metrics: Option<super::metrics::MetricWatch>,
+    /// Its JSONL metrics file as this daemon started the attempt's first stage (as
+    /// `progress_mark`).
+    pub metrics_mark: Option<crate::logs::follow::FileMark>,
 }
 
 impl Supervised {
@@ -73,6 +78,8 @@ impl Supervised {
             checkpoints: None,
             time_limit: None,
             progress_mark: None,
+            metrics: None,
+            metrics_mark: None,
         })
     }
 

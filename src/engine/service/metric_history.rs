@@ -1,12 +1,12 @@
-//! The training-metric history: what the daemon's metric poller reads from W&B and stores, and
-//! what results and `run metrics` answer with, from the store alone (so after W&B is gone too).
+//! Training metrics by name: what the daemon's metric poller reads from W&B and stores, and
+//! what results, `run metrics` and a sweep read, from the store alone (so after W&B is gone
+//! too). The workflow's own sources (`metrics:`) are recorded by the reconciler's metric worker.
 
 use serde::Serialize;
-
-use crate::model::RunQuery;
 use uuid::Uuid;
 
-use crate::model::{MetricPoint, MetricRow, Millis, Run, RunState, now_millis, sample_evenly};
+use crate::model::RunQuery;
+use crate::model::{MetricPoint, MetricRow, MetricSummary, Millis, Run, RunState, now_millis, sample_evenly};
 use crate::wandb::{WandbClient, WandbError};
 
 use super::metrics::wandb_names;
@@ -19,12 +19,14 @@ pub const HISTORY_SAMPLES: usize = 10;
 /// steps of later readings fill it in further, since rows are kept per step.
 const WANDB_SAMPLES: u32 = 500;
 
-/// A run's stored metric history.
+/// A run's metrics, as `run metrics` and `GET /runs/{id}/metrics` show them.
 #[derive(Clone, Debug, Serialize)]
-pub struct MetricHistory {
-    pub run_id: uuid::Uuid,
-    /// Every stored step, oldest first.
-    pub rows: Vec<MetricRow>,
+#[serde(untagged)]
+pub enum NamedMetrics {
+    /// Each metric with its count of readings and its last one, by name.
+    Names { run_id: Uuid, metrics: Vec<MetricSummary> },
+    /// One metric's series, by step.
+    Series { run_id: Uuid, name: String, points: Vec<MetricPoint> },
 }
 
 /// Why a reading of a run's metric history stored nothing.
@@ -63,10 +65,20 @@ impl Service {
         Ok(readings.len())
     }
 
-    /// The stored metric history of the run `prefix` names.
-    pub async fn metric_history(&self, prefix: &str) -> Result<MetricHistory> {
+    /// The metrics of the run `prefix` names: with `name`, that metric's series; without, each
+    /// metric's count and last reading.
+    pub async fn named_metrics(&self, prefix: &str, name: Option<&str>) -> Result<NamedMetrics> {
         let run = self.resolve(prefix).await?;
-        Ok(MetricHistory { run_id: run.id, rows: self.store.metric_rows(run.id).await? })
+        Ok(match name {
+            Some(name) => NamedMetrics::Series {
+                run_id: run.id,
+                name: name.to_string(),
+                points: self.store.metric_series(run.id, name).await?,
+            },
+            None => {
+                NamedMetrics::Names { run_id: run.id, metrics: self.store.metric_summaries(run.id).await? }
+            }
+        })
     }
 
     /// The series of metric `name` of `run`, ordered by step, a resumed attempt's readings

@@ -42,7 +42,7 @@ pub use handle::Service;
 use handle::resolve_prefix;
 pub use inference_tests::{TestRequest, TestStatus};
 pub use logs::{DEFAULT_TAIL_LINES, LogRequest, MAX_TAIL_LINES, StageLog, read_log};
-pub use metric_history::{HISTORY_SAMPLES, MetricHistory, ReadingError};
+pub use metric_history::{HISTORY_SAMPLES, NamedMetrics, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
 pub use pending::EditRequest;

@@ -72,6 +72,9 @@ pub trait MetricStore: Send + Sync {
     async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
 }
 
+/// The readings newer than a mark, off the covering time index (`metric_values_by_time`).
+pub(super) const METRIC_RUNS_SINCE: &str = "SELECT run_id FROM metric_values WHERE recorded_at > $1";
+
 /// Each of the listed runs' last reading of each W&B metric, its latest attempt's highest step
 /// (a seek on the key per run and name); `last_rows` makes rows of them.
 pub(super) static LAST_ROW_READINGS: LazyLock<String> = LazyLock::new(|| {
@@ -94,30 +97,37 @@ pub(super) static LAST_ROW_READINGS: LazyLock<String> = LazyLock::new(|| {
         .join(" UNION ALL ")
 });
 
+/// One stored reading of a named metric, as the last-row reads return them.
+struct Stored {
+    name: String,
+    attempt: i64,
+    step: i64,
+    value: f64,
+    at: Millis,
+}
+
 /// The last metric row of each run of `LAST_ROW_READINGS`'s rows: the readings at its latest
 /// attempt's highest step.
 pub(super) fn last_rows(rows: &[sqlx::any::AnyRow]) -> Result<HashMap<Uuid, MetricRow>> {
-    let mut by_run: HashMap<Uuid, Vec<(String, i64, i64, f64, Millis)>> = HashMap::new();
+    let mut by_run: HashMap<Uuid, Vec<Stored>> = HashMap::new();
     for row in rows {
         let id: String = row.try_get("run_id")?;
         let id = Uuid::parse_str(&id).map_err(corrupt)?;
-        by_run.entry(id).or_default().push((
-            row.try_get("name")?,
-            row.try_get("attempt")?,
-            row.try_get("step")?,
-            row.try_get("value")?,
-            row.try_get("recorded_at")?,
-        ));
+        by_run.entry(id).or_default().push(Stored {
+            name: row.try_get("name")?,
+            attempt: row.try_get("attempt")?,
+            step: row.try_get("step")?,
+            value: row.try_get("value")?,
+            at: row.try_get("recorded_at")?,
+        });
     }
     let mut last = HashMap::new();
     for (id, readings) in by_run {
-        let Some(end) = readings.iter().map(|(_, attempt, step, ..)| (*attempt, *step)).max() else {
-            continue;
-        };
+        let Some(end) = readings.iter().map(|r| (r.attempt, r.step)).max() else { continue };
         let at_end = readings
             .iter()
-            .filter(|(_, attempt, step, ..)| (*attempt, *step) == end)
-            .map(|(name, _, step, value, at)| (name.as_str(), *step, *value, *at));
+            .filter(|r| (r.attempt, r.step) == end)
+            .map(|r| (r.name.as_str(), r.step, r.value, r.at));
         if let Some(row) = MetricRow::from_readings(at_end).pop() {
             last.insert(id, row);
         }
@@ -224,16 +234,17 @@ impl MetricStore for SqlStore {
     }
 
     async fn metric_runs_since(&self, recorded_after: Millis) -> Result<Vec<Uuid>> {
-        let rows = sqlx::query("SELECT DISTINCT run_id FROM metric_values WHERE recorded_at > $1")
-            .bind(recorded_after)
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let id: String = row.try_get("run_id")?;
-                Uuid::parse_str(&id).map_err(corrupt)
-            })
-            .collect()
+        // Not DISTINCT: SQLite would walk the key for its order rather than the time index.
+        let rows = sqlx::query(METRIC_RUNS_SINCE).bind(recorded_after).fetch_all(self.pool()).await?;
+        let mut runs = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for row in &rows {
+            let id: String = row.try_get("run_id")?;
+            if seen.insert(id.clone()) {
+                runs.push(Uuid::parse_str(&id).map_err(corrupt)?);
+            }
+        }
+        Ok(runs)
     }
 
     async fn metric_rows(&self, run_id: Uuid) -> Result<Vec<MetricRow>> {

@@ -170,3 +170,23 @@ async fn a_long_series_is_read_up_to_its_bound(store: &dyn Store) {
     assert_eq!(series.len(), MAX_SERIES_POINTS);
     assert_eq!(series.last().map(|p| p.step), Some(MAX_SERIES_POINTS as i64 - 1));
 }
+
+/// The reads walk their index: a series and a summary the key's range of one run, the runs with
+/// news the time index from the mark, never the table.
+#[tokio::test]
+async fn sqlite_metric_reads_walk_their_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
+    let store = crate::engine::store::open(&location).await.unwrap();
+    let series = "SELECT attempt, step, value FROM metric_values WHERE run_id = $1 AND name = $2 \
+                  ORDER BY attempt, step LIMIT $3";
+    let plan = super::sqlite_plan(&store, series).await;
+    assert!(plan.iter().any(|s| s.contains("USING PRIMARY KEY") || s.contains("sqlite_autoindex")), "{plan:?}");
+    assert!(!plan.iter().any(|s| s.contains("TEMP B-TREE")), "read in key order: {plan:?}");
+    let since = crate::engine::store::metric_values::METRIC_RUNS_SINCE;
+    let plan = super::sqlite_plan(&store, since).await;
+    assert!(plan.iter().any(|s| s.contains("COVERING INDEX metric_values_by_time")), "{plan:?}");
+    let last = crate::engine::store::metric_values::LAST_ROW_READINGS.replace("{ids}", "$1");
+    let plan = super::sqlite_plan(&store, &last).await;
+    assert!(!plan.iter().any(|s| s.starts_with("SCAN")), "{plan:?}");
+}
