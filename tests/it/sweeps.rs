@@ -387,3 +387,73 @@ async fn sweeps_over_http_start_list_show_and_stop() {
     assert_eq!(status.as_u16(), 200, "{stopped}");
     assert_eq!(stopped["state"], "stopped");
 }
+
+/// A member whose trainer logs `step i loss=v` for each value of its `curve` var; at a `w` it
+/// waits for the home's `go` file, and after its last value for the `gate` file.
+fn logging(home: &TestHome) -> String {
+    let (go, gate) = (home.path().join("go"), home.path().join("gate"));
+    format!(
+        r#"name: logging
+vars: {{curve: "1.0"}}
+stages:
+  - name: trainer
+    argv: [sh, -c, 'i=0; for v in {{curve}}; do if [ "$v" = w ]; then while [ ! -e "{go}" ]; do sleep 0.05; done; continue; fi; i=$((i+1)); echo "step $i loss=$v"; done; while [ ! -e "{gate}" ]; do sleep 0.05; done']
+metrics:
+  log: {{stage: trainer, pattern: 'step (?P<step>\d+) loss=(?P<loss>\S+)'}}
+stop_grace: 2s
+"#,
+        go = go.display(),
+        gate = gate.display()
+    )
+}
+
+#[tokio::test]
+async fn hyperband_stops_a_member_from_what_its_trainer_logs() {
+    let mut home = TestHome::new();
+    home.workflow("logging", &logging(&home));
+    // Three members level at 0.4 by iteration 3 (none is worse than any threshold they make),
+    // then the fourth reaches iteration 3 at 0.98 once the test says go.
+    let file = write(
+        &home,
+        "log.yaml",
+        "method: grid\nworkflow: logging\nmetric: {name: loss}\n\
+         early_terminate: {type: hyperband, min_iter: 3, eta: 3, strict: false}\n\
+         parameters:\n  curve: {values: ['1.0 0.5 0.4', '0.9 0.5 0.4', '1.0 0.99 w 0.98', '0.8 0.5 0.4']}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    let counts = [3, 3, 2, 3];
+    wait_for("the first readings to be recorded", T, || {
+        let (service, members) = (service.clone(), members.clone());
+        async move {
+            for (id, count) in members.iter().zip(counts) {
+                if service.metric_series(*id, "loss").await.unwrap().len() != count {
+                    return None;
+                }
+            }
+            Some(())
+        }
+    })
+    .await;
+    std::fs::write(home.path().join("go"), "").unwrap();
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    let reason = format!(
+        "early-terminated by sweep {}: best loss 0.98 by iteration 3 is worse than the band-3 threshold 0.4",
+        &sweep.to_string()[..8]
+    );
+    assert_eq!((stopped.state, stopped.reason.as_deref()), (RunState::Stopped, Some(reason.as_str())));
+    for id in [members[0], members[1], members[3]] {
+        assert_eq!(home.run(id).await.state, RunState::Running, "the others run on");
+    }
+    std::fs::write(home.path().join("gate"), "").unwrap();
+    for id in [members[0], members[1], members[3]] {
+        let (run, _) = home.wait_settled(id, T).await;
+        assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    }
+    let board = service.sweep_status(&sweep.to_string()).await.unwrap();
+    let loser = board.leaderboard.iter().find(|m| m.k == 2).unwrap();
+    assert!(loser.early_terminated);
+    assert_eq!((loser.best, loser.iterations), (Some(0.98), 3));
+    assert_eq!(board.leaderboard.last().map(|m| m.k), Some(2), "the loser ranks last");
+}

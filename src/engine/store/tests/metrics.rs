@@ -181,7 +181,10 @@ async fn sqlite_metric_reads_walk_their_indexes() {
     let series = "SELECT attempt, step, value FROM metric_values WHERE run_id = $1 AND name = $2 \
                   ORDER BY attempt, step LIMIT $3";
     let plan = super::sqlite_plan(&store, series).await;
-    assert!(plan.iter().any(|s| s.contains("USING PRIMARY KEY") || s.contains("sqlite_autoindex")), "{plan:?}");
+    assert!(
+        plan.iter().any(|s| s.contains("USING PRIMARY KEY") || s.contains("sqlite_autoindex")),
+        "{plan:?}"
+    );
     assert!(!plan.iter().any(|s| s.contains("TEMP B-TREE")), "read in key order: {plan:?}");
     let since = crate::engine::store::metric_values::METRIC_RUNS_SINCE;
     let plan = super::sqlite_plan(&store, since).await;
