@@ -457,3 +457,21 @@ async fn hyperband_stops_a_member_from_what_its_trainer_logs() {
     assert_eq!((loser.best, loser.iterations), (Some(0.98), 3));
     assert_eq!(board.leaderboard.last().map(|m| m.k), Some(2), "the loser ranks last");
 }
+
+#[tokio::test]
+async fn the_demo_sweep_stops_its_worst_learning_rate_early() {
+    let mut home = TestHome::new();
+    home.start_daemon();
+    let out: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", "demo-sweep", "--json"])).unwrap();
+    let members: Vec<Uuid> =
+        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+    assert_eq!(members.len(), 6);
+    // lr 1.0 (member 5) earns the least reward at every step; lr 0.001 (member 2) the most.
+    let (worst, _) = home.wait_settled(members[5], Duration::from_secs(60)).await;
+    assert_eq!(worst.state, RunState::Stopped, "{:?}", worst.reason);
+    let reason = worst.reason.unwrap_or_default();
+    assert!(reason.starts_with("early-terminated by sweep") && reason.contains("reward"), "{reason}");
+    let (best, _) = home.wait_settled(members[2], Duration::from_secs(60)).await;
+    assert_eq!(best.state, RunState::Completed, "{:?}", best.reason);
+}

@@ -14,7 +14,7 @@ const MAX_SWEEP_FILE: u64 = 1 << 20;
 
 #[derive(clap::Args)]
 pub struct StartArgs {
-    /// The sweep file (`-`: standard input)
+    /// The sweep file (`-`: standard input), or a name in the workflows' `sweeps/` directory
     file: PathBuf,
     /// Queue every member held: none is claimed until released
     #[arg(long)]
@@ -24,7 +24,7 @@ pub struct StartArgs {
 }
 
 pub async fn run(service: &Service, StartArgs { file, hold, json }: StartArgs) -> CliResult {
-    let text = crate::cli::input::read_text(&file, MAX_SWEEP_FILE, "sweep file")?;
+    let text = crate::cli::input::read_text(&sweep_file(service, &file)?, MAX_SWEEP_FILE, "sweep file")?;
     let overrides = RunRequest { hold: hold.then_some(true), ..RunRequest::default() };
     let started = service.submit_sweep(&text, overrides).await?;
     if json {
@@ -41,4 +41,13 @@ pub async fn run(service: &Service, StartArgs { file, hold, json }: StartArgs) -
         eprintln!("{} members queued{live}: {}", ids.len(), ids.join(" "));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The sweep file `FILE` names: a file (or `-`), else `<workflows>/sweeps/NAME.yaml`.
+fn sweep_file(service: &Service, file: &std::path::Path) -> Result<PathBuf, String> {
+    if file.as_os_str() == "-" || file.exists() || file.components().count() > 1 {
+        return Ok(file.to_path_buf());
+    }
+    let catalog = service.settings.catalog().map_err(|e| e.to_string())?;
+    Ok(catalog.dir().join("sweeps").join(file).with_extension("yaml"))
 }
