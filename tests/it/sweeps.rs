@@ -475,3 +475,44 @@ async fn the_demo_sweep_stops_its_worst_learning_rate_early() {
     let (best, _) = home.wait_settled(members[2], Duration::from_secs(60)).await;
     assert_eq!(best.state, RunState::Completed, "{:?}", best.reason);
 }
+
+#[tokio::test]
+async fn a_decision_outlives_a_daemon_killed_before_it_acted() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let file = write(
+        &home,
+        "hb.yaml",
+        "method: grid\nworkflow: gated\nmetric: {name: loss}\n\
+         early_terminate: {type: hyperband, min_iter: 2, eta: 2, strict: false}\n\
+         parameters:\n  lr: {values: [0.1, 0.2, 0.3, 0.4]}\n",
+    );
+    let (_, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    for id in &members {
+        home.wait_state(*id, RunState::Running, T).await;
+    }
+    home.kill_daemon();
+    // Decided while no daemon runs: the stop request and its reason are in the store.
+    let fed = Fed(HashMap::from([
+        (members[0], vec![1.0, 0.9, 0.8]),
+        (members[1], vec![1.0, 0.5, 0.4]),
+        (members[2], vec![1.0, 0.97, 0.95]),
+        (members[3], vec![1.0, 0.3, 0.2]),
+    ]));
+    let decisions = SweepDecider::default().pass(&service, &fed).await.unwrap();
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(home.run(members[2]).await.state, RunState::Stopping);
+    // A fresh decider (a restarted daemon's) finds it decided.
+    assert!(SweepDecider::default().pass(&service, &fed).await.unwrap().is_empty());
+    home.start_daemon();
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    assert_eq!(stopped.state, RunState::Stopped);
+    assert!(stopped.reason.as_deref().is_some_and(|r| r.starts_with("early-terminated by sweep")));
+    let stops = home.messages(members[2]).await.into_iter().filter(|m| m.starts_with("stop: ")).count();
+    assert_eq!(stops, 1, "stopped once");
+    for id in [members[0], members[1], members[3]] {
+        assert_eq!(home.run(id).await.state, RunState::Running);
+    }
+}
