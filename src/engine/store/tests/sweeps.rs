@@ -87,6 +87,12 @@ async fn a_sweep_and_its_members_land_together_or_not_at_all(store: &dyn Store) 
     store.insert_sweep(&third, &members(&third)).await.unwrap();
     let listed: Vec<Uuid> = store.list_sweeps(10).await.unwrap().iter().map(|s| s.id).collect();
     assert_eq!(listed, vec![third.id, first.id], "newest first");
+
+    // A forgotten run leaves its sweep with it (retention, `lachesis gc`).
+    store.forget_runs(&[runs[0].0.id]).await.unwrap();
+    let left: Vec<u64> = store.sweep_members(first.id).await.unwrap().iter().map(|(k, _)| *k).collect();
+    assert_eq!(left, vec![1, 2]);
+    assert!(store.sweeps_of_runs(&[runs[0].0.id]).await.unwrap().is_empty());
 }
 
 async fn max_live_counts_the_members_in_flight(store: &dyn Store) {
