@@ -198,6 +198,10 @@ async fn max_live_holds_and_a_stopped_sweep_starts_nothing_more() {
             .any(|m| m.run == **id && m.reason.as_deref() == Some("cancelled before it started"))
     });
     assert_eq!(cancelled.count(), 3, "the three that never started were cancelled: {:?}", board.leaderboard);
+    // Every member has ended: --watch shows the board once and returns.
+    let watched = home.cli_ok(&["sweep", "status", &sweep.to_string(), "--watch", "--json"]);
+    assert_eq!(watched.lines().count(), 1, "{watched}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&watched).unwrap()["state"], "stopped");
 }
 
 /// Series fed by the test, as the store's metrics by name would give them.

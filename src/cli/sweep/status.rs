@@ -9,21 +9,44 @@ use lachesis::service::{Service, SweepStatus};
 use crate::cli::CliResult;
 use crate::cli::output::{print_json, table, time};
 
+/// How often `--watch` reads the leaderboard again.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[derive(clap::Args)]
 pub struct StatusArgs {
     id: String,
+    /// Show the leaderboard again every 2 s until every member has ended
+    #[arg(long)]
+    watch: bool,
     #[arg(long)]
     json: bool,
 }
 
-pub async fn run(service: &Service, StatusArgs { id, json }: StatusArgs) -> CliResult {
-    let status = service.sweep_status(&id).await?;
-    if json {
-        print_json(&status)?;
-    } else {
-        print!("{}", render(&status));
+pub async fn run(service: &Service, StatusArgs { id, watch, json }: StatusArgs) -> CliResult {
+    loop {
+        let status = service.sweep_status(&id).await?;
+        let ended = status
+            .counts
+            .iter()
+            .all(|(state, _)| ["completed", "failed", "stopped"].contains(&state.as_str()));
+        if json {
+            // One line per reading while watching, so a reader can follow the stream.
+            match watch {
+                true => println!("{}", serde_json::to_string(&status)?),
+                false => print_json(&status)?,
+            }
+        } else {
+            if watch && crate::cli::output::is_tty() {
+                // Clear the screen and home the cursor: the board is redrawn in place.
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", render(&status));
+        }
+        if !watch || ended {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The leaderboard as text: a header, then one row per member, best first.
