@@ -2,7 +2,7 @@
 //! reads the daemon makes of them: how many members of each sweep with a `max_live` are in
 //! flight (the claim), and which sweeps have members in flight (the early-termination decider).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -11,8 +11,9 @@ use uuid::Uuid;
 use super::Result;
 use super::rows::{corrupt, from_json, json, run_from_row};
 use super::sql::{SqlStore, insert_pending_run};
+use crate::model::metric_point::{MAX_SERIES_POINTS, series};
 use crate::model::sweep::{SweepRecord, SweepState};
-use crate::model::{Run, Stage, now_millis};
+use crate::model::{MetricPoint, Run, Stage, now_millis};
 
 /// `SELECT <every sweep column> FROM sweeps <rest>`, as a `'static` string.
 macro_rules! select_sweeps {
@@ -58,6 +59,11 @@ pub trait SweepStore: Send + Sync {
     async fn sweeps_in_flight(&self) -> Result<BTreeMap<Uuid, u32>>;
     /// The sweeps in `state`, oldest first.
     async fn sweeps_in_state(&self, state: SweepState) -> Result<Vec<SweepRecord>>;
+    /// Every member's series of metric `name` (members without a reading are absent), in one
+    /// read: the members' range joined to the readings' key. Each series is as `metric_series`
+    /// gives it (its first [`MAX_SERIES_POINTS`] readings, a resumed attempt's over the steps
+    /// it rewound).
+    async fn member_series(&self, sweep: Uuid, name: &str) -> Result<HashMap<Uuid, Vec<MetricPoint>>>;
     /// The sweeps that `runs` are members of.
     async fn sweeps_of_runs(&self, runs: &[Uuid]) -> Result<BTreeSet<Uuid>>;
     /// Whether a member of the sweep has not ended yet (the first one found ends the read).
@@ -243,6 +249,31 @@ impl SweepStore for SqlStore {
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(sweep_from_row).collect()
+    }
+
+    async fn member_series(&self, sweep: Uuid, name: &str) -> Result<HashMap<Uuid, Vec<MetricPoint>>> {
+        let rows = sqlx::query(
+            "SELECT v.run_id, v.attempt, v.step, v.value FROM sweep_members m \
+             JOIN metric_values v ON v.run_id = m.run_id AND v.name = $2 \
+             WHERE m.sweep_id = $1 ORDER BY m.k, v.attempt, v.step",
+        )
+        .bind(sweep.to_string())
+        .bind(name)
+        .fetch_all(self.pool())
+        .await?;
+        let mut readings: HashMap<Uuid, Vec<MetricPoint>> = HashMap::new();
+        for row in &rows {
+            let points = readings.entry(uuid_of(row, "run_id")?).or_default();
+            if points.len() < MAX_SERIES_POINTS {
+                let attempt: i64 = row.try_get("attempt")?;
+                points.push(MetricPoint {
+                    attempt: u32::try_from(attempt).map_err(|_| corrupt(format!("attempt {attempt}")))?,
+                    step: row.try_get("step")?,
+                    value: row.try_get("value")?,
+                });
+            }
+        }
+        Ok(readings.into_iter().map(|(run, points)| (run, series(points))).collect())
     }
 
     async fn sweeps_of_runs(&self, runs: &[Uuid]) -> Result<BTreeSet<Uuid>> {

@@ -115,15 +115,15 @@ impl Service {
         };
         let Some(metric) = &spec.metric else { return Ok(Vec::new()) };
         let members = self.store.sweep_members(sweep.id).await?;
-        let mut values: Vec<Vec<f64>> = Vec::with_capacity(members.len());
-        for (_, run) in &members {
-            // A member that never started has no readings.
-            let readings = match run.started_at.is_some() || run.attempt > 1 {
-                true => source.series(run.id, &metric.name).await?,
-                false => Vec::new(),
-            };
-            values.push(iterations(&readings));
-        }
+        // A member that never started has no readings: its series is not read.
+        let started: Vec<Uuid> = members
+            .iter()
+            .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
+            .map(|(_, run)| run.id)
+            .collect();
+        let mut series = source.members_series(sweep.id, &started, &metric.name).await?;
+        let values: Vec<Vec<f64>> =
+            members.iter().map(|(_, run)| iterations(&series.remove(&run.id).unwrap_or_default())).collect();
         let mut decisions = Vec::new();
         if sweep.state == SweepState::Live
             && let Some(decision) = self.reach_target(sweep, metric, &members, &values).await?

@@ -130,12 +130,21 @@ impl Service {
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut leaderboard = Vec::with_capacity(members.len());
         let prefix = early_terminated_prefix(sweep);
+        // A member that never started has no readings: its series is not read.
+        let started: Vec<uuid::Uuid> = members
+            .iter()
+            .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
+            .map(|(_, run)| run.id)
+            .collect();
+        let mut all_series = match &spec.metric {
+            Some(metric) if !started.is_empty() => {
+                source.members_series(sweep.id, &started, &metric.name).await?
+            }
+            _ => Default::default(),
+        };
         for (k, run) in &members {
             *counts.entry(run.state.as_str().to_string()).or_default() += 1;
-            let readings = match &spec.metric {
-                Some(metric) => source.series(run.id, &metric.name).await?,
-                None => Vec::new(),
-            };
+            let readings = all_series.remove(&run.id).unwrap_or_default();
             let readings: Vec<_> = readings.into_iter().filter(|r| r.value.is_finite()).collect();
             let best = spec.metric.as_ref().and_then(|metric| {
                 let values: Vec<f64> = readings.iter().map(|r| r.value).collect();

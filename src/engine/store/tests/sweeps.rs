@@ -15,6 +15,7 @@ on_both_backends!(
     a_sweep_and_its_members_land_together_or_not_at_all,
     max_live_counts_the_members_in_flight,
     a_sweep_moves_by_compare_and_set,
+    a_sweeps_series_are_each_members_in_one_read,
 );
 
 fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
@@ -169,4 +170,33 @@ async fn a_sweep_moves_by_compare_and_set(store: &dyn Store) {
     assert_eq!((read.state, read.reason.as_deref()), (SweepState::Done, Some(why)), "the reason stays");
     assert_eq!(store.sweeps_in_state(SweepState::Done).await.unwrap().len(), 1);
     assert!(store.sweeps_in_state(SweepState::Live).await.unwrap().is_empty());
+}
+
+async fn a_sweeps_series_are_each_members_in_one_read(store: &dyn Store) {
+    use crate::model::MetricReading;
+    let record = sweep(3, None);
+    let runs = members(&record);
+    store.insert_sweep(&record, &runs).await.unwrap();
+    let r = |name: &str, step, value| MetricReading::new(name, step, value).unwrap();
+    let (a, b) = (runs[0].0.id, runs[2].0.id);
+    store
+        .put_metric_values(
+            a,
+            1,
+            &[r("loss", 1, 3.0), r("loss", 2, 2.0), r("loss", 3, 1.5), r("lr", 1, 0.1)],
+            10,
+        )
+        .await
+        .unwrap();
+    // A resumed attempt from step 2: its readings replace the first attempt's from there on.
+    store.put_metric_values(a, 2, &[r("loss", 2, 2.5)], 20).await.unwrap();
+    store.put_metric_values(b, 1, &[r("loss", 1, 9.0)], 10).await.unwrap();
+    let all = store.member_series(record.id, "loss").await.unwrap();
+    assert_eq!(all.len(), 2, "a member without readings is absent: {all:?}");
+    for id in [a, b] {
+        assert_eq!(all[&id], store.metric_series(id, "loss").await.unwrap(), "as metric_series reads it");
+    }
+    let steps: Vec<(u32, i64, f64)> = all[&a].iter().map(|p| (p.attempt, p.step, p.value)).collect();
+    assert_eq!(steps, vec![(1, 1, 3.0), (2, 2, 2.5)]);
+    assert!(store.member_series(Uuid::new_v4(), "loss").await.unwrap().is_empty());
 }
