@@ -28,6 +28,7 @@ pub mod pyjson;
 pub mod report_poster;
 pub mod secrets;
 pub mod settings;
+pub mod sweep_decider;
 pub mod telemetry;
 pub mod text;
 pub mod wake;

@@ -22,6 +22,7 @@ use super::handlers::runs::{
 use super::handlers::schedules::{
     add_schedule, pause_schedule, remove_schedule, resume_schedule, schedule, schedules,
 };
+use super::handlers::sweeps::{list_sweeps, start_sweep, stop_sweep, sweep_status};
 use super::{AppState, Failure};
 use crate::service::RunRequest;
 
@@ -148,6 +149,30 @@ pub static ROUTES: &[Route] = &[
     route!("post", "/schedules/{name}/pause", "Pause a schedule", None, post(pause_schedule)),
     route!("post", "/schedules/{name}/resume", "Resume a schedule", None, post(resume_schedule)),
     route!("delete", "/schedules/{name}", "Remove a schedule", None, delete(remove_schedule)),
+    route!("get", "/sweeps", "Sweeps, newest first", None, get(list_sweeps)),
+    route!(
+        "post",
+        "/sweeps",
+        "Queue a sweep: its file as a string of YAML, or the sweep as an object (W&B's format with lachesis' keys)",
+        Some(
+            r#"{"method": "grid", "workflow": "demo", "metric": {"name": "loss"}, "parameters": {"lr": {"values": [0.001, 0.01]}}}"#
+        ),
+        post(start_sweep)
+    ),
+    route!(
+        "get",
+        "/sweeps/{id}",
+        "A sweep's leaderboard: each member's parameters, state, best and last metric value, best first",
+        None,
+        get(sweep_status)
+    ),
+    route!(
+        "post",
+        "/sweeps/{id}/stop",
+        "Stop a sweep: its pending members are cancelled, its started ones stopped",
+        None,
+        post(stop_sweep)
+    ),
     route!(
         "get",
         "/report",

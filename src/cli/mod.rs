@@ -16,6 +16,7 @@ mod run;
 mod schedule;
 mod service_install;
 mod service_unit;
+mod sweep;
 mod test;
 mod workflow;
 
@@ -68,6 +69,9 @@ enum Command {
     /// Inference tests of an environment against models
     #[command(subcommand)]
     Test(test::TestCommand),
+    /// Search a configuration space with member runs; stop the losers early
+    #[command(subcommand)]
+    Sweep(sweep::SweepCommand),
     /// Cron schedules that enqueue inference tests
     #[command(subcommand)]
     Schedule(schedule::ScheduleCommand),
@@ -130,7 +134,12 @@ pub fn dispatch(cli: Cli) -> CliResult {
     let settings = Settings::new(cli.home, cli.database_url);
     if matches!(
         cli.command,
-        Command::Daemon(_) | Command::Mcp(_) | Command::Doctor(_) | Command::Run(_) | Command::Test(_)
+        Command::Daemon(_)
+            | Command::Mcp(_)
+            | Command::Doctor(_)
+            | Command::Run(_)
+            | Command::Test(_)
+            | Command::Sweep(_)
     ) {
         // Keys the environment lacks; looked up through environ::var, handed to children. Run
         // and test commands check credentials when no daemon takes their request.
@@ -148,6 +157,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),
         Command::Gc(args) => current_thread()?.block_on(gc::run(settings, args)),
+        Command::Sweep(command) => current_thread()?.block_on(sweep::run(settings, command)),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),
         Command::Redact | Command::Completions(_) => unreachable!("handled above"),

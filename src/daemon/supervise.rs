@@ -200,6 +200,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         lease: options.lease,
     };
     tokio::spawn(crate::metric_poller::run(service.clone(), registration.id.clone(), options.wandb_interval));
+    tokio::spawn(crate::sweep_decider::run(service.clone(), crate::sweep_decider::INTERVAL));
     if let Some(post) = options.report.clone() {
         tokio::spawn(crate::report_poster::run(service.clone(), post));
     }

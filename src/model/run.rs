@@ -247,6 +247,9 @@ pub struct RunParams {
     /// The names of its named dependencies: their values are read when it is claimed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// The sweep it is a member of, and which member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<super::sweep::MemberOf>,
 }
 
 /// What can happen to a run.

@@ -19,6 +19,9 @@ const BUNDLED: &[(&str, &str)] = &[
     ("demo/eval.sh", include_str!("../../workflows/demo/eval.sh")),
     ("demo/cleanup.sh", include_str!("../../workflows/demo/cleanup.sh")),
     ("pipelines/demo-pipeline.yaml", include_str!("../../workflows/pipelines/demo-pipeline.yaml")),
+    ("demo-tune.yaml", include_str!("../../workflows/demo-tune.yaml")),
+    ("demo/tune.sh", include_str!("../../workflows/demo/tune.sh")),
+    ("sweeps/demo-sweep.yaml", include_str!("../../workflows/sweeps/demo-sweep.yaml")),
 ];
 
 /// The workflow used when a surface names none, if no file says `default: true`.
@@ -188,7 +191,7 @@ mod tests {
         catalog.install_bundled().unwrap();
         assert_eq!(
             catalog.names(),
-            vec!["demo", "demo-cleanup", "demo-eval", "tinker-atropos", "tinker-cookbook"]
+            vec!["demo", "demo-cleanup", "demo-eval", "demo-tune", "tinker-atropos", "tinker-cookbook"]
         );
         for name in catalog.names() {
             catalog.load(&name).unwrap_or_else(|e| panic!("bundled {name}: {e}"));

@@ -35,7 +35,7 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, None).await
     }
 
@@ -93,8 +93,8 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
         b.as_array().unwrap().len(),
-        5,
-        "the bundled demo, demo-cleanup, demo-eval, tinker-atropos and tinker-cookbook"
+        6,
+        "the bundled demo, demo-cleanup, demo-eval, demo-tune, tinker-atropos and tinker-cookbook"
     );
     let (s, b) = api.get("/environments").await;
     assert_eq!((s, b["environments"][0]["name"].as_str()), (StatusCode::OK, Some("arith")));

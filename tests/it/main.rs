@@ -37,6 +37,7 @@ mod slurm;
 mod supervisor;
 mod support;
 mod sweep_reference;
+mod sweeps;
 mod systemd;
 mod time_limits;
 mod wandb;

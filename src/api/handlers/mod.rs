@@ -9,3 +9,4 @@ pub mod openapi;
 pub mod report;
 pub mod runs;
 pub mod schedules;
+pub mod sweeps;

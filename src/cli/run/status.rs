@@ -62,6 +62,9 @@ pub(super) fn print_status(status: &RunStatus) {
     if let Some(checkpoint) = &status.checkpoint {
         println!("checkpoint {}", crate::cli::checkpoints::line(checkpoint));
     }
+    if let Some(member) = &r.sweep {
+        println!("sweep     {}", member.describe());
+    }
     if let Some(node) = &r.node {
         println!("node      {node}");
     }

@@ -31,6 +31,14 @@ impl Reconciler {
         let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
         let runs_dir = self.config.runs_dir.clone();
         let pools = &self.config.pools;
+        // After a claim that found less than it had room for (or with no room, looking only to
+        // preempt), look before taking the write lock.
+        if (self.queue_drained || free == 0) && !self.store.runs_waiting().await? {
+            return Ok(());
+        }
+        // A sweep's `max_live`, counted over every node's runs in flight: its members past it
+        // wait in the queue, skipped like a run whose resources are taken.
+        let mut sweep_slots = self.store.sweep_slots().await?;
         let mut taken = 0;
         let mut pick = |run: &Run| -> Pick {
             if !lease.fits(&run.spec.node_labels) {
@@ -44,6 +52,10 @@ impl Reconciler {
             }
             // What victims of a preemption free waits for the run they stop for.
             if floor.is_some_and(|floor| run.priority < floor) {
+                return Pick::Skip;
+            }
+            let slots = run.params.sweep.and_then(|member| sweep_slots.get_mut(&member.sweep));
+            if slots.as_ref().is_some_and(|slots| !slots.has_room()) {
                 return Pick::Skip;
             }
             let Some(ports) = allocate_ports(run, &held) else { return Pick::Skip };
@@ -67,16 +79,14 @@ impl Reconciler {
                 params.resolved.insert(format!("port.{name}"), port.to_string());
             }
             held.extend(resources);
+            if let Some(slots) = slots {
+                slots.in_flight += 1;
+            }
             taken += 1;
             let run_dir = runs_dir.join(run.id.to_string());
             rebase_run_dir(&mut params, &run.run_dir, &run_dir);
             Pick::Take { params, run_dir }
         };
-        // After a claim that found less than it had room for (or with no room, looking only to
-        // preempt), look before taking the write lock.
-        if (self.queue_drained || free == 0) && !self.store.runs_waiting().await? {
-            return Ok(());
-        }
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
         // A run left blocked keeps the queue looked at: preemption may place it later.
         self.queue_drained = claimed.len() < free && blocked.is_none();

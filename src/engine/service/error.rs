@@ -105,6 +105,19 @@ pub enum ServiceError {
     /// One request of a bulk submission was refused (`index` counts from 1); nothing was written.
     #[error("run {index} of the batch: {source}")]
     InBatch { index: usize, source: Box<ServiceError> },
+    /// A sweep file that cannot be read or checked; nothing was written.
+    #[error(transparent)]
+    SweepFile(#[from] crate::model::sweep::SweepError),
+    #[error("{0}")]
+    Sweep(String),
+    /// A sweep parameter its workflow never uses; nothing was written.
+    #[error("{path}: {problem}")]
+    BadSweepParameter { path: String, problem: String },
+    /// One member of a sweep could not be planned (`k` from 0); nothing was written.
+    #[error("sweep member {k}: {source}")]
+    InSweep { k: u64, source: Box<ServiceError> },
+    #[error("no sweep matches '{0}'")]
+    UnknownSweep(String),
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
@@ -166,6 +179,9 @@ impl ServiceError {
             E::InBatch { source, .. } => source.kind(),
             E::DependencyUnmet { .. } => ErrorKind::Conflict,
             E::BadDependency(_) | E::Pipeline(_) => ErrorKind::Invalid,
+            E::SweepFile(_) | E::Sweep(_) | E::BadSweepParameter { .. } => ErrorKind::Invalid,
+            E::InSweep { source, .. } => source.kind(),
+            E::UnknownSweep(_) => ErrorKind::NotFound,
         }
     }
 
@@ -175,6 +191,7 @@ impl ServiceError {
         use ServiceError as E;
         match self {
             E::InBatch { source, .. } => source.code(),
+            E::InSweep { source, .. } => source.code(),
             E::MissingCredentials { .. } => "missing_credentials",
             E::Edit(crate::environments::EditError::Locked { .. }) => "locked_field",
             E::NoSelection => "no_selection",

@@ -28,6 +28,7 @@ mod report;
 mod retention;
 mod runs;
 mod schedules;
+mod sweeps;
 
 pub use crate::engine::store::NodeRegistration;
 pub use attempts::AttemptStages;
@@ -55,3 +56,7 @@ pub use runs::{
     trained_weights_of,
 };
 pub use schedules::ScheduleDetail;
+pub use sweeps::{
+    MemberStatus, MetricSeries, SWEEP_LIST_LIMIT, StartedSweep, SweepDecider, SweepDecision, SweepStatus,
+    SweepSummary,
+};

@@ -67,6 +67,8 @@ impl Service {
         }
         if !request.vars.is_empty() || !request.set.is_empty() || !request.needs.is_empty() {
             edit.params = self.replanned(&run, &request).await?.params;
+            // An edited member stays its sweep's.
+            edit.params.sweep = run.params.sweep;
             let names: Vec<String> = request.vars.keys().chain(request.set.keys()).cloned().collect();
             if !names.is_empty() {
                 changes.push(format!("values {}", names.join(", ")));

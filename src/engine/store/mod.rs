@@ -35,6 +35,7 @@ mod runs;
 mod schedules;
 mod sql;
 mod sqlite;
+mod sweeps;
 #[cfg(test)]
 mod tests;
 mod wal;
@@ -60,3 +61,4 @@ pub use retention::{Expired, RetentionStore};
 pub use runs::{RunMove, Store};
 pub use schedules::ScheduleStore;
 pub use sql::SqlStore;
+pub use sweeps::SweepStore;

@@ -115,6 +115,7 @@ impl RetentionStore for SqlStore {
             ("checkpoints", "run_id"),
             ("metric_values", "run_id"),
             ("run_deps", "run_id"),
+            ("sweep_members", "run_id"),
             ("runs", "id"),
         ];
         self.delete_all(ids, &tables).await

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
     InferenceTestStore, MetricStore, NewDependency, NodeStore, NoticeStore, PreemptionStore, ProgressStore,
-    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore,
+    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunTrigger, Stage};
 
@@ -39,6 +39,7 @@ pub trait Store:
     + DependencyStore
     + NoticeStore
     + PreemptionStore
+    + SweepStore
     + Send
     + Sync
 {

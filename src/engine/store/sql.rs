@@ -158,7 +158,7 @@ pub(super) async fn count_by_state(pool: &AnyPool, sql: &'static str) -> Result<
 }
 
 /// One pending run's rows: the run, its stages and its `submitted` event.
-async fn insert_pending_run(
+pub(super) async fn insert_pending_run(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     run: &Run,
     stages: &[Stage],

@@ -6,12 +6,14 @@ pub mod generate;
 pub mod hyperband;
 pub mod parameter;
 pub mod random;
+pub mod record;
 pub mod spec;
 
 pub use format::{python_float, var_text};
 pub use generate::{Assignment, Member, grid_size};
 pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
+pub use record::{MemberOf, SweepRecord, SweepState};
 pub use spec::{Goal, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
 
 #[cfg(test)]

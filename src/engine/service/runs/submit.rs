@@ -205,7 +205,8 @@ impl Service {
                 .plan(&trial, &run_dir)
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
-        let params = RunParams { vars: request.vars, config, needs, resolved, after: after.to_vec() };
+        let params =
+            RunParams { vars: request.vars, config, needs, resolved, after: after.to_vec(), sweep: None };
         let held_at = request.hold.unwrap_or(false).then(crate::model::now_millis);
         let run = Run {
             env_name,

@@ -129,6 +129,9 @@ pub struct RunSummary {
     /// The work those stops lost, which later attempts redid (ms).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub preempted_work_ms: i64,
+    /// The sweep it is a member of, and which member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::model::sweep::MemberOf>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -165,6 +168,7 @@ impl From<&Run> for RunSummary {
             waits_for: Vec::new(),
             preemptions: run.preemptions,
             preempted_work_ms: run.preempted_work,
+            sweep: run.params.sweep,
         }
     }
 }

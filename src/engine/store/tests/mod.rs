@@ -40,6 +40,7 @@ mod nodes;
 mod preemptions;
 mod queue;
 mod report;
+mod sweeps;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,53 @@
+//! `lachesis sweep start FILE`: queue a sweep's members; prints its id and members.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use lachesis::model::short_id;
+use lachesis::service::{RunRequest, Service};
+
+use crate::cli::CliResult;
+use crate::cli::output::print_json;
+
+/// The largest sweep file read (a sweep file is a page of YAML).
+const MAX_SWEEP_FILE: u64 = 1 << 20;
+
+#[derive(clap::Args)]
+pub struct StartArgs {
+    /// The sweep file (`-`: standard input), or a name in the workflows' `sweeps/` directory
+    file: PathBuf,
+    /// Queue every member held: none is claimed until released
+    #[arg(long)]
+    hold: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(service: &Service, StartArgs { file, hold, json }: StartArgs) -> CliResult {
+    let text = crate::cli::input::read_text(&sweep_file(service, &file)?, MAX_SWEEP_FILE, "sweep file")?;
+    let overrides = RunRequest { hold: hold.then_some(true), ..RunRequest::default() };
+    let started = service.submit_sweep(&text, overrides).await?;
+    if json {
+        print_json(&serde_json::json!({
+            "id": started.sweep.id,
+            "workflow": started.sweep.workflow,
+            "members": started.members,
+            "max_live": started.sweep.max_live,
+        }))?;
+    } else {
+        println!("{}", started.sweep.id);
+        let ids: Vec<String> = started.members.iter().map(short_id).collect();
+        let live = started.sweep.max_live.map_or_else(String::new, |n| format!(", at most {n} at once"));
+        eprintln!("{} members queued{live}: {}", ids.len(), ids.join(" "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The sweep file `FILE` names: a file (or `-`), else `<workflows>/sweeps/NAME.yaml`.
+fn sweep_file(service: &Service, file: &std::path::Path) -> Result<PathBuf, String> {
+    if file.as_os_str() == "-" || file.exists() || file.components().count() > 1 {
+        return Ok(file.to_path_buf());
+    }
+    let catalog = service.settings.catalog().map_err(|e| e.to_string())?;
+    Ok(catalog.dir().join("sweeps").join(file).with_extension("yaml"))
+}

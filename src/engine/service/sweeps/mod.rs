@@ -1,0 +1,11 @@
+//! Sweeps: a configuration space searched by member runs (`lachesis sweep …`, `/sweeps`).
+
+mod decide;
+mod series;
+mod submit;
+mod views;
+
+pub use decide::{SweepDecider, SweepDecision};
+pub use series::MetricSeries;
+pub use submit::StartedSweep;
+pub use views::{MemberStatus, SWEEP_LIST_LIMIT, SweepStatus, SweepSummary};

@@ -1,0 +1,246 @@
+//! What sweeps look like from outside: found by prefix, listed, and a leaderboard.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::MetricSeries;
+use crate::engine::service::{Result, Service, ServiceError};
+use crate::model::RunState;
+use crate::model::sweep::{Goal, SweepRecord, SweepSpec, SweepState};
+
+/// The most sweeps a listing shows.
+pub const SWEEP_LIST_LIMIT: i64 = 200;
+
+/// A sweep as listings show it: its row (without the file) and its members by state.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepSummary {
+    pub id: Uuid,
+    pub workflow: String,
+    pub state: SweepState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub members: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_live: Option<u32>,
+    pub created_at: crate::model::Millis,
+}
+
+impl From<&SweepRecord> for SweepSummary {
+    fn from(sweep: &SweepRecord) -> SweepSummary {
+        SweepSummary {
+            id: sweep.id,
+            workflow: sweep.workflow.clone(),
+            state: sweep.state,
+            reason: sweep.reason.clone(),
+            members: sweep.members,
+            max_live: sweep.max_live,
+            created_at: sweep.created_at,
+        }
+    }
+}
+
+/// A sweep's leaderboard: every member with its parameters, state and metric, best first.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepStatus {
+    #[serde(flatten)]
+    pub sweep: SweepSummary,
+    /// The metric members are compared by, and its goal (`minimize` or `maximize`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal: Option<&'static str>,
+    /// How many members are in each state.
+    pub counts: BTreeMap<String, u64>,
+    /// Best first by the metric's goal; members without a reading after them, by k.
+    pub leaderboard: Vec<MemberStatus>,
+    /// The best member, once no member is pending or in flight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub winner: Option<u64>,
+    /// While members have started and none has reported the metric: which metrics one does
+    /// report (a misspelt `metric.name` shows here, not after a night of runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreported: Option<String>,
+}
+
+/// One member on the leaderboard.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberStatus {
+    pub k: u64,
+    pub run: Uuid,
+    pub state: RunState,
+    /// Its parameters' values, by parameter path.
+    pub parameters: BTreeMap<String, serde_json::Value>,
+    /// Its best reading so far by the goal, and the step of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_step: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<f64>,
+    /// Its readings (hyperband's iterations).
+    pub iterations: usize,
+    /// Why it ended, for one that did (an early-terminated member says by which band).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub early_terminated: bool,
+}
+
+/// The prefix of an early-terminated member's reason.
+pub(super) fn early_terminated_prefix(sweep: &SweepRecord) -> String {
+    format!("early-terminated by sweep {}", sweep.short_id())
+}
+
+impl Service {
+    /// Finds a sweep by its full id or a unique prefix of it.
+    pub async fn resolve_sweep(&self, prefix: &str) -> Result<SweepRecord> {
+        let by_id = async |id| self.store.sweep(id).await;
+        let by_prefix = async |prefix: &str| self.store.sweeps_by_prefix(prefix, 6).await;
+        crate::engine::service::resolve_prefix(
+            prefix,
+            "sweeps",
+            by_id,
+            by_prefix,
+            |s: &SweepRecord| s.id,
+            ServiceError::UnknownSweep,
+        )
+        .await
+    }
+
+    /// Sweeps, newest first.
+    pub async fn sweeps(&self) -> Result<Vec<SweepSummary>> {
+        Ok(self.store.list_sweeps(SWEEP_LIST_LIMIT).await?.iter().map(SweepSummary::from).collect())
+    }
+
+    /// The leaderboard of the sweep `prefix` names, with the store's metric readings.
+    pub async fn sweep_status(&self, prefix: &str) -> Result<SweepStatus> {
+        let sweep = self.resolve_sweep(prefix).await?;
+        self.sweep_status_with(&sweep, self).await
+    }
+
+    /// The leaderboard of `sweep`, with readings from `source`.
+    pub async fn sweep_status_with(
+        &self,
+        sweep: &SweepRecord,
+        source: &dyn MetricSeries,
+    ) -> Result<SweepStatus> {
+        let spec = SweepSpec::parse(&sweep.file)?;
+        let members = self.store.sweep_members(sweep.id).await?;
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut leaderboard = Vec::with_capacity(members.len());
+        let prefix = early_terminated_prefix(sweep);
+        // A member that never started has no readings: its series is not read.
+        let started: Vec<uuid::Uuid> = members
+            .iter()
+            .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
+            .map(|(_, run)| run.id)
+            .collect();
+        let mut all_series = match &spec.metric {
+            Some(metric) if !started.is_empty() => {
+                source.members_series(sweep.id, &started, &metric.name).await?
+            }
+            _ => Default::default(),
+        };
+        for (k, run) in &members {
+            *counts.entry(run.state.as_str().to_string()).or_default() += 1;
+            let readings = all_series.remove(&run.id).unwrap_or_default();
+            let readings: Vec<_> = readings.into_iter().filter(|r| r.value.is_finite()).collect();
+            let best = spec.metric.as_ref().and_then(|metric| {
+                let values: Vec<f64> = readings.iter().map(|r| r.value).collect();
+                let best = metric.best(&values)?;
+                let at = readings.iter().find(|r| r.value == best)?;
+                Some((best, at.step))
+            });
+            leaderboard.push(MemberStatus {
+                k: *k,
+                run: run.id,
+                state: run.state,
+                parameters: spec.member(*k).map(|m| m.values()).unwrap_or_default(),
+                best: best.map(|b| b.0),
+                best_step: best.map(|b| b.1),
+                last: readings.last().map(|r| r.value),
+                iterations: readings.len(),
+                early_terminated: run.state == RunState::Stopped
+                    && run.reason.as_deref().is_some_and(|r| r.starts_with(&prefix)),
+                reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
+            });
+        }
+        let unreported = match &spec.metric {
+            Some(metric) if leaderboard.iter().all(|m| m.iterations == 0) => {
+                self.unreported(&metric.name, &members).await?
+            }
+            _ => None,
+        };
+        let goal = spec.metric.as_ref().map(|m| m.goal);
+        leaderboard.sort_by(|a, b| ranked(a, b, goal));
+        let finished = members.iter().all(|(_, run)| run.state.is_terminal());
+        let winner = match finished {
+            true => leaderboard.first().filter(|m| m.best.is_some()).map(|m| m.k),
+            false => None,
+        };
+        Ok(SweepStatus {
+            sweep: SweepSummary::from(sweep),
+            metric: spec.metric.as_ref().map(|m| m.name.clone()),
+            goal: goal.map(|goal| match goal {
+                Goal::Minimize => "minimize",
+                Goal::Maximize => "maximize",
+            }),
+            counts,
+            leaderboard,
+            winner,
+            unreported,
+        })
+    }
+
+    /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
+    /// a member has started.
+    async fn unreported(&self, metric: &str, members: &[(u64, crate::model::Run)]) -> Result<Option<String>> {
+        let Some((k, run)) = members.iter().find(|(_, run)| run.started_at.is_some()) else {
+            return Ok(None);
+        };
+        let names = self.metric_names(run.id).await?;
+        let reports = match names.len() {
+            0 => "no metric yet".to_string(),
+            n if n > 8 => format!("{}, … ({n} metrics)", names[..8].join(", ")),
+            _ => names.join(", "),
+        };
+        Ok(Some(format!("no member has reported {metric} yet (member {k} reports {reports})")))
+    }
+
+    /// Stops the sweep `prefix` names: its pending members are cancelled, its started ones
+    /// stopped (each through the normal stop, with its event), and the sweep marked stopped so
+    /// none of its members starts again. Stopping twice is not an error.
+    pub async fn stop_sweep(&self, prefix: &str) -> Result<SweepSummary> {
+        let sweep = self.resolve_sweep(prefix).await?;
+        for from in [SweepState::Live, SweepState::Target] {
+            self.store.move_sweep(sweep.id, from, SweepState::Stopped, Some("stop requested")).await?;
+        }
+        for (_, run) in self.store.sweep_members(sweep.id).await? {
+            if run.state.is_terminal() {
+                continue;
+            }
+            match self.stop(&run.id.to_string()).await {
+                Ok(_) | Err(ServiceError::AlreadyEnded { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        let sweep = self.store.sweep(sweep.id).await?.unwrap_or(sweep);
+        Ok(SweepSummary::from(&sweep))
+    }
+}
+
+/// Best first by the goal; members without a reading after them; ties by k.
+fn ranked(a: &MemberStatus, b: &MemberStatus, goal: Option<Goal>) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let by_value = match (a.best, b.best) {
+        (Some(x), Some(y)) => match goal {
+            Some(Goal::Maximize) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
+            _ => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+        },
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    by_value.then(a.k.cmp(&b.k))
+}

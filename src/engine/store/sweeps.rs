@@ -1,0 +1,330 @@
+//! Sweeps in the store: the sweep's row, its members (run `run_id` is member `k`), and the two
+//! reads the daemon makes of them: how many members of each sweep with a `max_live` are in
+//! flight (the claim), and which sweeps have members in flight (the early-termination decider).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::Result;
+use super::rows::{corrupt, from_json, json, run_from_row};
+use super::sql::{SqlStore, insert_pending_run};
+use crate::model::metric_point::{MAX_SERIES_POINTS, series};
+use crate::model::sweep::{SweepRecord, SweepState};
+use crate::model::{MetricPoint, Run, Stage, now_millis};
+
+/// `SELECT <every sweep column> FROM sweeps <rest>`, as a `'static` string.
+macro_rules! select_sweeps {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, file, config, workflow, members, max_live, state, reason, created_at, updated_at FROM sweeps ",
+            $rest
+        )
+    };
+}
+
+/// A sweep with a `max_live` whose members may be claimed, and how many of them are in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SweepSlots {
+    pub max_live: u32,
+    pub in_flight: u32,
+}
+
+impl SweepSlots {
+    /// Whether one more member may start.
+    pub fn has_room(&self) -> bool {
+        self.in_flight < self.max_live
+    }
+}
+
+#[async_trait]
+pub trait SweepStore: Send + Sync {
+    /// Writes the sweep and its member runs (pending, each with its stages and `submitted`
+    /// event, member k being `members[k]`) in one transaction: all of it or nothing.
+    async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()>;
+    async fn sweep(&self, id: Uuid) -> Result<Option<SweepRecord>>;
+    /// Sweeps whose id starts with `prefix` (hex digits and dashes only), at most `limit`.
+    async fn sweeps_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<SweepRecord>>;
+    /// Sweeps newest first, at most `limit`.
+    async fn list_sweeps(&self, limit: i64) -> Result<Vec<SweepRecord>>;
+    /// A sweep's members in order of k, each with its run as it is now.
+    async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>>;
+    /// For each sweep whose members may not all start: a live one with a `max_live`, and one
+    /// stopped or at its target (no room), its slots: two index reads (those sweeps; the runs in
+    /// flight and their sweeps), flat however many members or ended sweeps the store holds.
+    async fn sweep_slots(&self) -> Result<BTreeMap<Uuid, SweepSlots>>;
+    /// The sweeps with a member in flight (from the runs in flight), each with how many.
+    async fn sweeps_in_flight(&self) -> Result<BTreeMap<Uuid, u32>>;
+    /// The sweeps in `state`, oldest first.
+    async fn sweeps_in_state(&self, state: SweepState) -> Result<Vec<SweepRecord>>;
+    /// Every member's series of metric `name` (members without a reading are absent), in one
+    /// read: the members' range joined to the readings' key. Each series is as `metric_series`
+    /// gives it (its first [`MAX_SERIES_POINTS`] readings, a resumed attempt's over the steps
+    /// it rewound).
+    async fn member_series(&self, sweep: Uuid, name: &str) -> Result<HashMap<Uuid, Vec<MetricPoint>>>;
+    /// The sweeps that `runs` are members of.
+    async fn sweeps_of_runs(&self, runs: &[Uuid]) -> Result<BTreeSet<Uuid>>;
+    /// Whether a member of the sweep has not ended yet (the first one found ends the read).
+    async fn sweep_has_open_member(&self, id: Uuid) -> Result<bool>;
+    /// Moves the sweep from `from` to `to` with `reason`, if it is still in `from`; false when it
+    /// was not (someone else moved it).
+    async fn move_sweep(
+        &self,
+        id: Uuid,
+        from: SweepState,
+        to: SweepState,
+        reason: Option<&str>,
+    ) -> Result<bool>;
+}
+
+fn sweep_from_row(row: &sqlx::any::AnyRow) -> Result<SweepRecord> {
+    let id: String = row.try_get("id")?;
+    let state: String = row.try_get("state")?;
+    let config: String = row.try_get("config")?;
+    let members: i64 = row.try_get("members")?;
+    let max_live: Option<i64> = row.try_get("max_live")?;
+    Ok(SweepRecord {
+        id: Uuid::parse_str(&id).map_err(|e| corrupt(format!("sweep id {id}: {e}")))?,
+        file: row.try_get("file")?,
+        config: from_json(&config, "sweep config")?,
+        workflow: row.try_get("workflow")?,
+        members: u64::try_from(members).map_err(|_| corrupt(format!("sweep {id}: {members} members")))?,
+        max_live: max_live
+            .map(u32::try_from)
+            .transpose()
+            .map_err(|_| corrupt(format!("sweep {id}: max_live {max_live:?}")))?,
+        state: state.parse().map_err(corrupt)?,
+        reason: row.try_get("reason")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn uuid_of(row: &sqlx::any::AnyRow, column: &str) -> Result<Uuid> {
+    let text: String = row.try_get(column)?;
+    Uuid::parse_str(&text).map_err(|e| corrupt(format!("{column} {text}: {e}")))
+}
+
+/// The members in flight of each sweep that has one: from the runs in flight (an index range
+/// on their state) to their sweep (the members' index by run).
+const IN_FLIGHT_BY_SWEEP: &str = concat!(
+    "SELECT m.sweep_id, COUNT(*) AS n FROM runs r JOIN sweep_members m ON m.run_id = r.id WHERE r.state IN (",
+    in_flight_states!(),
+    ") GROUP BY m.sweep_id"
+);
+
+impl SqlStore {
+    async fn in_flight_by_sweep(&self) -> Result<BTreeMap<Uuid, u32>> {
+        let rows = sqlx::query(IN_FLIGHT_BY_SWEEP).fetch_all(self.pool()).await?;
+        rows.iter()
+            .map(|row| {
+                let n: i64 = row.try_get("n")?;
+                Ok((uuid_of(row, "sweep_id")?, u32::try_from(n).unwrap_or(u32::MAX)))
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl SweepStore for SqlStore {
+    async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query(
+            "INSERT INTO sweeps (id, file, config, workflow, members, max_live, state, reason, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(sweep.id.to_string())
+        .bind(&sweep.file)
+        .bind(json(&sweep.config))
+        .bind(&sweep.workflow)
+        .bind(sweep.members as i64)
+        .bind(sweep.max_live.map(i64::from))
+        .bind(sweep.state.as_str())
+        .bind(sweep.reason.as_deref())
+        .bind(sweep.created_at)
+        .bind(sweep.updated_at)
+        .execute(&mut *tx)
+        .await?;
+        for (k, (run, stages)) in members.iter().enumerate() {
+            insert_pending_run(&mut tx, run, stages).await?;
+            sqlx::query("INSERT INTO sweep_members (sweep_id, k, run_id) VALUES ($1, $2, $3)")
+                .bind(sweep.id.to_string())
+                .bind(k as i64)
+                .bind(run.id.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn sweep(&self, id: Uuid) -> Result<Option<SweepRecord>> {
+        let row = sqlx::query(select_sweeps!("WHERE id = $1"))
+            .bind(id.to_string())
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(sweep_from_row).transpose()
+    }
+
+    async fn sweeps_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<SweepRecord>> {
+        // Only hex and dashes reach LIKE, so `%` and `_` in the input can't widen the match.
+        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(select_sweeps!("WHERE id LIKE $1 ORDER BY id LIMIT $2"))
+            .bind(format!("{}%", prefix.to_ascii_lowercase()))
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(sweep_from_row).collect()
+    }
+
+    async fn list_sweeps(&self, limit: i64) -> Result<Vec<SweepRecord>> {
+        let rows = sqlx::query(select_sweeps!("ORDER BY seq DESC LIMIT $1"))
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(sweep_from_row).collect()
+    }
+
+    async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>> {
+        let rows = sqlx::query(concat!(
+            "SELECT m.k, r.id, r.workflow, r.env_name, r.state, r.version, r.priority, r.attempt, r.created_at, ",
+            "r.updated_at, r.started_at, r.ended_at, r.reason, r.run_dir, r.spec, r.params, r.node, r.fence, ",
+            "r.not_before, r.held_at, r.deps_open FROM sweep_members m JOIN runs r ON r.id = m.run_id ",
+            "WHERE m.sweep_id = $1 ORDER BY m.k"
+        ))
+        .bind(id.to_string())
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let k: i64 = row.try_get("k")?;
+                Ok((
+                    u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))?,
+                    run_from_row(row)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn sweep_slots(&self) -> Result<BTreeMap<Uuid, SweepSlots>> {
+        // A sweep that is stopped or at its target has no room at all: a member a stop has not
+        // cancelled yet is never claimed meanwhile.
+        let limited = sqlx::query(
+            "SELECT id, max_live, state FROM sweeps WHERE state IN ('target', 'stopped') \
+             OR (state = 'live' AND max_live IS NOT NULL)",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        if limited.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let in_flight = self.in_flight_by_sweep().await?;
+        limited
+            .iter()
+            .map(|row| {
+                let id = uuid_of(row, "id")?;
+                let state: String = row.try_get("state")?;
+                let max_live: Option<i64> = row.try_get("max_live")?;
+                let max_live = match state.as_str() {
+                    "live" => u32::try_from(max_live.unwrap_or(0))
+                        .map_err(|_| corrupt(format!("sweep {id}: max_live {max_live:?}")))?,
+                    _ => 0,
+                };
+                Ok((id, SweepSlots { max_live, in_flight: in_flight.get(&id).copied().unwrap_or(0) }))
+            })
+            .collect()
+    }
+
+    async fn sweeps_in_flight(&self) -> Result<BTreeMap<Uuid, u32>> {
+        self.in_flight_by_sweep().await
+    }
+
+    async fn sweeps_in_state(&self, state: SweepState) -> Result<Vec<SweepRecord>> {
+        let rows = sqlx::query(select_sweeps!("WHERE state = $1 ORDER BY seq"))
+            .bind(state.as_str())
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(sweep_from_row).collect()
+    }
+
+    async fn member_series(&self, sweep: Uuid, name: &str) -> Result<HashMap<Uuid, Vec<MetricPoint>>> {
+        let rows = sqlx::query(
+            "SELECT v.run_id, v.attempt, v.step, v.value FROM sweep_members m \
+             JOIN metric_values v ON v.run_id = m.run_id AND v.name = $2 \
+             WHERE m.sweep_id = $1 ORDER BY m.k, v.attempt, v.step",
+        )
+        .bind(sweep.to_string())
+        .bind(name)
+        .fetch_all(self.pool())
+        .await?;
+        let mut readings: HashMap<Uuid, Vec<MetricPoint>> = HashMap::new();
+        for row in &rows {
+            let points = readings.entry(uuid_of(row, "run_id")?).or_default();
+            if points.len() < MAX_SERIES_POINTS {
+                let attempt: i64 = row.try_get("attempt")?;
+                points.push(MetricPoint {
+                    attempt: u32::try_from(attempt).map_err(|_| corrupt(format!("attempt {attempt}")))?,
+                    step: row.try_get("step")?,
+                    value: row.try_get("value")?,
+                });
+            }
+        }
+        Ok(readings.into_iter().map(|(run, points)| (run, series(points))).collect())
+    }
+
+    async fn sweeps_of_runs(&self, runs: &[Uuid]) -> Result<BTreeSet<Uuid>> {
+        let mut sweeps = BTreeSet::new();
+        for chunk in runs.chunks(super::dependencies::OPEN_CHUNK) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            // Only the placeholders vary: the ids are bound, never spliced.
+            let sql =
+                format!("SELECT DISTINCT sweep_id FROM sweep_members WHERE run_id IN ({})", marks.join(", "));
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(id.to_string());
+            }
+            for row in query.fetch_all(self.pool()).await? {
+                sweeps.insert(uuid_of(&row, "sweep_id")?);
+            }
+        }
+        Ok(sweeps)
+    }
+
+    async fn sweep_has_open_member(&self, id: Uuid) -> Result<bool> {
+        let open = sqlx::query(
+            "SELECT 1 AS one FROM sweep_members m JOIN runs r ON r.id = m.run_id WHERE m.sweep_id = $1 \
+             AND r.state NOT IN ('completed', 'failed', 'stopped') LIMIT 1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(open.is_some())
+    }
+
+    async fn move_sweep(
+        &self,
+        id: Uuid,
+        from: SweepState,
+        to: SweepState,
+        reason: Option<&str>,
+    ) -> Result<bool> {
+        if !from.may_become(to) {
+            return Ok(false);
+        }
+        let moved = sqlx::query(
+            "UPDATE sweeps SET state = $1, reason = COALESCE($2, reason), updated_at = $3 WHERE id = $4 AND state = $5",
+        )
+        .bind(to.as_str())
+        .bind(reason)
+        .bind(now_millis())
+        .bind(id.to_string())
+        .bind(from.as_str())
+        .execute(self.pool())
+        .await?;
+        Ok(moved.rows_affected() == 1)
+    }
+}

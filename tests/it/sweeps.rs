@@ -1,0 +1,522 @@
+//! Sweeps: a sweep file's members queued as ordinary runs with the right parameters, max_live
+//! held at the claim, a seeded random sweep reproduced, an unused parameter refused with
+//! nothing queued, a sweep stopped, and the daemon's decisions (hyperband's stop with its exact
+//! reason, the target's end of new members) made once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lachesis::model::MetricPoint;
+use lachesis::model::sweep::SweepState;
+use lachesis::model::{Millis, RunState};
+use lachesis::service::{MetricSeries, Service, SweepDecider, SweepDecision};
+use uuid::Uuid;
+
+use crate::support::{TestHome, stderr, wait_for};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A member that runs until the test creates its home's `gate` file, then prints its values.
+fn gated(home: &TestHome) -> String {
+    let gate = home.path().join("gate");
+    format!(
+        r#"name: gated
+vars: {{lr: "0.1", size: "1", steps: "3"}}
+stages:
+  - name: trainer
+    argv: [sh, -c, "while [ ! -e '{}' ]; do sleep 0.05; done; echo lr={{lr}} size={{size}}"]
+stop_grace: 2s
+"#,
+        gate.display()
+    )
+}
+
+fn write(home: &TestHome, name: &str, text: &str) -> String {
+    let path = home.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// Starts a sweep through the CLI: its id and members, in order of k.
+fn start(home: &TestHome, file: &str) -> (Uuid, Vec<Uuid>) {
+    let out: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", file, "--json"])).unwrap();
+    let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
+    let members =
+        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+    (id, members)
+}
+
+#[tokio::test]
+async fn a_grid_sweep_queues_one_member_per_point_with_its_vars() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let file = write(
+        &home,
+        "grid.yaml",
+        "method: grid\nworkflow: gated\nmetric: {name: loss}\nparameters:\n  size: {values: [1, 2]}\n  lr: {values: [0.00001, 0.1]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    assert_eq!(members.len(), 4);
+    // W&B's order: parameters by name (lr, size), the last varying fastest; floats as Python
+    // writes them.
+    let expected = [("1e-05", "1"), ("1e-05", "2"), ("0.1", "1"), ("0.1", "2")];
+    for (k, (id, (lr, size))) in members.iter().zip(expected).enumerate() {
+        let run = home.run(*id).await;
+        assert_eq!(run.state, RunState::Pending);
+        assert_eq!(
+            (run.params.vars["lr"].as_str(), run.params.vars["size"].as_str()),
+            (lr, size),
+            "member {k}"
+        );
+        assert_eq!(run.params.sweep.map(|m| (m.sweep, m.k)), Some((sweep, k as u64)));
+    }
+    let status = home.cli_ok(&["run", "status", &members[3].to_string()]);
+    let short = &sweep.to_string()[..8];
+    assert!(status.contains(&format!("sweep     member 3 of sweep {short}")), "{status}");
+    let board: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "status", short, "--json"])).unwrap();
+    assert_eq!(board["state"], "live");
+    assert_eq!(board["counts"]["pending"], 4);
+    assert_eq!(board["leaderboard"][2]["parameters"], serde_json::json!({"lr": 0.1, "size": 1}));
+    let list = home.cli_ok(&["sweep", "list"]);
+    assert!(list.contains(short) && list.contains("gated"), "{list}");
+}
+
+#[tokio::test]
+async fn a_random_sweep_with_a_seed_is_reproducible() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let sweep = |seed: u64| {
+        format!(
+            "method: random\nworkflow: gated\nrun_cap: 5\nseed: {seed}\nparameters:\n  lr: {{distribution: log_uniform_values, min: 0.00001, max: 0.1}}\n  size: {{values: [8, 16, 32]}}\n"
+        )
+    };
+    let mut drawn = Vec::new();
+    for (name, seed) in [("a.yaml", 7), ("b.yaml", 7), ("c.yaml", 8)] {
+        let (_, members) = start(&home, &write(&home, name, &sweep(seed)));
+        let mut vars = Vec::new();
+        for id in members {
+            vars.push(home.run(id).await.params.vars);
+        }
+        drawn.push(vars);
+    }
+    assert_eq!(drawn[0], drawn[1], "the same seed draws the same members");
+    assert_ne!(drawn[0], drawn[2], "another seed draws others");
+    let distinct: std::collections::BTreeSet<&String> = drawn[0].iter().map(|v| &v["lr"]).collect();
+    assert!(distinct.len() > 1, "members differ: {:?}", drawn[0]);
+}
+
+#[tokio::test]
+async fn a_parameter_the_workflow_never_uses_is_refused_and_nothing_is_queued() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let file = write(
+        &home,
+        "bad.yaml",
+        "method: grid\nworkflow: gated\nparameters:\n  lr: {values: [0.1]}\n  warmup: {values: [1, 2]}\n",
+    );
+    let out = home.cli(&["sweep", "start", &file]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("parameters.warmup") && err.contains("has no variable 'warmup'"), "{err}");
+    // A `set:` parameter on a workflow that runs no environment is refused too.
+    let set = write(
+        &home,
+        "set.yaml",
+        "method: grid\nworkflow: gated\nparameters:\n  group: {values: [4, 8], set: group_size}\n",
+    );
+    let err = stderr(&home.cli(&["sweep", "start", &set]));
+    assert!(err.contains("parameters.group") && err.contains("runs no environment"), "{err}");
+    assert!(home.cli_ok(&["sweep", "list"]).contains("no sweeps"));
+    assert!(home.cli_ok(&["run", "list"]).contains("no runs"));
+    // A bad file is one line, too.
+    let bayes =
+        write(&home, "bayes.yaml", "method: bayes\nworkflow: gated\nparameters: {lr: {values: [1]}}\n");
+    let err = stderr(&home.cli(&["sweep", "start", &bayes]));
+    assert!(err.contains("bayes is not supported") && err.trim().lines().count() == 1, "{err}");
+    let _ = home.service().await;
+}
+
+/// The members in flight now.
+async fn in_flight(service: &Service, members: &[Uuid]) -> Vec<Uuid> {
+    let mut live = Vec::new();
+    for id in members {
+        if service.run(*id).await.unwrap().unwrap().state.is_in_flight() {
+            live.push(*id);
+        }
+    }
+    live
+}
+
+#[tokio::test]
+async fn max_live_holds_and_a_stopped_sweep_starts_nothing_more() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    home.workflow("quick", "name: quick\nstages:\n  - {name: main, argv: ['true']}\n");
+    let file = write(
+        &home,
+        "live.yaml",
+        "method: grid\nworkflow: gated\nmax_live: 2\nparameters:\n  lr: {values: [0.1, 0.2, 0.3, 0.4, 0.5]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    wait_for("two members running", T, || {
+        let service = service.clone();
+        let members = members.clone();
+        async move {
+            let mut running = 0;
+            for id in &members {
+                running += (service.run(*id).await.unwrap().unwrap().state == RunState::Running) as usize;
+            }
+            (running == 2).then_some(())
+        }
+    })
+    .await;
+    // A run queued after them is claimed: the claim that took it passed the sweep's other
+    // members by, with 8 slots free.
+    let other = home.submit(&["--workflow", "quick"]);
+    let (run, _) = home.wait_settled(other, T).await;
+    assert_eq!(run.state, RunState::Completed);
+    assert_eq!(in_flight(&service, &members).await.len(), 2, "max_live 2 holds");
+
+    home.cli_ok(&["sweep", "stop", &sweep.to_string()]);
+    for id in &members {
+        let (run, _) = home.wait_settled(*id, T).await;
+        assert_eq!(run.state, RunState::Stopped, "member {id}: {:?}", run.reason);
+    }
+    let board = service.sweep_status(&sweep.to_string()).await.unwrap();
+    assert_eq!(board.sweep.state, SweepState::Stopped);
+    assert_eq!(board.counts.get("stopped"), Some(&5));
+    let cancelled = members.iter().filter(|id| {
+        board
+            .leaderboard
+            .iter()
+            .any(|m| m.run == **id && m.reason.as_deref() == Some("cancelled before it started"))
+    });
+    assert_eq!(cancelled.count(), 3, "the three that never started were cancelled: {:?}", board.leaderboard);
+    // Every member has ended: --watch shows the board once and returns.
+    let watched = home.cli_ok(&["sweep", "status", &sweep.to_string(), "--watch", "--json"]);
+    assert_eq!(watched.lines().count(), 1, "{watched}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&watched).unwrap()["state"], "stopped");
+}
+
+/// Series fed by the test, as the store's metrics by name would give them.
+struct Fed(HashMap<Uuid, Vec<f64>>);
+
+#[async_trait]
+impl MetricSeries for Fed {
+    async fn series(&self, run: Uuid, _name: &str) -> lachesis::service::Result<Vec<MetricPoint>> {
+        let values = self.0.get(&run).cloned().unwrap_or_default();
+        Ok(values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| MetricPoint { attempt: 1, step: i as i64 + 1, value })
+            .collect())
+    }
+
+    async fn runs_with_readings_since(&self, _after: Millis) -> lachesis::service::Result<Option<Vec<Uuid>>> {
+        Ok(None)
+    }
+}
+
+#[tokio::test]
+async fn hyperband_stops_the_loser_once_and_the_target_ends_new_members() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let file = write(
+        &home,
+        "hb.yaml",
+        "method: grid\nworkflow: gated\nmax_live: 4\nmetric: {name: loss, target: 0.25}\n\
+         early_terminate: {type: hyperband, min_iter: 2, eta: 2, strict: false}\n\
+         parameters:\n  lr: {values: [0.1, 0.2, 0.3, 0.4, 0.5]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    for id in &members[..4] {
+        home.wait_state(*id, RunState::Running, T).await;
+    }
+    let fed = Fed(HashMap::from([
+        (members[0], vec![1.0, 0.9, 0.8]),
+        (members[1], vec![1.0, 0.5, 0.4]),
+        (members[2], vec![1.0, 0.97, 0.95]),
+        (members[3], vec![1.0, 0.3, 0.2]),
+    ]));
+    let mut decider = SweepDecider::default();
+    let decisions = decider.pass(&service, &fed).await.unwrap();
+    let short = &sweep.to_string()[..8];
+    let reason = format!(
+        "early-terminated by sweep {short}: best loss 0.95 by iteration 3 is worse than the band-2 threshold 0.9"
+    );
+    assert_eq!(
+        decisions,
+        vec![
+            SweepDecision::Target { sweep, k: 3, cancelled: 1 },
+            SweepDecision::Stopped { sweep, k: 2, run: members[2], reason: reason.clone() },
+        ]
+    );
+    // Decided once: a second pass finds the member stopping or stopped.
+    assert!(decider.pass(&service, &fed).await.unwrap().is_empty());
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    assert_eq!((stopped.state, stopped.reason.as_deref()), (RunState::Stopped, Some(reason.as_str())));
+    assert!(home.messages(members[2]).await.iter().any(|m| m.contains(&reason)), "an event says why");
+    let cancelled = home.run(members[4]).await;
+    assert_eq!(cancelled.state, RunState::Stopped);
+    assert_eq!(
+        cancelled.reason.as_deref(),
+        Some(
+            format!("cancelled: sweep {short} member 3 reached the target: loss 0.2 (target 0.25)").as_str()
+        )
+    );
+    // The others run on and finish.
+    std::fs::write(home.path().join("gate"), "").unwrap();
+    for id in [members[0], members[1], members[3]] {
+        let (run, _) = home.wait_settled(id, T).await;
+        assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    }
+    // Done, by this decider or the daemon's own, whichever looks first.
+    let deadline = std::time::Instant::now() + T;
+    let record = loop {
+        decider.pass(&service, &fed).await.unwrap();
+        let record = service.resolve_sweep(short).await.unwrap();
+        if record.state == SweepState::Done {
+            break record;
+        }
+        assert!(std::time::Instant::now() < deadline, "the sweep is still {}", record.state);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let board = service.sweep_status_with(&record, &fed).await.unwrap();
+    assert_eq!(board.sweep.state, SweepState::Done);
+    assert_eq!(board.winner, Some(3));
+    let order: Vec<u64> = board.leaderboard.iter().map(|m| m.k).collect();
+    assert_eq!(order, vec![3, 1, 0, 2, 4], "best first by the goal, members without readings last");
+    let loser = board.leaderboard.iter().find(|m| m.k == 2).unwrap();
+    assert!(loser.early_terminated && loser.reason.as_deref() == Some(reason.as_str()));
+    assert_eq!((loser.best, loser.best_step, loser.iterations), (Some(0.95), Some(3), 3));
+}
+
+#[tokio::test]
+async fn the_daemon_stops_the_loser_from_its_stored_readings() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let file = write(
+        &home,
+        "hb.yaml",
+        "method: grid\nworkflow: gated\nmetric: {name: train/loss}\n\
+         early_terminate: {type: hyperband, min_iter: 2, eta: 2, strict: false}\n\
+         parameters:\n  lr: {values: [0.1, 0.2, 0.3, 0.4]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    for id in &members {
+        home.wait_state(*id, RunState::Running, T).await;
+    }
+    let waiting = home.cli_ok(&["sweep", "status", &sweep.to_string()]);
+    assert!(
+        waiting.contains("waiting   no member has reported train/loss yet (member 0 reports no metric yet)"),
+        "{waiting}"
+    );
+    let losses = [[1.0, 0.9, 0.8], [1.0, 0.5, 0.4], [1.0, 0.97, 0.95], [1.0, 0.3, 0.2]];
+    for (id, series) in members.iter().zip(losses) {
+        let rows: Vec<lachesis::model::MetricRow> = series
+            .iter()
+            .enumerate()
+            .map(|(i, loss)| lachesis::model::MetricRow {
+                step: i as i64 + 1,
+                loss: Some(*loss),
+                recorded_at: lachesis::model::now_millis(),
+                ..Default::default()
+            })
+            .collect();
+        service.put_metric_rows_as_given(*id, &rows).await.unwrap();
+    }
+    let reason = format!(
+        "early-terminated by sweep {}: best train/loss 0.95 by iteration 3 is worse than the band-2 threshold 0.9",
+        &sweep.to_string()[..8]
+    );
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    assert_eq!((stopped.state, stopped.reason.as_deref()), (RunState::Stopped, Some(reason.as_str())));
+    let said: Vec<String> = home
+        .messages(members[2])
+        .await
+        .into_iter()
+        .filter(|m| m.starts_with("stop: early-terminated"))
+        .collect();
+    assert_eq!(said, vec![format!("stop: {reason}")], "stopped once, with an event saying why");
+    for id in [members[0], members[1], members[3]] {
+        assert_eq!(home.run(id).await.state, RunState::Running, "the others run on");
+    }
+    let board: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "status", &sweep.to_string(), "--json"])).unwrap();
+    assert_eq!(board["leaderboard"][0]["k"], 3, "{board:#}");
+    assert_eq!(board["leaderboard"][0]["best"], 0.2);
+    let text = home.cli_ok(&["sweep", "status", &sweep.to_string()]);
+    assert!(text.contains(&reason), "{text}");
+}
+
+#[tokio::test]
+async fn sweeps_over_http_start_list_show_and_stop() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let api = crate::http::start_with(&mut home, "127.0.0.1", None, &[]).await;
+    let object = serde_json::json!({
+        "method": "grid", "workflow": "gated", "max_live": 1,
+        "metric": {"name": "loss"}, "parameters": {"lr": {"values": [0.1, 0.2]}},
+    });
+    let (status, started) = api.post("/sweeps", object).await;
+    assert_eq!(status.as_u16(), 201, "{started}");
+    assert_eq!(started["members"].as_array().map(Vec::len), Some(2));
+    let id = started["id"].as_str().unwrap().to_string();
+    let yaml = "method: random\nworkflow: gated\nrun_cap: 3\nparameters:\n  lr: {min: 0.1, max: 0.2}\n";
+    let (status, second) = api.post("/sweeps", serde_json::json!(yaml)).await;
+    assert_eq!(status.as_u16(), 201, "{second}");
+    let (status, listed) = api.get("/sweeps").await;
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+    let (status, board) = api.get(&format!("/sweeps/{}", &id[..8])).await;
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!((board["metric"].as_str(), board["goal"].as_str()), (Some("loss"), Some("minimize")));
+    assert_eq!(board["leaderboard"].as_array().map(Vec::len), Some(2), "{board}");
+    let (status, refused) = api.post("/sweeps", serde_json::json!("method: bayes\nworkflow: gated\n")).await;
+    assert_eq!(status.as_u16(), 400, "{refused}");
+    assert!(refused.to_string().contains("bayes is not supported"), "{refused}");
+    let (status, _) = api.get("/sweeps/ffffffff").await;
+    assert_eq!(status.as_u16(), 404);
+    let (status, stopped) = api.post(&format!("/sweeps/{id}/stop"), serde_json::json!(null)).await;
+    assert_eq!(status.as_u16(), 200, "{stopped}");
+    assert_eq!(stopped["state"], "stopped");
+}
+
+/// A member whose trainer logs `step i loss=v` for each value of its `curve` var; at a `w` it
+/// waits for the home's `go` file, and after its last value for the `gate` file.
+fn logging(home: &TestHome) -> String {
+    let (go, gate) = (home.path().join("go"), home.path().join("gate"));
+    format!(
+        r#"name: logging
+vars: {{curve: "1.0"}}
+stages:
+  - name: trainer
+    argv: [sh, -c, 'i=0; for v in {{curve}}; do if [ "$v" = w ]; then while [ ! -e "{go}" ]; do sleep 0.05; done; continue; fi; i=$((i+1)); echo "step $i loss=$v"; done; while [ ! -e "{gate}" ]; do sleep 0.05; done']
+metrics:
+  log: {{stage: trainer, pattern: 'step (?P<step>\d+) loss=(?P<loss>\S+)'}}
+stop_grace: 2s
+"#,
+        go = go.display(),
+        gate = gate.display()
+    )
+}
+
+#[tokio::test]
+async fn hyperband_stops_a_member_from_what_its_trainer_logs() {
+    let mut home = TestHome::new();
+    home.workflow("logging", &logging(&home));
+    // Three members level at 0.4 by iteration 3 (none is worse than any threshold they make),
+    // then the fourth reaches iteration 3 at 0.98 once the test says go.
+    let file = write(
+        &home,
+        "log.yaml",
+        "method: grid\nworkflow: logging\nmetric: {name: loss}\n\
+         early_terminate: {type: hyperband, min_iter: 3, eta: 3, strict: false}\n\
+         parameters:\n  curve: {values: ['1.0 0.5 0.4', '0.9 0.5 0.4', '1.0 0.99 w 0.98', '0.8 0.5 0.4']}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    let counts = [3, 3, 2, 3];
+    wait_for("the first readings to be recorded", T, || {
+        let (service, members) = (service.clone(), members.clone());
+        async move {
+            for (id, count) in members.iter().zip(counts) {
+                if service.metric_series(*id, "loss").await.unwrap().len() != count {
+                    return None;
+                }
+            }
+            Some(())
+        }
+    })
+    .await;
+    std::fs::write(home.path().join("go"), "").unwrap();
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    let reason = format!(
+        "early-terminated by sweep {}: best loss 0.98 by iteration 3 is worse than the band-3 threshold 0.4",
+        &sweep.to_string()[..8]
+    );
+    assert_eq!((stopped.state, stopped.reason.as_deref()), (RunState::Stopped, Some(reason.as_str())));
+    for id in [members[0], members[1], members[3]] {
+        assert_eq!(home.run(id).await.state, RunState::Running, "the others run on");
+    }
+    std::fs::write(home.path().join("gate"), "").unwrap();
+    for id in [members[0], members[1], members[3]] {
+        let (run, _) = home.wait_settled(id, T).await;
+        assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    }
+    let board = service.sweep_status(&sweep.to_string()).await.unwrap();
+    let loser = board.leaderboard.iter().find(|m| m.k == 2).unwrap();
+    assert!(loser.early_terminated);
+    assert_eq!((loser.best, loser.iterations), (Some(0.98), 3));
+    assert_eq!(board.leaderboard.last().map(|m| m.k), Some(2), "the loser ranks last");
+}
+
+#[tokio::test]
+async fn the_demo_sweep_stops_its_worst_learning_rate_early() {
+    let mut home = TestHome::new();
+    home.start_daemon();
+    let out: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", "demo-sweep", "--json"])).unwrap();
+    let members: Vec<Uuid> =
+        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+    assert_eq!(members.len(), 6);
+    // lr 1.0 (member 5) earns the least reward at every step; lr 0.001 (member 2) the most.
+    let (worst, _) = home.wait_settled(members[5], Duration::from_secs(60)).await;
+    assert_eq!(worst.state, RunState::Stopped, "{:?}", worst.reason);
+    let reason = worst.reason.unwrap_or_default();
+    assert!(reason.starts_with("early-terminated by sweep") && reason.contains("reward"), "{reason}");
+    let (best, _) = home.wait_settled(members[2], Duration::from_secs(60)).await;
+    assert_eq!(best.state, RunState::Completed, "{:?}", best.reason);
+}
+
+#[tokio::test]
+async fn a_decision_outlives_a_daemon_killed_before_it_acted() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let file = write(
+        &home,
+        "hb.yaml",
+        "method: grid\nworkflow: gated\nmetric: {name: loss}\n\
+         early_terminate: {type: hyperband, min_iter: 2, eta: 2, strict: false}\n\
+         parameters:\n  lr: {values: [0.1, 0.2, 0.3, 0.4]}\n",
+    );
+    let (_, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    for id in &members {
+        home.wait_state(*id, RunState::Running, T).await;
+    }
+    home.kill_daemon();
+    // Decided while no daemon runs: the stop request and its reason are in the store.
+    let fed = Fed(HashMap::from([
+        (members[0], vec![1.0, 0.9, 0.8]),
+        (members[1], vec![1.0, 0.5, 0.4]),
+        (members[2], vec![1.0, 0.97, 0.95]),
+        (members[3], vec![1.0, 0.3, 0.2]),
+    ]));
+    let decisions = SweepDecider::default().pass(&service, &fed).await.unwrap();
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(home.run(members[2]).await.state, RunState::Stopping);
+    // A fresh decider (a restarted daemon's) finds it decided.
+    assert!(SweepDecider::default().pass(&service, &fed).await.unwrap().is_empty());
+    home.start_daemon();
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    assert_eq!(stopped.state, RunState::Stopped);
+    assert!(stopped.reason.as_deref().is_some_and(|r| r.starts_with("early-terminated by sweep")));
+    let stops = home.messages(members[2]).await.into_iter().filter(|m| m.starts_with("stop: ")).count();
+    assert_eq!(stops, 1, "stopped once");
+    for id in [members[0], members[1], members[3]] {
+        assert_eq!(home.run(id).await.state, RunState::Running);
+    }
+}
