@@ -88,4 +88,4 @@ else
 fi
 
 say "cargo test"
-cargo test --locked "$@"
+cargo test --locked --no-fail-fast "$@"

@@ -193,7 +193,8 @@ impl SweepStore for SqlStore {
         let rows = sqlx::query(concat!(
             "SELECT m.k, r.id, r.workflow, r.env_name, r.state, r.version, r.priority, r.attempt, r.created_at, ",
             "r.updated_at, r.started_at, r.ended_at, r.reason, r.run_dir, r.spec, r.params, r.node, r.fence, ",
-            "r.not_before, r.held_at, r.deps_open FROM sweep_members m JOIN runs r ON r.id = m.run_id ",
+            "r.not_before, r.held_at, r.deps_open, r.preemptions, r.preempted_work_ms FROM sweep_members m ",
+            "JOIN runs r ON r.id = m.run_id ",
             "WHERE m.sweep_id = $1 ORDER BY m.k"
         ))
         .bind(id.to_string())
