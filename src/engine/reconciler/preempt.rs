@@ -274,15 +274,11 @@ impl Reconciler {
             Ok(queued) => {
                 info!(run = %queued.short_id(), preemptions = queued.preemptions, "queued again after a preemption");
                 self.telemetry.work_lost(lost);
-                self.forget_progress(id);
-                self.runs.remove(&id);
-                self.node.ledger.forget(&id);
+                self.let_go(id);
                 Ok(false)
             }
             Err(StoreError::Conflict { .. }) => {
-                if let (Some(fresh), Some(sup)) = (self.store.run(id).await?, self.runs.get_mut(&id)) {
-                    sup.run = fresh;
-                }
+                self.adopt_stored(id).await?;
                 Ok(true)
             }
             Err(err) => Err(err),

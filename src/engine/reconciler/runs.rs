@@ -240,20 +240,32 @@ impl Reconciler {
         match requeued {
             Ok(queued) => {
                 info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
-                self.forget_progress(id);
-                self.runs.remove(&id);
-                self.node.ledger.forget(&id);
+                self.let_go(id);
                 Ok(false)
             }
             Err(StoreError::Conflict { .. }) => {
                 // Someone stopped it meanwhile: adopt what the store holds and decide again.
-                if let (Some(fresh), Some(sup)) = (self.store.run(id).await?, self.runs.get_mut(&id)) {
-                    sup.run = fresh;
-                }
+                self.adopt_stored(id).await?;
                 Ok(true)
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// A run queued again leaves this node's supervision: its gauge, its place in the loop and
+    /// its ledger line go.
+    pub(super) fn let_go(&mut self, id: Uuid) {
+        self.forget_progress(id);
+        self.runs.remove(&id);
+        self.node.ledger.forget(&id);
+    }
+
+    /// The run as the store holds it now replaces the loop's copy (a write lost a race).
+    pub(super) async fn adopt_stored(&mut self, id: Uuid) -> Result {
+        if let (Some(fresh), Some(sup)) = (self.store.run(id).await?, self.runs.get_mut(&id)) {
+            sup.run = fresh;
+        }
+        Ok(())
     }
 
     async fn spawn(&mut self, id: Uuid, idx: usize) -> Result {

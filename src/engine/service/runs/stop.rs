@@ -51,11 +51,7 @@ impl Service {
                             return Ok(moved);
                         }
                         Err(StoreError::Conflict { .. }) => {
-                            run = self
-                                .store
-                                .run(run.id)
-                                .await?
-                                .ok_or_else(|| ServiceError::UnknownRun(crate::text::one_line(prefix)))?;
+                            run = self.reread(&run, prefix).await?;
                             continue;
                         }
                         Err(err) => return Err(err.into()),
@@ -73,15 +69,16 @@ impl Service {
                 }
                 // The daemon moved it meanwhile: look again and decide on what is there now.
                 Err(StoreError::Conflict { .. }) => {
-                    run = self
-                        .store
-                        .run(run.id)
-                        .await?
-                        .ok_or_else(|| ServiceError::UnknownRun(crate::text::one_line(prefix)))?;
+                    run = self.reread(&run, prefix).await?;
                 }
                 Err(err) => return Err(err.into()),
             }
         }
+    }
+
+    /// The run as the store holds it after a write that lost a race to another.
+    async fn reread(&self, run: &Run, prefix: &str) -> Result<Run> {
+        self.store.run(run.id).await?.ok_or_else(|| ServiceError::UnknownRun(crate::text::one_line(prefix)))
     }
 }
 
