@@ -313,8 +313,8 @@ fn preemption(args: BenchArgs) -> CliResult {
         w.p50, w.max, report.work_redone_difference_min_ms
     );
     println!(
-        "sampler (every 20 ms): {} samples ({} with two live runs), {} with a unit held by two live runs",
-        report.samples, report.samples_both_live, report.violations
+        "sampler (every 20 ms): {} samples ({} while the victim stopped), {} with a unit held by two live runs",
+        report.samples, report.samples_during_stop, report.violations
     );
     println!(
         "without --preempt: {} urgent runs queued behind the victim, {} preemptions",

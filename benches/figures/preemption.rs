@@ -46,8 +46,9 @@ pub struct PreemptionReport {
     pub samples: u64,
     /// Samples in which a unit was held by two live runs (must be 0).
     pub violations: u64,
-    /// Samples in which both the victim and an urgent run were live (the sampler saw the handover).
-    pub samples_both_live: u64,
+    /// Samples taken while the victim was stopping: the window in which a unit could be given
+    /// away too early.
+    pub samples_during_stop: u64,
     /// Urgent runs queued behind the victim on a daemon without `--preempt`.
     pub off_urgent_runs: usize,
     /// Preemptions there (must be 0).
@@ -205,9 +206,9 @@ async fn running_with(service: &Service, id: Uuid, checkpoints: usize) -> BenchR
 }
 
 /// The sampler: reads every run (one read, a consistent view) each SAMPLE_EVERY until `done`;
-/// counts samples, samples with a unit held by two live runs, and samples with two live runs.
+/// counts samples, samples with a unit held by two live runs, and samples while a run stopped.
 async fn sample(service: Service, limit: i64, done: Arc<AtomicBool>) -> Result<(u64, u64, u64), String> {
-    let (mut samples, mut violations, mut both) = (0, 0, 0);
+    let (mut samples, mut violations, mut stopping) = (0, 0, 0);
     while !done.load(Ordering::Relaxed) {
         let runs =
             service.runs_page(&RunPage { limit, ..Default::default() }).await.map_err(|e| e.to_string())?;
@@ -221,11 +222,11 @@ async fn sample(service: Service, limit: i64, done: Arc<AtomicBool>) -> Result<(
         held.sort_unstable();
         held.dedup();
         violations += u64::from(held.len() < n);
-        both += u64::from(runs.iter().filter(|r| live(r.state)).count() > 1);
+        stopping += u64::from(runs.iter().any(|r| r.state == RunState::Stopping));
         samples += 1;
         tokio::time::sleep(SAMPLE_EVERY).await;
     }
-    Ok((samples, violations, both))
+    Ok((samples, violations, stopping))
 }
 
 pub async fn run(exe: &Path, cycles: usize, say: &dyn Fn(&str)) -> BenchResult<PreemptionReport> {
@@ -265,7 +266,7 @@ pub async fn run(exe: &Path, cycles: usize, say: &dyn Fn(&str)) -> BenchResult<P
         }
     }
     done.store(true, Ordering::Relaxed);
-    let (samples, violations, both) = sampler.await??;
+    let (samples, violations, stopping) = sampler.await??;
     let back = run_of(&service, victim).await?;
     report.preemptions = back.preemptions;
     if back.preemptions != cycles as i64 {
@@ -286,7 +287,7 @@ pub async fn run(exe: &Path, cycles: usize, say: &dyn Fn(&str)) -> BenchResult<P
     report.work_redone_difference_min_ms = differences.iter().copied().fold(f64::INFINITY, f64::min);
     report.latency_over_grace_ms = Percentiles::of(latency);
     report.work_redone_minus_since_checkpoint_ms = Percentiles::of(differences);
-    (report.samples, report.violations, report.samples_both_live) = (samples, violations, both);
+    (report.samples, report.violations, report.samples_during_stop) = (samples, violations, stopping);
     drop(daemon);
 
     // The same workload without --preempt: the urgent runs wait behind the victim. A probe of

@@ -25,3 +25,18 @@ fn the_figures_take_cargo_bench_flags() {
     assert!(bench::BenchArgs::try_parse_from(["figures", "--queue", "--pending", "5", "--bench"]).is_ok());
     assert!(bench::BenchArgs::try_parse_from(["figures", "--pending", "0"]).is_err());
 }
+
+/// The preemption figure's workload, a few cycles: each cycle preempts once, no sample sees a
+/// unit held by two live runs, and without `--preempt` nothing is preempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preemption_figure_runs() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_lachesis"));
+    let report = bench::preemption::run(exe, 3, &|_| {}).await.unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!((report.cycles, report.preemptions), (3, 3), "{report:#?}");
+    assert!(report.samples > 0, "{report:#?}");
+    assert_eq!(report.violations, 0, "{report:#?}");
+    assert_eq!(report.latency_over_grace_ms.samples, 3, "{report:#?}");
+    // The work redone is counted to the victim's end: never less than up to the decision.
+    assert!(report.work_redone_difference_min_ms >= 0.0, "{report:#?}");
+    assert_eq!((report.off_urgent_runs, report.off_preemptions), (3, 0), "{report:#?}");
+}
