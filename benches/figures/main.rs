@@ -309,8 +309,8 @@ fn preemption(args: BenchArgs) -> CliResult {
         report.stop_grace_ms, report.preemptions, l.p50, l.p99, l.max
     );
     println!(
-        "work redone minus the time from the last checkpoint to the decision: p50 {:.0} ms, max {:.0} ms, min {:.0} ms (the victim's stop)",
-        w.p50, w.max, report.work_redone_difference_min_ms
+        "work redone minus the time from the last checkpoint to the decision: p50 {:.0} ms, max {:.0} ms, min {:.0} ms (the victim's stop); to the victim's requeue: max |difference| {:.0} ms",
+        w.p50, w.max, report.work_redone_difference_min_ms, report.work_redone_vs_requeue_max_ms
     );
     println!(
         "sampler (every 20 ms): {} samples ({} while the victim stopped), {} with a unit held by two live runs",

@@ -43,6 +43,9 @@ pub struct PreemptionReport {
     pub work_redone_minus_since_checkpoint_ms: Percentiles,
     /// The smallest of those differences (negative would mean work counted short).
     pub work_redone_difference_min_ms: f64,
+    /// The largest |work redone − the time from the last checkpoint to the victim's requeue
+    /// (its stages gone)|: what the count misses or adds once the stop is included.
+    pub work_redone_vs_requeue_max_ms: f64,
     pub samples: u64,
     /// Samples in which a unit was held by two live runs (must be 0).
     pub violations: u64,

@@ -24,6 +24,10 @@ fn the_figures_take_cargo_bench_flags() {
     bench::BenchArgs::command().debug_assert();
     assert!(bench::BenchArgs::try_parse_from(["figures", "--queue", "--pending", "5", "--bench"]).is_ok());
     assert!(bench::BenchArgs::try_parse_from(["figures", "--pending", "0"]).is_err());
+    assert!(
+        bench::BenchArgs::try_parse_from(["figures", "--preemption", "--cycles", "200", "--bench"]).is_ok()
+    );
+    assert!(bench::BenchArgs::try_parse_from(["figures", "--preemption", "--cycles", "0"]).is_err());
 }
 
 /// The preemption figure's workload, a few cycles: each cycle preempts once, no sample sees a
