@@ -1,6 +1,7 @@
 //! The figures bench (benches/figures, `cargo bench --bench figures`) is compiled into this
-//! binary too, so it cannot rot unseen, and its smallest figure runs once: the deep-queue reads
-//! against a short queue, through the built `lachesis` as the bench drives it.
+//! binary too, so it cannot rot unseen, and its smallest figures run once, through the built
+//! `lachesis` as the bench drives it: the deep-queue reads against a short queue, and three
+//! preemption cycles.
 
 #[path = "../../benches/figures/main.rs"]
 #[allow(dead_code)]
