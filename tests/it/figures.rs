@@ -43,5 +43,7 @@ async fn the_preemption_figure_runs() {
     assert_eq!(report.latency_over_grace_ms.samples, 3, "{report:#?}");
     // The work redone is counted to the victim's end: never less than up to the decision.
     assert!(report.work_redone_difference_min_ms >= 0.0, "{report:#?}");
+    // …and is the time from the checkpoint to the victim's requeue, not a guess.
+    assert!(report.work_redone_vs_requeue_max_ms <= 50.0, "{report:#?}");
     assert_eq!((report.off_urgent_runs, report.off_preemptions), (3, 0), "{report:#?}");
 }
