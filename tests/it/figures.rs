@@ -1,6 +1,7 @@
 //! The figures bench (benches/figures, `cargo bench --bench figures`) is compiled into this
-//! binary too, so it cannot rot unseen, and its smallest figure runs once: the deep-queue reads
-//! against a short queue, through the built `lachesis` as the bench drives it.
+//! binary too, so it cannot rot unseen, and its smallest figures run once, through the built
+//! `lachesis` as the bench drives it: the deep-queue reads against a short queue, and three
+//! preemption cycles.
 
 #[path = "../../benches/figures/main.rs"]
 #[allow(dead_code)]
@@ -24,4 +25,25 @@ fn the_figures_take_cargo_bench_flags() {
     bench::BenchArgs::command().debug_assert();
     assert!(bench::BenchArgs::try_parse_from(["figures", "--queue", "--pending", "5", "--bench"]).is_ok());
     assert!(bench::BenchArgs::try_parse_from(["figures", "--pending", "0"]).is_err());
+    assert!(
+        bench::BenchArgs::try_parse_from(["figures", "--preemption", "--cycles", "200", "--bench"]).is_ok()
+    );
+    assert!(bench::BenchArgs::try_parse_from(["figures", "--preemption", "--cycles", "0"]).is_err());
+}
+
+/// The preemption figure's workload, a few cycles: each cycle preempts once, no sample sees a
+/// unit held by two live runs, and without `--preempt` nothing is preempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preemption_figure_runs() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_lachesis"));
+    let report = bench::preemption::run(exe, 3, &|_| {}).await.unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!((report.cycles, report.preemptions), (3, 3), "{report:#?}");
+    assert!(report.samples > 0, "{report:#?}");
+    assert_eq!(report.violations, 0, "{report:#?}");
+    assert_eq!(report.latency_over_grace_ms.samples, 3, "{report:#?}");
+    // The work redone is counted to the victim's end: never less than up to the decision.
+    assert!(report.work_redone_difference_min_ms >= 0.0, "{report:#?}");
+    // …and is the time from the checkpoint to the victim's requeue, not a guess.
+    assert!(report.work_redone_vs_requeue_max_ms <= 50.0, "{report:#?}");
+    assert_eq!((report.off_urgent_runs, report.off_preemptions), (3, 0), "{report:#?}");
 }
