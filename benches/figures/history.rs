@@ -3,14 +3,14 @@
 //! batches), on SQLite and, when a server is given, on PostgreSQL.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sqlx::Connection;
 use uuid::Uuid;
 
-use super::supervisor::{BenchResult, Percentiles, rss_mb, wait_for_socket};
+use super::supervisor::{BenchResult, Daemon, Percentiles, rss_mb, wait_for_socket};
 use lachesis::model::{EventKind, ProcessState, Run, RunParams, RunState, Stage};
 use lachesis::service::Service;
 use lachesis::settings::Settings;
@@ -64,7 +64,7 @@ struct Lab {
     home: PathBuf,
     exe: PathBuf,
     database_url: Option<String>,
-    daemon: Option<Child>,
+    daemon: Option<Daemon>,
     service: Service,
 }
 
@@ -113,15 +113,12 @@ impl Lab {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
-        self.daemon = Some(child);
+        self.daemon = Some(Daemon(child));
         wait_for_socket(&self.home)
     }
 
     fn kill_daemon(&mut self) {
-        if let Some(mut child) = self.daemon.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.daemon = None;
     }
 
     async fn count(&self, state: RunState) -> BenchResult<usize> {
@@ -252,7 +249,7 @@ impl Lab {
 
         // Idle: CPU over a few scan intervals, then RSS.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let pid = self.daemon.as_ref().map_or(0, Child::id);
+        let pid = self.daemon.as_ref().map_or(0, |d| d.0.id());
         let (cpu0, t0) = (process_cpu_ms(pid), Instant::now());
         tokio::time::sleep(Duration::from_secs(6)).await;
         figures.idle_cpu_percent =
@@ -271,12 +268,6 @@ impl Lab {
             figures.idle_rss_mb
         ));
         Ok(figures)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        self.kill_daemon();
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -14,7 +14,7 @@ use lachesis::model::RunState;
 use lachesis::service::{RunRequest, Service};
 use lachesis::settings::Settings;
 
-use super::supervisor::{BenchResult, Percentiles};
+use super::supervisor::{BenchResult, Daemon, Percentiles};
 
 const TOKEN: &str = "lachesis-bench-logs-token";
 
@@ -39,17 +39,8 @@ struct Lab {
     _dir: tempfile::TempDir,
     home: PathBuf,
     exe: PathBuf,
-    daemon: Option<Child>,
+    _daemon: Daemon,
     service: Service,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.daemon.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn peak_rss_mb(pid: u32) -> f64 {
@@ -85,7 +76,7 @@ impl Lab {
             .stderr(log)
             .spawn()?;
         let pid = child.id();
-        let lab = Lab { _dir: dir, home, exe: exe.to_path_buf(), daemon: Some(child), service };
+        let lab = Lab { _dir: dir, home, exe: exe.to_path_buf(), _daemon: Daemon(child), service };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(&addr).is_err() {
             if Instant::now() > deadline {

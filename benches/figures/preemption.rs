@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::supervisor::{BenchResult, Percentiles};
+use super::supervisor::{BenchResult, Daemon, Percentiles};
 use lachesis::model::{Run, RunPage, RunState};
 use lachesis::service::Service;
 use lachesis::settings::Settings;
@@ -56,15 +56,6 @@ pub struct PreemptionReport {
     pub off_urgent_runs: usize,
     /// Preemptions there (must be 0).
     pub off_preemptions: i64,
-}
-
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A scratch home with the victim's and the urgent run's workflows.

@@ -3,7 +3,7 @@
 //! exit detection while it follows a log written as fast as a shell can).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use lachesis::model::RunState;
 use lachesis::service::{RunRequest, Service};
 use lachesis::settings::Settings;
 
-use super::supervisor::{BenchResult, Percentiles};
+use super::supervisor::{BenchResult, Daemon, Percentiles};
 
 #[derive(Debug, Default, Serialize)]
 pub struct ProgressReport {
@@ -43,7 +43,7 @@ struct Lab {
     _dir: tempfile::TempDir,
     home: PathBuf,
     exe: PathBuf,
-    daemon: Option<Child>,
+    daemon: Option<Daemon>,
     service: Service,
 }
 
@@ -72,7 +72,7 @@ impl Lab {
             .stderr(log)
             .spawn()?;
         let pid = child.id();
-        self.daemon = Some(child);
+        self.daemon = Some(Daemon(child));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.home.join("daemon.sock").exists() {
             if Instant::now() > deadline {
@@ -108,15 +108,6 @@ impl Lab {
             let _ = self.service.stop(&run.id.to_string()).await;
         }
         Ok(())
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.daemon.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

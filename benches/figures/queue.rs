@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::supervisor::{BenchResult, Percentiles, rss_mb, status_mb};
+use super::supervisor::{BenchResult, Daemon, Percentiles, rss_mb, status_mb};
 use lachesis::model::{Run, RunParams, Stage};
 use lachesis::service::{RunRequest, Service};
 use lachesis::settings::Settings;
@@ -34,15 +34,6 @@ pub struct QueueReport {
     pub figures: Vec<Figure>,
     pub daemon_rss_mb: f64,
     pub daemon_peak_rss_mb: f64,
-}
-
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<QueueReport> {

@@ -13,6 +13,17 @@ use lachesis::model::{EventKind, RunState};
 use lachesis::service::Service;
 use lachesis::settings::Settings;
 
+/// A daemon the bench started: killed and reaped when dropped, so a figure that fails half-way
+/// leaves no process behind.
+pub struct Daemon(pub Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     /// Runs of `true` queued through the CLI for the throughput figure.
