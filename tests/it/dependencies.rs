@@ -522,11 +522,10 @@ async fn after_holds_across_two_nodes_on_postgres() {
     assert_eq!(homes[0].run(second).await.state, RunState::Pending);
     std::fs::write(&gate, "").unwrap();
     let first = homes[0].wait_state(first, RunState::Completed, WAIT).await;
-    // Node b should claim it when node a's end commits (a NOTIFY), not at its 30 s scan. About
-    // one run in three here it is the scan that does (a wake lost between the nodes, seen this
-    // session and left open in the closing note): the wait covers the scan, so the test holds
-    // what it must (the edge across nodes, the order, the node), not that timing.
-    let second = homes[0].wait_state(second, RunState::Completed, Duration::from_secs(45)).await;
+    // Node b claims it when node a's end commits (a NOTIFY), well before its 30 s scan. (A run
+    // node a passed over used to stay locked by a's claim at that instant, so b skipped it and
+    // waited for the scan: claims now lock only the runs they take.)
+    let second = homes[0].wait_state(second, RunState::Completed, Duration::from_secs(20)).await;
     assert_eq!((first.node.as_deref(), second.node.as_deref()), (Some("na"), Some("nb")));
     assert!(second.started_at.unwrap() >= first.ended_at.unwrap());
 }

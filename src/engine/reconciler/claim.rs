@@ -14,6 +14,8 @@ use crate::model::RunTrigger;
 /// Queue rows read per scheduling page, and how deep the scheduler looks for runs it can start.
 const SCHEDULE_PAGE: i64 = 32;
 const SCHEDULE_PAGES: i64 = 16;
+/// How soon the queue is looked at again after a picked run was another writer's.
+const LOST_RACE_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Reconciler {
     /// Claims pending runs in queue order while slots and their resources are free, looking
@@ -89,8 +91,18 @@ impl Reconciler {
         };
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
         // A run left blocked keeps the queue looked at: preemption may place it later.
-        self.queue_drained = claimed.len() < free && blocked.is_none();
-        for run in claimed {
+        self.queue_drained = claimed.runs.len() < free && blocked.is_none();
+        if claimed.lost > 0 {
+            // Runs it picked were another writer's at that instant (another node taking them,
+            // most often): look again shortly, rather than at the next scan, in case it let go.
+            self.queue_drained = false;
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(LOST_RACE_LOOK).await;
+                let _ = tx.send(super::Msg::Queued);
+            });
+        }
+        for run in claimed.runs {
             let id = run.id;
             // Each claimed run gets under way on its own: one whose write cannot land is held,
             // and does not leave the others claimed and unsupervised.

@@ -59,6 +59,6 @@ impl Claimer {
             Pick::Take { params, run_dir: run.run_dir.clone() }
         };
         let claimed = self.store.claim_runs(&self.lease, 8, 1, &mut pick).await?;
-        Ok(claimed.first().map(|run| run.id))
+        Ok(claimed.runs.first().map(|run| run.id))
     }
 }

@@ -12,6 +12,14 @@ use super::sql::SqlStore;
 use super::{Result, Store, StoreError};
 use crate::model::{EventKind, InferenceTest, Millis, Run, RunParams, RunState, TestState, now_millis};
 
+/// What a claim took, and how many runs it picked that another writer had (another node's
+/// claim, or a change of the run) between the read and the lock: those wait for a next look.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    pub runs: Vec<Run>,
+    pub lost: usize,
+}
+
 /// What the claimer decided about one pending run.
 pub enum Pick {
     Take {
@@ -26,14 +34,14 @@ pub enum Pick {
 #[async_trait]
 pub trait ClaimStore: Send + Sync {
     /// Claims pending runs, in queue order, for a node whose lease is healthy: each row is
-    /// locked (`FOR UPDATE SKIP LOCKED` on PostgreSQL) and offered to `pick`, which decides.
+    /// offered to `pick`, which decides, and only a row it takes is locked (PostgreSQL).
     async fn claim_runs(
         &self,
         lease: &Lease,
         page_size: i64,
         pages: i64,
         pick: &mut (dyn for<'r> FnMut(&'r Run) -> Pick + Send),
-    ) -> Result<Vec<Run>>;
+    ) -> Result<Claimed>;
     /// Whether any pending run could be claimed now: a read, so an idle daemon can look at an
     /// empty queue without a write transaction.
     async fn runs_waiting(&self) -> Result<bool>;
@@ -54,11 +62,11 @@ const PENDING_PAGE: &str = concat!(
     "WHERE state = 'pending' AND held_at IS NULL AND deps_open = 0 AND (not_before IS NULL OR not_before <= $1) ",
     "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3"
 );
-const PENDING_PAGE_LOCKED: &str = concat!(
-    select_runs_sql!(),
-    "WHERE state = 'pending' AND held_at IS NULL AND deps_open = 0 AND (not_before IS NULL OR not_before <= $1) ",
-    "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3 FOR UPDATE SKIP LOCKED"
-);
+/// The lock on one picked run, as read (PostgreSQL). Locking the whole page instead would lock
+/// the runs this node passes over (pinned to another node's labels, say) while another node that
+/// could take them skips them as locked, and then waits for its scan: a lost wake-up.
+const LOCK_PICKED: &str =
+    "SELECT 1 AS one FROM runs WHERE id = $1 AND version = $2 AND state = 'pending' FOR UPDATE SKIP LOCKED";
 
 impl SqlStore {
     /// Renews the heartbeat inside `tx` only while the lease is still good; the claim's first
@@ -93,21 +101,20 @@ impl ClaimStore for SqlStore {
         page_size: i64,
         pages: i64,
         pick: &mut (dyn for<'r> FnMut(&'r Run) -> Pick + Send),
-    ) -> Result<Vec<Run>> {
-        let page_sql = match self.backend().locks_rows() {
-            true => PENDING_PAGE_LOCKED,
-            false => PENDING_PAGE,
-        };
+    ) -> Result<Claimed> {
+        let locks = self.backend().locks_rows();
         let mut tx = self.pool().begin().await?;
         self.renew_for_claim(&mut tx, lease).await?;
         let now = now_millis();
         let mut claimed = Vec::new();
+        let mut lost = 0;
         let mut seen = 0;
         'pages: for _ in 0..pages {
-            // Runs claimed in this transaction have left the pending set: skip only the rest.
-            let offset = seen - claimed.len() as i64;
+            // Runs claimed in this transaction (or by another node under it) have left the
+            // pending set: skip only the rest.
+            let offset = seen - (claimed.len() + lost) as i64;
             let rows =
-                sqlx::query(page_sql).bind(now).bind(page_size).bind(offset).fetch_all(&mut *tx).await?;
+                sqlx::query(PENDING_PAGE).bind(now).bind(page_size).bind(offset).fetch_all(&mut *tx).await?;
             let last_page = (rows.len() as i64) < page_size;
             for row in &rows {
                 seen += 1;
@@ -117,6 +124,17 @@ impl ClaimStore for SqlStore {
                     Pick::Skip => continue,
                     Pick::Stop => break 'pages,
                 };
+                if locks {
+                    let locked = sqlx::query(LOCK_PICKED)
+                        .bind(run.id.to_string())
+                        .bind(run.version)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if locked.is_none() {
+                        lost += 1;
+                        continue;
+                    }
+                }
                 claimed.push(self.claim_one(&mut tx, run, lease, params, run_dir, now).await?);
             }
             if last_page {
@@ -124,7 +142,7 @@ impl ClaimStore for SqlStore {
             }
         }
         tx.commit().await?;
-        Ok(claimed)
+        Ok(Claimed { runs: claimed, lost })
     }
 
     async fn runs_waiting(&self) -> Result<bool> {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::store::{Lease, NodeRegistration, Pick, Reap, Store, StoreError};
+use crate::engine::store::{ClaimStore, Lease, NodeRegistration, Pick, Reap, Store, StoreError};
 use crate::model::RunTrigger;
 use crate::model::{ProcessState, Run, RunParams, RunState, now_millis};
 use crate::workflow::Workflow;
@@ -49,7 +49,7 @@ async fn claim(store: &dyn Store, lease: &Lease, max: usize) -> Result<Vec<Run>,
         taken += 1;
         Pick::Take { params: run.params.clone(), run_dir: PathBuf::from(format!("/{node}/runs/{}", run.id)) }
     };
-    store.claim_runs(lease, 8, 16, &mut pick).await
+    Ok(store.claim_runs(lease, 8, 16, &mut pick).await?.runs)
 }
 
 on_both_backends!(
@@ -318,4 +318,85 @@ async fn concurrent_claimers_take_each_run_exactly_once(store: Arc<dyn Store>) {
             store.events(id, 0).await.unwrap().iter().filter(|e| e.message.starts_with("claim")).count();
         assert_eq!(claims, 1, "one claim event for {id}");
     }
+}
+
+/// Node a's claim, on a thread and a runtime of its own: once it has read the queue, its `pick`
+/// tells the test (`read`) and answers only when the test says (`go`): taking the run, or passing
+/// over it. Its transaction stays open meanwhile, as another node's would.
+fn claim_paused_at_pick(
+    location: crate::settings::StoreLocation,
+    lease: Lease,
+    take: bool,
+) -> (
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+    std::thread::JoinHandle<crate::engine::store::Claimed>,
+) {
+    let (read_tx, read) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let claim = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let store = crate::engine::store::open(&location).await.unwrap();
+            let mut pick = move |run: &Run| {
+                read_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                match take {
+                    true => Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() },
+                    false => Pick::Skip,
+                }
+            };
+            store.claim_runs(&lease, 8, 1, &mut pick).await.unwrap()
+        })
+    });
+    (read, go, claim)
+}
+
+fn take(run: &Run) -> Pick {
+    Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
+}
+
+/// A claim locks only the runs it takes: while node a's claim is under way and passing over a
+/// run (pinned to node b's labels, say), node b's claim takes that run. Locking a's whole page
+/// made b skip it as locked, and the run then waited for b's next scan: a lost wake-up.
+#[tokio::test]
+async fn a_claim_locks_only_the_runs_it_takes() {
+    let Some(url) = super::fresh_postgres().await else { return };
+    let location = crate::settings::StoreLocation::Postgres(url);
+    let b = crate::engine::store::open(&location).await.unwrap();
+    let run = insert(&b, "").await;
+    let lease_a = register(&b, "a", Duration::from_secs(30)).await;
+    let lease_b = register(&b, "b", Duration::from_secs(30)).await;
+    let (read, go, claim_a) = claim_paused_at_pick(location, lease_a, false);
+    tokio::task::spawn_blocking(move || read.recv()).await.unwrap().unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(10), b.claim_runs(&lease_b, 8, 1, &mut take)).await;
+    go.send(()).unwrap();
+    let taken = taken.expect("node b's claim waits for nothing").unwrap();
+    assert_eq!(
+        taken.runs.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [run.id],
+        "node b takes the run a passes over"
+    );
+    assert_eq!(taken.lost, 0);
+    assert_eq!(claim_a.join().unwrap().runs.len(), 0);
+}
+
+/// A run another node claimed between this claim's read and its lock is counted lost, never
+/// claimed twice.
+#[tokio::test]
+async fn a_run_taken_by_another_node_after_the_read_is_lost_not_claimed_twice() {
+    let Some(url) = super::fresh_postgres().await else { return };
+    let location = crate::settings::StoreLocation::Postgres(url);
+    let b = crate::engine::store::open(&location).await.unwrap();
+    let run = insert(&b, "").await;
+    let lease_a = register(&b, "a", Duration::from_secs(30)).await;
+    let lease_b = register(&b, "b", Duration::from_secs(30)).await;
+    let (read, go, claim_a) = claim_paused_at_pick(location, lease_a, true);
+    tokio::task::spawn_blocking(move || read.recv()).await.unwrap().unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(10), b.claim_runs(&lease_b, 8, 1, &mut take)).await;
+    go.send(()).unwrap();
+    assert_eq!(taken.expect("node b's claim waits for nothing").unwrap().runs.len(), 1);
+    let late = tokio::task::spawn_blocking(move || claim_a.join().unwrap()).await.unwrap();
+    assert_eq!((late.runs.len(), late.lost), (0, 1), "node a counts the run lost");
+    assert_eq!(b.run(run.id).await.unwrap().unwrap().node.as_deref(), Some("b"));
 }

@@ -107,7 +107,7 @@ async fn queue_reads(store: &dyn Store) {
         }
     };
     let claimed: Vec<Uuid> =
-        store.claim_runs(&lease, 8, 16, &mut pick).await.unwrap().iter().map(|r| r.id).collect();
+        store.claim_runs(&lease, 8, 16, &mut pick).await.unwrap().runs.iter().map(|r| r.id).collect();
     let evens: Vec<Uuid> = order.iter().filter(|id| !odd.contains(id)).copied().collect();
     assert_eq!(claimed, evens[..30], "the first 30 runs the pick takes, in queue order");
     let left: Vec<Uuid> = order.iter().filter(|id| !claimed.contains(id)).copied().collect();
