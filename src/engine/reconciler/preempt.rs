@@ -252,7 +252,11 @@ impl Reconciler {
         let checkpoints = self.store.checkpoints(id).await?;
         let started = run.started_at.unwrap_or(run.updated_at);
         let since = Checkpoint::last_resumable(&checkpoints).map_or(started, |c| c.at.max(started));
-        let lost = (now_millis() - since).max(0);
+        // The work redone ends where the victim did, at its last stage's end: not at this
+        // requeue, which a daemon restarted meanwhile makes later by its downtime.
+        let now = now_millis();
+        let ended = sup.rows().filter_map(|s| s.record.ended_at).max().map_or(now, |at| at.min(now));
+        let lost = (ended - since).max(0);
         let mut params = run.params.clone();
         params.resolved.remove(PREEMPTED_BY);
         let (params, note) = match run.spec.checkpoints.is_some() {
