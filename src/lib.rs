@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod engine;
 pub mod environ;
 pub mod environments;
+pub mod failpoint;
 pub mod http_client;
 pub mod inference;
 pub mod launch;

@@ -1,8 +1,9 @@
 //! Preemption (`daemon --preempt`): an urgent run takes the pool unit of a running preemptible
 //! run of lower priority, which queues again (not failed, no attempt charged) and resumes
-//! from its last checkpoint; protected runs are never taken; a daemon killed during the
-//! victim's grace leaves no unit double-booked, the victim requeued once and the urgent run
-//! started.
+//! from its last checkpoint; protected runs are never taken; a daemon killed (SIGKILL) at any
+//! point of a preemption — after the decision, during the grace, once the victim's stages are
+//! gone, after its requeue — leaves no unit double-booked, the victim requeued once and the
+//! urgent run started.
 
 use std::time::Duration;
 
@@ -230,40 +231,214 @@ async fn without_preempt_nothing_is_preempted() {
     assert_eq!((run.state, run.preemptions), (RunState::Running, 0));
 }
 
-#[tokio::test]
-async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_the_urgent_run() {
+/// Where a daemon is killed in the course of a preemption.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Crash {
+    /// Right after the decision's commit, before any signal reaches the victim's stages.
+    Decided,
+    /// During the victim's grace: it was sent SIGTERM and holds on.
+    Grace,
+    /// Once the victim's stages are gone and recorded so, before its requeue's commit.
+    StagesGone,
+    /// After the requeue's commit, before the urgent run's claim.
+    Requeued,
+}
+
+impl Crash {
+    /// The crash point (`crate::failpoint`) the daemon kills itself at; none for the grace,
+    /// which lasts long enough for the test to kill it.
+    fn failpoint(self) -> Option<&'static str> {
+        match self {
+            Crash::Decided => Some("preempt.decided"),
+            Crash::Grace => None,
+            Crash::StagesGone => Some("preempt.stages_gone"),
+            Crash::Requeued => Some("preempt.requeued"),
+        }
+    }
+}
+
+/// Samples the runs table while a test goes on: each sample is one read, a consistent view
+/// of who holds what; a unit held by two runs in flight is double-booked.
+struct Sampler {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(u32, Vec<String>)>,
+}
+
+impl Sampler {
+    fn start(service: lachesis::service::Service) -> Sampler {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn({
+            let done = done.clone();
+            async move {
+                let (mut samples, mut doubled) = (0u32, Vec::new());
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let page = lachesis::model::RunPage { limit: 100, ..Default::default() };
+                    let runs = service.runs_page(&page).await.unwrap();
+                    let held: Vec<(Uuid, &String)> = runs
+                        .iter()
+                        .filter(|r| r.state.is_in_flight())
+                        .flat_map(|r| r.units.get("gpu").into_iter().flatten().map(move |u| (r.id, u)))
+                        .collect();
+                    let mut units: Vec<&String> = held.iter().map(|(_, u)| *u).collect();
+                    units.sort_unstable();
+                    units.dedup();
+                    if units.len() < held.len() {
+                        doubled.push(format!("{held:?}"));
+                    }
+                    samples += 1;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                (samples, doubled)
+            }
+        });
+        Sampler { done, task }
+    }
+
+    /// Stops sampling; fails the test if any sample saw a unit held by two live runs.
+    async fn finish(self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (samples, doubled) = self.task.await.unwrap();
+        assert!(samples > 10, "{samples} samples");
+        assert!(doubled.is_empty(), "a unit held by two live runs: {doubled:#?}");
+    }
+}
+
+/// Preempts a victim for an urgent run, kills the daemon at `crash`, starts it again, and
+/// checks what a user relies on: no unit held by two live runs (the sampler throughout, and
+/// the victim's stages ended before the urgent run's began), the victim requeued exactly once,
+/// the urgent run started on the unit, and the victim then resuming from its checkpoint.
+async fn killed_and_restarted(crash: Crash, database_url: Option<String>) {
     let mut home = TestHome::new();
-    low(&home, "low", STUBBORN, "preemptible: true\nmin_runtime: 0s\n");
+    home.database_url = database_url;
+    // A victim that notes each SIGTERM and holds on shows whether one reached it before the
+    // crash (after the decision) and holds the grace open (during it).
+    let wait = match crash {
+        Crash::Decided | Crash::Grace => STUBBORN,
+        Crash::StagesGone | Crash::Requeued => PLAIN,
+    };
+    low(&home, "low", wait, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
-    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
+    let args = ["--pool", "gpu=0", "--preempt"];
+    // Armed for the first daemon only: the restarted one runs through.
+    if let Some(point) = crash.failpoint() {
+        home.environ.push((lachesis::failpoint::VARIABLE.into(), point.into()));
+    }
+    start_daemon(&mut home, &args).await;
+    home.environ.clear();
+    let sampler = Sampler::start(home.service().await);
     let victim = home.submit(&["--workflow", "low"]);
     let run = home.wait_state(victim, RunState::Running, T).await;
     wait_checkpoint(&mut home, victim).await;
     let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
-    // The victim got SIGTERM and holds on through its grace: the decision is written, the
-    // unit not yet free.
     let term = run.run_dir.join("term");
-    wait_for("the victim to be asked to stop", T, || {
-        let term = term.clone();
-        async move { term.exists().then_some(()) }
-    })
-    .await;
-    assert_eq!(home.run(victim).await.state, RunState::Stopping);
-    assert_eq!(home.run(eval).await.state, RunState::Pending, "the unit is still the victim's");
-    home.kill_daemon();
-    start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
+    match crash.failpoint() {
+        Some(_) => home.wait_daemon_killed(T).await,
+        None => {
+            wait_for("the victim to be asked to stop", T, || {
+                let term = term.clone();
+                async move { term.exists().then_some(()) }
+            })
+            .await;
+            home.kill_daemon();
+        }
+    }
 
-    home.wait_state(eval, RunState::Running, T).await;
+    // What the store holds at the crash is the point named.
+    let (crashed, waiting) = (home.run(victim).await, home.run(eval).await);
+    assert_eq!(waiting.state, RunState::Pending, "the urgent run was claimed before the crash");
+    let live = home.stages(victim).await.iter().filter(|s| s.record.state.is_live()).count();
+    let decided = crashed.preempted_by() == Some(&*eval.to_string());
+    let at_crash = (crashed.state, decided, crashed.preemptions, live);
+    let want = match crash {
+        Crash::Decided | Crash::Grace => (RunState::Stopping, true, 0, 1),
+        Crash::StagesGone => (RunState::Stopping, true, 0, 0),
+        Crash::Requeued => (RunState::Pending, false, 1, 0),
+    };
+    assert_eq!(at_crash, want, "{crash:?}: {:?}\n{}", crashed.reason, home.daemon_log());
+    if crash == Crash::Decided {
+        let messages = home.messages(victim).await;
+        assert!(!messages.iter().any(|m| m.starts_with("sent SIGTERM")), "{messages:#?}");
+    }
+
+    start_daemon(&mut home, &args).await;
+    let started = home.wait_state(eval, RunState::Running, T).await;
+    assert_eq!(started.params.resolved.get("pool.gpu").map(String::as_str), Some("0"));
     let back = home.run(victim).await;
     assert_eq!((back.state, back.preemptions, back.attempt), (RunState::Pending, 1, 2), "{:?}", back.reason);
+    assert!(!back.params.resolved.contains_key("preempted_by"), "the requeue clears the decision");
     let messages = home.messages(victim).await;
-    let requeues = messages.iter().filter(|m| m.starts_with("preempted: ")).count();
-    assert_eq!(requeues, 1, "{messages:#?}");
+    let count = |prefix: &str| messages.iter().filter(|m| m.starts_with(prefix)).count();
+    assert_eq!((count("stop: preempted by"), count("preempted: ")), (1, 1), "{messages:#?}");
+    // The claim the crashed daemon let go by its own requeue was not taken from it.
+    assert!(!messages.iter().any(|m| m.contains("came back holding a stale claim")), "{messages:#?}");
     let requeued = event_id(&mut home, victim, "preempted: ").await;
     let claimed = event_id(&mut home, eval, "claim").await;
-    assert!(requeued < claimed, "the urgent run started before the victim's stages were gone");
-    let stages = home.stages(victim).await;
-    assert!(stages.iter().all(|s| !s.record.state.is_live()), "{stages:#?}");
+    assert!(requeued < claimed, "the urgent run was claimed before the victim's stages were gone");
+
+    // The victim's first attempt: every process gone, and gone before the urgent run's began.
+    let status = home.service().await.status(&victim.to_string()).await.unwrap();
+    let first = &status.earlier_attempts.first().expect("the first attempt's stages are kept").stages;
+    crate::support::assert_no_stage_alive(first);
+    let victim_end = first.iter().filter_map(|s| s.record.ended_at).max().expect("its stage ended");
+    let eval_start = home.stages(eval).await.iter().filter_map(|s| s.record.started_at).min().unwrap();
+    assert!(
+        victim_end <= eval_start,
+        "the urgent run began at {eval_start}, before the victim's end at {victim_end}"
+    );
+    // The work redone runs from the checkpoint to the victim's end, whenever the restarted
+    // daemon got to requeue it: at least until the decision, at most until that end.
+    let checkpoint_at = home.service().await.checkpoints_of(victim).await.unwrap()[0].at;
+    let events = home.events(victim).await;
+    let decided_at = events.iter().find(|e| e.message.starts_with("stop: preempted by")).unwrap().at;
+    assert!(
+        (decided_at - checkpoint_at..=victim_end - checkpoint_at).contains(&back.preempted_work),
+        "{} not in {}..={}",
+        back.preempted_work,
+        decided_at - checkpoint_at,
+        victim_end - checkpoint_at
+    );
+    if crash == Crash::Decided {
+        // One SIGTERM, the restarted daemon's: none reached the victim before the crash.
+        assert_eq!(std::fs::read_to_string(&term).unwrap(), "term\n");
+    }
+
+    // Once the urgent run ends, the victim resumes from its checkpoint on the unit.
+    std::fs::write(started.run_dir.join("release"), "").unwrap();
+    let (done, _) = home.wait_settled(victim, T).await;
+    assert_eq!(done.state, RunState::Completed, "{:?}\n{}", done.reason, home.daemon_log());
+    let attempts = std::fs::read_to_string(done.run_dir.join("attempts")).unwrap();
+    assert_eq!(attempts, "start=0 gpu=0\nstart=120 gpu=0\n");
+    assert_eq!((done.preemptions, done.attempt, done.charged_attempts()), (1, 2, 1));
+    assert_eq!(home.run(eval).await.state, RunState::Completed);
+    sampler.finish().await;
+}
+
+#[tokio::test]
+async fn a_daemon_killed_after_the_decision_requeues_the_victim_once_and_starts_the_urgent_run() {
+    killed_and_restarted(Crash::Decided, None).await;
+}
+
+#[tokio::test]
+async fn a_daemon_killed_during_the_grace_requeues_the_victim_once_and_starts_the_urgent_run() {
+    killed_and_restarted(Crash::Grace, None).await;
+}
+
+#[tokio::test]
+async fn a_daemon_killed_once_the_victims_stages_are_gone_requeues_it_once_and_starts_the_urgent_run() {
+    killed_and_restarted(Crash::StagesGone, None).await;
+}
+
+#[tokio::test]
+async fn a_daemon_killed_after_the_requeue_starts_the_urgent_run_on_the_unit() {
+    killed_and_restarted(Crash::Requeued, None).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_daemon_killed_at_each_point_of_a_preemption_recovers_too() {
+    for crash in [Crash::Decided, Crash::Grace, Crash::StagesGone, Crash::Requeued] {
+        let Some(url) = crate::support::fresh_postgres().await else { return };
+        killed_and_restarted(crash, Some(url)).await;
+    }
 }
 
 #[tokio::test]
@@ -356,33 +531,7 @@ async fn a_sampler_sees_no_unit_held_by_two_live_runs_over_repeated_preemptions(
     low(&home, "low", PLAIN, "preemptible: true\nmin_runtime: 0s\n");
     urgent(&home);
     start_daemon(&mut home, &["--pool", "gpu=0", "--preempt"]).await;
-    let service = home.service().await;
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Each sample is one read of the runs table: a consistent view of who holds what.
-    let sampler = tokio::spawn({
-        let (service, done) = (service.clone(), done.clone());
-        async move {
-            let (mut samples, mut doubled) = (0u32, Vec::new());
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let page = lachesis::model::RunPage { limit: 100, ..Default::default() };
-                let runs = service.runs_page(&page).await.unwrap();
-                let held: Vec<(Uuid, &String)> = runs
-                    .iter()
-                    .filter(|r| r.state.is_in_flight())
-                    .flat_map(|r| r.units.get("gpu").into_iter().flatten().map(move |u| (r.id, u)))
-                    .collect();
-                let mut units: Vec<&String> = held.iter().map(|(_, u)| *u).collect();
-                units.sort_unstable();
-                units.dedup();
-                if units.len() < held.len() {
-                    doubled.push(format!("{held:?}"));
-                }
-                samples += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            (samples, doubled)
-        }
-    });
+    let sampler = Sampler::start(home.service().await);
     for _ in 0..5 {
         let victim = home.submit(&["--workflow", "low"]);
         home.wait_state(victim, RunState::Running, T).await;
@@ -393,8 +542,5 @@ async fn a_sampler_sees_no_unit_held_by_two_live_runs_over_repeated_preemptions(
         let (resumed, _) = home.wait_settled(victim, T).await;
         assert_eq!((resumed.state, resumed.preemptions), (RunState::Completed, 1), "{:?}", resumed.reason);
     }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (samples, doubled) = sampler.await.unwrap();
-    assert!(samples > 10, "{samples} samples");
-    assert!(doubled.is_empty(), "a unit held by two live runs: {doubled:#?}");
+    sampler.finish().await;
 }

@@ -145,12 +145,38 @@ impl TestHome {
         let server = fork_server_of(child.id() as i32);
         child.kill().unwrap();
         child.wait().unwrap();
-        if let Some(server) = server {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !gone_or_zombie(server) {
-                assert!(Instant::now() < deadline, "the fork server {server} outlived its daemon");
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        wait_fork_server_gone(server);
+    }
+
+    /// Waits until the daemon killed itself at a crash point (`LACHESIS_FAILPOINT`), failing
+    /// the test unless it ends by SIGKILL within `timeout`; then as `kill_daemon`.
+    pub async fn wait_daemon_killed(&mut self, timeout: Duration) {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = self.daemon.take().expect("no daemon running");
+        let log = self.path().join("daemon.log");
+        let status = wait_for("the daemon to reach its crash point", timeout, || {
+            let status = child.try_wait().unwrap();
+            async move { status }
+        })
+        .await;
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "the daemon ended {status} instead of by SIGKILL; its log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        // It may have died before its fork server was looked up by parent: found by its home
+        // and its socket instead (the shims it forked have /dev/null there, and stay).
+        let servers: Vec<i32> = processes_mentioning(self.path())
+            .into_iter()
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let stdin = std::fs::read_link(format!("/proc/{pid}/fd/0")).unwrap_or_default();
+                cmdline.ends_with(b"--serve\0") && stdin.to_string_lossy().starts_with("socket:")
+            })
+            .collect();
+        for server in servers {
+            wait_fork_server_gone(Some(server));
         }
     }
 
@@ -246,6 +272,17 @@ pub fn fork_server_of(daemon: i32) -> Option<i32> {
         let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
         (parent == daemon && state != 'Z' && cmdline.ends_with(b"--serve\0")).then_some(pid)
     })
+}
+
+/// Waits for a daemon's fork server, which exits when the daemon's end of its socket closes.
+fn wait_fork_server_gone(server: Option<i32>) {
+    if let Some(server) = server {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gone_or_zombie(server) {
+            assert!(Instant::now() < deadline, "the fork server {server} outlived its daemon");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 pub fn gone_or_zombie(pid: i32) -> bool {

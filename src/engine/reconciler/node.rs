@@ -108,17 +108,33 @@ impl Reconciler {
         info!(node = %lease.node, token = lease.token, adopted_from = ?lease.previous, "node registered");
         self.store = self.base.fenced(lease.token);
         self.node.lease = Some(lease.clone());
-        let token = lease.token;
+        let (token, previous) = (lease.token, lease.previous);
         self.start_heartbeat(lease);
         let mut held: HashSet<Uuid> = self.store.supervised_runs().await?.iter().map(|r| r.id).collect();
         let running = self.store.tests_in(crate::model::TestState::Running, i64::MAX).await?;
         held.extend(running.iter().filter(|j| j.fence == Some(token)).map(|j| j.id));
         for (id, claim) in self.node.ledger.entries() {
-            if !held.contains(&id) && !self.runs.contains_key(&id) && !self.tests.contains_key(&id) {
-                self.settle_stale_claim(id, claim).await;
+            if held.contains(&id) || self.runs.contains_key(&id) || self.tests.contains_key(&id) {
+                continue;
+            }
+            match previous == Some(claim.token) {
+                true => self.forget_released_claim(id, claim),
+                false => self.settle_stale_claim(id, claim).await,
             }
         }
         Ok(())
+    }
+
+    /// A claim of the node's own previous lease, never reaped, whose run that lease no longer
+    /// held: the daemon let it go itself (it ended, or was queued again) and died before it
+    /// forgot the line. No other node took it, so nothing is said on the run; any process still
+    /// running for it here is killed all the same.
+    fn forget_released_claim(&mut self, id: Uuid, claim: Claim) {
+        let processes: Vec<ProcessIdentity> =
+            claim.stages.iter().filter_map(|name| live_stage_process(&claim.run_dir, name)).collect();
+        let killed = self.kill_leftovers(processes);
+        info!(run = %crate::model::short_id(&id), killed = ?killed, "forgot a claim let go before a restart");
+        self.node.ledger.forget(&id);
     }
 
     /// The lease was reaped (this node looked dead for longer than its lease): take a new one

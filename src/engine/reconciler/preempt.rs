@@ -5,12 +5,17 @@
 //!
 //! Restart safety rests on two writes, each one transaction (`PreemptionStore`):
 //! - the decision moves the victim to `stopping` with `preempted_by` in its params. Killed
-//!   before it, nothing happened and the next claim decides again; killed after it (during the
-//!   grace), the restarted daemon re-attaches the stopping victim and finishes its stop;
+//!   before it, nothing happened and the next claim decides again; killed after it (before any
+//!   signal, or during the grace), the restarted daemon re-attaches the stopping victim and
+//!   finishes its stop;
 //! - once every stage is gone, the requeue (`stopping ──preempted──▶ pending`, conditional on
 //!   the version read) moves it back, exactly once. Killed before it, the restarted daemon finds
 //!   the victim stopping with no live stage and requeues it then; killed after it, the victim
-//!   is pending and holds nothing.
+//!   is pending and holds nothing, and the urgent run, of higher priority, is claimed first.
+//!
+//! The crash points `preempt.decided`, `preempt.stages_gone` and `preempt.requeued`
+//! (`crate::failpoint`, only in a `testing` build) are where tests/it/preemption.rs kills the
+//! daemon to hold it to this.
 //!
 //! Units are read back from the supervised runs' params, a stopping victim included, so they
 //! free only when the victim is no longer supervised: no unit is held by two live runs. While
@@ -225,6 +230,8 @@ impl Reconciler {
         params.resolved.insert(PREEMPTED_BY.to_string(), ask.urgent.to_string());
         let moved = self.store.preempt(&run, &params, &reason, ask.urgent, &note).await;
         if moved.is_ok() {
+            // The decision is committed; no signal has reached the victim's stages yet.
+            crate::failpoint::hit("preempt.decided");
             info!(run = %run.short_id(), by = %short_id(&ask.urgent), "preempted");
             self.telemetry.preempted();
         }
@@ -252,7 +259,11 @@ impl Reconciler {
         let checkpoints = self.store.checkpoints(id).await?;
         let started = run.started_at.unwrap_or(run.updated_at);
         let since = Checkpoint::last_resumable(&checkpoints).map_or(started, |c| c.at.max(started));
-        let lost = (now_millis() - since).max(0);
+        // The work redone ends where the victim did, at its last stage's end: not at this
+        // requeue, which a daemon restarted meanwhile makes later by its downtime.
+        let now = now_millis();
+        let ended = sup.rows().filter_map(|s| s.record.ended_at).max().map_or(now, |at| at.min(now));
+        let lost = (ended - since).max(0);
         let mut params = run.params.clone();
         params.resolved.remove(PREEMPTED_BY);
         let (params, note) = match run.spec.checkpoints.is_some() {
@@ -270,8 +281,12 @@ impl Reconciler {
             }
         };
         let reason = format!("queued again after its preemption by run {by}");
+        // Every stage is gone and recorded so; the victim is still stopping.
+        crate::failpoint::hit("preempt.stages_gone");
         match self.store.requeue_preempted(&run, &reason, &params, &note, lost).await {
             Ok(queued) => {
+                // The victim is pending again; the urgent run is not claimed yet.
+                crate::failpoint::hit("preempt.requeued");
                 info!(run = %queued.short_id(), preemptions = queued.preemptions, "queued again after a preemption");
                 self.telemetry.work_lost(lost);
                 self.let_go(id);
