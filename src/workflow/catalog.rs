@@ -22,6 +22,10 @@ const BUNDLED: &[(&str, &str)] = &[
     ("demo-tune.yaml", include_str!("../../workflows/demo-tune.yaml")),
     ("demo/tune.sh", include_str!("../../workflows/demo/tune.sh")),
     ("sweeps/demo-sweep.yaml", include_str!("../../workflows/sweeps/demo-sweep.yaml")),
+    (
+        "pipelines/demo-sweep-pipeline.yaml",
+        include_str!("../../workflows/pipelines/demo-sweep-pipeline.yaml"),
+    ),
 ];
 
 /// The workflow used when a surface names none, if no file says `default: true`.

@@ -316,19 +316,55 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_bundled_sweep_pipeline_parses_a_sweep_step_and_its_evaluation() {
+        let text = include_str!("../../workflows/pipelines/demo-sweep-pipeline.yaml");
+        let p = parse(text).unwrap();
+        assert_eq!(p.steps[0].work, Work::Sweep(SweepSource::Named("demo-sweep".into())));
+        assert_eq!(p.steps[0].after, vec![]);
+        assert_eq!(p.steps[1].after, vec![(0, When::Ok)], "the evaluation waits for the sweep");
+        assert!(p.steps[1].request().unwrap().vars["weights"].contains("{after.tune.best_trained_weights}"));
+    }
+
+    #[test]
+    fn sweep_steps_are_named_or_written_out_and_waited_for_by_their_winner() {
+        let p = parse(
+            "- {name: tune, sweep: {method: grid, workflow: demo-tune, parameters: {lr: {values: [1]}}}}\n\
+             - {name: eval, workflow: demo-eval, after: [tune, {sweep: 1a2b, name: other}]}\n",
+        )
+        .unwrap();
+        assert!(matches!(&p.steps[0].work, Work::Sweep(SweepSource::Inline(v)) if v["method"] == "grid"));
+        assert_eq!(p.steps[1].after, vec![(0, When::Ok)]);
+        let outside = p.steps[1].request().unwrap().dependencies();
+        assert_eq!(outside[0].target, crate::workflow::request::DependencyTarget::Sweep("1a2b".into()));
+        for (text, want) in [
+            ("- {name: t, sweep: 3}\n", "[0].sweep: 3 is neither a sweep name nor a sweep"),
+            ("- {name: t, sweep: \"a/b\"}\n", "[0].sweep: 'a/b' is not a sweep name"),
+            ("- {name: t, sweep: s, after: []}\n", "[0].after: a sweep step takes only `name` and `sweep`"),
+            (
+                "- {name: t, sweep: s}\n- {after: [{step: t, when: failed}]}\n",
+                "[1].after: step 't' is a sweep",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
     /// Text near a pipeline: steps with a name and one field, any of a run request's keys (or
     /// none of them) with values of odd shapes; or any text at all.
     fn pipeline_text() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let key = prop_oneof![
-            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|preemptible|vars|set|after|name|nope)",
+            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|preemptible|vars|set|after|name|sweep|nope)",
             "\\PC{0,6}",
         ];
         let value = prop_oneof![
             "\\PC{0,12}",
             "\\[[a-c, ]{0,6}\\]",
             "\\{[a-z: 0-9,]{0,16}\\}",
-            "\\[\\{(run|step|when|name): [a-c0-9]{0,4}\\}\\]",
+            "\\[\\{(run|step|sweep|when|name): [a-c0-9]{0,4}\\}\\]",
         ];
         let steps = proptest::collection::vec(("[a-c]{1,2}", key, value), 0..5).prop_map(|steps| {
             steps

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::model::Run;
+use crate::model::sweep::SweepSpec;
 use crate::workflow::pipeline::{Pipeline, SweepSource, Work, step_label};
 use crate::workflow::request::RunRequest;
 
@@ -48,6 +49,15 @@ impl Service {
             };
             let (sweep, members) =
                 self.prepare_sweep(&text, RunRequest::default()).await.map_err(in_step(index))?;
+            let waited = pipeline.steps.iter().position(|other| other.after.iter().any(|(t, _)| *t == index));
+            if let Some(waiting) = waited
+                && SweepSpec::parse(&sweep.file).is_ok_and(|spec| spec.metric.is_none())
+            {
+                return Err(in_step(waiting)(ServiceError::BadDependency(format!(
+                    "sweep step '{}' has no metric, so it never has a winner to wait for",
+                    step_label(step, index)
+                ))));
+            }
             sweep_of.insert(index, sweep.id);
             queued_sweeps.push((index, sweep.clone(), members.iter().map(|(run, _)| run.id).collect()));
             sweeps.push((sweep, members));
