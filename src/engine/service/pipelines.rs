@@ -91,6 +91,8 @@ impl Service {
             .collect();
         let runs = self.submit_batch(sweeps, requests).await.map_err(|err| match err {
             ServiceError::InBatch { index, source } => in_step(runs_order[index - 1])(*source),
+            // A batch of one names no request: the step is the one run step.
+            other if runs_order.len() == 1 => in_step(runs_order[0])(other),
             other => other,
         })?;
         let mut in_file_order: Vec<Option<Run>> = vec![None; pipeline.steps.len()];

@@ -168,8 +168,7 @@ impl Service {
     /// has a winner), not stopped, and not ended without a winner.
     async fn awaitable_sweep(&self, prefix: &str) -> Result<SweepRecord> {
         let sweep = self.resolve_sweep(prefix).await?;
-        let has_metric = SweepSpec::parse(&sweep.file).map(|spec| spec.metric.is_some()).unwrap_or(false);
-        if !has_metric && sweep.winner.is_none() {
+        if SweepSpec::parse(&sweep.file).map_or(true, |spec| spec.metric.is_none()) {
             return Err(ServiceError::BadDependency(format!(
                 "sweep {} has no metric, so it never has a winner to wait for",
                 sweep.short_id()
