@@ -1,6 +1,7 @@
-//! A dependency: a run waits for another run to end in a way it names before it may be claimed.
-//! The rule that settles one is pure: the store applies it in the transaction of the other
-//! run's end, so a dependency holds across restarts and nodes.
+//! A dependency: a run waits for another run to end in a way it names, or for a sweep to end
+//! with a winner, before it may be claimed. The rules that settle one are pure: the store
+//! applies them in the transaction of the other run's end (or the sweep's), so a dependency
+//! holds across restarts and nodes.
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,7 +9,44 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::sweep::SweepState;
 use super::{RunState, short_id};
+
+/// What a dependency waits for: a run, or a sweep (for its winner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AwaitedKind {
+    Run,
+    Sweep,
+}
+
+impl AwaitedKind {
+    pub const ALL: [AwaitedKind; 2] = [AwaitedKind::Run, AwaitedKind::Sweep];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AwaitedKind::Run => "run",
+            AwaitedKind::Sweep => "sweep",
+        }
+    }
+
+    /// The values a named dependency of this kind gives: `{after.NAME.KIND}`.
+    pub fn values(self) -> &'static [&'static str] {
+        match self {
+            AwaitedKind::Run => &AFTER_VALUES,
+            AwaitedKind::Sweep => &SWEEP_VALUES,
+        }
+    }
+}
+
+impl FromStr for AwaitedKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AwaitedKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
+            format!("'{}' is not what a dependency waits for (run, sweep)", crate::text::one_line(s))
+        })
+    }
+}
 
 /// How the run waited for must end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -96,31 +134,100 @@ pub fn unmet_reason(after: &Uuid, when: When, state: RunState) -> String {
     }
 }
 
+/// What the state of a sweep waited for means for a dependency on it: met once it ended
+/// (`done`) with a winner; unmet once it was stopped, or ended with no member that reported its
+/// metric. A sweep at its target has not ended: its running members may still win.
+pub fn settle_sweep(state: SweepState, has_winner: bool) -> Settled {
+    match (state, has_winner) {
+        (SweepState::Live | SweepState::Target, _) => Settled::Waiting,
+        (SweepState::Done, true) => Settled::Met,
+        (SweepState::Stopped, _) | (SweepState::Done, false) => Settled::Unmet,
+    }
+}
+
+/// Why a waiting run failed, for a sweep that ended in `state` without a winner for it
+/// (`why`: the sweep's reason): "sweep 1a2b3c4d was stopped".
+pub fn sweep_unmet_reason(sweep: &Uuid, state: SweepState, why: Option<&str>) -> String {
+    let id = short_id(sweep);
+    match (state, why) {
+        (SweepState::Stopped, _) => format!("sweep {id} was stopped"),
+        (SweepState::Done, Some(why)) => format!("sweep {id} ended without a winner ({why})"),
+        (SweepState::Done, None) => format!("sweep {id} ended without a winner"),
+        (state, _) => format!("sweep {id} is {state}"),
+    }
+}
+
+/// What a dependency waits for, with its state now (None once retention forgot a run).
+/// Written as `{"run": ID, "state": …}` or `{"sweep": ID, "state": …}` beside the dependency's
+/// other fields.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Awaited {
+    Run { run: Uuid, state: Option<RunState> },
+    Sweep { sweep: Uuid, state: Option<SweepState> },
+}
+
+impl Awaited {
+    /// The id of the run or sweep waited for.
+    pub fn id(&self) -> Uuid {
+        match self {
+            Awaited::Run { run, .. } => *run,
+            Awaited::Sweep { sweep, .. } => *sweep,
+        }
+    }
+
+    pub fn kind(&self) -> AwaitedKind {
+        match self {
+            Awaited::Run { .. } => AwaitedKind::Run,
+            Awaited::Sweep { .. } => AwaitedKind::Sweep,
+        }
+    }
+}
+
 /// One dependency of a run, as surfaces show it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Dependency {
-    /// The run waited for.
-    pub run: Uuid,
+    /// The run or sweep waited for, and its state.
+    #[serde(flatten)]
+    pub awaited: Awaited,
     pub when: When,
     /// Its name in `{after.NAME.*}` templates, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// The state of the run waited for now (None once retention forgot it).
-    pub state: Option<RunState>,
     pub settled: Settled,
 }
 
 impl Dependency {
-    /// "1a2b3c4d (ok, running)" — what `run list` and `run status` print.
+    /// "1a2b3c4d (ok, running)", "tune=sweep 1a2b3c4d (live)" — what `run status` prints.
     pub fn describe(&self) -> String {
-        let state = self.state.map_or("forgotten", RunState::as_str);
         let name = self.name.as_deref().map(|n| format!("{n}=")).unwrap_or_default();
-        format!("{name}{} ({}, {state})", short_id(&self.run), self.when)
+        match self.awaited {
+            Awaited::Run { run, state } => {
+                let state = state.map_or("forgotten", RunState::as_str);
+                format!("{name}{} ({}, {state})", short_id(&run), self.when)
+            }
+            Awaited::Sweep { sweep, state } => {
+                let state = state.map_or("forgotten", SweepState::as_str);
+                format!("{name}sweep {} ({state})", short_id(&sweep))
+            }
+        }
+    }
+
+    /// "1a2b3c4d ok", "sweep 1a2b3c4d" — what `run list` prints of a waiting run.
+    pub fn brief(&self) -> String {
+        match self.awaited {
+            Awaited::Run { run, .. } => format!("{} {}", short_id(&run), self.when),
+            Awaited::Sweep { sweep, .. } => format!("sweep {}", short_id(&sweep)),
+        }
     }
 }
 
-/// The values a dependency gives its waiting run's templates: `{after.NAME.KIND}`.
+/// The values a dependency on a run gives its waiting run's templates: `{after.NAME.KIND}`.
 pub const AFTER_VALUES: [&str; 3] = ["run_id", "trained_weights", "run_dir"];
+
+/// The values a dependency on a sweep gives: its winner's id, trained weights (as for a run),
+/// run directory, and best value of the sweep's metric.
+pub const SWEEP_VALUES: [&str; 4] = ["best_run_id", "best_trained_weights", "best_run_dir", "best_value"];
 
 /// The template variable of value `kind` of the dependency named `name`.
 pub fn after_var(name: &str, kind: &str) -> String {
@@ -240,6 +347,66 @@ mod tests {
             unmet_reason(&id, When::Failed, S::Completed),
             "dependency 1a2b3c4d completed (this run waited for it to fail)"
         );
+    }
+
+    /// The sweep rule, written out: state × whether it has a winner.
+    #[test]
+    fn a_sweep_dependency_is_met_only_by_an_end_with_a_winner() {
+        use SweepState as W;
+        let table = [
+            (W::Live, false, Settled::Waiting),
+            (W::Live, true, Settled::Waiting),
+            (W::Target, false, Settled::Waiting),
+            (W::Target, true, Settled::Waiting),
+            (W::Stopped, false, Settled::Unmet),
+            (W::Stopped, true, Settled::Unmet),
+            (W::Done, false, Settled::Unmet),
+            (W::Done, true, Settled::Met),
+        ];
+        for state in SweepState::ALL {
+            for winner in [false, true] {
+                let want = table.iter().find(|(s, w, _)| *s == state && *w == winner).map(|t| t.2);
+                assert_eq!(Some(settle_sweep(state, winner)), want, "{state} × {winner}");
+            }
+        }
+        let id = Uuid::parse_str("1a2b3c4d-0000-4000-8000-000000000000").unwrap();
+        assert_eq!(sweep_unmet_reason(&id, W::Stopped, Some("stop requested")), "sweep 1a2b3c4d was stopped");
+        assert_eq!(
+            sweep_unmet_reason(&id, W::Done, Some("no member reported loss")),
+            "sweep 1a2b3c4d ended without a winner (no member reported loss)"
+        );
+    }
+
+    #[test]
+    fn a_dependency_reads_as_json_with_its_run_or_sweep() {
+        let run = Uuid::from_u128(1);
+        let dep = Dependency {
+            awaited: Awaited::Run { run, state: Some(S::Running) },
+            when: When::Any,
+            name: None,
+            settled: Settled::Waiting,
+        };
+        let json = serde_json::to_value(&dep).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"run": run, "state": "running", "when": "any", "settled": "waiting"})
+        );
+        assert_eq!(serde_json::from_value::<Dependency>(json).unwrap(), dep);
+        let sweep = Dependency {
+            awaited: Awaited::Sweep { sweep: run, state: Some(SweepState::Live) },
+            when: When::Ok,
+            name: Some("tune".into()),
+            settled: Settled::Waiting,
+        };
+        let json = serde_json::to_value(&sweep).unwrap();
+        assert_eq!(json["sweep"], serde_json::json!(run));
+        assert_eq!(json["state"], "live");
+        assert_eq!(serde_json::from_value::<Dependency>(json).unwrap(), sweep);
+        assert_eq!(sweep.describe(), "tune=sweep 00000000 (live)");
+        assert_eq!(sweep.brief(), "sweep 00000000");
+        for kind in AwaitedKind::ALL {
+            assert_eq!(kind.as_str().parse::<AwaitedKind>(), Ok(kind));
+        }
     }
 
     #[test]

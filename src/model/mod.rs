@@ -24,7 +24,7 @@ pub mod time;
 pub mod workflow;
 
 pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
-pub use dependency::{Dependency, Settled, When};
+pub use dependency::{Awaited, AwaitedKind, Dependency, Settled, When};
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_spec::InferenceSpec;
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};

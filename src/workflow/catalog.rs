@@ -22,6 +22,10 @@ const BUNDLED: &[(&str, &str)] = &[
     ("demo-tune.yaml", include_str!("../../workflows/demo-tune.yaml")),
     ("demo/tune.sh", include_str!("../../workflows/demo/tune.sh")),
     ("sweeps/demo-sweep.yaml", include_str!("../../workflows/sweeps/demo-sweep.yaml")),
+    (
+        "pipelines/demo-sweep-pipeline.yaml",
+        include_str!("../../workflows/pipelines/demo-sweep-pipeline.yaml"),
+    ),
 ];
 
 /// The workflow used when a surface names none, if no file says `default: true`.
@@ -36,6 +40,8 @@ pub enum CatalogError {
         dir.display()
     )]
     NotAName { name: String, available: String, dir: PathBuf },
+    #[error("no sweep '{name}' in {} (sweeps: {available})", dir.display())]
+    UnknownSweep { name: String, available: String, dir: PathBuf },
     #[error(transparent)]
     Invalid(#[from] InvalidWorkflow),
     #[error("cannot read {}: {source}", path.display())]
@@ -131,6 +137,34 @@ impl Catalog {
             .into());
         }
         Ok(workflow)
+    }
+
+    /// The text of the sweep file `name` in the catalog's `sweeps/` directory (a pipeline's
+    /// sweep step names one so), read as a workflow is: a regular file, never through a symlink.
+    pub fn sweep_text(&self, name: &str) -> Result<String, CatalogError> {
+        let dir = self.dir.join("sweeps");
+        let plain =
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let path = ["yaml", "yml"]
+            .iter()
+            .map(|ext| dir.join(format!("{name}.{ext}")))
+            .find(|p| plain && std::fs::symlink_metadata(p).is_ok());
+        let Some(path) = path else {
+            let mut available: Vec<String> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|entry| {
+                    let path = entry.path();
+                    let yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+                    yaml.then(|| path.file_stem()?.to_str().map(str::to_string)).flatten()
+                })
+                .collect();
+            available.sort();
+            let available = if available.is_empty() { "none".to_string() } else { available.join(", ") };
+            return Err(CatalogError::UnknownSweep { name: crate::text::one_line(name), available, dir });
+        };
+        read_regular(&path)
     }
 
     /// The default workflow's name: the first file that says `default: true`, else tinker-atropos.

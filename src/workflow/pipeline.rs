@@ -1,5 +1,5 @@
-//! A pipeline file: a YAML list of steps, each a run request with a name, waiting for other
-//! steps (or runs).
+//! A pipeline file: a YAML list of steps, each a run request (or a sweep) with a name, waiting
+//! for other steps (or runs, or sweeps).
 //! Parsing checks what only the file can get wrong (names, references, cycles) and gives the
 //! order the steps are queued in: each after the steps it waits for, otherwise as written.
 
@@ -19,15 +19,49 @@ pub struct InvalidPipeline {
     pub problem: String,
 }
 
-/// One step: a run request with a name, waiting for the steps in `after`.
+/// One step: a run request (or a sweep) with a name, waiting for the steps in `after`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     pub name: Option<String>,
-    /// The run it asks for: any field a `--from` line or `POST /runs` takes. Its `after` keeps
-    /// only runs outside the pipeline (`{run: ID}`); the steps it waits for are in `after`.
-    pub request: RunRequest,
-    /// The steps it waits for, by their place in the file, with the condition.
+    /// What it queues.
+    pub work: Work,
+    /// The steps it waits for, by their place in the file, with the condition (a sweep step
+    /// waits for none).
     pub after: Vec<(usize, When)>,
+}
+
+/// What a step queues.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Work {
+    /// A run: any field a `--from` line or `POST /runs` takes. Its `after` keeps only what is
+    /// outside the pipeline (`{run: ID}`, `{sweep: ID}`); the steps it waits for are the step's.
+    Run(RunRequest),
+    /// A sweep (`sweep: NAME`, a file of the workflows' `sweeps/`, or the sweep itself as a
+    /// mapping), queued with the other steps; a step waiting for it waits for its winner.
+    Sweep(SweepSource),
+}
+
+/// Where a sweep step's sweep is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SweepSource {
+    /// A sweep file of the workflows' `sweeps/` directory, by name.
+    Named(String),
+    /// The sweep itself (W&B's format with lachesis' keys).
+    Inline(serde_json::Value),
+}
+
+impl Step {
+    /// The run request of a run step.
+    pub fn request(&self) -> Option<&RunRequest> {
+        match &self.work {
+            Work::Run(request) => Some(request),
+            Work::Sweep(_) => None,
+        }
+    }
+
+    pub fn is_sweep(&self) -> bool {
+        matches!(self.work, Work::Sweep(_))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -55,8 +89,8 @@ impl Pipeline {
         if raw.is_empty() {
             return Err(bad("steps".into(), "a pipeline needs at least one step".into()));
         }
-        // Each step is a name and a run request: the request is read by the one parser every
-        // surface shares, so a field `--from` takes, a step takes.
+        // Each step is a name and a run request (or a sweep): the request is read by the one
+        // parser every surface shares, so a field `--from` takes, a step takes.
         let mut named = Vec::with_capacity(raw.len());
         for (i, mut fields) in raw.into_iter().enumerate() {
             let name = match fields.remove("name") {
@@ -64,11 +98,44 @@ impl Pipeline {
                 Some(serde_json::Value::String(name)) => Some(name),
                 Some(other) => return Err(bad(format!("[{i}].name"), format!("{other} is not a step name"))),
             };
+            if let Some(sweep) = fields.remove("sweep") {
+                if let Some(other) = fields.keys().next() {
+                    return Err(bad(
+                        format!("[{i}].{other}"),
+                        "a sweep step takes only `name` and `sweep` (its members' fields are the sweep's), \
+                         and waits for no step"
+                            .into(),
+                    ));
+                }
+                let source = match sweep {
+                    serde_json::Value::String(file) => {
+                        check_name(&file).map_err(|_| {
+                            bad(
+                                format!("[{i}].sweep"),
+                                format!(
+                                    "'{file}' is not a sweep name (a file of the workflows' sweeps/ directory: \
+                                     letters, digits, '-' or '_') nor a sweep (a mapping)"
+                                ),
+                            )
+                        })?;
+                        SweepSource::Named(file)
+                    }
+                    serde_json::Value::Object(sweep) => SweepSource::Inline(serde_json::Value::Object(sweep)),
+                    other => {
+                        return Err(bad(
+                            format!("[{i}].sweep"),
+                            format!("{other} is neither a sweep name nor a sweep (a mapping)"),
+                        ));
+                    }
+                };
+                named.push((name, Work::Sweep(source)));
+                continue;
+            }
             let request = RunRequest::from_value(serde_json::Value::Object(fields)).map_err(|err| {
                 let field = err.path.map_or_else(|| format!("[{i}]"), |path| format!("[{i}].{path}"));
                 bad(field, err.problem)
             })?;
-            named.push((name, request));
+            named.push((name, Work::Run(request)));
         }
         let mut names: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, (name, _)) in named.iter().enumerate() {
@@ -83,19 +150,25 @@ impl Pipeline {
             }
         }
         let mut steps = Vec::with_capacity(named.len());
-        for (i, (name, request)) in named.iter().enumerate() {
-            let mut request = request.clone();
+        for (i, (name, work)) in named.iter().enumerate() {
+            let mut request = match work {
+                Work::Run(request) => request.clone(),
+                Work::Sweep(_) => {
+                    steps.push(Step { name: name.clone(), work: work.clone(), after: Vec::new() });
+                    continue;
+                }
+            };
             let mut after = Vec::new();
             match request.after.take() {
                 None if i == 0 => {}
                 None => after.push((i - 1, When::Ok)),
                 Some(list) => {
-                    let mut runs = Vec::new();
+                    let mut outside = Vec::new();
                     for (j, dep) in list.into_iter().enumerate() {
                         let field = format!("[{i}].after[{j}]");
                         let step = match &dep.target {
-                            DependencyTarget::Run(_) => {
-                                runs.push(dep);
+                            DependencyTarget::Run(_) | DependencyTarget::Sweep(_) => {
+                                outside.push(dep);
                                 continue;
                             }
                             DependencyTarget::Step(step) => step,
@@ -119,10 +192,22 @@ impl Pipeline {
                         }
                         after.push((target, dep.when));
                     }
-                    request.after = (!runs.is_empty()).then_some(runs);
+                    request.after = (!outside.is_empty()).then_some(outside);
                 }
             }
-            steps.push(Step { name: name.clone(), request, after });
+            // A sweep is waited for until it ends with a winner: no other condition applies.
+            if let Some((target, when)) =
+                after.iter().find(|(t, w)| matches!(named[*t].1, Work::Sweep(_)) && *w != When::Ok)
+            {
+                let label = named[*target].0.clone().unwrap_or_else(|| format!("#{}", target + 1));
+                return Err(bad(
+                    format!("[{i}].after"),
+                    format!(
+                        "step '{label}' is a sweep: it is waited for until it ends with a winner, not `when: {when}`"
+                    ),
+                ));
+            }
+            steps.push(Step { name: name.clone(), work: Work::Run(request), after });
         }
         let order = queue_order(&steps).map_err(|cycle| {
             let names: Vec<String> = cycle.iter().map(|i| step_label(&steps[*i], *i)).collect();
@@ -226,7 +311,45 @@ mod tests {
         assert_eq!(names, ["train", "eval", "cleanup"]);
         assert_eq!(p.steps[1].after, vec![(0, When::Ok)]);
         assert_eq!(p.steps[2].after, vec![(1, When::Any)]);
-        assert!(p.steps[1].request.vars.values().any(|v| v.contains("{after.train.trained_weights}")));
+        assert!(
+            p.steps[1].request().unwrap().vars.values().any(|v| v.contains("{after.train.trained_weights}"))
+        );
+    }
+
+    #[test]
+    fn the_bundled_sweep_pipeline_parses_a_sweep_step_and_its_evaluation() {
+        let text = include_str!("../../workflows/pipelines/demo-sweep-pipeline.yaml");
+        let p = parse(text).unwrap();
+        assert_eq!(p.steps[0].work, Work::Sweep(SweepSource::Named("demo-sweep".into())));
+        assert_eq!(p.steps[0].after, vec![]);
+        assert_eq!(p.steps[1].after, vec![(0, When::Ok)], "the evaluation waits for the sweep");
+        assert!(p.steps[1].request().unwrap().vars["weights"].contains("{after.tune.best_trained_weights}"));
+    }
+
+    #[test]
+    fn sweep_steps_are_named_or_written_out_and_waited_for_by_their_winner() {
+        let p = parse(
+            "- {name: tune, sweep: {method: grid, workflow: demo-tune, parameters: {lr: {values: [1]}}}}\n\
+             - {name: eval, workflow: demo-eval, after: [tune, {sweep: 1a2b, name: other}]}\n",
+        )
+        .unwrap();
+        assert!(matches!(&p.steps[0].work, Work::Sweep(SweepSource::Inline(v)) if v["method"] == "grid"));
+        assert_eq!(p.steps[1].after, vec![(0, When::Ok)]);
+        let outside = p.steps[1].request().unwrap().dependencies();
+        assert_eq!(outside[0].target, crate::workflow::request::DependencyTarget::Sweep("1a2b".into()));
+        for (text, want) in [
+            ("- {name: t, sweep: 3}\n", "[0].sweep: 3 is neither a sweep name nor a sweep"),
+            ("- {name: t, sweep: \"a/b\"}\n", "[0].sweep: 'a/b' is not a sweep name"),
+            ("- {name: t, sweep: s, after: []}\n", "[0].after: a sweep step takes only `name` and `sweep`"),
+            (
+                "- {name: t, sweep: s}\n- {after: [{step: t, when: failed}]}\n",
+                "[1].after: step 't' is a sweep",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
     }
 
     /// Text near a pipeline: steps with a name and one field, any of a run request's keys (or
@@ -234,14 +357,14 @@ mod tests {
     fn pipeline_text() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let key = prop_oneof![
-            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|preemptible|vars|set|after|name|nope)",
+            "(workflow|env|priority|hold|time_limit|stall_timeout|needs|preemptible|vars|set|after|name|sweep|nope)",
             "\\PC{0,6}",
         ];
         let value = prop_oneof![
             "\\PC{0,12}",
             "\\[[a-c, ]{0,6}\\]",
             "\\{[a-z: 0-9,]{0,16}\\}",
-            "\\[\\{(run|step|when|name): [a-c0-9]{0,4}\\}\\]",
+            "\\[\\{(run|step|sweep|when|name): [a-c0-9]{0,4}\\}\\]",
         ];
         let steps = proptest::collection::vec(("[a-c]{1,2}", key, value), 0..5).prop_map(|steps| {
             steps

@@ -57,13 +57,14 @@ pub struct RunRequest {
     /// (default: the workflow's `preemptible`, else false)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptible: Option<bool>,
-    /// Runs to wait for before this one starts (default: none; in a pipeline, the previous step)
+    /// Runs or sweeps to wait for before this one starts (default: none; in a pipeline, the
+    /// previous step)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Vec<DependencySchema>>")]
     pub after: Option<Vec<DependencyRequest>>,
 }
 
-/// One run to wait for, and how it must end.
+/// One run to wait for and how it must end, or one sweep to wait for until it has a winner.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DependencyRequest {
     pub target: DependencyTarget,
@@ -73,23 +74,38 @@ pub struct DependencyRequest {
     pub name: Option<String>,
 }
 
-/// The run a dependency waits for.
+/// What a dependency waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DependencyTarget {
     /// An existing run, by its id or a unique prefix (`{"run": ID}`).
     Run(String),
     /// Another step of the same pipeline, by its name (`{"step": NAME}`, or the bare name).
     Step(String),
+    /// An existing sweep, by its id or a unique prefix (`{"sweep": ID}`): met once it ends
+    /// with a winner.
+    Sweep(String),
 }
 
 impl DependencyRequest {
     /// `--after [NAME=]ID`: a run by its id or prefix, named for `{after.NAME.*}` when given.
     pub fn from_flag(text: &str, when: When) -> DependencyRequest {
-        let (name, run) = match text.split_once('=') {
-            Some((name, run)) => (Some(name.trim().to_string()), run.trim()),
-            None => (None, text.trim()),
-        };
-        DependencyRequest { target: DependencyTarget::Run(run.to_string()), when, name }
+        let (name, run) = named(text);
+        DependencyRequest { target: DependencyTarget::Run(run), when, name }
+    }
+
+    /// `--after-sweep [NAME=]ID`: a sweep by its id or prefix, named for `{after.NAME.best_*}`
+    /// when given.
+    pub fn sweep_from_flag(text: &str) -> DependencyRequest {
+        let (name, sweep) = named(text);
+        DependencyRequest { target: DependencyTarget::Sweep(sweep), when: When::Ok, name }
+    }
+}
+
+/// `[NAME=]ID`: the name, when given, and the id.
+fn named(text: &str) -> (Option<String>, String) {
+    match text.split_once('=') {
+        Some((name, id)) => (Some(name.trim().to_string()), id.trim().to_string()),
+        None => (None, text.trim().to_string()),
     }
 }
 
@@ -178,7 +194,8 @@ fn texts<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D:
         .collect())
 }
 
-/// A dependency as written: `{"run": ID}` or `{"step": NAME}`, with `when` and `name`.
+/// A dependency as written: `{"run": ID}`, `{"step": NAME}` or `{"sweep": ID}`, with `when`
+/// and `name`.
 #[derive(Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DependencySchema {
@@ -188,10 +205,15 @@ struct DependencySchema {
     /// In a pipeline: the name of another step (a bare string means the same)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     step: Option<String>,
-    /// "ok" (it completed; the default), "any" (it ended) or "failed" (it failed)
-    #[serde(default)]
+    /// A sweep id (or a unique prefix of it): waits until the sweep ends with a winner, whose
+    /// values are {after.NAME.best_run_id}, {after.NAME.best_trained_weights}, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sweep: Option<String>,
+    /// "ok" (it completed; the default), "any" (it ended) or "failed" (it failed); a sweep
+    /// takes only "ok"
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
-    when: When,
+    when: Option<When>,
     /// A name for its values in this run's variables ({after.NAME.trained_weights})
     #[serde(default, skip_serializing_if = "Option::is_none")]
     name: Option<String>,
@@ -203,7 +225,9 @@ impl<'de> Deserialize<'de> for DependencyRequest {
         impl<'de> Visitor<'de> for Written {
             type Value = DependencyRequest;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str(r#"a step name or {"run": ID} / {"step": NAME} with "when" and "name""#)
+                f.write_str(
+                    r#"a step name or {"run": ID} / {"step": NAME} / {"sweep": ID} with "when" and "name""#,
+                )
             }
             fn visit_str<E: de::Error>(self, name: &str) -> Result<DependencyRequest, E> {
                 Ok(DependencyRequest {
@@ -214,15 +238,24 @@ impl<'de> Deserialize<'de> for DependencyRequest {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DependencyRequest, A::Error> {
                 let written = DependencySchema::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                let target = match (written.run, written.step) {
-                    (Some(run), None) => DependencyTarget::Run(run),
-                    (None, Some(step)) => DependencyTarget::Step(step),
-                    (Some(_), Some(_)) => return Err(de::Error::custom("give `run` or `step`, not both")),
-                    (None, None) => {
-                        return Err(de::Error::custom("missing `run` (a run id) or `step` (a step name)"));
+                let target = match (written.run, written.step, written.sweep) {
+                    (Some(run), None, None) => DependencyTarget::Run(run),
+                    (None, Some(step), None) => DependencyTarget::Step(step),
+                    (None, None, Some(sweep)) => DependencyTarget::Sweep(sweep),
+                    (None, None, None) => {
+                        return Err(de::Error::custom(
+                            "missing `run` (a run id), `step` (a step name) or `sweep` (a sweep id)",
+                        ));
                     }
+                    _ => return Err(de::Error::custom("give one of `run`, `step` or `sweep`, not several")),
                 };
-                Ok(DependencyRequest { target, when: written.when, name: written.name })
+                let when = written.when.unwrap_or_default();
+                if matches!(target, DependencyTarget::Sweep(_)) && when != When::Ok {
+                    return Err(de::Error::custom(
+                        "a sweep is waited for until it ends with a winner: `when` is ok or absent",
+                    ));
+                }
+                Ok(DependencyRequest { target, when, name: written.name })
             }
         }
         d.deserialize_any(Written)
@@ -231,11 +264,13 @@ impl<'de> Deserialize<'de> for DependencyRequest {
 
 impl Serialize for DependencyRequest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let (run, step) = match &self.target {
-            DependencyTarget::Run(run) => (Some(run.clone()), None),
-            DependencyTarget::Step(step) => (None, Some(step.clone())),
-        };
-        DependencySchema { run, step, when: self.when, name: self.name.clone() }.serialize(s)
+        let (mut run, mut step, mut sweep) = (None, None, None);
+        match &self.target {
+            DependencyTarget::Run(id) => run = Some(id.clone()),
+            DependencyTarget::Step(name) => step = Some(name.clone()),
+            DependencyTarget::Sweep(id) => sweep = Some(id.clone()),
+        }
+        DependencySchema { run, step, sweep, when: Some(self.when), name: self.name.clone() }.serialize(s)
     }
 }
 
@@ -268,6 +303,11 @@ mod tests {
                     when: When::Any,
                     name: None,
                 },
+                DependencyRequest {
+                    target: DependencyTarget::Sweep("9c1e".into()),
+                    when: When::Ok,
+                    name: Some("tune".into()),
+                },
             ]),
         };
         let json = serde_json::to_string(&request).unwrap();
@@ -293,8 +333,11 @@ mod tests {
             (r#"{"priority": "high"}"#, "priority: invalid type"),
             (r#"{"time_limit": "soon"}"#, "time_limit: 'soon' is not a duration"),
             (r#"{"after": [{"run": "a", "when": "later"}]}"#, "after[0]"),
-            (r#"{"after": [{"when": "ok"}]}"#, "after[0]: missing `run`"),
-            (r#"{"after": [{"run": "a", "step": "b"}]}"#, "not both"),
+            (r#"{"after": [{"when": "ok"}]}"#, "after[0]: missing `run` (a run id), `step`"),
+            (r#"{"after": [{"run": "a", "step": "b"}]}"#, "not several"),
+            (r#"{"after": [{"run": "a", "sweep": "b"}]}"#, "after[0]: give one of `run`, `step` or `sweep`"),
+            (r#"{"after": [{"sweep": "b", "when": "any"}]}"#, "after[0]: a sweep is waited for until"),
+            (r#"{"after": [{"sweep": 3}]}"#, "after[0].sweep: invalid type"),
             (r#"{"after": [{"run": "a", "wen": "ok"}]}"#, "after[0]: unknown field `wen`"),
             (r#"{"needs": {"gpu": -1}}"#, "needs"),
             ("{} {}", "trailing characters"),
@@ -326,6 +369,12 @@ mod tests {
         let targets: Vec<_> = line.dependencies().iter().map(|d| d.target.clone()).collect();
         assert_eq!(targets, [DependencyTarget::Run("3f2a".into()), DependencyTarget::Run("9e".into())]);
         assert_eq!(line.dependencies()[0].name.as_deref(), Some("t"));
+        let sweep = DependencyRequest::sweep_from_flag("tune=9c1e");
+        assert_eq!(
+            (sweep.target, sweep.name.as_deref()),
+            (DependencyTarget::Sweep("9c1e".into()), Some("tune"))
+        );
+        assert_eq!(DependencyRequest::sweep_from_flag("9c1e").name, None);
     }
 
     proptest::proptest! {
@@ -366,6 +415,7 @@ mod tests {
             Just("after".to_string()),
             Just("run".to_string()),
             Just("step".to_string()),
+            Just("sweep".to_string()),
             Just("when".to_string()),
             Just("name".to_string()),
             "\\PC{0,8}",

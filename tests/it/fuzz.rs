@@ -645,8 +645,12 @@ fn fuzz_jsonl_progress_lines_never_panic() {
         .unwrap();
 }
 
-/// Pipeline files and `after` lists: parsed or refused on one line, never a panic; over HTTP a
-/// refusal is JSON, never a 500, whatever the dependency's run, condition and name.
+/// What a fuzzed dependency names its target with: one key, or two (refused).
+const DEPENDENCY_KEYS: &[&[&str]] = &[&["run"], &["sweep"], &["run", "sweep"], &["step"]];
+
+/// Pipeline files (with run and sweep steps) and `after` lists (of runs and sweeps): parsed or
+/// refused on one line, never a panic; over HTTP a refusal is JSON, never a 500, whatever the
+/// dependency's run or sweep, condition and name.
 #[test]
 fn fuzz_pipelines_and_dependencies_never_panic() {
     use lachesis::workflow::pipeline::Pipeline;
@@ -656,6 +660,8 @@ fn fuzz_pipelines_and_dependencies_never_panic() {
             Just("[]".to_string()),
             "\\[[a-c, ]{0,6}\\]",
             Just("[{step: a, when: any}]".to_string()),
+            Just("[{sweep: a, name: t}]".to_string()),
+            Just("[{sweep: 0, run: 0}]".to_string()),
             "\\PC{0,10}"
         ]),
         prop::option::of(prop_oneof![Just("\"{after.a.run_id}\"".to_string()), "\\PC{0,10}"]),
@@ -673,6 +679,29 @@ fn fuzz_pipelines_and_dependencies_never_panic() {
             }
             step
         });
+    // A sweep step: a name in the workflows' sweeps/, a mapping, or anything, sometimes with a
+    // field a sweep step does not take.
+    let sweep_step = (
+        prop::option::of(prop_oneof!["[a-c]", "\\PC{0,6}"]),
+        prop_oneof![
+            Just("demo-sweep".to_string()),
+            Just("{method: grid}".to_string()),
+            Just("../x".to_string()),
+            "\\PC{0,10}"
+        ],
+        prop::option::of(prop_oneof![Just("workflow: demo".to_string()), Just("after: [a]".to_string())]),
+    )
+        .prop_map(|(name, sweep, extra)| {
+            let mut step = format!("- sweep: {sweep}\n");
+            if let Some(name) = name {
+                step.push_str(&format!("  name: {}\n", json!(name)));
+            }
+            if let Some(extra) = extra {
+                step.push_str(&format!("  {extra}\n"));
+            }
+            step
+        });
+    let step = prop_oneof![3 => step, 1 => sweep_step];
     let text = prop_oneof![
         prop::collection::vec(step, 0..5).prop_map(|steps| steps.concat()),
         "[-:{}\\[\\]\n #a-z0-9'\"]{0,120}",
@@ -683,6 +712,9 @@ fn fuzz_pipelines_and_dependencies_never_panic() {
             match Pipeline::parse(Path::new("p.yaml"), &text) {
                 Ok(pipeline) => {
                     prop_assert_eq!(pipeline.order.len(), pipeline.steps.len());
+                    for step in pipeline.steps.iter().filter(|s| s.is_sweep()) {
+                        prop_assert!(step.after.is_empty(), "a sweep step waits for no step");
+                    }
                     for (at, step) in pipeline.order.iter().enumerate() {
                         for (target, _) in &pipeline.steps[*step].after {
                             prop_assert!(
@@ -701,11 +733,15 @@ fn fuzz_pipelines_and_dependencies_never_panic() {
     let api = InProcess::new();
     let after = (
         prop_oneof!["\\PC{0,10}", Just("00000000".to_string()), Just(String::new())],
+        prop::sample::select(DEPENDENCY_KEYS),
         prop_oneof![Just(json!("ok")), Just(json!("any")), Just(json!("failed")), any_json()],
         prop::option::of(prop_oneof!["\\PC{0,10}".prop_map(Value::from), any_json()]),
     )
-        .prop_map(|(run, when, name)| {
-            let mut item = json!({"run": run, "when": when});
+        .prop_map(|(id, keys, when, name)| {
+            let mut item = json!({"when": when});
+            for key in keys {
+                item[key] = json!(id);
+            }
             if let Some(name) = name {
                 item["name"] = name;
             }

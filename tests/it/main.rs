@@ -36,6 +36,7 @@ mod shim_fork;
 mod slurm;
 mod supervisor;
 mod support;
+mod sweep_dependencies;
 mod sweep_reference;
 mod sweeps;
 mod systemd;

@@ -43,9 +43,10 @@ fn field(
     }
 }
 
-/// Every field of a run request, waiting for the run `base`.
-fn fields(base: Uuid) -> Vec<Field> {
+/// Every field of a run request, waiting for the run `base` and the sweep `sweep`.
+fn fields(base: Uuid, sweep: Uuid) -> Vec<Field> {
     let base_flag = format!("base={base}");
+    let sweep_flag = format!("tune={}", &sweep.to_string()[..8]);
     let text = |v: Option<&Value>| v.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
     vec![
         field("workflow", json!("req"), &["--workflow", "req"], |r, _| json!(r.workflow), json!("req")),
@@ -90,10 +91,19 @@ fn fields(base: Uuid) -> Vec<Field> {
         field("preemptible", json!(true), &["--preemptible"], |r, _| json!(r.spec.preemptible), json!(true)),
         field(
             "after",
-            json!([{ "run": base.to_string(), "when": "any", "name": "base" }]),
-            &["--after-any", &base_flag],
-            |_, deps| json!(deps.iter().map(|d| json!([d.run, d.when, d.name])).collect::<Vec<_>>()),
-            json!([[base, "any", "base"]]),
+            json!([
+                { "run": base.to_string(), "when": "any", "name": "base" },
+                { "sweep": &sweep.to_string()[..8], "name": "tune" },
+            ]),
+            &["--after-any", &base_flag, "--after-sweep", &sweep_flag],
+            |_, deps| {
+                json!(
+                    deps.iter()
+                        .map(|d| json!([d.awaited.id(), d.awaited.kind(), d.when, d.name]))
+                        .collect::<Vec<_>>()
+                )
+            },
+            json!([[base, "run", "any", "base"], [sweep, "sweep", "ok", "tune"]]),
         ),
     ]
 }
@@ -108,7 +118,7 @@ fn the_table_lists_every_field_a_run_request_has() {
     let schema = serde_json::to_value(schemars::schema_for!(RunRequest)).unwrap();
     let mut declared: Vec<&str> =
         schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
-    let table = fields(Uuid::nil());
+    let table = fields(Uuid::nil(), Uuid::nil());
     let mut listed: Vec<&str> = table.iter().map(|f| f.name).collect();
     declared.sort_unstable();
     listed.sort_unstable();
@@ -131,7 +141,23 @@ async fn every_field_is_taken_by_every_surface_and_stored() {
     })
     .await;
     let base = home.submit(&["--workflow", "req", "--hold"]);
-    let table = fields(base);
+    // A sweep to wait for, its members held too.
+    let sweep_file = home.path().join("tune.yaml");
+    std::fs::write(
+        &sweep_file,
+        "method: grid\nworkflow: req\nmetric: {name: loss}\nparameters:\n  steps: {values: [1, 2]}\n",
+    )
+    .unwrap();
+    let started: Value = serde_json::from_str(&home.cli_ok(&[
+        "sweep",
+        "start",
+        sweep_file.to_str().unwrap(),
+        "--hold",
+        "--json",
+    ]))
+    .unwrap();
+    let sweep: Uuid = started["id"].as_str().unwrap().parse().unwrap();
+    let table = fields(base, sweep);
     let body = request(&table);
 
     let mut queued: Vec<(&str, Uuid)> = Vec::new();

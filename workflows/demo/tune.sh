@@ -1,5 +1,6 @@
 # Stands in for a trainer whose reward depends on its learning rate (best at 1e-3): prints
-# `step i/N reward=R` for each step, as the demo-tune workflow's metrics pattern reads it.
+# `step i/N reward=R` for each step, as the demo-tune workflow's metrics pattern reads it, then
+# where its (pretend) weights are, as a Tinker trainer would.
 lr=${1:-0.001}
 steps=${2:-20}
 i=1
@@ -11,4 +12,5 @@ while [ "$i" -le "$steps" ]; do
   }'
   i=$((i + 1))
 done
+echo "Saved weights: tinker://demo-tune/lr-$lr/final"
 echo "Training complete!"

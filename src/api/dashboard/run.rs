@@ -323,8 +323,17 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
         let deps: Vec<String> = status
             .after
             .iter()
-            .map(|d| {
-                format!("<a href=\"/ui/runs/{}\">{}</a>: {}", d.run, esc(&d.describe()), d.settled.as_str())
+            .map(|d| match d.awaited {
+                crate::model::Awaited::Run { .. } => {
+                    format!(
+                        "<a href=\"/ui/runs/{}\">{}</a>: {}",
+                        d.awaited.id(),
+                        esc(&d.describe()),
+                        d.settled.as_str()
+                    )
+                }
+                // The dashboard has no sweep page: `sweep status` shows its leaderboard.
+                _ => format!("{}: {}", esc(&d.describe()), d.settled.as_str()),
             })
             .collect();
         body.push_str(&deps.join(" · "));

@@ -158,7 +158,8 @@ async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<Str
         let waiting = waiting
             .or_else(|| run.held_at.map(|_| "held: a release (`lachesis run release`)".to_string()))
             .or_else(|| {
-                (run.deps_open > 0).then(|| format!("{} of the runs it depends on to end", run.deps_open))
+                let n = run.deps_open;
+                (n > 0).then(|| format!("{n} of its dependencies (runs or sweeps) to be met"))
             })
             .or_else(|| {
                 run.not_before
@@ -224,7 +225,7 @@ fn row(run: &RunSummary, now: i64) -> String {
         started = time(run.started_at),
         reason = match (run.reason.as_deref(), run.deps_open) {
             (_, waits) if waits > 0 && run.state == crate::model::RunState::Pending => {
-                format!("waits for {waits} run{}", if waits == 1 { "" } else { "s" })
+                format!("waits for {waits} dependenc{}", if waits == 1 { "y" } else { "ies" })
             }
             (reason, _) => esc(reason.unwrap_or("")),
         },

@@ -64,14 +64,13 @@ pub async fn run(service: &Service, ListArgs { state, limit, json }: ListArgs) -
 /// How many runs `waits_for` shows before "+N more".
 const SHOWN_DEPENDENCIES: usize = 3;
 
-/// What a waiting run waits for, short: "1a2b3c4d ok, 5e6f7a8b any" (the first three, then
+/// What a waiting run waits for, short: "1a2b3c4d ok, sweep 5e6f7a8b" (the first three, then
 /// "+N more"); "2 runs" when the edges were not read.
 fn waits_for(open: &[Dependency], count: i64) -> String {
     if open.is_empty() {
         return if count == 1 { "1 run".into() } else { format!("{count} runs") };
     }
-    let shown: Vec<String> =
-        open.iter().take(SHOWN_DEPENDENCIES).map(|d| format!("{} {}", short_id(&d.run), d.when)).collect();
+    let shown: Vec<String> = open.iter().take(SHOWN_DEPENDENCIES).map(Dependency::brief).collect();
     let more = open.len().saturating_sub(SHOWN_DEPENDENCIES);
     let more = if more > 0 { format!(" +{more} more") } else { String::new() };
     format!("{}{more}", shown.join(", "))
@@ -79,13 +78,14 @@ fn waits_for(open: &[Dependency], count: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use lachesis::model::{Settled, When};
+    use lachesis::model::{Awaited, Settled, When};
     use uuid::Uuid;
 
     use super::*;
 
     fn dep(n: u128, when: When) -> Dependency {
-        Dependency { run: Uuid::from_u128(n << 96), when, name: None, state: None, settled: Settled::Waiting }
+        let awaited = Awaited::Run { run: Uuid::from_u128(n << 96), state: None };
+        Dependency { awaited, when, name: None, settled: Settled::Waiting }
     }
 
     #[test]
@@ -97,5 +97,12 @@ mod tests {
         assert_eq!(waits_for(&five, 5), "00000001 any, 00000002 failed, 00000003 ok +2 more");
         assert_eq!(waits_for(&five[..3], 3), "00000001 any, 00000002 failed, 00000003 ok");
         assert_eq!(waits_for(&[], 2), "2 runs");
+        let sweep = Dependency {
+            awaited: Awaited::Sweep { sweep: Uuid::from_u128(0x5e6f7a8b << 96), state: None },
+            when: When::Ok,
+            name: Some("tune".into()),
+            settled: Settled::Waiting,
+        };
+        assert_eq!(waits_for(&[one[0].clone(), sweep], 2), "1a2b3c4d ok, sweep 5e6f7a8b");
     }
 }

@@ -69,12 +69,19 @@ pub struct StartArgs {
     /// Wait for this run to fail (repeatable): a cleanup or an alert
     #[arg(long, value_name = "[NAME=]ID")]
     after_failed: Vec<String>,
+    /// Wait for this sweep to end with a winner (repeatable; an id or unique prefix, or NAME=ID
+    /// to use its winner's values as {after.NAME.best_run_id}, {after.NAME.best_trained_weights},
+    /// …); the run fails if the sweep is stopped or no member reports its metric
+    #[arg(long, value_name = "[NAME=]ID")]
+    after_sweep: Vec<String>,
     /// Queue a pipeline: a YAML list of steps (a path, or a name in the workflows'
     /// `pipelines/` directory), in one transaction; prints the run ids in the file's order
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with_all = ["count", "from", "wait", "workflow", "env", "set", "var", "after", "after_any", "after_failed"]
+        conflicts_with_all = [
+            "count", "from", "wait", "workflow", "env", "set", "var", "after", "after_any", "after_failed", "after_sweep"
+        ]
     )]
     pipeline: Option<PathBuf>,
     #[arg(long)]
@@ -90,6 +97,7 @@ impl StartArgs {
                 .flat_map(|(list, when)| {
                     list.iter().map(move |text| DependencyRequest::from_flag(text, when))
                 })
+                .chain(self.after_sweep.iter().map(|text| DependencyRequest::sweep_from_flag(text)))
                 .collect();
         Ok(RunRequest {
             workflow: self.workflow.clone(),
@@ -123,11 +131,13 @@ pub async fn run(settings: Settings, args: StartArgs) -> CliResult {
     let service = Service::open(settings).await?;
     let StartArgs { wait, count, json, .. } = args;
     let request = args.request()?;
-    if count.is_some() || args.from.is_some() || args.pipeline.is_some() {
-        let runs = match (&args.from, &args.pipeline) {
-            (_, Some(file)) => service.submit_pipeline(&pipeline(&service, file)?).await?,
-            (Some(path), None) => service.submit_many(requests_from(path, &request)?).await?,
-            (None, None) => service.submit_many(vec![request; count.unwrap_or(1) as usize]).await?,
+    if let Some(file) = &args.pipeline {
+        return queue_pipeline(&service, &pipeline(&service, file)?, json).await;
+    }
+    if count.is_some() || args.from.is_some() {
+        let runs = match &args.from {
+            Some(path) => service.submit_many(requests_from(path, &request)?).await?,
+            None => service.submit_many(vec![request; count.unwrap_or(1) as usize]).await?,
         };
         if json {
             let summaries: Vec<_> = runs.iter().map(lachesis::service::RunSummary::from).collect();
@@ -153,6 +163,40 @@ pub async fn run(settings: Settings, args: StartArgs) -> CliResult {
         }
         return super::watch::follow_progress(&service, &run.id.to_string(), json).await;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Queues a pipeline and prints an id per step in the file's order (a sweep step's is its
+/// sweep's, with its members on stderr); `--json`: its runs, as before sweeps were steps.
+async fn queue_pipeline(
+    service: &Service,
+    pipeline: &lachesis::workflow::pipeline::Pipeline,
+    json: bool,
+) -> CliResult {
+    let queued = service.queue_pipeline(pipeline).await?;
+    for (index, sweep, members) in &queued.sweeps {
+        let step = lachesis::workflow::pipeline::step_label(&pipeline.steps[*index], *index);
+        let ids: Vec<String> = members.iter().map(lachesis::model::short_id).collect();
+        eprintln!("step {step}: sweep {}, {} members queued: {}", sweep.short_id(), ids.len(), ids.join(" "));
+    }
+    if json {
+        let summaries: Vec<_> = queued.runs.iter().map(lachesis::service::RunSummary::from).collect();
+        print_json(&summaries)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut runs = queued.runs.iter();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for index in 0..pipeline.steps.len() {
+        match queued.sweeps.iter().find(|(at, ..)| *at == index) {
+            Some((_, sweep, _)) => writeln!(out, "{}", sweep.id)?,
+            None => {
+                if let Some(run) = runs.next() {
+                    writeln!(out, "{}", run.id)?;
+                }
+            }
+        }
+    }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,13 +1,18 @@
 //! A claimed run's dependency values: `{after.NAME.run_id}`, `{after.NAME.trained_weights}` and
-//! `{after.NAME.run_dir}` of each named run it waited for, read when it is claimed (the runs
-//! have ended by then), checked, and written into its params before its plan is made, so a
-//! restarted daemon expands the same values. The stage plan turns them into
+//! `{after.NAME.run_dir}` of each named run it waited for, and `{after.NAME.best_run_id}`,
+//! `{after.NAME.best_trained_weights}`, `{after.NAME.best_run_dir}` and
+//! `{after.NAME.best_value}` of each named sweep (its recorded winner), read when it is claimed
+//! (what it waited for has ended by then), checked, and written into its params before its plan
+//! is made, so a restarted daemon expands the same values. The stage plan turns them into
 //! `LACHESIS_AFTER_NAME_*` variables.
 
 use std::collections::BTreeMap;
 
+use uuid::Uuid;
+
 use super::{Reconciler, Result};
-use crate::model::dependency::{AFTER_VALUES, after_var, check_value};
+use crate::model::dependency::{AFTER_VALUES, Awaited, SWEEP_VALUES, after_var, check_value};
+use crate::model::sweep::python_float;
 use crate::model::{Run, short_id};
 use crate::workflow::template;
 
@@ -42,34 +47,22 @@ impl Reconciler {
             return Ok((run, problem));
         }
         let mut values: BTreeMap<String, String> = BTreeMap::new();
-        let mut shorts: BTreeMap<String, String> = BTreeMap::new();
+        // Where each dependency's values come from, for the problems that name it.
+        let mut sources: BTreeMap<String, String> = BTreeMap::new();
         for dep in &named {
             let name = dep.name.as_deref().unwrap_or_default();
-            let short = short_id(&dep.run);
-            shorts.insert(format!("after.{name}"), short.clone());
-            let Some(target) = self.store.run(dep.run).await? else {
-                return Ok((run, Some(format!("after.{name}: run {short} no longer exists"))));
-            };
-            values.insert(after_var(name, AFTER_VALUES[0]), target.id.to_string());
-            let run_dir = target.run_dir.to_string_lossy().into_owned();
-            if let Err(problem) = check_value(&run_dir) {
-                return Ok((run, Some(format!("after.{name}.run_dir from run {short}: {problem}"))));
-            }
-            values.insert(after_var(name, AFTER_VALUES[2]), run_dir);
-            let checkpoints = self.store.checkpoints(target.id).await?;
-            let stages = self.store.stages(target.id).await?;
-            let weights = crate::engine::service::trained_weights_of(&checkpoints, &stages).await.unwrap_or_else(|err| {
-                tracing::warn!(run = %run.short_id(), "cannot read the trained weights of run {short}: {err}");
-                None
-            });
-            if let Some(weights) = weights {
-                if let Err(problem) = check_value(&weights) {
-                    return Ok((
-                        run,
-                        Some(format!("after.{name}.trained_weights from run {short}: {problem}")),
-                    ));
+            let read = match dep.awaited {
+                Awaited::Run { run: id, .. } => {
+                    let source = format!("run {}", short_id(&id));
+                    sources.insert(format!("after.{name}"), source.clone());
+                    self.run_values(name, id, &AFTER_VALUES, &source, &mut values).await?
                 }
-                values.insert(after_var(name, AFTER_VALUES[1]), weights);
+                Awaited::Sweep { sweep: id, .. } => {
+                    self.sweep_values(name, id, &mut values, &mut sources).await?
+                }
+            };
+            if let Some(problem) = read {
+                return Ok((run, Some(problem)));
             }
         }
         let mut params = run.params.clone();
@@ -77,9 +70,11 @@ impl Reconciler {
         for (var, raw) in after_templates(&run) {
             for used in template::variables(&raw).unwrap_or_default() {
                 if used.starts_with("after.") && !params.resolved.contains_key(used) {
-                    let problem = match used.strip_suffix(".trained_weights").and_then(|dep| shorts.get(dep))
-                    {
-                        Some(short) => format!("{used}: run {short} reported no trained weights"),
+                    let weights = used
+                        .strip_suffix(".best_trained_weights")
+                        .or_else(|| used.strip_suffix(".trained_weights"));
+                    let problem = match weights.and_then(|dep| sources.get(dep)) {
+                        Some(source) => format!("{used}: {source} reported no trained weights"),
                         None => format!("vars.{var}: {{{used}}} names no dependency value"),
                     };
                     return Ok((run, Some(problem)));
@@ -97,5 +92,71 @@ impl Reconciler {
             format!("dependency values: {}", names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "));
         let recorded = self.store.record_after_values(&run, &params, &note).await?;
         Ok((recorded, None))
+    }
+
+    /// The values of the run `id` for the dependency `name`, under `kinds` (its id, trained
+    /// weights and run directory: a run's own names, or a sweep winner's `best_*`), each
+    /// checked; `source` names where they come from in the problem, when there is one. Trained weights the run never
+    /// reported are left out (a template that uses them fails then, saying so).
+    async fn run_values(
+        &self,
+        name: &str,
+        id: Uuid,
+        kinds: &[&str],
+        source: &str,
+        values: &mut BTreeMap<String, String>,
+    ) -> Result<Option<String>> {
+        let [id_kind, weights_kind, dir_kind, ..] = kinds else {
+            return Ok(Some(format!("after.{name}: no values for {source}")));
+        };
+        let Some(target) = self.store.run(id).await? else {
+            return Ok(Some(format!("after.{name}: {source} no longer exists")));
+        };
+        values.insert(after_var(name, id_kind), target.id.to_string());
+        let run_dir = target.run_dir.to_string_lossy().into_owned();
+        if let Err(problem) = check_value(&run_dir) {
+            return Ok(Some(format!("after.{name}.{dir_kind} from {source}: {problem}")));
+        }
+        values.insert(after_var(name, dir_kind), run_dir);
+        let checkpoints = self.store.checkpoints(target.id).await?;
+        let stages = self.store.stages(target.id).await?;
+        let weights = crate::engine::service::trained_weights_of(&checkpoints, &stages).await.unwrap_or_else(|err| {
+            tracing::warn!(run = %target.short_id(), "cannot read the trained weights of {source}: {err}");
+            None
+        });
+        if let Some(weights) = weights {
+            if let Err(problem) = check_value(&weights) {
+                return Ok(Some(format!("after.{name}.{weights_kind} from {source}: {problem}")));
+            }
+            values.insert(after_var(name, weights_kind), weights);
+        }
+        Ok(None)
+    }
+
+    /// The values of the sweep `id`'s recorded winner for the dependency `name`: its run's
+    /// (as `best_*`) and its best value.
+    async fn sweep_values(
+        &self,
+        name: &str,
+        id: Uuid,
+        values: &mut BTreeMap<String, String>,
+        sources: &mut BTreeMap<String, String>,
+    ) -> Result<Option<String>> {
+        let short = short_id(&id);
+        let Some(sweep) = self.store.sweep(id).await? else {
+            return Ok(Some(format!("after.{name}: sweep {short} no longer exists")));
+        };
+        let Some(winner) = sweep.winner else {
+            return Ok(Some(format!("after.{name}: sweep {short} has no winner")));
+        };
+        let source =
+            format!("run {} (member {} of sweep {short}, its winner)", short_id(&winner.run), winner.k);
+        sources.insert(format!("after.{name}"), source.clone());
+        let value = python_float(winner.value);
+        if let Err(problem) = check_value(&value) {
+            return Ok(Some(format!("after.{name}.{} from sweep {short}: {problem}", SWEEP_VALUES[3])));
+        }
+        values.insert(after_var(name, SWEEP_VALUES[3]), value);
+        self.run_values(name, winner.run, &SWEEP_VALUES, &source, values).await
     }
 }

@@ -55,11 +55,7 @@ impl Service {
             .map(|(run, stages, after)| {
                 let deps = after
                     .iter()
-                    .map(|(after, when)| crate::engine::store::NewDependency {
-                        after: *after,
-                        when: *when,
-                        name: None,
-                    })
+                    .map(|(after, when)| crate::engine::store::NewDependency::on_run(*after, *when, None))
                     .collect();
                 (run.clone(), stages.clone(), deps)
             })

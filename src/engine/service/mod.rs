@@ -46,6 +46,7 @@ pub use metric_history::{HISTORY_SAMPLES, NamedMetrics, ReadingError};
 pub use metrics::{RunMetrics, wandb_project, wandb_run_name};
 pub use nodes::NodeView;
 pub use pending::EditRequest;
+pub use pipelines::QueuedPipeline;
 pub use report::{
     DEFAULT_WINDOW, LOG_LINES, ModelAccuracy, REPORT_ROWS, Report, ReportRun, ReportTest, Waiting,
     deciding_stage, window_text,

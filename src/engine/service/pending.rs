@@ -97,8 +97,13 @@ impl Service {
         let mut set = super::runs::resubmitted_set(run);
         set.extend(request.set.clone());
         // Its dependencies' names stay valid in its values; they are written once, at submission.
-        let after: Vec<String> =
-            self.store.dependencies(run.id).await?.into_iter().filter_map(|d| d.name).collect();
+        let after: Vec<(String, crate::model::AwaitedKind)> = self
+            .store
+            .dependencies(run.id)
+            .await?
+            .into_iter()
+            .filter_map(|d| d.name.map(|name| (name, d.awaited.kind())))
+            .collect();
         let submit = RunRequest {
             workflow: Some(run.workflow.clone()),
             env: run.env_name.clone(),

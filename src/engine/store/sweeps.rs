@@ -1,6 +1,7 @@
 //! Sweeps in the store: the sweep's row, its members (run `run_id` is member `k`), and the two
 //! reads the daemon makes of them: how many members of each sweep with a `max_live` are in
 //! flight (the claim), and which sweeps have members in flight (the early-termination decider).
+//! A sweep's stop or end settles the runs waiting for it in the same transaction.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -8,18 +9,20 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::Result;
+use super::dependencies::{NewDependency, insert_dependencies, settle_sweep_dependents};
 use super::rows::{corrupt, from_json, json, run_from_row};
 use super::sql::{SqlStore, insert_pending_run};
+use super::{Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
-use crate::model::sweep::{SweepRecord, SweepState};
+use crate::model::sweep::{SweepRecord, SweepState, SweepWinner};
 use crate::model::{MetricPoint, Run, Stage, now_millis};
 
 /// `SELECT <every sweep column> FROM sweeps <rest>`, as a `'static` string.
 macro_rules! select_sweeps {
     ($rest:literal) => {
         concat!(
-            "SELECT id, file, config, workflow, members, max_live, state, reason, created_at, updated_at FROM sweeps ",
+            "SELECT id, file, config, workflow, members, max_live, state, reason, winner_k, winner_run, winner_value, ",
+            "created_at, updated_at FROM sweeps ",
             $rest
         )
     };
@@ -44,6 +47,14 @@ pub trait SweepStore: Send + Sync {
     /// Writes the sweep and its member runs (pending, each with its stages and `submitted`
     /// event, member k being `members[k]`) in one transaction: all of it or nothing.
     async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()>;
+    /// Writes sweeps with their members, then runs with their edges (which may wait for those
+    /// sweeps), in one transaction: a pipeline with sweep steps, all of it or nothing. The runs
+    /// as written (with their count of open edges).
+    async fn insert_sweeps_and_runs(
+        &self,
+        sweeps: &[(SweepRecord, Vec<(Run, Vec<Stage>)>)],
+        runs: &[(Run, Vec<Stage>, Vec<NewDependency>)],
+    ) -> Result<Vec<Run>>;
     async fn sweep(&self, id: Uuid) -> Result<Option<SweepRecord>>;
     /// Sweeps whose id starts with `prefix` (hex digits and dashes only), at most `limit`.
     async fn sweeps_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<SweepRecord>>;
@@ -69,7 +80,8 @@ pub trait SweepStore: Send + Sync {
     /// Whether a member of the sweep has not ended yet (the first one found ends the read).
     async fn sweep_has_open_member(&self, id: Uuid) -> Result<bool>;
     /// Moves the sweep from `from` to `to` with `reason`, if it is still in `from`; false when it
-    /// was not (someone else moved it).
+    /// was not (someone else moved it). A move to `stopped` (or to `done`, here without a
+    /// winner) settles the runs waiting for the sweep in the same transaction.
     async fn move_sweep(
         &self,
         id: Uuid,
@@ -77,6 +89,17 @@ pub trait SweepStore: Send + Sync {
         to: SweepState,
         reason: Option<&str>,
     ) -> Result<bool>;
+    /// Ends the sweep (`done`) from `from`, recording its winner (without one, `reason` says
+    /// why), and settles the runs waiting for it in the same transaction: met by a winner,
+    /// failed without one. None when the sweep was not in `from`; else how many edges it
+    /// settled (their cascade's included).
+    async fn end_sweep(
+        &self,
+        id: Uuid,
+        from: SweepState,
+        winner: Option<&SweepWinner>,
+        reason: Option<&str>,
+    ) -> Result<Option<u64>>;
 }
 
 fn sweep_from_row(row: &sqlx::any::AnyRow) -> Result<SweepRecord> {
@@ -85,6 +108,18 @@ fn sweep_from_row(row: &sqlx::any::AnyRow) -> Result<SweepRecord> {
     let config: String = row.try_get("config")?;
     let members: i64 = row.try_get("members")?;
     let max_live: Option<i64> = row.try_get("max_live")?;
+    let winner_k: Option<i64> = row.try_get("winner_k")?;
+    let winner_run: Option<String> = row.try_get("winner_run")?;
+    let winner_value: Option<f64> = row.try_get("winner_value")?;
+    let winner = match (winner_k, winner_run, winner_value) {
+        (Some(k), Some(run), Some(value)) => Some(SweepWinner {
+            k: u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: winner {k}")))?,
+            run: Uuid::parse_str(&run).map_err(|e| corrupt(format!("sweep {id}: winner {run}: {e}")))?,
+            value,
+        }),
+        (None, None, None) => None,
+        _ => return Err(corrupt(format!("sweep {id}: a winner recorded in part"))),
+    };
     Ok(SweepRecord {
         id: Uuid::parse_str(&id).map_err(|e| corrupt(format!("sweep id {id}: {e}")))?,
         file: row.try_get("file")?,
@@ -97,6 +132,7 @@ fn sweep_from_row(row: &sqlx::any::AnyRow) -> Result<SweepRecord> {
             .map_err(|_| corrupt(format!("sweep {id}: max_live {max_live:?}")))?,
         state: state.parse().map_err(corrupt)?,
         reason: row.try_get("reason")?,
+        winner,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
@@ -131,33 +167,28 @@ impl SqlStore {
 impl SweepStore for SqlStore {
     async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()> {
         let mut tx = self.pool().begin().await?;
-        sqlx::query(
-            "INSERT INTO sweeps (id, file, config, workflow, members, max_live, state, reason, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(sweep.id.to_string())
-        .bind(&sweep.file)
-        .bind(json(&sweep.config))
-        .bind(&sweep.workflow)
-        .bind(sweep.members as i64)
-        .bind(sweep.max_live.map(i64::from))
-        .bind(sweep.state.as_str())
-        .bind(sweep.reason.as_deref())
-        .bind(sweep.created_at)
-        .bind(sweep.updated_at)
-        .execute(&mut *tx)
-        .await?;
-        for (k, (run, stages)) in members.iter().enumerate() {
-            insert_pending_run(&mut tx, run, stages).await?;
-            sqlx::query("INSERT INTO sweep_members (sweep_id, k, run_id) VALUES ($1, $2, $3)")
-                .bind(sweep.id.to_string())
-                .bind(k as i64)
-                .bind(run.id.to_string())
-                .execute(&mut *tx)
-                .await?;
-        }
+        insert_sweep_rows(&mut tx, sweep, members).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn insert_sweeps_and_runs(
+        &self,
+        sweeps: &[(SweepRecord, Vec<(Run, Vec<Stage>)>)],
+        runs: &[(Run, Vec<Stage>, Vec<NewDependency>)],
+    ) -> Result<Vec<Run>> {
+        let mut tx = self.pool().begin().await?;
+        for (sweep, members) in sweeps {
+            insert_sweep_rows(&mut tx, sweep, members).await?;
+        }
+        let mut inserted = Vec::with_capacity(runs.len());
+        for (run, stages, deps) in runs {
+            insert_pending_run(&mut tx, run, stages).await?;
+            let deps_open = insert_dependencies(&mut tx, self.backend(), run.id, deps).await?;
+            inserted.push(Run { deps_open, ..run.clone() });
+        }
+        tx.commit().await?;
+        Ok(inserted)
     }
 
     async fn sweep(&self, id: Uuid) -> Result<Option<SweepRecord>> {
@@ -313,19 +344,118 @@ impl SweepStore for SqlStore {
         to: SweepState,
         reason: Option<&str>,
     ) -> Result<bool> {
+        Ok(self.shift_sweep(id, from, to, reason, None).await?.is_some())
+    }
+
+    async fn end_sweep(
+        &self,
+        id: Uuid,
+        from: SweepState,
+        winner: Option<&SweepWinner>,
+        reason: Option<&str>,
+    ) -> Result<Option<u64>> {
+        self.shift_sweep(id, from, SweepState::Done, reason, winner).await
+    }
+}
+
+/// Writes a sweep's row and its members (pending runs, each with its stages and `submitted`
+/// event, member k being `members[k]`) in `tx`.
+async fn insert_sweep_rows(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    sweep: &SweepRecord,
+    members: &[(Run, Vec<Stage>)],
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO sweeps (id, file, config, workflow, members, max_live, state, reason, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(sweep.id.to_string())
+    .bind(&sweep.file)
+    .bind(json(&sweep.config))
+    .bind(&sweep.workflow)
+    .bind(sweep.members as i64)
+    .bind(sweep.max_live.map(i64::from))
+    .bind(sweep.state.as_str())
+    .bind(sweep.reason.as_deref())
+    .bind(sweep.created_at)
+    .bind(sweep.updated_at)
+    .execute(&mut **tx)
+    .await?;
+    for (k, (run, stages)) in members.iter().enumerate() {
+        insert_pending_run(tx, run, stages).await?;
+        sqlx::query("INSERT INTO sweep_members (sweep_id, k, run_id) VALUES ($1, $2, $3)")
+            .bind(sweep.id.to_string())
+            .bind(k as i64)
+            .bind(run.id.to_string())
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+impl SqlStore {
+    /// The one sweep move: a compare-and-set from `from` to `to` (with the winner, for an end),
+    /// and, when the move ends what runs wait for, their settlement, in one transaction. None
+    /// when the sweep was not in `from`; else how many edges were settled.
+    async fn shift_sweep(
+        &self,
+        id: Uuid,
+        from: SweepState,
+        to: SweepState,
+        reason: Option<&str>,
+        winner: Option<&SweepWinner>,
+    ) -> Result<Option<u64>> {
         if !from.may_become(to) {
-            return Ok(false);
+            return Ok(None);
         }
-        let moved = sqlx::query(
-            "UPDATE sweeps SET state = $1, reason = COALESCE($2, reason), updated_at = $3 WHERE id = $4 AND state = $5",
-        )
-        .bind(to.as_str())
-        .bind(reason)
-        .bind(now_millis())
-        .bind(id.to_string())
-        .bind(from.as_str())
-        .execute(self.pool())
-        .await?;
-        Ok(moved.rows_affected() == 1)
+        let mut tx = self.pool().begin().await?;
+        let now = now_millis();
+        // Two statements, so that no NULL is ever bound for the winner's value: sqlx's Any
+        // driver binds a NULL double as a PostgreSQL float4, and a statement prepared so then
+        // refuses a float8.
+        let moved = match winner {
+            Some(winner) => {
+                sqlx::query(
+                    "UPDATE sweeps SET state = $1, reason = COALESCE($2, reason), updated_at = $3, winner_k = $4, \
+                     winner_run = $5, winner_value = $6 WHERE id = $7 AND state = $8 RETURNING reason",
+                )
+                .bind(to.as_str())
+                .bind(reason)
+                .bind(now)
+                .bind(winner.k as i64)
+                .bind(winner.run.to_string())
+                .bind(winner.value)
+                .bind(id.to_string())
+                .bind(from.as_str())
+                .fetch_optional(&mut *tx)
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "UPDATE sweeps SET state = $1, reason = COALESCE($2, reason), updated_at = $3 \
+                     WHERE id = $4 AND state = $5 RETURNING reason",
+                )
+                .bind(to.as_str())
+                .bind(reason)
+                .bind(now)
+                .bind(id.to_string())
+                .bind(from.as_str())
+                .fetch_optional(&mut *tx)
+                .await?
+            }
+        };
+        let Some(moved) = moved else { return Ok(None) };
+        let why: Option<String> = moved.try_get("reason")?;
+        let settled = match to {
+            // A stop, or an end: what waits for the sweep learns it now. (A stopped sweep's
+            // edges were settled by its stop; its end finds none open.)
+            SweepState::Stopped | SweepState::Done => {
+                settle_sweep_dependents(&mut tx, self.backend(), id, to, winner.is_some(), why.as_deref())
+                    .await?
+            }
+            SweepState::Live | SweepState::Target => 0,
+        };
+        tx.commit().await?;
+        Ok(Some(settled))
     }
 }

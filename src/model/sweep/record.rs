@@ -92,6 +92,9 @@ pub struct SweepRecord {
     pub max_live: Option<u32>,
     pub state: SweepState,
     pub reason: Option<String>,
+    /// Its best member, recorded when it ended (`done`) with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub winner: Option<super::SweepWinner>,
     pub created_at: Millis,
     pub updated_at: Millis,
 }

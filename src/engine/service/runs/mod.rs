@@ -9,5 +9,5 @@ pub use crate::workflow::request::{DependencyRequest, DependencyTarget, RunReque
 pub(super) use results::weights_in;
 pub use results::{RunResults, trained_weights, trained_weights_of};
 pub(super) use stop::resubmitted_set;
-pub(super) use submit::Earlier;
+pub(super) use submit::{Earlier, InBatch, SweepRows};
 pub use views::{RunStatus, RunSummary};

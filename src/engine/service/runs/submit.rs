@@ -6,19 +6,32 @@ use uuid::Uuid;
 
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::{NewDependency, StoreError};
-use crate::model::{Run, RunParams, When};
+use crate::model::sweep::{SweepRecord, SweepSpec};
+use crate::model::{AwaitedKind, Run, RunParams, Stage, When};
 use crate::workflow::Workflow;
 use crate::workflow::request::{DependencyRequest, DependencyTarget, RunRequest};
 
-/// A dependency on an earlier run of the same batch (a pipeline's step, already placed before
-/// this one): its place in the batch, from 0.
+/// A dependency on another part of the same submission (a pipeline's step): an earlier run of
+/// the batch, or a sweep written with it.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::engine::service) struct Earlier {
-    pub place: usize,
+    pub target: InBatch,
     pub when: When,
     /// What `{after.NAME.*}` calls it: the step's name.
     pub name: Option<String>,
 }
+
+/// What an [`Earlier`] dependency waits for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in crate::engine::service) enum InBatch {
+    /// A run of the batch already placed before this one: its place, from 0.
+    Run(usize),
+    /// A sweep written in the same transaction.
+    Sweep(uuid::Uuid),
+}
+
+/// A sweep to write with a batch, with its members.
+pub(in crate::engine::service) type SweepRows = (SweepRecord, Vec<(Run, Vec<Stage>)>);
 
 /// Only the workflow's declared vars take per-run values: the built-ins (the interpreter, the
 /// checkout, the run's paths) are the operator's, never a caller's.
@@ -48,12 +61,14 @@ impl Service {
     /// order, so they are claimed in order at equal priority) and wakes the daemon once.
     /// Nothing is written when any request is wrong; the error names the request (from 1).
     pub async fn submit_many(&self, requests: Vec<RunRequest>) -> Result<Vec<Run>> {
-        self.submit_batch(requests.into_iter().map(|r| (r, Vec::new())).collect()).await
+        self.submit_batch(Vec::new(), requests.into_iter().map(|r| (r, Vec::new())).collect()).await
     }
 
-    /// `submit_many`, each request with the earlier runs of the batch it waits for.
+    /// `submit_many`, each request with the parts of the submission it waits for, and the
+    /// `sweeps` (already prepared) written first in the same transaction.
     pub(in crate::engine::service) async fn submit_batch(
         &self,
+        sweeps: Vec<SweepRows>,
         requests: Vec<(RunRequest, Vec<Earlier>)>,
     ) -> Result<Vec<Run>> {
         let catalog = self.settings.catalog()?;
@@ -68,7 +83,8 @@ impl Service {
             };
             let deps =
                 self.dependencies_of(request.dependencies(), &earlier, &ids).await.map_err(in_batch)?;
-            let names: Vec<String> = deps.iter().filter_map(|d| d.name.clone()).collect();
+            let names: Vec<(String, AwaitedKind)> =
+                deps.iter().filter_map(|d| d.name.clone().map(|name| (name, d.kind))).collect();
             let run = self
                 .prepare_as(&catalog, &mut specs, request, &names, Uuid::new_v4())
                 .await
@@ -77,7 +93,11 @@ impl Service {
             ids.push(run.id);
             batch.push((run, stages, deps));
         }
-        let runs = self.store.insert_runs_after(&batch).await.map_err(|err| match err {
+        let written = match sweeps.is_empty() {
+            true => self.store.insert_runs_after(&batch).await,
+            false => self.store.insert_sweeps_and_runs(&sweeps, &batch).await,
+        };
+        let runs = written.map_err(|err| match err {
             StoreError::Unmet { reason } => ServiceError::DependencyUnmet { reason },
             other => other.into(),
         })?;
@@ -85,9 +105,10 @@ impl Service {
         Ok(runs)
     }
 
-    /// A request's dependencies as the store writes them: each target found (an existing run by
-    /// its id or prefix, or an earlier run of the batch, whose id is in `ids`), each name given
-    /// once, and none on a run that already ended in a way that can never meet it.
+    /// A request's dependencies as the store writes them: each target found (an existing run
+    /// or sweep by its id or prefix, or an earlier part of the submission: a run of the batch,
+    /// whose id is in `ids`, or a sweep written with it), each name given once, and none on a
+    /// run or sweep that already ended in a way that can never meet it.
     async fn dependencies_of(
         &self,
         asked: &[DependencyRequest],
@@ -96,17 +117,27 @@ impl Service {
     ) -> Result<Vec<NewDependency>> {
         let mut deps: Vec<NewDependency> = Vec::with_capacity(asked.len() + earlier.len());
         for dep in earlier {
-            let id = *ids.get(dep.place).ok_or_else(|| {
-                ServiceError::BadDependency(format!(
-                    "run {} of the batch is not before this one: a run waits only for earlier runs",
-                    dep.place + 1
-                ))
-            })?;
-            deps.push(NewDependency { after: id, when: dep.when, name: dep.name.clone() });
+            match dep.target {
+                InBatch::Run(place) => {
+                    let id = *ids.get(place).ok_or_else(|| {
+                        ServiceError::BadDependency(format!(
+                            "run {} of the batch is not before this one: a run waits only for earlier runs",
+                            place + 1
+                        ))
+                    })?;
+                    deps.push(NewDependency::on_run(id, dep.when, dep.name.clone()));
+                }
+                InBatch::Sweep(id) => deps.push(NewDependency::on_sweep(id, dep.name.clone())),
+            }
         }
         for dep in asked {
             let prefix = match &dep.target {
                 DependencyTarget::Run(prefix) => prefix,
+                DependencyTarget::Sweep(prefix) => {
+                    let sweep = self.awaitable_sweep(prefix).await?;
+                    deps.push(NewDependency::on_sweep(sweep.id, dep.name.clone()));
+                    continue;
+                }
                 DependencyTarget::Step(step) => {
                     return Err(ServiceError::BadDependency(format!(
                         "'{}' names a pipeline step; outside a pipeline, wait for a run: {{\"run\": ID}}",
@@ -120,7 +151,7 @@ impl Service {
                 let reason = crate::model::dependency::unmet_reason(&run.id, dep.when, run.state);
                 return Err(ServiceError::DependencyUnmet { reason });
             }
-            deps.push(NewDependency { after: run.id, when: dep.when, name: dep.name.clone() });
+            deps.push(NewDependency::on_run(run.id, dep.when, dep.name.clone()));
         }
         for (i, dep) in deps.iter().enumerate() {
             if let Some(name) = &dep.name {
@@ -133,14 +164,36 @@ impl Service {
         Ok(deps)
     }
 
+    /// The sweep `prefix` names, when a run may wait for it: one with a metric (else it never
+    /// has a winner), not stopped, and not ended without a winner.
+    async fn awaitable_sweep(&self, prefix: &str) -> Result<SweepRecord> {
+        let sweep = self.resolve_sweep(prefix).await?;
+        if SweepSpec::parse(&sweep.file).map_or(true, |spec| spec.metric.is_none()) {
+            return Err(ServiceError::BadDependency(format!(
+                "sweep {} has no metric, so it never has a winner to wait for",
+                sweep.short_id()
+            )));
+        }
+        let settled = crate::model::dependency::settle_sweep(sweep.state, sweep.winner.is_some());
+        if settled == crate::model::Settled::Unmet {
+            let reason =
+                crate::model::dependency::sweep_unmet_reason(&sweep.id, sweep.state, sweep.reason.as_deref());
+            return Err(ServiceError::DependencyUnmet {
+                reason: format!("{reason}: a run waiting for it could never start"),
+            });
+        }
+        Ok(sweep)
+    }
+
     /// One run, checked and planned as `id`, not yet written: a new run, or a queued run an
-    /// edit re-plans under its own id. `after` are its dependencies' names (`{after.NAME.*}`).
+    /// edit re-plans under its own id. `after` are its dependencies' names (`{after.NAME.*}`),
+    /// each with what it waits for (a run's values differ from a sweep's).
     pub(in crate::engine::service) async fn prepare_as(
         &self,
         catalog: &crate::workflow::Catalog,
         specs: &mut HashMap<String, Workflow>,
         request: RunRequest,
-        after: &[String],
+        after: &[(String, AwaitedKind)],
         id: Uuid,
     ) -> Result<Run> {
         let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
@@ -183,10 +236,9 @@ impl Service {
             (None, None, config)
         };
         let run_dir = self.settings.run_dir(&id);
-        let after_names: Vec<&str> = after.iter().map(String::as_str).collect();
         let resolved = self.resolve_vars(
             &spec,
-            (&request.vars, &after_names),
+            (&request.vars, after),
             (env_name.as_deref(), env_file.as_deref()),
             &id,
             &run_dir,
@@ -205,8 +257,8 @@ impl Service {
                 .plan(&trial, &run_dir)
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
-        let params =
-            RunParams { vars: request.vars, config, needs, resolved, after: after.to_vec(), sweep: None };
+        let after = after.iter().map(|(name, _)| name.clone()).collect();
+        let params = RunParams { vars: request.vars, config, needs, resolved, after, sweep: None };
         let held_at = request.hold.unwrap_or(false).then(crate::model::now_millis);
         let run = Run {
             env_name,
@@ -261,7 +313,7 @@ impl Service {
     fn resolve_vars(
         &self,
         spec: &Workflow,
-        (vars, after): (&BTreeMap<String, String>, &[&str]),
+        (vars, after): (&BTreeMap<String, String>, &[(String, AwaitedKind)]),
         (env_name, env_file): (Option<&str>, Option<&std::path::Path>),
         id: &Uuid,
         run_dir: &std::path::Path,
@@ -281,8 +333,8 @@ impl Service {
         ]);
         let mut resolved = builtins.clone();
         let mut with_after = builtins;
-        for name in after {
-            for kind in crate::model::dependency::AFTER_VALUES {
+        for (name, awaited) in after {
+            for kind in awaited.values() {
                 let var = crate::model::dependency::after_var(name, kind);
                 with_after.insert(var.clone(), format!("{{{var}}}"));
             }
@@ -293,11 +345,10 @@ impl Service {
             let raw = vars.get(name).unwrap_or(default);
             for var in crate::workflow::template::variables(raw).unwrap_or_default() {
                 if var.starts_with("after.") && !with_after.contains_key(var) {
-                    let named = if after.is_empty() { "none".to_string() } else { after.join(", ") };
                     return Err(unplannable(format!(
-                        "vars.{name}: '{{{}}}' is not a value of a named dependency ({{after.NAME.run_id}}, \
-                         {{after.NAME.trained_weights}} or {{after.NAME.run_dir}}; named: {named})",
-                        crate::text::one_line(var)
+                        "vars.{name}: '{{{}}}' is not a value of a named dependency ({})",
+                        crate::text::one_line(var),
+                        after_values_known(var, after)
                     )));
                 }
             }
@@ -306,5 +357,27 @@ impl Service {
             resolved.insert(name.clone(), value);
         }
         Ok(resolved)
+    }
+}
+
+/// What a misnamed `{after.…}` value could have been: the values of the dependency it names,
+/// when it names one, else the values of a run and the names there are.
+fn after_values_known(var: &str, after: &[(String, AwaitedKind)]) -> String {
+    let listed = |kind: AwaitedKind| {
+        let values: Vec<String> = kind.values().iter().map(|v| format!("{{after.NAME.{v}}}")).collect();
+        values.join(", ")
+    };
+    let named = var.strip_prefix("after.").and_then(|rest| rest.split_once('.')).map(|(name, _)| name);
+    match after.iter().find(|(name, _)| Some(name.as_str()) == named) {
+        Some((name, kind)) => format!("{name} is a {} dependency: {}", kind.as_str(), listed(*kind)),
+        None => {
+            let names: Vec<&str> = after.iter().map(|(name, _)| name.as_str()).collect();
+            let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+            format!(
+                "a run's are {}; a sweep's {}; named: {names}",
+                listed(AwaitedKind::Run),
+                listed(AwaitedKind::Sweep)
+            )
+        }
     }
 }

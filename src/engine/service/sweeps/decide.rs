@@ -77,7 +77,7 @@ impl SweepDecider {
                     {
                         continue;
                     }
-                    if service.store.move_sweep(sweep.id, state, SweepState::Done, None).await? {
+                    if service.end_sweep(&sweep, state, source).await? {
                         decisions.push(SweepDecision::Done { sweep: sweep.id });
                     }
                 }

@@ -1,6 +1,7 @@
 //! Sweeps: a configuration space searched by member runs (`lachesis sweep …`, `/sweeps`).
 
 mod decide;
+mod end;
 mod series;
 mod submit;
 mod views;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
+use crate::engine::service::runs::SweepRows;
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::model::sweep::{MemberOf, SweepRecord, SweepSpec, SweepState, Target, var_text};
 use crate::model::{Run, now_millis};
@@ -27,6 +28,18 @@ impl Service {
     /// `overrides` apply to every member (e.g. `hold`, `time_limit`, a var the sweep does not
     /// set); they may not name a sweep parameter, nor wait for other runs.
     pub async fn submit_sweep(&self, text: &str, overrides: RunRequest) -> Result<StartedSweep> {
+        let (sweep, members) = self.prepare_sweep(text, overrides).await?;
+        self.store.insert_sweep(&sweep, &members).await?;
+        self.wake_queued().await;
+        Ok(StartedSweep { sweep, members: members.iter().map(|(run, _)| run.id).collect() })
+    }
+
+    /// The sweep `text` describes, checked and with every member planned, not yet written.
+    pub(in crate::engine::service) async fn prepare_sweep(
+        &self,
+        text: &str,
+        overrides: RunRequest,
+    ) -> Result<SweepRows> {
         let spec = SweepSpec::parse(text)?;
         let config: serde_json::Value =
             crate::yaml::from_str(text).map_err(|err| ServiceError::Sweep(err.message))?;
@@ -111,11 +124,10 @@ impl Service {
             max_live: spec.max_live,
             state: SweepState::Live,
             reason: None,
+            winner: None,
             created_at: now,
             updated_at: now,
         };
-        self.store.insert_sweep(&sweep, &members).await?;
-        self.wake_queued().await;
-        Ok(StartedSweep { sweep, members: members.iter().map(|(run, _)| run.id).collect() })
+        Ok((sweep, members))
     }
 }

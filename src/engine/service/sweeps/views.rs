@@ -55,7 +55,8 @@ pub struct SweepStatus {
     pub counts: BTreeMap<String, u64>,
     /// Best first by the metric's goal; members without a reading after them, by k.
     pub leaderboard: Vec<MemberStatus>,
-    /// The best member, once no member is pending or in flight.
+    /// The best member, once no member is pending or in flight (for a sweep that is `done`,
+    /// the one recorded with its end: what the runs waiting for it got).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub winner: Option<u64>,
     /// While members have started and none has reported the metric: which metrics one does
@@ -175,9 +176,11 @@ impl Service {
         let goal = spec.metric.as_ref().map(|m| m.goal);
         leaderboard.sort_by(|a, b| ranked(a, b, goal));
         let finished = members.iter().all(|(_, run)| run.state.is_terminal());
-        let winner = match finished {
-            true => leaderboard.first().filter(|m| m.best.is_some()).map(|m| m.k),
-            false => None,
+        // The winner recorded with the sweep's end is the one its waiting runs got.
+        let winner = match (sweep.winner, finished) {
+            (Some(recorded), _) => Some(recorded.k),
+            (None, true) => leaderboard.first().filter(|m| m.best.is_some()).map(|m| m.k),
+            (None, false) => None,
         };
         Ok(SweepStatus {
             sweep: SweepSummary::from(sweep),
@@ -210,11 +213,18 @@ impl Service {
 
     /// Stops the sweep `prefix` names: its pending members are cancelled, its started ones
     /// stopped (each through the normal stop, with its event), and the sweep marked stopped so
-    /// none of its members starts again. Stopping twice is not an error.
+    /// none of its members starts again; the runs waiting for it fail, in the stop's own
+    /// transaction. Stopping twice is not an error.
     pub async fn stop_sweep(&self, prefix: &str) -> Result<SweepSummary> {
         let sweep = self.resolve_sweep(prefix).await?;
+        let mut stopped = false;
         for from in [SweepState::Live, SweepState::Target] {
-            self.store.move_sweep(sweep.id, from, SweepState::Stopped, Some("stop requested")).await?;
+            stopped |=
+                self.store.move_sweep(sweep.id, from, SweepState::Stopped, Some("stop requested")).await?;
+        }
+        if stopped {
+            // The runs its stop failed have notices to post, even when no member was left to stop.
+            self.wake().await;
         }
         for (_, run) in self.store.sweep_members(sweep.id).await? {
             if run.state.is_terminal() {

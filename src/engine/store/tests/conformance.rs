@@ -61,7 +61,7 @@ async fn a_dependency_failure_is_listed_and_its_notice_taken_once(store: Arc<dyn
     let (x, x_stages) = new_run(0);
     let (y, y_stages) = new_run(0);
     let (z, z_stages) = new_run(0);
-    let ok = |after: Uuid| vec![NewDependency { after, when: When::Ok, name: None }];
+    let ok = |after: Uuid| vec![NewDependency::on_run(after, When::Ok, None)];
     store
         .insert_runs_after(&[
             (x.clone(), x_stages, vec![]),
@@ -111,10 +111,8 @@ async fn a_dependency_failure_is_listed_and_its_notice_taken_once(store: Arc<dyn
 async fn an_end_settles_the_runs_waiting_for_it(store: &dyn Store) {
     use crate::engine::store::NewDependency;
     use crate::model::{Settled, When};
-    let dep = |after: Uuid, when: When, name: Option<&str>| NewDependency {
-        after,
-        when,
-        name: name.map(str::to_string),
+    let dep = |after: Uuid, when: When, name: Option<&str>| {
+        NewDependency::on_run(after, when, name.map(str::to_string))
     };
     let (x, x_stages) = new_run(0);
     let (y, y_stages) = new_run(0);
@@ -133,8 +131,11 @@ async fn an_end_settles_the_runs_waiting_for_it(store: &dyn Store) {
         .unwrap();
     assert_eq!(inserted.iter().map(|r| r.deps_open).collect::<Vec<_>>(), [0, 1, 1, 2, 1]);
     let after = store.dependencies(y.id).await.unwrap();
-    assert_eq!((after[0].run, after[0].when, after[0].name.as_deref()), (x.id, When::Ok, Some("x")));
-    assert_eq!((after[0].state, after[0].settled), (Some(RunState::Pending), Settled::Waiting));
+    assert_eq!((after[0].awaited.id(), after[0].when, after[0].name.as_deref()), (x.id, When::Ok, Some("x")));
+    assert_eq!(
+        (after[0].awaited, after[0].settled),
+        (crate::model::Awaited::Run { run: x.id, state: Some(RunState::Pending) }, Settled::Waiting)
+    );
 
     let x = store.transition(&x, RunTrigger::Claim, None, None).await.unwrap();
     let x = store.transition(&x, RunTrigger::Fail, Some("boom"), None).await.unwrap();

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::engine::store::dependencies::{OPEN_CHUNK, open_dependencies_sql};
 use crate::engine::store::{DependencyStore, NewDependency, Store};
-use crate::model::{Run, RunParams, RunState, RunTrigger, Settled, Stage, When};
+use crate::model::{Awaited, Run, RunParams, RunState, RunTrigger, Settled, Stage, When};
 use crate::settings::StoreLocation;
 use crate::workflow::Workflow;
 
@@ -27,7 +27,7 @@ fn queued() -> (Run, Vec<Stage>) {
 }
 
 fn dep(after: Uuid, when: When, name: Option<&str>) -> NewDependency {
-    NewDependency { after, when, name: name.map(str::to_string) }
+    NewDependency::on_run(after, when, name.map(str::to_string))
 }
 
 async fn open_edges(store: &dyn Store) {
@@ -46,11 +46,12 @@ async fn open_edges(store: &dyn Store) {
         .unwrap();
     assert_eq!(runs[2].deps_open, 2);
     let open = store.open_dependencies(&[x.id, y.id, a.id]).await.unwrap();
-    let seen: Vec<_> = open.iter().map(|(w, d)| (*w, d.run, d.when, d.name.as_deref(), d.state)).collect();
+    let seen: Vec<_> = open.iter().map(|(w, d)| (*w, d.awaited, d.when, d.name.as_deref())).collect();
+    let pending = |run| Awaited::Run { run, state: Some(RunState::Pending) };
     let mut want = vec![
-        (x.id, a.id, When::Ok, Some("first"), Some(RunState::Pending)),
-        (x.id, b.id, When::Any, None, Some(RunState::Pending)),
-        (y.id, b.id, When::Any, None, Some(RunState::Pending)),
+        (x.id, pending(a.id), When::Ok, Some("first")),
+        (x.id, pending(b.id), When::Any, None),
+        (y.id, pending(b.id), When::Any, None),
     ];
     // By waiting run (in id order), each run's edges in the order given.
     want.sort_by_key(|(w, ..)| w.to_string());
@@ -60,7 +61,7 @@ async fn open_edges(store: &dyn Store) {
     // b is cancelled: an `any` edge is met by it and leaves the open ones.
     store.transition(&runs[1], RunTrigger::Cancel, Some("cancelled"), None).await.unwrap();
     let open = store.open_dependencies(&[x.id, y.id]).await.unwrap();
-    let seen: Vec<(Uuid, Uuid)> = open.iter().map(|(w, d)| (*w, d.run)).collect();
+    let seen: Vec<(Uuid, Uuid)> = open.iter().map(|(w, d)| (*w, d.awaited.id())).collect();
     assert_eq!(seen, [(x.id, a.id)]);
     assert!(store.open_dependencies(&[]).await.unwrap().is_empty());
 }

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use uuid::Uuid;
 
-use crate::engine::store::Store;
-use crate::model::sweep::{MemberOf, SweepRecord, SweepState};
-use crate::model::{Run, RunParams, RunTrigger, Stage, now_millis};
+use crate::engine::store::{NewDependency, Store, StoreError, SweepStore};
+use crate::model::dependency::{Awaited, Settled, When};
+use crate::model::sweep::{MemberOf, SweepRecord, SweepState, SweepWinner};
+use crate::model::{Run, RunParams, RunState, RunTrigger, Stage, now_millis, short_id};
 use crate::workflow::Workflow;
 
 on_both_backends!(
@@ -16,6 +17,8 @@ on_both_backends!(
     max_live_counts_the_members_in_flight,
     a_sweep_moves_by_compare_and_set,
     a_sweeps_series_are_each_members_in_one_read,
+    a_sweeps_end_settles_the_runs_waiting_for_it,
+    a_sweep_and_the_runs_waiting_for_it_land_together_or_not_at_all,
 );
 
 fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
@@ -29,6 +32,7 @@ fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
         max_live,
         state: SweepState::Live,
         reason: None,
+        winner: None,
         created_at: now,
         updated_at: now,
     }
@@ -199,4 +203,198 @@ async fn a_sweeps_series_are_each_members_in_one_read(store: &dyn Store) {
     let steps: Vec<(u32, i64, f64)> = all[&a].iter().map(|p| (p.attempt, p.step, p.value)).collect();
     assert_eq!(steps, vec![(1, 1, 3.0), (2, 2, 2.5)]);
     assert!(store.member_series(Uuid::new_v4(), "loss").await.unwrap().is_empty());
+}
+
+/// A run that is no sweep's member, waiting for what `deps` name.
+fn waiting(deps: Vec<NewDependency>) -> (Run, Vec<Stage>, Vec<NewDependency>) {
+    let spec = Workflow::parse(
+        std::path::Path::new("w.yaml"),
+        "name: w\nstages:\n  - {name: main, argv: ['true']}\n",
+    )
+    .unwrap();
+    let id = Uuid::new_v4();
+    let run = Run::queued(id, spec, PathBuf::from(format!("/runs/{id}")), 0, RunParams::default());
+    let stages = run.pending_stages();
+    (run, stages, deps)
+}
+
+/// A sweep's end settles the runs waiting for it in its own transaction: its winner meets them
+/// (and is recorded); a stop, or an end without a winner, fails them with a reason naming the
+/// sweep, and the runs waiting for those fail in turn. A sweep that has ended is settled at
+/// submission: met as written, or refused with nothing written.
+async fn a_sweeps_end_settles_the_runs_waiting_for_it(store: &dyn Store) {
+    let on =
+        |sweep: &SweepRecord, name: Option<&str>| NewDependency::on_sweep(sweep.id, name.map(str::to_string));
+    let won = sweep(2, None);
+    let stopped = sweep(1, None);
+    let empty = sweep(1, None);
+    for record in [&won, &stopped, &empty] {
+        store.insert_sweep(record, &members(record)).await.unwrap();
+    }
+    let eval = waiting(vec![on(&won, Some("tune"))]);
+    let after_eval = waiting(vec![NewDependency::on_run(eval.0.id, When::Ok, None)]);
+    let x = waiting(vec![on(&stopped, None)]);
+    let after_x = waiting(vec![NewDependency::on_run(x.0.id, When::Ok, None)]);
+    let cleanup = waiting(vec![NewDependency::on_run(x.0.id, When::Any, None)]);
+    let z = waiting(vec![on(&empty, None)]);
+    let written = store
+        .insert_runs_after(&[
+            eval.clone(),
+            after_eval.clone(),
+            x.clone(),
+            after_x.clone(),
+            cleanup.clone(),
+            z.clone(),
+        ])
+        .await
+        .unwrap();
+    assert!(written.iter().all(|run| run.deps_open == 1));
+    let deps = store.dependencies(eval.0.id).await.unwrap();
+    assert_eq!(
+        (deps[0].awaited, deps[0].when, deps[0].name.as_deref(), deps[0].settled),
+        (
+            Awaited::Sweep { sweep: won.id, state: Some(SweepState::Live) },
+            When::Ok,
+            Some("tune"),
+            Settled::Waiting
+        )
+    );
+    let open = store.open_dependencies(&[eval.0.id, z.0.id]).await.unwrap();
+    assert_eq!(open.len(), 2, "{open:?}");
+    assert!(open.iter().all(|(_, d)| matches!(d.awaited, Awaited::Sweep { .. })));
+
+    // A target is not an end: its running members may still win.
+    assert!(
+        store
+            .move_sweep(won.id, SweepState::Live, SweepState::Target, Some("member 1 reached it"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.run(eval.0.id).await.unwrap().unwrap().deps_open, 1);
+    let winner = SweepWinner { k: 1, run: Uuid::new_v4(), value: 0.25 };
+    assert_eq!(store.end_sweep(won.id, SweepState::Target, Some(&winner), None).await.unwrap(), Some(1));
+    assert_eq!(store.end_sweep(won.id, SweepState::Target, Some(&winner), None).await.unwrap(), None, "once");
+    let read = store.sweep(won.id).await.unwrap().unwrap();
+    assert_eq!((read.state, read.winner), (SweepState::Done, Some(winner)));
+    let met = store.run(eval.0.id).await.unwrap().unwrap();
+    assert_eq!((met.state, met.deps_open), (RunState::Pending, 0));
+    let notes: Vec<String> =
+        store.events(eval.0.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
+    let met_note = format!("dependency sweep {} done: met (0 left)", short_id(&won.id));
+    assert!(notes.contains(&met_note), "{notes:?}");
+    assert_eq!(store.dependencies(eval.0.id).await.unwrap()[0].settled, Settled::Met);
+    assert_eq!(store.run(after_eval.0.id).await.unwrap().unwrap().deps_open, 1, "its own wait is on eval");
+
+    // A stop fails what waits for the sweep, and what waits for that, in the stop's commit.
+    assert!(
+        store
+            .move_sweep(stopped.id, SweepState::Live, SweepState::Stopped, Some("stop requested"))
+            .await
+            .unwrap()
+    );
+    let failed = store.run(x.0.id).await.unwrap().unwrap();
+    let reason = format!("sweep {} was stopped", short_id(&stopped.id));
+    assert_eq!((failed.state, failed.reason.as_deref()), (RunState::Failed, Some(reason.as_str())));
+    let cascaded = store.run(after_x.0.id).await.unwrap().unwrap();
+    let reason = format!("dependency {} failed", short_id(&x.0.id));
+    assert_eq!((cascaded.state, cascaded.reason.as_deref()), (RunState::Failed, Some(reason.as_str())));
+    let freed = store.run(cleanup.0.id).await.unwrap().unwrap();
+    assert_eq!((freed.state, freed.deps_open), (RunState::Pending, 0), "a cleanup `any` still starts");
+    // Its end later records no winner and settles nothing more.
+    assert_eq!(store.end_sweep(stopped.id, SweepState::Stopped, None, None).await.unwrap(), Some(0));
+    let read = store.sweep(stopped.id).await.unwrap().unwrap();
+    assert_eq!(
+        (read.state, read.reason.as_deref(), read.winner),
+        (SweepState::Done, Some("stop requested"), None)
+    );
+
+    // An end with no member that reported the metric fails its waiting run, saying why.
+    let why = "no member reported loss";
+    assert_eq!(store.end_sweep(empty.id, SweepState::Live, None, Some(why)).await.unwrap(), Some(1));
+    let failed = store.run(z.0.id).await.unwrap().unwrap();
+    let reason = format!("sweep {} ended without a winner ({why})", short_id(&empty.id));
+    assert_eq!((failed.state, failed.reason.as_deref()), (RunState::Failed, Some(reason.as_str())));
+    let failures = store.dependency_failures(0, i64::MAX, 100).await.unwrap();
+    for run in [x.0.id, after_x.0.id, z.0.id] {
+        assert!(failures.iter().any(|(_, id)| *id == run), "the event log lists {run} for its notice");
+    }
+
+    // Submitted after the end: met as written by a winner; refused, writing nothing, otherwise.
+    let late = waiting(vec![on(&won, Some("tune"))]);
+    let written = store.insert_runs_after(std::slice::from_ref(&late)).await.unwrap();
+    assert_eq!(written[0].deps_open, 0);
+    assert_eq!(store.dependencies(late.0.id).await.unwrap()[0].settled, Settled::Met);
+    for (ended, reason) in [
+        (&stopped, format!("sweep {} ended without a winner (stop requested)", short_id(&stopped.id))),
+        (&empty, format!("sweep {} ended without a winner ({why})", short_id(&empty.id))),
+    ] {
+        let refused = waiting(vec![on(ended, None)]);
+        match store.insert_runs_after(std::slice::from_ref(&refused)).await {
+            Err(StoreError::Unmet { reason: got }) => assert_eq!(got, reason),
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(store.run(refused.0.id).await.unwrap().is_none(), "nothing written");
+    }
+    let unknown = waiting(vec![NewDependency::on_sweep(Uuid::new_v4(), None)]);
+    assert!(matches!(store.insert_runs_after(&[unknown]).await, Err(StoreError::Unmet { .. })));
+}
+
+/// A pipeline's sweep and the runs waiting for it are written in one transaction, or not at all.
+async fn a_sweep_and_the_runs_waiting_for_it_land_together_or_not_at_all(store: &dyn Store) {
+    let tune = sweep(2, None);
+    let tune_members = members(&tune);
+    let eval = waiting(vec![NewDependency::on_sweep(tune.id, Some("tune".into()))]);
+    let written = store
+        .insert_sweeps_and_runs(&[(tune.clone(), tune_members.clone())], std::slice::from_ref(&eval))
+        .await
+        .unwrap();
+    assert_eq!(written[0].deps_open, 1);
+    assert_eq!(store.sweep_members(tune.id).await.unwrap().len(), 2);
+
+    // A run that cannot be written (its id is taken) takes the sweep and its members with it.
+    let other = sweep(1, None);
+    let other_members = members(&other);
+    let mut clash = waiting(vec![NewDependency::on_sweep(other.id, None)]);
+    clash.0.id = eval.0.id;
+    assert!(store.insert_sweeps_and_runs(&[(other.clone(), other_members.clone())], &[clash]).await.is_err());
+    assert_eq!(store.sweep(other.id).await.unwrap(), None);
+    assert!(store.run(other_members[0].0.id).await.unwrap().is_none());
+}
+
+/// On PostgreSQL, a sweep's end that frees a waiting run wakes every daemon listening, from its
+/// own commit (as a run's end does).
+#[tokio::test]
+async fn postgres_a_sweeps_end_that_frees_a_run_wakes_every_daemon() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Some(url) = super::fresh_postgres().await else { return };
+    let store =
+        crate::engine::store::open(&crate::settings::StoreLocation::Postgres(url.clone())).await.unwrap();
+    let woken = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&woken);
+    let listener = tokio::spawn(async move {
+        crate::engine::store::postgres::listen_for_wakes(&url, move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            true
+        })
+        .await
+    });
+    let tune = sweep(1, None);
+    store.insert_sweep(&tune, &members(&tune)).await.unwrap();
+    let eval = waiting(vec![NewDependency::on_sweep(tune.id, None)]);
+    store.insert_runs_after(&[eval]).await.unwrap();
+    // The listener is up once a wake of our own reaches it.
+    super::wait_for("the listener to hear a wake", std::time::Duration::from_secs(20), async || {
+        store.announce().await.unwrap();
+        (woken.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    let before = woken.load(Ordering::SeqCst);
+    let winner = SweepWinner { k: 0, run: Uuid::new_v4(), value: 1.0 };
+    store.end_sweep(tune.id, SweepState::Live, Some(&winner), None).await.unwrap();
+    super::wait_for("the end's wake", std::time::Duration::from_secs(20), async || {
+        (woken.load(Ordering::SeqCst) > before).then_some(())
+    })
+    .await;
+    listener.abort();
 }
