@@ -352,6 +352,17 @@ fn claim_paused_at_pick(
     (read, go, claim)
 }
 
+/// A fresh PostgreSQL store (and node b's handle on it) with one pending run, and nodes a and b.
+async fn one_run_two_nodes()
+-> Option<(crate::settings::StoreLocation, crate::engine::store::SqlStore, Run, Lease, Lease)> {
+    let location = crate::settings::StoreLocation::Postgres(super::fresh_postgres().await?);
+    let b = crate::engine::store::open(&location).await.unwrap();
+    let run = insert(&b, "").await;
+    let lease_a = register(&b, "a", Duration::from_secs(30)).await;
+    let lease_b = register(&b, "b", Duration::from_secs(30)).await;
+    Some((location, b, run, lease_a, lease_b))
+}
+
 fn take(run: &Run) -> Pick {
     Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
 }
@@ -361,12 +372,7 @@ fn take(run: &Run) -> Pick {
 /// made b skip it as locked, and the run then waited for b's next scan: a lost wake-up.
 #[tokio::test]
 async fn a_claim_locks_only_the_runs_it_takes() {
-    let Some(url) = super::fresh_postgres().await else { return };
-    let location = crate::settings::StoreLocation::Postgres(url);
-    let b = crate::engine::store::open(&location).await.unwrap();
-    let run = insert(&b, "").await;
-    let lease_a = register(&b, "a", Duration::from_secs(30)).await;
-    let lease_b = register(&b, "b", Duration::from_secs(30)).await;
+    let Some((location, b, run, lease_a, lease_b)) = one_run_two_nodes().await else { return };
     let (read, go, claim_a) = claim_paused_at_pick(location, lease_a, false);
     tokio::task::spawn_blocking(move || read.recv()).await.unwrap().unwrap();
     let taken = tokio::time::timeout(Duration::from_secs(10), b.claim_runs(&lease_b, 8, 1, &mut take)).await;
@@ -385,12 +391,7 @@ async fn a_claim_locks_only_the_runs_it_takes() {
 /// claimed twice.
 #[tokio::test]
 async fn a_run_taken_by_another_node_after_the_read_is_lost_not_claimed_twice() {
-    let Some(url) = super::fresh_postgres().await else { return };
-    let location = crate::settings::StoreLocation::Postgres(url);
-    let b = crate::engine::store::open(&location).await.unwrap();
-    let run = insert(&b, "").await;
-    let lease_a = register(&b, "a", Duration::from_secs(30)).await;
-    let lease_b = register(&b, "b", Duration::from_secs(30)).await;
+    let Some((location, b, run, lease_a, lease_b)) = one_run_two_nodes().await else { return };
     let (read, go, claim_a) = claim_paused_at_pick(location, lease_a, true);
     tokio::task::spawn_blocking(move || read.recv()).await.unwrap().unwrap();
     let taken = tokio::time::timeout(Duration::from_secs(10), b.claim_runs(&lease_b, 8, 1, &mut take)).await;
