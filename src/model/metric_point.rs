@@ -78,6 +78,38 @@ pub fn series(readings: impl IntoIterator<Item = MetricPoint>) -> Vec<MetricPoin
     points
 }
 
+/// At most `max` points of `points` (a series, ordered by step) for a chart: the first and the
+/// last always, and between them, per bucket of consecutive points, its lowest and its highest
+/// value in step order, so a spike or a dip the full series has is still drawn. A series that
+/// fits is returned whole. `max` below 4 leaves the ends alone.
+pub fn downsample(points: &[MetricPoint], max: usize) -> Vec<MetricPoint> {
+    let max = max.max(2);
+    if points.len() <= max {
+        return points.to_vec();
+    }
+    let (first, last) = (points[0], points[points.len() - 1]);
+    let inner = &points[1..points.len() - 1];
+    // Two points a bucket, the first and the last outside them.
+    let buckets = (max - 2) / 2;
+    let mut out = Vec::with_capacity(max);
+    out.push(first);
+    for b in 0..buckets {
+        let (from, to) = (b * inner.len() / buckets, (b + 1) * inner.len() / buckets);
+        let bucket = &inner[from..to];
+        let by_value = |a: &&MetricPoint, b: &&MetricPoint| a.value.total_cmp(&b.value);
+        let (Some(low), Some(high)) = (bucket.iter().min_by(by_value), bucket.iter().max_by(by_value)) else {
+            continue;
+        };
+        let (a, b) = if low.step <= high.step { (low, high) } else { (high, low) };
+        out.push(*a);
+        if b.step != a.step {
+            out.push(*b);
+        }
+    }
+    out.push(last);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +172,29 @@ mod tests {
         assert!(MetricReading::new("", 1, 1.0).is_none());
         assert!(MetricReading::new("x".repeat(MAX_NAME_LEN + 1), 1, 1.0).is_none());
         assert_eq!(MetricReading::new("loss", 1, -0.5).map(|r| r.value), Some(-0.5));
+    }
+
+    #[test]
+    fn a_downsampled_series_keeps_its_ends_its_extremes_and_its_bound() {
+        let points: Vec<MetricPoint> = (0..1_000).map(|i| p(1, i, (i as f64 / 50.0).sin())).collect();
+        let mut spiky = points.clone();
+        spiky[637].value = 9.0;
+        spiky[211].value = -9.0;
+        for max in [2, 3, 4, 10, 101, 400, 999] {
+            for (series, spikes) in [(&points, false), (&spiky, true)] {
+                let got = downsample(series, max);
+                assert!(got.len() <= max, "{max}: {} points", got.len());
+                assert_eq!((got[0], got[got.len() - 1]), (series[0], series[999]), "{max}");
+                assert!(got.windows(2).all(|w| w[0].step < w[1].step), "{max}: ordered by step");
+                if max >= 4 && spikes {
+                    assert!(
+                        got.iter().any(|g| g.value == 9.0) && got.iter().any(|g| g.value == -9.0),
+                        "{max}"
+                    );
+                }
+            }
+        }
+        assert_eq!(downsample(&points[..5], 10), points[..5].to_vec(), "a series that fits is whole");
+        assert!(downsample(&[], 10).is_empty());
     }
 }

@@ -55,6 +55,10 @@ pub struct Report {
     /// Preemptions of the runs listed, and the work they lost (ms).
     pub preemptions: i64,
     pub preempted_work_ms: i64,
+    /// Sweeps not done yet or whose state moved in the window, newest first (at most
+    /// [`super::REPORT_SWEEPS`]), and how many more there are.
+    pub sweeps: Vec<super::ReportSweep>,
+    pub more_sweeps: i64,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -346,6 +350,7 @@ impl Service {
 
         let more_runs = (run_outcomes.values().sum::<i64>() - runs.len() as i64).max(0);
         let more_tests = (test_outcomes.values().sum::<i64>() - tests.len() as i64).max(0);
+        let (sweeps, more_sweeps) = self.report_sweeps(since).await?;
         let (preemptions, preempted_work_ms) =
             (runs.iter().map(|r| r.preemptions).sum(), runs.iter().map(|r| r.preempted_work_ms).sum());
         Ok(Report {
@@ -361,6 +366,8 @@ impl Service {
             waiting: Waiting { pending: pending - held, held, queued_tests },
             preemptions,
             preempted_work_ms,
+            sweeps,
+            more_sweeps,
         })
     }
 

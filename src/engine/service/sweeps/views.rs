@@ -1,14 +1,14 @@
 //! What sweeps look like from outside: found by prefix, listed, and a leaderboard.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use uuid::Uuid;
 
 use super::MetricSeries;
 use crate::engine::service::{Result, Service, ServiceError};
-use crate::model::RunState;
-use crate::model::sweep::{Goal, SweepRecord, SweepSpec, SweepState};
+use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState};
+use crate::model::{MetricPoint, RunState};
 
 /// The most sweeps a listing shows.
 pub const SWEEP_LIST_LIMIT: i64 = 200;
@@ -39,6 +39,14 @@ impl From<&SweepRecord> for SweepSummary {
             created_at: sweep.created_at,
         }
     }
+}
+
+/// A sweep with how many of its members are in each run state (the dashboard's list).
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepListing {
+    #[serde(flatten)]
+    pub sweep: SweepSummary,
+    pub states: BTreeMap<String, u64>,
 }
 
 /// A sweep's leaderboard: every member with its parameters, state and metric, best first.
@@ -87,11 +95,6 @@ pub struct MemberStatus {
     pub early_terminated: bool,
 }
 
-/// The prefix of an early-terminated member's reason.
-pub(super) fn early_terminated_prefix(sweep: &SweepRecord) -> String {
-    format!("early-terminated by sweep {}", sweep.short_id())
-}
-
 impl Service {
     /// Finds a sweep by its full id or a unique prefix of it.
     pub async fn resolve_sweep(&self, prefix: &str) -> Result<SweepRecord> {
@@ -113,6 +116,17 @@ impl Service {
         Ok(self.store.list_sweeps(SWEEP_LIST_LIMIT).await?.iter().map(SweepSummary::from).collect())
     }
 
+    /// Sweeps, newest first, each with its members by state: one grouped read for all of them.
+    pub async fn sweep_listing(&self) -> Result<Vec<SweepListing>> {
+        let sweeps = self.sweeps().await?;
+        let ids: Vec<Uuid> = sweeps.iter().map(|s| s.id).collect();
+        let mut states = self.store.member_states_of(&ids).await?;
+        Ok(sweeps
+            .into_iter()
+            .map(|sweep| SweepListing { states: states.remove(&sweep.id).unwrap_or_default(), sweep })
+            .collect())
+    }
+
     /// The leaderboard of the sweep `prefix` names, with the store's metric readings.
     pub async fn sweep_status(&self, prefix: &str) -> Result<SweepStatus> {
         let sweep = self.resolve_sweep(prefix).await?;
@@ -125,11 +139,20 @@ impl Service {
         sweep: &SweepRecord,
         source: &dyn MetricSeries,
     ) -> Result<SweepStatus> {
+        Ok(self.board(sweep, source).await?.0)
+    }
+
+    /// The leaderboard of `sweep`, and the series it was made from (each member's finite
+    /// readings, by run; a member without any is absent): one read of every member's series.
+    pub(super) async fn board(
+        &self,
+        sweep: &SweepRecord,
+        source: &dyn MetricSeries,
+    ) -> Result<(SweepStatus, HashMap<Uuid, Vec<MetricPoint>>)> {
         let spec = SweepSpec::parse(&sweep.file)?;
         let members = self.store.sweep_members(sweep.id).await?;
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut leaderboard = Vec::with_capacity(members.len());
-        let prefix = early_terminated_prefix(sweep);
         // A member that never started has no readings: its series is not read.
         let started: Vec<uuid::Uuid> = members
             .iter()
@@ -142,10 +165,13 @@ impl Service {
             }
             _ => Default::default(),
         };
+        let mut kept = HashMap::new();
         for (k, run) in &members {
             *counts.entry(run.state.as_str().to_string()).or_default() += 1;
             let readings = all_series.remove(&run.id).unwrap_or_default();
             let readings: Vec<_> = readings.into_iter().filter(|r| r.value.is_finite()).collect();
+            let last = readings.last().map(|r| r.value);
+            let iterations = readings.len();
             let best = spec.metric.as_ref().and_then(|metric| {
                 let values: Vec<f64> = readings.iter().map(|r| r.value).collect();
                 let best = metric.best(&values)?;
@@ -159,12 +185,15 @@ impl Service {
                 parameters: spec.member(*k).map(|m| m.values()).unwrap_or_default(),
                 best: best.map(|b| b.0),
                 best_step: best.map(|b| b.1),
-                last: readings.last().map(|r| r.value),
-                iterations: readings.len(),
-                early_terminated: run.state == RunState::Stopped
-                    && run.reason.as_deref().is_some_and(|r| r.starts_with(&prefix)),
+                last,
+                iterations,
+                early_terminated: MemberOutcome::of(&sweep.id, run.state, run.reason.as_deref())
+                    == MemberOutcome::EarlyTerminated,
                 reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
             });
+            if !readings.is_empty() {
+                kept.insert(run.id, readings);
+            }
         }
         let unreported = match &spec.metric {
             Some(metric) if leaderboard.iter().all(|m| m.iterations == 0) => {
@@ -179,7 +208,7 @@ impl Service {
             true => leaderboard.first().filter(|m| m.best.is_some()).map(|m| m.k),
             false => None,
         };
-        Ok(SweepStatus {
+        let status = SweepStatus {
             sweep: SweepSummary::from(sweep),
             metric: spec.metric.as_ref().map(|m| m.name.clone()),
             goal: goal.map(|goal| match goal {
@@ -190,7 +219,8 @@ impl Service {
             leaderboard,
             winner,
             unreported,
-        })
+        };
+        Ok((status, kept))
     }
 
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
