@@ -221,4 +221,75 @@ mod tests {
         assert!(tools.service.sweeps().await.unwrap().is_empty());
         assert!(tools.service.list(&Default::default()).await.unwrap().is_empty());
     }
+
+    /// Arguments of any shape, the tool's own keys and a sweep's likely, with file names that
+    /// climb out of the catalog: an answer every time (no panic), an error on one line.
+    #[test]
+    fn any_arguments_are_answered_and_refusals_are_one_line() {
+        use proptest::prelude::*;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (_home, tools) = runtime.block_on(tools());
+        let key = prop_oneof![
+            Just("file".to_string()),
+            Just("sweep".to_string()),
+            Just("hold".to_string()),
+            Just("method".to_string()),
+            Just("workflow".to_string()),
+            Just("parameters".to_string()),
+            Just("metric".to_string()),
+            Just("values".to_string()),
+            "\\PC{0,8}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            prop_oneof![
+                Just("demo-sweep".to_string()),
+                Just("grid".to_string()),
+                Just("demo-tune".to_string()),
+                Just("../../../../etc/passwd".to_string()),
+                Just("sweeps/../../x.yaml".to_string()),
+                Just("/proc/self/environ".to_string()),
+                "\\PC{0,16}",
+            ]
+            .prop_map(Value::from),
+        ];
+        let value = leaf.prop_recursive(4, 32, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(key.clone(), inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        let arguments = proptest::collection::btree_map(
+            prop_oneof![
+                Just("file".to_string()),
+                Just("sweep".to_string()),
+                Just("hold".to_string()),
+                "\\PC{0,6}"
+            ],
+            value,
+            0..3,
+        );
+        let config =
+            proptest::test_runner::Config { cases: 64, failure_persistence: None, ..Default::default() };
+        // A fixed seed, as the fuzz tier's: every run sees the same cases.
+        let rng = proptest::test_runner::TestRng::deterministic_rng(config.rng_algorithm);
+        proptest::test_runner::TestRunner::new_with_rng(config, rng)
+            .run(&arguments, |arguments| {
+                let args = StartSweepArgs(arguments.into_iter().collect());
+                let text = runtime.block_on(tools.start_sweep(args));
+                let answer: Value = serde_json::from_str(&text).expect("an answer is JSON");
+                if let Some(error) = answer.get("error") {
+                    let error = error.as_str().expect("an error is text");
+                    prop_assert!(!error.contains('\n') && !error.is_empty(), "{error:?}");
+                } else {
+                    prop_assert!(answer["sweep_id"].is_string(), "{answer:#}");
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
 }

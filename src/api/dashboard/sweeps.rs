@@ -214,6 +214,9 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
                 );
             }
         }
+        None if status.metric.is_none() => {
+            body.push_str("<p class=\"muted\">The sweep names no metric: there is nothing to draw.</p>")
+        }
         None => body.push_str("<p class=\"muted\">No member has reported the metric yet.</p>"),
     }
     body.push_str("<h2>Leaderboard</h2>");
