@@ -4,7 +4,9 @@
 //! read); the rows' extras (last recorded step, last checkpoint, last metric row, a retried
 //! run's first start) from a few set queries over the listed runs, never one read per row; a
 //! failed run's last log lines (the stage that decided it) from bounded reads through
-//! `crate::logs`, all of them in one trip off the daemon's thread.
+//! `crate::logs`, all of them in one trip off the daemon's thread. Then the sweeps active in
+//! the window, with their members by outcome, best member and what early termination saved
+//! (`sweeps/report.rs`: two reads however many members).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,14 +1,13 @@
 //! A sweep's leaderboard with every member's curve of its metric, for the dashboard's chart.
-//! Both come from one read of every member's series (the leaderboard's); each curve is thinned
-//! to a bounded number of points, so a sweep of 1,000 members draws at most
-//! [`CHART_POINTS`] points, however long its members trained.
+//! Both come from one read of every member's series (the leaderboard's): each curve thinned to
+//! a bounded number of points (`model::metric_point::downsample`), so a sweep of 1,000 members
+//! draws at most [`CHART_POINTS`] points, however long its members trained.
 
 use serde::Serialize;
 use uuid::Uuid;
 
 use crate::engine::service::{Result, Service};
 use crate::model::MetricPoint;
-use crate::model::metric_point::downsample;
 
 use super::SweepStatus;
 
@@ -50,18 +49,18 @@ impl Service {
     /// The leaderboard of the sweep `prefix` names, with every member's curve of its metric.
     pub async fn sweep_curves(&self, prefix: &str) -> Result<SweepCurves> {
         let sweep = self.resolve_sweep(prefix).await?;
-        let (status, mut series) = self.board(&sweep, self).await?;
-        let per_member = points_per_member(status.leaderboard.len());
+        let per_member = points_per_member(sweep.members as usize);
+        let (status, mut digests) = self.board(&sweep, self, per_member).await?;
         let curves = status
             .leaderboard
             .iter()
             .filter_map(|member| {
-                let points = series.remove(&member.run)?;
+                let digest = digests.remove(&member.run)?;
                 Some(MemberCurve {
                     k: member.k,
                     run: member.run,
-                    readings: points.len(),
-                    points: downsample(&points, per_member),
+                    readings: digest.readings,
+                    points: digest.points,
                 })
             })
             .collect();

@@ -7,8 +7,9 @@ use uuid::Uuid;
 
 use super::MetricSeries;
 use crate::engine::service::{Result, Service, ServiceError};
+use crate::model::RunState;
+use crate::model::metric_point::SeriesDigest;
 use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState};
-use crate::model::{MetricPoint, RunState};
 
 /// The most sweeps a listing shows.
 pub const SWEEP_LIST_LIMIT: i64 = 200;
@@ -139,16 +140,19 @@ impl Service {
         sweep: &SweepRecord,
         source: &dyn MetricSeries,
     ) -> Result<SweepStatus> {
-        Ok(self.board(sweep, source).await?.0)
+        // The leaderboard draws no curve: it keeps none of the points.
+        Ok(self.board(sweep, source, 2).await?.0)
     }
 
-    /// The leaderboard of `sweep`, and the series it was made from (each member's finite
-    /// readings, by run; a member without any is absent): one read of every member's series.
+    /// The leaderboard of `sweep`, and each member's digest it was made from (by run; a member
+    /// without readings is absent), with at most `points` of its series: one read of every
+    /// member's series.
     pub(super) async fn board(
         &self,
         sweep: &SweepRecord,
         source: &dyn MetricSeries,
-    ) -> Result<(SweepStatus, HashMap<Uuid, Vec<MetricPoint>>)> {
+        points: usize,
+    ) -> Result<(SweepStatus, HashMap<Uuid, SeriesDigest>)> {
         let spec = SweepSpec::parse(&sweep.file)?;
         let members = self.store.sweep_members(sweep.id).await?;
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -159,41 +163,36 @@ impl Service {
             .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
             .map(|(_, run)| run.id)
             .collect();
-        let mut all_series = match &spec.metric {
+        let digests = match &spec.metric {
             Some(metric) if !started.is_empty() => {
-                source.members_series(sweep.id, &started, &metric.name).await?
+                let lower_is_better = metric.goal == Goal::Minimize;
+                let all = source.members_series(sweep.id, &started, &metric.name).await?;
+                all.into_iter()
+                    .filter_map(|(run, series)| {
+                        // Not finite: left out, as W&B leaves such readings out.
+                        let finite: Vec<_> = series.into_iter().filter(|p| p.value.is_finite()).collect();
+                        Some((run, SeriesDigest::of(&finite, lower_is_better, points)?))
+                    })
+                    .collect()
             }
-            _ => Default::default(),
+            _ => HashMap::new(),
         };
-        let mut kept = HashMap::new();
         for (k, run) in &members {
             *counts.entry(run.state.as_str().to_string()).or_default() += 1;
-            let readings = all_series.remove(&run.id).unwrap_or_default();
-            let readings: Vec<_> = readings.into_iter().filter(|r| r.value.is_finite()).collect();
-            let last = readings.last().map(|r| r.value);
-            let iterations = readings.len();
-            let best = spec.metric.as_ref().and_then(|metric| {
-                let values: Vec<f64> = readings.iter().map(|r| r.value).collect();
-                let best = metric.best(&values)?;
-                let at = readings.iter().find(|r| r.value == best)?;
-                Some((best, at.step))
-            });
+            let digest = digests.get(&run.id);
             leaderboard.push(MemberStatus {
                 k: *k,
                 run: run.id,
                 state: run.state,
                 parameters: spec.member(*k).map(|m| m.values()).unwrap_or_default(),
-                best: best.map(|b| b.0),
-                best_step: best.map(|b| b.1),
-                last,
-                iterations,
+                best: digest.map(|d| d.best.value),
+                best_step: digest.map(|d| d.best.step),
+                last: digest.map(|d| d.last.value),
+                iterations: digest.map_or(0, |d| d.readings),
                 early_terminated: MemberOutcome::of(&sweep.id, run.state, run.reason.as_deref())
                     == MemberOutcome::EarlyTerminated,
                 reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
             });
-            if !readings.is_empty() {
-                kept.insert(run.id, readings);
-            }
         }
         let unreported = match &spec.metric {
             Some(metric) if leaderboard.iter().all(|m| m.iterations == 0) => {
@@ -220,7 +219,7 @@ impl Service {
             winner,
             unreported,
         };
-        Ok((status, kept))
+        Ok((status, digests))
     }
 
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
