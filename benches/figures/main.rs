@@ -4,7 +4,7 @@
 //! history, a deep queue, claims one at a time). It prints figures; it passes or fails nothing.
 //!
 //! `cargo bench --bench figures -- [--http | --claims | --progress | --history | --logs | --queue |
-//! --preemption]`
+//! --preemption | --sweeps]`
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -19,6 +19,7 @@ mod progress;
 mod pueue;
 pub mod queue;
 mod supervisor;
+mod sweeps;
 
 use supervisor::BenchOptions;
 
@@ -134,6 +135,16 @@ pub struct BenchArgs {
     /// Preemptions measured (with --preemption)
     #[arg(long, default_value_t = 200, value_parser = parse_runs)]
     cycles: usize,
+    /// Instead: a big sweep's surfaces (the leaderboard, every member's curve, its dashboard
+    /// page, the report), in process and over HTTP
+    #[arg(long)]
+    sweeps: bool,
+    /// Members of the sweep (with --sweeps)
+    #[arg(long, default_value_t = 1000, value_parser = parse_runs)]
+    sweep_members: usize,
+    /// Readings of the metric per member that runs to its end (with --sweeps)
+    #[arg(long, default_value_t = 200, value_parser = parse_runs)]
+    sweep_readings: usize,
     #[arg(long)]
     json: bool,
 }
@@ -175,6 +186,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.preemption {
         return preemption(args);
+    }
+    if args.sweeps {
+        return sweeps(args);
     }
     // Checked before the minute of lachesis figures, not after it.
     if let Some(client) = &args.pueue {
@@ -292,6 +306,30 @@ fn queue(args: BenchArgs) -> CliResult {
         "daemon RSS with {} pending: {:.1} MB (peak {:.1} MB)",
         report.pending, report.daemon_rss_mb, report.daemon_peak_rss_mb
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sweeps(args: BenchArgs) -> CliResult {
+    let exe = Path::new(LACHESIS);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report = runtime.block_on(sweeps::run(exe, args.sweep_members, args.sweep_readings, &|line| {
+        eprintln!("bench: {line}")
+    }))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "a sweep of {} members, {} readings (up to {} a member), its chart {} points:",
+        report.members, report.readings, report.readings_per_member, report.chart_points
+    );
+    for figure in &report.figures {
+        let size = figure.bytes.map(|b| format!(", {:.0} KiB", b as f64 / 1024.0)).unwrap_or_default();
+        println!(
+            "  {}: p50 {:.1} ms, max {:.1} ms ({} samples){size}",
+            figure.what, figure.ms.p50, figure.ms.max, figure.ms.samples
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

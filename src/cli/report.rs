@@ -121,6 +121,23 @@ fn render(report: &Report) -> String {
     if report.more_tests > 0 {
         out.push_str(&format!("… and {} more tests (see `lachesis test list`)\n", report.more_tests));
     }
+    if !report.sweeps.is_empty() {
+        let mut t = table(["SWEEP", "WORKFLOW", "STATE", "MEMBERS", "BEST", "EARLY TERMINATION"]);
+        for sweep in &report.sweeps {
+            t.add_row([
+                lachesis::model::short_id(&sweep.id),
+                sweep.workflow.clone(),
+                sweep.state.to_string(),
+                sweep.members_line(),
+                dash(sweep.best_line()),
+                dash(sweep.early_termination_line()),
+            ]);
+        }
+        out.push_str(&format!("\nSweeps:\n{t}\n"));
+    }
+    if report.more_sweeps > 0 {
+        out.push_str(&format!("… and {} more sweeps (see `lachesis sweep list`)\n", report.more_sweeps));
+    }
     let waiting = &report.waiting;
     out.push_str(&format!(
         "\nruns: {}\ntests: {}\nwaiting: {} pending, {} held, {} tests queued\n",

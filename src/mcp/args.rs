@@ -75,3 +75,54 @@ fn default_steps() -> u32 {
 fn default_group_size() -> u32 {
     crate::inference::spec::DEFAULT_GROUP_SIZE
 }
+
+/// `rl_start_sweep`'s arguments: the sweep by `file` or inline as `sweep`. Kept as given and
+/// read by [`SweepRequest::from_args`], so a bad field is answered as an error that names it.
+#[derive(Deserialize, Default)]
+#[serde(transparent)]
+pub struct StartSweepArgs(pub serde_json::Map<String, Value>);
+
+impl schemars::JsonSchema for StartSweepArgs {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StartSweepArgs".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <SweepRequest as schemars::JsonSchema>::json_schema(generator)
+    }
+}
+
+/// A sweep to start, as an agent gives it.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SweepRequest {
+    /// A sweep file: a name in the workflows directory's sweeps/ (e.g. demo-sweep), or a path inside the workflows directory
+    #[serde(default)]
+    pub file: Option<String>,
+    /// The sweep itself instead of a file: an object in W&B's sweep format with lachesis' keys (method grid|random, workflow, metric {name, goal, target}, parameters, early_terminate {type: hyperband, min_iter, eta}, run_cap, max_live, seed), or the same as YAML text
+    #[serde(default)]
+    pub sweep: Option<Value>,
+    /// Queue every member held: none starts until released (default false)
+    #[serde(default)]
+    pub hold: Option<bool>,
+}
+
+impl SweepRequest {
+    /// The request in `args`, or one line naming what is wrong.
+    pub fn from_args(args: StartSweepArgs) -> Result<SweepRequest, String> {
+        serde_path_to_error::deserialize(Value::Object(args.0)).map_err(|e| {
+            let path = e.path().to_string();
+            let problem = e.into_inner().to_string();
+            crate::text::one_line(&if path == "." { problem } else { format!("{path}: {problem}") })
+        })
+    }
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+pub struct SweepStatusArgs {
+    /// The sweep id (or a unique prefix of it), from rl_start_sweep
+    pub sweep_id: String,
+    /// How many members of the leaderboard to show, best first (default 20)
+    #[serde(default)]
+    pub top: Option<usize>,
+}

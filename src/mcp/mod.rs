@@ -4,7 +4,8 @@
 //! answers too (`{"error": …}`), as in the reference, worded to name MCP tools.
 //!
 //! `tools` is the table agents see (names, descriptions, arguments from `args`); the handlers
-//! live by topic: `environments`, `training`, `inference`, `health`. `answers` shapes the
+//! live by topic: `environments`, `training`, `inference`, `health`, and `sweeps` (tools beyond
+//! the reference's: it has no sweeps). `answers` shapes the
 //! service's answers into the reference's keys; `server` holds the tools' state and serves them.
 
 mod answers;
@@ -13,6 +14,7 @@ mod environments;
 mod health;
 mod inference;
 mod server;
+mod sweeps;
 mod tools;
 mod training;
 

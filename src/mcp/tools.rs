@@ -5,7 +5,7 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 
 use super::RlTools;
-use super::args::{EditArgs, NameArgs, RunArgs, StartArgs, TestArgs};
+use super::args::{EditArgs, NameArgs, RunArgs, StartArgs, StartSweepArgs, SweepStatusArgs, TestArgs};
 
 #[tool_router(server_handler)]
 impl RlTools {
@@ -81,6 +81,20 @@ impl RlTools {
         ctx: RequestContext<RoleServer>,
     ) -> String {
         self.test_inference(args, ctx).await
+    }
+
+    #[tool(
+        description = "Start a sweep: member training runs over a configuration space (W&B's sweep format: grid or random parameters, a metric to compare members by, hyperband early termination that stops the worst members). Give a file of the workflows' sweeps/ directory by name (demo-sweep needs nothing installed) or the sweep inline. Answers at once with the sweep id and its members' run ids; follow it with rl_sweep_status(sweep_id)."
+    )]
+    async fn rl_start_sweep(&self, Parameters(args): Parameters<StartSweepArgs>) -> String {
+        self.start_sweep(args).await
+    }
+
+    #[tool(
+        description = "A sweep's leaderboard, best member first: each member's parameters, state, best and last value of the sweep's metric, readings, and why it ended (an early-terminated member says at which band); the winner once every member has ended."
+    )]
+    async fn rl_sweep_status(&self, Parameters(args): Parameters<SweepStatusArgs>) -> String {
+        self.sweep_status(args).await
     }
 
     #[tool(

@@ -78,6 +78,77 @@ pub fn series(readings: impl IntoIterator<Item = MetricPoint>) -> Vec<MetricPoin
     points
 }
 
+/// How many buckets [`downsample`] splits a series' inner points into, for at most `max` points.
+pub fn buckets(max: usize) -> usize {
+    max.max(2).saturating_sub(2) / 2
+}
+
+/// At most `max` points of `points` (a series, ordered by step) for a chart: the first and the
+/// last always, and between them, per bucket of inner points, its lowest and its highest value
+/// (the first by step of equals), in step order, so a spike or a dip the full series has is
+/// still drawn. Inner point `j` (from 0, of `L`) is in bucket `j * B / L` of [`buckets`]`(max)`.
+/// A series that fits is returned whole; `max` below 4 leaves the ends alone.
+pub fn downsample(points: &[MetricPoint], max: usize) -> Vec<MetricPoint> {
+    let max = max.max(2);
+    if points.len() <= max {
+        return points.to_vec();
+    }
+    let inner = &points[1..points.len() - 1];
+    let count = buckets(max);
+    // Per bucket: its lowest and highest point, by place in `inner`.
+    let mut extremes: Vec<Option<(usize, usize)>> = vec![None; count];
+    for (j, point) in inner.iter().enumerate().take(if count == 0 { 0 } else { inner.len() }) {
+        let slot = &mut extremes[j * count / inner.len()];
+        *slot = Some(match *slot {
+            None => (j, j),
+            Some((low, high)) => (
+                if point.value < inner[low].value { j } else { low },
+                if point.value > inner[high].value { j } else { high },
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(max);
+    out.push(points[0]);
+    for (low, high) in extremes.into_iter().flatten() {
+        out.push(inner[low.min(high)]);
+        if low != high {
+            out.push(inner[low.max(high)]);
+        }
+    }
+    out.push(points[points.len() - 1]);
+    out
+}
+
+/// A series at a glance, for a leaderboard and its chart: how many readings it has, its best
+/// (the first by step of equals) and its last, and at most `max` of its points ([`downsample`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeriesDigest {
+    pub readings: usize,
+    pub best: MetricPoint,
+    pub last: MetricPoint,
+    pub points: Vec<MetricPoint>,
+}
+
+impl SeriesDigest {
+    /// The digest of `series` (ordered by step, its values finite), best by `lower_is_better`;
+    /// none for an empty series.
+    pub fn of(series: &[MetricPoint], lower_is_better: bool, max: usize) -> Option<SeriesDigest> {
+        let better = |a: f64, b: f64| if lower_is_better { a < b } else { a > b };
+        let mut best = *series.first()?;
+        for point in series {
+            if better(point.value, best.value) {
+                best = *point;
+            }
+        }
+        Some(SeriesDigest {
+            readings: series.len(),
+            best,
+            last: *series.last()?,
+            points: downsample(series, max),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +211,48 @@ mod tests {
         assert!(MetricReading::new("", 1, 1.0).is_none());
         assert!(MetricReading::new("x".repeat(MAX_NAME_LEN + 1), 1, 1.0).is_none());
         assert_eq!(MetricReading::new("loss", 1, -0.5).map(|r| r.value), Some(-0.5));
+    }
+
+    #[test]
+    fn a_downsampled_series_keeps_its_ends_its_extremes_and_its_bound() {
+        let points: Vec<MetricPoint> = (0..1_000).map(|i| p(1, i, (i as f64 / 50.0).sin())).collect();
+        let mut spiky = points.clone();
+        spiky[637].value = 9.0;
+        spiky[211].value = -9.0;
+        for max in [2, 3, 4, 10, 101, 400, 999] {
+            for (series, spikes) in [(&points, false), (&spiky, true)] {
+                let got = downsample(series, max);
+                assert!(got.len() <= max, "{max}: {} points", got.len());
+                assert_eq!((got[0], got[got.len() - 1]), (series[0], series[999]), "{max}");
+                assert!(got.windows(2).all(|w| w[0].step < w[1].step), "{max}: ordered by step");
+                if max >= 4 && spikes {
+                    assert!(
+                        got.iter().any(|g| g.value == 9.0) && got.iter().any(|g| g.value == -9.0),
+                        "{max}"
+                    );
+                }
+            }
+        }
+        assert_eq!(downsample(&points[..5], 10), points[..5].to_vec(), "a series that fits is whole");
+        assert!(downsample(&[], 10).is_empty());
+        // Ties: the first by step of equal values, low and high alike.
+        let flat: Vec<MetricPoint> = (0..10).map(|i| p(1, i, 1.0)).collect();
+        assert_eq!(downsample(&flat, 4).iter().map(|p| p.step).collect::<Vec<_>>(), vec![0, 1, 9]);
+        // Inner point j of L is in bucket j * B / L: 8 inner points, 3 buckets: 0-2, 3-5, 6-7.
+        let values = [0.0, 5.0, 1.0, 9.0, 7.0, 2.0, 3.0, 8.0, 6.0, 0.5];
+        let zigzag: Vec<MetricPoint> = values.iter().enumerate().map(|(i, v)| p(1, i as i64, *v)).collect();
+        let steps: Vec<i64> = downsample(&zigzag, 8).iter().map(|p| p.step).collect();
+        assert_eq!(steps, vec![0, 2, 3, 4, 5, 7, 8, 9], "each bucket's lowest and highest, the ends");
+    }
+
+    #[test]
+    fn a_digest_counts_and_keeps_the_first_best_and_the_last() {
+        let series = vec![p(1, 1, 3.0), p(1, 2, 1.0), p(2, 3, 1.0), p(2, 4, 2.0)];
+        let low = SeriesDigest::of(&series, true, 3).unwrap();
+        assert_eq!((low.readings, low.best, low.last), (4, p(1, 2, 1.0), p(2, 4, 2.0)));
+        assert_eq!(low.points, vec![p(1, 1, 3.0), p(2, 4, 2.0)]);
+        let high = SeriesDigest::of(&series, false, 10).unwrap();
+        assert_eq!((high.best, high.points.len()), (p(1, 1, 3.0), 4));
+        assert!(SeriesDigest::of(&[], true, 10).is_none());
     }
 }

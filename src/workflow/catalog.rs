@@ -28,6 +28,9 @@ const BUNDLED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The catalog's directory of sweep files.
+const SWEEPS: &str = "sweeps";
+
 /// The workflow used when a surface names none, if no file says `default: true`.
 pub const FALLBACK_DEFAULT: &str = "tinker-atropos";
 
@@ -40,8 +43,10 @@ pub enum CatalogError {
         dir.display()
     )]
     NotAName { name: String, available: String, dir: PathBuf },
-    #[error("no sweep '{name}' in {} (sweeps: {available})", dir.display())]
-    UnknownSweep { name: String, available: String, dir: PathBuf },
+    #[error("unknown sweep '{name}' (available: {available}) in {dir}")]
+    UnknownSweep { name: String, available: String, dir: String },
+    #[error("sweep file {path}: {problem}")]
+    BadSweepPath { path: String, problem: String },
     #[error(transparent)]
     Invalid(#[from] InvalidWorkflow),
     #[error("cannot read {}: {source}", path.display())]
@@ -126,7 +131,7 @@ impl Catalog {
                 available: self.names().join(", "),
                 dir: self.dir.clone(),
             })?;
-        let text = read_regular(&path)?;
+        let text = read_regular(&path, "workflows")?;
         let workflow = Workflow::parse(&path, &text)?;
         if workflow.name != name {
             return Err(InvalidWorkflow {
@@ -139,32 +144,78 @@ impl Catalog {
         Ok(workflow)
     }
 
-    /// The text of the sweep file `name` in the catalog's `sweeps/` directory (a pipeline's
-    /// sweep step names one so), read as a workflow is: a regular file, never through a symlink.
-    pub fn sweep_text(&self, name: &str) -> Result<String, CatalogError> {
-        let dir = self.dir.join("sweeps");
-        let plain =
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        let path = ["yaml", "yml"]
-            .iter()
-            .map(|ext| dir.join(format!("{name}.{ext}")))
-            .find(|p| plain && std::fs::symlink_metadata(p).is_ok());
-        let Some(path) = path else {
-            let mut available: Vec<String> = std::fs::read_dir(&dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|entry| {
-                    let path = entry.path();
-                    let yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-                    yaml.then(|| path.file_stem()?.to_str().map(str::to_string)).flatten()
-                })
-                .collect();
-            available.sort();
-            let available = if available.is_empty() { "none".to_string() } else { available.join(", ") };
-            return Err(CatalogError::UnknownSweep { name: crate::text::one_line(name), available, dir });
+    /// The sweep files of the catalog's `sweeps/` directory, by name (file stems), sorted.
+    pub fn sweep_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.join(SWEEPS))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let path = entry.path();
+                let ext = path.extension()?.to_str()?;
+                (ext == "yaml" || ext == "yml").then(|| path.file_stem()?.to_str().map(str::to_string))?
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A sweep file's text. `file` is a name in the catalog's `sweeps/` directory
+    /// (`demo-sweep` or `demo-sweep.yaml`), or a path, absolute or from `sweeps/`, that stays
+    /// inside the catalog's directory once its links and `..` are resolved; the file itself is
+    /// a regular file, never a symlink (as a workflow's), of at most the YAML size limit.
+    pub fn sweep_text(&self, file: &str) -> Result<String, CatalogError> {
+        let sweeps = self.dir.join(SWEEPS);
+        let shown = crate::text::one_line(file);
+        let bad =
+            |problem: &str| CatalogError::BadSweepPath { path: shown.clone(), problem: problem.to_string() };
+        if file.is_empty() || file.contains('\0') {
+            return Err(bad("is not a file name"));
+        }
+        let path = if file.contains('/') {
+            let given = Path::new(file);
+            if given.is_absolute() { given.to_path_buf() } else { sweeps.join(given) }
+        } else {
+            let names = if file.ends_with(".yaml") || file.ends_with(".yml") {
+                vec![file.to_string()]
+            } else {
+                vec![format!("{file}.yaml"), format!("{file}.yml")]
+            };
+            let found = names.iter().map(|n| sweeps.join(n)).find(|p| std::fs::symlink_metadata(p).is_ok());
+            found.ok_or_else(|| CatalogError::UnknownSweep {
+                name: shown.clone(),
+                available: match self.sweep_names() {
+                    names if names.is_empty() => "none".into(),
+                    names => names.join(", "),
+                },
+                dir: sweeps.display().to_string(),
+            })?
         };
-        read_regular(&path)
+        let outside = || CatalogError::BadSweepPath {
+            path: shown.clone(),
+            problem: format!("is outside the workflows directory {}", self.dir.display()),
+        };
+        // Inside the catalog as written (so nothing is learnt of what exists outside it), then
+        // once the directory it is in has its links and `..` resolved.
+        if !lexical(&path).starts_with(lexical(&self.dir)) {
+            return Err(outside());
+        }
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(bad("is not a file name"));
+        };
+        let inside = match (parent.canonicalize(), self.dir.canonicalize()) {
+            (Ok(parent), Ok(catalog)) => parent.starts_with(&catalog),
+            (Err(_), _) => return Err(bad("no such directory")),
+            (_, Err(err)) => return Err(CatalogError::Io { path: self.dir.clone(), source: err }),
+        };
+        if !inside {
+            return Err(outside());
+        }
+        let path = parent.join(name);
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Err(bad("no such file"));
+        }
+        read_regular(&path, "sweep files")
     }
 
     /// The default workflow's name: the first file that says `default: true`, else tinker-atropos.
@@ -176,13 +227,28 @@ impl Catalog {
     }
 }
 
+/// `path` with its `.` and `..` taken as written (no link is followed).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 fn is_symlink(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// A workflow file's text: a regular file of the catalog (not a symlink out of it, not a FIFO),
 /// of at most the YAML size limit.
-fn read_regular(path: &Path) -> Result<String, CatalogError> {
+fn read_regular(path: &Path, what: &str) -> Result<String, CatalogError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let invalid =
@@ -196,7 +262,7 @@ fn read_regular(path: &Path) -> Result<String, CatalogError> {
     let file = match file {
         Ok(file) => file,
         Err(_) if is_symlink(path) => {
-            return Err(invalid("is a symlink; workflows must be regular files in the catalog".into()).into());
+            return Err(invalid(format!("is a symlink; {what} must be regular files in the catalog")).into());
         }
         Err(err) => return Err(io_err(err)),
     };
@@ -274,5 +340,46 @@ mod tests {
         .unwrap();
         let err = catalog.load("fifo").unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
+    }
+
+    /// A sweep by name or by a path that stays in the workflows directory; anything else is
+    /// one line saying why, and nothing outside is read.
+    #[test]
+    fn sweep_files_are_read_by_name_or_from_inside_the_catalog_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let catalog = Catalog::new(dir.path());
+        catalog.install_bundled().unwrap();
+        let demo = catalog.sweep_text("demo-sweep").unwrap();
+        assert!(demo.contains("workflow: demo-tune"), "{demo}");
+        assert_eq!(catalog.sweep_text("demo-sweep.yaml").unwrap(), demo);
+        assert_eq!(catalog.sweep_text("./demo-sweep.yaml").unwrap(), demo);
+        let absolute = dir.path().join("sweeps/demo-sweep.yaml");
+        assert_eq!(catalog.sweep_text(absolute.to_str().unwrap()).unwrap(), demo);
+        assert_eq!(catalog.sweep_names(), vec!["demo-sweep".to_string()]);
+        std::fs::write(outside.path().join("secret.yaml"), "token: hunter2\n").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.yaml"), dir.path().join("sweeps/linked.yaml"))
+            .unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("sweeps/out")).unwrap();
+        let secret = outside.path().join("secret.yaml");
+        let cases: [(&str, &str); 10] = [
+            ("nope", "unknown sweep 'nope' (available: demo-sweep, linked)"),
+            ("../../../../etc/passwd", "is outside the workflows directory"),
+            (secret.to_str().unwrap(), "is outside the workflows directory"),
+            ("out/secret.yaml", "is outside the workflows directory"),
+            ("linked", "is a symlink; sweep files must be regular files"),
+            ("../sweeps/..", "is not a file name"),
+            ("../../nowhere/x.yaml", "is outside the workflows directory"),
+            ("", "is not a file name"),
+            ("a\0b", "is not a file name"),
+            ("missing/x.yaml", "no such directory"),
+        ];
+        for (file, says) in cases {
+            let err = catalog.sweep_text(file).unwrap_err().to_string();
+            assert!(err.contains(says), "{file:?}: {err}");
+            assert!(!err.contains('\n') && !err.contains("hunter2"), "{file:?}: {err}");
+        }
+        let err = catalog.sweep_text("bad\nname/x.yaml").unwrap_err().to_string();
+        assert!(!err.contains('\n') && err.contains("bad\\nname"), "{err}");
     }
 }

@@ -338,3 +338,128 @@ async fn the_runs_page_with_a_thousand_runs_loads_within_the_figures() {
 async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
     lachesis::http_client::builder().build()?.get(url).send().await
 }
+
+/// What the sweep page's probe reads in the browser: the leaderboard's rows, and of the chart
+/// each member's line (where it ends, its dash and width as laid out), the stop markers'
+/// centres, the winner's marker and the legend's colours.
+const SWEEP_PROBE: &str = r#"(() => {
+  const svg = document.querySelector('svg.chart.members');
+  if (!svg) return null;
+  const centre = el => { const b = el.getBBox(); return {x: b.x + b.width / 2, y: b.y + b.height / 2}; };
+  const lines = Object.fromEntries([...svg.querySelectorAll('path.member')].map(p => {
+    const end = p.getPointAtLength(p.getTotalLength()), style = getComputedStyle(p);
+    return [p.dataset.k, {x: end.x, y: end.y, dash: style.strokeDasharray, width: parseFloat(style.strokeWidth),
+                          colour: p.getAttribute('stroke')}];
+  }));
+  return {
+    rows: [...document.querySelectorAll('#leaderboard tbody tr')].map(r =>
+      ({k: r.dataset.k, state: r.dataset.state, class: r.className, link: r.querySelector('a').getAttribute('href')})),
+    lines,
+    stops: [...svg.querySelectorAll('path.stop-marker')].map(m => Object.assign({k: m.dataset.k}, centre(m))),
+    winner: [...svg.querySelectorAll('circle.winner-marker')].map(m => m.dataset.k),
+    keys: [...svg.querySelectorAll('g.key[data-k]')].map(g => ({k: g.dataset.k, colour: g.querySelector('text').getAttribute('fill')})),
+    width: svg.getBoundingClientRect().width,
+  };
+})()"#;
+
+/// The bundled demo sweep run for real (its stand-in trainer's log read into metrics, the
+/// daemon's hyperband stopping the worst learning rate), then its page in Chromium: the
+/// leaderboard in order with the winner and the stopped member marked, and the chart with a
+/// line per member, the stopped ones dashed with a cross where their line ends.
+#[tokio::test]
+async fn the_sweep_page_draws_the_demo_sweep_with_its_stopped_member_marked() {
+    if chromium().is_none() {
+        return;
+    }
+    let mut home = TestHome::new();
+    let base = serve(&mut home, &[]).await;
+    let out: Value = serde_json::from_str(&home.cli_ok(&["sweep", "start", "demo-sweep", "--json"])).unwrap();
+    let sweep = out["id"].as_str().unwrap().to_string();
+    let members: Vec<uuid::Uuid> =
+        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+    for id in &members {
+        home.wait_settled(*id, Duration::from_secs(90)).await;
+    }
+    let service = home.service().await;
+    let board = wait_for("the sweep to be done", T, || {
+        let (service, sweep) = (service.clone(), sweep.clone());
+        async move {
+            let board = service.sweep_status(&sweep).await.unwrap();
+            (board.sweep.state == lachesis::model::sweep::SweepState::Done).then_some(board)
+        }
+    })
+    .await;
+    // lr 1.0 (member 5) earns the least reward and is stopped; lr 1e-3 (member 2) wins.
+    assert_eq!(board.winner, Some(2), "{board:?}");
+    let stopped: Vec<String> =
+        board.leaderboard.iter().filter(|m| m.early_terminated).map(|m| m.k.to_string()).collect();
+    assert!(stopped.contains(&"5".to_string()), "{board:?}");
+
+    let shots = screenshot_dir();
+    let report = drive(&json!({ "mode": "screens", "base": base, "token": TOKEN, "out": shots,
+        "pages": { "sweep": format!("/ui/sweeps/{sweep}"), "sweeps": "/ui/sweeps" },
+        "probes": { "sweep": SWEEP_PROBE } }));
+    eprintln!("screenshots: {} {}", report["sweep"]["screenshot"], report["sweeps"]["screenshot"]);
+    let probe = &report["sweep"]["probe"];
+    eprintln!("sweep page probe: {probe:#}");
+    let text = report["sweep"]["text"].as_str().unwrap();
+    assert!(text.contains("★ winner") && text.contains("early-terminated by sweep"), "{text}");
+    assert!(report["sweeps"]["text"].as_str().unwrap().contains(&sweep[..8]));
+
+    // The leaderboard: six rows, best first, each linking its run; the winner and the stopped
+    // members marked.
+    let rows = probe["rows"].as_array().unwrap();
+    let order: Vec<String> = board.leaderboard.iter().map(|m| m.k.to_string()).collect();
+    assert_eq!(rows.iter().map(|r| r["k"].as_str().unwrap().to_string()).collect::<Vec<_>>(), order);
+    assert_eq!(rows[0]["k"], "2");
+    assert!(rows[0]["class"].as_str().unwrap().contains("winner"), "{probe:#}");
+    for row in rows {
+        let k: u64 = row["k"].as_str().unwrap().parse().unwrap();
+        assert_eq!(row["link"], format!("/ui/runs/{}", members[k as usize]));
+        let marked = row["class"].as_str().unwrap().contains("early-terminated");
+        assert_eq!(marked, stopped.contains(&k.to_string()), "member {k}: {probe:#}");
+    }
+    // The chart: a line per member; each stopped one dashed and crossed where its line ends;
+    // the winner's line the thickest, its best point marked; a colour per member in the legend.
+    let lines = probe["lines"].as_object().unwrap();
+    assert_eq!(lines.len(), 6, "{probe:#}");
+    let stops = probe["stops"].as_array().unwrap();
+    assert_eq!(
+        stops.iter().map(|s| s["k"].as_str().unwrap().to_string()).collect::<std::collections::BTreeSet<_>>(),
+        stopped.iter().cloned().collect(),
+        "{probe:#}"
+    );
+    for stop in stops {
+        let line = &lines[stop["k"].as_str().unwrap()];
+        let (dx, dy) = (
+            stop["x"].as_f64().unwrap() - line["x"].as_f64().unwrap(),
+            stop["y"].as_f64().unwrap() - line["y"].as_f64().unwrap(),
+        );
+        assert!(dx.abs() < 1.0 && dy.abs() < 1.0, "the cross sits where the line ends: {stop} {line}");
+        assert_ne!(line["dash"], "none", "a stopped member's line is dashed: {line}");
+    }
+    for (k, line) in lines {
+        if !stopped.contains(k) {
+            assert_eq!(line["dash"], "none", "member {k}: {line}");
+        }
+    }
+    let widest = lines
+        .iter()
+        .max_by(|a, b| a.1["width"].as_f64().partial_cmp(&b.1["width"].as_f64()).unwrap())
+        .unwrap();
+    assert_eq!(widest.0, "2", "the winner's line is the thickest: {probe:#}");
+    assert_eq!(probe["winner"], json!(["2"]));
+    let keys = probe["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 6);
+    let colours: std::collections::BTreeSet<&str> =
+        keys.iter().map(|k| k["colour"].as_str().unwrap()).collect();
+    assert_eq!(colours.len(), 6, "a colour per member: {keys:?}");
+    for key in keys {
+        assert_eq!(
+            lines[key["k"].as_str().unwrap()]["colour"],
+            key["colour"],
+            "the key is its line's colour"
+        );
+    }
+    assert!(probe["width"].as_f64().unwrap() > 300.0, "{probe:#}");
+}

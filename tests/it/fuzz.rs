@@ -493,6 +493,45 @@ fn fuzz_every_http_route_body_path_and_query() {
     assert!(seen.contains(&200) && seen.contains(&400) && seen.contains(&404), "{seen:?}");
 }
 
+/// The dashboard's pages named by a path segment or a query (a sweep, a run, the report's
+/// window): never a 500 or a panic, and what they echo of the input is escaped.
+#[test]
+fn fuzz_dashboard_pages_by_id_never_fail_and_escape_what_they_echo() {
+    let api = InProcess::new();
+    let sweep = json!({ "method": "grid", "workflow": "demo-tune", "metric": {"name": "reward"},
+        "parameters": {"lr": {"values": [0.1, 0.01]}} });
+    let (status, created) = api.call("POST", "/sweeps", sweep.to_string().into_bytes());
+    assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&created));
+    let id = serde_json::from_slice::<Value>(&created).unwrap()["id"].as_str().unwrap().to_string();
+    let segment = prop_oneof![
+        "\\PC{0,16}",
+        Just("<script>x</script>".to_string()),
+        Just(id[..8].to_string()),
+        Just(id.clone()),
+        Just(format!("{}<b>", &id[..4])),
+        Just("%".to_string()),
+    ];
+    let page = prop::sample::select(&["/ui/sweeps/", "/ui/runs/", "/ui/report?since=", "/ui/tests?id="][..]);
+    let mut runner = fuzz_runner(256);
+    runner
+        .run(&(page, segment), |(page, segment)| {
+            let uri = format!("{page}{}", percent_encode(&segment));
+            let (status, body) = api.call("GET", &uri, Vec::new());
+            let html = String::from_utf8_lossy(&body);
+            prop_assert!(status != StatusCode::INTERNAL_SERVER_ERROR, "{uri}: {html}");
+            // `/ui/sweeps/` names no page: the API's JSON 404, as for any route it lacks.
+            let names_a_page = !segment.is_empty() || page.contains('?');
+            prop_assert!(!names_a_page || html.starts_with("<!doctype html>"), "{uri}: {status} {html}");
+            if segment.contains('<') {
+                prop_assert!(!html.contains(&segment), "{uri}: echoed unescaped");
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (status, body) = api.call("GET", &format!("/ui/sweeps/{}", &id[..8]), Vec::new());
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+}
+
 // ---- the corpus -------------------------------------------------------------------------------
 
 /// Workflow files that panicked the CLI or were accepted though wrong, with the field their

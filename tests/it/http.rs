@@ -35,6 +35,10 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
     pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, None).await
     }

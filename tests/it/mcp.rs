@@ -216,3 +216,130 @@ asyncio.run(main())
     assert!(health["note"].as_str().unwrap().starts_with("No lachesis daemon is running"), "{health:#}");
     assert!(!home.path().join("daemon.log").exists(), "no daemon was started");
 }
+
+/// `lachesis mcp` over stdio as a client speaks it (JSON-RPC lines): lists the tools, then
+/// calls each of `calls` in turn; the tool list and each call's answer, parsed.
+fn mcp_session(
+    home: &crate::support::TestHome,
+    calls: &[(&str, serde_json::Value)],
+) -> (serde_json::Value, Vec<serde_json::Value>) {
+    use serde_json::json;
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = home
+        .command(&["mcp", "--no-daemon"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |message: serde_json::Value| writeln!(stdin, "{message}").unwrap();
+    let mut reply = |id: i64| loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "lachesis mcp closed its output");
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == id {
+            return message;
+        }
+    };
+    let init = json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "it", "version": "0" } });
+    send(json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init }));
+    reply(1);
+    send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    send(json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" }));
+    let tools = reply(2)["result"]["tools"].clone();
+    let mut answers = Vec::new();
+    for (i, (tool, arguments)) in calls.iter().enumerate() {
+        let id = 3 + i as i64;
+        send(
+            json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": arguments } }),
+        );
+        let answer = reply(id);
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{answer:#}"));
+        answers.push(serde_json::from_str(text).unwrap());
+    }
+    drop(stdin);
+    child.wait().unwrap();
+    (tools, answers)
+}
+
+/// The sweep tools, beyond the reference's: listed with their schemas; a sweep started by name
+/// answers its id, its members' run ids and its state, and its status reads them back; a path
+/// out of the workflows directory, or a bad field, is one line, and nothing is queued for it.
+#[tokio::test]
+async fn an_agent_starts_a_sweep_and_reads_its_leaderboard() {
+    use serde_json::json;
+    let mut home = crate::support::TestHome::new();
+    let (tools, answers) = mcp_session(
+        &home,
+        &[
+            ("rl_start_sweep", json!({ "file": "demo-sweep", "hold": true })),
+            ("rl_start_sweep", json!({ "file": "../../../../../../etc/passwd" })),
+            (
+                "rl_start_sweep",
+                json!({ "sweep": { "method": "grid", "workflow": "demo-tune", "parameters": { "warmup": { "values": [1] } } } }),
+            ),
+            ("rl_start_sweep", json!({ "file": "demo-sweep", "count": 3 })),
+        ],
+    );
+    let schema = |name: &str| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {tools:#}"))["inputSchema"]
+            .clone()
+    };
+    let start = schema("rl_start_sweep");
+    assert_eq!(start["type"], "object", "{start:#}");
+    for field in ["file", "sweep", "hold"] {
+        assert!(start["properties"].get(field).is_some(), "{field}: {start:#}");
+    }
+    assert_eq!(schema("rl_sweep_status")["required"], json!(["sweep_id"]));
+
+    let started = &answers[0];
+    assert_eq!(
+        (started["state"].as_str(), started["members"].as_u64()),
+        (Some("live"), Some(6)),
+        "{started:#}"
+    );
+    let run_ids: Vec<uuid::Uuid> = started["run_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().parse().unwrap())
+        .collect();
+    let sweep: uuid::Uuid = started["sweep_id"].as_str().unwrap().parse().unwrap();
+    for (k, id) in run_ids.iter().enumerate() {
+        let run = home.run(*id).await;
+        assert_eq!(run.params.sweep.map(|m| (m.sweep, m.k)), Some((sweep, k as u64)), "member {k}");
+        assert!(run.held_at.is_some(), "held as asked");
+    }
+    assert!(started["message"].as_str().unwrap().contains("rl_sweep_status(sweep_id)"), "{started:#}");
+    assert_eq!(started["daemon_running"], false);
+    assert!(started["note"].as_str().unwrap().starts_with("No lachesis daemon is running"), "{started:#}");
+    for (answer, says) in [
+        (&answers[1], "is outside the workflows directory"),
+        (&answers[2], "parameters.warmup: workflow 'demo-tune' has no variable 'warmup'"),
+        (&answers[3], "unknown field `count`"),
+    ] {
+        let error = answer["error"].as_str().unwrap_or_else(|| panic!("{answer:#}"));
+        assert!(error.contains(says) && !error.contains('\n'), "{error}");
+    }
+    assert_eq!(home.service().await.sweeps().await.unwrap().len(), 1, "only the good sweep was queued");
+
+    let (_, answers) =
+        mcp_session(&home, &[("rl_sweep_status", json!({ "sweep_id": &sweep.to_string()[..8], "top": 2 }))]);
+    let board = &answers[0];
+    assert_eq!(
+        (board["sweep_id"].as_str(), board["state"].as_str()),
+        (Some(sweep.to_string().as_str()), Some("live"))
+    );
+    assert_eq!((board["metric"].as_str(), board["goal"].as_str()), (Some("reward"), Some("maximize")));
+    assert_eq!(board["counts"], json!({ "pending": 6 }));
+    assert_eq!(board["leaderboard"].as_array().map(Vec::len), Some(2));
+    assert_eq!(board["leaderboard"][1]["run_id"], run_ids[1].to_string());
+    assert_eq!(board["more_members"], 4);
+}

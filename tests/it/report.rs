@@ -220,6 +220,11 @@ fn check_report(report: &Value, night: &Night) {
     assert!(!listed(tests, night.old_test), "a test that ended before the window is left out");
     assert_eq!(report["test_outcomes"], json!({ "succeeded": 1, "regressed": 1 }));
     assert_eq!(report["waiting"], json!({ "pending": 0, "held": 1, "queued_tests": 0 }));
+    assert_eq!(
+        (report["sweeps"].clone(), report["more_sweeps"].clone()),
+        (json!([]), json!(0)),
+        "no sweep tonight"
+    );
 }
 
 fn free_port() -> u16 {
@@ -568,4 +573,105 @@ fn process_cpu() -> Duration {
     let done = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
     assert_eq!(done, 0, "clock_gettime: {}", std::io::Error::last_os_error());
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// A sweep the daemon ran to its end overnight (one member stopped by hyperband after 3 of the
+/// 6 readings its siblings made): on every surface, its members by outcome, its best member
+/// with value and parameters, and the member time early termination saved.
+#[tokio::test]
+async fn the_report_shows_each_sweep_its_best_member_and_what_early_termination_saved() {
+    let mut home = home_with_workflows();
+    let addr = format!("127.0.0.1:{}", free_port());
+    home.environ.push(("LACHESIS_API_TOKEN".into(), TOKEN.into()));
+    home.start_daemon_with(&["--listen", &addr]);
+    let night = crate::sweeps::finished_sweep(&mut home).await;
+    let stopped = home.run(night.members[2]).await;
+    let ran = stopped.ended_at.unwrap() - stopped.started_at.unwrap();
+
+    let check = |report: &Value| {
+        assert_eq!(report["more_sweeps"], 0);
+        let sweeps = report["sweeps"].as_array().unwrap();
+        assert_eq!(sweeps.len(), 1, "{sweeps:#?}");
+        let sweep = &sweeps[0];
+        assert_eq!(sweep["id"], night.sweep.to_string());
+        assert_eq!(
+            (sweep["workflow"].as_str(), sweep["state"].as_str(), sweep["members"].as_u64()),
+            (Some("gated"), Some("done"), Some(4))
+        );
+        assert_eq!(
+            (sweep["metric"].as_str(), sweep["goal"].as_str()),
+            (Some("train/loss"), Some("minimize"))
+        );
+        assert_eq!(
+            sweep["outcomes"],
+            json!({ "completed": 3, "early_terminated": 1, "failed": 0, "stopped": 0, "running": 0, "pending": 0 })
+        );
+        assert_eq!(
+            sweep["best"],
+            json!({ "k": 3, "run": night.members[3], "state": "completed", "value": 0.05, "parameters": { "lr": 0.4 } })
+        );
+        // The stopped member made 3 readings of the 6 a member makes: the 3 it did not make, at
+        // its own pace, are what it ran again.
+        assert_eq!(
+            sweep["early_termination"],
+            json!({ "members": 1, "run_ms": ran, "full_readings": 6, "saved_ms": ran }),
+            "{sweep:#}"
+        );
+    };
+    let report: Value = serde_json::from_str(&home.cli_ok(&["report", "--json"])).unwrap();
+    check(&report);
+    let text = home.cli_ok(&["report"]);
+    eprintln!("lachesis report:\n{text}");
+    let short = &night.sweep.to_string()[..8];
+    let (_, sweeps) = text.split_once("\nSweeps:\n").unwrap_or_else(|| panic!("{text}"));
+    let line = sweeps.lines().find(|l| l.trim_start().starts_with(short)).unwrap_or_else(|| panic!("{text}"));
+    for says in [
+        "gated",
+        "done",
+        "3 completed, 1 early-terminated",
+        "member 3: train/loss 0.05 (lr=0.4)",
+        "1 stopped after",
+    ] {
+        assert!(line.contains(says), "{says}: {line}");
+    }
+    assert!(line.contains("of member time saved"), "{line}");
+
+    let http = lachesis::http_client::builder().build().unwrap();
+    let base = format!("http://{addr}");
+    let answer = http.get(format!("{base}/report")).bearer_auth(TOKEN).send().await.unwrap();
+    check(&serde_json::from_str(&answer.text().await.unwrap()).unwrap());
+    let page = http.get(format!("{base}/ui/report")).bearer_auth(TOKEN).send().await.unwrap();
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(&format!(
+            "<tr data-sweep=\"{}\"><td><a href=\"/ui/sweeps/{}\">{short}</a>",
+            night.sweep, night.sweep
+        )),
+        "{html}"
+    );
+    assert!(
+        html.contains("3 completed, 1 early-terminated")
+            && html.contains("member 3: train/loss 0.05 (lr=0.4)"),
+        "{html}"
+    );
+}
+
+/// A report lists 50 sweeps at most and says how many more there are; a sweep with no member
+/// started yet is in it with its members pending.
+#[tokio::test]
+async fn a_report_lists_fifty_sweeps_and_counts_the_rest() {
+    let mut home = home_with_workflows();
+    let service = home.service().await;
+    let file = "method: grid\nworkflow: demo-tune\nmetric: {name: reward, goal: maximize}\nparameters:\n  lr: {values: [0.1, 0.01]}\n";
+    for _ in 0..51 {
+        service.submit_sweep(file, Default::default()).await.unwrap();
+    }
+    let report = service.report(Duration::from_secs(12 * 3600)).await.unwrap();
+    assert_eq!((report.sweeps.len(), report.more_sweeps), (50, 1));
+    let sweep = &report.sweeps[0];
+    assert_eq!((sweep.outcomes["pending"], sweep.best.as_ref()), (2, None));
+    assert_eq!(sweep.members_line(), "2 pending");
+    assert!(sweep.early_termination_line().is_none());
+    let text = home.cli_ok(&["report"]);
+    assert!(text.contains("… and 1 more sweeps (see `lachesis sweep list`)"), "{text}");
 }

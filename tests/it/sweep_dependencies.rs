@@ -280,7 +280,7 @@ async fn a_pipeline_with_a_bad_sweep_step_queues_nothing() {
     )
     .unwrap();
     for (text, want) in [
-        ("- {name: tune, sweep: nope}\n- {name: eval, workflow: eval}\n", "step tune: no sweep 'nope'"),
+        ("- {name: tune, sweep: nope}\n- {name: eval, workflow: eval}\n", "step tune: unknown sweep 'nope'"),
         ("- {name: tune, sweep: ../lr}\n", "[0].sweep: '../lr' is not a sweep name"),
         ("- {name: tune, sweep: lr, workflow: eval}\n", "[0].workflow: a sweep step takes only"),
         (

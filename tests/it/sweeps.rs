@@ -520,3 +520,132 @@ async fn a_decision_outlives_a_daemon_killed_before_it_acted() {
         assert_eq!(home.run(id).await.state, RunState::Running);
     }
 }
+
+/// A sweep run to its end by the daemon (which the caller started): four members of `gated`
+/// compared by `train/loss`; member 2 stopped by hyperband after its third reading, the others
+/// completed with six readings each, member 3 the best (0.05).
+pub(crate) struct FinishedSweep {
+    pub sweep: Uuid,
+    pub members: Vec<Uuid>,
+    /// Member 2's reason.
+    pub reason: String,
+}
+
+pub(crate) async fn finished_sweep(home: &mut TestHome) -> FinishedSweep {
+    home.workflow("gated", &gated(home));
+    let file = write(
+        home,
+        "hb.yaml",
+        "method: grid\nworkflow: gated\nmetric: {name: train/loss}\n\
+         early_terminate: {type: hyperband, min_iter: 2, eta: 2, strict: false}\n\
+         parameters:\n  lr: {values: [0.1, 0.2, 0.3, 0.4]}\n",
+    );
+    let (sweep, members) = start(home, &file);
+    let service = home.service().await;
+    for id in &members {
+        home.wait_state(*id, RunState::Running, T).await;
+    }
+    let rows = |values: &[f64], from: i64| -> Vec<lachesis::model::MetricRow> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, loss)| lachesis::model::MetricRow {
+                step: from + i as i64,
+                loss: Some(*loss),
+                recorded_at: lachesis::model::now_millis(),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let losses = [[1.0, 0.9, 0.8], [1.0, 0.5, 0.4], [1.0, 0.97, 0.95], [1.0, 0.3, 0.2]];
+    for (id, series) in members.iter().zip(losses) {
+        service.put_metric_rows_as_given(*id, &rows(&series, 1)).await.unwrap();
+    }
+    let (stopped, _) = home.wait_settled(members[2], T).await;
+    assert_eq!(stopped.state, RunState::Stopped, "{:?}", stopped.reason);
+    std::fs::write(home.path().join("gate"), "").unwrap();
+    let later = [[0.7, 0.6, 0.5], [0.35, 0.3, 0.25], [0.15, 0.1, 0.05]];
+    for (id, series) in [members[0], members[1], members[3]].into_iter().zip(later) {
+        let (run, _) = home.wait_settled(id, T).await;
+        assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+        // Readings the trainer logged last, read after it ended.
+        service.put_metric_rows_as_given(id, &rows(&series, 4)).await.unwrap();
+    }
+    wait_for("the sweep to be done", T, || {
+        let service = service.clone();
+        async move {
+            let sweep = service.resolve_sweep(&sweep.to_string()).await.unwrap();
+            (sweep.state == SweepState::Done).then_some(())
+        }
+    })
+    .await;
+    FinishedSweep { sweep, members, reason: stopped.reason.unwrap_or_default() }
+}
+
+/// The dashboard's sweep pages over HTTP, behind the token: the list, the leaderboard with the
+/// winner and the early-terminated member's band, the chart with every member's curve and a
+/// cross where the stopped one was stopped; linked from the navigation and a member's page.
+#[tokio::test]
+async fn the_dashboard_shows_a_sweeps_leaderboard_and_every_members_curve() {
+    let mut home = TestHome::new();
+    let api = crate::http::start_with(&mut home, "127.0.0.1", None, &[]).await;
+    let FinishedSweep { sweep, members, reason } = finished_sweep(&mut home).await;
+    let short = &sweep.to_string()[..8];
+    let html = |answer: (reqwest::StatusCode, serde_json::Value)| -> (u16, String) {
+        (answer.0.as_u16(), answer.1.as_str().map(str::to_string).unwrap_or_else(|| answer.1.to_string()))
+    };
+
+    let (status, list) = html(api.get("/ui/sweeps").await);
+    assert_eq!(status, 200, "{list}");
+    assert!(list.contains("href=\"/ui/sweeps\" class=\"active\""), "the navigation links it: {list}");
+    assert!(
+        list.contains(&format!("<tr data-sweep=\"{sweep}\"><td><a href=\"/ui/sweeps/{sweep}\">{short}</a>")),
+        "{list}"
+    );
+    assert!(list.contains("badge ok\">done") && list.contains("4 (3 completed, 1 stopped)"), "{list}");
+
+    let (status, page) = html(api.get(&format!("/ui/sweeps/{short}")).await);
+    assert_eq!(status, 200, "{page}");
+    // The leaderboard: best first, the winner marked, every member linked to its run.
+    let rows: Vec<&str> = page.split("<tr data-k=\"").skip(1).collect();
+    let order: Vec<&str> = rows.iter().map(|r| &r[..1]).collect();
+    assert_eq!(order, vec!["3", "1", "0", "2"], "{page}");
+    assert!(rows[0].contains("class=\"winner\"") && rows[0].contains("★ winner"), "{}", rows[0]);
+    assert!(rows[0].contains("<td class=\"best\">0.05</td>"), "{}", rows[0]);
+    assert!(rows[3].contains("class=\"early-terminated\"") && rows[3].contains(&reason), "{}", rows[3]);
+    assert!(reason.contains("band-2 threshold"), "the band it was stopped at: {reason}");
+    for (k, id) in members.iter().enumerate() {
+        let row = rows.iter().find(|r| r.starts_with(&k.to_string())).unwrap();
+        assert!(row.contains(&format!("href=\"/ui/runs/{id}\"")), "member {k}: {row}");
+        assert!(row.contains(&format!("<td class=\"parameter\">0.{}</td>", k + 1)), "member {k}: {row}");
+    }
+    // The chart: a curve per member, the stopped one dashed and crossed at its last reading,
+    // the winner's best point marked, a legend entry per member.
+    let chart = &page[page.find("<svg class=\"chart members\"").expect("a chart")..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    assert_eq!(chart.matches("<path class=\"member").count(), 4, "{chart}");
+    assert!(chart.contains("class=\"member stopped\" data-k=\"2\""), "{chart}");
+    assert!(chart.contains("class=\"member winner\" data-k=\"3\""), "{chart}");
+    assert!(chart.contains("class=\"stop-marker\" data-k=\"2\" data-step=\"3\""), "{chart}");
+    assert!(chart.contains("class=\"winner-marker\" data-k=\"3\""), "{chart}");
+    for k in 0..4 {
+        assert!(chart.contains(&format!("<g class=\"key\" data-k=\"{k}\">")), "member {k}: {chart}");
+    }
+
+    // A member's run page links its sweep.
+    let (_, run_page) = html(api.get(&format!("/ui/runs/{}", members[2])).await);
+    assert!(
+        run_page.contains(&format!("member 2 of <a href=\"/ui/sweeps/{sweep}\">sweep {short}</a>")),
+        "{run_page}"
+    );
+    // No sweep, no page; no token, no data.
+    let (status, missing) = html(api.get("/ui/sweeps/ffffffff").await);
+    assert_eq!(status, 404);
+    assert!(missing.starts_with("<!doctype html>"), "a page, in the page frame: {missing}");
+    assert!(missing.contains("<p class=\"error\">no sweep matches &#39;ffffffff&#39;</p>"), "{missing}");
+    let anonymous = lachesis::http_client::builder().build().unwrap();
+    let answer = anonymous.get(format!("{}/ui/sweeps/{sweep}", api.base())).send().await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains("Sign in") && !text.contains(short), "{text}");
+}

@@ -1,8 +1,9 @@
 """Drives real headless Chromium over the DevTools protocol (stdlib only) through the lachesis
 dashboard, for tests/it/dashboard.rs. Reads a JSON plan from argv[1], prints a JSON report.
 
-Modes: "check" (login, pages, badges, live refresh, log tail, regression marker, screenshots)
-and "bench" (navigation timing of the runs page)."""
+Modes: "check" (login, pages, badges, live refresh, log tail, regression marker, screenshots),
+"screens" (pages by path, their text and screenshots, and per page an optional probe: a
+JavaScript expression evaluated once it loaded) and "bench" (navigation timing of the runs page)."""
 
 import base64
 import json
@@ -219,10 +220,14 @@ def login(plan, cdp):
 def screens(plan, cdp):
     login(plan, cdp)
     report = {}
+    probes = plan.get("probes", {})
     for name, path in plan["pages"].items():
         cdp.open(plan["base"] + path)
         report[name] = {"text": cdp.eval("document.getElementById('main').innerText"),
                         "screenshot": cdp.screenshot(os.path.join(plan["out"], f"{name}.png"))}
+        if name in probes:
+            # What the page drew, as the browser laid it out (an expression of the plan's).
+            report[name]["probe"] = cdp.eval(probes[name])
     return report
 
 

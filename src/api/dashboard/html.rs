@@ -34,8 +34,9 @@ pub fn url_segment(text: &str) -> String {
     out
 }
 
-const NAV: [(&str, &str); 5] = [
+const NAV: [(&str, &str); 6] = [
     ("runs", "Runs"),
+    ("sweeps", "Sweeps"),
     ("tests", "Inference tests"),
     ("schedules", "Schedules"),
     ("nodes", "Nodes"),
@@ -77,9 +78,9 @@ pub fn login(message: Option<&str>) -> String {
 /// A state as a coloured label.
 pub fn badge(state: &str) -> String {
     let class = match state {
-        "completed" | "succeeded" | "up" => "ok",
+        "completed" | "succeeded" | "up" | "done" => "ok",
         "failed" | "regressed" | "lost" => "bad",
-        "running" | "starting" | "stopping" | "retrying" | "overdue" => "busy",
+        "running" | "starting" | "stopping" | "retrying" | "overdue" | "live" => "busy",
         _ => "idle",
     };
     format!("<span class=\"badge {class}\">{}</span>", esc(state))

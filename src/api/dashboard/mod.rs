@@ -20,6 +20,7 @@ mod run;
 mod runs;
 mod schedules;
 mod svg;
+mod sweeps;
 mod tests_page;
 
 pub use access::{cookie_token, is_page, is_public, login_required};

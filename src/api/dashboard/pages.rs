@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{html, nodes, report, run, runs, schedules, tests_page};
+use super::{html, nodes, report, run, runs, schedules, sweeps, tests_page};
 use crate::api::{AppState, Failure};
 use crate::service::ServiceError;
 
@@ -36,6 +36,17 @@ pub(super) async fn run_page(State(s): State<AppState>, Path(id): Path<String>) 
     match run::render(&s.service, &id).await {
         Ok((title, body)) => Html(html::page(&title, "runs", true, &body)).into_response(),
         Err(err) => failure_page("Run", "runs", err),
+    }
+}
+
+pub(super) async fn sweeps_page(State(s): State<AppState>) -> Response {
+    page("Sweeps", "sweeps", sweeps::render_list(&s.service).await)
+}
+
+pub(super) async fn sweep_page(State(s): State<AppState>, Path(id): Path<String>) -> Response {
+    match sweeps::render(&s.service, &id).await {
+        Ok((title, body)) => page(&title, "sweeps", Ok(body)),
+        Err(err) => failure_page("Sweep", "sweeps", err),
     }
 }
 

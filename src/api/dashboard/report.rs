@@ -1,7 +1,8 @@
 //! The morning report (`/ui/report?since=12h`): what `Service::report` returns, on one page:
 //! the runs of the window with their outcome, step, duration, what they saved and their final
 //! metrics; a failed run's last log lines; the inference tests with accuracy and regressions;
-//! the counts.
+//! the counts; the sweeps with their members by outcome, best member and what early
+//! termination saved.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -125,6 +126,34 @@ fn body(report: &Report) -> String {
             out,
             "<p class=\"muted\">… and {} more tests (see <a href=\"/ui/tests\">Inference tests</a>)</p>",
             report.more_tests
+        );
+    }
+    if !report.sweeps.is_empty() {
+        out.push_str(
+            "<h2>Sweeps</h2><table id=\"report-sweeps\"><thead><tr><th>sweep</th><th>workflow</th><th>state</th>\
+             <th>members</th><th>best</th><th>early termination</th></tr></thead><tbody>",
+        );
+        for sweep in &report.sweeps {
+            let _ = write!(
+                out,
+                "<tr data-sweep=\"{id}\"><td><a href=\"/ui/sweeps/{id}\">{short}</a></td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&sweep.workflow),
+                badge(sweep.state.as_str()),
+                esc(&sweep.members_line()),
+                cell(sweep.best_line()),
+                cell(sweep.early_termination_line()),
+                id = sweep.id,
+                short = crate::model::short_id(&sweep.id),
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    if report.more_sweeps > 0 {
+        let _ = write!(
+            out,
+            "<p class=\"muted\">… and {} more sweeps (see <a href=\"/ui/sweeps\">Sweeps</a>)</p>",
+            report.more_sweeps
         );
     }
     out

@@ -8,7 +8,9 @@ use axum::routing::{get, post};
 use super::access::{login, login_form, logout};
 use super::actions::{pause, requeue, resume, stop};
 use super::live::{changes, log_tail};
-use super::pages::{nodes_page, report_page, run_page, runs_page, schedules_page, tests_page};
+use super::pages::{
+    nodes_page, report_page, run_page, runs_page, schedules_page, sweep_page, sweeps_page, tests_page,
+};
 use crate::api::AppState;
 
 const CSS: &str = include_str!("app.css");
@@ -28,6 +30,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/runs/{id}/stop", post(stop))
         .route("/ui/runs/{id}/requeue", post(requeue))
         .route("/ui/runs/{id}/log", get(log_tail))
+        .route("/ui/sweeps", get(sweeps_page))
+        .route("/ui/sweeps/{id}", get(sweep_page))
         .route("/ui/tests", get(tests_page))
         .route("/ui/schedules", get(schedules_page))
         .route("/ui/schedules/{name}/pause", post(pause))

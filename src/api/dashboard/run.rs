@@ -276,6 +276,15 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
             run.attempt
         );
     }
+    if let Some(member) = &run.sweep {
+        let _ = write!(
+            body,
+            "<p class=\"meta sweep\">member {} of <a href=\"/ui/sweeps/{}\">sweep {}</a></p>",
+            member.k,
+            member.sweep,
+            crate::model::short_id(&member.sweep)
+        );
+    }
     if let Some(reason) = &run.reason {
         let _ = write!(body, "<p class=\"reason\">{}</p>", esc(reason));
     }

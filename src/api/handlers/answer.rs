@@ -54,14 +54,14 @@ impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for
 }
 
 /// Turns any refusal axum answers in plain text (a path segment that isn't UTF-8, a wrong
-/// method, a wrong content type) into the JSON error every other refusal is.
+/// method, a wrong content type) into the JSON error every other refusal is. A dashboard
+/// page's own refusal (an unknown run or sweep, a bad window) is a page, and stays one.
 pub async fn json_refusals(response: Response) -> Response {
-    let is_json = response
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let content_type = response.headers().get(axum::http::header::CONTENT_TYPE);
+    let is_json = content_type.is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let is_page = content_type.is_some_and(|v| v.as_bytes().starts_with(b"text/html"));
     let status = response.status();
-    if !status.is_client_error() || is_json {
+    if !status.is_client_error() || is_json || is_page {
         return response;
     }
     let code = match status {

@@ -162,7 +162,9 @@ impl ServiceError {
             E::Catalog(CatalogError::Unknown { .. } | CatalogError::UnknownSweep { .. }) => {
                 ErrorKind::NotFound
             }
-            E::Catalog(CatalogError::NotAName { .. } | CatalogError::Invalid(_)) => ErrorKind::Invalid,
+            E::Catalog(
+                CatalogError::NotAName { .. } | CatalogError::Invalid(_) | CatalogError::BadSweepPath { .. },
+            ) => ErrorKind::Invalid,
             E::Catalog(CatalogError::Io { .. }) | E::Log(_) => ErrorKind::Internal,
             E::Storage(err) => store_kind(err),
             E::MissingCredentials { .. } | E::Introspect(_) => ErrorKind::Unprocessable,

@@ -58,6 +58,7 @@ pub use runs::{
 };
 pub use schedules::ScheduleDetail;
 pub use sweeps::{
-    MemberStatus, MetricSeries, SWEEP_LIST_LIMIT, StartedSweep, SweepDecider, SweepDecision, SweepStatus,
+    BestMember, EarlyTermination, MemberCurve, MemberStatus, MetricSeries, REPORT_SWEEPS, ReportSweep,
+    SWEEP_LIST_LIMIT, StartedSweep, SweepCurves, SweepDecider, SweepDecision, SweepListing, SweepStatus,
     SweepSummary,
 };

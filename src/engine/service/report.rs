@@ -4,7 +4,9 @@
 //! read); the rows' extras (last recorded step, last checkpoint, last metric row, a retried
 //! run's first start) from a few set queries over the listed runs, never one read per row; a
 //! failed run's last log lines (the stage that decided it) from bounded reads through
-//! `crate::logs`, all of them in one trip off the daemon's thread.
+//! `crate::logs`, all of them in one trip off the daemon's thread. Then the sweeps active in
+//! the window, with their members by outcome, best member and what early termination saved
+//! (`sweeps/report.rs`: two reads however many members).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -55,6 +57,10 @@ pub struct Report {
     /// Preemptions of the runs listed, and the work they lost (ms).
     pub preemptions: i64,
     pub preempted_work_ms: i64,
+    /// Sweeps not done yet or whose state moved in the window, newest first (at most
+    /// [`super::REPORT_SWEEPS`]), and how many more there are.
+    pub sweeps: Vec<super::ReportSweep>,
+    pub more_sweeps: i64,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -346,6 +352,7 @@ impl Service {
 
         let more_runs = (run_outcomes.values().sum::<i64>() - runs.len() as i64).max(0);
         let more_tests = (test_outcomes.values().sum::<i64>() - tests.len() as i64).max(0);
+        let (sweeps, more_sweeps) = self.report_sweeps(since).await?;
         let (preemptions, preempted_work_ms) =
             (runs.iter().map(|r| r.preemptions).sum(), runs.iter().map(|r| r.preempted_work_ms).sum());
         Ok(Report {
@@ -361,6 +368,8 @@ impl Service {
             waiting: Waiting { pending: pending - held, held, queued_tests },
             preemptions,
             preempted_work_ms,
+            sweeps,
+            more_sweeps,
         })
     }
 

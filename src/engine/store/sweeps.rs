@@ -15,7 +15,7 @@ use super::sql::{SqlStore, insert_pending_run};
 use super::{Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
 use crate::model::sweep::{SweepRecord, SweepState, SweepWinner};
-use crate::model::{MetricPoint, Run, Stage, now_millis};
+use crate::model::{MetricPoint, Millis, Run, RunState, Stage, now_millis};
 
 /// `SELECT <every sweep column> FROM sweeps <rest>`, as a `'static` string.
 macro_rules! select_sweeps {
@@ -40,6 +40,23 @@ impl SweepSlots {
     pub fn has_room(&self) -> bool {
         self.in_flight < self.max_live
     }
+}
+
+/// One member of a sweep as its tally counts it (the morning report's): its run's state, reason
+/// and current attempt's times, and its readings of its sweep's metric as its series holds them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberTally {
+    pub sweep: Uuid,
+    pub k: u64,
+    pub run: Uuid,
+    pub state: RunState,
+    pub reason: Option<String>,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    /// How many readings its series has, and the lowest and highest of them.
+    pub readings: u64,
+    pub low: Option<f64>,
+    pub high: Option<f64>,
 }
 
 #[async_trait]
@@ -79,6 +96,18 @@ pub trait SweepStore: Send + Sync {
     async fn sweeps_of_runs(&self, runs: &[Uuid]) -> Result<BTreeSet<Uuid>>;
     /// Whether a member of the sweep has not ended yet (the first one found ends the read).
     async fn sweep_has_open_member(&self, id: Uuid) -> Result<bool>;
+    /// The sweeps a report over the window from `since` shows: those not done yet and those
+    /// whose state moved in the window (a sweep moves to done once its last member ended),
+    /// newest first, at most `limit`; and how many there are.
+    async fn sweeps_for_report(&self, since: Millis, limit: i64) -> Result<(Vec<SweepRecord>, i64)>;
+    /// Every member of `sweeps` (each given with its metric's name, if it has one) with its
+    /// run's state and times and its readings of that metric as its series holds them (a
+    /// resumed attempt's over the steps it rewound, as `metric_point::series` keeps them):
+    /// counted, lowest and highest, in SQL. One query for up to [`TALLY_CHUNK`] sweeps.
+    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<MemberTally>>;
+    /// How many members of each of `sweeps` are in each run state: one grouped query for up to
+    /// [`TALLY_CHUNK`] sweeps.
+    async fn member_states_of(&self, sweeps: &[Uuid]) -> Result<HashMap<Uuid, BTreeMap<String, u64>>>;
     /// Moves the sweep from `from` to `to` with `reason`, if it is still in `from`; false when it
     /// was not (someone else moved it). A move to `stopped` (or to `done`, here without a
     /// winner) settles the runs waiting for the sweep in the same transaction.
@@ -141,6 +170,49 @@ fn sweep_from_row(row: &sqlx::any::AnyRow) -> Result<SweepRecord> {
 fn uuid_of(row: &sqlx::any::AnyRow, column: &str) -> Result<Uuid> {
     let text: String = row.try_get(column)?;
     Uuid::parse_str(&text).map_err(|e| corrupt(format!("{column} {text}: {e}")))
+}
+
+/// The most sweeps one tally query names; more are read in chunks of it.
+pub const TALLY_CHUNK: usize = 100;
+
+/// The members of the sweeps `$1, $3, …` with their readings of metric `$2, $4, …` (the one
+/// named beside each sweep): a reading counts when no later attempt of its run read a step at
+/// or below it (the series rule: a resumed attempt replaces what it rewound over). Each
+/// member's readings are its run's key range, and the rule one seek into it per reading.
+pub(super) fn tallies_sql(sweeps: usize) -> String {
+    let names: Vec<String> =
+        (0..sweeps).map(|i| format!("WHEN ${} THEN CAST(${} AS TEXT)", 2 * i + 1, 2 * i + 2)).collect();
+    let ids: Vec<String> = (0..sweeps).map(|i| format!("${}", 2 * i + 1)).collect();
+    format!(
+        "SELECT m.sweep_id, m.k, r.id AS run_id, r.state, r.reason, r.started_at, r.ended_at, \
+         COUNT(v.value) AS readings, MIN(v.value) AS low, MAX(v.value) AS high \
+         FROM sweep_members m JOIN runs r ON r.id = m.run_id \
+         LEFT JOIN metric_values v ON v.run_id = m.run_id AND v.name = (CASE m.sweep_id {} END) \
+         AND NOT EXISTS (SELECT 1 FROM metric_values w WHERE w.run_id = v.run_id AND w.name = v.name \
+         AND w.attempt > v.attempt AND w.step <= v.step) \
+         WHERE m.sweep_id IN ({}) \
+         GROUP BY m.sweep_id, m.k, r.id, r.state, r.reason, r.started_at, r.ended_at",
+        names.join(" "),
+        ids.join(", ")
+    )
+}
+
+fn tally_from_row(row: &sqlx::any::AnyRow) -> Result<MemberTally> {
+    let k: i64 = row.try_get("k")?;
+    let state: String = row.try_get("state")?;
+    let readings: i64 = row.try_get("readings")?;
+    Ok(MemberTally {
+        sweep: uuid_of(row, "sweep_id")?,
+        k: u64::try_from(k).map_err(|_| corrupt(format!("sweep member {k}")))?,
+        run: uuid_of(row, "run_id")?,
+        state: state.parse().map_err(corrupt)?,
+        reason: row.try_get("reason")?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        readings: u64::try_from(readings).unwrap_or(0),
+        low: row.try_get("low")?,
+        high: row.try_get("high")?,
+    })
 }
 
 /// The members in flight of each sweep that has one: from the runs in flight (an index range
@@ -335,6 +407,71 @@ impl SweepStore for SqlStore {
         .fetch_optional(self.pool())
         .await?;
         Ok(open.is_some())
+    }
+
+    async fn sweeps_for_report(&self, since: Millis, limit: i64) -> Result<(Vec<SweepRecord>, i64)> {
+        // The sweeps not done are an index range on their state; the done ones are read off the
+        // same index and kept by their last move (a store keeps far fewer sweeps than runs).
+        const ACTIVE: &str = "state <> 'done' OR updated_at >= $1";
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            select_sweeps!("WHERE {ACTIVE} ORDER BY seq DESC LIMIT $2"),
+            ACTIVE = ACTIVE
+        )))
+        .bind(since)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let sweeps = rows.iter().map(sweep_from_row).collect::<Result<Vec<_>>>()?;
+        let total: i64 = if (sweeps.len() as i64) < limit {
+            sweeps.len() as i64
+        } else {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM sweeps WHERE {ACTIVE}")))
+                .bind(since)
+                .fetch_one(self.pool())
+                .await?
+        };
+        Ok((sweeps, total))
+    }
+
+    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<MemberTally>> {
+        let mut tallies = Vec::new();
+        for chunk in sweeps.chunks(TALLY_CHUNK) {
+            // Only the placeholders vary: the ids and names are bound, never spliced.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(tallies_sql(chunk.len())));
+            for (id, metric) in chunk {
+                query = query.bind(id.to_string()).bind(metric.clone());
+            }
+            for row in query.fetch_all(self.pool()).await? {
+                tallies.push(tally_from_row(&row)?);
+            }
+        }
+        tallies.sort_by_key(|t| (t.sweep, t.k));
+        Ok(tallies)
+    }
+
+    async fn member_states_of(&self, sweeps: &[Uuid]) -> Result<HashMap<Uuid, BTreeMap<String, u64>>> {
+        let mut states: HashMap<Uuid, BTreeMap<String, u64>> = HashMap::new();
+        for chunk in sweeps.chunks(TALLY_CHUNK) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT m.sweep_id, r.state, COUNT(*) AS n FROM sweep_members m JOIN runs r ON r.id = m.run_id \
+                 WHERE m.sweep_id IN ({}) GROUP BY m.sweep_id, r.state",
+                marks.join(", ")
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(id.to_string());
+            }
+            for row in query.fetch_all(self.pool()).await? {
+                let n: i64 = row.try_get("n")?;
+                let state: String = row.try_get("state")?;
+                states
+                    .entry(uuid_of(&row, "sweep_id")?)
+                    .or_default()
+                    .insert(state, u64::try_from(n).unwrap_or(0));
+            }
+        }
+        Ok(states)
     }
 
     async fn move_sweep(

@@ -14,7 +14,7 @@ pub use format::{python_float, var_text};
 pub use generate::{Assignment, Member, grid_size};
 pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
-pub use record::{MemberOf, SweepRecord, SweepState};
+pub use record::{MemberOf, MemberOutcome, SweepRecord, SweepState, early_terminated_by};
 pub use spec::{Goal, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
 pub use winner::{SweepWinner, winner};
 

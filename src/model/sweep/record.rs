@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::model::Millis;
+use crate::model::{Millis, RunState};
 
 /// What a member run carries in its params: its sweep and its place in it (member `k`, from
 /// 0, whose parameters are [`super::SweepSpec::member`]`(k)`).
@@ -18,6 +18,74 @@ impl MemberOf {
     pub fn describe(&self) -> String {
         format!("member {} of sweep {}", self.k, crate::model::short_id(&self.sweep))
     }
+}
+
+/// How a member ended, or where it is: what a sweep's tallies count (the morning report's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberOutcome {
+    Completed,
+    /// Stopped by its sweep's hyperband (its reason says `early-terminated by sweep …`).
+    EarlyTerminated,
+    Failed,
+    /// Stopped otherwise: by a user, by a stop of the sweep, or cancelled before it started
+    /// (the sweep reached its target).
+    Stopped,
+    /// In flight: starting, running, stopping or retrying.
+    Running,
+    Pending,
+}
+
+impl MemberOutcome {
+    pub const ALL: [MemberOutcome; 6] = [
+        MemberOutcome::Completed,
+        MemberOutcome::EarlyTerminated,
+        MemberOutcome::Failed,
+        MemberOutcome::Stopped,
+        MemberOutcome::Running,
+        MemberOutcome::Pending,
+    ];
+
+    /// The outcome of a member of sweep `sweep` in `state` for `reason`.
+    pub fn of(sweep: &Uuid, state: RunState, reason: Option<&str>) -> MemberOutcome {
+        match state {
+            RunState::Completed => MemberOutcome::Completed,
+            RunState::Failed => MemberOutcome::Failed,
+            RunState::Stopped if reason.is_some_and(|r| r.starts_with(&early_terminated_by(sweep))) => {
+                MemberOutcome::EarlyTerminated
+            }
+            RunState::Stopped => MemberOutcome::Stopped,
+            RunState::Pending => MemberOutcome::Pending,
+            RunState::Starting | RunState::Running | RunState::Stopping | RunState::Retrying => {
+                MemberOutcome::Running
+            }
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberOutcome::Completed => "completed",
+            MemberOutcome::EarlyTerminated => "early_terminated",
+            MemberOutcome::Failed => "failed",
+            MemberOutcome::Stopped => "stopped",
+            MemberOutcome::Running => "running",
+            MemberOutcome::Pending => "pending",
+        }
+    }
+
+    /// As people read it: `early-terminated`.
+    pub fn label(self) -> &'static str {
+        match self {
+            MemberOutcome::EarlyTerminated => "early-terminated",
+            other => other.as_str(),
+        }
+    }
+}
+
+/// The start of the reason of a member its sweep's hyperband stopped: `early-terminated by
+/// sweep 1a2b3c4d`.
+pub fn early_terminated_by(sweep: &Uuid) -> String {
+    format!("early-terminated by sweep {}", crate::model::short_id(sweep))
 }
 
 /// Where a sweep is.
@@ -129,6 +197,40 @@ mod tests {
             assert_eq!(state.as_str().parse::<SweepState>(), Ok(state));
         }
         let member = super::MemberOf { sweep: uuid::Uuid::nil(), k: 3 };
+        assert_eq!(super::early_terminated_by(&member.sweep), "early-terminated by sweep 00000000");
         assert_eq!(member.describe(), "member 3 of sweep 00000000");
+    }
+
+    /// Every run state of a member, and the reasons that tell a hyperband stop from others.
+    #[test]
+    fn a_member_s_outcome_is_its_state_with_hyperband_s_stops_apart() {
+        use super::MemberOutcome::{self, *};
+        use crate::model::RunState;
+        let sweep = uuid::Uuid::nil();
+        let other = uuid::Uuid::from_u128(1 << 127);
+        let hyperband = "early-terminated by sweep 00000000: best loss 0.9 by iteration 3 is worse than the band-3 threshold 0.4";
+        let cases = [
+            (RunState::Completed, None, Completed),
+            (RunState::Failed, Some("stage 'trainer' exited with code 1"), Failed),
+            (RunState::Stopped, Some(hyperband), EarlyTerminated),
+            (RunState::Stopped, Some("stop requested"), Stopped),
+            (RunState::Stopped, Some("cancelled: sweep 00000000 member 3 reached the target"), Stopped),
+            (RunState::Stopped, None, Stopped),
+            (RunState::Pending, None, Pending),
+            (RunState::Starting, None, Running),
+            (RunState::Running, None, Running),
+            (RunState::Stopping, Some(hyperband), Running),
+            (RunState::Retrying, None, Running),
+        ];
+        for (state, reason, want) in cases {
+            assert_eq!(MemberOutcome::of(&sweep, state, reason), want, "{state} {reason:?}");
+        }
+        // Another sweep's words are not this sweep's stop.
+        assert_eq!(MemberOutcome::of(&other, RunState::Stopped, Some(hyperband)), Stopped);
+        for state in RunState::ALL {
+            assert!(MemberOutcome::ALL.contains(&MemberOutcome::of(&sweep, state, None)));
+        }
+        assert_eq!(EarlyTerminated.label(), "early-terminated");
+        assert_eq!(EarlyTerminated.as_str(), "early_terminated");
     }
 }

@@ -13,7 +13,9 @@ use uuid::Uuid;
 use super::MetricSeries;
 use crate::engine::service::{Result, Service};
 use crate::engine::store::StoreError;
-use crate::model::sweep::{Metric, Series, SweepRecord, SweepSpec, SweepState, python_float, stop_runs};
+use crate::model::sweep::{
+    Metric, Series, SweepRecord, SweepSpec, SweepState, early_terminated_by, python_float, stop_runs,
+};
 use crate::model::{MetricPoint, Millis, Run, RunState, RunTrigger, now_millis};
 
 /// What a pass decided.
@@ -143,8 +145,7 @@ impl Service {
             .collect();
         for stop in stop_runs(&series, metric, hyperband) {
             let (k, run) = &members[stop.id];
-            let reason =
-                format!("early-terminated by sweep {}: {}", sweep.short_id(), stop.reason(&metric.name));
+            let reason = format!("{}: {}", early_terminated_by(&sweep.id), stop.reason(&metric.name));
             match self.store.transition(run, RunTrigger::Stop, Some(&reason), None).await {
                 Ok(_) => {
                     tracing::info!(sweep = %sweep.short_id(), member = k, run = %run.short_id(), "{reason}");

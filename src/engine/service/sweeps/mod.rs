@@ -1,12 +1,16 @@
 //! Sweeps: a configuration space searched by member runs (`lachesis sweep …`, `/sweeps`).
 
+mod curves;
 mod decide;
 mod end;
+mod report;
 mod series;
 mod submit;
 mod views;
 
+pub use curves::{MemberCurve, SweepCurves};
 pub use decide::{SweepDecider, SweepDecision};
+pub use report::{BestMember, EarlyTermination, REPORT_SWEEPS, ReportSweep};
 pub use series::MetricSeries;
 pub use submit::StartedSweep;
-pub use views::{MemberStatus, SWEEP_LIST_LIMIT, SweepStatus, SweepSummary};
+pub use views::{MemberStatus, SWEEP_LIST_LIMIT, SweepListing, SweepStatus, SweepSummary};

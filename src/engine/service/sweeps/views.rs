@@ -1,6 +1,6 @@
 //! What sweeps look like from outside: found by prefix, listed, and a leaderboard.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -8,7 +8,8 @@ use uuid::Uuid;
 use super::MetricSeries;
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::model::RunState;
-use crate::model::sweep::{Goal, SweepRecord, SweepSpec, SweepState};
+use crate::model::metric_point::SeriesDigest;
+use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState};
 
 /// The most sweeps a listing shows.
 pub const SWEEP_LIST_LIMIT: i64 = 200;
@@ -39,6 +40,14 @@ impl From<&SweepRecord> for SweepSummary {
             created_at: sweep.created_at,
         }
     }
+}
+
+/// A sweep with how many of its members are in each run state (the dashboard's list).
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepListing {
+    #[serde(flatten)]
+    pub sweep: SweepSummary,
+    pub states: BTreeMap<String, u64>,
 }
 
 /// A sweep's leaderboard: every member with its parameters, state and metric, best first.
@@ -88,11 +97,6 @@ pub struct MemberStatus {
     pub early_terminated: bool,
 }
 
-/// The prefix of an early-terminated member's reason.
-pub(super) fn early_terminated_prefix(sweep: &SweepRecord) -> String {
-    format!("early-terminated by sweep {}", sweep.short_id())
-}
-
 impl Service {
     /// Finds a sweep by its full id or a unique prefix of it.
     pub async fn resolve_sweep(&self, prefix: &str) -> Result<SweepRecord> {
@@ -114,6 +118,17 @@ impl Service {
         Ok(self.store.list_sweeps(SWEEP_LIST_LIMIT).await?.iter().map(SweepSummary::from).collect())
     }
 
+    /// Sweeps, newest first, each with its members by state: one grouped read for all of them.
+    pub async fn sweep_listing(&self) -> Result<Vec<SweepListing>> {
+        let sweeps = self.sweeps().await?;
+        let ids: Vec<Uuid> = sweeps.iter().map(|s| s.id).collect();
+        let mut states = self.store.member_states_of(&ids).await?;
+        Ok(sweeps
+            .into_iter()
+            .map(|sweep| SweepListing { states: states.remove(&sweep.id).unwrap_or_default(), sweep })
+            .collect())
+    }
+
     /// The leaderboard of the sweep `prefix` names, with the store's metric readings.
     pub async fn sweep_status(&self, prefix: &str) -> Result<SweepStatus> {
         let sweep = self.resolve_sweep(prefix).await?;
@@ -126,44 +141,57 @@ impl Service {
         sweep: &SweepRecord,
         source: &dyn MetricSeries,
     ) -> Result<SweepStatus> {
+        // The leaderboard draws no curve: it keeps none of the points.
+        Ok(self.board(sweep, source, 2).await?.0)
+    }
+
+    /// The leaderboard of `sweep`, and each member's digest it was made from (by run; a member
+    /// without readings is absent), with at most `points` of its series: one read of every
+    /// member's series.
+    pub(super) async fn board(
+        &self,
+        sweep: &SweepRecord,
+        source: &dyn MetricSeries,
+        points: usize,
+    ) -> Result<(SweepStatus, HashMap<Uuid, SeriesDigest>)> {
         let spec = SweepSpec::parse(&sweep.file)?;
         let members = self.store.sweep_members(sweep.id).await?;
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut leaderboard = Vec::with_capacity(members.len());
-        let prefix = early_terminated_prefix(sweep);
         // A member that never started has no readings: its series is not read.
         let started: Vec<uuid::Uuid> = members
             .iter()
             .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
             .map(|(_, run)| run.id)
             .collect();
-        let mut all_series = match &spec.metric {
+        let digests = match &spec.metric {
             Some(metric) if !started.is_empty() => {
-                source.members_series(sweep.id, &started, &metric.name).await?
+                let lower_is_better = metric.goal == Goal::Minimize;
+                let all = source.members_series(sweep.id, &started, &metric.name).await?;
+                all.into_iter()
+                    .filter_map(|(run, series)| {
+                        // Not finite: left out, as W&B leaves such readings out.
+                        let finite: Vec<_> = series.into_iter().filter(|p| p.value.is_finite()).collect();
+                        Some((run, SeriesDigest::of(&finite, lower_is_better, points)?))
+                    })
+                    .collect()
             }
-            _ => Default::default(),
+            _ => HashMap::new(),
         };
         for (k, run) in &members {
             *counts.entry(run.state.as_str().to_string()).or_default() += 1;
-            let readings = all_series.remove(&run.id).unwrap_or_default();
-            let readings: Vec<_> = readings.into_iter().filter(|r| r.value.is_finite()).collect();
-            let best = spec.metric.as_ref().and_then(|metric| {
-                let values: Vec<f64> = readings.iter().map(|r| r.value).collect();
-                let best = metric.best(&values)?;
-                let at = readings.iter().find(|r| r.value == best)?;
-                Some((best, at.step))
-            });
+            let digest = digests.get(&run.id);
             leaderboard.push(MemberStatus {
                 k: *k,
                 run: run.id,
                 state: run.state,
                 parameters: spec.member(*k).map(|m| m.values()).unwrap_or_default(),
-                best: best.map(|b| b.0),
-                best_step: best.map(|b| b.1),
-                last: readings.last().map(|r| r.value),
-                iterations: readings.len(),
-                early_terminated: run.state == RunState::Stopped
-                    && run.reason.as_deref().is_some_and(|r| r.starts_with(&prefix)),
+                best: digest.map(|d| d.best.value),
+                best_step: digest.map(|d| d.best.step),
+                last: digest.map(|d| d.last.value),
+                iterations: digest.map_or(0, |d| d.readings),
+                early_terminated: MemberOutcome::of(&sweep.id, run.state, run.reason.as_deref())
+                    == MemberOutcome::EarlyTerminated,
                 reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
             });
         }
@@ -182,7 +210,7 @@ impl Service {
             (None, true) => leaderboard.first().filter(|m| m.best.is_some()).map(|m| m.k),
             (None, false) => None,
         };
-        Ok(SweepStatus {
+        let status = SweepStatus {
             sweep: SweepSummary::from(sweep),
             metric: spec.metric.as_ref().map(|m| m.name.clone()),
             goal: goal.map(|goal| match goal {
@@ -193,7 +221,8 @@ impl Service {
             leaderboard,
             winner,
             unreported,
-        })
+        };
+        Ok((status, digests))
     }
 
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once

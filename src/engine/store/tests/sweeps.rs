@@ -19,6 +19,7 @@ on_both_backends!(
     a_sweeps_series_are_each_members_in_one_read,
     a_sweeps_end_settles_the_runs_waiting_for_it,
     a_sweep_and_the_runs_waiting_for_it_land_together_or_not_at_all,
+    a_report_tallies_every_member_of_its_sweeps_in_one_read,
 );
 
 fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
@@ -397,4 +398,91 @@ async fn postgres_a_sweeps_end_that_frees_a_run_wakes_every_daemon() {
     })
     .await;
     listener.abort();
+}
+
+/// A report's tallies: every member of its sweeps, in one read.
+async fn a_report_tallies_every_member_of_its_sweeps_in_one_read(store: &dyn Store) {
+    use crate::model::{MetricReading, RunState};
+    let now = now_millis();
+    let hour = 3_600_000;
+    let live = sweep(3, None);
+    let plain = sweep(2, None);
+    // Done before the window: not in the report; done in it: in.
+    let old = SweepRecord { state: SweepState::Done, updated_at: now - 20 * hour, ..sweep(1, None) };
+    let recent = SweepRecord { state: SweepState::Done, updated_at: now - hour, ..sweep(1, None) };
+    let mut written = Vec::new();
+    for record in [&old, &live, &plain, &recent] {
+        let runs = members(record);
+        store.insert_sweep(record, &runs).await.unwrap();
+        written.push(runs);
+    }
+    let (reported, total) = store.sweeps_for_report(now - 12 * hour, 10).await.unwrap();
+    let ids: Vec<Uuid> = reported.iter().map(|s| s.id).collect();
+    assert_eq!(ids, vec![recent.id, plain.id, live.id], "newest first, the old done one left out");
+    assert_eq!(total, 3);
+    let (first, total) = store.sweeps_for_report(now - 12 * hour, 1).await.unwrap();
+    assert_eq!((first.len(), total), (1, 3), "bounded, and all counted");
+
+    let runs = &written[1];
+    let r = |name: &str, step, value| MetricReading::new(name, step, value).unwrap();
+    let (a, b) = (runs[0].0.id, runs[1].0.id);
+    store
+        .put_metric_values(
+            a,
+            1,
+            &[r("loss", 1, 3.0), r("loss", 2, 2.0), r("loss", 3, 1.5), r("lr", 1, 0.01)],
+            10,
+        )
+        .await
+        .unwrap();
+    // Resumed from step 2: the first attempt's 2.0 and 1.5 are not the series' any more.
+    store.put_metric_values(a, 2, &[r("loss", 2, 2.5)], 20).await.unwrap();
+    store.put_metric_values(b, 1, &[r("loss", 1, 9.0), r("loss", 4, 0.5)], 10).await.unwrap();
+    let claimed = store.transition(&runs[1].0, RunTrigger::Claim, None, None).await.unwrap();
+    store.transition(&claimed, RunTrigger::Fail, Some("boom"), None).await.unwrap();
+    // Another sweep's member with the same metric is not this sweep's.
+    store.put_metric_values(written[2][0].0.id, 1, &[r("loss", 1, 0.1)], 10).await.unwrap();
+
+    let tallies = store.member_tallies(&[(live.id, Some("loss".into())), (plain.id, None)]).await.unwrap();
+    let of = |sweep: Uuid| tallies.iter().filter(move |t| t.sweep == sweep).collect::<Vec<_>>();
+    let live_tallies = of(live.id);
+    assert_eq!(live_tallies.iter().map(|t| t.k).collect::<Vec<_>>(), vec![0, 1, 2], "every member, by k");
+    let series = store.member_series(live.id, "loss").await.unwrap();
+    for tally in &live_tallies {
+        let values: Vec<f64> =
+            series.get(&tally.run).map(|s| s.iter().map(|p| p.value).collect()).unwrap_or_default();
+        assert_eq!(tally.readings, values.len() as u64, "member {}: as its series", tally.k);
+        assert_eq!(tally.low, values.iter().copied().reduce(f64::min), "member {}", tally.k);
+        assert_eq!(tally.high, values.iter().copied().reduce(f64::max), "member {}", tally.k);
+    }
+    assert_eq!(
+        (live_tallies[0].readings, live_tallies[0].low, live_tallies[0].high),
+        (2, Some(2.5), Some(3.0))
+    );
+    assert_eq!((live_tallies[1].state, live_tallies[1].reason.as_deref()), (RunState::Failed, Some("boom")));
+    assert!(live_tallies[1].started_at.is_some() && live_tallies[1].ended_at.is_some());
+    assert_eq!(live_tallies[2].state, RunState::Pending);
+    let plain_tallies = of(plain.id);
+    assert_eq!(plain_tallies.len(), 2);
+    assert!(plain_tallies.iter().all(|t| t.readings == 0 && t.low.is_none()), "no metric, no readings");
+    assert!(store.member_tallies(&[]).await.unwrap().is_empty());
+
+    let states = store.member_states_of(&[live.id, plain.id, Uuid::new_v4()]).await.unwrap();
+    assert_eq!(
+        states[&live.id],
+        [("failed".to_string(), 1), ("pending".to_string(), 2)].into_iter().collect()
+    );
+    assert_eq!(states[&plain.id], [("pending".to_string(), 2)].into_iter().collect());
+    assert_eq!(states.len(), 2);
+}
+
+/// The tally walks the sweep's members by its key and each member's readings by theirs: no
+/// scan of the runs or of the readings, however many the store keeps.
+#[tokio::test]
+async fn sqlite_tallies_seek_each_members_readings() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
+    let store = crate::engine::store::open(&location).await.unwrap();
+    let plan = super::sqlite_plan(&store, &crate::engine::store::sweeps::tallies_sql(2)).await;
+    assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{plan:?}");
 }
