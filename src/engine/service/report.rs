@@ -1,8 +1,9 @@
 //! The morning report: every run and inference test that ended in a window (the last 12 hours
 //! by default) or is still going, in one screen, with counts by outcome and what still waits.
 //! Rows come from indexed reads, at most [`REPORT_ROWS`] of each kind (the rest is counted, not
-//! read); the rows' extras (last recorded step, last checkpoint, last metric row, a retried
-//! run's first start) from a few set queries over the listed runs, never one read per row; a
+//! read), each run with its last recorded step, last checkpoint and last metric row in the same
+//! read; what only some rows need (a retried run's first start, a failed run's stages, weights
+//! older than the last checkpoint) from a set query over those runs, never one read per row; a
 //! failed run's last log lines (the stage that decided it) from bounded reads through
 //! `crate::logs`, all of them in one trip off the daemon's thread. Then the sweeps active in
 //! the window, with their members by outcome, best member and what early termination saved
@@ -16,9 +17,10 @@ use uuid::Uuid;
 
 use super::logs::off_thread;
 use super::{Result, Service};
+use crate::engine::store::ListedRun;
 use crate::inference::regression::Regression;
 use crate::model::{
-    Checkpoint, InferenceTest, MetricRow, Millis, Progress, ResumePoint, Run, RunState, Stage, TestState,
+    Checkpoint, InferenceTest, MetricRow, Millis, Progress, ResumePoint, RunState, Stage, TestState,
 };
 
 /// The most runs (and, apart, tests) one report lists; more are counted and said.
@@ -315,41 +317,13 @@ impl Service {
     pub async fn report(&self, window: Duration) -> Result<Report> {
         let until = crate::model::now_millis();
         let since = until.saturating_sub(window.as_millis().min(i64::MAX as u128) as i64);
-        let live = self.store.runs_in_flight(REPORT_ROWS).await?;
-        let room = (REPORT_ROWS - live.len() as i64).max(0);
-        // The latest ends first: when the window holds more than a report shows, the oldest go.
-        let mut ended: Vec<Run> = self.store.runs_ended_since(since, REPORT_ROWS).await?;
-        ended.retain(|run| run.state.is_terminal());
-        ended.truncate(room as usize);
-        ended.reverse();
-        let listed: Vec<&Run> = ended.iter().chain(&live).collect();
-        let runs = self.report_runs(&listed, until).await?;
-        let mut run_outcomes = BTreeMap::new();
-        counts_into(&mut run_outcomes, self.store.ended_run_counts(since).await?);
-        run_outcomes.retain(|state, _| state.parse::<RunState>().is_ok_and(RunState::is_terminal));
-        let live_counts = self.store.live_run_counts().await?;
-        let pending: i64 = live_counts.iter().filter(|(s, _)| s == "pending").map(|(_, n)| n).sum();
-        counts_into(&mut run_outcomes, live_counts.into_iter().filter(|(s, _)| s != "pending").collect());
-        let held = self.store.held_count().await?;
-
-        // Tests, the same way.
-        let schedules: BTreeMap<Uuid, String> =
-            self.store.schedules().await?.into_iter().map(|s| (s.id, s.name)).collect();
-        let running = self.store.tests_in(TestState::Running, REPORT_ROWS).await?;
-        let room = (REPORT_ROWS - running.len() as i64).max(0);
-        let mut finished = self.store.tests_ended_since(since, REPORT_ROWS).await?;
-        finished.retain(|test| test.state.is_terminal());
-        finished.truncate(room as usize);
-        finished.reverse();
-        let tests: Vec<ReportTest> =
-            finished.iter().chain(&running).map(|t| report_test(t, &schedules, until)).collect();
-        let mut test_outcomes = BTreeMap::new();
-        counts_into(&mut test_outcomes, self.store.ended_test_counts(since).await?);
-        test_outcomes.retain(|state, _| state.parse::<TestState>().is_ok_and(TestState::is_terminal));
-        let live_tests = self.store.live_test_counts().await?;
-        let queued_tests = live_tests.iter().filter(|(s, _)| s == "queued").map(|(_, n)| n).sum();
-        counts_into(&mut test_outcomes, live_tests.into_iter().filter(|(s, _)| s != "queued").collect());
-
+        // The runs, their counts and the tests are read together (on PostgreSQL each on a
+        // connection of its own: counting a crowded window takes about as long as its rows).
+        let (runs, (run_outcomes, pending, held), (tests, test_outcomes, queued_tests)) = tokio::try_join!(
+            self.report_runs(since, until),
+            self.run_outcomes(since),
+            self.report_tests(since, until),
+        )?;
         let more_runs = (run_outcomes.values().sum::<i64>() - runs.len() as i64).max(0);
         let more_tests = (test_outcomes.values().sum::<i64>() - tests.len() as i64).max(0);
         let (sweeps, more_sweeps) = self.report_sweeps(since).await?;
@@ -373,6 +347,45 @@ impl Service {
         })
     }
 
+    /// The runs of the window by outcome and those in flight by state, and the pending and
+    /// held runs counted.
+    async fn run_outcomes(&self, since: Millis) -> Result<(BTreeMap<String, i64>, i64, i64)> {
+        let mut run_outcomes = BTreeMap::new();
+        counts_into(&mut run_outcomes, self.store.ended_run_counts(since).await?);
+        run_outcomes.retain(|state, _| state.parse::<RunState>().is_ok_and(RunState::is_terminal));
+        let live_counts = self.store.live_run_counts().await?;
+        let pending: i64 = live_counts.iter().filter(|(s, _)| s == "pending").map(|(_, n)| n).sum();
+        counts_into(&mut run_outcomes, live_counts.into_iter().filter(|(s, _)| s != "pending").collect());
+        let held = self.store.held_count().await?;
+        Ok((run_outcomes, pending, held))
+    }
+
+    /// The tests' rows, the tests of the window by outcome (and `running`), and the queued
+    /// tests counted.
+    async fn report_tests(
+        &self,
+        since: Millis,
+        until: Millis,
+    ) -> Result<(Vec<ReportTest>, BTreeMap<String, i64>, i64)> {
+        let schedules: BTreeMap<Uuid, String> =
+            self.store.schedules().await?.into_iter().map(|s| (s.id, s.name)).collect();
+        let running = self.store.tests_in(TestState::Running, REPORT_ROWS).await?;
+        let room = (REPORT_ROWS - running.len() as i64).max(0);
+        let mut finished = self.store.tests_ended_since(since, REPORT_ROWS).await?;
+        finished.retain(|test| test.state.is_terminal());
+        finished.truncate(room as usize);
+        finished.reverse();
+        let tests: Vec<ReportTest> =
+            finished.iter().chain(&running).map(|t| report_test(t, &schedules, until)).collect();
+        let mut test_outcomes = BTreeMap::new();
+        counts_into(&mut test_outcomes, self.store.ended_test_counts(since).await?);
+        test_outcomes.retain(|state, _| state.parse::<TestState>().is_ok_and(TestState::is_terminal));
+        let live_tests = self.store.live_test_counts().await?;
+        let queued_tests = live_tests.iter().filter(|(s, _)| s == "queued").map(|(_, n)| n).sum();
+        counts_into(&mut test_outcomes, live_tests.into_iter().filter(|(s, _)| s != "queued").collect());
+        Ok((tests, test_outcomes, queued_tests))
+    }
+
     /// When the daemon's cron post `name` last handled a due time (now, the first time).
     pub async fn report_post_since(&self, name: &str) -> Result<Millis> {
         Ok(self.store.report_post_since(name, crate::model::now_millis()).await?)
@@ -384,18 +397,31 @@ impl Service {
         Ok(self.store.claim_report_post(name, from, to).await?)
     }
 
-    /// The rows of `runs`: their extras read for all of them at once (a few set queries), the
-    /// failed runs' log tails and the completed runs' weights from their logs in one trip off
-    /// the daemon's thread.
-    async fn report_runs(&self, runs: &[&Run], now: Millis) -> Result<Vec<ReportRun>> {
-        let ids: Vec<Uuid> = runs.iter().map(|r| r.id).collect();
-        let mut progress = self.store.progress_ends_of(&ids).await?;
-        let mut checkpoints = self.store.last_checkpoints_of(&ids).await?;
-        let mut weights = self.store.last_weights_of(&ids).await?;
-        let mut metrics = self.store.last_metric_rows_of(&ids).await?;
+    /// The runs' rows: those that ended in the window (the latest, as many as leave room for the
+    /// runs in flight), then those in flight, each read with its extras; what only some rows
+    /// need read for those at once (a set query per kind); the failed runs' log tails and the
+    /// completed runs' weights from their logs in one trip off the daemon's thread.
+    async fn report_runs(&self, since: Millis, now: Millis) -> Result<Vec<ReportRun>> {
+        let live = self.store.runs_in_flight(REPORT_ROWS).await?;
+        let room = (REPORT_ROWS - live.len() as i64).max(0);
+        // The latest ends first: when the window holds more than a report shows, the oldest go.
+        let mut runs: Vec<ListedRun> = self.store.runs_ended_since(since, REPORT_ROWS).await?;
+        runs.retain(|run| run.state.is_terminal());
+        runs.truncate(room as usize);
+        runs.reverse();
+        runs.extend(live);
+        // Weights: the last checkpoint's, else (read for those alone) an earlier one's.
+        let mut weights: std::collections::HashMap<Uuid, String> =
+            runs.iter().filter_map(|run| Some((run.id, run.checkpoint.as_ref()?.weights.clone()?))).collect();
+        let older: Vec<Uuid> = runs
+            .iter()
+            .filter(|run| run.checkpoint.as_ref().is_some_and(|c| c.weights.is_none()))
+            .map(|run| run.id)
+            .collect();
+        weights.extend(self.store.last_weights_of(&older).await?);
         // Stages only where the row needs them: a failed run's deciding stage, a completed
         // run's logs when no checkpoint named its weights.
-        let needs_stages = |run: &Run| {
+        let needs_stages = |run: &ListedRun| {
             run.state == RunState::Failed
                 || (run.state == RunState::Completed && !weights.contains_key(&run.id))
         };
@@ -407,7 +433,7 @@ impl Service {
 
         // What the logs give, read together off the daemon's thread.
         let mut reads = Vec::new();
-        for run in runs {
+        for run in &runs {
             let Some(stages) = stages.get(&run.id) else { continue };
             if run.state == RunState::Failed {
                 if let Some(stage) = deciding_stage(run.reason.as_deref(), stages) {
@@ -422,13 +448,12 @@ impl Service {
 
         let mut rows = Vec::with_capacity(runs.len());
         for run in runs {
-            let ends = progress.remove(&run.id).unwrap_or_default();
             let progress = if run.state.is_terminal() {
                 // Ended: its last step, without a rate.
-                ends.last().and_then(|last| Progress::of(std::slice::from_ref(last)))
-            } else if run.spec.progress.is_some() {
+                run.progress.last().and_then(|last| Progress::of(std::slice::from_ref(last)))
+            } else if run.reports_progress {
                 // Still going: the rate and time left need the attempt's ends.
-                Progress::of(&ends)
+                Progress::of(&run.progress)
             } else {
                 None
             };
@@ -443,11 +468,11 @@ impl Service {
             let first_started_at = first_starts.get(&run.id).copied().or(run.started_at);
             rows.push(ReportRun {
                 id: run.id,
-                workflow: run.workflow.clone(),
-                env_name: run.env_name.clone(),
+                workflow: run.workflow,
+                env_name: run.env_name,
                 state: run.state,
                 attempt: run.attempt,
-                reason: run.reason.clone(),
+                reason: run.reason,
                 started_at: run.started_at,
                 ended_at: run.ended_at,
                 duration_ms: run.started_at.map(|start| (end - start).max(0)),
@@ -455,9 +480,9 @@ impl Service {
                 total_ms: first_started_at.map(|start| (end - start).max(0)),
                 resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
                 progress,
-                checkpoint: checkpoints.remove(&run.id),
+                checkpoint: run.checkpoint,
                 weights,
-                metrics: metrics.remove(&run.id),
+                metrics: run.metrics,
                 failed_stage,
                 log_tail,
                 preemptions: run.preemptions,

@@ -75,8 +75,8 @@ pub trait MetricStore: Send + Sync {
 /// The readings newer than a mark, off the covering time index (`metric_values_by_time`).
 pub(super) const METRIC_RUNS_SINCE: &str = "SELECT run_id FROM metric_values WHERE recorded_at > $1";
 
-/// Each of the listed runs' last reading of each W&B metric, its latest attempt's highest step
-/// (a seek on the key per run and name); `last_rows` makes rows of them.
+/// The last reading of each W&B metric of the runs `{ids}` (`last_metric_row`'s one), its latest
+/// attempt's highest step (a seek on the key per name); `row_at_end` makes a row of them.
 pub(super) static LAST_ROW_READINGS: LazyLock<String> = LazyLock::new(|| {
     ROW_METRICS
         .iter()
@@ -98,41 +98,23 @@ pub(super) static LAST_ROW_READINGS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// One stored reading of a named metric, as the last-row reads return them.
-struct Stored {
-    name: String,
-    attempt: i64,
-    step: i64,
-    value: f64,
-    at: Millis,
+pub(super) struct Stored {
+    pub(super) name: String,
+    pub(super) attempt: i64,
+    pub(super) step: i64,
+    pub(super) value: f64,
+    pub(super) at: Millis,
 }
 
-/// The last metric row of each run of `LAST_ROW_READINGS`'s rows: the readings at its latest
-/// attempt's highest step.
-pub(super) fn last_rows(rows: &[sqlx::any::AnyRow]) -> Result<HashMap<Uuid, MetricRow>> {
-    let mut by_run: HashMap<Uuid, Vec<Stored>> = HashMap::new();
-    for row in rows {
-        let id: String = row.try_get("run_id")?;
-        let id = Uuid::parse_str(&id).map_err(corrupt)?;
-        by_run.entry(id).or_default().push(Stored {
-            name: row.try_get("name")?,
-            attempt: row.try_get("attempt")?,
-            step: row.try_get("step")?,
-            value: row.try_get("value")?,
-            at: row.try_get("recorded_at")?,
-        });
-    }
-    let mut last = HashMap::new();
-    for (id, readings) in by_run {
-        let Some(end) = readings.iter().map(|r| (r.attempt, r.step)).max() else { continue };
-        let at_end = readings
-            .iter()
-            .filter(|r| (r.attempt, r.step) == end)
-            .map(|r| (r.name.as_str(), r.step, r.value, r.at));
-        if let Some(row) = MetricRow::from_readings(at_end).pop() {
-            last.insert(id, row);
-        }
-    }
-    Ok(last)
+/// A run's last metric row, of each W&B metric's last reading: the readings at the latest
+/// attempt's highest step among them.
+pub(super) fn row_at_end(readings: Vec<Stored>) -> Option<MetricRow> {
+    let end = readings.iter().map(|r| (r.attempt, r.step)).max()?;
+    let at_end = readings
+        .iter()
+        .filter(|r| (r.attempt, r.step) == end)
+        .map(|r| (r.name.as_str(), r.step, r.value, r.at));
+    MetricRow::from_readings(at_end).pop()
 }
 
 fn point_from_row(row: &sqlx::any::AnyRow) -> Result<MetricPoint> {
@@ -277,6 +259,18 @@ impl MetricStore for SqlStore {
         let sql = LAST_ROW_READINGS.replace("{ids}", "$1");
         let rows =
             sqlx::query(sqlx::AssertSqlSafe(sql)).bind(run_id.to_string()).fetch_all(self.pool()).await?;
-        Ok(last_rows(&rows)?.remove(&run_id))
+        let readings = rows
+            .iter()
+            .map(|row| {
+                Ok(Stored {
+                    name: row.try_get("name")?,
+                    attempt: row.try_get("attempt")?,
+                    step: row.try_get("step")?,
+                    value: row.try_get("value")?,
+                    at: row.try_get("recorded_at")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(row_at_end(readings))
     }
 }

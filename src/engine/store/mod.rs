@@ -56,7 +56,7 @@ pub use open::{DaemonLock, open};
 pub use preemptions::PreemptionStore;
 pub use progress::ProgressStore;
 pub use queue::QueueStore;
-pub use report::ReportStore;
+pub use report::{ListedRun, ReportStore};
 pub use retention::{Expired, RetentionStore};
 pub use runs::{RunMove, Store};
 pub use schedules::ScheduleStore;

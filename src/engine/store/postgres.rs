@@ -51,6 +51,20 @@ pub(super) async fn open(url: &str) -> Result<AnyPool> {
     let pool = AnyPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(std::time::Duration::from_secs(10))
+        // No JIT compiling: every query here is a short index read, whose cost estimate (the
+        // report's counts each listed run's correlated seeks) can still pass `jit_above_cost`,
+        // and compiling one takes 100-200 ms, many times what it runs. Where the setting
+        // exists (PostgreSQL 11 and later).
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                use sqlx::Executor;
+                conn.execute(
+                    "SELECT set_config('jit', 'off', false) WHERE EXISTS (SELECT 1 FROM pg_settings WHERE name = 'jit')",
+                )
+                .await
+                .map(drop)
+            })
+        })
         .connect_with(options)
         .await
         .map_err(|source| StoreError::Open { target, source })?;

@@ -1,37 +1,69 @@
 //! The morning report's reads and the cron post's memory. Every read is an index range with a
 //! limit (runs and tests by end time, live ones by state), so a report costs what it shows,
-//! however long the store's history. What a row shows beside its run (its progress, last
-//! checkpoint, weights and metric row, its stages, its first start) is read for every listed run
-//! at once: one query per kind and [`CHUNK`] runs, each run's row found by an index seek from the
-//! run (a correlated `ORDER BY … LIMIT 1`, which SQLite and PostgreSQL both walk on the index).
+//! however long the store's history. A listed run comes with what its row shows beside it (its
+//! progress, last checkpoint and last metric row) in the same query, one row per run: each of
+//! them a correlated `ORDER BY … LIMIT 1` that SQLite and PostgreSQL both answer with one index
+//! seek from the run, for the listed runs alone. What only some rows need (stages, a retried
+//! run's first start, weights older than the last checkpoint) is read for those runs at once:
+//! one query per kind and [`CHUNK`] runs.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use sqlx::Row;
+use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use super::Result;
-use super::checkpoints::checkpoint_from_row;
 use super::inference_tests::test_from_row;
-use super::metric_values::{LAST_ROW_READINGS, last_rows};
-use super::progress::point_from_row;
-use super::rows::{corrupt, run_from_row, stage_from_row};
+use super::metric_values::{Stored, row_at_end};
+use super::rows::{corrupt, from_json, stage_from_row};
 use super::sql::{SqlStore, count_by_state};
+use super::{Backend, Result, Store};
+use crate::model::metric_row::ROW_METRICS;
 use crate::model::{
-    Checkpoint, InferenceTest, MetricRow, Millis, ProgressPoint, Run, RunState, Stage, TestState,
+    Checkpoint, InferenceTest, MetricRow, Millis, ProgressPoint, RunParams, RunState, Stage, TestState,
 };
+use crate::workflow::Workflow;
 
 /// The most runs one set query names; a longer list is read in chunks of it.
 pub(super) const CHUNK: usize = 512;
 
+/// A run as the report lists it: what its row shows of the run, and what is read beside it.
+#[derive(Clone, Debug)]
+pub struct ListedRun {
+    pub id: Uuid,
+    pub workflow: String,
+    pub env_name: Option<String>,
+    pub state: RunState,
+    pub attempt: i64,
+    pub reason: Option<String>,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    pub params: RunParams,
+    /// Whether its workflow says where its step is (`progress:`); read for a run in flight only
+    /// (an ended run's row shows its last step without a rate), false for the others.
+    pub reports_progress: bool,
+    pub preemptions: i64,
+    pub preempted_work: i64,
+    /// Its current attempt's progress: for a run in flight, what `ProgressStore::progress_ends`
+    /// reads (its first change of step, its last with a total, its last); for one that ended,
+    /// its last alone. Empty when it recorded none.
+    pub progress: Vec<ProgressPoint>,
+    /// Its last checkpoint (`CheckpointStore::last_checkpoint`).
+    pub checkpoint: Option<Checkpoint>,
+    /// Its last metric row that holds a metric (`MetricStore::last_metric_row`).
+    pub metrics: Option<MetricRow>,
+}
+
 #[async_trait]
 pub trait ReportStore: Send + Sync {
-    /// Up to `limit` runs that ended at or after `since`, the latest end first (`runs_by_end`).
-    async fn runs_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<Run>>;
-    /// Up to `limit` runs in flight (starting, running, stopping, retrying), in queue order.
-    async fn runs_in_flight(&self, limit: i64) -> Result<Vec<Run>>;
+    /// Up to `limit` runs that ended at or after `since`, the latest end first (`runs_by_end`),
+    /// each with what is read beside it.
+    async fn runs_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<ListedRun>>;
+    /// Up to `limit` runs in flight (starting, running, stopping, retrying), in queue order,
+    /// each with what is read beside it.
+    async fn runs_in_flight(&self, limit: i64) -> Result<Vec<ListedRun>>;
     /// How many runs ended at or after `since`, per terminal state, by state (counted on
     /// `runs_by_end` alone); a state no run ended in is left out.
     async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
@@ -50,16 +82,9 @@ pub trait ReportStore: Send + Sync {
     /// when another daemon moved it first.
     async fn claim_report_post(&self, name: &str, from: Millis, to: Millis) -> Result<bool>;
 
-    /// For each of `ids`: what `ProgressStore::progress_ends` reads of its current attempt
-    /// (its first change of step, its last with a total, its last). A run with none is absent.
-    async fn progress_ends_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Vec<ProgressPoint>>>;
-    /// For each of `ids`: its last checkpoint (`CheckpointStore::last_checkpoint`).
-    async fn last_checkpoints_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Checkpoint>>;
     /// For each of `ids`: the weights of its last checkpoint that had some
     /// (`CheckpointStore::last_weights`).
     async fn last_weights_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>>;
-    /// For each of `ids`: its last metric row that holds a metric (`MetricStore::last_metric_row`).
-    async fn last_metric_rows_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, MetricRow>>;
     /// For each of `ids`: its stages, by index (`Store::stages`).
     async fn stages_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Vec<Stage>>>;
     /// For each of `ids` that ever started: when its first attempt moved to `starting` (from its
@@ -67,10 +92,158 @@ pub trait ReportStore: Send + Sync {
     async fn first_starts_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Millis>>;
 }
 
-pub(super) const RUNS_ENDED: &str = concat!(
-    select_runs_sql!(),
-    "WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at DESC LIMIT $2"
-);
+/// Which listed runs a query reads.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Listing {
+    /// Those that ended at or after `$1`, the latest end first, at most `$2`.
+    Ended,
+    /// Those in flight, in queue order, at most `$1`.
+    InFlight,
+}
+
+/// The listed runs of `listing` with what is read beside each, on `backend`. The runs are an
+/// index range with a limit, in the index's order, so each correlated read runs for a listed
+/// row alone (never for the window's every run).
+fn listed_runs_sql(backend: Backend, listing: Listing) -> String {
+    let point = packed(backend, &["q.step", "q.total", "q.at"]);
+    let progress = |end: &str, filter: &str, order: &str| {
+        format!(
+            "(SELECT {point} FROM progress q WHERE q.run_id = r.id AND q.attempt = r.attempt{filter} \
+             ORDER BY q.at {order} LIMIT 1) AS progress_{end}"
+        )
+    };
+    let mut columns: Vec<String> = [
+        "r.id",
+        "r.workflow",
+        "r.env_name",
+        "r.state",
+        "r.attempt",
+        "r.reason",
+        "r.started_at",
+        "r.ended_at",
+        "r.params",
+        "r.preemptions",
+        "r.preempted_work_ms",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    if listing == Listing::InFlight {
+        // The ends a rate needs, and whether the workflow reports a step at all.
+        columns.push("r.spec".into());
+        columns.push(progress("first", "", "ASC"));
+        columns.push(progress("total", " AND q.total IS NOT NULL", "DESC"));
+    }
+    columns.push(progress("last", "", "DESC"));
+    columns.push(format!(
+        "(SELECT {} FROM checkpoints d WHERE d.run_id = r.id \
+         ORDER BY d.at DESC, d.attempt DESC, d.step DESC LIMIT 1) AS checkpoint",
+        packed(backend, &["d.attempt", "d.step", "d.path", "d.weights", "d.at"])
+    ));
+    // Each metric of a row's last reading: its key's last entry for the run and name.
+    let reading = packed(backend, &["n.attempt", "n.step", &exact_real(backend, "n.value"), "n.recorded_at"]);
+    for (i, name) in ROW_METRICS.iter().enumerate() {
+        columns.push(format!(
+            "(SELECT {reading} FROM metric_values n WHERE n.run_id = r.id AND n.name = '{name}' \
+             ORDER BY n.attempt DESC, n.step DESC LIMIT 1) AS metric_{i}"
+        ));
+    }
+    let filter = match listing {
+        Listing::Ended => {
+            "WHERE r.ended_at IS NOT NULL AND r.ended_at >= $1 ORDER BY r.ended_at DESC LIMIT $2"
+        }
+        Listing::InFlight => concat!("WHERE r.state IN (", in_flight_states!(), ") ORDER BY r.seq LIMIT $1"),
+    };
+    format!("SELECT {} FROM runs r {filter}", columns.join(", "))
+}
+
+/// A row a correlated read found, as one value (a scalar subquery gives one column): its
+/// columns as a JSON array, so a row costs one index seek, not one per column.
+fn packed(backend: Backend, columns: &[&str]) -> String {
+    let columns = columns.join(", ");
+    match backend {
+        Backend::Sqlite => format!("json_array({columns})"),
+        Backend::Postgres => format!("CAST(json_build_array({columns}) AS TEXT)"),
+    }
+}
+
+/// A real as text in digits enough to read back the same number (SQLite writes 15 in JSON and
+/// in a cast; its `quote` as many as it takes; PostgreSQL's text is exact).
+fn exact_real(backend: Backend, column: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!("quote({column})"),
+        Backend::Postgres => format!("CAST({column} AS TEXT)"),
+    }
+}
+
+/// The queries of `listed_runs_sql`, built once: by backend, then listing.
+static LISTED_RUNS: LazyLock<[[String; 2]; 2]> = LazyLock::new(|| {
+    [Backend::Sqlite, Backend::Postgres]
+        .map(|backend| [Listing::Ended, Listing::InFlight].map(|listing| listed_runs_sql(backend, listing)))
+});
+
+pub(super) fn listed_runs_query(backend: Backend, listing: Listing) -> &'static str {
+    let by_backend = &LISTED_RUNS[usize::from(backend == Backend::Postgres)];
+    &by_backend[usize::from(listing == Listing::InFlight)]
+}
+
+/// The packed row (`packed`) in `column`, as `T` (a tuple of its columns); none when the read
+/// found no row.
+fn unpacked<T: serde::de::DeserializeOwned>(row: &AnyRow, column: &str) -> Result<Option<T>> {
+    row.try_get::<Option<String>, _>(column)?.map(|text| from_json(&text, column)).transpose()
+}
+
+fn listed_run_from_row(row: &AnyRow, listing: Listing) -> Result<ListedRun> {
+    let id: String = row.try_get("id")?;
+    let state: String = row.try_get("state")?;
+    let params: String = row.try_get("params")?;
+    let attempt: i64 = row.try_get("attempt")?;
+    let point = |column: &str| -> Result<Option<ProgressPoint>> {
+        let found: Option<(i64, Option<i64>, Millis)> = unpacked(row, column)?;
+        Ok(found.map(|(step, total, at)| ProgressPoint { attempt, step, total, at }))
+    };
+    let mut progress = Vec::with_capacity(3);
+    let mut reports_progress = false;
+    if listing == Listing::InFlight {
+        let spec: String = row.try_get("spec")?;
+        reports_progress = from_json::<Workflow>(&spec, "workflow snapshot")?.progress.is_some();
+        progress.extend(point("progress_first")?);
+        progress.extend(point("progress_total")?);
+    }
+    progress.extend(point("progress_last")?);
+    let checkpoint =
+        unpacked(row, "checkpoint")?.map(
+            |(attempt, step, path, weights, at): (i64, i64, Option<String>, Option<String>, Millis)| {
+                Checkpoint { attempt, step, path, weights, at }
+            },
+        );
+    let mut readings = Vec::new();
+    for (i, name) in ROW_METRICS.iter().enumerate() {
+        if let Some((attempt, step, value, at)) =
+            unpacked::<(i64, i64, String, Millis)>(row, &format!("metric_{i}"))?
+        {
+            let value = value.parse().map_err(|_| corrupt(format!("metric value '{value}'")))?;
+            readings.push(Stored { name: name.to_string(), attempt, step, value, at });
+        }
+    }
+    Ok(ListedRun {
+        id: Uuid::parse_str(&id).map_err(|e| corrupt(format!("run id {id}: {e}")))?,
+        workflow: row.try_get("workflow")?,
+        env_name: row.try_get("env_name")?,
+        state: state.parse().map_err(corrupt)?,
+        attempt,
+        reason: row.try_get("reason")?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        params: from_json(&params, "run params")?,
+        reports_progress,
+        preemptions: row.try_get("preemptions")?,
+        preempted_work: row.try_get("preempted_work_ms")?,
+        progress,
+        checkpoint,
+        metrics: row_at_end(readings),
+    })
+}
+
 /// `SELECT COUNT(CASE WHEN state = 'a' THEN 1 END), … FROM <table> WHERE <ended in the window>`:
 /// one count per terminal state, read off the end-time index alone (it holds the state). A
 /// `GROUP BY state` would let SQLite walk the state index instead, a row per run of the store.
@@ -114,8 +287,12 @@ async fn ended_counts(
 /// Only a pending run is held (a hold goes with the move out of the queue), so the partial index
 /// `runs_held` answers alone: the held few, never a walk of every pending run.
 pub(super) const HELD_COUNT: &str = "SELECT COUNT(*) AS n FROM runs WHERE held_at IS NOT NULL";
-const RUNS_IN_FLIGHT: &str =
-    concat!(select_runs_sql!(), "WHERE state IN (", in_flight_states!(), ") ORDER BY seq LIMIT $1");
+/// The same on PostgreSQL: without statistics (a store filled faster than autovacuum analyses
+/// it, or a server without autovacuum) it guesses `IS NOT NULL` true of nearly every run and
+/// reads the whole table; the state (true of every held run) makes it guess few, and take the
+/// partial index. SQLite would walk the state's index for it, every pending run.
+const HELD_COUNT_POSTGRES: &str =
+    "SELECT COUNT(*) AS n FROM runs WHERE held_at IS NOT NULL AND state = 'pending'";
 const TESTS_ENDED: &str = concat!(
     select_tests_sql!(),
     "WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at DESC LIMIT $2"
@@ -126,10 +303,10 @@ fn marks(n: usize) -> String {
     (1..=n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
-/// The listed-runs query `sql` (its `{ids}` the run ids' placeholders) over `ids`, a chunk at
-/// a time. A chunk is padded to a power of two with its first id again, so a query has a
+/// The query `sql` over the listed runs `ids` (its `{ids}` their placeholders), a chunk at a
+/// time. A chunk is padded to a power of two with its first id again, so a query has a
 /// handful of shapes and its prepared statements are reused.
-async fn for_listed(store: &SqlStore, sql: &str, ids: &[Uuid]) -> Result<Vec<sqlx::any::AnyRow>> {
+async fn for_listed(store: &SqlStore, sql: &str, ids: &[Uuid]) -> Result<Vec<AnyRow>> {
     let mut rows = Vec::new();
     for chunk in ids.chunks(CHUNK) {
         let n = chunk.len().next_power_of_two();
@@ -143,24 +320,10 @@ async fn for_listed(store: &SqlStore, sql: &str, ids: &[Uuid]) -> Result<Vec<sql
     Ok(rows)
 }
 
-fn run_id_of(row: &sqlx::any::AnyRow) -> Result<Uuid> {
+fn run_id_of(row: &AnyRow) -> Result<Uuid> {
     let id: String = row.try_get("run_id")?;
     Uuid::parse_str(&id).map_err(corrupt)
 }
-
-/// One end of a run's current attempt, as `progress_ends` orders them: `end` is 0 for the
-/// first change, 1 for the last with a total, 2 for the last.
-const PROGRESS_END: &str = "SELECT r.id AS run_id, CAST({end} AS BIGINT) AS end_no, p.attempt, p.step, p.total, p.at \
-     FROM runs r JOIN progress p ON p.run_id = r.id AND p.attempt = r.attempt AND p.at = \
-     (SELECT q.at FROM progress q WHERE q.run_id = r.id AND q.attempt = r.attempt {filter} ORDER BY q.at {order} LIMIT 1) \
-     WHERE r.id IN ({ids})";
-
-/// The checkpoint whose key is the run's last (`ORDER BY at DESC, attempt DESC, step DESC`).
-const LAST_CHECKPOINTS: &str = "SELECT r.id AS run_id, c.attempt, c.step, c.path, c.weights, c.at \
-     FROM runs r JOIN checkpoints c ON c.run_id = r.id AND c.source_key = \
-     (SELECT d.source_key FROM checkpoints d WHERE d.run_id = r.id \
-      ORDER BY d.at DESC, d.attempt DESC, d.step DESC LIMIT 1) \
-     WHERE r.id IN ({ids})";
 
 const LAST_WEIGHTS: &str = "SELECT r.id AS run_id, \
      (SELECT d.weights FROM checkpoints d WHERE d.run_id = r.id AND d.weights IS NOT NULL \
@@ -169,6 +332,13 @@ const LAST_WEIGHTS: &str = "SELECT r.id AS run_id, \
 
 const STAGES_OF: &str = "SELECT run_id, idx, name, state, shim, process, started_at, ready_at, ended_at, \
      exit_code, exit_signal, log_path, slurm_job FROM stages WHERE run_id IN ({ids}) ORDER BY run_id, idx";
+/// The same on PostgreSQL, from each run (its id unique, so a few rows whatever the statistics)
+/// to its stages on their key: without statistics the list's guess is a third of the table,
+/// and it reads all of it. `OFFSET 0` keeps the per-run read from being made a join.
+const STAGES_OF_POSTGRES: &str = "SELECT s.run_id, s.idx, s.name, s.state, s.shim, s.process, s.started_at, \
+     s.ready_at, s.ended_at, s.exit_code, s.exit_signal, s.log_path, s.slurm_job FROM runs r \
+     JOIN LATERAL (SELECT * FROM stages t WHERE t.run_id = r.id OFFSET 0) s ON TRUE \
+     WHERE r.id IN ({ids}) ORDER BY s.run_id, s.idx";
 
 /// A run's state events come in order of their key: its first move to `starting` is a few rows
 /// into its events (`events_by_run`).
@@ -177,40 +347,25 @@ const FIRST_STARTS: &str = "SELECT r.id AS run_id, \
       ORDER BY e.id LIMIT 1) AS at \
      FROM runs r WHERE r.id IN ({ids})";
 
-/// Every listed-runs query, for the tests that hold them to their indexes.
+/// Every query over listed run ids, for the tests that hold them to their indexes.
 #[cfg(test)]
 pub(super) fn listed_queries() -> Vec<String> {
-    [
-        progress_ends_sql().as_str(),
-        LAST_CHECKPOINTS,
-        LAST_WEIGHTS,
-        LAST_ROW_READINGS.as_str(),
-        STAGES_OF,
-        FIRST_STARTS,
-    ]
-    .map(|sql| sql.replace("{ids}", &marks(3)))
-    .to_vec()
-}
-
-/// The three ends of `PROGRESS_END`, as one query.
-fn progress_ends_sql() -> String {
-    [("0", "", "ASC"), ("1", "AND q.total IS NOT NULL", "DESC"), ("2", "", "DESC")]
-        .map(|(end, filter, order)| {
-            PROGRESS_END.replace("{end}", end).replace("{filter}", filter).replace("{order}", order)
-        })
-        .join(" UNION ALL ")
+    [LAST_WEIGHTS, STAGES_OF, FIRST_STARTS].map(|sql| sql.replace("{ids}", &marks(3))).to_vec()
 }
 
 #[async_trait]
 impl ReportStore for SqlStore {
-    async fn runs_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<Run>> {
-        let rows = sqlx::query(RUNS_ENDED).bind(since).bind(limit).fetch_all(self.pool()).await?;
-        rows.iter().map(run_from_row).collect()
+    async fn runs_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<ListedRun>> {
+        let sql = listed_runs_query(self.backend(), Listing::Ended);
+        let rows =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(since).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(|row| listed_run_from_row(row, Listing::Ended)).collect()
     }
 
-    async fn runs_in_flight(&self, limit: i64) -> Result<Vec<Run>> {
-        let rows = sqlx::query(RUNS_IN_FLIGHT).bind(limit).fetch_all(self.pool()).await?;
-        rows.iter().map(run_from_row).collect()
+    async fn runs_in_flight(&self, limit: i64) -> Result<Vec<ListedRun>> {
+        let sql = listed_runs_query(self.backend(), Listing::InFlight);
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(|row| listed_run_from_row(row, Listing::InFlight)).collect()
     }
 
     async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>> {
@@ -218,7 +373,11 @@ impl ReportStore for SqlStore {
     }
 
     async fn held_count(&self) -> Result<i64> {
-        let row = sqlx::query(HELD_COUNT).fetch_one(self.pool()).await?;
+        let sql = match self.backend() {
+            Backend::Sqlite => HELD_COUNT,
+            Backend::Postgres => HELD_COUNT_POSTGRES,
+        };
+        let row = sqlx::query(sql).fetch_one(self.pool()).await?;
         Ok(row.try_get("n")?)
     }
 
@@ -266,24 +425,6 @@ impl ReportStore for SqlStore {
         Ok(moved.rows_affected() > 0)
     }
 
-    async fn progress_ends_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Vec<ProgressPoint>>> {
-        let mut ends: HashMap<Uuid, [Option<ProgressPoint>; 3]> = HashMap::new();
-        for row in for_listed(self, &progress_ends_sql(), ids).await? {
-            let end: i64 = row.try_get("end_no")?;
-            let slot = &mut ends.entry(run_id_of(&row)?).or_default()[end.clamp(0, 2) as usize];
-            // Two changes recorded in the same millisecond: either is the attempt's end.
-            if slot.is_none() {
-                *slot = Some(point_from_row(&row)?);
-            }
-        }
-        Ok(ends.into_iter().map(|(id, points)| (id, points.into_iter().flatten().collect())).collect())
-    }
-
-    async fn last_checkpoints_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Checkpoint>> {
-        let rows = for_listed(self, LAST_CHECKPOINTS, ids).await?;
-        rows.iter().map(|row| Ok((run_id_of(row)?, checkpoint_from_row(row)?))).collect()
-    }
-
     async fn last_weights_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>> {
         let mut found = HashMap::new();
         for row in for_listed(self, LAST_WEIGHTS, ids).await? {
@@ -294,13 +435,13 @@ impl ReportStore for SqlStore {
         Ok(found)
     }
 
-    async fn last_metric_rows_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, MetricRow>> {
-        last_rows(&for_listed(self, &LAST_ROW_READINGS, ids).await?)
-    }
-
     async fn stages_of(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Vec<Stage>>> {
         let mut stages: HashMap<Uuid, Vec<Stage>> = HashMap::new();
-        for row in for_listed(self, STAGES_OF, ids).await? {
+        let sql = match self.backend() {
+            Backend::Sqlite => STAGES_OF,
+            Backend::Postgres => STAGES_OF_POSTGRES,
+        };
+        for row in for_listed(self, sql, ids).await? {
             let stage = stage_from_row(&row)?;
             stages.entry(stage.run_id).or_default().push(stage);
         }

@@ -1,13 +1,13 @@
 //! The morning report's reads: runs and tests by end time within a window, the ones still
 //! going, the counts, a run's last checkpoint, weights and metric row, and the cron post's
 //! compare-and-set; on SQLite and PostgreSQL. On SQLite the window's read is checked to walk
-//! the end-time index rather than the table.
+//! the end-time index rather than the table, and each listed run's extras to be index seeks.
 
 use std::path::PathBuf;
 
 use uuid::Uuid;
 
-use crate::engine::store::Store;
+use crate::engine::store::{ListedRun, Store};
 use crate::model::{FoundCheckpoint, InferenceTest, MetricRow, Run, RunParams, RunState, Stage, TestState};
 use crate::settings::StoreLocation;
 use crate::workflow::Workflow;
@@ -17,11 +17,18 @@ use super::fresh_postgres;
 const HOUR: i64 = 3_600_000;
 
 fn run_as(state: RunState, ended_at: Option<i64>) -> (Run, Vec<Stage>) {
-    let spec = Workflow::parse(
-        std::path::Path::new("r.yaml"),
-        "name: r\nstages:\n  - {name: trainer, argv: ['true']}\n",
-    )
-    .unwrap();
+    run_of("name: r\nstages:\n  - {name: trainer, argv: ['true']}\n", state, ended_at)
+}
+
+/// A run of a workflow that reports its step in its log.
+fn run_with_progress(state: RunState, ended_at: Option<i64>) -> (Run, Vec<Stage>) {
+    let yaml = "name: p\nstages:\n  - {name: trainer, argv: ['true']}\n\
+                progress:\n  log: {stage: trainer, pattern: 'Step (?P<step>\\d+)/(?P<total>\\d+)'}\n";
+    run_of(yaml, state, ended_at)
+}
+
+fn run_of(yaml: &str, state: RunState, ended_at: Option<i64>) -> (Run, Vec<Stage>) {
+    let spec = Workflow::parse(std::path::Path::new("r.yaml"), yaml).unwrap();
     let id = Uuid::new_v4();
     let mut run = Run::queued(id, spec, PathBuf::from(format!("/runs/{id}")), 0, RunParams::default());
     run.state = state;
@@ -66,7 +73,7 @@ async fn report_reads(store: &dyn Store) {
     let all = [&old, &completed, &failed, &stopped, &running, &pending, &held].map(|r| r.clone());
     store.insert_runs(&all).await.unwrap();
 
-    let ids = |runs: Vec<Run>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let ids = |runs: Vec<ListedRun>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
     // The latest end first; the run that ended before the window is not read.
     let ended = ids(store.runs_ended_since(since, 100).await.unwrap());
     assert_eq!(ended, [stopped.0.id, failed.0.id, completed.0.id]);
@@ -136,21 +143,42 @@ async fn report_reads(store: &dyn Store) {
     assert_eq!(store.report_post_since("0 8 * * * UTC", now + 9).await.unwrap(), now + 9, "its own row");
 }
 
-/// The report's set reads over many runs give what the single-row reads give for each, across
-/// a chunk's edge, for a run with two attempts, a run with nothing recorded and a run whose
-/// records hold no total, no weights and no metric.
+/// The listed runs come with what the single-row reads give for each: runs in flight (one on
+/// its second attempt, one whose records hold no total, no weights and no metric, one with
+/// nothing recorded) with their attempt's ends, ended runs with their last step; metric values
+/// to their last bit; two changes of step or two checkpoints in the same millisecond give
+/// either. The set reads over listed ids (weights, stages, first starts) give the same across a
+/// chunk's edge.
 async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
-    use crate::model::{Exit, ProcessState, ProgressPoint, RunTrigger};
+    use crate::model::{Exit, MetricReading, ProcessState, ProgressPoint, RunTrigger};
     let now = crate::model::now_millis();
-    let (retried, quiet, bare) =
-        (run_as(RunState::Pending, None), run_as(RunState::Pending, None), run_as(RunState::Pending, None));
-    store.insert_runs(&[retried.clone(), quiet.clone(), bare.clone()]).await.unwrap();
+    let (retried, quiet, bare) = (
+        run_with_progress(RunState::Pending, None),
+        run_as(RunState::Pending, None),
+        run_as(RunState::Pending, None),
+    );
+    let (done, tied, silent) = (
+        run_with_progress(RunState::Completed, Some(now - 200)),
+        run_as(RunState::Completed, Some(now - 150)),
+        run_as(RunState::Failed, Some(now - 100)),
+    );
+    store
+        .insert_runs(&[
+            retried.clone(),
+            quiet.clone(),
+            bare.clone(),
+            done.clone(),
+            tied.clone(),
+            silent.clone(),
+        ])
+        .await
+        .unwrap();
     let point = |attempt, step, total, at| ProgressPoint { attempt, step, total, at };
-    let found = |step: i64, weights: Option<&str>| FoundCheckpoint {
+    let found = |step: i64, weights: Option<&str>, key: &str| FoundCheckpoint {
         step,
         path: Some(format!("tinker://run/weights/{step}")),
         weights: weights.map(str::to_string),
-        key: format!("line {step}"),
+        key: key.to_string(),
     };
     let metric = |step: i64, reward: Option<f64>| MetricRow {
         step,
@@ -167,7 +195,7 @@ async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
         store.record_progress(id, &p).await.unwrap();
     }
     store
-        .record_checkpoint(id, 1, &found(5, Some("tinker://run/sampler_weights/5")), now - 750)
+        .record_checkpoint(id, 1, &found(5, Some("tinker://run/sampler_weights/5"), "line 5"), now - 750)
         .await
         .unwrap();
     let mut stage = store.stages(id).await.unwrap().remove(0);
@@ -184,35 +212,132 @@ async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
     {
         store.record_progress(id, &p).await.unwrap();
     }
-    store.record_checkpoint(id, 2, &found(8, None), now - 350).await.unwrap();
+    store.record_checkpoint(id, 2, &found(8, None, "line 8"), now - 350).await.unwrap();
     store.put_metric_rows(id, &[metric(5, Some(0.2)), metric(8, Some(0.5)), metric(9, None)]).await.unwrap();
+    // Values whose shortest text has 17 digits, the smallest and largest, and W&B's plain `loss`.
+    let exact = [
+        ("train/reward_mean", 0.1 + 0.2),
+        ("train/percent_correct", 1.0 / 3.0),
+        ("eval/percent_correct", 5e-324),
+        ("train/loss", f64::MAX),
+        ("loss", -2.5e-8),
+    ];
+    let readings: Vec<MetricReading> =
+        exact.iter().map(|(name, value)| MetricReading::new(*name, 12, *value).unwrap()).collect();
+    store.put_metric_values(id, 2, &readings, now - 250).await.unwrap();
 
     // The bare run: no total, no weights, no metric.
     let bare_id = bare.0.id;
     store.transition(&bare.0, RunTrigger::Claim, None, None).await.unwrap();
     store.record_progress(bare_id, &point(1, 3, None, now - 100)).await.unwrap();
-    store.record_checkpoint(bare_id, 1, &found(3, None), now - 90).await.unwrap();
+    store.record_checkpoint(bare_id, 1, &found(3, None, "line 3"), now - 90).await.unwrap();
     store.put_metric_rows(bare_id, &[metric(3, None)]).await.unwrap();
+    // The quiet run is in flight with nothing recorded.
+    store.transition(&quiet.0, RunTrigger::Claim, None, None).await.unwrap();
 
-    // Across a chunk's edge, among ids the store never saw.
+    // The ended runs: one with records, one whose last step and last checkpoint tie, one with none.
+    let done_id = done.0.id;
+    for p in [point(1, 2, Some(4), now - 600), point(1, 4, Some(4), now - 590)] {
+        store.record_progress(done_id, &p).await.unwrap();
+    }
+    store
+        .record_checkpoint(done_id, 1, &found(4, Some("tinker://done/4"), "line 4"), now - 590)
+        .await
+        .unwrap();
+    store.put_metric_rows(done_id, &[metric(4, Some(0.9))]).await.unwrap();
+    let tied_id = tied.0.id;
+    for p in [point(1, 1, None, now - 500), point(1, 2, None, now - 400), point(1, 3, None, now - 400)] {
+        store.record_progress(tied_id, &p).await.unwrap();
+    }
+    for key in ["a", "b"] {
+        store.record_checkpoint(tied_id, 1, &found(2, Some(key), key), now - 400).await.unwrap();
+    }
+
+    let ended = store.runs_ended_since(now - 1000, 100).await.unwrap();
+    let live = store.runs_in_flight(100).await.unwrap();
+    let listed = |runs: &[ListedRun]| runs.iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(listed(&ended), [silent.0.id, tied_id, done_id]);
+    assert_eq!(listed(&live), [id, quiet.0.id, bare_id], "in queue order");
+    for listed in ended.iter().chain(&live) {
+        let run_id = listed.id;
+        let run = store.run(run_id).await.unwrap().unwrap();
+        let own = |r: &ListedRun| {
+            (
+                r.workflow.clone(),
+                r.env_name.clone(),
+                r.state,
+                r.attempt,
+                r.reason.clone(),
+                r.started_at,
+                r.ended_at,
+                r.params.clone(),
+                r.preemptions,
+                r.preempted_work,
+            )
+        };
+        let read = ListedRun {
+            workflow: run.workflow.clone(),
+            env_name: run.env_name.clone(),
+            state: run.state,
+            attempt: run.attempt,
+            reason: run.reason.clone(),
+            started_at: run.started_at,
+            ended_at: run.ended_at,
+            params: run.params.clone(),
+            preemptions: run.preemptions,
+            preempted_work: run.preempted_work,
+            ..listed.clone()
+        };
+        assert_eq!(own(listed), own(&read), "{run_id}");
+        let ends = store.progress_ends(run_id, run.attempt).await.unwrap();
+        if run.state.is_in_flight() {
+            assert_eq!(listed.progress, ends, "{run_id}: its attempt's ends");
+            assert_eq!(listed.reports_progress, run.spec.progress.is_some(), "{run_id}");
+        } else {
+            assert!(!listed.reports_progress);
+            if run_id == tied_id {
+                continue;
+            }
+            assert_eq!(
+                listed.progress,
+                ends.last().cloned().into_iter().collect::<Vec<_>>(),
+                "{run_id}: its last"
+            );
+        }
+        assert_eq!(listed.checkpoint, store.last_checkpoint(run_id).await.unwrap(), "{run_id}");
+        assert_eq!(listed.metrics, store.last_metric_row(run_id).await.unwrap(), "{run_id}");
+    }
+    // What each holds, so the single rows are no vacuous yardstick.
+    let of = |id: Uuid| ended.iter().chain(&live).find(|r| r.id == id).unwrap();
+    let steps = |r: &ListedRun| r.progress.iter().map(|p| (p.attempt, p.step)).collect::<Vec<_>>();
+    assert_eq!(steps(of(id)), [(2, 6), (2, 8), (2, 9)]);
+    assert!(of(id).reports_progress && !of(bare_id).reports_progress);
+    assert_eq!(steps(of(bare_id)), [(1, 3), (1, 3)], "no total: its first and its last");
+    assert_eq!(steps(of(done_id)), [(1, 4)], "ended: its last alone");
+    assert!(of(quiet.0.id).progress.is_empty() && of(silent.0.id).progress.is_empty());
+    assert_eq!(of(id).checkpoint.as_ref().map(|c| (c.attempt, c.step)), Some((2, 8)));
+    assert!(of(quiet.0.id).checkpoint.is_none() && of(silent.0.id).checkpoint.is_none());
+    let last = of(id).metrics.clone().unwrap();
+    assert_eq!((last.step, last.reward_mean, last.percent_correct), (12, Some(0.1 + 0.2), Some(1.0 / 3.0)));
+    assert_eq!((last.eval_percent_correct, last.loss), (Some(5e-324), Some(f64::MAX)));
+    assert!(of(bare_id).metrics.is_none() && of(silent.0.id).metrics.is_none());
+    assert_eq!(of(done_id).metrics.as_ref().map(|m| (m.step, m.reward_mean)), Some((4, Some(0.9))));
+    // Ties: either change of the same millisecond, either checkpoint.
+    assert!([(1, 2), (1, 3)].contains(&steps(of(tied_id))[0]), "{:?}", of(tied_id).progress);
+    let checkpoint = of(tied_id).checkpoint.clone().unwrap();
+    assert!(["a", "b"].contains(&checkpoint.weights.as_deref().unwrap()), "{checkpoint:?}");
+
+    // The reads over listed ids, across a chunk's edge, among ids the store never saw.
     let chunk = crate::engine::store::report::CHUNK;
     let mut ids: Vec<Uuid> = (0..chunk + 40).map(|_| Uuid::new_v4()).collect();
     ids[0] = id;
     ids[chunk - 1] = quiet.0.id;
     ids[chunk] = bare_id;
-    let progress = store.progress_ends_of(&ids).await.unwrap();
-    let checkpoints = store.last_checkpoints_of(&ids).await.unwrap();
     let weights = store.last_weights_of(&ids).await.unwrap();
-    let metrics = store.last_metric_rows_of(&ids).await.unwrap();
     let stages = store.stages_of(&ids).await.unwrap();
     let first_starts = store.first_starts_of(&ids).await.unwrap();
     for run_id in [id, quiet.0.id, bare_id] {
-        let run = store.run(run_id).await.unwrap().unwrap();
-        let ends = store.progress_ends(run_id, run.attempt).await.unwrap();
-        assert_eq!(progress.get(&run_id).cloned().unwrap_or_default(), ends, "{run_id}");
-        assert_eq!(checkpoints.get(&run_id), store.last_checkpoint(run_id).await.unwrap().as_ref());
         assert_eq!(weights.get(&run_id), store.last_weights(run_id).await.unwrap().as_ref());
-        assert_eq!(metrics.get(&run_id), store.last_metric_row(run_id).await.unwrap().as_ref());
         let json = |stages: &[Stage]| serde_json::to_value(stages).unwrap();
         assert_eq!(json(stages.get(&run_id).unwrap()), json(&store.stages(run_id).await.unwrap()));
         let first = store
@@ -223,18 +348,8 @@ async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
             .find(|e| e.to_state == Some(RunState::Starting));
         assert_eq!(first_starts.get(&run_id).copied(), first.map(|e| e.at), "{run_id}");
     }
-    // What each holds, so the single rows are no vacuous yardstick.
-    assert_eq!(
-        progress[&id].iter().map(|p| (p.attempt, p.step)).collect::<Vec<_>>(),
-        [(2, 6), (2, 8), (2, 9)]
-    );
-    assert_eq!(progress[&bare_id].len(), 2, "no total: its first and its last");
-    assert!(!progress.contains_key(&quiet.0.id));
-    assert_eq!(checkpoints[&id].step, 8);
-    assert_eq!(weights[&id], "tinker://run/sampler_weights/5");
+    assert_eq!(weights[&id], "tinker://run/sampler_weights/5", "an earlier checkpoint's");
     assert!(!weights.contains_key(&bare_id));
-    assert_eq!(metrics[&id].step, 8);
-    assert!(!metrics.contains_key(&bare_id));
     // Two attempts started: the first's start is the one read (the run's own is the second's).
     let starts: Vec<i64> = store
         .events(id, 0)
@@ -245,9 +360,9 @@ async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
         .map(|e| e.at)
         .collect();
     assert_eq!((starts.len(), first_starts.get(&id)), (2, starts.first()));
-    assert!(!first_starts.contains_key(&quiet.0.id));
+    assert!(first_starts.contains_key(&quiet.0.id), "claimed once");
     assert_eq!(stages.len(), 3, "the unknown ids have no stages");
-    assert!(store.progress_ends_of(&[]).await.unwrap().is_empty());
+    assert!(store.last_weights_of(&[]).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -260,6 +375,20 @@ async fn sqlite_set_reads_answer_as_the_single_rows() {
     for sql in crate::engine::store::report::listed_queries() {
         let plan = super::sqlite_plan(&store, &sql).await;
         assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{sql}: {plan:?}");
+    }
+    // The listed runs: an index range in its order (so the reads beside each run for the
+    // rows listed alone), each of those reads a seek.
+    use crate::engine::store::report::{Listing, listed_runs_query};
+    // Ended: its last step, checkpoint, five metrics; in flight, two more ends of its steps.
+    for (listing, index, reads) in
+        [(Listing::Ended, "runs_by_end", 7), (Listing::InFlight, "runs_by_state", 9)]
+    {
+        let sql = listed_runs_query(crate::engine::store::Backend::Sqlite, listing);
+        let plan = super::sqlite_plan(&store, sql).await;
+        assert!(plan.iter().any(|step| step.contains(index)), "{plan:?}");
+        assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{plan:?}");
+        let seeks = plan.iter().filter(|step| step.starts_with("CORRELATED SCALAR SUBQUERY")).count();
+        assert_eq!(seeks, reads, "{plan:?}");
     }
 }
 
@@ -278,9 +407,15 @@ async fn sqlite_report_reads_are_the_window_and_walk_its_index() {
     let store =
         crate::engine::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
     report_reads(&store).await;
-    let plan = super::sqlite_plan(&store, crate::engine::store::report::RUNS_ENDED).await;
+    use crate::engine::store::report::{Listing, listed_runs_query};
+    let ended = listed_runs_query(crate::engine::store::Backend::Sqlite, Listing::Ended);
+    let plan = super::sqlite_plan(&store, ended).await;
     assert!(plan.iter().any(|step| step.contains("runs_by_end")), "{plan:?}");
     assert!(!plan.iter().any(|step| step.starts_with("SCAN runs")), "{plan:?}");
+    assert!(
+        !plan.iter().any(|step| step == "USE TEMP B-TREE FOR ORDER BY"),
+        "in the index's order: {plan:?}"
+    );
     // The window's count reads the end-time index alone, not a row per run.
     let plan = super::sqlite_plan(&store, &crate::engine::store::report::ENDED_RUN_COUNTS).await;
     assert!(plan.iter().any(|step| step.contains("COVERING INDEX runs_by_end")), "{plan:?}");
@@ -296,4 +431,9 @@ async fn postgres_report_reads_are_the_window() {
     };
     let store = crate::engine::store::open(&StoreLocation::Postgres(url)).await.unwrap();
     report_reads(&store).await;
+    // No JIT compiling of these short reads: the listed runs' cost estimate, every correlated
+    // seek counted, comes near the threshold, and compiling takes longer than the read.
+    use sqlx::Row;
+    let row = sqlx::query("SELECT current_setting('jit') AS jit").fetch_one(store.pool()).await.unwrap();
+    assert_eq!(row.try_get::<String, _>("jit").unwrap(), "off");
 }
