@@ -43,7 +43,7 @@ mod wal;
 pub use attempts::AttemptStore;
 pub use backend::Backend;
 pub use checkpoints::CheckpointStore;
-pub use claims::{ClaimStore, Claimed, Pick};
+pub use claims::{ClaimStore, Pick};
 pub use dependencies::{DependencyStore, NewDependency};
 pub use error::{Result, StoreError};
 pub use fault::Fault;

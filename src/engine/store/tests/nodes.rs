@@ -330,7 +330,7 @@ fn claim_paused_at_pick(
 ) -> (
     std::sync::mpsc::Receiver<()>,
     std::sync::mpsc::Sender<()>,
-    std::thread::JoinHandle<crate::engine::store::Claimed>,
+    std::thread::JoinHandle<crate::engine::store::claims::Claimed>,
 ) {
     let (read_tx, read) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel::<()>();
