@@ -57,6 +57,6 @@ pub use runs::{
 };
 pub use schedules::ScheduleDetail;
 pub use sweeps::{
-    MemberStatus, MetricSeries, SWEEP_LIST_LIMIT, StartedSweep, SweepDecider, SweepDecision, SweepStatus,
-    SweepSummary,
+    MemberStatus, MetricSeries, SWEEP_LIST_LIMIT, StartedSweep, SweepDecider, SweepDecision, SweepReadings,
+    SweepStatus, SweepSummary, not_a_number_note,
 };

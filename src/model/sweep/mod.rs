@@ -14,7 +14,7 @@ pub use generate::{Assignment, Member, grid_size};
 pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
 pub use record::{MemberOf, SweepRecord, SweepState};
-pub use spec::{Goal, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
+pub use spec::{Goal, GridPoints, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
 
 #[cfg(test)]
 mod tests;

@@ -194,11 +194,19 @@ impl Service {
     }
 
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
-    /// a member has started.
+    /// a member has started; "no member has reported loss as a number yet (member 0: loss at
+    /// step 4 is not a number ("0.5"))" when its trainer writes it as text.
     async fn unreported(&self, metric: &str, members: &[(u64, crate::model::Run)]) -> Result<Option<String>> {
         let Some((k, run)) = members.iter().find(|(_, run)| run.started_at.is_some()) else {
             return Ok(None);
         };
+        // A member whose trainer writes the metric as text has an event that says so.
+        let events = self.store.events(run.id, 0).await?;
+        if let Some(said) =
+            events.iter().rev().find_map(|e| super::readings::not_a_number_of(&e.message, metric))
+        {
+            return Ok(Some(format!("no member has reported {metric} as a number yet (member {k}: {said})")));
+        }
         let names = self.metric_names(run.id).await?;
         let reports = match names.len() {
             0 => "no metric yet".to_string(),
