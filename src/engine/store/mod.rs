@@ -61,4 +61,4 @@ pub use retention::{Expired, RetentionStore};
 pub use runs::{RunMove, Store};
 pub use schedules::ScheduleStore;
 pub use sql::SqlStore;
-pub use sweeps::SweepStore;
+pub use sweeps::{MemberRun, SweepStore};

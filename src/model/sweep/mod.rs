@@ -8,6 +8,7 @@ pub mod parameter;
 pub mod random;
 pub mod record;
 pub mod spec;
+pub mod summary;
 
 pub use format::{python_float, var_text};
 pub use generate::{Assignment, Member, grid_size};
@@ -15,6 +16,7 @@ pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
 pub use record::{MemberOf, SweepRecord, SweepState};
 pub use spec::{Goal, GridPoints, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
+pub use summary::SeriesSummary;
 
 #[cfg(test)]
 mod tests;

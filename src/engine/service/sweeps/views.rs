@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::MetricSeries;
 use crate::engine::service::{Result, Service, ServiceError};
+use crate::engine::store::MemberRun;
 use crate::model::RunState;
 use crate::model::sweep::{Goal, SweepRecord, SweepSpec, SweepState};
 
@@ -59,7 +60,8 @@ pub struct SweepStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub winner: Option<u64>,
     /// While members have started and none has reported the metric: which metrics one does
-    /// report (a misspelt `metric.name` shows here, not after a night of runs).
+    /// report (a misspelt `metric.name` shows here, not after a night of runs), or that it
+    /// writes the metric as text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreported: Option<String>,
 }
@@ -126,41 +128,34 @@ impl Service {
         source: &dyn MetricSeries,
     ) -> Result<SweepStatus> {
         let spec = SweepSpec::parse(&sweep.file)?;
-        let members = self.store.sweep_members(sweep.id).await?;
+        let members = self.store.sweep_member_runs(sweep.id).await?;
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut leaderboard = Vec::with_capacity(members.len());
         let prefix = early_terminated_prefix(sweep);
         // A member that never started has no readings: its series is not read.
         let started: Vec<uuid::Uuid> = members
             .iter()
-            .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
-            .map(|(_, run)| run.id)
+            .filter(|run| run.started_at.is_some() || run.attempt > 1)
+            .map(|run| run.id)
             .collect();
-        let mut all_series = match &spec.metric {
+        let mut summaries = match &spec.metric {
             Some(metric) if !started.is_empty() => {
-                source.members_series(sweep.id, &started, &metric.name).await?
+                source.members_summaries(sweep.id, &started, &metric.name, metric.goal).await?
             }
             _ => Default::default(),
         };
-        for (k, run) in &members {
+        for run in &members {
             *counts.entry(run.state.as_str().to_string()).or_default() += 1;
-            let readings = all_series.remove(&run.id).unwrap_or_default();
-            let readings: Vec<_> = readings.into_iter().filter(|r| r.value.is_finite()).collect();
-            let best = spec.metric.as_ref().and_then(|metric| {
-                let values: Vec<f64> = readings.iter().map(|r| r.value).collect();
-                let best = metric.best(&values)?;
-                let at = readings.iter().find(|r| r.value == best)?;
-                Some((best, at.step))
-            });
+            let summary = summaries.remove(&run.id);
             leaderboard.push(MemberStatus {
-                k: *k,
+                k: run.k,
                 run: run.id,
                 state: run.state,
-                parameters: spec.member(*k).map(|m| m.values()).unwrap_or_default(),
-                best: best.map(|b| b.0),
-                best_step: best.map(|b| b.1),
-                last: readings.last().map(|r| r.value),
-                iterations: readings.len(),
+                parameters: spec.member(run.k).map(|m| m.values()).unwrap_or_default(),
+                best: summary.map(|s| s.best.value),
+                best_step: summary.map(|s| s.best.step),
+                last: summary.map(|s| s.last.value),
+                iterations: summary.map_or(0, |s| s.count),
                 early_terminated: run.state == RunState::Stopped
                     && run.reason.as_deref().is_some_and(|r| r.starts_with(&prefix)),
                 reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
@@ -174,7 +169,7 @@ impl Service {
         };
         let goal = spec.metric.as_ref().map(|m| m.goal);
         leaderboard.sort_by(|a, b| ranked(a, b, goal));
-        let finished = members.iter().all(|(_, run)| run.state.is_terminal());
+        let finished = members.iter().all(|run| run.state.is_terminal());
         let winner = match finished {
             true => leaderboard.first().filter(|m| m.best.is_some()).map(|m| m.k),
             false => None,
@@ -196,10 +191,11 @@ impl Service {
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
     /// a member has started; "no member has reported loss as a number yet (member 0: loss at
     /// step 4 is not a number ("0.5"))" when its trainer writes it as text.
-    async fn unreported(&self, metric: &str, members: &[(u64, crate::model::Run)]) -> Result<Option<String>> {
-        let Some((k, run)) = members.iter().find(|(_, run)| run.started_at.is_some()) else {
+    async fn unreported(&self, metric: &str, members: &[MemberRun]) -> Result<Option<String>> {
+        let Some(run) = members.iter().find(|run| run.started_at.is_some()) else {
             return Ok(None);
         };
+        let k = run.k;
         // A member whose trainer writes the metric as text has an event that says so.
         let events = self.store.events(run.id, 0).await?;
         if let Some(said) =
