@@ -9,16 +9,22 @@
 //! safety net for readings recorded elsewhere (another node, a lost ring) and for the ends of
 //! sweeps.
 //!
-//! A task of its own beside the reconciler, like the metric poller: reading many members'
-//! series must never hold up the loop that notices exits. What it decides it writes through the
+//! A task of its own beside the reconciler, like the metric poller, and each pass runs on
+//! tokio's blocking pool (the daemon's runtime has one thread, which the reconciler's loop
+//! shares): reading a big sweep's series (100,000 readings take a few hundred ms) must never
+//! hold up the loop that notices exits. While news keeps coming, a pass follows the last one by
+//! at least its own length, so deciding takes at most about half of one core. What it decides it writes through the
 //! normal stop (one store transaction: the move, its reason and its event), then pokes the
 //! daemon, whose reconciler signals the member's stages as for any stop. A decision is made
 //! only from what the store holds, so a restarted daemon, or another node's decider on the same
 //! PostgreSQL store, never makes one twice.
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
-use crate::service::{Service, SweepDecider, SweepDecision};
+use uuid::Uuid;
+
+use crate::service::{Result, Service, SweepDecider, SweepDecision};
 
 /// How often the decider looks without news of readings.
 pub const INTERVAL: Duration = Duration::from_secs(3);
@@ -32,19 +38,22 @@ pub async fn run(service: Service, interval: Duration) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let mut last_pass = Duration::ZERO;
     loop {
         let news = tokio::select! {
             _ = ticker.tick() => None,
             () = readings.wait() => {
-                tokio::time::sleep(SETTLE).await;
+                tokio::time::sleep(SETTLE.max(last_pass)).await;
                 Some(readings.take())
             }
         };
-        let decided = match &news {
-            Some(sweeps) if sweeps.is_empty() => continue,
-            Some(sweeps) => decider.decide_on(&service, &service, sweeps).await,
-            None => decider.pass(&service, &service).await,
-        };
+        if news.as_ref().is_some_and(BTreeSet::is_empty) {
+            continue;
+        }
+        let started = Instant::now();
+        let decided;
+        (decider, decided) = off_the_loop(decider, service.clone(), news).await;
+        last_pass = started.elapsed();
         match decided {
             Ok(decisions) => {
                 if std::mem::take(&mut failing) {
@@ -66,5 +75,30 @@ pub async fn run(service: Service, interval: Duration) {
 fn log(decisions: &[SweepDecision]) {
     for decision in decisions {
         tracing::debug!(?decision, "sweep decision");
+    }
+}
+
+/// One pass (over the sweeps with news, or the tick's) on tokio's blocking pool, its future
+/// driven there: the rows it reads are decoded off the daemon's one thread.
+async fn off_the_loop(
+    mut decider: SweepDecider,
+    service: Service,
+    news: Option<BTreeSet<Uuid>>,
+) -> (SweepDecider, Result<Vec<SweepDecision>>) {
+    let handle = tokio::runtime::Handle::current();
+    let pass = tokio::task::spawn_blocking(move || {
+        let decided = handle.block_on(async {
+            match &news {
+                Some(sweeps) => decider.decide_on(&service, &service, sweeps).await,
+                None => decider.pass(&service, &service).await,
+            }
+        });
+        (decider, decided)
+    });
+    match pass.await {
+        Ok(done) => done,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        // Cancelled: the runtime is shutting down.
+        Err(_) => (SweepDecider::default(), Ok(Vec::new())),
     }
 }
