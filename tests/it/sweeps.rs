@@ -1,7 +1,9 @@
 //! Sweeps: a sweep file's members queued as ordinary runs with the right parameters, max_live
-//! held at the claim, a seeded random sweep reproduced, an unused parameter refused with
-//! nothing queued, a sweep stopped, and the daemon's decisions (hyperband's stop with its exact
-//! reason, the target's end of new members) made once.
+//! held at the claim, a seeded random sweep reproduced, bad files (an unused parameter, a grid
+//! cut by run_cap without saying so, a metric the workflow never reports, …) refused in one
+//! line with nothing queued, a sweep stopped, a metric written as text said, and the daemon's
+//! decisions (hyperband's stop with its exact reason, the target's end of new members) made
+//! once, as readings land from a stage's log or W&B.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -678,4 +680,53 @@ async fn a_metric_written_as_text_is_said_once_and_shown_while_the_sweep_waits()
     std::fs::write(&gate, "").unwrap();
     let (run, _) = home.wait_settled(member, T).await;
     assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+}
+
+/// Readings the W&B poller records are news to the decider too: with its tick an hour away,
+/// the member whose W&B history reaches the target ends the sweep's new members at once.
+#[tokio::test]
+async fn a_wandb_reading_that_reaches_the_target_is_decided_on_at_once() {
+    use serde_json::json;
+    let mut home = TestHome::new();
+    let logged = gated(&home).replacen("name: gated", "name: logged\ncredentials: [WANDB_API_KEY]", 1);
+    home.workflow("logged", &logged);
+    home.environ.extend([
+        ("WANDB_API_KEY".to_string(), "wandb-test-key-0123456789".to_string()),
+        ("WANDB_ENTITY".to_string(), "lab".to_string()),
+        ("LACHESIS_WANDB_INTERVAL".to_string(), "1s".to_string()),
+    ]);
+    let file = write(
+        &home,
+        "wandb.yaml",
+        "method: grid\nworkflow: logged\nmax_live: 1\nmetric: {name: train/loss, target: 0.5}\n\
+         parameters:\n  lr: {values: [0.1, 0.2]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    let short = &members[0].simple().to_string()[..8];
+    // One answer serves both queries: the run lookup reads project.runs, the history project.run.
+    let rows: Vec<serde_json::Value> = [1.0, 0.8, 0.4]
+        .iter()
+        .enumerate()
+        .map(|(step, loss)| json!({"_step": step, "train/loss": loss}))
+        .collect();
+    let reply = json!({ "data": { "project": {
+        "runs": { "edges": [{ "node": {
+            "name": "abc123", "displayName": format!("run-{short}"), "state": "running",
+            "summaryMetrics": r#"{"_step": 2}"#, "historyKeys": "{}" } }] },
+        "run": { "sampledHistory": [rows] },
+    } } });
+    let wandb = crate::support::Receiver::start_with(vec![], reply.to_string()).await;
+    home.environ.push(("WANDB_BASE_URL".to_string(), wandb.url.trim_end_matches("/hook").to_string()));
+    home.start_daemon_with(&["--sweep-interval", "1h"]);
+    let (cancelled, _) = home.wait_settled(members[1], T).await;
+    let why = format!(
+        "cancelled: sweep {} member 0 reached the target: train/loss 0.4 (target 0.5)",
+        &sweep.to_string()[..8]
+    );
+    assert_eq!((cancelled.state, cancelled.reason.as_deref()), (RunState::Stopped, Some(why.as_str())));
+    assert_eq!(home.run(members[0]).await.state, RunState::Running, "the member at the target runs on");
+    std::fs::write(home.path().join("gate"), "").unwrap();
+    let (run, _) = home.wait_settled(members[0], T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    drop(wandb);
 }
