@@ -4,7 +4,7 @@
 //! history, a deep queue, claims one at a time). It prints figures; it passes or fails nothing.
 //!
 //! `cargo bench --bench figures -- [--http | --claims | --progress | --history | --logs | --queue |
-//! --preemption | --sweeps]`
+//! --preemption | --sweeps | --sweep-pages]`
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -19,6 +19,7 @@ mod progress;
 mod pueue;
 pub mod queue;
 mod supervisor;
+mod sweep_pages;
 mod sweeps;
 
 use supervisor::BenchOptions;
@@ -135,16 +136,33 @@ pub struct BenchArgs {
     /// Preemptions measured (with --preemption)
     #[arg(long, default_value_t = 200, value_parser = parse_runs)]
     cycles: usize,
-    /// Instead: a big sweep's surfaces (the leaderboard, every member's curve, its dashboard
+    /// Instead: a big sweep's pages (the leaderboard, every member's curve, its dashboard
     /// page, the report), in process and over HTTP
     #[arg(long)]
-    sweeps: bool,
-    /// Members of the sweep (with --sweeps)
+    sweep_pages: bool,
+    /// Members of the sweep (with --sweep-pages)
     #[arg(long, default_value_t = 1000, value_parser = parse_runs)]
-    sweep_members: usize,
-    /// Readings of the metric per member that runs to its end (with --sweeps)
+    page_members: usize,
+    /// Readings of the metric per member that runs to its end (with --sweep-pages)
     #[arg(long, default_value_t = 200, value_parser = parse_runs)]
-    sweep_readings: usize,
+    page_readings: usize,
+    /// Instead: sweep figures (a reading that condemns a member → the member stopped, with N
+    /// members live; the daemon's peak RSS meanwhile; `sweep status` of a big sweep)
+    #[arg(long)]
+    sweeps: bool,
+    /// Members of the live sweep, all live at once (with --sweeps)
+    #[arg(long, default_value_t = 100, value_parser = parse_live_members)]
+    sweep_members: usize,
+    /// Live sweeps run one after the other, each stopping half its members (with --sweeps;
+    /// 0: the status figure alone)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=100))]
+    sweep_rounds: u64,
+    /// Members of the sweep whose `sweep status` is timed (with --sweeps)
+    #[arg(long, default_value_t = 1000, value_parser = parse_status_members)]
+    status_members: usize,
+    /// Readings of the metric per member of that sweep (with --sweeps)
+    #[arg(long, default_value_t = 100, value_parser = parse_runs)]
+    status_readings: usize,
     #[arg(long)]
     json: bool,
 }
@@ -154,6 +172,22 @@ fn parse_parallel(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
         Ok(n) if (1..=4096).contains(&n) => Ok(n),
         _ => Err(format!("'{text}' is not a number of runs from 1 to 4096")),
+    }
+}
+
+/// A live sweep's members, each a process: at least 4 (two winners, two losers).
+fn parse_live_members(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (4..=1000).contains(&n) => Ok(n),
+        _ => Err(format!("'{text}' is not a number of members from 4 to 1000")),
+    }
+}
+
+/// A sweep's members, as `run_cap` bounds them.
+fn parse_status_members(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=10_000).contains(&n) => Ok(n),
+        _ => Err(format!("'{text}' is not a number of members from 1 to 10000")),
     }
 }
 
@@ -189,6 +223,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.sweeps {
         return sweeps(args);
+    }
+    if args.sweep_pages {
+        return sweep_pages(args);
     }
     // Checked before the minute of lachesis figures, not after it.
     if let Some(client) = &args.pueue {
@@ -309,10 +346,10 @@ fn queue(args: BenchArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn sweeps(args: BenchArgs) -> CliResult {
+fn sweep_pages(args: BenchArgs) -> CliResult {
     let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let report = runtime.block_on(sweeps::run(exe, args.sweep_members, args.sweep_readings, &|line| {
+    let report = runtime.block_on(sweep_pages::run(exe, args.page_members, args.page_readings, &|line| {
         eprintln!("bench: {line}")
     }))?;
     if args.json {
@@ -358,6 +395,38 @@ fn preemption(args: BenchArgs) -> CliResult {
         "without --preempt: {} urgent runs queued behind the victim, {} preemptions",
         report.off_urgent_runs, report.off_preemptions
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sweeps(args: BenchArgs) -> CliResult {
+    let exe = Path::new(LACHESIS);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let options = sweeps::SweepsOptions {
+        live_members: args.sweep_members,
+        rounds: args.sweep_rounds as usize,
+        status_members: args.status_members,
+        readings_per_member: args.status_readings,
+    };
+    let report = runtime.block_on(sweeps::run(exe, &options, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (d, s) = (&report.reading_to_decision_ms, &report.reading_to_stopped_ms);
+    println!(
+        "the reading that condemns a member -> the member stopped, {} members live, {} stops: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (goal: p99 < 1000 ms); -> the stop decided: p50 {:.0} ms, p99 {:.0} ms",
+        report.live_members, report.stops, s.p50, s.p99, s.max, d.p50, d.p99
+    );
+    println!(
+        "daemon peak RSS (VmHWM) over {} rounds of {} live members: {:.1} MB (goal: < 64 MB)",
+        report.rounds, report.live_members, report.daemon_peak_rss_mb
+    );
+    for (what, p) in [("--json", &report.status_json_ms), ("(table)", &report.status_table_ms)] {
+        println!(
+            "`sweep status ID {what}` of a {}-member sweep, {} readings each, whole process, {} calls: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (goal: < 100 ms)",
+            report.status_members, report.readings_per_member, p.samples, p.p50, p.p99, p.max
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

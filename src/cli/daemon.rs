@@ -71,6 +71,10 @@ pub struct DaemonArgs {
     /// WANDB_API_KEY)
     #[arg(long, env = "LACHESIS_WANDB_INTERVAL", default_value = "5m")]
     wandb_interval: Dur,
+    /// How often sweeps are looked at for decisions besides as their members' readings land
+    /// here (readings recorded by another node's daemon, or by a process beside this one)
+    #[arg(long, default_value = "3s", value_parser = parse_positive)]
+    sweep_interval: Dur,
     /// Forget finished runs and tests (rows and directories) this long after they ended,
     /// checked hourly (e.g. 30d) [default: keep everything]
     #[arg(long, value_name = "AGE")]
@@ -205,6 +209,7 @@ fn serve(settings: Settings, args: DaemonArgs, log: DaemonLog) -> CliResult {
         labels: args.labels.into_iter().collect(),
         lease: args.lease.0,
         wandb_interval: args.wandb_interval.0,
+        sweep_interval: args.sweep_interval.0,
         keep_finished: args.keep_finished.map(|d| d.0),
         log_rotation: lachesis::logs::Rotation {
             max_size: args.log_max_size.0,

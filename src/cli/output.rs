@@ -6,9 +6,12 @@ use comfy_table::{ContentArrangement, Table, presets};
 use lachesis::model::{Exit, Millis, ProcessState, Stage};
 
 pub fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+    // Buffered: stdout flushes at each newline, and pretty JSON has one per field (a big
+    // sweep's leaderboard was 15,000 writes).
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)
+    writeln!(out)?;
+    out.flush()
 }
 
 /// Makes a closed stdout (`lachesis run list | head -2`) end the program quietly with success,

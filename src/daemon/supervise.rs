@@ -30,6 +30,9 @@ pub struct DaemonOptions {
     pub lease: Duration,
     /// How often running runs' W&B metric history is read (when WANDB_API_KEY is set).
     pub wandb_interval: Duration,
+    /// How often the sweep decider looks at every sweep with new readings, besides deciding
+    /// as readings land in this daemon.
+    pub sweep_interval: Duration,
     /// Forget finished runs and tests this long after they ended; `None` keeps everything.
     pub keep_finished: Option<Duration>,
     /// Stage log limits where a workflow sets none (1 GiB × 3 files by default).
@@ -55,6 +58,7 @@ impl Default for DaemonOptions {
             labels: Default::default(),
             lease: Duration::from_secs(60),
             wandb_interval: Duration::from_secs(5 * 60),
+            sweep_interval: crate::sweep_decider::INTERVAL,
             keep_finished: None,
             log_rotation: crate::logs::Rotation::default(),
             report: None,
@@ -200,7 +204,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         lease: options.lease,
     };
     tokio::spawn(crate::metric_poller::run(service.clone(), registration.id.clone(), options.wandb_interval));
-    tokio::spawn(crate::sweep_decider::run(service.clone(), crate::sweep_decider::INTERVAL));
+    tokio::spawn(crate::sweep_decider::run(service.clone(), options.sweep_interval));
     if let Some(post) = options.report.clone() {
         tokio::spawn(crate::report_poster::run(service.clone(), post));
     }

@@ -119,36 +119,6 @@ pub fn downsample(points: &[MetricPoint], max: usize) -> Vec<MetricPoint> {
     out
 }
 
-/// A series at a glance, for a leaderboard and its chart: how many readings it has, its best
-/// (the first by step of equals) and its last, and at most `max` of its points ([`downsample`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SeriesDigest {
-    pub readings: usize,
-    pub best: MetricPoint,
-    pub last: MetricPoint,
-    pub points: Vec<MetricPoint>,
-}
-
-impl SeriesDigest {
-    /// The digest of `series` (ordered by step, its values finite), best by `lower_is_better`;
-    /// none for an empty series.
-    pub fn of(series: &[MetricPoint], lower_is_better: bool, max: usize) -> Option<SeriesDigest> {
-        let better = |a: f64, b: f64| if lower_is_better { a < b } else { a > b };
-        let mut best = *series.first()?;
-        for point in series {
-            if better(point.value, best.value) {
-                best = *point;
-            }
-        }
-        Some(SeriesDigest {
-            readings: series.len(),
-            best,
-            last: *series.last()?,
-            points: downsample(series, max),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,16 +213,5 @@ mod tests {
         let zigzag: Vec<MetricPoint> = values.iter().enumerate().map(|(i, v)| p(1, i as i64, *v)).collect();
         let steps: Vec<i64> = downsample(&zigzag, 8).iter().map(|p| p.step).collect();
         assert_eq!(steps, vec![0, 2, 3, 4, 5, 7, 8, 9], "each bucket's lowest and highest, the ends");
-    }
-
-    #[test]
-    fn a_digest_counts_and_keeps_the_first_best_and_the_last() {
-        let series = vec![p(1, 1, 3.0), p(1, 2, 1.0), p(2, 3, 1.0), p(2, 4, 2.0)];
-        let low = SeriesDigest::of(&series, true, 3).unwrap();
-        assert_eq!((low.readings, low.best, low.last), (4, p(1, 2, 1.0), p(2, 4, 2.0)));
-        assert_eq!(low.points, vec![p(1, 1, 3.0), p(2, 4, 2.0)]);
-        let high = SeriesDigest::of(&series, false, 10).unwrap();
-        assert_eq!((high.best, high.points.len()), (p(1, 1, 3.0), 4));
-        assert!(SeriesDigest::of(&[], true, 10).is_none());
     }
 }

@@ -123,6 +123,13 @@ impl MetricSpec {
     pub fn log_stage(&self) -> Option<&str> {
         self.log.as_ref().map(|l| l.stage.as_str())
     }
+
+    /// The names of the metrics the source can give, when they are known before a line is
+    /// read: a log pattern's named groups but `step`. None for a JSONL file (any key of a row).
+    pub fn known_names(&self) -> Option<Vec<String>> {
+        let pattern = compile(&self.log.as_ref()?.pattern).ok()?;
+        Some(pattern.capture_names().flatten().filter(|name| *name != "step").map(str::to_string).collect())
+    }
 }
 
 /// The flattened name a JSON pointer points at: its tokens, unescaped, joined with `/`.
@@ -136,9 +143,42 @@ fn pointer_name(pointer: &str) -> String {
         .join("/")
 }
 
+/// A reading of a watched metric (a sweep's) that is not a number: where, and its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotNumber {
+    pub name: String,
+    pub step: i64,
+    /// The value as written, on one line and shortened.
+    pub text: String,
+}
+
+impl NotNumber {
+    fn new(name: &str, step: i64, text: &str) -> NotNumber {
+        let short: String = text.chars().take(40).collect();
+        let more = if short.len() < text.len() { "…" } else { "" };
+        NotNumber { name: name.to_string(), step, text: format!("{}{more}", one_line(&short)) }
+    }
+}
+
 /// Adds the numbers under `value` to `out` as readings at `step`, named by their keys from the
-/// row's top joined with `/`; `skip` is the step's own name.
-fn flatten(prefix: &str, value: &serde_json::Value, step: i64, skip: &str, out: &mut Vec<MetricReading>) {
+/// row's top joined with `/`; `skip` is the step's own name. A value named `watch` that is no
+/// number (a string, a boolean, a list, an object) goes to `odd`; `null`, which is how Python's
+/// `json` writes a NaN, is dropped as a NaN is.
+fn flatten(
+    prefix: &str,
+    value: &serde_json::Value,
+    step: i64,
+    skip: &str,
+    out: &mut Vec<MetricReading>,
+    watch: Option<&str>,
+    odd: &mut Option<NotNumber>,
+) {
+    if watch == Some(prefix)
+        && odd.is_none()
+        && !matches!(value, serde_json::Value::Number(_) | serde_json::Value::Null)
+    {
+        *odd = Some(NotNumber::new(prefix, step, &value.to_string()));
+    }
     match value {
         serde_json::Value::Object(map) => {
             for (key, value) in map {
@@ -146,7 +186,7 @@ fn flatten(prefix: &str, value: &serde_json::Value, step: i64, skip: &str, out: 
                     return;
                 }
                 let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}/{key}") };
-                flatten(&name, value, step, skip, out);
+                flatten(&name, value, step, skip, out, watch, odd);
             }
         }
         serde_json::Value::Number(n) if prefix != skip => {
@@ -170,25 +210,43 @@ impl ResolvedMetrics {
     /// The readings in one line: none for a log line that does not match or a blank line, an
     /// error for a line that cannot be read. Values that are not finite numbers are left out.
     pub fn read_line(&self, line: &str) -> Result<Vec<MetricReading>, LineError> {
+        self.read_line_watching(line, None).map(|(readings, _)| readings)
+    }
+
+    /// `read_line`, and the line's value of metric `watch` when it is there and no number (a
+    /// log group's text that does not read as one; a JSON string, boolean, list or object).
+    pub fn read_line_watching(
+        &self,
+        line: &str,
+        watch: Option<&str>,
+    ) -> Result<(Vec<MetricReading>, Option<NotNumber>), LineError> {
         match self {
             ResolvedMetrics::Log { pattern, .. } => {
-                let Some(caps) = pattern.captures(line) else { return Ok(Vec::new()) };
+                let Some(caps) = pattern.captures(line) else { return Ok((Vec::new(), None)) };
                 let Some(step) = caps.name("step").and_then(|m| m.as_str().parse::<i64>().ok()) else {
                     return Err(LineError::NoStep(one_line(line)));
                 };
-                Ok(pattern
+                let mut odd = None;
+                let readings = pattern
                     .capture_names()
                     .flatten()
                     .filter(|name| *name != "step")
                     .filter_map(|name| {
-                        let value = caps.name(name)?.as_str().trim().parse::<f64>().ok()?;
+                        let text = caps.name(name)?.as_str().trim();
+                        let Ok(value) = text.parse::<f64>() else {
+                            if watch == Some(name) {
+                                odd = Some(NotNumber::new(name, step, text));
+                            }
+                            return None;
+                        };
                         MetricReading::new(name, step, value)
                     })
-                    .collect())
+                    .collect();
+                Ok((readings, odd))
             }
             ResolvedMetrics::Jsonl { step, step_name, .. } => {
                 if line.trim().is_empty() {
-                    return Ok(Vec::new());
+                    return Ok((Vec::new(), None));
                 }
                 // Python's json writes a NaN bare: the value is dropped, the rest of the row kept.
                 let record: serde_json::Value = crate::pyjson::from_str(line)?;
@@ -198,9 +256,10 @@ impl ResolvedMetrics {
                 let Some(at) = record.pointer(step).and_then(as_count) else {
                     return Err(LineError::NoStep(step.clone()));
                 };
-                let mut readings = Vec::new();
-                flatten("", &record, at.min(i64::MAX as u64) as i64, step_name, &mut readings);
-                Ok(readings)
+                let (mut readings, mut odd) = (Vec::new(), None);
+                let at = at.min(i64::MAX as u64) as i64;
+                flatten("", &record, at, step_name, &mut readings, watch, &mut odd);
+                Ok((readings, odd))
             }
         }
     }
@@ -280,6 +339,52 @@ mod tests {
             vec![("reward".into(), 5, -1.5)]
         );
         assert!(log.read_line("unrelated").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_watched_metric_that_is_no_number_is_told_not_dropped_in_silence() {
+        let jsonl = source("jsonl: {file: m.jsonl, step: /step}");
+        let read = |line: &str| jsonl.read_line_watching(line, Some("loss")).unwrap();
+        let (readings, odd) = read(r#"{"step": 4, "loss": "0.5", "kl": 1}"#);
+        assert_eq!(named(readings), vec![("kl".into(), 4, 1.0)]);
+        assert_eq!(odd, Some(NotNumber { name: "loss".into(), step: 4, text: "\"0.5\"".into() }));
+        for (line, text) in [(r#"{"step": 1, "loss": true}"#, "true"), (r#"{"step": 1, "loss": [1]}"#, "[1]")]
+        {
+            assert_eq!(read(line).1.map(|n| n.text), Some(text.to_string()), "{line}");
+        }
+        // NaN (bare, or the null it reads as) is dropped as W&B drops it; other keys are not
+        // watched; a number is a reading.
+        for line in
+            [r#"{"step": 1, "loss": NaN}"#, r#"{"step": 1, "loss": null}"#, r#"{"step": 1, "name": "x"}"#]
+        {
+            assert_eq!(read(line).1, None, "{line}");
+        }
+        assert_eq!(named(read(r#"{"step": 2, "loss": 0.25}"#).0), vec![("loss".into(), 2, 0.25)]);
+        let long = format!(r#"{{"step": 3, "loss": "{}"}}"#, "x".repeat(100));
+        assert!(read(&long).1.unwrap().text.ends_with('…'));
+        assert_eq!(jsonl.read_line_watching(r#"{"step": 1, "loss": "a"}"#, None).unwrap().1, None);
+
+        let log =
+            source(r"log: {stage: trainer, pattern: 'step (?P<step>\d+) loss=(?P<loss>\S+) r=(?P<r>\S+)'}");
+        let (readings, odd) = log.read_line_watching("step 7 loss=abc r=x", Some("loss")).unwrap();
+        assert!(readings.is_empty());
+        assert_eq!(odd, Some(NotNumber { name: "loss".into(), step: 7, text: "abc".into() }));
+        assert_eq!(
+            log.read_line_watching("step 7 loss=nan r=1", Some("loss")).unwrap().1,
+            None,
+            "NaN is a number"
+        );
+    }
+
+    #[test]
+    fn a_log_pattern_knows_its_metrics_and_a_jsonl_file_does_not() {
+        let spec: MetricSpec = crate::yaml::from_str(
+            r"log: {stage: t, pattern: 'step (?P<step>\d+) (?P<loss>\S+) (?P<kl>\S+)'}",
+        )
+        .unwrap();
+        assert_eq!(spec.known_names(), Some(vec!["loss".to_string(), "kl".to_string()]));
+        let spec: MetricSpec = crate::yaml::from_str("jsonl: {file: m.jsonl, step: /step}").unwrap();
+        assert_eq!(spec.known_names(), None);
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn daemon_refuses_bad_numbers_and_durations_without_panicking() {
         (&["daemon", "--stop-grace", "99999999999999999999999h"][..], "--stop-grace"),
         (&["daemon", "--stop-grace", "31 days"][..], "maximum"),
         (&["daemon", "--max-parallel", "0"][..], "--max-parallel"),
+        (&["daemon", "--sweep-interval", "0s"][..], "--sweep-interval"),
         (&["test", "start", "--timeout", "1e300"][..], "--timeout"),
     ] {
         assert_one_line_error(&home.cli(args), want);

@@ -1,7 +1,9 @@
 //! Sweeps: a sweep file's members queued as ordinary runs with the right parameters, max_live
-//! held at the claim, a seeded random sweep reproduced, an unused parameter refused with
-//! nothing queued, a sweep stopped, and the daemon's decisions (hyperband's stop with its exact
-//! reason, the target's end of new members) made once.
+//! held at the claim, a seeded random sweep reproduced, bad files (an unused parameter, a grid
+//! cut by run_cap without saying so, a metric the workflow never reports, …) refused in one
+//! line with nothing queued, a sweep stopped, a metric written as text said, and the daemon's
+//! decisions (hyperband's stop with its exact reason, the target's end of new members) made
+//! once, as readings land from a stage's log or W&B.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -18,6 +20,7 @@ use crate::support::{TestHome, stderr, wait_for};
 const T: Duration = Duration::from_secs(30);
 
 /// A member that runs until the test creates its home's `gate` file, then prints its values.
+/// Its metrics file is never written: readings come from the test.
 fn gated(home: &TestHome) -> String {
     let gate = home.path().join("gate");
     format!(
@@ -26,6 +29,8 @@ vars: {{lr: "0.1", size: "1", steps: "3"}}
 stages:
   - name: trainer
     argv: [sh, -c, "while [ ! -e '{}' ]; do sleep 0.05; done; echo lr={{lr}} size={{size}}"]
+metrics:
+  jsonl: {{file: metrics.jsonl, step: /step}}
 stop_grace: 2s
 "#,
         gate.display()
@@ -425,7 +430,8 @@ async fn hyperband_stops_a_member_from_what_its_trainer_logs() {
          parameters:\n  curve: {values: ['1.0 0.5 0.4', '0.9 0.5 0.4', '1.0 0.99 w 0.98', '0.8 0.5 0.4']}\n",
     );
     let (sweep, members) = start(&home, &file);
-    home.start_daemon();
+    // The decider's tick is an hour away: the stop comes from the news of the readings.
+    home.start_daemon_with(&["--sweep-interval", "1h"]);
     let service = home.service().await;
     let counts = [3, 3, 2, 3];
     wait_for("the first readings to be recorded", T, || {
@@ -648,4 +654,208 @@ async fn the_dashboard_shows_a_sweeps_leaderboard_and_every_members_curve() {
     assert_eq!(answer.status(), reqwest::StatusCode::UNAUTHORIZED);
     let text = answer.text().await.unwrap();
     assert!(text.contains("Sign in") && !text.contains(short), "{text}");
+}
+
+/// Each file a user could get wrong is refused in one line through the CLI, and nothing of it
+/// is queued: W&B's format broken, a grid cut by `run_cap` without saying so, a metric the
+/// workflow can never report.
+#[tokio::test]
+async fn bad_sweeps_get_one_line_and_queue_nothing() {
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    home.workflow("quiet", "name: quiet\nvars: {lr: '0.1'}\nstages:\n  - {name: main, argv: ['true']}\n");
+    home.workflow(
+        "patterned",
+        "name: patterned\nvars: {lr: '0.1'}\nstages:\n  - {name: main, argv: ['true']}\n\
+         metrics:\n  log: {stage: main, pattern: 'step (?P<step>\\d+) reward=(?P<reward>\\S+)'}\n",
+    );
+    let grid = "parameters:\n  lr: {values: [0.1, 0.2, 0.3]}\n";
+    let table = [
+        (
+            format!("method: hill\nworkflow: gated\n{grid}"),
+            "method: unknown method 'hill' (expected grid or random)",
+        ),
+        (
+            "method: random\nworkflow: gated\nrun_cap: 2\nparameters:\n  lr: {distribution: lognormal}\n"
+                .into(),
+            "parameters.lr: unknown distribution 'lognormal'",
+        ),
+        (
+            "method: random\nworkflow: gated\nrun_cap: 2\nparameters:\n  lr: {min: 0.2, max: 0.1}\n".into(),
+            "parameters.lr: min 0.2 is not below max 0.1",
+        ),
+        (
+            format!(
+                "method: grid\nworkflow: gated\nmetric: {{name: loss}}\n\
+                 early_terminate: {{type: hyperband, min_iter: 3, eta: 1}}\n{grid}"
+            ),
+            "early_terminate.eta: 1.0 must be above 1",
+        ),
+        (
+            format!("method: grid\nworkflow: gated\nrun_cap: 0\n{grid}"),
+            "run_cap: 0 is not between 1 and 10000",
+        ),
+        (
+            format!("method: grid\nworkflow: gated\nrun_cap: 10001\n{grid}"),
+            "run_cap: 10001 is not between 1 and 10000",
+        ),
+        (
+            format!("method: grid\nworkflow: gated\nrun_cap: 2\n{grid}"),
+            "run_cap: the grid has 3 points and run_cap is 2; add `grid: first` to run its first 2",
+        ),
+        (
+            format!("method: grid\nworkflow: quiet\nmetric: {{name: loss}}\n{grid}"),
+            "metric.name: workflow 'quiet' reports no metrics, so no member could report 'loss'",
+        ),
+        (
+            format!("method: grid\nworkflow: patterned\nmetric: {{name: loss}}\n{grid}"),
+            "metric.name: workflow 'patterned' never reports 'loss': its metrics are its log pattern's groups (reward)",
+        ),
+    ];
+    for (i, (text, want)) in table.iter().enumerate() {
+        let file = write(&home, &format!("bad{i}.yaml"), text);
+        let out = home.cli(&["sweep", "start", &file]);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{text}");
+        assert!(err.contains(want) && err.trim().lines().count() == 1 && !err.contains("panicked"), "{err}");
+    }
+    assert!(home.cli_ok(&["sweep", "list"]).contains("no sweeps"));
+    assert!(home.cli_ok(&["run", "list"]).contains("no runs"));
+    // Said so, the grid's first points run; a metric a log pattern names, or one a JSONL file
+    // may hold, is taken.
+    let first = write(
+        &home,
+        "first.yaml",
+        &format!("method: grid\nworkflow: gated\nrun_cap: 2\ngrid: first\n{grid}"),
+    );
+    let (_, members) = start(&home, &first);
+    let lrs: Vec<String> = {
+        let mut lrs = Vec::new();
+        for id in members {
+            lrs.push(home.run(id).await.params.vars["lr"].clone());
+        }
+        lrs
+    };
+    assert_eq!(lrs, ["0.1", "0.2"]);
+    for workflow in ["patterned", "gated"] {
+        let metric = if workflow == "patterned" { "reward" } else { "loss" };
+        let file = write(
+            &home,
+            &format!("{workflow}.yaml"),
+            &format!("method: grid\nworkflow: {workflow}\nmetric: {{name: {metric}}}\n{grid}"),
+        );
+        assert_eq!(start(&home, &file).1.len(), 3, "{workflow}");
+    }
+}
+
+/// A member whose trainer writes the sweep's metric as text: said once per attempt, as an
+/// event on the member, and by `sweep status` while the sweep waits for a number.
+#[tokio::test]
+async fn a_metric_written_as_text_is_said_once_and_shown_while_the_sweep_waits() {
+    let mut home = TestHome::new();
+    let gate = home.path().join("gate");
+    let script = write(
+        &home,
+        "texty.sh",
+        &format!(
+            "for s in 1 2 3; do printf '{{\"step\": %d, \"loss\": \"0.%d\", \"kl\": 1}}\\n' $s $s >> \"$1/metrics.jsonl\"; done\n\
+             while [ ! -e '{}' ]; do sleep 0.05; done\n",
+            gate.display()
+        ),
+    );
+    home.workflow(
+        "texty",
+        &format!(
+            "name: texty\nvars: {{lr: '0.1'}}\nstages:\n  - {{name: trainer, argv: [sh, '{script}', '{{run_dir}}']}}\n\
+             metrics:\n  jsonl: {{file: metrics.jsonl, step: /step}}\nstop_grace: 2s\n"
+        ),
+    );
+    let file = write(
+        &home,
+        "text.yaml",
+        "method: grid\nworkflow: texty\nmetric: {name: loss}\nparameters:\n  lr: {values: [0.1]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    home.start_daemon();
+    let service = home.service().await;
+    let member = members[0];
+    wait_for("the three rows to be read", T, || {
+        let service = service.clone();
+        async move { (service.metric_series(member, "kl").await.unwrap().len() == 3).then_some(()) }
+    })
+    .await;
+    let said = "metrics: loss at step 1 is not a number (\"0.1\"): sweep";
+    let notes = wait_for("the note", T, || {
+        let mut home_messages = Vec::new();
+        let service = service.clone();
+        async move {
+            let (_, events) = service.events(&member.to_string()).await.unwrap();
+            home_messages
+                .extend(events.into_iter().map(|e| e.message).filter(|m| m.starts_with("metrics: loss")));
+            (!home_messages.is_empty()).then_some(home_messages)
+        }
+    })
+    .await;
+    assert_eq!(notes.len(), 1, "said once: {notes:?}");
+    assert!(notes[0].starts_with(said), "{notes:?}");
+    assert!(service.metric_series(member, "loss").await.unwrap().is_empty(), "no reading is made of text");
+    let board = home.cli_ok(&["sweep", "status", &sweep.to_string()]);
+    assert!(
+        board.contains(
+            "waiting   no member has reported loss as a number yet (member 0: loss at step 1 is not a number (\"0.1\"))"
+        ),
+        "{board}"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let (run, _) = home.wait_settled(member, T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+}
+
+/// Readings the W&B poller records are news to the decider too: with its tick an hour away,
+/// the member whose W&B history reaches the target ends the sweep's new members at once.
+#[tokio::test]
+async fn a_wandb_reading_that_reaches_the_target_is_decided_on_at_once() {
+    use serde_json::json;
+    let mut home = TestHome::new();
+    let logged = gated(&home).replacen("name: gated", "name: logged\ncredentials: [WANDB_API_KEY]", 1);
+    home.workflow("logged", &logged);
+    home.environ.extend([
+        ("WANDB_API_KEY".to_string(), "wandb-test-key-0123456789".to_string()),
+        ("WANDB_ENTITY".to_string(), "lab".to_string()),
+        ("LACHESIS_WANDB_INTERVAL".to_string(), "1s".to_string()),
+    ]);
+    let file = write(
+        &home,
+        "wandb.yaml",
+        "method: grid\nworkflow: logged\nmax_live: 1\nmetric: {name: train/loss, target: 0.5}\n\
+         parameters:\n  lr: {values: [0.1, 0.2]}\n",
+    );
+    let (sweep, members) = start(&home, &file);
+    let short = &members[0].simple().to_string()[..8];
+    // One answer serves both queries: the run lookup reads project.runs, the history project.run.
+    let rows: Vec<serde_json::Value> = [1.0, 0.8, 0.4]
+        .iter()
+        .enumerate()
+        .map(|(step, loss)| json!({"_step": step, "train/loss": loss}))
+        .collect();
+    let reply = json!({ "data": { "project": {
+        "runs": { "edges": [{ "node": {
+            "name": "abc123", "displayName": format!("run-{short}"), "state": "running",
+            "summaryMetrics": r#"{"_step": 2}"#, "historyKeys": "{}" } }] },
+        "run": { "sampledHistory": [rows] },
+    } } });
+    let wandb = crate::support::Receiver::start_with(vec![], reply.to_string()).await;
+    home.environ.push(("WANDB_BASE_URL".to_string(), wandb.url.trim_end_matches("/hook").to_string()));
+    home.start_daemon_with(&["--sweep-interval", "1h"]);
+    let (cancelled, _) = home.wait_settled(members[1], T).await;
+    let why = format!(
+        "cancelled: sweep {} member 0 reached the target: train/loss 0.4 (target 0.5)",
+        &sweep.to_string()[..8]
+    );
+    assert_eq!((cancelled.state, cancelled.reason.as_deref()), (RunState::Stopped, Some(why.as_str())));
+    assert_eq!(home.run(members[0]).await.state, RunState::Running, "the member at the target runs on");
+    std::fs::write(home.path().join("gate"), "").unwrap();
+    let (run, _) = home.wait_settled(members[0], T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
+    drop(wandb);
 }

@@ -61,6 +61,8 @@ pub struct Reconciler {
     pub(super) webhooks: Option<crate::webhooks::WebhookClient>,
     pub(super) telemetry: Arc<crate::telemetry::Telemetry>,
     pub(super) shims: Arc<Shims>,
+    /// Rung by the metric workers when a sweep member's readings land (the sweep decider waits).
+    pub(super) sweep_readings: Arc<crate::engine::service::SweepReadings>,
 }
 
 pub(super) type Result<T = ()> = std::result::Result<T, StoreError>;
@@ -73,6 +75,7 @@ impl Reconciler {
         tx: UnboundedSender<Msg>,
         telemetry: Arc<crate::telemetry::Telemetry>,
         health: Arc<tokio::sync::watch::Sender<Health>>,
+        sweep_readings: Arc<crate::engine::service::SweepReadings>,
     ) -> Reconciler {
         let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
         let webhooks = crate::webhooks::WebhookClient::with_defaults().ok();
@@ -92,6 +95,7 @@ impl Reconciler {
             webhooks,
             telemetry,
             shims,
+            sweep_readings,
         }
     }
 

@@ -4,6 +4,11 @@
 //! the loop that sees exits. Readings are keyed by (run, name, attempt, step), so a file read
 //! again after a restart records nothing twice. When the run leaves `running`, the worker reads
 //! what is left, records it and ends.
+//!
+//! A sweep member's worker also watches the sweep's metric: when readings of it land it tells
+//! the sweep decider (`SweepReadings`), which decides on that sweep at once; and the first
+//! reading of it that is no number is said once per attempt, as an event on the run, rather
+//! than left out in silence.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,10 +19,11 @@ use tracing::warn;
 use uuid::Uuid;
 
 use super::{Reconciler, Result};
+use crate::engine::service::SweepReadings;
 use crate::engine::store::Store;
 use crate::logs::follow::{FileMark, Follower};
-use crate::model::{MetricReading, now_millis};
-use crate::workflow::metrics::ResolvedMetrics;
+use crate::model::{MetricReading, NewEvent, now_millis};
+use crate::workflow::metrics::{NotNumber, ResolvedMetrics};
 
 /// How often the followed file is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
@@ -61,22 +67,35 @@ struct Reader {
     warned: bool,
 }
 
-/// Reads up to `BATCH_BYTES` of the source: its readings at `from_step` or later, and whether
-/// there is more to read.
+/// What a batch read: its readings at `from_step` or later, whether there is more to read, and
+/// the first value of the watched metric that was no number.
+struct Batch {
+    readings: Vec<MetricReading>,
+    more: bool,
+    odd: Option<NotNumber>,
+}
+
+/// Reads up to `BATCH_BYTES` of the source, watching metric `watch`.
 fn read_batch(
     source: &ResolvedMetrics,
     reader: &Mutex<Reader>,
     run: Uuid,
     from_step: i64,
-) -> (Vec<MetricReading>, bool) {
-    let Ok(mut reader) = reader.lock() else { return (Vec::new(), false) };
+    watch: Option<&str>,
+) -> Batch {
+    let Ok(mut reader) = reader.lock() else { return Batch { readings: Vec::new(), more: false, odd: None } };
     let reader = &mut *reader;
-    let mut readings = Vec::new();
+    let (mut readings, mut odd) = (Vec::new(), None);
     let warned = &mut reader.warned;
     let more = reader
         .follower
-        .read_some(BATCH_BYTES, |line| match source.read_line(line) {
-            Ok(found) => readings.extend(found.into_iter().filter(|r| r.step >= from_step)),
+        .read_some(BATCH_BYTES, |line| match source.read_line_watching(line, watch) {
+            Ok((found, not_number)) => {
+                readings.extend(found.into_iter().filter(|r| r.step >= from_step));
+                if odd.is_none() {
+                    odd = not_number.filter(|n| n.step >= from_step);
+                }
+            }
             Err(err) => {
                 if !std::mem::replace(warned, true) {
                     warn!(%run, file = %source.file().display(), "metrics: skipped a line: failed to {err}");
@@ -87,7 +106,20 @@ fn read_batch(
             warn!(%run, file = %source.file().display(), "metrics: cannot read: {err}");
             false
         });
-    (readings, more)
+    Batch { readings, more, odd }
+}
+
+/// A sweep member's worker's view of its sweep.
+struct Member {
+    sweep: Uuid,
+    readings: Arc<SweepReadings>,
+}
+
+/// The metric sweep `sweep` compares its members by, as its stored file says (None: it has
+/// none, or it cannot be read now, and then any reading is news to the decider).
+async fn sweep_metric(store: &dyn Store, sweep: Uuid) -> Option<String> {
+    let record = store.sweep(sweep).await.ok()??;
+    crate::model::sweep::SweepSpec::parse(&record.file).ok()?.metric.map(|metric| metric.name)
 }
 
 /// Where a worker reads: the source, from `mark` on, keeping readings at `from_step` or later.
@@ -99,18 +131,32 @@ struct Followed {
 
 /// Follows the source from its mark, recording readings under `attempt` until `finish` is set
 /// and the file is read to its end.
-fn spawn_worker(store: Arc<dyn Store>, run: Uuid, attempt: u32, followed: Followed, finish: Arc<Finish>) {
+fn spawn_worker(
+    store: Arc<dyn Store>,
+    run: Uuid,
+    attempt: u32,
+    followed: Followed,
+    finish: Arc<Finish>,
+    member: Option<Member>,
+) {
     let Followed { source, mark, from_step } = followed;
     let reader =
         Arc::new(Mutex::new(Reader { follower: Follower::from_mark(source.file(), mark), warned: false }));
     tokio::spawn(async move {
+        let metric = match &member {
+            Some(member) => sweep_metric(&*store, member.sweep).await,
+            None => None,
+        };
         let mut failures = 0u32;
+        let mut said_odd = false;
         loop {
             // Sampled before the read: a read that starts after the ask reads the last lines.
             let finishing = finish.asked.load(Ordering::Acquire);
-            let (source_, reader_) = (source.clone(), Arc::clone(&reader));
-            let Ok((batch, more)) =
-                tokio::task::spawn_blocking(move || read_batch(&source_, &reader_, run, from_step)).await
+            let (source_, reader_, watch) = (source.clone(), Arc::clone(&reader), metric.clone());
+            let Ok(Batch { readings: batch, more, odd }) = tokio::task::spawn_blocking(move || {
+                read_batch(&source_, &reader_, run, from_step, watch.as_deref())
+            })
+            .await
             else {
                 return;
             };
@@ -119,6 +165,11 @@ fn spawn_worker(store: Arc<dyn Store>, run: Uuid, attempt: u32, followed: Follow
                 match store.put_metric_values(run, attempt, &batch, now_millis()).await {
                     Ok(()) => {
                         failures = 0;
+                        if let Some(member) = &member
+                            && metric.as_ref().is_none_or(|name| batch.iter().any(|r| &r.name == name))
+                        {
+                            member.readings.landed(member.sweep);
+                        }
                         break;
                     }
                     Err(err) => {
@@ -133,6 +184,11 @@ fn spawn_worker(store: Arc<dyn Store>, run: Uuid, attempt: u32, followed: Follow
                         tokio::time::sleep(FOLLOW_INTERVAL * failures.min(20)).await;
                     }
                 }
+            }
+            if let (Some(odd), Some(member), false) = (odd, &member, said_odd) {
+                // Once per attempt: a trainer that writes the metric as text writes it each step.
+                let note = NewEvent::note(crate::engine::service::not_a_number_note(&odd, member.sweep));
+                said_odd = store.add_event(run, &note).await.is_ok();
             }
             if more {
                 continue;
@@ -191,7 +247,12 @@ impl Reconciler {
             .flatten()
             .map_or(i64::MIN, |point| point.step);
         let followed = Followed { source, mark, from_step };
-        spawn_worker(Arc::clone(&self.store), id, attempt, followed, Arc::clone(&finish));
+        let member = sup
+            .run
+            .params
+            .sweep
+            .map(|of| Member { sweep: of.sweep, readings: Arc::clone(&self.sweep_readings) });
+        spawn_worker(Arc::clone(&self.store), id, attempt, followed, Arc::clone(&finish), member);
         sup.metrics = Some(MetricWatch { finish });
         Ok(())
     }

@@ -36,6 +36,7 @@ impl Service {
             tx,
             telemetry,
             Arc::clone(&self.health),
+            Arc::clone(&self.sweep_readings),
         )
     }
 
@@ -55,6 +56,12 @@ impl Service {
             }
             _ => Ok(()),
         }
+    }
+
+    /// News of the readings of sweeps' members recorded in this process: the sweep decider
+    /// waits on it.
+    pub fn sweep_readings(&self) -> Arc<super::SweepReadings> {
+        Arc::clone(&self.sweep_readings)
     }
 
     /// The Prometheus text of `metrics`, with run and test counts read from the store now.

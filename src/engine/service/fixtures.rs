@@ -117,6 +117,17 @@ impl Service {
         Ok(self.store.put_metric_rows(run, rows).await?)
     }
 
+    /// Records readings of the run's `attempt` at `at`, as its metric worker would.
+    pub async fn put_metric_values_as_given(
+        &self,
+        run: uuid::Uuid,
+        attempt: u32,
+        readings: &[crate::model::MetricReading],
+        at: Millis,
+    ) -> Result<()> {
+        Ok(self.store.put_metric_values(run, attempt, readings, at).await?)
+    }
+
     /// Sets when the morning report's cron post `name` last handled a due time (a daemon that
     /// was down since then catches up once).
     pub async fn overwrite_report_post(&self, name: &str, last_fired: Millis) -> Result<()> {

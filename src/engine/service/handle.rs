@@ -14,6 +14,8 @@ pub struct Service {
     pub(super) store: Arc<dyn Store>,
     /// The daemon's health, written by its reconciler alone (see `Service::health`).
     pub(super) health: Arc<tokio::sync::watch::Sender<crate::reconciler::Health>>,
+    /// Which sweeps got new readings in this process, for the daemon's sweep decider.
+    pub(super) sweep_readings: Arc<super::SweepReadings>,
 }
 
 impl Service {
@@ -23,7 +25,8 @@ impl Service {
             .map_err(|source| StoreError::Io { path: settings.home.clone(), source })?;
         let store = crate::engine::store::open(&settings.store_location().map_err(StoreError::from)?).await?;
         let health = Arc::new(tokio::sync::watch::Sender::new(crate::reconciler::Health::default()));
-        Ok(Service { settings, store: Arc::new(store), health })
+        let sweep_readings = Arc::default();
+        Ok(Service { settings, store: Arc::new(store), health, sweep_readings })
     }
 
     /// After a write the daemons must act on: pokes this machine's daemon through its socket,

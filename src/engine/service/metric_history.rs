@@ -48,8 +48,8 @@ impl Service {
         Ok(runs.into_iter().filter(|run| run.node.as_deref().is_none_or(|n| n == node)).collect())
     }
 
-    /// Reads `run`'s metric history from W&B and stores it by name under the run's attempt;
-    /// returns how many readings it held.
+    /// Reads `run`'s metric history from W&B and stores it by name under the run's attempt
+    /// (telling the sweep decider, for a sweep's member); returns how many readings it held.
     pub async fn read_metric_history(
         &self,
         run: &Run,
@@ -62,6 +62,10 @@ impl Service {
         let readings = client.metric_readings(&project, &found, WANDB_SAMPLES).await?;
         let attempt = u32::try_from(run.attempt).unwrap_or(u32::MAX);
         self.store.put_metric_values(run.id, attempt, &readings, now_millis()).await?;
+        // A sweep member's readings are news to this process's sweep decider.
+        if let Some(member) = run.params.sweep.filter(|_| !readings.is_empty()) {
+            self.sweep_readings.landed(member.sweep);
+        }
         Ok(readings.len())
     }
 

@@ -59,6 +59,6 @@ pub use runs::{
 pub use schedules::ScheduleDetail;
 pub use sweeps::{
     BestMember, EarlyTermination, MemberCurve, MemberStatus, MetricSeries, REPORT_SWEEPS, ReportSweep,
-    SWEEP_LIST_LIMIT, StartedSweep, SweepCurves, SweepDecider, SweepDecision, SweepListing, SweepStatus,
-    SweepSummary,
+    SWEEP_LIST_LIMIT, StartedSweep, SweepCurves, SweepDecider, SweepDecision, SweepListing, SweepReadings,
+    SweepStatus, SweepSummary, not_a_number_note,
 };

@@ -61,4 +61,4 @@ pub use retention::{Expired, RetentionStore};
 pub use runs::{RunMove, Store};
 pub use schedules::ScheduleStore;
 pub use sql::SqlStore;
-pub use sweeps::{MemberTally, SweepStore};
+pub use sweeps::{MemberRun, MemberTally, SweepStore};

@@ -8,6 +8,7 @@ pub mod parameter;
 pub mod random;
 pub mod record;
 pub mod spec;
+pub mod summary;
 pub mod winner;
 
 pub use format::{python_float, var_text};
@@ -15,7 +16,8 @@ pub use generate::{Assignment, Member, grid_size};
 pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
 pub use record::{MemberOf, MemberOutcome, SweepRecord, SweepState, early_terminated_by};
-pub use spec::{Goal, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
+pub use spec::{Goal, GridPoints, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
+pub use summary::SeriesSummary;
 pub use winner::{SweepWinner, winner};
 
 #[cfg(test)]

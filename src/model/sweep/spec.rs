@@ -11,12 +11,16 @@
 //! - `env`, `priority`, `needs`: as for `run start`, for every member;
 //! - `max_live`: the most members live at once (default: no limit but the pools');
 //! - `seed`: member k of a random sweep draws from (seed, k) alone (default 0);
+//! - `grid: first`: a grid with more points than `run_cap` runs its first `run_cap` (W&B's
+//!   order); without it such a grid is refused rather than cut in silence (`grid: all`, the
+//!   default);
 //! - per parameter, `var: NAME` or `set: KEY`: where its value goes (default: the workflow var
 //!   named like the parameter).
 //!
-//! Members: a grid has one member per point, up to `run_cap`; a grid larger than
-//! [`MAX_RUN_CAP`] must say how many of its points to run with `run_cap` (its first points,
-//! in W&B's order). A random sweep needs `run_cap`. Unlike W&B, a bad `goal` is refused rather
+//! Members: a grid has one member per point; a grid larger than `run_cap`, or than
+//! [`MAX_RUN_CAP`] without one, is refused unless it says `grid: first` with a `run_cap` (its
+//! first points, in W&B's order, where W&B's agent would stop after `run_cap` runs). A random
+//! sweep needs `run_cap`. Unlike W&B, a bad `goal` is refused rather
 //! than replaced by `minimize`, and `strict` defaults to true as in W&B's schema.
 
 use std::collections::BTreeMap;
@@ -55,9 +59,13 @@ pub enum SweepError {
     )]
     NotForGrid { path: String, distribution: &'static str },
     #[error(
-        "parameters: the grid has {size} points; the most without run_cap is {MAX_RUN_CAP} (run_cap N runs its first N)"
+        "parameters: the grid has {size} points; a sweep runs at most {MAX_RUN_CAP} (`run_cap: N` with `grid: first` runs its first N)"
     )]
     GridTooLarge { size: String },
+    #[error(
+        "run_cap: the grid has {size} points and run_cap is {cap}; add `grid: first` to run its first {cap} (W&B's order), or raise run_cap"
+    )]
+    GridOverRunCap { size: String, cap: u64 },
     #[error("run_cap: {0} is not between 1 and {MAX_RUN_CAP}")]
     RunCap(i64),
     #[error("early_terminate.eta: {0} must be above 1")]
@@ -70,6 +78,16 @@ pub enum SweepError {
 pub enum Method {
     Grid,
     Random,
+}
+
+/// Which of a grid's points run (`grid:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GridPoints {
+    /// Every point: a grid larger than `run_cap` is refused.
+    #[default]
+    All,
+    /// The first `run_cap` points, in W&B's order.
+    First,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -119,6 +137,8 @@ pub struct SweepSpec {
     pub early_terminate: Option<Hyperband>,
     /// As written; see [`SweepSpec::members`] for the count that runs.
     pub run_cap: Option<u64>,
+    /// For a grid: whether it may run only its first `run_cap` points.
+    pub grid: GridPoints,
     pub workflow: String,
     pub env: Option<String>,
     pub priority: i64,
@@ -141,6 +161,7 @@ struct RawSweep {
     parameters: Option<BTreeMap<String, RawParameter>>,
     early_terminate: Option<RawEarlyTerminate>,
     run_cap: Option<i64>,
+    grid: Option<String>,
     workflow: Option<String>,
     env: Option<String>,
     #[serde(default)]
@@ -226,12 +247,25 @@ impl SweepSpec {
         if raw.max_live == Some(0) {
             return Err(invalid("max_live", "must be at least 1"));
         }
+        let grid = match raw.grid.as_deref() {
+            None => GridPoints::All,
+            Some(_) if method != Method::Grid => {
+                return Err(invalid("grid", "applies to method grid only"));
+            }
+            Some("all") => GridPoints::All,
+            Some("first") if raw.run_cap.is_none() => {
+                return Err(invalid("grid", "first needs run_cap: how many of the grid's points to run"));
+            }
+            Some("first") => GridPoints::First,
+            Some(other) => return Err(invalid("grid", &format!("'{}' is not all or first", short(other)))),
+        };
         let spec = SweepSpec {
             method,
             metric,
             parameters,
             early_terminate,
             run_cap: raw.run_cap.map(|cap| cap as u64),
+            grid,
             workflow,
             env: raw.env,
             priority: raw.priority,
@@ -267,9 +301,15 @@ impl SweepSpec {
                     }
                 }
                 let size = super::generate::grid_size(&spec.parameters);
-                if spec.run_cap.is_none() && size.is_none_or(|size| size > MAX_RUN_CAP) {
-                    let size = size.map_or("over 2^64".to_string(), |size| size.to_string());
-                    return Err(SweepError::GridTooLarge { size });
+                let size_text = || size.map_or("over 2^64".to_string(), |size| size.to_string());
+                match (spec.run_cap, spec.grid) {
+                    (None, _) if size.is_none_or(|size| size > MAX_RUN_CAP) => {
+                        return Err(SweepError::GridTooLarge { size: size_text() });
+                    }
+                    (Some(cap), GridPoints::All) if size.is_none_or(|size| size > cap) => {
+                        return Err(SweepError::GridOverRunCap { size: size_text(), cap });
+                    }
+                    _ => {}
                 }
             }
             Method::Random => {
@@ -300,7 +340,8 @@ impl SweepSpec {
         })
     }
 
-    /// How many members the sweep has: a grid's points up to `run_cap`, or `run_cap` draws.
+    /// How many members the sweep has: a grid's points (its first `run_cap` with
+    /// `grid: first`), or `run_cap` draws.
     pub fn members(&self) -> u64 {
         match self.method {
             Method::Grid => {

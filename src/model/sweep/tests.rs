@@ -137,7 +137,31 @@ fn bad_files_get_one_line_naming_the_key() {
         ),
         (
             format!("{HEAD}method: grid\nparameters: {{a: {{min: 0, max: 100}}, b: {{min: 0, max: 100}}}}\n"),
-            "parameters: the grid has 10201 points; the most without run_cap is 10000 (run_cap N runs its first N)",
+            "parameters: the grid has 10201 points; a sweep runs at most 10000 (`run_cap: N` with `grid: first` runs its first N)",
+        ),
+        (
+            format!(
+                "{HEAD}method: grid\nrun_cap: 3\nparameters: {{a: {{values: [1, 2]}}, b: {{values: [1, 2]}}}}\n"
+            ),
+            "run_cap: the grid has 4 points and run_cap is 3; add `grid: first` to run its first 3 (W&B's order), or raise run_cap",
+        ),
+        (
+            format!(
+                "{HEAD}method: grid\nrun_cap: 3\ngrid: all\nparameters: {{a: {{min: 0, max: 1000000000}}}}\n"
+            ),
+            "run_cap: the grid has 1000000001 points and run_cap is 3; add `grid: first`",
+        ),
+        (
+            format!("{HEAD}method: grid\ngrid: first\nparameters: {{a: {{values: [1, 2]}}}}\n"),
+            "grid: first needs run_cap: how many of the grid's points to run",
+        ),
+        (
+            format!("{HEAD}method: grid\nrun_cap: 1\ngrid: some\nparameters: {{a: {{values: [1, 2]}}}}\n"),
+            "grid: 'some' is not all or first",
+        ),
+        (
+            format!("{HEAD}method: random\nrun_cap: 1\ngrid: first\nparameters: {{a: {{values: [1, 2]}}}}\n"),
+            "grid: applies to method grid only",
         ),
         (
             format!("{HEAD}method: grid\nparameters: {{a: {{min: 0.0, max: 1.0}}}}\n"),
@@ -232,11 +256,19 @@ parameters:
 }
 
 #[test]
-fn run_cap_takes_a_grids_first_points() {
-    let spec =
-        parse(&format!("{HEAD}method: grid\nrun_cap: 5\nparameters: {{a: {{min: 0, max: 1000000000}}}}\n"));
-    assert_eq!(spec.members(), 5);
+fn a_grid_runs_its_first_points_only_when_the_file_says_so() {
+    let spec = parse(&format!(
+        "{HEAD}method: grid\nrun_cap: 5\ngrid: first\nparameters: {{a: {{min: 0, max: 1000000000}}}}\n"
+    ));
+    assert_eq!((spec.grid, spec.members()), (GridPoints::First, 5));
     assert_eq!(spec.member(4).unwrap().values()["a"], json!(4));
+    // A run_cap at or above the grid's size is a bound, not a cut: every point runs.
+    let whole = parse(&format!("{HEAD}method: grid\nrun_cap: 9\nparameters: {{a: {{values: [1, 2, 3]}}}}\n"));
+    assert_eq!((whole.grid, whole.members()), (GridPoints::All, 3));
+    let first = parse(&format!(
+        "{HEAD}method: grid\nrun_cap: 3\ngrid: first\nparameters: {{a: {{values: [1, 2, 3]}}}}\n"
+    ));
+    assert_eq!(first.members(), 3);
 }
 
 #[test]
@@ -397,9 +429,10 @@ proptest! {
         value in proptest::sample::select(vec!["1", "-1", "0", ".nan", ".inf", "1e308", "[1, 2]", "{}", "uniform", "q_uniform", "null", "9223372036854775807"]),
         eta in proptest::sample::select(vec!["1", "3", "1.0000001", "1e308", ".nan", "-2"]),
         cap in proptest::sample::select(vec!["1", "0", "-1", "100000000000", "5"]),
+        grid in proptest::sample::select(vec!["", "grid: first\n", "grid: all\n", "grid: x\n", "grid: [1]\n"]),
     ) {
         let text = format!(
-            "{HEAD}method: {method}\nrun_cap: {cap}\nmetric: {{name: l}}\nearly_terminate: {{type: hyperband, min_iter: 1, eta: {eta}}}\nparameters:\n  p: {{{key}: {value}, min: 0, max: {value}}}\n  r: {{{key}: {value}}}\n"
+            "{HEAD}method: {method}\n{grid}run_cap: {cap}\nmetric: {{name: l}}\nearly_terminate: {{type: hyperband, min_iter: 1, eta: {eta}}}\nparameters:\n  p: {{{key}: {value}, min: 0, max: {value}}}\n  r: {{{key}: {value}}}\n"
         );
         if let Ok(spec) = SweepSpec::parse(&text) {
             for k in 0..spec.members().min(20) {
@@ -407,6 +440,30 @@ proptest! {
             }
             if let Some(hyperband) = spec.early_terminate {
                 let _ = hyperband.bands();
+            }
+        }
+    }
+
+    /// A grid runs every point, or the file says `grid: first`: never cut in silence.
+    #[test]
+    fn a_grid_is_never_cut_unless_it_says_so(
+        sizes in proptest::collection::vec(1usize..6, 1..4),
+        cap in 1u64..40,
+        first in any::<bool>(),
+    ) {
+        let body: String = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("  p{i}: {{values: {:?}}}\n", (0..*n).collect::<Vec<_>>()))
+            .collect();
+        let size: u64 = sizes.iter().map(|n| *n as u64).product();
+        let grid = if first { "grid: first\n" } else { "" };
+        match SweepSpec::parse(&format!("{HEAD}method: grid\nrun_cap: {cap}\n{grid}parameters:\n{body}")) {
+            Ok(spec) if first => prop_assert_eq!(spec.members(), size.min(cap)),
+            Ok(spec) => prop_assert_eq!(spec.members(), size),
+            Err(err) => {
+                prop_assert!(!first && size > cap, "{}", err);
+                prop_assert!(err.to_string().contains("add `grid: first`"), "{}", err);
             }
         }
     }

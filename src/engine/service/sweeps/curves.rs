@@ -1,13 +1,15 @@
 //! A sweep's leaderboard with every member's curve of its metric, for the dashboard's chart.
-//! Both come from one read of every member's series (the leaderboard's): each curve thinned to
-//! a bounded number of points (`model::metric_point::downsample`), so a sweep of 1,000 members
+//! The leaderboard is summed up in the store; the curves come from one read of every member's
+//! series, each thinned to a bounded number of points (`model::metric_point::downsample`), so a sweep of 1,000 members
 //! draws at most [`CHART_POINTS`] points, however long its members trained.
 
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::MetricSeries;
 use crate::engine::service::{Result, Service};
 use crate::model::MetricPoint;
+use crate::model::metric_point::downsample;
 
 use super::SweepStatus;
 
@@ -50,17 +52,23 @@ impl Service {
     pub async fn sweep_curves(&self, prefix: &str) -> Result<SweepCurves> {
         let sweep = self.resolve_sweep(prefix).await?;
         let per_member = points_per_member(sweep.members as usize);
-        let (status, mut digests) = self.board(&sweep, self, per_member).await?;
+        let status = self.sweep_status_with(&sweep, self).await?;
+        let mut series = match &status.metric {
+            Some(metric) => self.members_series(sweep.id, &[], metric).await?,
+            None => Default::default(),
+        };
         let curves = status
             .leaderboard
             .iter()
             .filter_map(|member| {
-                let digest = digests.remove(&member.run)?;
-                Some(MemberCurve {
+                // Not finite: left out, as W&B (and the leaderboard) leave such readings out.
+                let finite: Vec<MetricPoint> =
+                    series.remove(&member.run)?.into_iter().filter(|p| p.value.is_finite()).collect();
+                (!finite.is_empty()).then(|| MemberCurve {
                     k: member.k,
                     run: member.run,
-                    readings: digest.readings,
-                    points: digest.points,
+                    readings: finite.len(),
+                    points: downsample(&finite, per_member),
                 })
             })
             .collect();

@@ -45,6 +45,28 @@ pub struct SweepDecider {
 }
 
 impl SweepDecider {
+    /// The decisions about `sweeps` (those whose members' readings just landed), made now from
+    /// what the store holds: the pass that follows news of readings. It leaves the ticks'
+    /// memory alone, so the next `pass` still looks at every sweep with readings since its last.
+    pub async fn decide_on(
+        &mut self,
+        service: &Service,
+        source: &dyn MetricSeries,
+        sweeps: &BTreeSet<Uuid>,
+    ) -> Result<Vec<SweepDecision>> {
+        let mut decisions = Vec::new();
+        for sweep_id in sweeps {
+            let Some(sweep) = service.store.sweep(*sweep_id).await? else { continue };
+            if matches!(sweep.state, SweepState::Live | SweepState::Target) {
+                decisions.extend(service.decide_sweep(&sweep, source).await?);
+            }
+        }
+        if !decisions.is_empty() {
+            service.wake().await;
+        }
+        Ok(decisions)
+    }
+
     /// One pass over the sweeps with members in flight (those whose members have new readings,
     /// after the first pass) and those whose last members just ended, then the end of sweeps
     /// that may have ended.

@@ -3,6 +3,7 @@
 mod curves;
 mod decide;
 mod end;
+mod readings;
 mod report;
 mod series;
 mod submit;
@@ -10,6 +11,7 @@ mod views;
 
 pub use curves::{MemberCurve, SweepCurves};
 pub use decide::{SweepDecider, SweepDecision};
+pub use readings::{SweepReadings, not_a_number_note};
 pub use report::{BestMember, EarlyTermination, REPORT_SWEEPS, ReportSweep};
 pub use series::MetricSeries;
 pub use submit::StartedSweep;

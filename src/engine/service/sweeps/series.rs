@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::engine::service::{Result, Service};
+use crate::model::sweep::{Goal, SeriesSummary};
 use crate::model::{MetricPoint, Millis};
 
 #[async_trait]
@@ -29,6 +30,21 @@ pub trait MetricSeries: Send + Sync {
         }
         Ok(all)
     }
+    /// The series of `runs` at a glance by `goal`, as the leaderboard shows them (a run without
+    /// readings may be absent).
+    async fn members_summaries(
+        &self,
+        sweep: Uuid,
+        runs: &[Uuid],
+        name: &str,
+        goal: Goal,
+    ) -> Result<HashMap<Uuid, SeriesSummary>> {
+        let series = self.members_series(sweep, runs, name).await?;
+        Ok(series
+            .into_iter()
+            .filter_map(|(run, points)| Some((run, SeriesSummary::of(&points, goal)?)))
+            .collect())
+    }
 }
 
 /// The store's metrics by name.
@@ -50,5 +66,17 @@ impl MetricSeries for Service {
         name: &str,
     ) -> Result<HashMap<Uuid, Vec<MetricPoint>>> {
         Ok(self.store.member_series(sweep, name).await?)
+    }
+
+    /// Summed up in the store, without reading the series: the leaderboard of a big sweep
+    /// costs its members, not their readings.
+    async fn members_summaries(
+        &self,
+        sweep: Uuid,
+        _runs: &[Uuid],
+        name: &str,
+        goal: Goal,
+    ) -> Result<HashMap<Uuid, SeriesSummary>> {
+        Ok(self.store.member_summaries(sweep, name, goal).await?)
     }
 }

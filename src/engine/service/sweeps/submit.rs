@@ -21,7 +21,8 @@ pub struct StartedSweep {
 impl Service {
     /// Parses the sweep file `text` (W&B's format with lachesis' keys), checks every parameter
     /// against its workflow (a var it does not declare, a `set:` key its environment's config
-    /// lacks, refused in one line), plans every member as `submit` plans a run, then writes the
+    /// lacks, refused in one line) and its metric (one the workflow can never report, when
+    /// that is known), plans every member as `submit` plans a run, then writes the
     /// sweep and its members as pending runs in one transaction and wakes the daemon. Nothing
     /// is written when anything is wrong.
     ///
@@ -78,6 +79,11 @@ impl Service {
                 });
             }
         }
+        if let Some(metric) = &spec.metric
+            && let Some(problem) = unreportable(&workflow, &metric.name)
+        {
+            return Err(ServiceError::BadSweepParameter { path: "metric.name".into(), problem });
+        }
         let id = Uuid::new_v4();
         let mut specs = HashMap::new();
         let count = spec.members();
@@ -129,5 +135,34 @@ impl Service {
             updated_at: now,
         };
         Ok((sweep, members))
+    }
+}
+
+/// Why no member of `workflow` could ever report metric `name`, when that is known before any
+/// runs: it has no `metrics:` source, or only a log pattern without a group of that name, and
+/// it does not log to W&B (WANDB_API_KEY is not among its credentials, so the daemon's W&B
+/// reading finds nothing of it). A JSONL file may hold any key: it is never refused.
+fn unreportable(workflow: &crate::workflow::Workflow, name: &str) -> Option<String> {
+    if workflow.credentials.iter().any(|c| c == "WANDB_API_KEY") {
+        return None;
+    }
+    let shown = crate::text::one_line(name);
+    match &workflow.metrics {
+        None => Some(format!(
+            "workflow '{}' reports no metrics, so no member could report '{shown}': give it a `metrics:` \
+             block (jsonl or log), or list WANDB_API_KEY in its credentials if its trainer logs to W&B",
+            workflow.name
+        )),
+        Some(source) => {
+            let known = source.known_names()?;
+            (!known.iter().any(|known| known == name)).then(|| {
+                format!(
+                    "workflow '{}' never reports '{shown}': its metrics are its log pattern's groups ({}), \
+                     and it does not log to W&B (WANDB_API_KEY is not among its credentials)",
+                    workflow.name,
+                    known.join(", ")
+                )
+            })
+        }
     }
 }

@@ -1,14 +1,14 @@
 //! What sweeps look like from outside: found by prefix, listed, and a leaderboard.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use uuid::Uuid;
 
 use super::MetricSeries;
 use crate::engine::service::{Result, Service, ServiceError};
+use crate::engine::store::MemberRun;
 use crate::model::RunState;
-use crate::model::metric_point::SeriesDigest;
 use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState};
 
 /// The most sweeps a listing shows.
@@ -69,7 +69,8 @@ pub struct SweepStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub winner: Option<u64>,
     /// While members have started and none has reported the metric: which metrics one does
-    /// report (a misspelt `metric.name` shows here, not after a night of runs).
+    /// report (a misspelt `metric.name` shows here, not after a night of runs), or that it
+    /// writes the metric as text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreported: Option<String>,
 }
@@ -135,61 +136,41 @@ impl Service {
         self.sweep_status_with(&sweep, self).await
     }
 
-    /// The leaderboard of `sweep`, with readings from `source`.
+    /// The leaderboard of `sweep`, with readings from `source`: each member's count, best and
+    /// last reading summed up where they are kept, never every reading.
     pub async fn sweep_status_with(
         &self,
         sweep: &SweepRecord,
         source: &dyn MetricSeries,
     ) -> Result<SweepStatus> {
-        // The leaderboard draws no curve: it keeps none of the points.
-        Ok(self.board(sweep, source, 2).await?.0)
-    }
-
-    /// The leaderboard of `sweep`, and each member's digest it was made from (by run; a member
-    /// without readings is absent), with at most `points` of its series: one read of every
-    /// member's series.
-    pub(super) async fn board(
-        &self,
-        sweep: &SweepRecord,
-        source: &dyn MetricSeries,
-        points: usize,
-    ) -> Result<(SweepStatus, HashMap<Uuid, SeriesDigest>)> {
         let spec = SweepSpec::parse(&sweep.file)?;
-        let members = self.store.sweep_members(sweep.id).await?;
+        let members = self.store.sweep_member_runs(sweep.id).await?;
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut leaderboard = Vec::with_capacity(members.len());
         // A member that never started has no readings: its series is not read.
         let started: Vec<uuid::Uuid> = members
             .iter()
-            .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
-            .map(|(_, run)| run.id)
+            .filter(|run| run.started_at.is_some() || run.attempt > 1)
+            .map(|run| run.id)
             .collect();
-        let digests = match &spec.metric {
+        let mut summaries = match &spec.metric {
             Some(metric) if !started.is_empty() => {
-                let lower_is_better = metric.goal == Goal::Minimize;
-                let all = source.members_series(sweep.id, &started, &metric.name).await?;
-                all.into_iter()
-                    .filter_map(|(run, series)| {
-                        // Not finite: left out, as W&B leaves such readings out.
-                        let finite: Vec<_> = series.into_iter().filter(|p| p.value.is_finite()).collect();
-                        Some((run, SeriesDigest::of(&finite, lower_is_better, points)?))
-                    })
-                    .collect()
+                source.members_summaries(sweep.id, &started, &metric.name, metric.goal).await?
             }
-            _ => HashMap::new(),
+            _ => Default::default(),
         };
-        for (k, run) in &members {
+        for run in &members {
             *counts.entry(run.state.as_str().to_string()).or_default() += 1;
-            let digest = digests.get(&run.id);
+            let summary = summaries.remove(&run.id);
             leaderboard.push(MemberStatus {
-                k: *k,
+                k: run.k,
                 run: run.id,
                 state: run.state,
-                parameters: spec.member(*k).map(|m| m.values()).unwrap_or_default(),
-                best: digest.map(|d| d.best.value),
-                best_step: digest.map(|d| d.best.step),
-                last: digest.map(|d| d.last.value),
-                iterations: digest.map_or(0, |d| d.readings),
+                parameters: spec.member(run.k).map(|m| m.values()).unwrap_or_default(),
+                best: summary.map(|s| s.best.value),
+                best_step: summary.map(|s| s.best.step),
+                last: summary.map(|s| s.last.value),
+                iterations: summary.map_or(0, |s| s.count),
                 early_terminated: MemberOutcome::of(&sweep.id, run.state, run.reason.as_deref())
                     == MemberOutcome::EarlyTerminated,
                 reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
@@ -203,14 +184,14 @@ impl Service {
         };
         let goal = spec.metric.as_ref().map(|m| m.goal);
         leaderboard.sort_by(|a, b| ranked(a, b, goal));
-        let finished = members.iter().all(|(_, run)| run.state.is_terminal());
+        let finished = members.iter().all(|run| run.state.is_terminal());
         // The winner recorded with the sweep's end is the one its waiting runs got.
         let winner = match (sweep.winner, finished) {
             (Some(recorded), _) => Some(recorded.k),
             (None, true) => leaderboard.first().filter(|m| m.best.is_some()).map(|m| m.k),
             (None, false) => None,
         };
-        let status = SweepStatus {
+        Ok(SweepStatus {
             sweep: SweepSummary::from(sweep),
             metric: spec.metric.as_ref().map(|m| m.name.clone()),
             goal: goal.map(|goal| match goal {
@@ -221,16 +202,24 @@ impl Service {
             leaderboard,
             winner,
             unreported,
-        };
-        Ok((status, digests))
+        })
     }
 
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
-    /// a member has started.
-    async fn unreported(&self, metric: &str, members: &[(u64, crate::model::Run)]) -> Result<Option<String>> {
-        let Some((k, run)) = members.iter().find(|(_, run)| run.started_at.is_some()) else {
+    /// a member has started; "no member has reported loss as a number yet (member 0: loss at
+    /// step 4 is not a number ("0.5"))" when its trainer writes it as text.
+    async fn unreported(&self, metric: &str, members: &[MemberRun]) -> Result<Option<String>> {
+        let Some(run) = members.iter().find(|run| run.started_at.is_some()) else {
             return Ok(None);
         };
+        let k = run.k;
+        // A member whose trainer writes the metric as text has an event that says so.
+        let events = self.store.events(run.id, 0).await?;
+        if let Some(said) =
+            events.iter().rev().find_map(|e| super::readings::not_a_number_of(&e.message, metric))
+        {
+            return Ok(Some(format!("no member has reported {metric} as a number yet (member {k}: {said})")));
+        }
         let names = self.metric_names(run.id).await?;
         let reports = match names.len() {
             0 => "no metric yet".to_string(),

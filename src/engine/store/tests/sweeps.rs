@@ -1,6 +1,7 @@
 //! Sweeps in the store: a sweep and its members land together or not at all, members read back
 //! in order with their runs, max_live's count is of the members in flight, and a sweep's moves
-//! are compare-and-sets; on SQLite and PostgreSQL.
+//! are compare-and-sets, and the leaderboard's summaries say what the members' series say; on
+//! SQLite and PostgreSQL.
 
 use std::path::PathBuf;
 
@@ -20,6 +21,7 @@ on_both_backends!(
     a_sweeps_end_settles_the_runs_waiting_for_it,
     a_sweep_and_the_runs_waiting_for_it_land_together_or_not_at_all,
     a_report_tallies_every_member_of_its_sweeps_in_one_read,
+    a_sweeps_summaries_are_its_series_at_a_glance,
 );
 
 fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
@@ -485,4 +487,47 @@ async fn sqlite_tallies_seek_each_members_readings() {
     let store = crate::engine::store::open(&location).await.unwrap();
     let plan = super::sqlite_plan(&store, &crate::engine::store::sweeps::tallies_sql(2)).await;
     assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{plan:?}");
+}
+
+async fn a_sweeps_summaries_are_its_series_at_a_glance(store: &dyn Store) {
+    use crate::model::MetricReading;
+    use crate::model::sweep::{Goal, SeriesSummary};
+    let record = sweep(4, None);
+    let runs = members(&record);
+    store.insert_sweep(&record, &runs).await.unwrap();
+    let r = |name: &str, step, value| MetricReading::new(name, step, value).unwrap();
+    let ids: Vec<Uuid> = runs.iter().map(|(run, _)| run.id).collect();
+    // One attempt, the best reached twice (the first counts); another metric beside it.
+    let one = [r("loss", 1, 3.0), r("loss", 2, 1.0), r("loss", 3, 2.0), r("loss", 4, 1.0), r("lr", 9, -5.0)];
+    store.put_metric_values(ids[0], 1, &one, 10).await.unwrap();
+    // Resumed from step 2: the first attempt's steps 2 and 3 (its best, 0.5) are no more.
+    store
+        .put_metric_values(ids[1], 1, &[r("loss", 1, 4.0), r("loss", 2, 0.5), r("loss", 3, 0.7)], 10)
+        .await
+        .unwrap();
+    store.put_metric_values(ids[1], 2, &[r("loss", 2, 2.5), r("loss", 3, 2.0)], 20).await.unwrap();
+    store.put_metric_values(ids[2], 1, &[r("loss", 7, 9.0)], 10).await.unwrap();
+    for goal in [Goal::Minimize, Goal::Maximize] {
+        let summaries = store.member_summaries(record.id, "loss", goal).await.unwrap();
+        assert_eq!(summaries.len(), 3, "a member without readings is absent: {summaries:?}");
+        for id in &ids[..3] {
+            let series = store.metric_series(*id, "loss").await.unwrap();
+            assert_eq!(summaries.get(id), SeriesSummary::of(&series, goal).as_ref(), "{goal:?}: {series:?}");
+        }
+    }
+    let low = store.member_summaries(record.id, "loss", Goal::Minimize).await.unwrap();
+    let glance = |id: &Uuid| {
+        let s = low[id];
+        (s.count, s.best.attempt, s.best.step, s.best.value, s.last.step, s.last.value)
+    };
+    assert_eq!(glance(&ids[0]), (4, 1, 2, 1.0, 4, 1.0));
+    assert_eq!(glance(&ids[1]), (3, 2, 3, 2.0, 3, 2.0));
+    assert!(store.member_summaries(record.id, "kl", Goal::Minimize).await.unwrap().is_empty());
+    // The members as the leaderboard shows them: in order of k, with their state.
+    let listed = store.sweep_member_runs(record.id).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|m| (m.k, m.id)).collect::<Vec<_>>(),
+        ids.iter().copied().enumerate().map(|(k, id)| (k as u64, id)).collect::<Vec<_>>()
+    );
+    assert!(listed.iter().all(|m| m.state == crate::model::RunState::Pending && m.started_at.is_none()));
 }
