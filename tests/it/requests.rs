@@ -130,7 +130,10 @@ fn the_table_lists_every_field_a_run_request_has() {
 #[tokio::test]
 async fn every_field_is_taken_by_every_surface_and_stored() {
     let mut home = TestHome::new();
-    home.workflow("req", "name: req\nvars:\n  steps: \"1\"\nstages:\n  - {name: main, argv: [\"true\"]}\n");
+    home.workflow(
+        "req",
+        "name: req\nvars:\n  steps: \"1\"\nmetrics:\n  jsonl: {file: m.jsonl, step: /step}\nstages:\n  - {name: main, argv: [\"true\"]}\n",
+    );
     // A daemon with a gpu pool (a run's needs are checked against it) serving the HTTP API;
     // every run is queued held, so none is claimed under the test.
     let api = crate::http::start_with(&mut home, "127.0.0.1", None, &["--pool", "gpu=0,1"]).await;

@@ -36,7 +36,7 @@ const SWEEP: &str = "method: grid\nworkflow: tune\nmetric: {name: reward, goal: 
 /// A workflow whose one stage waits for the home's `gate` file.
 fn gated(home: &TestHome) -> String {
     format!(
-        "name: gated\nvars: {{lr: \"1\"}}\nstages:\n  - name: main\n    argv: [sh, -c, 'while [ ! -e {} ]; do sleep 0.05; done']\n",
+        "name: gated\nvars: {{lr: \"1\"}}\nmetrics:\n  jsonl: {{file: m.jsonl, step: /step}}\nstages:\n  - name: main\n    argv: [sh, -c, 'while [ ! -e {} ]; do sleep 0.05; done']\n",
         home.path().join("gate").display()
     )
 }
@@ -196,7 +196,7 @@ async fn a_sweep_whose_members_never_report_its_metric_fails_what_waits_for_it()
     let mut home = TestHome::new();
     home.workflow(
         "quiet",
-        "name: quiet\nvars: {lr: \"1\"}\nstages:\n  - {name: main, argv: [sh, -c, 'sleep 3.5']}\n",
+        "name: quiet\nvars: {lr: \"1\"}\nmetrics:\n  jsonl: {file: m.jsonl, step: /step}\nstages:\n  - {name: main, argv: [sh, -c, 'sleep 3.5']}\n",
     );
     home.workflow("eval", &eval(""));
     let (sweep, members) = start_sweep(

@@ -43,19 +43,17 @@ impl Service {
             Err(err) => return Ok((None, Some(format!("its file no longer reads: {err}")))),
         };
         let Some(metric) = metric else { return Ok((None, Some("it has no metric".into()))) };
-        let members = self.store.sweep_members(sweep.id).await?;
+        // Each member's best, summed up where its readings are kept (as the leaderboard's).
+        let members = self.store.sweep_member_runs(sweep.id).await?;
         let started: Vec<Uuid> = members
             .iter()
-            .filter(|(_, run)| run.started_at.is_some() || run.attempt > 1)
-            .map(|(_, run)| run.id)
+            .filter(|run| run.started_at.is_some() || run.attempt > 1)
+            .map(|run| run.id)
             .collect();
-        let mut series = source.members_series(sweep.id, &started, &metric.name).await?;
+        let mut bests = source.members_summaries(sweep.id, &started, &metric.name, metric.goal).await?;
         let values: Vec<(u64, Uuid, Vec<f64>)> = members
             .iter()
-            .map(|(k, run)| {
-                let points = series.remove(&run.id).unwrap_or_default();
-                (*k, run.id, points.iter().map(|p| p.value).collect())
-            })
+            .map(|run| (run.k, run.id, bests.remove(&run.id).map(|s| s.best.value).into_iter().collect()))
             .collect();
         Ok(match winner(&metric, &values) {
             Some(winner) => (Some(winner), None),
