@@ -79,19 +79,7 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
     let deadline = Instant::now() + Duration::from_secs(30);
     let base = format!("http://{addr}");
     let http = lachesis::http_client::builder().no_proxy().build()?;
-    while !http
-        .get(format!("{base}/health"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        if Instant::now() > deadline {
-            let log = std::fs::read_to_string(home.join("daemon.log")).unwrap_or_default();
-            return Err(format!("the daemon did not start; its log:\n{log}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    super::supervisor::wait_healthy(&http, &base, TOKEN, &home).await?;
     // Measured once both slots are taken, as a queue stands overnight.
     while service.live_run_counts().await?.iter().all(|(state, n)| state != "running" || *n < 2) {
         if Instant::now() > deadline {

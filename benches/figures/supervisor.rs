@@ -24,6 +24,26 @@ impl Drop for Daemon {
     }
 }
 
+/// Waits for a daemon at `base` to answer `/health` with `token`, for 30 s at most; after that,
+/// the error carries its log (`daemon.log` in `home`).
+pub async fn wait_healthy(http: &reqwest::Client, base: &str, token: &str, home: &Path) -> BenchResult<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !http
+        .get(format!("{base}/health"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(home.join("daemon.log")).unwrap_or_default();
+            return Err(format!("the daemon did not start; its log:\n{log}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     /// Runs of `true` queued through the CLI for the throughput figure.

@@ -154,20 +154,7 @@ pub async fn run(
     );
     let base = format!("http://{addr}");
     let http = lachesis::http_client::builder().no_proxy().build()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !http
-        .get(format!("{base}/health"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        if Instant::now() > deadline {
-            let log = std::fs::read_to_string(home.join("daemon.log")).unwrap_or_default();
-            return Err(format!("the daemon did not start; its log:\n{log}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    super::supervisor::wait_healthy(&http, &base, TOKEN, &home).await?;
     for page in [
         format!("/ui/sweeps/{id}"),
         "/ui/sweeps".into(),

@@ -97,19 +97,7 @@ impl Catalog {
 
     /// Names of the workflow files present (file stems), sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| {
-                let path = entry.path();
-                let ext = path.extension()?.to_str()?;
-                (ext == "yaml" || ext == "yml").then(|| path.file_stem()?.to_str().map(str::to_string))?
-            })
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+        yaml_stems(&self.dir)
     }
 
     /// Loads one workflow by name; only that file is read, so a broken neighbour can't block it.
@@ -146,18 +134,7 @@ impl Catalog {
 
     /// The sweep files of the catalog's `sweeps/` directory, by name (file stems), sorted.
     pub fn sweep_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.dir.join(SWEEPS))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| {
-                let path = entry.path();
-                let ext = path.extension()?.to_str()?;
-                (ext == "yaml" || ext == "yml").then(|| path.file_stem()?.to_str().map(str::to_string))?
-            })
-            .collect();
-        names.sort();
-        names
+        yaml_stems(&self.dir.join(SWEEPS))
     }
 
     /// A sweep file's text. `file` is a name in the catalog's `sweeps/` directory
@@ -225,6 +202,23 @@ impl Catalog {
             .find(|name| self.load(name).is_ok_and(|wf| wf.default))
             .unwrap_or_else(|| FALLBACK_DEFAULT.to_string())
     }
+}
+
+/// The stems of the YAML files in `dir` (`a.yaml` and `a.yml` once), sorted.
+fn yaml_stems(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let path = entry.path();
+            let ext = path.extension()?.to_str()?;
+            (ext == "yaml" || ext == "yml").then(|| path.file_stem()?.to_str().map(str::to_string))?
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// `path` with its `.` and `..` taken as written (no link is followed).
