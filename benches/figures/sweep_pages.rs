@@ -59,7 +59,7 @@ pub async fn run(
     std::fs::create_dir_all(home.join("workflows"))?;
     std::fs::write(
         home.join("workflows/tune.yaml"),
-        "name: tune\nvars: {lr: '0.1'}\nstages:\n  - {name: trainer, argv: ['true', '{lr}']}\n",
+        "name: tune\nvars: {lr: '0.1'}\nmetrics:\n  jsonl: {file: m.jsonl, step: /step}\nstages:\n  - {name: trainer, argv: ['true', '{lr}']}\n",
     )?;
     let service = Service::open(Settings::new(Some(home.clone()), None)).await?;
     let values: Vec<String> = (0..members).map(|k| format!("{}", 1e-5 * (k + 1) as f64)).collect();
