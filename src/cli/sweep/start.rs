@@ -24,7 +24,7 @@ pub struct StartArgs {
 }
 
 pub async fn run(service: &Service, StartArgs { file, hold, json }: StartArgs) -> CliResult {
-    let text = crate::cli::input::read_text(&sweep_file(service, &file)?, MAX_SWEEP_FILE, "sweep file")?;
+    let text = sweep_text(service, &file)?;
     let overrides = RunRequest { hold: hold.then_some(true), ..RunRequest::default() };
     let started = service.submit_sweep(&text, overrides).await?;
     if json {
@@ -43,11 +43,13 @@ pub async fn run(service: &Service, StartArgs { file, hold, json }: StartArgs) -
     Ok(ExitCode::SUCCESS)
 }
 
-/// The sweep file `FILE` names: a file (or `-`), else `<workflows>/sweeps/NAME.yaml`.
-fn sweep_file(service: &Service, file: &std::path::Path) -> Result<PathBuf, String> {
+/// The sweep `FILE` names: a file of the user's (or `-`), read as given; else a name in the
+/// workflows' `sweeps/`, read as every surface reads one (`Catalog::sweep_text`: a regular file,
+/// never through a symlink).
+fn sweep_text(service: &Service, file: &std::path::Path) -> Result<String, Box<dyn std::error::Error>> {
     if file.as_os_str() == "-" || file.exists() || file.components().count() > 1 {
-        return Ok(file.to_path_buf());
+        return Ok(crate::cli::input::read_text(file, MAX_SWEEP_FILE, "sweep file")?);
     }
-    let catalog = service.settings.catalog().map_err(|e| e.to_string())?;
-    Ok(catalog.dir().join("sweeps").join(file).with_extension("yaml"))
+    let catalog = service.settings.catalog()?;
+    Ok(catalog.sweep_text(&file.to_string_lossy())?)
 }
