@@ -4,13 +4,13 @@
 //! and the daemon's RSS and peak RSS.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::supervisor::{BenchResult, Daemon, Percentiles, rss_mb, status_mb};
+use super::supervisor::{BenchResult, Percentiles, rss_mb, status_mb};
 use lachesis::model::{Run, RunParams, Stage};
 use lachesis::service::{RunRequest, Service};
 use lachesis::settings::Settings;
@@ -63,23 +63,15 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
     }
     let deepest = deepest.ok_or("no pending runs")?;
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let addr = format!("127.0.0.1:{port}");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.join("daemon.log"))?;
-    let daemon = Daemon(
-        cli(exe, &home)
-            .env("LACHESIS_LOG", "warn")
-            .args(["daemon", "--max-parallel", "2", "--stop-grace", "1s", "--listen", &addr])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?,
-    );
+    let (daemon, base, http) = super::supervisor::listening_daemon(
+        exe,
+        &home,
+        TOKEN,
+        &["--max-parallel", "2", "--stop-grace", "1s"],
+    )
+    .await?;
     let pid = daemon.0.id();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let base = format!("http://{addr}");
-    let http = lachesis::http_client::builder().no_proxy().build()?;
-    super::supervisor::wait_healthy(&http, &base, TOKEN, &home).await?;
     // Measured once both slots are taken, as a queue stands overnight.
     while service.live_run_counts().await?.iter().all(|(state, n)| state != "running" || *n < 2) {
         if Instant::now() > deadline {
@@ -118,7 +110,10 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
         let mut samples = Vec::new();
         for _ in 0..SAMPLES {
             let started = Instant::now();
-            let out = cli(exe, &home).args(args).stdin(Stdio::null()).output()?;
+            let out = super::supervisor::cli_with_token(exe, &home, TOKEN)
+                .args(args)
+                .stdin(Stdio::null())
+                .output()?;
             if !out.status.success() {
                 return Err(
                     format!("{}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()).into()
@@ -134,15 +129,6 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
     report.daemon_peak_rss_mb = status_mb(pid, "VmHWM:");
     drop(daemon);
     Ok(report)
-}
-
-fn cli(exe: &Path, home: &Path) -> Command {
-    let mut cmd = Command::new(exe);
-    cmd.env("LACHESIS_HOME", home)
-        .env("LACHESIS_API_TOKEN", TOKEN)
-        .env_remove("LACHESIS_DATABASE_URL")
-        .env_remove("LACHESIS_WORKFLOWS");
-    cmd
 }
 
 fn pending_run(spec: &Workflow, home: &Path) -> (Run, Vec<Stage>) {

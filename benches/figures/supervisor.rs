@@ -24,9 +24,48 @@ impl Drop for Daemon {
     }
 }
 
+/// `lachesis` on the scratch home `home`, with `token` as its API token, nothing of the
+/// caller's store or workflows.
+pub fn cli_with_token(exe: &Path, home: &Path, token: &str) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.env("LACHESIS_HOME", home)
+        .env("LACHESIS_API_TOKEN", token)
+        .env_remove("LACHESIS_DATABASE_URL")
+        .env_remove("LACHESIS_WORKFLOWS");
+    cmd
+}
+
+/// A daemon on `home` with `args`, serving HTTP on a free local port with `token`, its log in
+/// `home/daemon.log`; returned once it answers `/health`, with its base URL and a client.
+pub async fn listening_daemon(
+    exe: &Path,
+    home: &Path,
+    token: &str,
+    args: &[&str],
+) -> BenchResult<(Daemon, String, reqwest::Client)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.join("daemon.log"))?;
+    let daemon = Daemon(
+        cli_with_token(exe, home, token)
+            .env("LACHESIS_LOG", "warn")
+            .arg("daemon")
+            .args(args)
+            .args(["--listen", &addr])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?,
+    );
+    let base = format!("http://{addr}");
+    let http = lachesis::http_client::builder().no_proxy().build()?;
+    wait_healthy(&http, &base, token, home).await?;
+    Ok((daemon, base, http))
+}
+
 /// Waits for a daemon at `base` to answer `/health` with `token`, for 30 s at most; after that,
 /// the error carries its log (`daemon.log` in `home`).
-pub async fn wait_healthy(http: &reqwest::Client, base: &str, token: &str, home: &Path) -> BenchResult<()> {
+async fn wait_healthy(http: &reqwest::Client, base: &str, token: &str, home: &Path) -> BenchResult<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !http
         .get(format!("{base}/health"))

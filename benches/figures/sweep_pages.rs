@@ -7,12 +7,11 @@
 //! through a daemon's HTTP API: time and size.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::supervisor::{BenchResult, Daemon, Percentiles};
+use super::supervisor::{BenchResult, Percentiles};
 use lachesis::model::sweep::early_terminated_by;
 use lachesis::model::{MetricRow, RunTrigger, now_millis};
 use lachesis::service::{RunRequest, Service};
@@ -140,21 +139,7 @@ pub async fn run(
         say,
     ));
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let addr = format!("127.0.0.1:{port}");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(home.join("daemon.log"))?;
-    let daemon = Daemon(
-        cli(exe, &home)
-            .env("LACHESIS_LOG", "warn")
-            .args(["daemon", "--listen", &addr])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?,
-    );
-    let base = format!("http://{addr}");
-    let http = lachesis::http_client::builder().no_proxy().build()?;
-    super::supervisor::wait_healthy(&http, &base, TOKEN, &home).await?;
+    let (daemon, base, http) = super::supervisor::listening_daemon(exe, &home, TOKEN, &[]).await?;
     for page in [
         format!("/ui/sweeps/{id}"),
         "/ui/sweeps".into(),
@@ -179,13 +164,4 @@ pub async fn run(
     }
     drop(daemon);
     Ok(report)
-}
-
-fn cli(exe: &Path, home: &Path) -> Command {
-    let mut cmd = Command::new(exe);
-    cmd.env("LACHESIS_HOME", home)
-        .env("LACHESIS_API_TOKEN", TOKEN)
-        .env_remove("LACHESIS_DATABASE_URL")
-        .env_remove("LACHESIS_WORKFLOWS");
-    cmd
 }
