@@ -26,8 +26,8 @@ use serde::{Serialize, Serializer};
 use tree_sitter::Parser;
 
 use super::classes::{ClassDef, parse_file};
-use super::kind::{EnvKind, EnvSource};
 use super::scan::collect_files;
+use crate::model::{EnvKind, EnvSource};
 
 /// The root class every environment derives from.
 const BASE_ENV: &str = "BaseEnv";

@@ -17,7 +17,7 @@ pub struct InferenceSpec {
     /// Decides what each model runs: the Atropos environment's `process` mode, or `vf-eval`.
     /// Tests stored before kinds existed are Atropos tests.
     #[serde(default)]
-    pub env_kind: crate::environments::EnvKind,
+    pub env_kind: super::EnvKind,
     /// The directory a not-installed environment imports from (put on `PYTHONPATH`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import_dir: Option<PathBuf>,

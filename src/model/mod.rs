@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 pub mod dependency;
+pub mod env_kind;
 pub mod event;
 pub mod inference_spec;
 pub mod inference_test;
@@ -25,6 +26,7 @@ pub mod workflow;
 
 pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
 pub use dependency::{Awaited, AwaitedKind, Dependency, Settled, When};
+pub use env_kind::{EnvKind, EnvSource};
 pub use event::{Event, EventKind, NewEvent};
 pub use inference_spec::InferenceSpec;
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};

@@ -1,9 +1,9 @@
 //! What sort of environment a name stands for, and where it came from.
 //!
 //! Every kind answers the same questions (list, describe its configurable fields, build an
-//! inference test, name the workflow that trains it); the service, the store and the surfaces see
-//! only [`EnvKind`] and [`EnvSource`], so a third kind is one new module beside `atropos` and
-//! `verifiers`.
+//! inference test, name the workflow that trains it) in its own module of `environments`; the
+//! service, the store and the surfaces see only [`EnvKind`] and [`EnvSource`], so a third kind is
+//! one new module there. They are nouns of the model: an inference test's spec records its kind.
 
 use std::fmt;
 use std::path::PathBuf;
