@@ -20,7 +20,7 @@ pub enum ServiceError {
     NeedsEnvironment(String),
     /// A workflow that trains one kind of environment, given another.
     #[error(
-        "workflow '{workflow}' trains {trains} environments, and '{env}' is a {kind} environment ({})",
+        "environment '{env}' is of kind {kind}, and workflow '{workflow}' trains {trains} environments ({})",
         instead.map_or_else(|| "a run that names no workflow gets the catalog's default".to_string(), |w| format!("{w} trains it; a run that names no workflow gets it"))
     )]
     WrongEnvironmentKind {

@@ -183,8 +183,8 @@ mod tests {
         let err = reverse(json!({"split": "train"})).check_trained_by(&atropos).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "workflow 'tinker-atropos' trains atropos environments, and 'vf-reverse' is a verifiers environment \
-             (tinker-verifiers trains it; a run that names no workflow gets it)"
+            "environment 'vf-reverse' is of kind verifiers, and workflow 'tinker-atropos' trains atropos \
+             environments (tinker-verifiers trains it; a run that names no workflow gets it)"
         );
     }
 }
