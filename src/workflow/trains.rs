@@ -57,7 +57,7 @@ mod tests {
     #[test]
     fn an_unknown_kind_is_one_line_naming_the_field() {
         let err = parse("name: v\nenvironment: \"gym\\nnasium\"\nstages:\n  - {name: t, argv: [x]}\n").unwrap_err();
-        assert_eq!(err, "w.yaml: environment: 'gym nasium' is not a kind of environment (kinds: atropos, verifiers)");
+        assert_eq!(err, "w.yaml: environment: 'gym\\nnasium' is not a kind of environment (kinds: atropos, verifiers)");
         let err = parse("name: v\nenvironment: [verifiers]\nstages:\n  - {name: t, argv: [x]}\n").unwrap_err();
         assert!(err.starts_with("w.yaml: environment: ") && !err.contains('\n'), "{err}");
     }
