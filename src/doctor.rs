@@ -292,17 +292,20 @@ async fn cookbook_checks(service: &Service, python: &str) -> Vec<Check> {
     let mut checks = Vec::new();
     for (recipe, workflows) in &users {
         let needed = format!("needed by {}", workflows.join(", "));
-        let missing_extra = RECIPE_EXTRAS
-            .iter()
-            .find(|(of, module, _)| of == recipe && !found.iter().any(|f| f == module));
+        let missing_extra =
+            RECIPE_EXTRAS.iter().find(|(of, module, _)| of == recipe && !found.iter().any(|f| f == module));
         let (ok, detail) = match (found.contains(recipe), missing_extra) {
             (false, _) => (
                 false,
-                format!("{recipe} is not importable: run `{python} -m pip install tinker-cookbook`; {needed}"),
+                format!(
+                    "{recipe} is not importable: run `{python} -m pip install tinker-cookbook`; {needed}"
+                ),
             ),
             (true, Some((_, module, package))) => (
                 false,
-                format!("{recipe} found, but {module} is not importable: run `{python} -m pip install {package}`; {needed}"),
+                format!(
+                    "{recipe} found, but {module} is not importable: run `{python} -m pip install {package}`; {needed}"
+                ),
             ),
             (true, None) => (true, format!("{recipe} found ({needed})")),
         };
@@ -314,14 +317,16 @@ async fn cookbook_checks(service: &Service, python: &str) -> Vec<Check> {
 
 /// Which of `modules` the Python of `python` finds (none when it cannot run).
 async fn importable(python: &str, modules: &[&str]) -> Vec<String> {
-    const FIND: &str = "import importlib.util, sys\n\
-for name in sys.argv[1:]:\n\
-    try:\n\
-        found = importlib.util.find_spec(name) is not None\n\
-    except Exception:\n\
-        found = False\n\
-    if found:\n\
-        print(name)\n";
+    // A raw string: a `\` line continuation would strip the indentation Python needs.
+    const FIND: &str = r"import importlib.util, sys
+for name in sys.argv[1:]:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except Exception:
+        found = False
+    if found:
+        print(name)
+";
     let probe = tokio::process::Command::new(python)
         .arg("-c")
         .arg(FIND)
@@ -409,6 +414,10 @@ mod tests {
         assert_eq!(recipe_of(&verifiers).as_deref(), Some("tinker_cookbook.recipes.verifiers_rl"));
         assert_eq!(recipe_of(&argv(&["python", "-m", "tinker_cookbook.recipes."])), None);
         assert_eq!(recipe_of(&argv(&["python", "-m", "atroposlib.cli"])), None);
-        assert_eq!(recipe_of(&argv(&["python", "tinker_cookbook.recipes.math_rl.train"])), None, "not run as -m");
+        assert_eq!(
+            recipe_of(&argv(&["python", "tinker_cookbook.recipes.math_rl.train"])),
+            None,
+            "not run as -m"
+        );
     }
 }

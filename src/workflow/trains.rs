@@ -46,7 +46,8 @@ mod tests {
 
     #[test]
     fn a_declared_kind_wins_and_a_stage_running_the_env_file_trains_atropos() {
-        let declared = parse("name: v\nenvironment: verifiers\nstages:\n  - {name: t, argv: [x, \"{env_name}\"]}\n");
+        let declared =
+            parse("name: v\nenvironment: verifiers\nstages:\n  - {name: t, argv: [x, \"{env_name}\"]}\n");
         assert_eq!(declared.unwrap().trains(), Some(EnvKind::Verifiers));
         let serve = parse("name: a\nstages:\n  - {name: env, argv: [\"{python}\", \"{env_file}\", serve]}\n");
         assert_eq!(serve.unwrap().trains(), Some(EnvKind::Atropos));
@@ -56,9 +57,14 @@ mod tests {
 
     #[test]
     fn an_unknown_kind_is_one_line_naming_the_field() {
-        let err = parse("name: v\nenvironment: \"gym\\nnasium\"\nstages:\n  - {name: t, argv: [x]}\n").unwrap_err();
-        assert_eq!(err, "w.yaml: environment: 'gym\\nnasium' is not a kind of environment (kinds: atropos, verifiers)");
-        let err = parse("name: v\nenvironment: [verifiers]\nstages:\n  - {name: t, argv: [x]}\n").unwrap_err();
+        let err =
+            parse("name: v\nenvironment: \"gym\\nnasium\"\nstages:\n  - {name: t, argv: [x]}\n").unwrap_err();
+        assert_eq!(
+            err,
+            "w.yaml: environment: 'gym\\nnasium' is not a kind of environment (kinds: atropos, verifiers)"
+        );
+        let err =
+            parse("name: v\nenvironment: [verifiers]\nstages:\n  - {name: t, argv: [x]}\n").unwrap_err();
         assert!(err.starts_with("w.yaml: environment: ") && !err.contains('\n'), "{err}");
     }
 }

@@ -138,7 +138,8 @@ async fn a_verifiers_run_is_handed_its_environment_and_resumes_from_its_checkpoi
     let env_dir = select_reverse(&mut home).await;
     home.start_daemon();
     // No workflow named: the selection is a verifiers environment, so tinker-verifiers trains it.
-    let id = home.submit(&["--var", "save_every=2", "--var", "learning_rate=1e-4", "--set", "difficulty=hard"]);
+    let id =
+        home.submit(&["--var", "save_every=2", "--var", "learning_rate=1e-4", "--set", "difficulty=hard"]);
     let (run, _) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Completed, "{:?}\n{}", run.reason, home.daemon_log());
     assert_eq!((run.workflow.as_str(), run.attempt), ("tinker-verifiers", 2));
@@ -156,7 +157,10 @@ async fn a_verifiers_run_is_handed_its_environment_and_resumes_from_its_checkpoi
         assert_eq!((args["learning_rate"].as_str(), args["save_every"].as_str()), ("1e-4", "2"));
         assert_eq!((args["model_name"].as_str(), args["max_steps"].as_str()), ("Qwen/Qwen3.5-4B", "None"));
         assert_eq!(args["wandb_name"], format!("vf-reverse-{id}"));
-        assert_eq!((args["wandb_project"].as_str(), args["session_name"].as_str()), ("lachesis", args["wandb_name"].as_str()));
+        assert_eq!(
+            (args["wandb_project"].as_str(), args["session_name"].as_str()),
+            ("lachesis", args["wandb_name"].as_str())
+        );
         // The environment imported from its directory, called with exactly those values.
         let module = env_dir.join("vf_reverse.py").display().to_string();
         assert_eq!(attempt["module"], module);
@@ -170,7 +174,9 @@ async fn a_verifiers_run_is_handed_its_environment_and_resumes_from_its_checkpoi
     // The cookbook found the same checkpoint on its own as lachesis handed it.
     let log = home.cli_ok(&["run", "logs", &id.to_string(), "--stage", "trainer"]);
     assert!(
-        log.contains("cookbook resumes at batch 6 (tinker://cookbook/weights/000006); LACHESIS_RESUME_STEP=6"),
+        log.contains(
+            "cookbook resumes at batch 6 (tinker://cookbook/weights/000006); LACHESIS_RESUME_STEP=6"
+        ),
         "{log}"
     );
     let messages = home.messages(id).await;
@@ -192,7 +198,8 @@ async fn a_verifiers_run_is_handed_its_environment_and_resumes_from_its_checkpoi
     assert_eq!(reward.last().map(|p| (p.attempt, p.value)), Some((2, 1.0)));
     let listed: Value =
         serde_json::from_str(&home.cli_ok(&["run", "metrics", &id.to_string(), "--json"])).unwrap();
-    let names: Vec<&str> = listed["metrics"].as_array().unwrap().iter().filter_map(|m| m["name"].as_str()).collect();
+    let names: Vec<&str> =
+        listed["metrics"].as_array().unwrap().iter().filter_map(|m| m["name"].as_str()).collect();
     assert!(names.contains(&"env/all/reward/total") && names.contains(&"progress/done_frac"), "{listed:#}");
     let rows: Vec<(i64, i64)> =
         service.checkpoints_of(id).await.unwrap().iter().map(|c| (c.attempt, c.step)).collect();
@@ -217,7 +224,8 @@ async fn a_sweep_over_the_learning_rate_picks_the_best_reward() {
     )
     .unwrap();
     let out: Value =
-        serde_json::from_str(&home.cli_ok(&["sweep", "start", &file.display().to_string(), "--json"])).unwrap();
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", &file.display().to_string(), "--json"]))
+            .unwrap();
     let sweep = out["id"].as_str().unwrap().to_string();
     let members: Vec<Uuid> =
         out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
@@ -265,9 +273,15 @@ async fn each_kind_goes_to_the_workflow_that_trains_it() {
     let api = crate::http::start_with(&mut home, "127.0.0.1", None, &[]).await;
     let (status, body) = api.post("/runs", json!({})).await;
     assert_eq!(status, reqwest::StatusCode::CREATED, "{body:#}");
-    assert_eq!((body["workflow"].as_str(), body["env_name"].as_str()), (Some("tinker-verifiers"), Some("vf-reverse")));
+    assert_eq!(
+        (body["workflow"].as_str(), body["env_name"].as_str()),
+        (Some("tinker-verifiers"), Some("vf-reverse"))
+    );
     let (status, body) = api.post("/runs", json!({"workflow": "tinker-atropos"})).await;
-    assert_eq!((status, body["error"].as_str()), (reqwest::StatusCode::BAD_REQUEST, Some("wrong_environment_kind")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (reqwest::StatusCode::BAD_REQUEST, Some("wrong_environment_kind"))
+    );
     // arith, an Atropos environment of the API's environment directory.
     let (status, body) = api.post("/runs", json!({"env": "arith", "workflow": "tinker-verifiers"})).await;
     assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{body:#}");
@@ -279,7 +293,11 @@ async fn each_kind_goes_to_the_workflow_that_trains_it() {
         "{body:#}"
     );
     let (status, body) = api.post("/runs", json!({"env": "arith"})).await;
-    assert_eq!((status, body["workflow"].as_str()), (reqwest::StatusCode::CREATED, Some("tinker-atropos")), "{body:#}");
+    assert_eq!(
+        (status, body["workflow"].as_str()),
+        (reqwest::StatusCode::CREATED, Some("tinker-atropos")),
+        "{body:#}"
+    );
     home.kill_daemon();
 }
 
@@ -339,8 +357,13 @@ fn the_workflows_arguments_are_the_recipes() {
         assert!(out.status.success(), "{}", stderr(&out));
         let fields: BTreeMap<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
         for arg in &argv[3..] {
-            let (key, value) = arg.split_once('=').unwrap_or_else(|| panic!("{recipe}: '{arg}' is not key=value"));
-            assert!(fields.contains_key(key), "{recipe}: CLIConfig has no field '{key}' ({:?})", fields.keys());
+            let (key, value) =
+                arg.split_once('=').unwrap_or_else(|| panic!("{recipe}: '{arg}' is not key=value"));
+            assert!(
+                fields.contains_key(key),
+                "{recipe}: CLIConfig has no field '{key}' ({:?})",
+                fields.keys()
+            );
             let var = value.strip_prefix('{').and_then(|v| v.strip_suffix('}'));
             let Some(declared) = var.and_then(|v| spec.vars.get(v)) else { continue };
             if defaults {

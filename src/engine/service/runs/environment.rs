@@ -59,9 +59,11 @@ impl RunEnvironment {
         if self.kind != EnvKind::Verifiers {
             return Ok(());
         }
-        let missing = self.fields.iter().flatten().find(|f| {
-            f.required && self.config.get(&f.name).is_none_or(Value::is_null)
-        });
+        let missing = self
+            .fields
+            .iter()
+            .flatten()
+            .find(|f| f.required && self.config.get(&f.name).is_none_or(Value::is_null));
         match missing {
             Some(field) => Err(ServiceError::MissingEnvArgument {
                 env: self.name.clone(),

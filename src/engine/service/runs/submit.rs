@@ -224,14 +224,14 @@ impl Service {
         let needs = self.checked_needs(&spec, &request.needs)?;
         let runs_env = ENV_VARS.iter().any(|var| spec.uses_var(var)) || spec.trains().is_some();
         let (env, config) = if runs_env || request.env.is_some() {
-            let env = self
-                .run_environment(request.env.as_deref(), &request.set, &spec)
-                .await
-                .map_err(|err| match err {
-                    ServiceError::NoSelection if runs_env => {
-                        ServiceError::NeedsEnvironment(spec.name.clone())
+            let env =
+                self.run_environment(request.env.as_deref(), &request.set, &spec).await.map_err(|err| {
+                    match err {
+                        ServiceError::NoSelection if runs_env => {
+                            ServiceError::NeedsEnvironment(spec.name.clone())
+                        }
+                        other => other,
                     }
-                    other => other,
                 })?;
             env.check_trained_by(&spec)?;
             env.check_required()?;
@@ -243,14 +243,8 @@ impl Service {
             (None, config)
         };
         let run_dir = self.settings.run_dir(&id);
-        let resolved = self.resolve_vars(
-            &spec,
-            (&request.vars, after),
-            env.as_ref(),
-            &id,
-            &run_dir,
-            catalog.dir(),
-        )?;
+        let resolved =
+            self.resolve_vars(&spec, (&request.vars, after), env.as_ref(), &id, &run_dir, catalog.dir())?;
         // A dry run of the expansion with stand-in ports, so a template problem is caught now.
         let mut trial = resolved.clone();
         for port in spec.ports.keys() {
