@@ -326,9 +326,17 @@ async fn a_required_parameter_without_a_value_is_refused_naming_it() {
          Use rl_edit_config(field=\"split\", value=...) first.",
         "{answer:#}"
     );
-    let id = home.submit(&["--set", "split=test"]);
+    // A value is passed as written, braces and all: `{env_args}` is filled once, never expanded again.
+    let id = home.submit(&["--set", "split={run_id}=\"x\""]);
     let run = home.run(id).await;
-    assert_eq!(run.params.resolved["env_args"], r#"{"num_examples":8,"split":"test"}"#);
+    assert_eq!(run.params.resolved["env_args"], r#"{"num_examples":8,"split":"{run_id}=\"x\""}"#);
+    let plan = run.spec.stages[0].plan(&run.params.resolved, &run.run_dir).unwrap();
+    let argv = plan.argv;
+    assert_eq!(plan.environ["PYTHONPATH"], home.path().join("envs/vf_split").display().to_string());
+    assert!(
+        argv.contains(&r#"vf_env_args={"num_examples":8,"split":"{run_id}=\"x\""}"#.to_string()),
+        "{argv:?}"
+    );
     let import_dir = home.path().join("envs/vf_split").display().to_string();
     assert_eq!(run.params.resolved["env_import_dir"], import_dir);
 }
