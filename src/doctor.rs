@@ -213,7 +213,7 @@ pub async fn checkup(service: &Service) -> Checkup {
             format!("{} has no launch_training.py (set LACHESIS_TINKER_ATROPOS); needed by the tinker-atropos workflow", settings.tinker_atropos.display())
         },
     ));
-    checks.push(cookbook_check(python).await);
+    checks.extend(cookbook_checks(service, python).await);
     if let Some(check) = workflows_check(service) {
         checks.push(check);
     }
@@ -257,29 +257,87 @@ pub async fn checkup(service: &Service) -> Checkup {
     Checkup { checks }
 }
 
-/// Whether the tinker-cookbook workflow's recipe is importable: a warning, never a failure
-/// (only that workflow needs it). The recipe's package is found without running the recipe,
+/// The package of the tinker-cookbook recipe a stage runs (`-m tinker_cookbook.recipes.NAME.train`
+/// runs `tinker_cookbook.recipes.NAME`).
+fn recipe_of(argv: &[String]) -> Option<String> {
+    let module = argv.windows(2).find(|pair| pair[0] == "-m").map(|pair| pair[1].as_str())?;
+    let rest = module.strip_prefix("tinker_cookbook.recipes.")?;
+    let name = rest.split('.').next().filter(|name| !name.is_empty())?;
+    Some(format!("tinker_cookbook.recipes.{name}"))
+}
+
+/// What a recipe imports beyond tinker-cookbook's own dependencies: (recipe, module, what installs it).
+const RECIPE_EXTRAS: &[(&str, &str, &str)] =
+    &[("tinker_cookbook.recipes.verifiers_rl", "verifiers", "'tinker-cookbook[verifiers]'")];
+
+/// Whether each tinker-cookbook recipe the catalog's workflows run is importable: a warning per
+/// recipe, never a failure (only those workflows need it). Found without importing the recipe,
 /// which would import torch.
-async fn cookbook_check(python: &str) -> Check {
-    const RECIPE: &str = "tinker_cookbook.recipes.math_rl";
-    let probe = tokio::process::Command::new(python)
-        .args([
-            "-c",
-            &format!(
-                "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('{RECIPE}') else 1)"
+async fn cookbook_checks(service: &Service, python: &str) -> Vec<Check> {
+    let Ok(catalog) = service.settings.catalog() else { return Vec::new() };
+    let mut users: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for name in catalog.names() {
+        let Ok(workflow) = catalog.load(&name) else { continue };
+        for recipe in workflow.stages.iter().filter_map(|stage| recipe_of(&stage.argv)) {
+            users.entry(recipe).or_default().push(name.clone());
+        }
+    }
+    if users.is_empty() {
+        return Vec::new();
+    }
+    let extras = RECIPE_EXTRAS.iter().filter(|(recipe, ..)| users.contains_key(*recipe));
+    let modules: Vec<&str> =
+        users.keys().map(String::as_str).chain(extras.map(|(_, module, _)| *module)).collect();
+    let found = importable(python, &modules).await;
+    let mut checks = Vec::new();
+    for (recipe, workflows) in &users {
+        let needed = format!("needed by {}", workflows.join(", "));
+        let missing_extra =
+            RECIPE_EXTRAS.iter().find(|(of, module, _)| of == recipe && !found.iter().any(|f| f == module));
+        let (ok, detail) = match (found.contains(recipe), missing_extra) {
+            (false, _) => (
+                false,
+                format!(
+                    "{recipe} is not importable: run `{python} -m pip install tinker-cookbook`; {needed}"
+                ),
             ),
-        ])
+            (true, Some((_, module, package))) => (
+                false,
+                format!(
+                    "{recipe} found, but {module} is not importable: run `{python} -m pip install {package}`; {needed}"
+                ),
+            ),
+            (true, None) => (true, format!("{recipe} found ({needed})")),
+        };
+        let short = recipe.rsplit('.').next().unwrap_or(recipe);
+        checks.push(check(&format!("tinker-cookbook {short}"), ok, false, detail));
+    }
+    checks
+}
+
+/// Which of `modules` the Python of `python` finds (none when it cannot run).
+async fn importable(python: &str, modules: &[&str]) -> Vec<String> {
+    // A raw string: a `\` line continuation would strip the indentation Python needs.
+    const FIND: &str = r"import importlib.util, sys
+for name in sys.argv[1:]:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except Exception:
+        found = False
+    if found:
+        print(name)
+";
+    let probe = tokio::process::Command::new(python)
+        .arg("-c")
+        .arg(FIND)
+        .args(modules)
         .stdin(std::process::Stdio::null())
         .output()
         .await;
-    let found = probe.is_ok_and(|out| out.status.success());
-    let detail = match found {
-        true => format!("{RECIPE} found"),
-        false => format!(
-            "{RECIPE} is not importable: run `{python} -m pip install tinker-cookbook`; needed by the tinker-cookbook workflow"
-        ),
-    };
-    check("tinker-cookbook", found, false, detail)
+    match probe {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The catalog's workflows: each broken file is named, and only affects itself.
@@ -343,4 +401,23 @@ async fn slurm_check(service: &Service) -> Option<Check> {
             check("slurm", partitions > 0, false, format!("{partitions} partitions answer; {needed}"))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recipe_of;
+
+    #[test]
+    fn a_stage_running_a_recipe_names_its_package() {
+        let argv = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let verifiers = argv(&["{python}", "-m", "tinker_cookbook.recipes.verifiers_rl.train", "x=1"]);
+        assert_eq!(recipe_of(&verifiers).as_deref(), Some("tinker_cookbook.recipes.verifiers_rl"));
+        assert_eq!(recipe_of(&argv(&["python", "-m", "tinker_cookbook.recipes."])), None);
+        assert_eq!(recipe_of(&argv(&["python", "-m", "atroposlib.cli"])), None);
+        assert_eq!(
+            recipe_of(&argv(&["python", "tinker_cookbook.recipes.math_rl.train"])),
+            None,
+            "not run as -m"
+        );
+    }
 }

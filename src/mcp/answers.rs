@@ -24,6 +24,9 @@ pub fn agent_error(service: &Service, err: &ServiceError) -> String {
             missing.join(", "),
             service.settings.home.join(".env").display()
         ),
+        ServiceError::MissingEnvArgument { env, parameter } => format!(
+            "Environment '{env}' needs a value for '{parameter}' (its load_environment has no default for it). Use rl_edit_config(field=\"{parameter}\", value=...) first."
+        ),
         ServiceError::UnknownRun(id) => format!("Run '{id}' not found"),
         ServiceError::EnvironmentFileMissing { name, path } => format!(
             "Environment file not found for '{name}' ({}). Use rl_list_environments() and rl_select_environment(name) again.",

@@ -38,6 +38,16 @@ impl EnvKind {
     pub fn parse(text: &str) -> Option<EnvKind> {
         EnvKind::ALL.into_iter().find(|kind| kind.as_str() == text)
     }
+
+    /// The catalog workflow that trains an environment of this kind when a request names none:
+    /// `None` leaves it to the catalog's default (Atropos environments, as before kinds).
+    #[must_use]
+    pub fn training_workflow(self) -> Option<&'static str> {
+        match self {
+            EnvKind::Atropos => None,
+            EnvKind::Verifiers => Some("tinker-verifiers"),
+        }
+    }
 }
 
 impl fmt::Display for EnvKind {
@@ -90,6 +100,8 @@ mod tests {
         }
         assert_eq!(EnvKind::parse("Atropos"), None);
         assert_eq!(EnvKind::default(), EnvKind::Atropos, "stores written before kinds hold Atropos");
+        assert_eq!(EnvKind::Atropos.training_workflow(), None, "the catalog's default trains Atropos");
+        assert_eq!(EnvKind::Verifiers.training_workflow(), Some("tinker-verifiers"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::{InvalidWorkflow, Workflow};
 const BUNDLED: &[(&str, &str)] = &[
     ("tinker-atropos.yaml", include_str!("../../workflows/tinker-atropos.yaml")),
     ("tinker-cookbook.yaml", include_str!("../../workflows/tinker-cookbook.yaml")),
+    ("tinker-verifiers.yaml", include_str!("../../workflows/tinker-verifiers.yaml")),
     ("demo.yaml", include_str!("../../workflows/demo.yaml")),
     ("demo/api.sh", include_str!("../../workflows/demo/api.sh")),
     ("demo/trainer.sh", include_str!("../../workflows/demo/trainer.sh")),
@@ -285,7 +286,15 @@ mod tests {
         catalog.install_bundled().unwrap();
         assert_eq!(
             catalog.names(),
-            vec!["demo", "demo-cleanup", "demo-eval", "demo-tune", "tinker-atropos", "tinker-cookbook"]
+            vec![
+                "demo",
+                "demo-cleanup",
+                "demo-eval",
+                "demo-tune",
+                "tinker-atropos",
+                "tinker-cookbook",
+                "tinker-verifiers"
+            ]
         );
         for name in catalog.names() {
             catalog.load(&name).unwrap_or_else(|e| panic!("bundled {name}: {e}"));
@@ -295,6 +304,27 @@ mod tests {
         std::fs::write(dir.path().join("demo.yaml"), edited).unwrap();
         catalog.install_bundled().unwrap();
         assert_eq!(catalog.load("demo").unwrap().stages.len(), 1);
+    }
+
+    /// The verifiers workflow's trainer is handed exactly its locked profile (what `config show`
+    /// says is fixed), and every var it declares.
+    #[test]
+    fn the_verifiers_workflow_passes_its_locked_profile_and_its_vars() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Catalog::new(dir.path());
+        catalog.install_bundled().unwrap();
+        let workflow = catalog.load("tinker-verifiers").unwrap();
+        assert_eq!(workflow.trains(), Some(crate::environments::EnvKind::Verifiers));
+        let argv = &workflow.stages[0].argv;
+        let passed = |key: &str| argv.iter().find_map(|a| a.strip_prefix(key)?.strip_prefix('='));
+        for (key, value) in &workflow.locked {
+            assert_eq!(passed(key), value.as_str(), "locked {key}");
+        }
+        for var in workflow.vars.keys() {
+            assert_eq!(passed(var), Some(format!("{{{var}}}").as_str()), "var {var}");
+        }
+        assert_eq!(passed("vf_env_id"), Some("{env_name}"));
+        assert_eq!(passed("vf_env_args"), Some("{env_args}"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod plan;
 pub mod progress;
 pub mod request;
 pub mod template;
+mod trains;
 pub mod wandb;
 
 pub use crate::model::workflow::retry;

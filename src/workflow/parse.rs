@@ -46,6 +46,7 @@ impl Workflow {
         if self.stages.is_empty() {
             return bad("stages", "a workflow needs at least one stage".into());
         }
+        self.check_environment().or_else(|problem| bad("environment", problem))?;
         for cred in &self.credentials {
             if cred.is_empty() || !cred.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return bad("credentials", format!("'{cred}' is not an environment variable name"));

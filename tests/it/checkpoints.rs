@@ -326,7 +326,7 @@ async fn a_run_requeued_after_its_node_was_lost_resumes_from_the_last_checkpoint
 
 /// The real tinker-cookbook's checkpoint code (tests/python/cookbook.sh installs it beside the
 /// test venv; tests/run.sh sets LACHESIS_TEST_COOKBOOK and requires it), or None, saying why.
-fn real_cookbook() -> Option<(String, String)> {
+pub(crate) fn real_cookbook() -> Option<(String, String)> {
     let python = std::env::var("LACHESIS_TEST_PYTHON").ok();
     let path = std::env::var("LACHESIS_TEST_COOKBOOK").ok();
     if python.is_none() || path.is_none() {

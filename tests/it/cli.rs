@@ -37,7 +37,7 @@ async fn unknown_workflow_lists_the_available_ones() {
     assert!(!out.status.success());
     assert!(
         stderr(&out).starts_with(
-            "lachesis: unknown workflow 'nope' (available: demo, demo-cleanup, demo-eval, demo-tune, tinker-atropos, tinker-cookbook)"
+            "lachesis: unknown workflow 'nope' (available: demo, demo-cleanup, demo-eval, demo-tune, tinker-atropos, tinker-cookbook, tinker-verifiers)"
         ),
         "{}",
         stderr(&out)

@@ -41,4 +41,5 @@ mod sweep_reference;
 mod sweeps;
 mod systemd;
 mod time_limits;
+mod verifiers_training;
 mod wandb;

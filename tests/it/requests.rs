@@ -247,7 +247,7 @@ fn id_of(out: &str) -> Uuid {
 }
 
 /// Calls one MCP tool of `lachesis mcp` over stdio, as a client would, and returns its answer.
-fn mcp_call(home: &TestHome, tool: &str, arguments: Value) -> Value {
+pub(crate) fn mcp_call(home: &TestHome, tool: &str, arguments: Value) -> Value {
     let mut child = home
         .command(&["mcp", "--no-daemon"])
         .stdin(Stdio::piped())

@@ -10,7 +10,8 @@ dropping the metrics rows from that step on. Only the Tinker service is a stand-
 calls checkpoint_utils makes on a training client, answered with tinker:// paths.
 
 usage: cookbook_trainer.py LOG_PATH   (its first run exits 75 in batch 7, after the checkpoint
-at 6, as a hosted service's transient error would end it)
+at 6, as a hosted service's transient error would end it). verifiers_trainer.py runs `train`
+with a recipe's own arguments.
 """
 
 import os
@@ -46,8 +47,10 @@ class StandInTrainingClient:
         return self._saved("sampler_weights", name)
 
 
-def main() -> None:
-    log_path = Path(sys.argv[1])
+def train(log_path: Path, batches: int = BATCHES, save_every: int = SAVE_EVERY, fail_at: int | None = 7,
+          metrics=lambda i: {}) -> None:
+    """The recipe's loop: resumed from its own last checkpoint in `log_path`; the first run
+    exits 75 in batch `fail_at` (None: never); `metrics(i)` adds to each batch's row."""
     log_path.mkdir(parents=True, exist_ok=True)
     store = TrainingRunStore(LocalStorage(log_path))
     client = StandInTrainingClient()
@@ -63,21 +66,26 @@ def main() -> None:
         flush=True,
     )
     failed_once = log_path / "failed-once"
-    for i in range(start, BATCHES):
-        if i > start and i % SAVE_EVERY == 0:
+    for i in range(start, batches):
+        if i > start and i % save_every == 0:
             checkpoint_utils.save_checkpoint(
                 client, name=f"{i:06d}", log_path=str(log_path), loop_state={"batch": i}, kind="both"
             )
-        if i == 7 and not failed_once.exists():
+        if i == fail_at and not failed_once.exists():
             failed_once.touch()
             print("the service went away", flush=True)
             sys.exit(75)
         time.sleep(0.1)
-        store.write_metrics({"progress/batch": i, "progress/done_frac": (i + 1) / BATCHES}, step=i)
-    store.write_metrics({"usage/sampled_tokens": 1000}, step=BATCHES)
+        row = {"progress/batch": i, "progress/done_frac": (i + 1) / batches, **metrics(i)}
+        store.write_metrics(row, step=i)
+    store.write_metrics({"usage/sampled_tokens": 1000}, step=batches)
     checkpoint_utils.save_checkpoint(
-        client, name="final", log_path=str(log_path), loop_state={"batch": BATCHES, "final": True}, kind="both"
+        client, name="final", log_path=str(log_path), loop_state={"batch": batches, "final": True}, kind="both"
     )
+
+
+def main() -> None:
+    train(Path(sys.argv[1]))
 
 
 if __name__ == "__main__":

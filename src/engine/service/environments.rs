@@ -11,6 +11,7 @@ use crate::environments::{
 };
 use crate::workflow::Workflow;
 
+use super::runs::RunEnvironment;
 use super::{Result, Service, ServiceError};
 
 /// Introspection imports atroposlib (seconds) and the environment, which may do anything.
@@ -120,30 +121,46 @@ impl Service {
         Ok(value)
     }
 
-    /// The environment file and config values a run of `env_name` starts with: the selection's
-    /// (when it is that environment, or none is named), with `overrides` checked and on top.
+    /// The environment a run of `env_name` trains and the config values it starts with: the
+    /// selection's (when it is that environment, or none is named), with `overrides` checked
+    /// and on top.
     pub(super) async fn run_environment(
         &self,
         env_name: Option<&str>,
         overrides: &BTreeMap<String, String>,
         workflow: &Workflow,
-    ) -> Result<(String, std::path::PathBuf, BTreeMap<String, Value>)> {
+    ) -> Result<RunEnvironment> {
         let selection = self.store.selection().await?;
         let locked = LockedProfile { profile: &workflow.locked };
-        let (name, file, mut config, fields) = match (env_name, selection) {
-            (None, Some(sel)) => (sel.env_name.clone(), sel.env_file.clone(), sel.config.clone(), Some(sel)),
-            (Some(name), Some(sel)) if sel.env_name == name => {
-                (sel.env_name.clone(), sel.env_file.clone(), sel.config.clone(), Some(sel))
-            }
+        let selected = |sel: &Selection| RunEnvironment {
+            name: sel.env_name.clone(),
+            file: sel.env_file.clone(),
+            kind: sel.kind,
+            source: sel.source.clone(),
+            config: sel.config.clone(),
+            fields: Some(sel.fields.clone()),
+        };
+        let (mut env, fields) = match (env_name, selection) {
+            (None, Some(sel)) => (selected(&sel), Some(sel)),
+            (Some(name), Some(sel)) if sel.env_name == name => (selected(&sel), Some(sel)),
             (Some(name), _) => {
-                let env = self.environment(name)?;
-                (env.name, env.file_path, BTreeMap::new(), None)
+                let found = self.environment(name)?;
+                let env = RunEnvironment {
+                    name: found.name,
+                    file: found.file_path,
+                    kind: found.kind,
+                    source: Some(found.source),
+                    config: BTreeMap::new(),
+                    fields: None,
+                };
+                (env, None)
             }
             (None, None) => return Err(ServiceError::NoSelection),
         };
+        let (name, file) = (&env.name, &env.file);
         if !file.is_file() {
             // Deleted or moved since it was selected: the run would only fail when its env stage starts.
-            return Err(ServiceError::EnvironmentFileMissing { name, path: file });
+            return Err(ServiceError::EnvironmentFileMissing { name: name.clone(), path: file.clone() });
         }
         for (field, raw) in overrides {
             let value = match &fields {
@@ -170,8 +187,8 @@ impl Service {
                     check_value(&untyped, raw)?
                 }
             };
-            config.insert(field.clone(), value);
+            env.config.insert(field.clone(), value);
         }
-        Ok((name, file, config))
+        Ok(env)
     }
 }

@@ -18,6 +18,24 @@ pub enum ServiceError {
     MissingCredentials { workflow: String, wanted: Vec<String>, missing: Vec<String> },
     #[error("workflow '{0}' runs an environment: pass --env NAME (or select one)")]
     NeedsEnvironment(String),
+    /// A workflow that trains one kind of environment, given another.
+    #[error(
+        "environment '{env}' is of kind {kind}, and workflow '{workflow}' trains {trains} environments ({})",
+        instead.map_or_else(|| "a run that names no workflow gets the catalog's default".to_string(), |w| format!("{w} trains it; a run that names no workflow gets it"))
+    )]
+    WrongEnvironmentKind {
+        workflow: String,
+        trains: crate::environments::EnvKind,
+        env: String,
+        kind: crate::environments::EnvKind,
+        instead: Option<&'static str>,
+    },
+    /// A verifiers environment's `load_environment` parameter with no default and no value.
+    #[error(
+        "environment '{env}' needs a value for '{parameter}' (its load_environment has no default for it): \
+         `lachesis config set {parameter} VALUE`, or --set {parameter}=VALUE for one run"
+    )]
+    MissingEnvArgument { env: String, parameter: String },
     #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
     UnknownVar { name: String, workflow: String, known: String },
     #[error(
@@ -171,6 +189,7 @@ impl ServiceError {
             E::Edit(crate::environments::EditError::Locked { .. }) => ErrorKind::Forbidden,
             E::Edit(_) | E::Value(_) | E::Provider(_) | E::Schedule(_) => ErrorKind::Invalid,
             E::NeedsEnvironment(_) | E::UnknownVar { .. } | E::BuiltinVar { .. } => ErrorKind::Invalid,
+            E::WrongEnvironmentKind { .. } | E::MissingEnvArgument { .. } => ErrorKind::Invalid,
             E::BadAssignment { .. } | E::Unplannable { .. } => ErrorKind::Invalid,
             E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
@@ -213,6 +232,8 @@ impl ServiceError {
             E::InBatch { source, .. } => source.code(),
             E::InSweep { source, .. } => source.code(),
             E::MissingCredentials { .. } => "missing_credentials",
+            E::WrongEnvironmentKind { .. } => "wrong_environment_kind",
+            E::MissingEnvArgument { .. } => "missing_env_argument",
             E::Edit(crate::environments::EditError::Locked { .. }) => "locked_field",
             E::NoSelection => "no_selection",
             E::NeedsPostgres(_) => "needs_postgres",

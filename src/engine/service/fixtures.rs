@@ -128,6 +128,12 @@ impl Service {
         Ok(self.store.put_metric_values(run, attempt, readings, at).await?)
     }
 
+    /// Stores `selection` as the selected environment, as `env select` would, without
+    /// discovering or introspecting it.
+    pub async fn put_selection_as_given(&self, selection: &crate::environments::Selection) -> Result<()> {
+        Ok(self.store.put_selection(selection).await?)
+    }
+
     /// Sets when the morning report's cron post `name` last handled a due time (a daemon that
     /// was down since then catches up once).
     pub async fn overwrite_report_post(&self, name: &str, last_fired: Millis) -> Result<()> {

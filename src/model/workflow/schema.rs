@@ -15,6 +15,11 @@ pub const BUILTIN_VARS: &[&str] = &[
     "config_path",
     "env_file",
     "env_name",
+    // The environment's configured values as one JSON object (a verifiers environment's
+    // `load_environment` arguments), and the directory that imports a not-installed one (empty
+    // for an installed package: Python ignores an empty PYTHONPATH).
+    "env_args",
+    "env_import_dir",
     "python",
     "workflow_dir",
     "home",
@@ -65,6 +70,11 @@ pub struct Workflow {
     /// SIGTERM-to-SIGKILL grace when stopping a stage; the daemon's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_grace: Option<Dur>,
+    /// The kind of environment its stages train (`environment: verifiers`), as written; read
+    /// through `Workflow::trains`, which parsing has checked. Absent: Atropos when a stage runs
+    /// the environment's file (`{env_file}`), any kind otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
     /// Infrastructure settings tools and agents may not change (the locked profile).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub locked: serde_json::Map<String, serde_json::Value>,

@@ -1,11 +1,13 @@
 //! Runs: submit, views (find, list, status), stop and requeue, results.
 
+mod environment;
 mod results;
 mod stop;
 mod submit;
 mod views;
 
 pub use crate::workflow::request::{DependencyRequest, DependencyTarget, RunRequest};
+pub(super) use environment::RunEnvironment;
 pub(super) use results::weights_in;
 pub use results::{RunResults, trained_weights, trained_weights_of};
 pub(super) use stop::resubmitted_set;

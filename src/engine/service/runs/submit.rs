@@ -33,6 +33,10 @@ pub(in crate::engine::service) enum InBatch {
 /// A sweep to write with a batch, with its members.
 pub(in crate::engine::service) type SweepRows = (SweepRecord, Vec<(Run, Vec<Stage>)>);
 
+/// The built-in variables that hand a stage the run's environment: a workflow using one needs
+/// an environment (the selection's, or `--env`).
+const ENV_VARS: [&str; 4] = ["env_file", "env_name", "env_args", "env_import_dir"];
+
 /// Only the workflow's declared vars take per-run values: the built-ins (the interpreter, the
 /// checkout, the run's paths) are the operator's, never a caller's.
 fn check_run_vars(spec: &Workflow, vars: &BTreeMap<String, String>) -> Result<()> {
@@ -196,7 +200,7 @@ impl Service {
         after: &[(String, AwaitedKind)],
         id: Uuid,
     ) -> Result<Run> {
-        let name = request.workflow.clone().unwrap_or_else(|| catalog.default_name());
+        let name = self.workflow_for(catalog, request.workflow.as_deref(), request.env.as_deref()).await?;
         let cached = specs.get(&name).cloned();
         let mut spec = match cached {
             Some(spec) => spec,
@@ -218,32 +222,29 @@ impl Service {
             spec.preemptible = preemptible;
         }
         let needs = self.checked_needs(&spec, &request.needs)?;
-        let runs_env = spec.uses_var("env_file") || spec.uses_var("env_name");
-        let (env_name, env_file, config) = if runs_env || request.env.is_some() {
-            let (name, file, config) = self
-                .run_environment(request.env.as_deref(), &request.set, &spec)
-                .await
-                .map_err(|err| match err {
-                    ServiceError::NoSelection if runs_env => {
-                        ServiceError::NeedsEnvironment(spec.name.clone())
+        let runs_env = ENV_VARS.iter().any(|var| spec.uses_var(var)) || spec.trains().is_some();
+        let (env, config) = if runs_env || request.env.is_some() {
+            let env =
+                self.run_environment(request.env.as_deref(), &request.set, &spec).await.map_err(|err| {
+                    match err {
+                        ServiceError::NoSelection if runs_env => {
+                            ServiceError::NeedsEnvironment(spec.name.clone())
+                        }
+                        other => other,
                     }
-                    other => other,
                 })?;
-            (Some(name), Some(file), config)
+            env.check_trained_by(&spec)?;
+            env.check_required()?;
+            let config = env.config.clone();
+            (Some(env), config)
         } else {
             let config =
                 request.set.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
-            (None, None, config)
+            (None, config)
         };
         let run_dir = self.settings.run_dir(&id);
-        let resolved = self.resolve_vars(
-            &spec,
-            (&request.vars, after),
-            (env_name.as_deref(), env_file.as_deref()),
-            &id,
-            &run_dir,
-            catalog.dir(),
-        )?;
+        let resolved =
+            self.resolve_vars(&spec, (&request.vars, after), env.as_ref(), &id, &run_dir, catalog.dir())?;
         // A dry run of the expansion with stand-in ports, so a template problem is caught now.
         let mut trial = resolved.clone();
         for port in spec.ports.keys() {
@@ -261,7 +262,7 @@ impl Service {
         let params = RunParams { vars: request.vars, config, needs, resolved, after, sweep: None };
         let held_at = request.hold.unwrap_or(false).then(crate::model::now_millis);
         let run = Run {
-            env_name,
+            env_name: env.map(|env| env.name),
             workflow: name,
             held_at,
             ..Run::queued(id, spec, run_dir, request.priority.unwrap_or(0), params)
@@ -314,7 +315,7 @@ impl Service {
         &self,
         spec: &Workflow,
         (vars, after): (&BTreeMap<String, String>, &[(String, AwaitedKind)]),
-        (env_name, env_file): (Option<&str>, Option<&std::path::Path>),
+        env: Option<&super::RunEnvironment>,
         id: &Uuid,
         run_dir: &std::path::Path,
         workflow_dir: &std::path::Path,
@@ -324,8 +325,10 @@ impl Service {
             ("run_id".to_string(), id.to_string()),
             ("run_dir".to_string(), path(run_dir)),
             ("config_path".to_string(), path(&run_dir.join("config.yaml"))),
-            ("env_file".to_string(), env_file.map(path).unwrap_or_default()),
-            ("env_name".to_string(), env_name.unwrap_or_default().to_string()),
+            ("env_file".to_string(), env.map(|e| path(&e.file)).unwrap_or_default()),
+            ("env_name".to_string(), env.map(|e| e.name.clone()).unwrap_or_default()),
+            ("env_args".to_string(), env.map_or_else(|| "{}".to_string(), super::RunEnvironment::args_json)),
+            ("env_import_dir".to_string(), env.map(super::RunEnvironment::import_dir).unwrap_or_default()),
             ("python".to_string(), self.settings.python.clone()),
             ("workflow_dir".to_string(), path(workflow_dir)),
             ("home".to_string(), path(&self.settings.home)),
