@@ -68,7 +68,8 @@ fn command_pages(words: &mut Vec<String>, out: &mut String) {
     let args: Vec<&str> = words.iter().map(String::as_str).collect();
     let text = help(&args);
     let title = if words.is_empty() { "lachesis".to_string() } else { format!("lachesis {}", words.join(" ")) };
-    out.push_str(&format!("## {title}\n\n```text\n{}\n```\n\n", text.trim_end()));
+    let lines: Vec<&str> = text.trim_end().lines().map(str::trim_end).collect();
+    out.push_str(&format!("## {title}\n\n```text\n{}\n```\n\n", lines.join("\n")));
     for sub in subcommands(&text) {
         words.push(sub);
         command_pages(words, out);
@@ -86,7 +87,7 @@ fn the_command_reference_is_every_commands_help() {
 
 /// A Markdown table cell: one line, `|` escaped.
 fn cell(text: &str) -> String {
-    text.replace('\n', " ").replace('|', "\\|")
+    text.replace('\n', " ").replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 #[tokio::test]
