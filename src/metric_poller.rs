@@ -85,7 +85,9 @@ async fn learn_sweep_metrics(service: &Service, polled: &[&Run], known: &mut Has
             Ok(metric) => {
                 known.insert(sweep, metric);
             }
-            Err(err) => tracing::debug!(sweep = %crate::model::short_id(&sweep), "cannot read the sweep's metric: {err}"),
+            Err(err) => {
+                tracing::debug!(sweep = %crate::model::short_id(&sweep), "cannot read the sweep's metric: {err}")
+            }
         }
     }
     if known.values().flatten().count() > MAX_NAMED_KEYS {

@@ -49,7 +49,8 @@ fn expand_braces(path: &str) -> Vec<String> {
 
 /// The repository paths a document names: words starting with one of the tree's top folders.
 fn named_paths(text: &str) -> Vec<String> {
-    const ROOTS: [&str; 8] = ["src/", "tests/", "benches/", "migrations/", "workflows/", "scripts/", ".ci/", "docs/"];
+    const ROOTS: [&str; 8] =
+        ["src/", "tests/", "benches/", "migrations/", "workflows/", "scripts/", ".ci/", "docs/"];
     let mut paths = Vec::new();
     for word in text.split(|c: char| c.is_whitespace() || "`()'\"[]<>*|".contains(c)) {
         if !ROOTS.iter().any(|root| word.starts_with(root)) {
@@ -253,9 +254,13 @@ fn every_relative_link_of_the_docs_resolves() {
                     continue;
                 }
                 if let Some(anchor) = anchor {
-                    let target_text = if full.is_dir() { String::new() } else { doc(&path.to_string_lossy()) };
+                    let target_text =
+                        if full.is_dir() { String::new() } else { doc(&path.to_string_lossy()) };
                     if !anchors(&target_text).contains(anchor) {
-                        broken.push(format!("{name}: {target} (no heading of {} has that anchor)", path.display()));
+                        broken.push(format!(
+                            "{name}: {target} (no heading of {} has that anchor)",
+                            path.display()
+                        ));
                     }
                 }
             }
@@ -285,10 +290,16 @@ fn anchors_follow_githubs_rules() {
     assert_eq!(slug("Checking a box: `doctor`"), "checking-a-box-doctor");
     assert_eq!(slug("W&B identity"), "wb-identity");
     assert_eq!(slug("A workflow's metrics"), "a-workflows-metrics");
-    assert_eq!(slug("The shim fork server (2026-11-24, 04:27 UTC)"), "the-shim-fork-server-2026-11-24-0427-utc");
+    assert_eq!(
+        slug("The shim fork server (2026-11-24, 04:27 UTC)"),
+        "the-shim-fork-server-2026-11-24-0427-utc"
+    );
     assert_eq!(slug("See [Sweeps](sweeps.md) now"), "see-sweeps-now");
     let found = anchors("# A\n## B\n```\n# not a heading\n```\n## B\n#hashtag\n");
     assert_eq!(found, ["a", "b", "b-1"].into_iter().map(String::from).collect());
-    assert_eq!(link_targets("see [a](x.md#y) and `[b](not.md)` and [c](https://e.org)"), ["x.md#y", "https://e.org"]);
+    assert_eq!(
+        link_targets("see [a](x.md#y) and `[b](not.md)` and [c](https://e.org)"),
+        ["x.md#y", "https://e.org"]
+    );
     assert_eq!(normalize(Path::new("docs/reference/../runs.md")), PathBuf::from("docs/runs.md"));
 }

@@ -67,7 +67,8 @@ fn subcommands(help: &str) -> Vec<String> {
 fn command_pages(words: &mut Vec<String>, out: &mut String) {
     let args: Vec<&str> = words.iter().map(String::as_str).collect();
     let text = help(&args);
-    let title = if words.is_empty() { "lachesis".to_string() } else { format!("lachesis {}", words.join(" ")) };
+    let title =
+        if words.is_empty() { "lachesis".to_string() } else { format!("lachesis {}", words.join(" ")) };
     let lines: Vec<&str> = text.trim_end().lines().map(str::trim_end).collect();
     out.push_str(&format!("## {title}\n\n```text\n{}\n```\n\n", lines.join("\n")));
     for sub in subcommands(&text) {
@@ -98,7 +99,8 @@ async fn the_http_reference_is_the_openapi_documents_routes() {
     let response = tower::ServiceExt::oneshot(app, request).await.unwrap();
     let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
     let document: Value = serde_json::from_slice(&body).unwrap();
-    let mut generated = String::from("| method | path | what it does | example body |\n| --- | --- | --- | --- |\n");
+    let mut generated =
+        String::from("| method | path | what it does | example body |\n| --- | --- | --- | --- |\n");
     let paths = document["paths"].as_object().expect("paths");
     for (path, operations) in paths {
         for (method, operation) in operations.as_object().unwrap() {
@@ -125,7 +127,12 @@ fn argument_row(name: &str, schema: &Value, required: bool) -> String {
         _ => String::new(),
     };
     let description = schema["description"].as_str().unwrap_or_default();
-    format!("| `{name}` | {} | {} | {} |\n", cell(&kind), if required { "yes" } else { "" }, cell(description))
+    format!(
+        "| `{name}` | {} | {} | {} |\n",
+        cell(&kind),
+        if required { "yes" } else { "" },
+        cell(description)
+    )
 }
 
 #[test]
@@ -137,7 +144,8 @@ fn the_mcp_reference_is_the_tools_lachesis_mcp_lists() {
     let mut generated = String::new();
     for tool in &tools {
         let name = tool["name"].as_str().unwrap_or_default();
-        generated.push_str(&format!("### {name}\n\n{}\n\n", tool["description"].as_str().unwrap_or_default()));
+        generated
+            .push_str(&format!("### {name}\n\n{}\n\n", tool["description"].as_str().unwrap_or_default()));
         let schema = &tool["inputSchema"];
         let required: Vec<&str> =
             schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();

@@ -156,7 +156,8 @@ async fn the_wandb_poller_reads_the_metric_a_sweep_names_whatever_its_key() {
     )
     .unwrap();
     let started: serde_json::Value =
-        serde_json::from_str(&home.cli_ok(&["sweep", "start", sweep_file.to_str().unwrap(), "--json"])).unwrap();
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", sweep_file.to_str().unwrap(), "--json"]))
+            .unwrap();
     let sweep = started["id"].as_str().unwrap().to_string();
     let member = started["members"][0].as_str().unwrap().to_string();
     home.start_daemon();
@@ -166,20 +167,26 @@ async fn the_wandb_poller_reads_the_metric_a_sweep_names_whatever_its_key() {
     };
     let names: Vec<String> = wait_for("the sweep's metric read from W&B", T, || {
         let found = metrics(&home);
-        let names: Vec<String> =
-            found["metrics"].as_array().into_iter().flatten().filter_map(|m| m["name"].as_str().map(String::from)).collect();
+        let names: Vec<String> = found["metrics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["name"].as_str().map(String::from))
+            .collect();
         std::future::ready(names.iter().any(|n| n == "zz/pass_rate").then_some(names))
     })
     .await;
     // The known keys the fake logs (train/reward_mean, train/loss), the sweep's metric, and
     // sixteen of the twenty others: no more.
     assert_eq!(names.len(), 2 + 1 + lachesis::wandb::MAX_OTHER_KEYS, "{names:?}");
-    let series: serde_json::Value = serde_json::from_str(&home.cli_ok(&[
-        "run", "metrics", &member, "--name", "zz/pass_rate", "--json",
-    ]))
-    .unwrap();
+    let series: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["run", "metrics", &member, "--name", "zz/pass_rate", "--json"]))
+            .unwrap();
     let points = series["points"].as_array().unwrap();
-    assert_eq!(points.last().map(|p| (p["step"].clone(), p["value"].clone())), Some((19.into(), 0.39.into())));
+    assert_eq!(
+        points.last().map(|p| (p["step"].clone(), p["value"].clone())),
+        Some((19.into(), 0.39.into()))
+    );
 
     // The leaderboard compares the member by it.
     let status = home.cli_ok(&["sweep", "status", &sweep]);
