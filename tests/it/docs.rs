@@ -15,18 +15,12 @@ pub fn repo() -> PathBuf {
 /// The documents checked, relative to the repository: the README, ARCHITECTURE.md, and every
 /// Markdown file under `docs/`, sorted.
 fn documents() -> Vec<String> {
-    fn walk(dir: &Path, out: &mut Vec<String>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path.strip_prefix(repo()).unwrap().to_string_lossy().into_owned());
-            }
-        }
-    }
     let mut docs = vec!["README.md".to_string(), "ARCHITECTURE.md".to_string()];
-    walk(&repo().join("docs"), &mut docs);
+    docs.extend(
+        crate::support::files_under(&repo().join("docs"), "md")
+            .into_iter()
+            .map(|path| path.strip_prefix(repo()).unwrap().to_string_lossy().into_owned()),
+    );
     docs[2..].sort();
     docs
 }
