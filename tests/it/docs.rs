@@ -3,7 +3,7 @@
 //! relative link they make reaches a file and, with `#anchor`, a heading of it (GitHub's
 //! anchors). The generated references are checked in `docs_reference.rs`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::support::{TestHome, stderr};
@@ -127,39 +127,64 @@ fn code_spans(line: &str) -> impl Iterator<Item = &str> {
     line.split('`').skip(1).step_by(2)
 }
 
+/// The long flags a shown command line passes (`--needs gpu=2`, `[--json]`), before any comment.
+fn shown_flags(line: &str) -> Vec<&str> {
+    let line = line.split(" #").next().unwrap_or(line);
+    line.split(|c: char| c.is_whitespace() || "[]|()".contains(c))
+        .filter_map(|word| word.strip_prefix("--"))
+        .map(|flag| flag.split('=').next().unwrap_or(flag))
+        .filter(|flag| flag.chars().next().is_some_and(|c| c.is_ascii_lowercase()))
+        .collect()
+}
+
 #[test]
-fn every_command_the_docs_show_parses() {
-    let mut commands: BTreeSet<Vec<String>> = BTreeSet::new();
-    let mut shown_in: Vec<(String, usize)> = Vec::new();
+fn every_command_the_docs_show_parses_with_its_flags() {
+    // Each command's words, and the flags shown with it anywhere.
+    let mut commands: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
+    let mut readme = 0;
     for name in documents() {
         let text = doc(&name);
-        let before = commands.len();
         for (place, line) in lines_placed(&text) {
-            let mut found: Vec<Vec<&str>> = Vec::new();
-            match place {
-                Place::Text => found.extend(code_spans(line).filter_map(command_words)),
-                Place::Code => found.extend(command_words(line)),
-                Place::Console => found.extend(line.strip_prefix("$ ").and_then(command_words)),
+            let shown: Vec<&str> = match place {
+                Place::Text => code_spans(line).filter(|span| command_words(span).is_some()).collect(),
+                Place::Code => vec![line.trim()],
+                Place::Console => line.strip_prefix("$ ").into_iter().collect(),
+            };
+            for line in shown {
+                let Some(words) = command_words(line) else { continue };
+                readme += usize::from(name == "README.md");
+                let flags = commands.entry(words.into_iter().map(String::from).collect()).or_default();
+                flags.extend(shown_flags(line).into_iter().map(String::from));
             }
-            commands.extend(found.into_iter().map(|words| words.into_iter().map(String::from).collect()));
         }
-        shown_in.push((name, commands.len() - before));
     }
-    let readme = shown_in.iter().find(|(name, _)| name == "README.md").map_or(0, |(_, n)| *n);
     assert!(readme >= 8, "the README shows only {readme} commands");
     assert!(commands.len() > 40, "only {} commands found: {commands:?}", commands.len());
     let home = TestHome::new();
-    for words in commands {
+    for (words, flags) in commands {
         let mut args: Vec<&str> = words.iter().map(String::as_str).collect();
         args.push("--help");
         let out = home.cli(&args);
-        assert!(
-            out.status.success(),
-            "the docs show `lachesis {}`, which does not parse: {}",
-            words.join(" "),
-            stderr(&out)
-        );
+        let shown = format!("lachesis {}", words.join(" "));
+        assert!(out.status.success(), "the docs show `{shown}`, which does not parse: {}", stderr(&out));
+        let help = String::from_utf8_lossy(&out.stdout);
+        let unknown: Vec<&String> = flags
+            .iter()
+            .filter(|flag| {
+                !help.split(|c: char| c.is_whitespace() || c == ',').any(|w| w == format!("--{flag}"))
+            })
+            .collect();
+        assert!(unknown.is_empty(), "the docs show `{shown}` with flags it does not take: {unknown:?}");
     }
+}
+
+#[test]
+fn shown_flags_are_the_long_flags_before_a_comment() {
+    assert_eq!(
+        shown_flags("lachesis gc --older-than 30d [--dry-run] [--json]  # forget"),
+        ["older-than", "dry-run", "json"]
+    );
+    assert_eq!(shown_flags("lachesis run start --needs gpu=2 --var=a # --not-this"), ["needs", "var"]);
 }
 
 /// GitHub's anchor for a heading: its text as rendered (code spans, emphasis and link targets
