@@ -24,7 +24,7 @@ fn main() -> ExitCode {
             // Not eprintln!, which panics when stderr fails (a full disk, a gone reader).
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "lachesis: {err}");
-            ExitCode::FAILURE
+            ExitCode::from(cli::exit_code::for_error(err.as_ref()))
         }
     }
 }

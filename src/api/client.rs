@@ -24,9 +24,10 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The daemon refused the request; its message is the one the store path would give.
-    #[error("{0}")]
-    Refused(String),
+    /// The daemon refused the request; its message is the one the store path would give, and
+    /// its HTTP status says whether the request or the daemon was at fault.
+    #[error("{message}")]
+    Refused { status: u16, message: String },
     /// Sent, but no answer came: whether it was done is unknown.
     #[error(
         "the daemon took the request but did not answer ({0}); it may have been done: check `lachesis run list`"
@@ -37,7 +38,8 @@ pub enum ClientError {
 /// Queues one run through the home's daemon. `None`: no daemon with these settings listens,
 /// and nothing was sent.
 pub async fn submit(settings: &Settings, request: &RunRequest) -> Result<Option<RunSummary>, ClientError> {
-    let body = serde_json::to_vec(request).map_err(|e| ClientError::Refused(e.to_string()))?;
+    let body = serde_json::to_vec(request)
+        .map_err(|e| ClientError::Refused { status: 400, message: e.to_string() })?;
     post(settings, "/runs", body).await
 }
 
@@ -67,7 +69,7 @@ async fn post<T: DeserializeOwned>(
         .header(CONTENT_TYPE, "application/json")
         .header(SETTINGS_HEADER, settings.fingerprint())
         .body(Full::new(Bytes::from(body)))
-        .map_err(|e| ClientError::Refused(e.to_string()))?;
+        .map_err(|e| ClientError::Refused { status: 400, message: e.to_string() })?;
     let Some((status, bytes)) = exchange(settings, request, ANSWER_WITHIN).await? else { return Ok(None) };
     let unanswered = |e: &dyn std::fmt::Display| ClientError::Unanswered(e.to_string());
     if status.is_success() {
@@ -78,7 +80,7 @@ async fn post<T: DeserializeOwned>(
         return Ok(None);
     }
     let message = failure["message"].as_str().map_or_else(|| status.to_string(), str::to_string);
-    Err(ClientError::Refused(message))
+    Err(ClientError::Refused { status: status.as_u16(), message })
 }
 
 /// Sends `request` to the daemon of `settings`' home: its status and body, or None when no

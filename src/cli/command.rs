@@ -18,7 +18,8 @@ pub type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
 #[command(
     name = "lachesis",
     version,
-    about = "Queue, start and supervise RL training runs (Atropos + Tinker), restart-safe"
+    about = "Queue, start and supervise RL training runs (Atropos + Tinker), restart-safe",
+    after_long_help = super::exit_code::HELP
 )]
 pub struct Cli {
     /// State directory: the SQLite store, run directories, workflows [default: ~/.lachesis]

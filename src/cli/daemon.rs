@@ -171,6 +171,7 @@ pub fn run(settings: Settings, args: DaemonArgs) -> CliResult {
         None if args.detach => return detach(&settings, args.json),
         None => {}
     }
+    name_the_process();
     // The detached daemon keeps its log in the home; any other writes to its stderr. Neither
     // can stop it by failing (see daemon::log).
     let log = if args.detached {
@@ -231,6 +232,15 @@ fn serve(settings: Settings, args: DaemonArgs, log: DaemonLog) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The daemon is `lachesis` in `ps`, `top` and `pgrep lachesis`, detached or not: re-executed
+/// through `/proc/self/exe`, the kernel would name it `exe`.
+fn name_the_process() {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string (at most 16 bytes are kept).
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"lachesis".as_ptr());
+    }
+}
+
 /// How long `--detach` waits for the daemon to answer (a PostgreSQL store's migrations, a slow
 /// disk).
 const START_WITHIN: Duration = Duration::from_secs(60);
@@ -278,7 +288,13 @@ fn status(settings: &Settings, json: bool) -> CliResult {
     } else {
         print!("{}", status_text(&status));
     }
-    Ok(if status.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    use crate::cli::exit_code::{NOT_OK, SUCCESS, UNREACHABLE, code};
+    // A script tells "no daemon" from "a daemon that is not well".
+    Ok(code(match (status.ok, status.running) {
+        (true, _) => SUCCESS,
+        (false, true) => NOT_OK,
+        (false, false) => UNREACHABLE,
+    }))
 }
 
 fn status_text(status: &DaemonStatus) -> String {

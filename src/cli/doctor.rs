@@ -1,5 +1,3 @@
-use std::process::ExitCode;
-
 use lachesis::service::Service;
 use lachesis::settings::Settings;
 
@@ -27,5 +25,5 @@ pub async fn run(settings: Settings, args: DoctorArgs) -> CliResult {
             println!("{mark} {:<18} {}", c.name, c.detail);
         }
     }
-    Ok(if checkup.healthy() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(crate::cli::exit_code::ok_or_not(checkup.healthy()))
 }

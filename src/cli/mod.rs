@@ -7,6 +7,7 @@ mod config;
 mod daemon;
 mod doctor;
 mod env;
+pub(crate) mod exit_code;
 mod gc;
 mod input;
 mod mcp;

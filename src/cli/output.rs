@@ -54,13 +54,43 @@ pub fn is_tty() -> bool {
     std::io::stdout().is_terminal()
 }
 
-pub fn table<const N: usize>(header: [&str; N]) -> Table {
+/// A table for people: columns separated by spaces, no borders, and no trailing spaces (comfy-table
+/// pads every cell, the last column included, to its width).
+pub fn table<const N: usize>(header: [&str; N]) -> PlainTable {
     let mut table = Table::new();
     table
         .load_style(presets::NOTHING)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header(header);
-    table
+    PlainTable(table)
+}
+
+/// A comfy-table whose lines end at their last character.
+pub struct PlainTable(Table);
+
+impl std::ops::Deref for PlainTable {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PlainTable {
+    fn deref_mut(&mut self) -> &mut Table {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Display for PlainTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, line) in self.0.lines().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            f.write_str(line.trim_end())?;
+        }
+        Ok(())
+    }
 }
 
 /// Local wall-clock time, to the second.
@@ -96,5 +126,21 @@ pub fn stage_state(stage: &Stage, run_ended: bool) -> String {
         }
         (ProcessState::Exited, None) => "did not start".into(),
         (state, _) => state.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod plain_table_tests {
+    use super::*;
+
+    #[test]
+    fn no_line_of_a_table_ends_in_spaces() {
+        let mut t = table(["ID", "STATE", "REASON"]);
+        t.add_row(["ab12cd34", "failed", "stage 'trainer' exited 1"]);
+        t.add_row(["ef56", "completed", ""]);
+        let text = t.to_string();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(text.lines().all(|line| line == line.trim_end()), "{text:?}");
+        assert!(text.lines().nth(1).unwrap().ends_with("stage 'trainer' exited 1"), "{text}");
     }
 }

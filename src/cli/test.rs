@@ -262,7 +262,7 @@ async fn wait_for(service: &Service, test: InferenceTest, json: bool) -> CliResu
                 print_test(&test, &tasks);
             }
             let ok = matches!(test.state, TestState::Succeeded);
-            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            return Ok(crate::cli::exit_code::ok_or_not(ok));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

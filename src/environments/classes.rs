@@ -35,6 +35,8 @@ impl ClassDef {
             file_path: path.to_owned(),
             description,
             config_class: self.config_class.clone().unwrap_or_else(|| DEFAULT_CONFIG_CLASS.into()),
+            kind: super::EnvKind::Atropos,
+            source: super::EnvSource::Directory { dir: path.parent().unwrap_or(path).to_owned() },
         }
     }
 }

@@ -26,6 +26,7 @@ use serde::{Serialize, Serializer};
 use tree_sitter::Parser;
 
 use super::classes::{ClassDef, parse_file};
+use super::kind::{EnvKind, EnvSource};
 use super::scan::collect_files;
 
 /// The root class every environment derives from.
@@ -45,6 +46,9 @@ pub struct DiscoveredEnv {
     pub description: String,
     /// The class attribute `env_config_cls`, or `BaseEnvConfig`.
     pub config_class: String,
+    pub kind: EnvKind,
+    /// Where it was found (its directory, or its installed package and version).
+    pub source: EnvSource,
 }
 
 /// A file or directory that could not be scanned; the rest of the listing is still valid.
@@ -252,9 +256,11 @@ if __name__ == "__main__":
             vec![DiscoveredEnv {
                 name: "gsm8k".into(),
                 class_name: "GSM8kEnv".into(),
-                file_path: path,
+                file_path: path.clone(),
                 description: "Grade-school math, scored by exact match.".into(),
                 config_class: "BaseEnvConfig".into(),
+                kind: EnvKind::Atropos,
+                source: EnvSource::Directory { dir: path.parent().unwrap().to_owned() },
             }]
         );
         assert!(found.warnings.is_empty(), "{:?}", found.warnings);

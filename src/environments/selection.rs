@@ -15,7 +15,13 @@ use crate::workflow::template;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
     pub env_name: String,
+    /// The file that defines it: the Atropos class's file, or the verifiers module.
     pub env_file: PathBuf,
+    #[serde(default)]
+    pub kind: super::EnvKind,
+    /// Where it was found; `None` in a selection stored before environments had kinds.
+    #[serde(default)]
+    pub source: Option<super::EnvSource>,
     pub class_name: String,
     pub config_class: String,
     /// Set when introspection fell back to `BaseEnvConfig`, saying why.
@@ -77,6 +83,8 @@ impl Selection {
         Selection {
             env_name: env.name.clone(),
             env_file: env.file_path.clone(),
+            kind: env.kind,
+            source: Some(env.source.clone()),
             class_name: env.class_name.clone(),
             config_class: introspection.config_class,
             fell_back: introspection.fell_back,
@@ -187,6 +195,8 @@ mod tests {
             file_path: "/envs/gsm8k.py".into(),
             description: String::new(),
             config_class: "BaseEnvConfig".into(),
+            kind: crate::environments::EnvKind::Atropos,
+            source: crate::environments::EnvSource::Directory { dir: "/envs".into() },
         };
         let introspection = Introspection {
             config_class: "BaseEnvConfig".into(),

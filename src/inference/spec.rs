@@ -153,6 +153,9 @@ mod tests {
         let spec = InferenceSpec {
             env_name: "gsm8k".into(),
             env_file: "/envs/gsm8k.py".into(),
+            env_kind: Default::default(),
+            import_dir: None,
+            env_args: Default::default(),
             python: "python3".into(),
             models: vec!["qwen/qwen3-8b".into()],
             steps: 3,

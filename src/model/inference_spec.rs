@@ -14,6 +14,16 @@ use super::workflow::Dur;
 pub struct InferenceSpec {
     pub env_name: String,
     pub env_file: PathBuf,
+    /// Decides what each model runs: the Atropos environment's `process` mode, or `vf-eval`.
+    /// Tests stored before kinds existed are Atropos tests.
+    #[serde(default)]
+    pub env_kind: crate::environments::EnvKind,
+    /// The directory a not-installed environment imports from (put on `PYTHONPATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import_dir: Option<PathBuf>,
+    /// The environment's configured arguments (a verifiers environment's `--env-args`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env_args: BTreeMap<String, serde_json::Value>,
     pub python: String,
     pub models: Vec<String>,
     pub steps: u32,

@@ -270,3 +270,31 @@ fn every_command_path_has_help() {
     }
     assert!(seen > 30, "only {seen} command paths found");
 }
+
+/// A script tells the outcomes apart by the exit code alone (docs/reference/exit-codes.md).
+#[tokio::test]
+async fn exit_codes_tell_done_refused_not_completed_and_unreachable_apart() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "fails",
+        "name: fails\nstages:\n  - name: trainer\n    argv: [sh, -c, 'exit 7']\ncompletion: {stages: [trainer]}\n",
+    );
+    // Refused: nothing queued.
+    let out = home.cli(&["run", "start", "--workflow", "nope"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let out = home.cli(&["run", "status", "ffffffff"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // Usage stays clap's.
+    assert_eq!(home.cli(&["run", "start", "--no-such-flag"]).status.code(), Some(2));
+    home.start_daemon();
+    let out = home.cli(&["run", "start", "--workflow", "demo", "--var", "steps=1", "--wait"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Waited for, and ended other than completed.
+    let out = home.cli(&["run", "start", "--workflow", "fails", "--wait"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("failed"));
+    home.kill_daemon();
+    // A store that cannot be reached.
+    let out = home.cli(&["--database-url", "postgres://lachesis@127.0.0.1:1/none", "run", "list"]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+}

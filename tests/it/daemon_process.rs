@@ -278,6 +278,13 @@ async fn a_detached_daemon_outlives_the_shell_that_started_it_and_stops_on_reque
     );
     assert_eq!((fd_target(pid, 0), fd_target(pid, 1)), ("/dev/null".into(), "/dev/null".into()));
     assert_eq!(fd_target(pid, 2), log.display().to_string());
+    // Named as users look for it (`pgrep lachesis`, `top`), though it re-executed /proc/self/exe.
+    assert_eq!(read(Path::new(&format!("/proc/{pid}/comm"))), "lachesis\n");
+    let pgrep = Command::new("pgrep").args(["-x", "lachesis"]).output();
+    if let Ok(pgrep) = pgrep {
+        let pids = String::from_utf8_lossy(&pgrep.stdout).to_string();
+        assert!(pids.lines().any(|line| line == pid.to_string()), "pgrep -x lachesis: {pids}");
+    }
     let runs = burst(&home);
     all_end_truly(&mut home, &runs).await;
 
@@ -307,7 +314,9 @@ async fn a_detached_daemon_outlives_the_shell_that_started_it_and_stops_on_reque
     let (ok, status) = daemon_status(&home);
     assert!(!ok && status["running"] == false, "{status}");
     let again = home.cli(&["daemon", "stop"]);
-    assert!(!again.status.success() && stderr(&again).contains("no daemon is running"), "{}", stderr(&again));
+    assert!(stderr(&again).contains("no daemon is running"), "{}", stderr(&again));
+    assert_eq!(again.status.code(), Some(5), "no daemon: its own exit code");
+    assert_eq!(home.cli(&["daemon", "status"]).status.code(), Some(5));
     let text = read(&log);
     assert!(text.contains("SIGTERM: daemon exits") && !text.contains('\x1b'), "{text}");
 }

@@ -70,9 +70,9 @@ async fn run_start_goes_through_the_daemon_which_checks_the_keys_it_will_use() {
     assert_eq!(summary["workflow"], "keyed");
     assert!(summary["id"].as_str().is_some_and(|id| Uuid::parse_str(id).is_ok()));
 
-    // The daemon's refusals read as the store's would: one line, exit 1, nothing queued.
+    // The daemon's refusals read as the store's would: one line, exit 3 (refused), nothing queued.
     let out = cli(&home, &["run", "start", "-w", "nope"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let message = stderr(&out);
     assert!(message.starts_with("lachesis: unknown workflow 'nope'"), "{message}");
     assert_eq!(message.trim().lines().count(), 1, "{message}");

@@ -1,6 +1,5 @@
 //! Following a run until it ends (`run start --wait`, `run status --watch`).
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use lachesis::model::{RunState, Stage};
@@ -65,7 +64,7 @@ pub(super) async fn follow_progress(service: &Service, id: &str, json: bool) -> 
                 print_status(&status);
             }
             let ok = status.run.state == RunState::Completed;
-            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            return Ok(crate::cli::exit_code::ok_or_not(ok));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -189,6 +189,22 @@ impl ServiceError {
         }
     }
 
+    /// Whether the store could not be opened or reached (a server that refuses or drops
+    /// connections, a file that cannot be opened): nothing was asked of it, and the same request
+    /// may succeed once it answers. The CLI exits with its own code for it.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            ServiceError::Storage(err @ StoreError::Open { .. }) => {
+                err.fault() != Some(crate::engine::store::Fault::Full)
+            }
+            ServiceError::Storage(err) => err.fault() == Some(crate::engine::store::Fault::Away),
+            ServiceError::InBatch { source, .. } | ServiceError::InSweep { source, .. } => {
+                source.is_unreachable()
+            }
+            _ => false,
+        }
+    }
+
     /// A stable machine-readable name for the error (the HTTP API's `error` field): its kind's
     /// name, or a finer one that clients already match on.
     pub fn code(&self) -> &'static str {

@@ -111,6 +111,9 @@ impl Service {
         Ok(InferenceSpec {
             env_name: env.name.clone(),
             env_file: env.file_path.clone(),
+            env_kind: env.kind,
+            import_dir: env.source.import_dir().map(std::path::Path::to_path_buf),
+            env_args: BTreeMap::new(),
             python: self.settings.python.clone(),
             models,
             steps: request.steps.unwrap_or(DEFAULT_STEPS).max(1),

@@ -463,7 +463,8 @@ impl Store for SqlStore {
 
     async fn selection(&self) -> Result<Option<Selection>> {
         let row = sqlx::query(
-            "SELECT env_name, env_file, class_name, config_class, fields, config, updated_at FROM selection WHERE id = 1",
+            "SELECT env_name, env_file, kind, source, class_name, config_class, fields, config, updated_at \
+             FROM selection WHERE id = 1",
         )
         .fetch_optional(&self.pool)
         .await?;
@@ -471,9 +472,15 @@ impl Store for SqlStore {
         let fields: String = row.try_get("fields")?;
         let config: String = row.try_get("config")?;
         let (fell_back, fields) = from_json::<(Option<String>, _)>(&fields, "selection fields")?;
+        let kind: String = row.try_get("kind")?;
+        let source: Option<String> = row.try_get("source")?;
         Ok(Some(Selection {
             env_name: row.try_get("env_name")?,
             env_file: PathBuf::from(row.try_get::<String, _>("env_file")?),
+            kind: crate::environments::EnvKind::parse(&kind).ok_or_else(|| {
+                StoreError::Corrupt(format!("selection kind '{}'", crate::text::one_line(&kind)))
+            })?,
+            source: source.as_deref().map(|s| from_json(s, "selection source")).transpose()?,
             class_name: row.try_get("class_name")?,
             config_class: row.try_get("config_class")?,
             fell_back,
@@ -485,13 +492,16 @@ impl Store for SqlStore {
 
     async fn put_selection(&self, selection: &Selection) -> Result<()> {
         sqlx::query(
-            "INSERT INTO selection (id, env_name, env_file, class_name, config_class, fields, config, updated_at) \
-             VALUES (1, $1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET env_name = excluded.env_name, \
-             env_file = excluded.env_file, class_name = excluded.class_name, config_class = excluded.config_class, \
+            "INSERT INTO selection (id, env_name, env_file, kind, source, class_name, config_class, fields, config, updated_at) \
+             VALUES (1, $1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO UPDATE SET env_name = excluded.env_name, \
+             env_file = excluded.env_file, kind = excluded.kind, source = excluded.source, \
+             class_name = excluded.class_name, config_class = excluded.config_class, \
              fields = excluded.fields, config = excluded.config, updated_at = excluded.updated_at",
         )
         .bind(&selection.env_name)
         .bind(selection.env_file.to_string_lossy().into_owned())
+        .bind(selection.kind.as_str())
+        .bind(selection.source.as_ref().map(json))
         .bind(&selection.class_name)
         .bind(&selection.config_class)
         .bind(json(&(&selection.fell_back, &selection.fields)))

@@ -90,6 +90,9 @@ fn inference_spec() -> crate::inference::spec::InferenceSpec {
     crate::inference::spec::InferenceSpec {
         env_name: "arith".into(),
         env_file: PathBuf::from("/envs/arith.py"),
+        env_kind: Default::default(),
+        import_dir: None,
+        env_args: Default::default(),
         python: "python3".into(),
         models: vec!["m1".into(), "m2".into()],
         steps: 1,

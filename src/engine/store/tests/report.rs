@@ -43,6 +43,9 @@ fn test_as(state: TestState, ended_at: Option<i64>) -> InferenceTest {
     let spec = crate::inference::spec::InferenceSpec {
         env_name: "arith".into(),
         env_file: PathBuf::from("/envs/arith.py"),
+        env_kind: Default::default(),
+        import_dir: None,
+        env_args: Default::default(),
         python: "python3".into(),
         models: vec!["m1".into()],
         steps: 1,
