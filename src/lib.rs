@@ -1,5 +1,5 @@
 //! lachesis: a restart-safe supervisor and queue for reinforcement-learning training runs on
-//! the Atropos + Tinker stack. The concepts are in the README, how a run flows through these
+//! the Atropos + Tinker stack. The concepts are in the README and docs/, how a run flows through these
 //! modules in ARCHITECTURE.md.
 //!
 //! The layers (ARCHITECTURE.md, "Layers"; tests/it/layers.rs holds the code to them), outside

@@ -57,7 +57,7 @@ pub struct TestArgs {
     /// An OpenAI-compatible base URL (default: OpenRouter)
     #[serde(default)]
     pub provider: Option<String>,
-    /// The provider's server type: openai (default), vllm or sglang
+    /// The provider's server type: openai (default), vllm, sglang or trl
     #[serde(default)]
     pub server_type: Option<String>,
     /// The environment variable holding the provider's key (default OPENROUTER_API_KEY for OpenRouter)

@@ -332,8 +332,9 @@ impl WandbClient {
     }
 
     /// The metric history of `run` (found with `find_run`) by name, up to `samples` sampled rows
-    /// per key: the keys results show (`HISTORY_KEYS`), then up to `MAX_OTHER_KEYS` more of the
-    /// keys W&B says the run logs (not its `_` keys), each reading under its W&B key. Keys are
+    /// per key: the keys results and the report show (`HISTORY_KEYS`), the `named` ones (a
+    /// sweep's metric, whatever its key; at most `MAX_NAMED_KEYS`), then up to `MAX_OTHER_KEYS`
+    /// more of the keys W&B says the run logs (not its `_` keys), each reading under its W&B key. Keys are
     /// asked for one at a time: W&B samples only rows holding every key asked for, and eval
     /// metrics are logged at other steps than training ones. Only keys the run has history for
     /// are asked for, when W&B says which those are. NaN and infinities are dropped.
@@ -341,10 +342,11 @@ impl WandbClient {
         &self,
         project: &str,
         run: &RunRef,
+        named: &[&str],
         samples: u32,
     ) -> Result<Vec<MetricReading>, WandbError> {
         let mut readings = Vec::new();
-        for key in history_keys_of(run) {
+        for key in history_keys_of(run, named) {
             let rows = self.history(project, &run.id, &[key], samples).await?;
             readings.extend(history_readings(&rows, key));
         }
@@ -920,7 +922,7 @@ mod tests {
         let client = fake.client(KEY, Some("team"));
         let mut run = RunRef::finished_with(json!({}));
         run.history_keys = vec!["_step".into(), "eval/percent_correct".into(), "train/loss".into()];
-        let readings = within(client.metric_readings("p", &run, 100)).await.expect("history");
+        let readings = within(client.metric_readings("p", &run, &[], 100)).await.expect("history");
         let got: Vec<(&str, i64, f64)> =
             readings.iter().map(|r| (r.name.as_str(), r.step, r.value)).collect();
         assert_eq!(
@@ -936,14 +938,21 @@ mod tests {
 
         // W&B did not say which keys the run has: every metric key is asked for.
         run.history_keys.clear();
-        within(client.metric_readings("p", &run, 100)).await.expect("history");
+        within(client.metric_readings("p", &run, &[], 100)).await.expect("history");
         assert_eq!(fake.bodies().len(), 2 + HISTORY_KEYS.len());
 
         // Keys beyond the results' are read by name too, W&B's own left out.
         run.history_keys = vec!["_runtime".into(), "env/all/reward/total".into(), "train/loss".into()];
-        let readings = within(client.metric_readings("p", &run, 100)).await.expect("history");
+        let readings = within(client.metric_readings("p", &run, &[], 100)).await.expect("history");
         assert!(readings.iter().any(|r| r.name == "env/all/reward/total" && r.step == 3));
         assert_eq!(fake.bodies().len(), 2 + HISTORY_KEYS.len() + 2);
+
+        // A named key (a sweep's metric) is asked for even when W&B does not say the run logs
+        // keys at all.
+        run.history_keys.clear();
+        let readings = within(client.metric_readings("p", &run, &["my/score"], 100)).await.expect("history");
+        assert!(readings.iter().any(|r| r.name == "my/score" && r.step == 1), "{readings:?}");
+        assert_eq!(fake.bodies().len(), 2 + HISTORY_KEYS.len() + 2 + HISTORY_KEYS.len() + 1);
     }
 
     #[tokio::test]

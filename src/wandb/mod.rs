@@ -5,4 +5,4 @@ mod client;
 mod snapshot;
 
 pub use client::{DEFAULT_BASE, RunRef, WandbClient, WandbError, run_url};
-pub use snapshot::{HISTORY_KEYS, Snapshot, age_text, snapshot_from};
+pub use snapshot::{HISTORY_KEYS, MAX_NAMED_KEYS, MAX_OTHER_KEYS, Snapshot, age_text, snapshot_from};

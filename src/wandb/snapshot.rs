@@ -48,24 +48,38 @@ pub fn snapshot_from(run: &RunRef, now_ms: i64) -> Snapshot {
     }
 }
 
-/// The history keys the stored metric history is read from: every key any metric may come from.
-pub const HISTORY_KEYS: &[&str] =
-    &["train/reward_mean", "train/percent_correct", "eval/percent_correct", "train/loss", "loss"];
+/// The history keys every run is read for: the ones results and the morning report show
+/// (`MetricRow`'s), whatever else the run logs.
+pub const HISTORY_KEYS: &[&str] = crate::model::metric_row::ROW_METRICS;
 
-/// Keys of a run's W&B history read beyond `HISTORY_KEYS`: each costs a request per reading.
+/// Keys named by the caller (the metric of the sweep a run is a member of, then those of the
+/// other sweeps polled beside it) read beyond `HISTORY_KEYS`; past this many the rest are left
+/// out (the run's own sweep's metric comes first, so it is never one of them).
+pub const MAX_NAMED_KEYS: usize = 8;
+
+/// Keys of a run's W&B history read beyond `HISTORY_KEYS` and the named keys: each costs a
+/// request per reading.
 pub const MAX_OTHER_KEYS: usize = 16;
 
-/// The history keys read of `run`: `HISTORY_KEYS` it logs (all of them when W&B did not say
-/// which it logs), then up to `MAX_OTHER_KEYS` of its other keys, W&B's own `_` keys left out.
-pub fn history_keys_of(run: &RunRef) -> Vec<&str> {
+/// The history keys read of `run`, at most `HISTORY_KEYS.len() + MAX_NAMED_KEYS +
+/// MAX_OTHER_KEYS`: `HISTORY_KEYS`, then the first `MAX_NAMED_KEYS` of `named`, then up to
+/// `MAX_OTHER_KEYS` of its other keys (W&B's own `_` keys left out), each once. A key is read
+/// only when the run logs it, as far as W&B says (it said nothing: every known and named key).
+pub fn history_keys_of<'a>(run: &'a RunRef, named: &[&'a str]) -> Vec<&'a str> {
     let logged = |key: &str| run.history_keys.is_empty() || run.history_keys.iter().any(|k| k == key);
-    let mut keys: Vec<&str> = HISTORY_KEYS.iter().copied().filter(|key| logged(key)).collect();
-    let others = run
+    let mut keys: Vec<&'a str> = Vec::new();
+    for key in HISTORY_KEYS.iter().copied().chain(named.iter().copied().take(MAX_NAMED_KEYS)) {
+        if logged(key) && !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let others: Vec<&str> = run
         .history_keys
         .iter()
         .map(String::as_str)
-        .filter(|key| !key.starts_with('_') && !HISTORY_KEYS.contains(key))
-        .take(MAX_OTHER_KEYS);
+        .filter(|key| !key.starts_with('_') && !keys.contains(key))
+        .take(MAX_OTHER_KEYS)
+        .collect();
     keys.extend(others);
     keys
 }
@@ -181,6 +195,31 @@ mod tests {
         assert_eq!(age_text(0, 4 * 86_400_000), "4 d old");
         assert_eq!(age_text(10_000, 0), "0 s old");
         assert_eq!(age_text(i64::MIN, i64::MAX), format!("{} d old", i64::MAX / 1000 / 86_400));
+    }
+
+    #[test]
+    fn named_keys_are_read_whatever_the_run_logs_beside_them_and_are_bounded() {
+        let mut run = RunRef::finished_with(json!({}));
+        // Twenty keys that sort before the sweep's metric, W&B's own, and a known one.
+        run.history_keys = (0..20).map(|i| format!("aa/metric_{i:02}")).collect();
+        run.history_keys.extend(["_runtime".to_string(), "train/loss".to_string(), "zz/score".to_string()]);
+        run.history_keys.sort();
+        let unnamed = history_keys_of(&run, &[]);
+        assert!(!unnamed.contains(&"zz/score"), "past the other keys' bound: {unnamed:?}");
+        assert_eq!(unnamed.len(), 1 + MAX_OTHER_KEYS);
+
+        let named = history_keys_of(&run, &["zz/score", "train/loss", "not/logged"]);
+        assert_eq!(&named[..2], ["train/loss", "zz/score"], "known, then named, each once");
+        assert!(!named.contains(&"not/logged"), "a key W&B says the run never logged is not asked");
+        assert_eq!(named.len(), 2 + MAX_OTHER_KEYS);
+
+        // At most MAX_NAMED_KEYS named keys; the first ones win.
+        run.history_keys.clear();
+        let many: Vec<String> = (0..MAX_NAMED_KEYS + 3).map(|i| format!("n/{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let keys = history_keys_of(&run, &many);
+        assert_eq!(keys.len(), HISTORY_KEYS.len() + MAX_NAMED_KEYS);
+        assert_eq!(keys[HISTORY_KEYS.len()..], many[..MAX_NAMED_KEYS]);
     }
 
     #[test]

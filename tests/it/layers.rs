@@ -2,7 +2,7 @@
 //! ARCHITECTURE.md ("Layers"), read here, so the drawing and the rule cannot drift apart.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Upward names that remain, each a module pair (lower, higher) with what it is. The test fails
 /// on any pair not listed, and on a listed pair that is gone (so the list only shrinks).
@@ -72,17 +72,6 @@ fn named(text: &str, prefix: &str) -> BTreeSet<String> {
     found
 }
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn a_path_group_names_each_of_its_first_segments() {
     let text = "use crate::{\n    model::Run,\n    workflow::{Dur, StagePlan},\n    self as _,\n};\n\
@@ -114,8 +103,7 @@ fn no_module_names_a_higher_layer() {
         }
     }
 
-    let mut files = Vec::new();
-    sources(&src, &mut files);
+    let files = crate::support::files_under(&src, "rs");
     let mut upward: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for file in files {
         let relative = file.strip_prefix(&src).unwrap();

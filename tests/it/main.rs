@@ -8,6 +8,7 @@ mod daemon_process;
 mod dashboard;
 mod dependencies;
 mod docs;
+mod docs_reference;
 mod environ;
 mod faults;
 mod figures;

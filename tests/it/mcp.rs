@@ -219,7 +219,7 @@ asyncio.run(main())
 
 /// `lachesis mcp` over stdio as a client speaks it (JSON-RPC lines): lists the tools, then
 /// calls each of `calls` in turn; the tool list and each call's answer, parsed.
-fn mcp_session(
+pub(crate) fn mcp_session(
     home: &crate::support::TestHome,
     calls: &[(&str, serde_json::Value)],
 ) -> (serde_json::Value, Vec<serde_json::Value>) {

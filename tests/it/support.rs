@@ -439,3 +439,17 @@ impl Receiver {
 }
 
 pub use lachesis::service::fresh_postgres;
+
+/// The files under `dir`, at any depth, whose extension is `extension`.
+pub fn files_under(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path, extension));
+        } else if path.extension().is_some_and(|e| e == extension) {
+            files.push(path);
+        }
+    }
+    files
+}

@@ -1,12 +1,14 @@
 //! W&B identity: every stage gets a `WANDB_RUN_ID` stable for (run, stage) and
-//! `WANDB_RESUME=allow`, so a retried run keeps logging into the same W&B runs.
+//! `WANDB_RESUME=allow`, so a retried run keeps logging into the same W&B runs. And the W&B
+//! poller reads the metric a sweep names, whatever its key, against the fake W&B of
+//! `tests/python/fake_wandb.py`.
 
 use std::time::Duration;
 
 use lachesis::model::RunState;
 use uuid::Uuid;
 
-use crate::support::TestHome;
+use crate::support::{TestHome, wait_for};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -89,5 +91,108 @@ async fn every_attempt_of_a_stage_logs_into_one_wandb_run_and_the_status_links_i
     let status: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["run", "status", &other.to_string(), "--json"])).unwrap();
     assert_eq!(status["wandb_runs"][1]["id"], format!("mine-{other}"), "{status:#}");
+    home.kill_daemon();
+}
+
+/// `tests/python/fake_wandb.py` serving on a port of its own (stdlib only: the machine's
+/// `python3`), killed when dropped.
+struct FakeWandb {
+    child: std::process::Child,
+    base: String,
+}
+
+impl FakeWandb {
+    fn start(args: &[&str]) -> FakeWandb {
+        use std::io::BufRead;
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/fake_wandb.py");
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the fake W&B");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("http://"), "the fake W&B printed {line:?}");
+        FakeWandb { child, base: line.trim().to_string() }
+    }
+}
+
+impl Drop for FakeWandb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A sweep's metric is read from W&B whatever its key: here `zz/pass_rate`, none of the keys
+/// results show, logged beside twenty others that sort before it (past the sixteen other keys
+/// the poller reads of a run). The member's metrics and the sweep's leaderboard have it; the
+/// other keys stay bounded.
+#[tokio::test]
+async fn the_wandb_poller_reads_the_metric_a_sweep_names_whatever_its_key() {
+    let fake = FakeWandb::start(&["--extra-keys", "20", "--key", "zz/pass_rate"]);
+    let mut home = TestHome::new();
+    let gate = home.path().join("gate");
+    home.workflow(
+        "logged",
+        &format!(
+            "name: logged\ncredentials: [WANDB_API_KEY]\nvars: {{lr: \"0.1\"}}\nstages:\n  - name: trainer\n    \
+             argv: [sh, -c, \"while [ ! -e '{}' ]; do sleep 0.05; done\"]\nstop_grace: 2s\n",
+            gate.display()
+        ),
+    );
+    home.environ.extend([
+        ("WANDB_API_KEY".to_string(), "wandb-test-key-0123456789".to_string()),
+        ("WANDB_ENTITY".to_string(), "lab".to_string()),
+        ("WANDB_BASE_URL".to_string(), fake.base.clone()),
+        ("LACHESIS_WANDB_INTERVAL".to_string(), "1s".to_string()),
+    ]);
+    let sweep_file = home.path().join("pass-rate.yaml");
+    std::fs::write(
+        &sweep_file,
+        "method: grid\nworkflow: logged\nmetric: {name: zz/pass_rate, goal: maximize}\n\
+         parameters:\n  lr: {values: [0.1]}\n",
+    )
+    .unwrap();
+    let started: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", sweep_file.to_str().unwrap(), "--json"]))
+            .unwrap();
+    let sweep = started["id"].as_str().unwrap().to_string();
+    let member = started["members"][0].as_str().unwrap().to_string();
+    home.start_daemon();
+
+    let metrics = |home: &TestHome| -> serde_json::Value {
+        serde_json::from_str(&home.cli_ok(&["run", "metrics", &member, "--json"])).unwrap()
+    };
+    let names: Vec<String> = wait_for("the sweep's metric read from W&B", T, || {
+        let found = metrics(&home);
+        let names: Vec<String> = found["metrics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["name"].as_str().map(String::from))
+            .collect();
+        std::future::ready(names.iter().any(|n| n == "zz/pass_rate").then_some(names))
+    })
+    .await;
+    // The known keys the fake logs (train/reward_mean, train/loss), the sweep's metric, and
+    // sixteen of the twenty others: no more.
+    assert_eq!(names.len(), 2 + 1 + lachesis::wandb::MAX_OTHER_KEYS, "{names:?}");
+    let series: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["run", "metrics", &member, "--name", "zz/pass_rate", "--json"]))
+            .unwrap();
+    let points = series["points"].as_array().unwrap();
+    assert_eq!(
+        points.last().map(|p| (p["step"].clone(), p["value"].clone())),
+        Some((19.into(), 0.39.into()))
+    );
+
+    // The leaderboard compares the member by it.
+    let status = home.cli_ok(&["sweep", "status", &sweep]);
+    assert!(status.contains("0.39"), "{status}");
+    std::fs::write(&gate, "").unwrap();
+    let (run, _) = home.wait_settled(member.parse().unwrap(), T).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
     home.kill_daemon();
 }

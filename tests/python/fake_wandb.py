@@ -3,8 +3,16 @@ name exists, finished, with a fixed summary and a history of 20 steps (sampled d
 asked). Runs in a thread of the caller.
 
     base_url, server = start()   # then WANDB_BASE_URL=base_url, any WANDB_API_KEY, WANDB_ENTITY=lab
+
+Run as a program it serves until killed and prints its base URL on the first line; `--key NAME`
+(repeatable) adds a metric the history logs, rising 0.01 a step, and `--extra-keys N` adds N
+filler metrics (`aa/metric_00`, ...) that sort before most keys:
+
+    python3 fake_wandb.py --extra-keys 20 --key zz/pass_rate
 """
+import argparse
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -53,3 +61,24 @@ def start():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+def add_keys(names):
+    """Every history row (and the run's history keys) gets each of `names`."""
+    for name in names:
+        for row in HISTORY:
+            row[name] = round(0.2 + row["_step"] * 0.01, 3)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--key", action="append", default=[])
+    parser.add_argument("--extra-keys", type=int, default=0)
+    args = parser.parse_args()
+    add_keys([f"aa/metric_{i:02}" for i in range(args.extra_keys)] + args.key)
+    base, server = start()
+    print(base, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        sys.exit(0)

@@ -118,8 +118,7 @@ struct Member {
 /// The metric sweep `sweep` compares its members by, as its stored file says (None: it has
 /// none, or it cannot be read now, and then any reading is news to the decider).
 async fn sweep_metric(store: &dyn Store, sweep: Uuid) -> Option<String> {
-    let record = store.sweep(sweep).await.ok()??;
-    crate::model::sweep::SweepSpec::parse(&record.file).ok()?.metric.map(|metric| metric.name)
+    store.sweep(sweep).await.ok()??.metric_name()
 }
 
 /// Where a worker reads: the source, from `mark` on, keeping readings at `from_step` or later.

@@ -48,18 +48,27 @@ impl Service {
         Ok(runs.into_iter().filter(|run| run.node.as_deref().is_none_or(|n| n == node)).collect())
     }
 
+    /// The metric sweep `sweep` compares its members by (None: it names none, or is gone): a
+    /// key the metric poller reads of its members' W&B history, whatever it is.
+    pub async fn sweep_metric_name(&self, sweep: Uuid) -> Result<Option<String>> {
+        Ok(self.store.sweep(sweep).await?.and_then(|record| record.metric_name()))
+    }
+
     /// Reads `run`'s metric history from W&B and stores it by name under the run's attempt
     /// (telling the sweep decider, for a sweep's member); returns how many readings it held.
+    /// Besides the keys results and the report show, the `named` keys are read (the metric of
+    /// the run's sweep first: `WandbClient::metric_readings` bounds them).
     pub async fn read_metric_history(
         &self,
         run: &Run,
         client: &WandbClient,
+        named: &[&str],
     ) -> std::result::Result<usize, ReadingError> {
         let (project, name) = wandb_names(run);
         let Some(found) = client.find_run(&project, &name).await? else {
             return Err(ReadingError::NotYet { project, name });
         };
-        let readings = client.metric_readings(&project, &found, WANDB_SAMPLES).await?;
+        let readings = client.metric_readings(&project, &found, named, WANDB_SAMPLES).await?;
         let attempt = u32::try_from(run.attempt).unwrap_or(u32::MAX);
         self.store.put_metric_values(run.id, attempt, &readings, now_millis()).await?;
         // A sweep member's readings are news to this process's sweep decider.

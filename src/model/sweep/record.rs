@@ -171,6 +171,12 @@ impl SweepRecord {
     pub fn short_id(&self) -> String {
         crate::model::short_id(&self.id)
     }
+
+    /// The metric its members are compared by, as its stored file names it (None: the file
+    /// names none, or no longer parses).
+    pub fn metric_name(&self) -> Option<String> {
+        super::spec::SweepSpec::parse(&self.file).ok()?.metric.map(|metric| metric.name)
+    }
 }
 
 #[cfg(test)]
