@@ -152,7 +152,7 @@ async fn read_commands_speak_json() {
     assert_eq!(events[0]["message"], "submitted (workflow demo, priority 2)");
     let workflows: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["workflow", "list", "--json"])).unwrap();
-    assert_eq!(workflows.as_array().unwrap().len(), 6);
+    assert_eq!(workflows.as_array().unwrap().len(), 7);
 }
 
 #[tokio::test]
