@@ -1,0 +1,142 @@
+//! The outbox's poster: a task beside the loop that fans the store's notifications out into
+//! deliveries and posts them, so a slow or dead receiver never holds up the loop that sees
+//! exits. Every attempt's outcome is written back before the next attempt of its subject and
+//! target may start, so deliveries go out in order per subject and target, and a daemon that
+//! dies mid-post posts again once its lease on the delivery runs out (at least once; the
+//! delivery id lets a receiver drop the repeat).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::engine::store::{Store, StoreError};
+use crate::model::{DeliveryAttempt, DeliveryState, Millis, WebhookDelivery, now_millis};
+use crate::webhooks::{Answer, OutboxPolicy, Payload, WebhookClient};
+
+/// Notifications fanned out per read.
+const FAN_OUT_PAGE: i64 = 100;
+/// Posts in flight at once (each bounded by the client's per-attempt timeout).
+const IN_FLIGHT: usize = 16;
+/// How long a post holds its delivery: longer than an attempt can take, short enough that a
+/// crashed daemon's post is made again soon.
+const LEASE: Duration = Duration::from_secs(30);
+/// The longest sleep between passes: notifications written where no poke reaches this daemon
+/// (another machine) are found at least this often.
+const IDLE: Duration = Duration::from_secs(30);
+/// The longest time between two prunes.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+pub(super) struct OutboxPoster {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) client: WebhookClient,
+    /// `LACHESIS_WEBHOOKS`: where notifications that name no target go.
+    pub(super) run_webhooks: Vec<String>,
+    pub(super) policy: OutboxPolicy,
+}
+
+/// When the last prune ran, and how many deliveries ended since.
+struct Pruning {
+    at: Option<Instant>,
+    ended: i64,
+}
+
+impl OutboxPoster {
+    pub(super) async fn serve(self, wake: Arc<Notify>) {
+        let poster = Arc::new(self);
+        let mut posts = JoinSet::new();
+        let mut pruning = Pruning { at: None, ended: 0 };
+        loop {
+            let sleep = match poster.pass(&mut posts, &mut pruning).await {
+                Ok(sleep) => sleep,
+                Err(err) => {
+                    tracing::warn!("webhook outbox: {err}; trying again in {}s", IDLE.as_secs());
+                    IDLE
+                }
+            };
+            tokio::select! {
+                _ = wake.notified() => {}
+                Some(ended) = posts.join_next(), if !posts.is_empty() => {
+                    pruning.ended += i64::from(ended.unwrap_or(false));
+                }
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    /// Fans out what is new, starts the posts that are due, prunes when it is time; returns
+    /// how long to sleep unless woken.
+    async fn pass(self: &Arc<Self>, posts: &mut JoinSet<bool>, pruning: &mut Pruning) -> Result<Duration, StoreError> {
+        while self.store.fan_out_notifications(&self.run_webhooks, FAN_OUT_PAGE).await? as i64 == FAN_OUT_PAGE {}
+        let now = now_millis();
+        let room = IN_FLIGHT.saturating_sub(posts.len()) as i64;
+        if room > 0 {
+            for (delivery, payload) in self.store.due_deliveries(now, room).await? {
+                if self.store.lease_delivery(&delivery, now + LEASE.as_millis() as i64).await? {
+                    let poster = Arc::clone(self);
+                    posts.spawn(async move { poster.post(delivery, payload).await });
+                }
+            }
+        }
+        let every = (self.policy.cap / 10).max(1);
+        if pruning.at.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) || pruning.ended >= every {
+            let pruned = self.store.prune_deliveries(self.policy.keep_delivered.as_millis() as i64, self.policy.cap).await?;
+            if pruned > 0 {
+                tracing::debug!(pruned, "webhook outbox pruned");
+            }
+            *pruning = Pruning { at: Some(Instant::now()), ended: 0 };
+        }
+        let next = self.store.next_delivery_due(now_millis()).await?;
+        let until_due = next.map_or(IDLE, |at| Duration::from_millis((at - now_millis()).max(0) as u64));
+        Ok(until_due.min(IDLE))
+    }
+
+    /// One attempt at `delivery`, its outcome written back; true when the delivery ended.
+    async fn post(&self, delivery: WebhookDelivery, payload: Payload) -> bool {
+        let answer = match payload.body(delivery.id) {
+            Ok(body) => self.client.post(&delivery.target, delivery.id, &delivery.event, &body).await,
+            Err(err) => Answer::Refused { status: None, answer: format!("cannot encode the notification: {err}") },
+        };
+        let attempt = self.outcome(&delivery, &answer, now_millis());
+        let ended = attempt.state != DeliveryState::Pending;
+        if let Err(err) = self.store.record_delivery_attempt(delivery.id, &attempt).await {
+            // Its lease runs out and it is posted again: at least once.
+            tracing::warn!(delivery = %delivery.short_id(), "webhook outbox: cannot record an attempt: {err}");
+        }
+        ended
+    }
+
+    /// What attempt number `delivery.attempts + 1`, answered `answer` at `now`, leaves.
+    fn outcome(&self, delivery: &WebhookDelivery, answer: &Answer, now: Millis) -> DeliveryAttempt {
+        let attempts = delivery.attempts + 1;
+        let shown = crate::secrets::redact_url(&delivery.target);
+        let kind = &delivery.event;
+        let (state, next_at, event) = match answer {
+            Answer::Delivered { .. } => {
+                (DeliveryState::Delivered, now, Some(format!("webhook {shown} told of {kind} (attempt {attempts})")))
+            }
+            Answer::Refused { answer, .. } => (
+                DeliveryState::Failed,
+                now,
+                Some(format!("webhook {shown} not told of {kind} after {attempts} attempts: {answer}")),
+            ),
+            Answer::Retry { answer, retry_after, .. } => {
+                let wait = self.policy.backoff.wait(u32::try_from(attempts).unwrap_or(u32::MAX), *retry_after);
+                let next_at = now + wait.as_millis() as i64;
+                match next_at > delivery.since + self.policy.retry_for.as_millis() as i64 {
+                    true => (
+                        DeliveryState::Failed,
+                        now,
+                        Some(format!(
+                            "webhook {shown} not told of {kind} after {attempts} attempts in {}: {answer}",
+                            humantime::format_duration(self.policy.retry_for)
+                        )),
+                    ),
+                    false => (DeliveryState::Pending, next_at, None),
+                }
+            }
+        };
+        DeliveryAttempt { state, next_at, status: answer.status(), answer: answer.text(), event }
+    }
+}
