@@ -97,6 +97,7 @@ pub(super) async fn require_token(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn tokens_compare_by_digest_and_short_ones_are_refused() {

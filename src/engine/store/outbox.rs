@@ -41,7 +41,7 @@ pub(super) async fn insert_notification(
     .bind(subject)
     .bind(&payload.kind)
     .bind(json(payload))
-    .bind(targets.map(json))
+    .bind(targets.map(|t| json(&t)))
     .bind(now_millis())
     .execute(&mut *tx)
     .await?;
