@@ -55,10 +55,13 @@ pub async fn run(settings: Settings, args: WebhooksArgs) -> CliResult {
                 return Ok(ExitCode::SUCCESS);
             }
             if page.deliveries.is_empty() {
-                println!("no webhook delivery yet (LACHESIS_WEBHOOKS and schedules' --webhook name the receivers)");
+                println!(
+                    "no webhook delivery yet (LACHESIS_WEBHOOKS and schedules' --webhook name the receivers)"
+                );
                 return Ok(ExitCode::SUCCESS);
             }
-            let mut t = table(["ID", "STATE", "EVENT", "SUBJECT", "TARGET", "ATTEMPTS", "LAST ANSWER", "UPDATED"]);
+            let mut t =
+                table(["ID", "STATE", "EVENT", "SUBJECT", "TARGET", "ATTEMPTS", "LAST ANSWER", "UPDATED"]);
             for delivery in &page.deliveries {
                 t.add_row(row(delivery));
             }

@@ -20,7 +20,8 @@ pub enum DeliveryState {
 }
 
 impl DeliveryState {
-    pub const ALL: [DeliveryState; 3] = [DeliveryState::Pending, DeliveryState::Delivered, DeliveryState::Failed];
+    pub const ALL: [DeliveryState; 3] =
+        [DeliveryState::Pending, DeliveryState::Delivered, DeliveryState::Failed];
 
     pub fn as_str(self) -> &'static str {
         match self {

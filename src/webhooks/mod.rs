@@ -604,8 +604,10 @@ mod tests {
         let mut rx = receiver(vec![Reply::Hang]).await;
         let per_attempt = Duration::from_millis(150);
         let started = Instant::now();
-        let report =
-            WebhookClient::new(per_attempt, fast(2, 10, 50)).unwrap().send(&hook(&rx.url), &note(), Uuid::new_v4()).await;
+        let report = WebhookClient::new(per_attempt, fast(2, 10, 50))
+            .unwrap()
+            .send(&hook(&rx.url), &note(), Uuid::new_v4())
+            .await;
         let elapsed = started.elapsed();
         assert!(!report.delivered);
         assert_eq!(report.attempts, 2);

@@ -100,7 +100,12 @@ impl Payload {
     ) -> Payload {
         let winner = winner.map(|w| serde_json::json!({ "k": w.k, "run": w.run, "value": w.value }));
         let summary = serde_json::json!({ "reason": reason, "winner": winner });
-        Payload::now(Payload::SWEEP_ENDED, serde_json::json!({ "sweep": id, "workflow": workflow }), state, summary)
+        Payload::now(
+            Payload::SWEEP_ENDED,
+            serde_json::json!({ "sweep": id, "workflow": workflow }),
+            state,
+            summary,
+        )
     }
 
     /// The body posted for delivery `id`: this payload with its `delivery_id`.

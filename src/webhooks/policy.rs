@@ -43,7 +43,12 @@ pub struct OutboxPolicy {
 impl Default for OutboxPolicy {
     fn default() -> Self {
         OutboxPolicy {
-            backoff: RetryPolicy { attempts: u32::MAX, first_backoff: FIRST_BACKOFF, max_backoff: MAX_BACKOFF, factor: 2 },
+            backoff: RetryPolicy {
+                attempts: u32::MAX,
+                first_backoff: FIRST_BACKOFF,
+                max_backoff: MAX_BACKOFF,
+                factor: 2,
+            },
             retry_for: RETRY_FOR,
             keep_delivered: KEEP_DELIVERED,
             cap: OUTBOX_CAP,
@@ -91,7 +96,8 @@ mod tests {
     use super::*;
 
     fn from(pairs: &[(&str, &str)]) -> Result<OutboxPolicy, PolicyError> {
-        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let pairs: Vec<(String, String)> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         OutboxPolicy::from_lookup(|name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
     }
 

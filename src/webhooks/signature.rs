@@ -43,7 +43,9 @@ fn hex(bytes: &[u8]) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
-    #[error("{SECRET_VAR} is set but empty: unset it (a secret is then kept in {SECRET_FILE}) or give it a value")]
+    #[error(
+        "{SECRET_VAR} is set but empty: unset it (a secret is then kept in {SECRET_FILE}) or give it a value"
+    )]
     Empty,
     #[error("webhook signing secret {path}: {source}")]
     File { path: PathBuf, source: std::io::Error },

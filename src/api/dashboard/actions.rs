@@ -59,7 +59,11 @@ pub(super) async fn set_paused(s: AppState, headers: HeaderMap, name: String, pa
     }
 }
 
-pub(super) async fn resend(State(s): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+pub(super) async fn resend(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
     if !same_origin(&headers) {
         return cross_site();
     }

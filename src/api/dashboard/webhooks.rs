@@ -33,11 +33,9 @@ pub(super) async fn render(service: &Service, query: &DeliveriesQuery) -> Result
             Err(_) => esc(&d.subject),
         };
         let resend = match d.state {
-            DeliveryState::Failed => action_button(
-                &format!("/ui/webhooks/{}/resend", d.id),
-                "resend",
-                "Send this delivery again?",
-            ),
+            DeliveryState::Failed => {
+                action_button(&format!("/ui/webhooks/{}/resend", d.id), "resend", "Send this delivery again?")
+            }
             DeliveryState::Pending | DeliveryState::Delivered => String::new(),
         };
         let _ = write!(

@@ -88,9 +88,8 @@ impl Reconciler {
         sweep_readings: Arc<crate::engine::service::SweepReadings>,
     ) -> Reconciler {
         let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
-        let webhooks = crate::webhooks::WebhookClient::with_defaults()
-            .ok()
-            .map(|client| match &config.signer {
+        let webhooks =
+            crate::webhooks::WebhookClient::with_defaults().ok().map(|client| match &config.signer {
                 Some(signer) => client.signed(signer.clone()),
                 None => client,
             });

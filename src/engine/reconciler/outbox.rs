@@ -67,8 +67,14 @@ impl OutboxPoster {
 
     /// Fans out what is new, starts the posts that are due, prunes when it is time; returns
     /// how long to sleep unless woken.
-    async fn pass(self: &Arc<Self>, posts: &mut JoinSet<bool>, pruning: &mut Pruning) -> Result<Duration, StoreError> {
-        while self.store.fan_out_notifications(&self.run_webhooks, FAN_OUT_PAGE).await? as i64 == FAN_OUT_PAGE {}
+    async fn pass(
+        self: &Arc<Self>,
+        posts: &mut JoinSet<bool>,
+        pruning: &mut Pruning,
+    ) -> Result<Duration, StoreError> {
+        while self.store.fan_out_notifications(&self.run_webhooks, FAN_OUT_PAGE).await? as i64 == FAN_OUT_PAGE
+        {
+        }
         let now = now_millis();
         let room = IN_FLIGHT.saturating_sub(posts.len()) as i64;
         if room > 0 {
@@ -81,7 +87,10 @@ impl OutboxPoster {
         }
         let every = (self.policy.cap / 10).max(1);
         if pruning.at.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) || pruning.ended >= every {
-            let pruned = self.store.prune_deliveries(self.policy.keep_delivered.as_millis() as i64, self.policy.cap).await?;
+            let pruned = self
+                .store
+                .prune_deliveries(self.policy.keep_delivered.as_millis() as i64, self.policy.cap)
+                .await?;
             if pruned > 0 {
                 tracing::debug!(pruned, "webhook outbox pruned");
             }
@@ -96,7 +105,9 @@ impl OutboxPoster {
     async fn post(&self, delivery: WebhookDelivery, payload: Payload) -> bool {
         let answer = match payload.body(delivery.id) {
             Ok(body) => self.client.post(&delivery.target, delivery.id, &delivery.event, &body).await,
-            Err(err) => Answer::Refused { status: None, answer: format!("cannot encode the notification: {err}") },
+            Err(err) => {
+                Answer::Refused { status: None, answer: format!("cannot encode the notification: {err}") }
+            }
         };
         let attempt = self.outcome(&delivery, &answer, now_millis());
         let ended = attempt.state != DeliveryState::Pending;
@@ -113,16 +124,19 @@ impl OutboxPoster {
         let shown = crate::secrets::redact_url(&delivery.target);
         let kind = &delivery.event;
         let (state, next_at, event) = match answer {
-            Answer::Delivered { .. } => {
-                (DeliveryState::Delivered, now, Some(format!("webhook {shown} told of {kind} (attempt {attempts})")))
-            }
+            Answer::Delivered { .. } => (
+                DeliveryState::Delivered,
+                now,
+                Some(format!("webhook {shown} told of {kind} (attempt {attempts})")),
+            ),
             Answer::Refused { answer, .. } => (
                 DeliveryState::Failed,
                 now,
                 Some(format!("webhook {shown} not told of {kind} after {attempts} attempts: {answer}")),
             ),
             Answer::Retry { answer, retry_after, .. } => {
-                let wait = self.policy.backoff.wait(u32::try_from(attempts).unwrap_or(u32::MAX), *retry_after);
+                let wait =
+                    self.policy.backoff.wait(u32::try_from(attempts).unwrap_or(u32::MAX), *retry_after);
                 let next_at = now + wait.as_millis() as i64;
                 match next_at > delivery.since + self.policy.retry_for.as_millis() as i64 {
                     true => (

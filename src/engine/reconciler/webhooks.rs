@@ -16,7 +16,7 @@ use super::health::Health;
 use super::held::Turn;
 use super::outbox::OutboxPoster;
 use crate::engine::store::PostedDelivery;
-use crate::webhooks::{OutboxPolicy, Payload, Webhook, WebhookClient};
+use crate::webhooks::{Payload, Webhook, WebhookClient};
 
 /// Webhooks told about every run that ends (`LACHESIS_WEBHOOKS`, comma-separated).
 pub fn run_webhooks() -> Vec<String> {
@@ -35,7 +35,7 @@ impl Reconciler {
     /// Starts the outbox's poster; the loop rings the returned handle after each batch.
     pub(super) fn spawn_outbox_poster(&self) -> Option<Arc<Notify>> {
         let client = self.webhooks.clone()?;
-        let policy = self.config.outbox.clone().unwrap_or_else(OutboxPolicy::default);
+        let policy = self.config.outbox.clone().unwrap_or_default();
         let wake = Arc::new(Notify::new());
         let poster = OutboxPoster { store: self.store.clone(), client, run_webhooks: run_webhooks(), policy };
         tokio::spawn(poster.serve(Arc::clone(&wake)));
@@ -50,7 +50,8 @@ impl Reconciler {
         if urls.is_empty() {
             return;
         }
-        let ids = serde_json::json!({ "node": self.node.registration.id, "store": self.store.backend().as_str() });
+        let ids =
+            serde_json::json!({ "node": self.node.registration.id, "store": self.store.backend().as_str() });
         let note = |kind: &str, state: &str, summary| Payload {
             kind: kind.into(),
             ids: ids.clone(),
@@ -63,7 +64,8 @@ impl Reconciler {
             Turn::Unhealthy => {
                 let note = note(Payload::DAEMON_UNHEALTHY, "unhealthy", serde_json::json!(failing));
                 let posts = urls.into_iter().map(|url| post_in_memory(webhooks, url, &note)).collect();
-                *self.unhealthy.lock().unwrap_or_else(|e| e.into_inner()) = Some(UnhealthyPosts { note, posts });
+                *self.unhealthy.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(UnhealthyPosts { note, posts });
             }
             Turn::Healthy => {
                 let failed_for_s = (crate::model::now_millis() - failing.since).max(0) / 1000;
@@ -108,7 +110,9 @@ impl Reconciler {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!("cannot record the health notices in the outbox ({err}): posting from memory");
+                    tracing::warn!(
+                        "cannot record the health notices in the outbox ({err}): posting from memory"
+                    );
                     if let Some(webhooks) = &webhooks {
                         for url in urls {
                             post_in_memory(webhooks, url, &healthy);
@@ -128,7 +132,8 @@ fn post_in_memory(
 ) -> (PostedDelivery, Arc<AtomicBool>, tokio::task::AbortHandle) {
     let id = Uuid::new_v4();
     let delivered = Arc::new(AtomicBool::new(false));
-    let (client, hook, note, flag) = (webhooks.clone(), Webhook { url: url.clone() }, note.clone(), delivered.clone());
+    let (client, hook, note, flag) =
+        (webhooks.clone(), Webhook { url: url.clone() }, note.clone(), delivered.clone());
     let task = tokio::spawn(async move {
         let report = client.send(&hook, &note, id).await;
         flag.store(report.delivered, Ordering::SeqCst);

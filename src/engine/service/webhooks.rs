@@ -29,7 +29,8 @@ impl Service {
     pub async fn webhook_deliveries(&self, limit: i64, before: Option<i64>) -> Result<DeliveryPage> {
         let limit = limit.clamp(1, MAX_DELIVERIES_SHOWN);
         let deliveries = self.store.webhook_deliveries(limit, before).await?;
-        let next_before = (deliveries.len() as i64 == limit).then(|| deliveries.last().map(|d| d.seq)).flatten();
+        let next_before =
+            (deliveries.len() as i64 == limit).then(|| deliveries.last().map(|d| d.seq)).flatten();
         Ok(DeliveryPage { deliveries: deliveries.into_iter().map(shown).collect(), next_before })
     }
 
@@ -47,7 +48,10 @@ impl Service {
         )
         .await?;
         if !store.resend_delivery(delivery.id).await? {
-            return Err(ServiceError::DeliveryNotFailed { id: delivery.id.to_string(), state: delivery.state });
+            return Err(ServiceError::DeliveryNotFailed {
+                id: delivery.id.to_string(),
+                state: delivery.state,
+            });
         }
         self.wake().await;
         let resent = store.deliveries_by_prefix(&delivery.id.to_string(), 1).await?.into_iter().next();

@@ -10,10 +10,10 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
+use super::Result;
 use super::events::insert_event;
 use super::rows::{corrupt, from_json, json};
 use super::sql::SqlStore;
-use super::Result;
 use crate::model::{DeliveryAttempt, DeliveryState, EventKind, Millis, WebhookDelivery, now_millis};
 use crate::webhooks::Payload;
 
@@ -176,7 +176,8 @@ impl OutboxStore for SqlStore {
                 continue;
             }
             for target in &targets {
-                insert_delivery(&mut tx, Uuid::new_v4(), seq, &subject, &event, target, &payload, false).await?;
+                insert_delivery(&mut tx, Uuid::new_v4(), seq, &subject, &event, target, &payload, false)
+                    .await?;
             }
             tx.commit().await?;
         }
@@ -204,11 +205,12 @@ impl OutboxStore for SqlStore {
     }
 
     async fn next_delivery_due(&self, after: Millis) -> Result<Option<Millis>> {
-        let row =
-            sqlx::query("SELECT MIN(next_at) AS due FROM webhook_deliveries WHERE state = 'pending' AND next_at > $1")
-                .bind(after)
-                .fetch_one(self.pool())
-            .await?;
+        let row = sqlx::query(
+            "SELECT MIN(next_at) AS due FROM webhook_deliveries WHERE state = 'pending' AND next_at > $1",
+        )
+        .bind(after)
+        .fetch_one(self.pool())
+        .await?;
         Ok(row.try_get("due")?)
     }
 
@@ -336,8 +338,17 @@ impl OutboxStore for SqlStore {
         sqlx::query("DELETE FROM webhook_notifications WHERE seq = $1").bind(seq).execute(&mut *tx).await?;
         let body = json(unhealthy);
         for post in posted {
-            insert_delivery(&mut tx, post.id, seq, subject, &unhealthy.kind, &post.target, &body, post.delivered)
-                .await?;
+            insert_delivery(
+                &mut tx,
+                post.id,
+                seq,
+                subject,
+                &unhealthy.kind,
+                &post.target,
+                &body,
+                post.delivered,
+            )
+            .await?;
         }
         insert_notification(&mut tx, subject, healthy, None).await?;
         tx.commit().await?;

@@ -70,7 +70,10 @@ async fn a_run_s_notifications_go_out_in_order_per_target(store: &dyn Store) {
 
     // A first attempt that must wait holds the second back; its delivery lets it go.
     assert!(store.lease_delivery(&first_a, now_millis() + 30_000).await.unwrap());
-    store.record_delivery_attempt(first_a.id, &attempt(DeliveryState::Pending, now_millis() + 60_000)).await.unwrap();
+    store
+        .record_delivery_attempt(first_a.id, &attempt(DeliveryState::Pending, now_millis() + 60_000))
+        .await
+        .unwrap();
     let due = store.due_deliveries(now_millis(), 10).await.unwrap();
     assert!(due.iter().all(|(d, _)| d.target == B), "A's second waits for its first: {due:?}");
     assert!(store.next_delivery_due(now_millis()).await.unwrap().is_some());
@@ -158,7 +161,10 @@ async fn the_outbox_is_bounded_and_read_by_pages(store: &dyn Store) {
     assert_eq!(all.len(), 8);
     let page = store.webhook_deliveries(3, None).await.unwrap();
     let next = store.webhook_deliveries(3, Some(page.last().unwrap().seq)).await.unwrap();
-    assert_eq!(page.iter().chain(&next).map(|d| d.id).collect::<Vec<_>>(), all[..6].iter().map(|d| d.id).collect::<Vec<_>>());
+    assert_eq!(
+        page.iter().chain(&next).map(|d| d.id).collect::<Vec<_>>(),
+        all[..6].iter().map(|d| d.id).collect::<Vec<_>>()
+    );
     // The two oldest stay pending; the rest end.
     for d in &all[..6] {
         store.record_delivery_attempt(d.id, &attempt(DeliveryState::Delivered, now_millis())).await.unwrap();
@@ -201,7 +207,10 @@ async fn health_notices_keep_their_ids_and_order(store: &dyn Store) {
     // A's unhealthy one was delivered: its healthy one is due. B's waits behind its unhealthy one.
     assert_eq!(shown.len(), 2, "{shown:?}");
     assert!(shown.contains(&(posted[1].id, B, Payload::DAEMON_UNHEALTHY)), "{shown:?}");
-    assert!(shown.iter().any(|(_, target, kind)| *target == A && *kind == Payload::DAEMON_HEALTHY), "{shown:?}");
+    assert!(
+        shown.iter().any(|(_, target, kind)| *target == A && *kind == Payload::DAEMON_HEALTHY),
+        "{shown:?}"
+    );
     let listed = store.deliveries_by_prefix(&posted[0].id.to_string(), 1).await.unwrap();
     assert_eq!(listed[0].state, DeliveryState::Delivered);
     let _ = RunState::Failed;
