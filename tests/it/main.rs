@@ -42,3 +42,4 @@ mod sweeps;
 mod systemd;
 mod time_limits;
 mod wandb;
+mod webhooks_outbox;

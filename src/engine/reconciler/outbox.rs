@@ -24,7 +24,7 @@ const IN_FLIGHT: usize = 16;
 const LEASE: Duration = Duration::from_secs(30);
 /// The longest sleep between passes: notifications written where no poke reaches this daemon
 /// (another machine) are found at least this often.
-const IDLE: Duration = Duration::from_secs(30);
+const IDLE: Duration = Duration::from_secs(5);
 /// The longest time between two prunes.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
