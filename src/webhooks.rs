@@ -385,6 +385,8 @@ mod tests {
         Hang,
         /// Answer 200 only once the gate is opened.
         Gated(Arc<Notify>),
+        /// This status with this body.
+        Body(u16, String),
     }
 
     struct Hit {
@@ -448,6 +450,16 @@ mod tests {
             count.send_replace(hits.len());
         }
         let (code, extra) = match reply {
+            Reply::Body(code, text) => {
+                let head = format!(
+                    "HTTP/1.1 {code} Scripted\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    text.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(text.as_bytes()).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
             Reply::Status(code) => (code, ""),
             Reply::StatusWith(code, extra) => (code, extra),
             Reply::Hang => {
@@ -722,5 +734,34 @@ mod tests {
         assert_eq!(wild.backoff(40), Duration::from_secs(30));
         let flat = RetryPolicy { factor: 0, ..RetryPolicy::default() };
         assert_eq!(flat.backoff(3), Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn one_post_says_whether_to_retry_with_a_bounded_excerpt() {
+        let id = Uuid::new_v4();
+        let body = note().body(id).unwrap();
+        let long = format!("gone\nfor good {}", "x".repeat(10_000));
+        let rx = receiver(vec![Reply::Body(410, long)]).await;
+        let answer = webhooks(fast(3, 10, 100)).post(&rx.url, id, "run_failed", &body).await;
+        let Answer::Refused { status: Some(410), answer } = answer else { panic!("{answer:?}") };
+        assert!(answer.starts_with("http 410 Gone: gone\\nfor good xx"), "{answer}");
+        assert!(answer.len() < 300, "the excerpt is bounded: {}", answer.len());
+        let rx = receiver(vec![Reply::StatusWith(429, "Retry-After: 7\r\n")]).await;
+        let answer = webhooks(fast(3, 10, 100)).post(&rx.url, id, "run_failed", &body).await;
+        let want = Answer::Retry {
+            status: Some(429),
+            answer: "http 429 Too Many Requests".into(),
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(answer, want);
+        let rx = receiver(vec![Reply::Status(408)]).await;
+        let answer = webhooks(fast(3, 10, 100)).post(&rx.url, id, "run_failed", &body).await;
+        assert!(matches!(answer, Answer::Retry { status: Some(408), .. }), "{answer:?}");
+        let answer = webhooks(fast(3, 10, 100)).post("ftp://h/x?token=t", id, "run_failed", &body).await;
+        assert_eq!(answer.status(), None);
+        assert!(
+            matches!(&answer, Answer::Refused { answer, .. } if !answer.contains("token=t")),
+            "{answer:?}"
+        );
     }
 }

@@ -109,7 +109,7 @@ impl OutboxPoster {
                 Answer::Refused { status: None, answer: format!("cannot encode the notification: {err}") }
             }
         };
-        let attempt = self.outcome(&delivery, &answer, now_millis());
+        let attempt = outcome(&self.policy, &delivery, &answer, now_millis());
         let ended = attempt.state != DeliveryState::Pending;
         if let Err(err) = self.store.record_delivery_attempt(delivery.id, &attempt).await {
             // Its lease runs out and it is posted again: at least once.
@@ -117,40 +117,106 @@ impl OutboxPoster {
         }
         ended
     }
+}
 
-    /// What attempt number `delivery.attempts + 1`, answered `answer` at `now`, leaves.
-    fn outcome(&self, delivery: &WebhookDelivery, answer: &Answer, now: Millis) -> DeliveryAttempt {
-        let attempts = delivery.attempts + 1;
-        let shown = crate::secrets::redact_url(&delivery.target);
-        let kind = &delivery.event;
-        let (state, next_at, event) = match answer {
-            Answer::Delivered { .. } => (
-                DeliveryState::Delivered,
-                now,
-                Some(format!("webhook {shown} told of {kind} (attempt {attempts})")),
-            ),
-            Answer::Refused { answer, .. } => (
-                DeliveryState::Failed,
-                now,
-                Some(format!("webhook {shown} not told of {kind} after {attempts} attempts: {answer}")),
-            ),
-            Answer::Retry { answer, retry_after, .. } => {
-                let wait =
-                    self.policy.backoff.wait(u32::try_from(attempts).unwrap_or(u32::MAX), *retry_after);
-                let next_at = now + wait.as_millis() as i64;
-                match next_at > delivery.since + self.policy.retry_for.as_millis() as i64 {
-                    true => (
-                        DeliveryState::Failed,
-                        now,
-                        Some(format!(
-                            "webhook {shown} not told of {kind} after {attempts} attempts in {}: {answer}",
-                            humantime::format_duration(self.policy.retry_for)
-                        )),
-                    ),
-                    false => (DeliveryState::Pending, next_at, None),
-                }
+/// What attempt number `delivery.attempts + 1`, answered `answer` at `now`, leaves: delivered,
+/// failed for good, failed out of time, or pending until its backoff is over.
+fn outcome(
+    policy: &OutboxPolicy,
+    delivery: &WebhookDelivery,
+    answer: &Answer,
+    now: Millis,
+) -> DeliveryAttempt {
+    let attempts = delivery.attempts + 1;
+    let shown = crate::secrets::redact_url(&delivery.target);
+    let kind = &delivery.event;
+    let (state, next_at, event) = match answer {
+        Answer::Delivered { .. } => (
+            DeliveryState::Delivered,
+            now,
+            Some(format!("webhook {shown} told of {kind} (attempt {attempts})")),
+        ),
+        Answer::Refused { answer, .. } => (
+            DeliveryState::Failed,
+            now,
+            Some(format!("webhook {shown} not told of {kind} after {attempts} attempts: {answer}")),
+        ),
+        Answer::Retry { answer, retry_after, .. } => {
+            let wait = policy.backoff.wait(u32::try_from(attempts).unwrap_or(u32::MAX), *retry_after);
+            let next_at = now + wait.as_millis() as i64;
+            match next_at > delivery.since + policy.retry_for.as_millis() as i64 {
+                true => (
+                    DeliveryState::Failed,
+                    now,
+                    Some(format!(
+                        "webhook {shown} not told of {kind} after {attempts} attempts in {}: {answer}",
+                        humantime::format_duration(policy.retry_for)
+                    )),
+                ),
+                false => (DeliveryState::Pending, next_at, None),
             }
-        };
-        DeliveryAttempt { state, next_at, status: answer.status(), answer: answer.text(), event }
+        }
+    };
+    DeliveryAttempt { state, next_at, status: answer.status(), answer: answer.text(), event }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(attempts: i64, since: Millis) -> WebhookDelivery {
+        WebhookDelivery {
+            id: uuid::Uuid::from_u128(7),
+            seq: 1,
+            subject: uuid::Uuid::from_u128(8).to_string(),
+            event: "run_failed".into(),
+            target: "https://lab:tok@hooks.example/x?key=k".into(),
+            state: DeliveryState::Pending,
+            attempts,
+            next_at: since,
+            since,
+            last_status: None,
+            last_answer: None,
+            created_at: since,
+            updated_at: since,
+        }
+    }
+
+    fn retry(retry_after: Option<Duration>) -> Answer {
+        Answer::Retry { status: Some(503), answer: "http 503 Service Unavailable".into(), retry_after }
+    }
+
+    #[test]
+    fn retries_back_off_then_give_up_when_the_window_closes() {
+        let policy = OutboxPolicy::default();
+        let waited = outcome(&policy, &delivery(0, 0), &retry(None), 1_000);
+        assert_eq!((waited.state, waited.next_at, waited.event), (DeliveryState::Pending, 3_000, None));
+        let later = outcome(&policy, &delivery(3, 0), &retry(None), 10_000);
+        assert_eq!(later.next_at, 10_000 + 16_000, "2 s doubled per attempt");
+        // A receiver asking for an hour waits the longest backoff, 10 min.
+        let asked = outcome(&policy, &delivery(0, 0), &retry(Some(Duration::from_secs(3600))), 0);
+        assert_eq!(asked.next_at, 600_000);
+        let day = 24 * 3600 * 1000;
+        let out = outcome(&policy, &delivery(40, 0), &retry(None), day - 1_000);
+        assert_eq!((out.state, out.status), (DeliveryState::Failed, Some(503)));
+        let event = out.event.unwrap();
+        assert_eq!(
+            event,
+            "webhook https://***@hooks.example/x?*** not told of run_failed after 41 attempts in 1day: http 503 Service Unavailable"
+        );
+    }
+
+    #[test]
+    fn a_refusal_ends_at_once_and_a_delivery_says_its_attempt() {
+        let policy = OutboxPolicy::default();
+        let gone = Answer::Refused { status: Some(410), answer: "http 410 Gone: bye".into() };
+        let out = outcome(&policy, &delivery(0, 0), &gone, 5);
+        assert_eq!((out.state, out.answer.as_str()), (DeliveryState::Failed, "http 410 Gone: bye"));
+        let told = outcome(&policy, &delivery(1, 0), &Answer::Delivered { status: 204 }, 5);
+        assert_eq!(told.state, DeliveryState::Delivered);
+        assert_eq!(
+            told.event.unwrap(),
+            "webhook https://***@hooks.example/x?*** told of run_failed (attempt 2)"
+        );
     }
 }
