@@ -32,20 +32,31 @@ pub(super) async fn insert_notification(
     payload: &Payload,
     targets: Option<&[String]>,
 ) -> Result<()> {
-    if targets.is_some_and(|t| t.is_empty()) {
-        return Ok(());
+    if targets.is_none_or(|t| !t.is_empty()) {
+        notification_row(tx, subject, payload, targets).await?;
     }
-    sqlx::query(
-        "INSERT INTO webhook_notifications (subject, event, payload, targets, created_at) VALUES ($1, $2, $3, $4, $5)",
+    Ok(())
+}
+
+/// Writes a notification row and returns its place in the order (`seq`).
+async fn notification_row(
+    tx: &mut sqlx::AnyConnection,
+    subject: &str,
+    payload: &Payload,
+    targets: Option<&[String]>,
+) -> Result<i64> {
+    let row = sqlx::query(
+        "INSERT INTO webhook_notifications (subject, event, payload, targets, created_at) \
+         VALUES ($1, $2, $3, $4, $5) RETURNING seq",
     )
     .bind(subject)
     .bind(&payload.kind)
     .bind(json(payload))
     .bind(targets.map(|t| json(&t)))
     .bind(now_millis())
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
-    Ok(())
+    Ok(row.try_get("seq")?)
 }
 
 /// One delivery an in-memory post already made or started (the health notices), written with
@@ -324,17 +335,7 @@ impl OutboxStore for SqlStore {
         let mut tx = self.pool().begin().await?;
         // An empty notification takes the unhealthy notice's place in the order; its
         // deliveries are the ones already posted, under their ids.
-        let seq: i64 = sqlx::query(
-            "INSERT INTO webhook_notifications (subject, event, payload, targets, created_at) \
-             VALUES ($1, $2, $3, '[]', $4) RETURNING seq",
-        )
-        .bind(subject)
-        .bind(&unhealthy.kind)
-        .bind(json(unhealthy))
-        .bind(now_millis())
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get("seq")?;
+        let seq = notification_row(&mut tx, subject, unhealthy, Some(&[])).await?;
         sqlx::query("DELETE FROM webhook_notifications WHERE seq = $1").bind(seq).execute(&mut *tx).await?;
         let body = json(unhealthy);
         for post in posted {

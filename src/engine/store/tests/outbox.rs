@@ -3,29 +3,18 @@
 //! go out in order, a lease is taken once, a failed delivery is resent, and the outbox stays
 //! within its cap, read a page at a time.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use uuid::Uuid;
 
+use super::preemptions::queued;
 use crate::engine::store::{PostedDelivery, Store};
 use crate::model::run::PREEMPTED_BY;
-use crate::model::{DeliveryAttempt, DeliveryState, Run, RunParams, RunState, RunTrigger, now_millis};
+use crate::model::{DeliveryAttempt, DeliveryState, Run, RunTrigger, now_millis};
 use crate::webhooks::Payload;
-use crate::workflow::Workflow;
 
 const A: &str = "http://user:token@127.0.0.1:9/a?key=k";
 const B: &str = "http://127.0.0.1:9/b";
-
-fn queued(name: &str, priority: i64) -> Run {
-    let spec = Workflow::parse(
-        std::path::Path::new("o.yaml"),
-        &format!("name: {name}\npreemptible: true\nstages:\n  - {{name: trainer, argv: ['true']}}\n"),
-    )
-    .unwrap();
-    let id = Uuid::new_v4();
-    Run::queued(id, spec, PathBuf::from(format!("/runs/{id}")), priority, RunParams::default())
-}
 
 async fn inserted(store: &dyn Store, name: &str, priority: i64) -> Run {
     let run = queued(name, priority);
@@ -213,7 +202,6 @@ async fn health_notices_keep_their_ids_and_order(store: &dyn Store) {
     );
     let listed = store.deliveries_by_prefix(&posted[0].id.to_string(), 1).await.unwrap();
     assert_eq!(listed[0].state, DeliveryState::Delivered);
-    let _ = RunState::Failed;
 }
 
 on_both_backends!(
