@@ -24,6 +24,23 @@ macro_rules! delivery_columns {
     };
 }
 
+/// Pending deliveries due by `$1` with no earlier pending one of their subject and target:
+/// an index range of the due ones, and a seek per row into the order's index.
+pub(super) const DUE_SQL: &str = concat!(
+    "SELECT ",
+    delivery_columns!(),
+    ", payload FROM webhook_deliveries d WHERE state = 'pending' AND next_at <= $1 AND NOT EXISTS (",
+    "SELECT 1 FROM webhook_deliveries e WHERE e.subject = d.subject AND e.target = d.target ",
+    "AND e.seq < d.seq AND e.state = 'pending') ORDER BY next_at, seq LIMIT $2"
+);
+
+/// A page of the listing, newest first, before notification `$1`: a range of the seq index.
+pub(super) const LIST_SQL: &str = concat!(
+    "SELECT ",
+    delivery_columns!(),
+    " FROM webhook_deliveries WHERE seq < $1 ORDER BY seq DESC, id DESC LIMIT $2"
+);
+
 /// Writes, in `tx`, a notification about `subject`: to `targets`, or to the run webhooks of
 /// the daemon that fans it out when None. Nothing is written for an empty list.
 pub(super) async fn insert_notification(
@@ -196,17 +213,7 @@ impl OutboxStore for SqlStore {
     }
 
     async fn due_deliveries(&self, now: Millis, limit: i64) -> Result<Vec<(WebhookDelivery, Payload)>> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            delivery_columns!(),
-            ", payload FROM webhook_deliveries d WHERE state = 'pending' AND next_at <= $1 AND NOT EXISTS (\
-             SELECT 1 FROM webhook_deliveries e WHERE e.subject = d.subject AND e.target = d.target \
-             AND e.seq < d.seq AND e.state = 'pending') ORDER BY next_at, seq LIMIT $2"
-        ))
-        .bind(now)
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = sqlx::query(DUE_SQL).bind(now).bind(limit).fetch_all(self.pool()).await?;
         rows.iter()
             .map(|row| {
                 let payload: String = row.try_get("payload")?;
@@ -265,15 +272,8 @@ impl OutboxStore for SqlStore {
     }
 
     async fn webhook_deliveries(&self, limit: i64, before: Option<i64>) -> Result<Vec<WebhookDelivery>> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            delivery_columns!(),
-            " FROM webhook_deliveries WHERE seq < $1 ORDER BY seq DESC, id DESC LIMIT $2"
-        ))
-        .bind(before.unwrap_or(i64::MAX))
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
+        let rows =
+            sqlx::query(LIST_SQL).bind(before.unwrap_or(i64::MAX)).bind(limit).fetch_all(self.pool()).await?;
         rows.iter().map(delivery_from_row).collect()
     }
 

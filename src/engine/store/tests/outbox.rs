@@ -211,3 +211,15 @@ on_both_backends!(
     the_outbox_is_bounded_and_read_by_pages,
     health_notices_keep_their_ids_and_order,
 );
+
+/// The listing and the poster's read are index ranges and seeks, never a scan of the outbox.
+#[tokio::test]
+async fn sqlite_reads_the_outbox_off_its_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
+    let store = crate::engine::store::open(&location).await.unwrap();
+    for sql in [crate::engine::store::outbox::LIST_SQL, crate::engine::store::outbox::DUE_SQL] {
+        let plan = super::sqlite_plan(&store, sql).await;
+        assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{sql}: {plan:?}");
+    }
+}
