@@ -20,6 +20,7 @@ pub struct WebhooksArgs {
     /// The page after one already shown: its `next_before` (--json)
     #[arg(long)]
     before: Option<i64>,
+    /// Print the page as JSON (its `next_before` says where the next one starts)
     #[arg(long)]
     json: bool,
 }
@@ -30,6 +31,7 @@ enum WebhooksCommand {
     Resend {
         /// The delivery's id, or the start of it
         id: String,
+        /// Print the delivery as JSON
         #[arg(long)]
         json: bool,
     },
