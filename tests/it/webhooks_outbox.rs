@@ -242,3 +242,49 @@ async fn the_outbox_keeps_no_more_than_its_cap() {
     .await;
     assert!(kept.iter().all(|d| d["state"] == "delivered"), "{kept:#?}");
 }
+
+#[tokio::test]
+async fn deliveries_are_listed_and_resent_over_http_and_on_the_dashboard() {
+    let hook = Receiver::start(vec![]).await;
+    hook.answer(410);
+    let mut home = home_posting_to(&hook);
+    home.environ[0].1 = hook.url.replace("http://", "http://lab:s3cret@");
+    let api = crate::http::start_with(&mut home, "127.0.0.1", None, &[]).await;
+    let id = home.submit(&["-w", "quick"]);
+    let failed = wait_for("the failed delivery over HTTP", T, || {
+        let api = &api;
+        async move {
+            let (_, page) = api.get("/webhooks/deliveries?limit=10").await;
+            page["deliveries"]
+                .as_array()?
+                .iter()
+                .find(|d| d["subject"] == id.to_string() && d["state"] == "failed")
+                .cloned()
+        }
+    })
+    .await;
+    let delivery = failed["id"].as_str().unwrap().to_string();
+    assert!(failed["target"].as_str().unwrap().starts_with("http://***@127.0.0.1:"), "{failed}");
+
+    let (status, page) = api.get("/ui/webhooks").await;
+    let page = page.as_str().unwrap_or_default().to_string();
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert!(
+        page.contains(&delivery[..8]) && page.contains(&format!("/ui/webhooks/{delivery}/resend")),
+        "{page}"
+    );
+    assert!(!page.contains("s3cret"), "{page}");
+
+    let (status, body) = api.get("/webhooks/deliveries?limit=many").await;
+    assert_eq!((status.as_u16(), body["error"].as_str()), (400, Some("invalid_query")), "{body}");
+    let (status, body) = api.post("/webhooks/deliveries/zzzz/resend", Value::Null).await;
+    assert_eq!((status.as_u16(), body["error"].as_str()), (404, Some("not_found")), "{body}");
+
+    hook.answer(200);
+    let (status, resent) =
+        api.post(&format!("/webhooks/deliveries/{}/resend", &delivery[..8]), Value::Null).await;
+    assert_eq!((status.as_u16(), resent["id"].as_str()), (200, Some(&*delivery)), "{resent}");
+    wait_delivery(&home, id, "delivered").await;
+    let (status, body) = api.post(&format!("/webhooks/deliveries/{delivery}/resend"), Value::Null).await;
+    assert_eq!((status.as_u16(), body["error"].as_str()), (409, Some("not_failed")), "{body}");
+}
