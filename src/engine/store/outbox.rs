@@ -91,7 +91,8 @@ pub trait OutboxStore: Send + Sync {
     /// target (`run_webhooks` for those that name none); returns how many notifications.
     async fn fan_out_notifications(&self, run_webhooks: &[String], limit: i64) -> Result<usize>;
     /// Pending deliveries due by `now` that no earlier pending delivery of their subject and
-    /// target holds back, with their payloads; at most `limit`, soonest first.
+    /// target holds back, with their payloads; at most `limit`, soonest first. One whose stored
+    /// payload cannot be read is marked failed instead, saying so.
     async fn due_deliveries(&self, now: Millis, limit: i64) -> Result<Vec<(WebhookDelivery, Payload)>>;
     /// When the soonest pending delivery due after `after` is due (None: none is).
     async fn next_delivery_due(&self, after: Millis) -> Result<Option<Millis>>;
@@ -189,10 +190,16 @@ impl OutboxStore for SqlStore {
             let event: String = row.try_get("event")?;
             let payload: String = row.try_get("payload")?;
             let targets: Option<String> = row.try_get("targets")?;
-            let mut targets = match targets {
-                Some(text) => from_json::<Vec<String>>(&text, "notification targets")?,
-                None => run_webhooks.to_vec(),
-            };
+            let mut targets =
+                match targets.map(|text| from_json::<Vec<String>>(&text, "notification targets")) {
+                    Some(Ok(targets)) => targets,
+                    // Unreadable, it could only block the ones behind it: it goes, and the log says so.
+                    Some(Err(err)) => {
+                        tracing::warn!(subject, event, "webhook notification dropped: {err}");
+                        Vec::new()
+                    }
+                    None => run_webhooks.to_vec(),
+                };
             targets.dedup();
             let mut tx = self.pool().begin().await?;
             // Deleted first: a notification another daemon fanned out is not fanned out twice.
@@ -214,12 +221,27 @@ impl OutboxStore for SqlStore {
 
     async fn due_deliveries(&self, now: Millis, limit: i64) -> Result<Vec<(WebhookDelivery, Payload)>> {
         let rows = sqlx::query(DUE_SQL).bind(now).bind(limit).fetch_all(self.pool()).await?;
-        rows.iter()
-            .map(|row| {
-                let payload: String = row.try_get("payload")?;
-                Ok((delivery_from_row(row)?, from_json(&payload, "webhook payload")?))
-            })
-            .collect()
+        let mut due = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let delivery = delivery_from_row(row)?;
+            let payload: String = row.try_get("payload")?;
+            match serde_json::from_str::<Payload>(&payload) {
+                Ok(payload) => due.push((delivery, payload)),
+                // A row nobody can post would hold its subject's later ones back for good.
+                Err(err) => {
+                    let answer = format!("the stored notification cannot be read: {err}");
+                    let unreadable = DeliveryAttempt {
+                        state: DeliveryState::Failed,
+                        next_at: now,
+                        status: None,
+                        answer,
+                        event: None,
+                    };
+                    self.record_delivery_attempt(delivery.id, &unreadable).await?;
+                }
+            }
+        }
+        Ok(due)
     }
 
     async fn next_delivery_due(&self, after: Millis) -> Result<Option<Millis>> {

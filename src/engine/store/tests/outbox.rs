@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::preemptions::queued;
-use crate::engine::store::{PostedDelivery, Store};
+use crate::engine::store::{OutboxStore, PostedDelivery, Store};
 use crate::model::run::PREEMPTED_BY;
 use crate::model::{DeliveryAttempt, DeliveryState, Run, RunTrigger, now_millis};
 use crate::webhooks::Payload;
@@ -222,4 +222,28 @@ async fn sqlite_reads_the_outbox_off_its_indexes() {
         let plan = super::sqlite_plan(&store, sql).await;
         assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{sql}: {plan:?}");
     }
+}
+
+/// A delivery whose stored body cannot be read fails, saying so, and holds nothing back.
+#[tokio::test]
+async fn sqlite_an_unreadable_delivery_fails_and_blocks_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = crate::settings::StoreLocation::Sqlite(dir.path().join("lachesis.db"));
+    let store = crate::engine::store::open(&location).await.unwrap();
+    for _ in 0..2 {
+        let run = inserted(&store, "t", 0).await;
+        store.transition(&run, RunTrigger::Cancel, None, None).await.unwrap();
+    }
+    store.fan_out_notifications(&[B.into()], 100).await.unwrap();
+    let oldest = store.webhook_deliveries(10, None).await.unwrap().pop().unwrap();
+    sqlx::query("UPDATE webhook_deliveries SET payload = 'not json' WHERE id = $1")
+        .bind(oldest.id.to_string())
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let due = store.due_deliveries(now_millis(), 10).await.unwrap();
+    assert_eq!(due.len(), 1, "the readable one is due: {due:?}");
+    let read = store.deliveries_by_prefix(&oldest.id.to_string(), 1).await.unwrap().remove(0);
+    assert_eq!(read.state, DeliveryState::Failed);
+    assert!(read.last_answer.unwrap().starts_with("the stored notification cannot be read: "));
 }
