@@ -349,6 +349,13 @@ async fn excerpt(mut response: reqwest::Response) -> String {
     crate::text::one_line(String::from_utf8_lossy(&bytes).trim())
 }
 
+/// What a delivery keeps of its webhook's URL besides its redacted form: the SHA-256 of the URL
+/// (hex), by which a daemon finds it again among its `LACHESIS_WEBHOOKS`.
+pub fn target_key(url: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(url.trim().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn parse_url(raw: &str) -> Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(raw.trim()).map_err(|e| e.to_string())?;
     match url.scheme() {

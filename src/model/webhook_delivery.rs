@@ -49,8 +49,9 @@ impl std::str::FromStr for DeliveryState {
     }
 }
 
-/// One delivery as the store keeps it. `target` is the webhook's URL as configured, tokens and
-/// all: what the service hands out has it redacted.
+/// One delivery as the store keeps it. `target` is the webhook's URL redacted; the URL itself
+/// is kept only when the store holds it anyway (a schedule's webhook), else found again by its
+/// digest among the daemon's `LACHESIS_WEBHOOKS`, so no token of theirs is ever stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WebhookDelivery {
     /// The delivery id the receiver sees (`X-Lachesis-Delivery`, the body's `delivery_id`).
@@ -61,7 +62,14 @@ pub struct WebhookDelivery {
     pub subject: String,
     /// The payload's kind (`run_completed`, …).
     pub event: String,
+    /// The webhook's URL, credentials and query redacted.
     pub target: String,
+    /// SHA-256 of the URL (`webhooks::target_key`): the order's key, and how the daemon finds it.
+    #[serde(skip)]
+    pub target_key: String,
+    /// The URL itself, for a schedule's webhook; never shown.
+    #[serde(skip)]
+    pub target_url: Option<String>,
     pub state: DeliveryState,
     /// POSTs made.
     pub attempts: i64,

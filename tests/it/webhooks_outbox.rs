@@ -197,6 +197,8 @@ async fn a_receiver_that_answers_gone_is_not_retried_and_a_resend_delivers() {
     let listing = home.cli_ok(&["webhooks"]);
     for secret in ["s3cret", "t0ken"] {
         assert!(!listing.contains(secret) && !failed.to_string().contains(secret), "{listing}");
+        // Nor in the store, its WAL or a log: the delivery keeps the URL's digest.
+        assert_eq!(files_containing(home.path(), secret.as_bytes()), Vec::<std::path::PathBuf>::new());
     }
     assert!(listing.contains("failed") && listing.contains("run_completed"), "{listing}");
     let answered: Vec<u16> = hook.hits().iter().map(|hit| hit.status).collect();

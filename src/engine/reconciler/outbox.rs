@@ -101,11 +101,24 @@ impl OutboxPoster {
         Ok(until_due.min(IDLE))
     }
 
+    /// Where `delivery` goes: its kept URL (a schedule's), else the run webhook with its digest.
+    fn url_of<'a>(&'a self, delivery: &'a WebhookDelivery) -> Option<&'a str> {
+        delivery.target_url.as_deref().or_else(|| {
+            let found =
+                self.run_webhooks.iter().find(|url| crate::webhooks::target_key(url) == delivery.target_key);
+            found.map(String::as_str)
+        })
+    }
+
     /// One attempt at `delivery`, its outcome written back; true when the delivery ended.
     async fn post(&self, delivery: WebhookDelivery, payload: Payload) -> bool {
-        let answer = match payload.body(delivery.id) {
-            Ok(body) => self.client.post(&delivery.target, delivery.id, &delivery.event, &body).await,
-            Err(err) => {
+        let answer = match (self.url_of(&delivery), payload.body(delivery.id)) {
+            (Some(url), Ok(body)) => self.client.post(url, delivery.id, &delivery.event, &body).await,
+            (None, _) => Answer::Refused {
+                status: None,
+                answer: "the webhook is no longer in this daemon's LACHESIS_WEBHOOKS".into(),
+            },
+            (_, Err(err)) => {
                 Answer::Refused { status: None, answer: format!("cannot encode the notification: {err}") }
             }
         };
@@ -170,7 +183,9 @@ mod tests {
             seq: 1,
             subject: uuid::Uuid::from_u128(8).to_string(),
             event: "run_failed".into(),
-            target: "https://lab:tok@hooks.example/x?key=k".into(),
+            target: "https://***@hooks.example/x?***".into(),
+            target_key: String::new(),
+            target_url: None,
             state: DeliveryState::Pending,
             attempts,
             next_at: since,

@@ -18,9 +18,9 @@ pub struct DeliveryPage {
     pub next_before: Option<i64>,
 }
 
-fn shown(mut delivery: WebhookDelivery) -> WebhookDelivery {
-    delivery.target = crate::secrets::redact_url(&delivery.target);
-    delivery
+/// A delivery as surfaces may show it: no URL but the redacted one.
+fn shown(delivery: WebhookDelivery) -> WebhookDelivery {
+    WebhookDelivery { target_url: None, ..delivery }
 }
 
 impl Service {

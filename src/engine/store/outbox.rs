@@ -20,7 +20,8 @@ use crate::webhooks::Payload;
 /// The columns `delivery_from_row` reads.
 macro_rules! delivery_columns {
     () => {
-        "id, seq, subject, event, target, state, attempts, next_at, since, last_status, last_answer, created_at, updated_at"
+        "id, seq, subject, event, target, target_key, target_url, state, attempts, next_at, since, last_status, \
+         last_answer, created_at, updated_at"
     };
 }
 
@@ -30,7 +31,7 @@ pub(super) const DUE_SQL: &str = concat!(
     "SELECT ",
     delivery_columns!(),
     ", payload FROM webhook_deliveries d WHERE state = 'pending' AND next_at <= $1 AND NOT EXISTS (",
-    "SELECT 1 FROM webhook_deliveries e WHERE e.subject = d.subject AND e.target = d.target ",
+    "SELECT 1 FROM webhook_deliveries e WHERE e.subject = d.subject AND e.target_key = d.target_key ",
     "AND e.seq < d.seq AND e.state = 'pending') ORDER BY next_at, seq LIMIT $2"
 );
 
@@ -132,6 +133,8 @@ fn delivery_from_row(row: &AnyRow) -> Result<WebhookDelivery> {
         subject: row.try_get("subject")?,
         event: row.try_get("event")?,
         target: row.try_get("target")?,
+        target_key: row.try_get("target_key")?,
+        target_url: row.try_get("target_url")?,
         state: state.parse().map_err(corrupt)?,
         attempts: row.try_get("attempts")?,
         next_at: row.try_get("next_at")?,
@@ -143,6 +146,13 @@ fn delivery_from_row(row: &AnyRow) -> Result<WebhookDelivery> {
     })
 }
 
+/// Where one delivery goes: its URL, and whether the store may keep it (a schedule's, which
+/// the store holds anyway) or only its digest and redacted form (`LACHESIS_WEBHOOKS`').
+struct Target<'a> {
+    url: &'a str,
+    kept: bool,
+}
+
 /// Writes one pending (or, when `delivered`, delivered) delivery of notification `seq`.
 #[allow(clippy::too_many_arguments)]
 async fn insert_delivery(
@@ -151,21 +161,24 @@ async fn insert_delivery(
     seq: i64,
     subject: &str,
     event: &str,
-    target: &str,
+    target: Target<'_>,
     payload: &str,
     delivered: bool,
 ) -> Result<()> {
     let now = now_millis();
     let state = if delivered { DeliveryState::Delivered } else { DeliveryState::Pending };
     sqlx::query(
-        "INSERT INTO webhook_deliveries (id, seq, subject, event, target, payload, state, attempts, next_at, since, \
-         created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $9, $9)",
+        "INSERT INTO webhook_deliveries (id, seq, subject, event, target, target_key, target_url, payload, state, \
+         attempts, next_at, since, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, \
+         $11, $11)",
     )
     .bind(id.to_string())
     .bind(seq)
     .bind(subject)
     .bind(event)
-    .bind(target)
+    .bind(crate::secrets::redact_url(target.url))
+    .bind(crate::webhooks::target_key(target.url))
+    .bind(target.kept.then_some(target.url))
     .bind(payload)
     .bind(state.as_str())
     .bind(i64::from(delivered))
@@ -190,6 +203,7 @@ impl OutboxStore for SqlStore {
             let event: String = row.try_get("event")?;
             let payload: String = row.try_get("payload")?;
             let targets: Option<String> = row.try_get("targets")?;
+            let kept = targets.is_some();
             let mut targets =
                 match targets.map(|text| from_json::<Vec<String>>(&text, "notification targets")) {
                     Some(Ok(targets)) => targets,
@@ -210,7 +224,8 @@ impl OutboxStore for SqlStore {
             if taken.rows_affected() == 0 {
                 continue;
             }
-            for target in &targets {
+            for url in &targets {
+                let target = Target { url, kept };
                 insert_delivery(&mut tx, Uuid::new_v4(), seq, &subject, &event, target, &payload, false)
                     .await?;
             }
@@ -367,7 +382,7 @@ impl OutboxStore for SqlStore {
                 seq,
                 subject,
                 &unhealthy.kind,
-                &post.target,
+                Target { url: &post.target, kept: false },
                 &body,
                 post.delivered,
             )

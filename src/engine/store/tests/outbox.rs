@@ -16,6 +16,11 @@ use crate::webhooks::Payload;
 const A: &str = "http://user:token@127.0.0.1:9/a?key=k";
 const B: &str = "http://127.0.0.1:9/b";
 
+/// A as a delivery keeps it: its token redacted (B has none to redact).
+fn shown_a() -> String {
+    crate::secrets::redact_url(A)
+}
+
 async fn inserted(store: &dyn Store, name: &str, priority: i64) -> Run {
     let run = queued(name, priority);
     store.insert_run(&run, &run.pending_stages()).await.unwrap();
@@ -48,6 +53,10 @@ async fn a_run_s_notifications_go_out_in_order_per_target(store: &dyn Store) {
     assert_eq!(store.fan_out_notifications(&[A.into(), B.into()], 100).await.unwrap(), 0, "fanned out once");
     let listed = store.webhook_deliveries(10, None).await.unwrap();
     assert_eq!(listed.len(), 4);
+    // A run webhook's URL is kept as its digest and its redacted form: no token in the store.
+    assert!(listed.iter().all(|d| d.target_url.is_none() && !d.target.contains("token")), "{listed:?}");
+    let a = listed.iter().find(|d| d.target == shown_a()).unwrap();
+    assert_eq!(a.target_key, crate::webhooks::target_key(A));
     assert!(listed.iter().all(|d| d.subject == victim.id.to_string() && d.state == DeliveryState::Pending));
 
     let due = store.due_deliveries(now_millis(), 10).await.unwrap();
@@ -55,7 +64,7 @@ async fn a_run_s_notifications_go_out_in_order_per_target(store: &dyn Store) {
     assert_eq!(kinds.len(), 2, "{kinds:?}");
     assert!(kinds.iter().all(|(_, kind)| *kind == Payload::RUN_PREEMPTED), "{kinds:?}");
     assert_eq!(due[0].1.ids["run"], victim.id.to_string());
-    let (first_a, _) = due.iter().find(|(d, _)| d.target == A).unwrap().clone();
+    let (first_a, _) = due.iter().find(|(d, _)| d.target == shown_a()).unwrap().clone();
 
     // A first attempt that must wait holds the second back; its delivery lets it go.
     assert!(store.lease_delivery(&first_a, now_millis() + 30_000).await.unwrap());
@@ -75,7 +84,7 @@ async fn a_run_s_notifications_go_out_in_order_per_target(store: &dyn Store) {
     };
     store.record_delivery_attempt(first_a.id, &told).await.unwrap();
     let due = store.due_deliveries(now_millis(), 10).await.unwrap();
-    let second_a = due.iter().find(|(d, _)| d.target == A).expect("A's second is due now");
+    let second_a = due.iter().find(|(d, _)| d.target == shown_a()).expect("A's second is due now");
     assert_eq!(second_a.1.kind, Payload::RUN_COMPLETED);
     let events = store.events(victim.id, 0).await.unwrap();
     assert!(events.iter().any(|e| e.message == "webhook told"), "the delivery's event is the run's");
@@ -197,7 +206,7 @@ async fn health_notices_keep_their_ids_and_order(store: &dyn Store) {
     assert_eq!(shown.len(), 2, "{shown:?}");
     assert!(shown.contains(&(posted[1].id, B, Payload::DAEMON_UNHEALTHY)), "{shown:?}");
     assert!(
-        shown.iter().any(|(_, target, kind)| *target == A && *kind == Payload::DAEMON_HEALTHY),
+        shown.iter().any(|(_, target, kind)| *target == shown_a() && *kind == Payload::DAEMON_HEALTHY),
         "{shown:?}"
     );
     let listed = store.deliveries_by_prefix(&posted[0].id.to_string(), 1).await.unwrap();
