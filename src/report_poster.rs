@@ -107,9 +107,9 @@ fn utc(ms: i64) -> DateTime<Utc> {
 }
 
 /// Posts at each due time until the daemon stops.
-pub async fn run(service: Service, post: ReportPost) {
+pub async fn run(service: Service, post: ReportPost, signer: crate::webhooks::Signer) {
     let client = match WebhookClient::with_defaults() {
-        Ok(client) => client,
+        Ok(client) => client.signed(signer),
         Err(err) => {
             tracing::warn!("no morning report will be posted: {err}");
             return;
@@ -216,6 +216,7 @@ pub fn payload(report: &crate::service::Report, due_at: DateTime<Utc>) -> Payloa
         state: report.run_tally(),
         summary: serde_json::to_value(report).unwrap_or_default(),
         at: Utc::now().timestamp(),
+        delivery_id: None,
     }
 }
 

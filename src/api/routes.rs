@@ -23,6 +23,7 @@ use super::handlers::schedules::{
     add_schedule, pause_schedule, remove_schedule, resume_schedule, schedule, schedules,
 };
 use super::handlers::sweeps::{list_sweeps, start_sweep, stop_sweep, sweep_status};
+use super::handlers::webhooks::{deliveries, resend};
 use super::{AppState, Failure};
 use crate::service::RunRequest;
 
@@ -180,6 +181,21 @@ pub static ROUTES: &[Route] = &[
          outcome, step, duration, checkpoint, metrics, a failed stage's last 5 log lines, and counts",
         None,
         get(report)
+    ),
+    route!(
+        "get",
+        "/webhooks/deliveries",
+        "Webhook deliveries, newest first (?limit=, at most 500; ?before= the answer's next_before): \
+         id, event, subject, target (redacted), state (pending, delivered, failed), attempts, last answer",
+        None,
+        get(deliveries)
+    ),
+    route!(
+        "post",
+        "/webhooks/deliveries/{id}/resend",
+        "Send a failed webhook delivery again (an id or its prefix): same delivery id, a fresh retry window",
+        None,
+        post(resend)
     ),
 ];
 

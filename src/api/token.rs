@@ -1,8 +1,6 @@
 //! The bearer token every TCP listener requires: loaded or created in the home, kept only as
 //! its digest, and checked by the middleware in front of every route but the public ones.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use axum::body::Body;
@@ -59,32 +57,10 @@ pub fn load_or_create_token(home: &Path) -> Result<(ApiToken, String), ApiError>
         return Ok((ApiToken::new(&token, "LACHESIS_API_TOKEN")?, "LACHESIS_API_TOKEN".into()));
     }
     let path = token_path(home);
-    let file_err = |source| ApiError::TokenFile { path: path.clone(), source };
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| file_err(std::io::Error::other(e.to_string())))?;
-    let fresh: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    // O_EXCL with mode 0600: the token is never readable by others, not even for a moment.
-    let created = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path);
-    match created {
-        Ok(mut file) => {
-            file.write_all(format!("{fresh}\n").as_bytes())
-                .and_then(|()| file.sync_all())
-                .map_err(file_err)?;
-            let token = ApiToken::new(&fresh, "")?;
-            Ok((token, path.display().to_string()))
-        }
-        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
-            // One an operator wrote by hand may be readable by others: it is the owner's alone.
-            let meta = std::fs::metadata(&path).map_err(file_err)?;
-            if meta.permissions().mode() & 0o077 != 0 {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(file_err)?;
-            }
-            let text = std::fs::read_to_string(&path).map_err(file_err)?;
-            let origin = path.display().to_string();
-            Ok((ApiToken::new(text.trim(), &origin)?, origin))
-        }
-        Err(err) => Err(file_err(err)),
-    }
+    let (token, _) = crate::secrets::load_or_create_secret(&path)
+        .map_err(|source| ApiError::TokenFile { path: path.clone(), source })?;
+    let origin = path.display().to_string();
+    Ok((ApiToken::new(&token, &origin)?, origin))
 }
 
 pub(super) async fn require_token(
@@ -121,6 +97,7 @@ pub(super) async fn require_token(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn tokens_compare_by_digest_and_short_ones_are_refused() {

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 use super::{
     completions, config, daemon, doctor, env, gc, mcp, node, report, run, schedule, service_install, sweep,
-    test, workflow,
+    test, webhooks, workflow,
 };
 use lachesis::settings::Settings;
 
@@ -68,6 +68,8 @@ enum Command {
     /// The daemons (nodes) sharing a PostgreSQL store
     #[command(subcommand)]
     Node(node::NodeCommand),
+    /// Webhook deliveries, newest first (delivered, pending, failed); `resend ID` sends a failed one again
+    Webhooks(webhooks::WebhooksArgs),
     /// Check what runs need: Python, atroposlib, checkout, keys (never shown), store, daemon, ports
     Doctor(doctor::DoctorArgs),
     /// Serve the RL tools (rl_list_environments, rl_start_training, …) to an agent over MCP on stdio
@@ -144,6 +146,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Workflow(command) => workflow::run(settings, command),
         Command::Node(command) => current_thread()?.block_on(node::run(settings, command)),
         Command::Gc(args) => current_thread()?.block_on(gc::run(settings, args)),
+        Command::Webhooks(args) => current_thread()?.block_on(webhooks::run(settings, args)),
         Command::Sweep(command) => current_thread()?.block_on(sweep::run(settings, command)),
         Command::Doctor(args) => current_thread()?.block_on(doctor::run(settings, args)),
         Command::Mcp(args) => current_thread()?.block_on(mcp::run(settings, args)),

@@ -20,6 +20,7 @@ mod service_install;
 mod service_unit;
 mod sweep;
 mod test;
+mod webhooks;
 mod workflow;
 
 pub use command::{Cli, CliResult, dispatch, parse};

@@ -83,6 +83,10 @@ pub enum DaemonError {
     BadOption(String),
     #[error(transparent)]
     Pools(#[from] crate::node_pools::NodePoolsError),
+    #[error(transparent)]
+    WebhookSecret(#[from] crate::webhooks::SecretError),
+    #[error(transparent)]
+    WebhookPolicy(#[from] crate::webhooks::PolicyError),
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -114,7 +118,10 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         )));
     }
     let pools = crate::node_pools::resolve(&options.pools)?;
+    let outbox = crate::webhooks::OutboxPolicy::from_environ()?;
     let service = Service::open(settings.clone()).await?;
+    // After the open, which makes the home private: the secret file is created in it.
+    let signer = crate::webhooks::Signer::load(&settings.home)?;
     if !options.labels.is_empty() && !service.backend().supports_nodes() {
         return Err(ServiceError::NeedsPostgres("node labels (--label)".into()).into());
     }
@@ -196,6 +203,8 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
         log_rotation: options.log_rotation,
         pools,
         preempt_gap: options.preempt_gap,
+        signer: Some(signer.clone()),
+        outbox: Some(outbox),
     };
     let registration = crate::service::NodeRegistration {
         id: node,
@@ -206,7 +215,7 @@ pub async fn run(settings: Settings, options: DaemonOptions) -> Result<(), Daemo
     tokio::spawn(crate::metric_poller::run(service.clone(), registration.id.clone(), options.wandb_interval));
     tokio::spawn(crate::sweep_decider::run(service.clone(), options.sweep_interval));
     if let Some(post) = options.report.clone() {
-        tokio::spawn(crate::report_poster::run(service.clone(), post));
+        tokio::spawn(crate::report_poster::run(service.clone(), post, signer.clone()));
     }
     let telemetry = Arc::new(crate::telemetry::Telemetry::default());
     let reconciler = service.reconciler(registration, config, tx, Arc::clone(&telemetry));

@@ -22,6 +22,7 @@ pub mod schedule;
 pub mod stage;
 pub mod sweep;
 pub mod time;
+pub mod webhook_delivery;
 pub mod workflow;
 
 pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Start, next_start};
@@ -42,3 +43,4 @@ pub use run::{IllegalTransition, Run, RunPage, RunParams, RunQuery, RunState, Ru
 pub use schedule::Schedule;
 pub use stage::Stage;
 pub use time::{Millis, now_millis};
+pub use webhook_delivery::{DeliveryAttempt, DeliveryState, WebhookDelivery};

@@ -1,8 +1,13 @@
 //! Which values are secrets, and what stands in for them.
 
 /// Environment variables whose values are secrets wherever they turn up.
-pub const SECRET_VARS: &[&str] =
-    &["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "LACHESIS_API_TOKEN"];
+pub const SECRET_VARS: &[&str] = &[
+    "TINKER_API_KEY",
+    "WANDB_API_KEY",
+    "OPENROUTER_API_KEY",
+    "LACHESIS_API_TOKEN",
+    "LACHESIS_WEBHOOK_SECRET",
+];
 
 /// Prefix of the environment variables carrying argv elements that hold secrets (a Slurm batch
 /// script refers to them instead of the values, since Slurm keeps and shows the script text);

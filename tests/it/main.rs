@@ -44,3 +44,4 @@ mod systemd;
 mod time_limits;
 mod verifiers_training;
 mod wandb;
+mod webhooks_outbox;

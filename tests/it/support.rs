@@ -360,11 +360,31 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
 }
 
 /// A local HTTP endpoint for webhooks: records each request body and answers the scripted
-/// statuses in turn (then 200).
+/// statuses in turn (then `fallback`, 200 unless set).
 pub struct Receiver {
     pub url: String,
+    /// The bodies of the requests answered 200.
     pub bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    /// Every request, whatever its answer.
+    pub hits: Arc<std::sync::Mutex<Vec<Hit>>>,
+    /// The status once the script is spent.
+    fallback: Arc<std::sync::atomic::AtomicU16>,
     server: tokio::task::JoinHandle<()>,
+}
+
+/// One request a `Receiver` saw: its head (lowercased), raw body and the status it answered.
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub head: String,
+    pub body: Vec<u8>,
+    pub status: u16,
+}
+
+impl Hit {
+    /// The value of header `name` (lowercase), if sent.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_string()))
+    }
 }
 
 impl Drop for Receiver {
@@ -378,23 +398,28 @@ impl Receiver {
         Self::start_with(statuses, String::new()).await
     }
 
-    /// Like `start`, answering every successful request with `reply` (JSON).
+    /// Like `start`, answering every successful request with `reply` (JSON) and every other
+    /// with a short text saying its status.
     pub async fn start_with(statuses: Vec<u16>, reply: String) -> Receiver {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = Arc::clone(&bodies);
+        let hits = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let fallback = Arc::new(std::sync::atomic::AtomicU16::new(200));
+        let (seen, all, otherwise) = (Arc::clone(&bodies), Arc::clone(&hits), Arc::clone(&fallback));
         let script = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(statuses)));
         let reply = Arc::new(reply);
         let server = tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
-                let (seen, script, reply) = (Arc::clone(&seen), Arc::clone(&script), Arc::clone(&reply));
+                let (seen, all, script, reply) =
+                    (Arc::clone(&seen), Arc::clone(&all), Arc::clone(&script), Arc::clone(&reply));
+                let otherwise = Arc::clone(&otherwise);
                 tokio::spawn(async move {
                     let mut data = Vec::new();
                     let mut buf = [0u8; 4096];
                     // Read the head, then as many body bytes as Content-Length says.
-                    let body = loop {
+                    let (head, body) = loop {
                         let Ok(n) = socket.read(&mut buf).await else { return };
                         if n == 0 {
                             return;
@@ -411,15 +436,21 @@ impl Receiver {
                                 })
                                 .unwrap_or(0);
                             if data.len() >= end + 4 + length {
-                                break data[end + 4..end + 4 + length].to_vec();
+                                break (
+                                    text[..end].to_ascii_lowercase(),
+                                    data[end + 4..end + 4 + length].to_vec(),
+                                );
                             }
                         }
                     };
-                    let status = script.lock().unwrap().pop_front().unwrap_or(200);
+                    let scripted = script.lock().unwrap().pop_front();
+                    let status =
+                        scripted.unwrap_or_else(|| otherwise.load(std::sync::atomic::Ordering::SeqCst));
                     if status == 200 {
                         seen.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or_default());
                     }
-                    let body = if status == 200 { reply.as_str() } else { "" };
+                    all.lock().unwrap().push(Hit { head, body, status });
+                    let body = if status == 200 { reply.to_string() } else { format!("answered {status}") };
                     let head = format!(
                         "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                         body.len()
@@ -429,12 +460,22 @@ impl Receiver {
                 });
             }
         });
-        Receiver { url, bodies, server }
+        Receiver { url, bodies, hits, fallback, server }
     }
 
     /// The bodies received so far whose `kind` is `kind`.
     pub fn of_kind(&self, kind: &str) -> Vec<serde_json::Value> {
         self.bodies.lock().unwrap().iter().filter(|b| b["kind"] == kind).cloned().collect()
+    }
+
+    /// Answers `status` from now on, once the script is spent.
+    pub fn answer(&self, status: u16) {
+        self.fallback.store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Every request so far.
+    pub fn hits(&self) -> Vec<Hit> {
+        self.hits.lock().unwrap().clone()
     }
 }
 

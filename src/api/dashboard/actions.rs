@@ -1,4 +1,4 @@
-//! The dashboard's forms: stop or re-queue a run, pause or resume a schedule. Each refuses a
+//! The dashboard's forms: stop or re-queue a run, pause or resume a schedule, resend a webhook delivery. Each refuses a
 //! form from another site, then redirects to the page it was posted from.
 
 use axum::extract::{Path, State};
@@ -56,5 +56,19 @@ pub(super) async fn set_paused(s: AppState, headers: HeaderMap, name: String, pa
     match s.service.pause_schedule(&name, paused).await {
         Ok(_) => Redirect::to("/ui/schedules").into_response(),
         Err(err) => failure_page("Schedules", "schedules", err),
+    }
+}
+
+pub(super) async fn resend(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if !same_origin(&headers) {
+        return cross_site();
+    }
+    match s.service.resend_webhook(&id).await {
+        Ok(_) => Redirect::to("/ui/webhooks").into_response(),
+        Err(err) => failure_page("Webhooks", "webhooks", err),
     }
 }

@@ -34,13 +34,14 @@ pub fn url_segment(text: &str) -> String {
     out
 }
 
-const NAV: [(&str, &str); 6] = [
+const NAV: [(&str, &str); 7] = [
     ("runs", "Runs"),
     ("sweeps", "Sweeps"),
     ("tests", "Inference tests"),
     ("schedules", "Schedules"),
     ("nodes", "Nodes"),
     ("report", "Report"),
+    ("webhooks", "Webhooks"),
 ];
 
 /// A whole page: `active` names the navigation entry; `live` makes the script swap `<main>`
@@ -78,7 +79,7 @@ pub fn login(message: Option<&str>) -> String {
 /// A state as a coloured label.
 pub fn badge(state: &str) -> String {
     let class = match state {
-        "completed" | "succeeded" | "up" | "done" => "ok",
+        "completed" | "succeeded" | "up" | "done" | "delivered" => "ok",
         "failed" | "regressed" | "lost" => "bad",
         "running" | "starting" | "stopping" | "retrying" | "overdue" | "live" => "busy",
         _ => "idle",

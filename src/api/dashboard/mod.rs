@@ -22,6 +22,7 @@ mod schedules;
 mod svg;
 mod sweeps;
 mod tests_page;
+mod webhooks;
 
 pub use access::{cookie_token, is_page, is_public, login_required};
 pub use router::router;

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{html, nodes, report, run, runs, schedules, sweeps, tests_page};
+use super::{html, nodes, report, run, runs, schedules, sweeps, tests_page, webhooks};
 use crate::api::{AppState, Failure};
 use crate::service::ServiceError;
 
@@ -65,6 +65,13 @@ pub(super) async fn tests_page(State(s): State<AppState>, Query(q): Query<TestQu
 
 pub(super) async fn schedules_page(State(s): State<AppState>) -> Response {
     page("Schedules", "schedules", schedules::render(&s.service).await)
+}
+
+pub(super) async fn webhooks_page(
+    State(s): State<AppState>,
+    Query(q): Query<webhooks::DeliveriesQuery>,
+) -> Response {
+    page("Webhooks", "webhooks", webhooks::render(&s.service, &q).await)
 }
 
 pub(super) async fn nodes_page(State(s): State<AppState>) -> Response {

@@ -6,10 +6,11 @@ use axum::response::Redirect;
 use axum::routing::{get, post};
 
 use super::access::{login, login_form, logout};
-use super::actions::{pause, requeue, resume, stop};
+use super::actions::{pause, requeue, resend, resume, stop};
 use super::live::{changes, log_tail};
 use super::pages::{
     nodes_page, report_page, run_page, runs_page, schedules_page, sweep_page, sweeps_page, tests_page,
+    webhooks_page,
 };
 use crate::api::AppState;
 
@@ -36,6 +37,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/schedules", get(schedules_page))
         .route("/ui/schedules/{name}/pause", post(pause))
         .route("/ui/schedules/{name}/resume", post(resume))
+        .route("/ui/webhooks", get(webhooks_page))
+        .route("/ui/webhooks/{id}/resend", post(resend))
         .route("/ui/nodes", get(nodes_page))
         .route("/ui/report", get(report_page))
         .route("/ui/changes", get(changes))

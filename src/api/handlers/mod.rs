@@ -10,3 +10,4 @@ pub mod report;
 pub mod runs;
 pub mod schedules;
 pub mod sweeps;
+pub mod webhooks;

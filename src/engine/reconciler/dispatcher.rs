@@ -41,6 +41,10 @@ pub struct ReconcilerConfig {
     pub pools: crate::model::Pools,
     /// With `--preempt`: how much lower a victim's priority must be (None: never preempt).
     pub preempt_gap: Option<i64>,
+    /// What signs webhook bodies (None: unsigned, for tests that build a reconciler bare).
+    pub signer: Option<crate::webhooks::Signer>,
+    /// The outbox's retries and retention (None: the defaults).
+    pub outbox: Option<crate::webhooks::OutboxPolicy>,
 }
 
 pub struct Reconciler {
@@ -59,6 +63,12 @@ pub struct Reconciler {
     pub(super) tests: HashMap<Uuid, inference_tests::SupervisedTest>,
     pub(super) http: reqwest::Client,
     pub(super) webhooks: Option<crate::webhooks::WebhookClient>,
+    /// Rings the outbox's poster (None until `run` starts it).
+    pub(super) outbox: Option<Arc<tokio::sync::Notify>>,
+    /// A move this batch wrote a notification with: the poster is rung after it.
+    pub(super) outbox_news: bool,
+    /// The current unhealthy episode's in-memory posts (see `webhooks.rs`).
+    pub(super) unhealthy: std::sync::Mutex<Option<super::webhooks::UnhealthyPosts>>,
     pub(super) telemetry: Arc<crate::telemetry::Telemetry>,
     pub(super) shims: Arc<Shims>,
     /// Rung by the metric workers when a sweep member's readings land (the sweep decider waits).
@@ -78,7 +88,11 @@ impl Reconciler {
         sweep_readings: Arc<crate::engine::service::SweepReadings>,
     ) -> Reconciler {
         let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
-        let webhooks = crate::webhooks::WebhookClient::with_defaults().ok();
+        let webhooks =
+            crate::webhooks::WebhookClient::with_defaults().ok().map(|client| match &config.signer {
+                Some(signer) => client.signed(signer.clone()),
+                None => client,
+            });
         let node = node::NodeState::new(registration, config.claims_dir.clone());
         let shims = Arc::new(Shims::new(&config.exe, config.log_rotation));
         Reconciler {
@@ -93,6 +107,9 @@ impl Reconciler {
             tests: HashMap::new(),
             http,
             webhooks,
+            outbox: None,
+            outbox_news: false,
+            unhealthy: std::sync::Mutex::new(None),
             telemetry,
             shims,
             sweep_readings,
@@ -107,7 +124,7 @@ impl Reconciler {
         self.claim_or_wait().await?;
         self.claim_tests().await?;
         let mut next_due = self.tick_schedules().await?;
-        let dependency_failures = self.spawn_dependency_failures();
+        self.outbox = self.spawn_outbox_poster();
         let mut scan = tokio::time::interval(self.config.scan_interval);
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -160,13 +177,14 @@ impl Reconciler {
             {
                 warn!("reconciler: cannot schedule tests: {err}");
             }
-            // A run that ended, or a stop made elsewhere (a rescan), may have failed the runs
-            // waiting for it: their notices are posted beside the loop.
-            if let Some(wake) = &dependency_failures
-                && (rescan || self.runs.len() < supervised_before)
+            // A move of this batch, or one made elsewhere (a rescan), may have written
+            // notifications: they are posted beside the loop.
+            if let Some(wake) = &self.outbox
+                && (rescan || self.outbox_news || self.runs.len() < supervised_before)
             {
                 wake.notify_one();
             }
+            self.outbox_news = false;
             self.telemetry.tick.observe_ms(batch_started.elapsed().as_secs_f64() * 1000.0);
             // A submission's poke: its run is there to claim, no read needs to say so first.
             if queued {

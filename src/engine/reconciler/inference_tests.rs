@@ -310,8 +310,8 @@ impl Reconciler {
         match self.store.transition_test(&sup.test, trigger, Some(reason), results).await {
             Ok(test) => {
                 info!(test = %crate::model::short_id(&test.id), state = %test.state, reason, "test ended");
-                sup.test = test.clone();
-                self.post_test_webhooks(&test).await;
+                sup.test = test;
+                self.outbox_news = true;
             }
             Err(StoreError::TestConflict { .. }) => {
                 if let Some(test) = self.store.test(id).await? {

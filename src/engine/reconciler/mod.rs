@@ -12,6 +12,7 @@ mod inference_tests;
 mod messages;
 mod metrics;
 mod node;
+mod outbox;
 mod outcome;
 mod preempt;
 mod progress;

@@ -174,8 +174,13 @@ impl Reconciler {
         match moved {
             Ok(Some(run)) => {
                 info!(run = %run.short_id(), state = %run.state, reason = run.reason.as_deref().unwrap_or(""), "transition");
+                // Its notification, if any, was written with the move; the poster is rung
+                // after the batch. A crash here must not lose it (the restart tests' point).
+                if crate::webhooks::Payload::of_run(&run).is_some() {
+                    crate::failpoint::hit("webhooks.run_moved");
+                    self.outbox_news = true;
+                }
                 sup.run = run;
-                self.post_run_webhooks(&self.runs[&id].run);
                 Ok(())
             }
             Ok(None) | Err(StoreError::Conflict { .. }) => {

@@ -136,6 +136,10 @@ pub enum ServiceError {
     InSweep { k: u64, source: Box<ServiceError> },
     #[error("no sweep matches '{0}'")]
     UnknownSweep(String),
+    #[error("no webhook delivery matches '{0}'")]
+    UnknownDelivery(String),
+    #[error("webhook delivery {id} is {state}: only a failed one is sent again")]
+    DeliveryNotFailed { id: String, state: crate::model::DeliveryState },
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
@@ -204,7 +208,8 @@ impl ServiceError {
             E::BadDependency(_) | E::Pipeline(_) => ErrorKind::Invalid,
             E::SweepFile(_) | E::Sweep(_) | E::BadSweepParameter { .. } => ErrorKind::Invalid,
             E::InSweep { source, .. } => source.kind(),
-            E::UnknownSweep(_) => ErrorKind::NotFound,
+            E::UnknownSweep(_) | E::UnknownDelivery(_) => ErrorKind::NotFound,
+            E::DeliveryNotFailed { .. } => ErrorKind::Conflict,
         }
     }
 
@@ -245,6 +250,7 @@ impl ServiceError {
             E::NoCheckpoint { .. } => "no_checkpoint",
             E::DependencyUnmet { .. } => "dependency_unmet",
             E::Introspect(_) => "introspection",
+            E::DeliveryNotFailed { .. } => "not_failed",
             other => other.kind().name(),
         }
     }

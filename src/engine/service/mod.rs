@@ -29,6 +29,7 @@ mod retention;
 mod runs;
 mod schedules;
 mod sweeps;
+mod webhooks;
 
 pub use crate::engine::store::NodeRegistration;
 pub use attempts::AttemptStages;
@@ -62,3 +63,4 @@ pub use sweeps::{
     SWEEP_LIST_LIMIT, StartedSweep, SweepCurves, SweepDecider, SweepDecision, SweepListing, SweepReadings,
     SweepStatus, SweepSummary, not_a_number_note,
 };
+pub use webhooks::{DELIVERIES_SHOWN, DeliveryPage, MAX_DELIVERIES_SHOWN};

@@ -380,6 +380,7 @@ async fn settle_from(
                 let message = format!("{}: {reason}", RunTrigger::Unmet);
                 let states = Some((RunState::Pending, to));
                 insert_event(&mut **tx, waiting_id, EventKind::State, states, None, &message).await?;
+                notify_failed(tx, waiting_id).await?;
                 ends.push(Ended::Run(waiting_id, to));
             }
         }
@@ -391,4 +392,17 @@ async fn settle_from(
             .await?;
     }
     Ok(settled_edges)
+}
+
+/// Writes, in `tx`, the notification of run `id`, which a dependency just failed.
+async fn notify_failed(tx: &mut sqlx::Transaction<'static, sqlx::Any>, id: Uuid) -> Result<()> {
+    let row = sqlx::query(concat!(select_runs_sql!(), "WHERE id = $1"))
+        .bind(id.to_string())
+        .fetch_one(&mut **tx)
+        .await?;
+    let run = super::rows::run_from_row(&row)?;
+    match crate::webhooks::Payload::of_run(&run) {
+        Some(note) => super::outbox::insert_notification(tx, &id.to_string(), &note, None).await,
+        None => Ok(()),
+    }
 }

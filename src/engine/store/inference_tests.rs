@@ -208,8 +208,7 @@ impl InferenceTestStore for SqlStore {
             None => format!("{} -> {to}", test.state),
         };
         insert_event(&mut *tx, test.id, EventKind::Note, None, None, &message).await?;
-        tx.commit().await?;
-        Ok(InferenceTest {
+        let moved = InferenceTest {
             state: to,
             version: test.version + 1,
             started_at,
@@ -217,7 +216,10 @@ impl InferenceTestStore for SqlStore {
             reason,
             results,
             ..test.clone()
-        })
+        };
+        notify_schedule(&mut tx, &moved).await?;
+        tx.commit().await?;
+        Ok(moved)
     }
 
     async fn test_tasks(&self, test_id: Uuid) -> Result<Vec<TestTask>> {
@@ -270,4 +272,23 @@ impl InferenceTestStore for SqlStore {
         )
         .await
     }
+}
+
+/// Writes, in `tx`, what a scheduled test's webhooks are told of its end (nothing for a test
+/// that has not ended, or has no schedule, or whose schedule has no webhook).
+async fn notify_schedule(tx: &mut sqlx::AnyConnection, test: &InferenceTest) -> Result<()> {
+    let Some(schedule) = test.schedule_id.filter(|_| test.state.is_terminal()) else { return Ok(()) };
+    let Some(row) = sqlx::query("SELECT name, webhooks FROM schedules WHERE id = $1")
+        .bind(schedule.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+    else {
+        return Ok(());
+    };
+    let name: String = row.try_get("name")?;
+    let webhooks: Vec<String> = from_json(&row.try_get::<String, _>("webhooks")?, "schedule webhooks")?;
+    for note in crate::webhooks::Payload::of_test(test, &name) {
+        super::outbox::insert_notification(tx, &test.id.to_string(), &note, Some(&webhooks)).await?;
+    }
+    Ok(())
 }

@@ -4,11 +4,13 @@
 use uuid::Uuid;
 
 use super::events::{EventRow, insert_events};
+use super::outbox::insert_notification;
 use super::rows::json;
 use super::sql::SqlStore;
 use super::{Result, Store};
 use crate::model::run::{self as transitions, RunTrigger};
 use crate::model::{EventKind, Millis, Run, RunParams, RunState, now_millis};
+use crate::webhooks::Payload;
 
 /// Marks a run's live-looking stages lost: their node is gone and nobody can watch them.
 pub(super) async fn lose_live_stages(
@@ -133,6 +135,10 @@ impl SqlStore {
         if next.state.is_terminal() {
             // The runs waiting for this one learn its end in the same commit.
             super::dependencies::settle_dependents(tx, self.backend(), run.id, next.state).await?;
+        }
+        // Its webhooks learn it from the same commit: a crash after it delays the post, never loses it.
+        if let Some(note) = Payload::of_run(next) {
+            insert_notification(tx, &run.id.to_string(), &note, None).await?;
         }
         let to = next.state;
         let message = match &next.reason {

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
-    InferenceTestStore, MetricStore, NewDependency, NodeStore, NoticeStore, PreemptionStore, ProgressStore,
+    InferenceTestStore, MetricStore, NewDependency, NodeStore, OutboxStore, PreemptionStore, ProgressStore,
     QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunTrigger, Stage};
@@ -37,7 +37,7 @@ pub trait Store:
     + ReportStore
     + AttemptStore
     + DependencyStore
-    + NoticeStore
+    + OutboxStore
     + PreemptionStore
     + SweepStore
     + Send

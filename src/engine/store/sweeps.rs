@@ -10,12 +10,14 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::dependencies::{NewDependency, insert_dependencies, settle_sweep_dependents};
+use super::outbox::insert_notification;
 use super::rows::{corrupt, from_json, json, run_from_row};
 use super::sql::{SqlStore, insert_pending_run};
 use super::{Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
 use crate::model::sweep::{Goal, SeriesSummary, SweepRecord, SweepState, SweepWinner};
 use crate::model::{MetricPoint, Millis, Run, RunState, Stage, now_millis};
+use crate::webhooks::Payload;
 
 /// `SELECT <every sweep column> FROM sweeps <rest>`, as a `'static` string.
 macro_rules! select_sweeps {
@@ -703,7 +705,7 @@ impl SqlStore {
             Some(winner) => {
                 sqlx::query(
                     "UPDATE sweeps SET state = $1, reason = COALESCE($2, reason), updated_at = $3, winner_k = $4, \
-                     winner_run = $5, winner_value = $6 WHERE id = $7 AND state = $8 RETURNING reason",
+                     winner_run = $5, winner_value = $6 WHERE id = $7 AND state = $8 RETURNING reason, workflow",
                 )
                 .bind(to.as_str())
                 .bind(reason)
@@ -719,7 +721,7 @@ impl SqlStore {
             None => {
                 sqlx::query(
                     "UPDATE sweeps SET state = $1, reason = COALESCE($2, reason), updated_at = $3 \
-                     WHERE id = $4 AND state = $5 RETURNING reason",
+                     WHERE id = $4 AND state = $5 RETURNING reason, workflow",
                 )
                 .bind(to.as_str())
                 .bind(reason)
@@ -732,6 +734,11 @@ impl SqlStore {
         };
         let Some(moved) = moved else { return Ok(None) };
         let why: Option<String> = moved.try_get("reason")?;
+        if matches!(to, SweepState::Stopped | SweepState::Done) {
+            let workflow: String = moved.try_get("workflow")?;
+            let note = Payload::of_sweep(id, &workflow, to.as_str(), why.as_deref(), winner);
+            insert_notification(&mut tx, &id.to_string(), &note, None).await?;
+        }
         let settled = match to {
             // A stop, or an end: what waits for the sweep learns it now. (A stopped sweep's
             // edges were settled by its stop; its end finds none open.)

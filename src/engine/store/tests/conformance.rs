@@ -50,12 +50,12 @@ on_both_backends!(
     metric_history_is_one_row_per_step,
     a_checkpoint_line_is_recorded_once,
     an_end_settles_the_runs_waiting_for_it,
-    a_dependency_failure_is_listed_and_its_notice_taken_once,
+    a_dependency_failure_writes_its_notification,
 );
 
-/// The runs a dependency failed are found in the event log (and only they), and each one's
-/// notice is taken once, however many takers race for it.
-async fn a_dependency_failure_is_listed_and_its_notice_taken_once(store: Arc<dyn Store>) {
+/// The runs a dependency failed get their notification in the commit that fails them, as a
+/// run that fails on its own does: one each, fanned out once.
+async fn a_dependency_failure_writes_its_notification(store: Arc<dyn Store>) {
     use crate::engine::store::NewDependency;
     use crate::model::When;
     let (x, x_stages) = new_run(0);
@@ -70,39 +70,22 @@ async fn a_dependency_failure_is_listed_and_its_notice_taken_once(store: Arc<dyn
         ])
         .await
         .unwrap();
-    let before = store.last_event_id().await.unwrap();
     let x = store.transition(&x, RunTrigger::Claim, None, None).await.unwrap();
     store.transition(&x, RunTrigger::Fail, Some("boom"), None).await.unwrap();
-    let upto = store.last_event_id().await.unwrap();
-    let found = store.dependency_failures(before, upto, 100).await.unwrap();
-    assert_eq!(
-        found.iter().map(|(_, run)| *run).collect::<Vec<_>>(),
-        [y.id, z.id],
-        "not x, failed by its exit"
-    );
-    let paged = store.dependency_failures(before, upto, 1).await.unwrap();
-    assert_eq!(paged, found[..1]);
-    assert!(store.dependency_failures(found[1].0, upto, 100).await.unwrap().is_empty());
-
-    let takers: Vec<_> = (0..4)
-        .map(|_| {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move { store.take_failure_notice(y.id).await.unwrap() })
-        })
-        .collect();
-    let mut taken = 0;
-    for taker in takers {
-        if let Some(run) = taker.await.unwrap() {
-            assert_eq!(run.state, RunState::Failed);
-            taken += 1;
-        }
-    }
-    assert_eq!(taken, 1, "one taker posts y's notice");
-    assert!(store.take_failure_notice(z.id).await.unwrap().is_some());
-    assert!(store.take_failure_notice(z.id).await.unwrap().is_none());
-    let (pending, pending_stages) = new_run(0);
-    store.insert_run(&pending, &pending_stages).await.unwrap();
-    assert!(store.take_failure_notice(pending.id).await.unwrap().is_none(), "no notice of a run not failed");
+    let hooks = ["http://127.0.0.1:9/h".to_string()];
+    assert_eq!(store.fan_out_notifications(&hooks, 100).await.unwrap(), 3);
+    assert_eq!(store.fan_out_notifications(&hooks, 100).await.unwrap(), 0);
+    let due = store.due_deliveries(i64::MAX, 10).await.unwrap();
+    let mut told: Vec<(String, String)> =
+        due.iter().map(|(_, p)| (p.ids["run"].as_str().unwrap().to_string(), p.kind.clone())).collect();
+    told.sort();
+    let mut want: Vec<(String, String)> =
+        [x.id, y.id, z.id].iter().map(|id| (id.to_string(), "run_failed".to_string())).collect();
+    want.sort();
+    assert_eq!(told, want);
+    let (_, y_note) = due.iter().find(|(d, _)| d.subject == y.id.to_string()).unwrap();
+    let reason = format!("dependency {} failed", crate::model::short_id(&x.id));
+    assert_eq!(y_note.summary["reason"], reason.as_str());
 }
 
 /// An end settles its dependents in its own transaction: met edges count down, an unmet one

@@ -37,6 +37,7 @@ mod conformance;
 mod dependencies;
 mod metrics;
 mod nodes;
+mod outbox;
 mod preemptions;
 mod queue;
 mod report;

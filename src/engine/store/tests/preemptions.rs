@@ -11,7 +11,8 @@ use crate::model::run::PREEMPTED_BY;
 use crate::model::{Run, RunParams, RunState, RunTrigger};
 use crate::workflow::Workflow;
 
-fn queued(name: &str, priority: i64) -> Run {
+/// A queued run of a preemptible one-stage workflow `name`.
+pub(super) fn queued(name: &str, priority: i64) -> Run {
     let spec = Workflow::parse(
         std::path::Path::new("r.yaml"),
         &format!("name: {name}\npreemptible: true\nstages:\n  - {{name: trainer, argv: ['true']}}\n"),

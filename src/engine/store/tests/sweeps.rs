@@ -317,10 +317,13 @@ async fn a_sweeps_end_settles_the_runs_waiting_for_it(store: &dyn Store) {
     let failed = store.run(z.0.id).await.unwrap().unwrap();
     let reason = format!("sweep {} ended without a winner ({why})", short_id(&empty.id));
     assert_eq!((failed.state, failed.reason.as_deref()), (RunState::Failed, Some(reason.as_str())));
-    let failures = store.dependency_failures(0, i64::MAX, 100).await.unwrap();
+    store.fan_out_notifications(&["http://127.0.0.1:9/h".to_string()], 100).await.unwrap();
+    let told = store.webhook_deliveries(100, None).await.unwrap();
     for run in [x.0.id, after_x.0.id, z.0.id] {
-        assert!(failures.iter().any(|(_, id)| *id == run), "the event log lists {run} for its notice");
+        let subject = run.to_string();
+        assert!(told.iter().any(|d| d.subject == subject && d.event == "run_failed"), "no notice of {run}");
     }
+    assert!(told.iter().any(|d| d.event == "sweep_ended"), "the sweeps' ends are notified");
 
     // Submitted after the end: met as written by a winner; refused, writing nothing, otherwise.
     let late = waiting(vec![on(&won, Some("tune"))]);
