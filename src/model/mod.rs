@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod dependency;
 pub mod env_kind;
 pub mod event;
+pub mod headline;
 pub mod inference_spec;
 pub mod inference_test;
 pub mod metric_point;
@@ -29,6 +30,7 @@ pub use checkpoint::{Checkpoint, FoundCheckpoint, NextAttempt, ResumePoint, Star
 pub use dependency::{Awaited, AwaitedKind, Dependency, Settled, When};
 pub use env_kind::{EnvKind, EnvSource};
 pub use event::{Event, EventKind, NewEvent};
+pub use headline::{HeadlineValue, headline_line, headline_names};
 pub use inference_spec::InferenceSpec;
 pub use inference_test::{IllegalTestTransition, InferenceTest, TestState, TestTask, TestTrigger};
 pub use metric_point::{MetricPoint, MetricReading, MetricSummary};

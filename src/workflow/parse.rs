@@ -47,6 +47,7 @@ impl Workflow {
             return bad("stages", "a workflow needs at least one stage".into());
         }
         self.check_environment().or_else(|problem| bad("environment", problem))?;
+        check_report(&self.report).or_else(|problem| bad("report", problem))?;
         for cred in &self.credentials {
             if cred.is_empty() || !cred.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return bad("credentials", format!("'{cred}' is not an environment variable name"));
@@ -216,6 +217,29 @@ impl Workflow {
     }
 }
 
+/// The most headline metrics a workflow names: a line of the report, not a table.
+const MAX_REPORT_METRICS: usize = 8;
+
+/// `report:` names metrics as runs write them: a few, each non-empty, on one line.
+fn check_report(names: &[String]) -> Result<(), String> {
+    if names.len() > MAX_REPORT_METRICS {
+        return Err(format!(
+            "names {} metrics; a report line shows at most {MAX_REPORT_METRICS}",
+            names.len()
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for name in names {
+        if name.trim().is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
+            return Err(format!("'{}' is not a metric name", one_line(name)));
+        }
+        if !seen.insert(name) {
+            return Err(format!("'{name}' is named twice"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +259,20 @@ mod tests {
         let wf = parse(MINIMAL).unwrap();
         assert_eq!(wf.deciding_stages(), vec!["main"]);
         assert!(wf.resources(&BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn report_names_a_few_distinct_metrics() {
+        let wf = parse(&format!("{MINIMAL}report: [env/all/reward/total, loss]\n")).unwrap();
+        assert_eq!(wf.report, ["env/all/reward/total", "loss"]);
+        for (bad, says) in [
+            ("report: [loss, loss]", "named twice"),
+            ("report: ['']", "not a metric name"),
+            ("report: [a, b, c, d, e, f, g, h, i]", "at most 8"),
+        ] {
+            let err = parse(&format!("{MINIMAL}{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains("report") && err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

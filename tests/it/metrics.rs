@@ -48,7 +48,8 @@ echo '{"step": 2, "env/all/reward/total": 0.3, "loss": Infinity, "optim": {"kl":
         "jsonl",
         &format!(
             "name: jsonl\nstages:\n  - name: trainer\n    argv: [sh, \"{}\", \"{{run_dir}}\"]\n\
-             metrics:\n  jsonl: {{file: \"{{run_dir}}/logs/m.jsonl\", step: /step}}\n",
+             metrics:\n  jsonl: {{file: \"{{run_dir}}/logs/m.jsonl\", step: /step}}\n\
+             report: [env/all/reward/total]\n",
             script.display()
         ),
     );
@@ -80,6 +81,14 @@ echo '{"step": 2, "env/all/reward/total": 0.3, "loss": Infinity, "optim": {"kl":
     assert!(table.contains("STEP") && table.contains("0.2"), "{table}");
     let none = home.cli_ok(&["run", "metrics", &short, "--name", "nothing"]);
     assert!(none.contains("no readings of 'nothing'"), "{none}");
+    // The workflow's headline metric, by its name, where a run is shown.
+    let headline = "env/all/reward/total 0.300 (step 2)";
+    assert!(home.cli_ok(&["run", "status", &short]).contains(headline));
+    let report: Value = serde_json::from_str(&home.cli_ok(&["report", "--json"])).unwrap();
+    let row = report["runs"].as_array().and_then(|runs| runs.iter().find(|r| r["id"] == short));
+    let metrics = row.map(|r| r["metrics"].clone());
+    assert_eq!(metrics, Some(serde_json::json!([{"name": "env/all/reward/total", "step": 2, "value": 0.3}])));
+    assert!(home.cli_ok(&["report"]).contains(headline));
     // The line that is not JSON: skipped, with one warning.
     assert_eq!(home.daemon_log().matches("metrics: skipped a line").count(), 1, "{}", home.daemon_log());
     home.kill_daemon();

@@ -182,10 +182,13 @@ fn check_report(report: &Value, night: &Night) {
     assert_eq!(completed["duration_ms"], 2 * HOUR);
     assert_eq!(completed["weights"], "tinker://night/sampler_weights/120");
     assert_eq!(completed["checkpoint"]["step"], 120);
-    assert_eq!(
-        (completed["metrics"]["step"].as_i64(), completed["metrics"]["reward_mean"].as_f64()),
-        (Some(120), Some(0.61))
-    );
+    // No `report:` and no sweep: the W&B keys, each with its last value, by name.
+    let metric = |name: &str| {
+        let found = completed["metrics"].as_array().and_then(|m| m.iter().find(|m| m["name"] == name));
+        found.map(|m| (m["step"].as_i64(), m["value"].as_f64()))
+    };
+    assert_eq!(metric("train/reward_mean"), Some((Some(120), Some(0.61))), "{completed:#}");
+    assert_eq!(metric("train/loss"), Some((Some(120), Some(0.1))), "{completed:#}");
     let failed = row(runs, night.failed);
     assert_eq!(failed["state"], "failed");
     assert!(failed["reason"].as_str().unwrap().starts_with("stage 'trainer' exited with code 3"), "{failed}");
@@ -266,7 +269,10 @@ async fn the_morning_report_shows_the_night_on_every_surface() {
     }
     assert!(!text.contains(&night.before_window.to_string()[..8]), "{text}");
     assert!(text.contains("step 120: tinker://night/sampler_weights/120"), "{text}");
-    assert!(text.contains("reward 0.610, correct 0.720, loss 0.100 (step 120)"), "{text}");
+    assert!(
+        text.contains("train/reward_mean 0.610, train/percent_correct 0.720, train/loss 0.100 (step 120)"),
+        "{text}"
+    );
     assert!(
         text.contains(
             "failed: last lines of trainer:\n    line 4\n    line 5\n    line 6\n    line 7\n    broken\n"

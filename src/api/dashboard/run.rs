@@ -327,6 +327,9 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
             esc(where_)
         );
     }
+    if let Some(line) = crate::model::headline_line(&status.metrics) {
+        let _ = write!(body, "<p class=\"metrics\">metrics: {}</p>", esc(&line));
+    }
     if !status.after.is_empty() {
         body.push_str("<p class=\"after\">after ");
         let deps: Vec<String> = status

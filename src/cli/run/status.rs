@@ -62,6 +62,9 @@ pub(super) fn print_status(status: &RunStatus) {
     if let Some(checkpoint) = &status.checkpoint {
         println!("checkpoint {}", crate::cli::checkpoints::line(checkpoint));
     }
+    if let Some(line) = lachesis::model::headline_line(&status.metrics) {
+        println!("metrics   {line}");
+    }
     if let Some(member) = &r.sweep {
         println!("sweep     {}", member.describe());
     }

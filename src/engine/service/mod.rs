@@ -15,6 +15,7 @@ mod error;
 #[cfg(any(test, feature = "testing"))]
 mod fixtures;
 mod handle;
+mod headline;
 mod inference_tests;
 mod logs;
 mod metric_history;

@@ -18,9 +18,11 @@ use uuid::Uuid;
 use super::logs::off_thread;
 use super::{Result, Service};
 use crate::engine::store::ListedRun;
+
+use super::headline::HeadlineOf;
 use crate::inference::regression::Regression;
 use crate::model::{
-    Checkpoint, InferenceTest, MetricRow, Millis, Progress, ResumePoint, RunState, Stage, TestState,
+    Checkpoint, HeadlineValue, InferenceTest, Millis, Progress, ResumePoint, RunState, Stage, TestState,
 };
 
 /// The most runs (and, apart, tests) one report lists; more are counted and said.
@@ -107,8 +109,10 @@ pub struct ReportRun {
     pub checkpoint: Option<Checkpoint>,
     /// Its last weights: from a checkpoint, else (a completed run) the end of a stage log.
     pub weights: Option<String>,
-    /// Its final training metrics (the last stored metric row).
-    pub metrics: Option<MetricRow>,
+    /// Its headline metrics' last values (its workflow's `report:`, else its sweep's metric,
+    /// else the W&B keys), each with its step.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<HeadlineValue>,
     /// For a failed run: the stage whose end decided it, and that log's last lines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_stage: Option<String>,
@@ -201,19 +205,9 @@ impl ReportRun {
         }
     }
 
-    /// Its final training metrics: `reward 0.610, correct 0.720, eval 0.700, loss 0.100 (step 120)`.
+    /// Its headline metrics: `env/all/reward/total 0.610 (step 120)`.
     pub fn metrics_line(&self) -> Option<String> {
-        let row = self.metrics.as_ref()?;
-        let parts: Vec<String> = [
-            ("reward", row.reward_mean),
-            ("correct", row.percent_correct),
-            ("eval", row.eval_percent_correct),
-            ("loss", row.loss),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| Some(format!("{name} {:.3}", value?)))
-        .collect();
-        (!parts.is_empty()).then(|| format!("{} (step {})", parts.join(", "), row.step))
+        crate::model::headline_line(&self.metrics)
     }
 }
 
@@ -430,6 +424,11 @@ impl Service {
         // A retried run's first attempt started before its current one: read it from its events.
         let retried: Vec<Uuid> = runs.iter().filter(|r| r.attempt > 1).map(|r| r.id).collect();
         let first_starts = self.store.first_starts_of(&retried).await?;
+        let of: Vec<HeadlineOf> = runs
+            .iter()
+            .map(|run| HeadlineOf { id: run.id, report: &run.report, sweep: run.params.sweep.as_ref() })
+            .collect();
+        let mut headlines = self.headlines(&of).await?;
 
         // What the logs give, read together off the daemon's thread.
         let mut reads = Vec::new();
@@ -482,7 +481,7 @@ impl Service {
                 progress,
                 checkpoint: run.checkpoint,
                 weights,
-                metrics: run.metrics,
+                metrics: headlines.remove(&run.id).unwrap_or_default(),
                 failed_stage,
                 log_tail,
                 preemptions: run.preemptions,

@@ -4,7 +4,6 @@
 //! value changes, so "which runs got new readings since" costs the new readings alone.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -15,7 +14,7 @@ use super::rows::corrupt;
 use super::sql::SqlStore;
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
 use crate::model::metric_row::ROW_METRICS;
-use crate::model::{MetricPoint, MetricReading, MetricRow, MetricSummary, Millis};
+use crate::model::{HeadlineValue, MetricPoint, MetricReading, MetricRow, MetricSummary, Millis};
 
 /// The most metric names one read of a run's names lists: a stage that invents a name per step
 /// fills its table, not an answer.
@@ -68,54 +67,26 @@ pub trait MetricStore: Send + Sync {
     /// The run's W&B metrics (`ROW_METRICS`) as rows, one per step, by step, each metric's
     /// series read as `metric_series` reads it.
     async fn metric_rows(&self, run_id: Uuid) -> Result<Vec<MetricRow>>;
-    /// The run's last metric row: its latest attempt's highest step with a W&B metric.
-    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>>;
+    /// For each of `ids` with a reading of metric `name`: its last one (the latest attempt's
+    /// highest step), a seek on the key per run.
+    async fn last_values(&self, ids: &[Uuid], name: &str) -> Result<HashMap<Uuid, HeadlineValue>>;
 }
 
 /// The readings newer than a mark, off the covering time index (`metric_values_by_time`).
 pub(super) const METRIC_RUNS_SINCE: &str = "SELECT run_id FROM metric_values WHERE recorded_at > $1";
 
-/// The last reading of each W&B metric of the runs `{ids}` (`last_metric_row`'s one), its latest
-/// attempt's highest step (a seek on the key per name); `row_at_end` makes a row of them.
-pub(super) static LAST_ROW_READINGS: LazyLock<String> = LazyLock::new(|| {
-    ROW_METRICS
-        .iter()
-        .map(|name| {
-            let last = format!(
-                "SELECT {{col}} FROM metric_values n WHERE n.run_id = r.id AND n.name = '{name}' \
-                 ORDER BY n.attempt DESC, n.step DESC LIMIT 1"
-            );
-            format!(
-                "SELECT r.id AS run_id, m.name, m.attempt, m.step, m.value, m.recorded_at \
-                 FROM runs r JOIN metric_values m ON m.run_id = r.id AND m.name = '{name}' \
-                 AND m.attempt = ({}) AND m.step = ({}) WHERE r.id IN ({{ids}})",
-                last.replace("{col}", "n.attempt"),
-                last.replace("{col}", "n.step"),
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ")
-});
+/// The last reading of metric `$1` of each of the runs `{ids}` (from `$2`): its latest attempt's
+/// highest step, one seek on the key per run.
+pub(super) const LAST_VALUES: &str = "SELECT r.id AS run_id, m.step, m.value FROM runs r \
+     JOIN metric_values m ON m.run_id = r.id AND m.name = $1 \
+     AND m.attempt = (SELECT n.attempt FROM metric_values n WHERE n.run_id = r.id AND n.name = $1 \
+                      ORDER BY n.attempt DESC, n.step DESC LIMIT 1) \
+     AND m.step = (SELECT n.step FROM metric_values n WHERE n.run_id = r.id AND n.name = $1 \
+                   ORDER BY n.attempt DESC, n.step DESC LIMIT 1) \
+     WHERE r.id IN ({ids})";
 
-/// One stored reading of a named metric, as the last-row reads return them.
-pub(super) struct Stored {
-    pub(super) name: String,
-    pub(super) attempt: i64,
-    pub(super) step: i64,
-    pub(super) value: f64,
-    pub(super) at: Millis,
-}
-
-/// A run's last metric row, of each W&B metric's last reading: the readings at the latest
-/// attempt's highest step among them.
-pub(super) fn row_at_end(readings: Vec<Stored>) -> Option<MetricRow> {
-    let end = readings.iter().map(|r| (r.attempt, r.step)).max()?;
-    let at_end = readings
-        .iter()
-        .filter(|r| (r.attempt, r.step) == end)
-        .map(|r| (r.name.as_str(), r.step, r.value, r.at));
-    MetricRow::from_readings(at_end).pop()
-}
+/// Runs one `last_values` query names at most.
+const LAST_VALUES_CHUNK: usize = 512;
 
 fn point_from_row(row: &sqlx::any::AnyRow) -> Result<MetricPoint> {
     let attempt: i64 = row.try_get("attempt")?;
@@ -255,22 +226,26 @@ impl MetricStore for SqlStore {
         Ok(MetricRow::from_readings(readings))
     }
 
-    async fn last_metric_row(&self, run_id: Uuid) -> Result<Option<MetricRow>> {
-        let sql = LAST_ROW_READINGS.replace("{ids}", "$1");
-        let rows =
-            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(run_id.to_string()).fetch_all(self.pool()).await?;
-        let readings = rows
-            .iter()
-            .map(|row| {
-                Ok(Stored {
-                    name: row.try_get("name")?,
-                    attempt: row.try_get("attempt")?,
+    async fn last_values(&self, ids: &[Uuid], name: &str) -> Result<HashMap<Uuid, HeadlineValue>> {
+        let mut found = HashMap::new();
+        for chunk in ids.chunks(LAST_VALUES_CHUNK) {
+            // Padded to a power of two with its first id, so the statement has a few shapes.
+            let n = chunk.len().next_power_of_two();
+            let marks = (2..n + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(LAST_VALUES.replace("{ids}", &marks))).bind(name);
+            for i in 0..n {
+                query = query.bind(chunk.get(i).unwrap_or(&chunk[0]).to_string());
+            }
+            for row in query.fetch_all(self.pool()).await? {
+                let id: String = row.try_get("run_id")?;
+                let value = HeadlineValue {
+                    name: name.to_string(),
                     step: row.try_get("step")?,
                     value: row.try_get("value")?,
-                    at: row.try_get("recorded_at")?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(row_at_end(readings))
+                };
+                found.insert(Uuid::parse_str(&id).map_err(corrupt)?, value);
+            }
+        }
+        Ok(found)
     }
 }

@@ -1,7 +1,7 @@
 //! The morning report's reads and the cron post's memory. Every read is an index range with a
 //! limit (runs and tests by end time, live ones by state), so a report costs what it shows,
 //! however long the store's history. A listed run comes with what its row shows beside it (its
-//! progress, last checkpoint and last metric row) in the same query, one row per run: each of
+//! progress and last checkpoint) in the same query, one row per run: each of
 //! them a correlated `ORDER BY … LIMIT 1` that SQLite and PostgreSQL both answer with one index
 //! seek from the run, for the listed runs alone. What only some rows need (stages, a retried
 //! run's first start, weights older than the last checkpoint) is read for those runs at once:
@@ -16,14 +16,10 @@ use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use super::inference_tests::test_from_row;
-use super::metric_values::{Stored, row_at_end};
 use super::rows::{corrupt, from_json, stage_from_row};
 use super::sql::{SqlStore, count_by_state};
 use super::{Backend, Result, Store};
-use crate::model::metric_row::ROW_METRICS;
-use crate::model::{
-    Checkpoint, InferenceTest, MetricRow, Millis, ProgressPoint, RunParams, RunState, Stage, TestState,
-};
+use crate::model::{Checkpoint, InferenceTest, Millis, ProgressPoint, RunParams, RunState, Stage, TestState};
 use crate::workflow::Workflow;
 
 /// The most runs one set query names; a longer list is read in chunks of it.
@@ -52,8 +48,8 @@ pub struct ListedRun {
     pub progress: Vec<ProgressPoint>,
     /// Its last checkpoint (`CheckpointStore::last_checkpoint`).
     pub checkpoint: Option<Checkpoint>,
-    /// Its last metric row that holds a metric (`MetricStore::last_metric_row`).
-    pub metrics: Option<MetricRow>,
+    /// The metrics its workflow names as its headline (`report:`), from its snapshot.
+    pub report: Vec<String>,
 }
 
 #[async_trait]
@@ -127,9 +123,10 @@ fn listed_runs_sql(backend: Backend, listing: Listing) -> String {
     ]
     .map(str::to_string)
     .to_vec();
+    // Its headline metrics' names, and whether the workflow reports a step at all.
+    columns.push("r.spec".into());
     if listing == Listing::InFlight {
-        // The ends a rate needs, and whether the workflow reports a step at all.
-        columns.push("r.spec".into());
+        // The ends a rate needs.
         columns.push(progress("first", "", "ASC"));
         columns.push(progress("total", " AND q.total IS NOT NULL", "DESC"));
     }
@@ -139,14 +136,6 @@ fn listed_runs_sql(backend: Backend, listing: Listing) -> String {
          ORDER BY d.at DESC, d.attempt DESC, d.step DESC LIMIT 1) AS checkpoint",
         packed(backend, &["d.attempt", "d.step", "d.path", "d.weights", "d.at"])
     ));
-    // Each metric of a row's last reading: its key's last entry for the run and name.
-    let reading = packed(backend, &["n.attempt", "n.step", &exact_real(backend, "n.value"), "n.recorded_at"]);
-    for (i, name) in ROW_METRICS.iter().enumerate() {
-        columns.push(format!(
-            "(SELECT {reading} FROM metric_values n WHERE n.run_id = r.id AND n.name = '{name}' \
-             ORDER BY n.attempt DESC, n.step DESC LIMIT 1) AS metric_{i}"
-        ));
-    }
     let filter = match listing {
         Listing::Ended => {
             "WHERE r.ended_at IS NOT NULL AND r.ended_at >= $1 ORDER BY r.ended_at DESC LIMIT $2"
@@ -163,15 +152,6 @@ fn packed(backend: Backend, columns: &[&str]) -> String {
     match backend {
         Backend::Sqlite => format!("json_array({columns})"),
         Backend::Postgres => format!("CAST(json_build_array({columns}) AS TEXT)"),
-    }
-}
-
-/// A real as text in digits enough to read back the same number (SQLite writes 15 in JSON and
-/// in a cast; its `quote` as many as it takes; PostgreSQL's text is exact).
-fn exact_real(backend: Backend, column: &str) -> String {
-    match backend {
-        Backend::Sqlite => format!("quote({column})"),
-        Backend::Postgres => format!("CAST({column} AS TEXT)"),
     }
 }
 
@@ -202,10 +182,11 @@ fn listed_run_from_row(row: &AnyRow, listing: Listing) -> Result<ListedRun> {
         Ok(found.map(|(step, total, at)| ProgressPoint { attempt, step, total, at }))
     };
     let mut progress = Vec::with_capacity(3);
-    let mut reports_progress = false;
+    let spec: String = row.try_get("spec")?;
+    let spec = from_json::<Workflow>(&spec, "workflow snapshot")?;
+    // An ended run's row shows its last step without a rate.
+    let reports_progress = listing == Listing::InFlight && spec.progress.is_some();
     if listing == Listing::InFlight {
-        let spec: String = row.try_get("spec")?;
-        reports_progress = from_json::<Workflow>(&spec, "workflow snapshot")?.progress.is_some();
         progress.extend(point("progress_first")?);
         progress.extend(point("progress_total")?);
     }
@@ -216,15 +197,6 @@ fn listed_run_from_row(row: &AnyRow, listing: Listing) -> Result<ListedRun> {
                 Checkpoint { attempt, step, path, weights, at }
             },
         );
-    let mut readings = Vec::new();
-    for (i, name) in ROW_METRICS.iter().enumerate() {
-        if let Some((attempt, step, value, at)) =
-            unpacked::<(i64, i64, String, Millis)>(row, &format!("metric_{i}"))?
-        {
-            let value = value.parse().map_err(|_| corrupt(format!("metric value '{value}'")))?;
-            readings.push(Stored { name: name.to_string(), attempt, step, value, at });
-        }
-    }
     Ok(ListedRun {
         id: Uuid::parse_str(&id).map_err(|e| corrupt(format!("run id {id}: {e}")))?,
         workflow: row.try_get("workflow")?,
@@ -240,7 +212,7 @@ fn listed_run_from_row(row: &AnyRow, listing: Listing) -> Result<ListedRun> {
         preempted_work: row.try_get("preempted_work_ms")?,
         progress,
         checkpoint,
-        metrics: row_at_end(readings),
+        report: spec.report,
     })
 }
 

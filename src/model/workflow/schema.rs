@@ -106,6 +106,11 @@ pub struct Workflow {
     /// Where the run's training metrics appear, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricSpec>,
+    /// The metrics, by name, that the report, `run status` and the run page show of a run (their
+    /// last values): `report: [env/all/reward/total]`. Empty: the sweep's metric, else the W&B
+    /// keys of `model::headline::DEFAULT_HEADLINE`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub report: Vec<String>,
     /// A daemon started with `--preempt` may stop it for a run of higher priority and queue it
     /// again, to resume from its last checkpoint.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -82,6 +82,7 @@ impl Service {
             queue_position: None,
             wandb_runs: stage_wandb_runs(&run),
             checkpoint: checkpoints.last().cloned(),
+            metrics: self.headline_of(&run).await?,
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
             first_started_at,
             since_first_start_ms: since_first_start(&run, first_started_at),

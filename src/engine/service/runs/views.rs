@@ -27,6 +27,10 @@ pub struct RunStatus {
     /// The run's last checkpoint, once its trainer wrote one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<crate::model::Checkpoint>,
+    /// Its headline metrics' last values (its workflow's `report:`, else its sweep's metric,
+    /// else the W&B keys).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<crate::model::HeadlineValue>,
     /// The checkpoint the current attempt resumed from (its run's `resume.*` params, written
     /// with the requeue that queued it); none for an attempt that started from step 0.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -218,6 +222,7 @@ impl Service {
         let queue_position = self.queue_position(&run).await?;
         let progress = self.progress_of(&run).await?;
         let checkpoint = self.store.last_checkpoint(run.id).await?;
+        let metrics = self.headline_of(&run).await?;
         let (first_started_at, earlier_attempts) = self.attempts_of(&run).await?;
         let waits_for = match run.state == RunState::Pending && run.deps_open > 0 {
             true => after.iter().filter(|d| d.settled == crate::model::Settled::Waiting).cloned().collect(),
@@ -230,6 +235,7 @@ impl Service {
             queue_position,
             wandb_runs: stage_wandb_runs(&run),
             checkpoint,
+            metrics,
             resumed_from: crate::workflow::checkpoints::resume_of(&run.params.resolved).ok().flatten(),
             first_started_at,
             since_first_start_ms: since_first_start(&run, first_started_at),

@@ -120,7 +120,7 @@ async fn runs_read_since_a_mark_are_those_with_new_or_changed_values(store: &dyn
 
 async fn result_rows_are_made_of_the_w_and_b_names(store: &dyn Store) {
     let run = insert(store).await;
-    assert_eq!(store.last_metric_row(run).await.unwrap(), None);
+    assert!(store.last_values(&[run], "train/loss").await.unwrap().is_empty());
     store
         .put_metric_values(
             run,
@@ -153,11 +153,13 @@ async fn result_rows_are_made_of_the_w_and_b_names(store: &dyn Store) {
             row(3, None, None, Some(1.5))
         ]
     );
-    assert_eq!(store.last_metric_row(run).await.unwrap(), Some(row(3, None, None, Some(1.5))));
-    // A resumed attempt's rows replace the rewound ones, and its last row is the run's.
+    let last =
+        |name: &'static str| async move { store.last_values(&[run], name).await.unwrap().remove(&run) };
+    assert_eq!(last("loss").await.map(|v| (v.step, v.value)), Some((3, 1.5)));
+    assert_eq!(last("env/all/reward/total").await.map(|v| (v.step, v.value)), Some((4, 9.0)));
+    // A resumed attempt's readings are the last, though its step is lower.
     store.put_metric_values(run, 2, &[r("train/reward_mean", 2, 0.75)], 20).await.unwrap();
-    let last = store.last_metric_row(run).await.unwrap().unwrap();
-    assert_eq!((last.step, last.reward_mean, last.loss), (2, Some(0.75), None));
+    assert_eq!(last("train/reward_mean").await.map(|v| (v.step, v.value)), Some((2, 0.75)));
 }
 
 async fn a_long_series_is_read_up_to_its_bound(store: &dyn Store) {
@@ -189,7 +191,7 @@ async fn sqlite_metric_reads_walk_their_indexes() {
     let since = crate::engine::store::metric_values::METRIC_RUNS_SINCE;
     let plan = super::sqlite_plan(&store, since).await;
     assert!(plan.iter().any(|s| s.contains("COVERING INDEX metric_values_by_time")), "{plan:?}");
-    let last = crate::engine::store::metric_values::LAST_ROW_READINGS.replace("{ids}", "$1");
+    let last = crate::engine::store::metric_values::LAST_VALUES.replace("{ids}", "$2, $3");
     let plan = super::sqlite_plan(&store, &last).await;
     assert!(!plan.iter().any(|s| s.starts_with("SCAN")), "{plan:?}");
 }

@@ -132,9 +132,9 @@ async fn report_reads(store: &dyn Store) {
         ..MetricRow::default()
     };
     store.put_metric_rows(id, &[row(10, Some(0.2)), row(20, Some(0.6)), row(30, None)]).await.unwrap();
-    let last = store.last_metric_row(id).await.unwrap().unwrap();
-    assert_eq!((last.step, last.reward_mean), (20, Some(0.6)));
-    assert_eq!(store.last_metric_row(failed.0.id).await.unwrap(), None);
+    let last = store.last_values(&[id, failed.0.id], "train/reward_mean").await.unwrap();
+    assert_eq!(last.len(), 1, "{last:?}");
+    assert_eq!((last[&id].step, last[&id].value), (20, 0.6));
 
     // The cron post: the first read records now; a move lands once.
     let first = store.report_post_since("0 7 * * * UTC", now).await.unwrap();
@@ -308,7 +308,7 @@ async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
             );
         }
         assert_eq!(listed.checkpoint, store.last_checkpoint(run_id).await.unwrap(), "{run_id}");
-        assert_eq!(listed.metrics, store.last_metric_row(run_id).await.unwrap(), "{run_id}");
+        assert_eq!(listed.report, run.spec.report, "{run_id}");
     }
     // What each holds, so the single rows are no vacuous yardstick.
     let of = |id: Uuid| ended.iter().chain(&live).find(|r| r.id == id).unwrap();
@@ -320,11 +320,19 @@ async fn set_reads_answer_as_the_single_rows(store: &dyn Store) {
     assert!(of(quiet.0.id).progress.is_empty() && of(silent.0.id).progress.is_empty());
     assert_eq!(of(id).checkpoint.as_ref().map(|c| (c.attempt, c.step)), Some((2, 8)));
     assert!(of(quiet.0.id).checkpoint.is_none() && of(silent.0.id).checkpoint.is_none());
-    let last = of(id).metrics.clone().unwrap();
-    assert_eq!((last.step, last.reward_mean, last.percent_correct), (12, Some(0.1 + 0.2), Some(1.0 / 3.0)));
-    assert_eq!((last.eval_percent_correct, last.loss), (Some(5e-324), Some(f64::MAX)));
-    assert!(of(bare_id).metrics.is_none() && of(silent.0.id).metrics.is_none());
-    assert_eq!(of(done_id).metrics.as_ref().map(|m| (m.step, m.reward_mean)), Some((4, Some(0.9))));
+    // The headline metrics' last values, read by name for the listed runs at once, exact.
+    let listed: Vec<Uuid> = [id, bare_id, done_id, silent.0.id].to_vec();
+    let last = |name: &'static str| {
+        let listed = listed.clone();
+        async move { store.last_values(&listed, name).await.unwrap() }
+    };
+    let reward = last("train/reward_mean").await;
+    assert_eq!(reward.len(), 2, "{reward:?}");
+    assert_eq!((reward[&id].step, reward[&id].value), (12, 0.1 + 0.2));
+    assert_eq!((reward[&done_id].step, reward[&done_id].value), (4, 0.9));
+    assert_eq!(last("train/percent_correct").await[&id].value, 1.0 / 3.0);
+    assert_eq!(last("eval/percent_correct").await[&id].value, 5e-324);
+    assert_eq!(last("train/loss").await[&id].value, f64::MAX);
     // Ties: either change of the same millisecond, either checkpoint.
     assert!([(1, 2), (1, 3)].contains(&steps(of(tied_id))[0]), "{:?}", of(tied_id).progress);
     let checkpoint = of(tied_id).checkpoint.clone().unwrap();
@@ -382,9 +390,10 @@ async fn sqlite_set_reads_answer_as_the_single_rows() {
     // The listed runs: an index range in its order (so the reads beside each run for the
     // rows listed alone), each of those reads a seek.
     use crate::engine::store::report::{Listing, listed_runs_query};
-    // Ended: its last step, checkpoint, five metrics; in flight, two more ends of its steps.
+    // Ended: its last step and checkpoint; in flight, two more ends of its steps. (Its headline
+    // metrics are a read by name for the listed runs, `MetricStore::last_values`.)
     for (listing, index, reads) in
-        [(Listing::Ended, "runs_by_end", 7), (Listing::InFlight, "runs_by_state", 9)]
+        [(Listing::Ended, "runs_by_end", 2), (Listing::InFlight, "runs_by_state", 4)]
     {
         let sql = listed_runs_query(crate::engine::store::Backend::Sqlite, listing);
         let plan = super::sqlite_plan(&store, sql).await;
