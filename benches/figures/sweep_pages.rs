@@ -69,7 +69,7 @@ pub async fn run(
         values.join(", ")
     );
     say(&format!("queueing a sweep of {members} members"));
-    let started = service.submit_sweep(&file, RunRequest::default()).await?;
+    let started = service.submit_sweep(&file, None, RunRequest::default()).await?;
     let sweep = started.sweep.id;
     let stopped_reason = format!(
         "{}: best train/loss by iteration 3 is worse than the band-3 threshold",

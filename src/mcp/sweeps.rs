@@ -53,7 +53,7 @@ impl RlTools {
             }
         };
         let overrides = RunRequest { hold: request.hold.filter(|h| *h), ..RunRequest::default() };
-        match self.service.submit_sweep(&text, overrides).await {
+        match self.service.submit_sweep(&text, None, overrides).await {
             Ok(started) => {
                 let sweep = &started.sweep;
                 let mut out = json!({

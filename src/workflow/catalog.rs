@@ -138,6 +138,11 @@ impl Catalog {
         yaml_stems(&self.dir.join(SWEEPS))
     }
 
+    /// The catalog's `sweeps/` directory: where a named sweep's W&B `program:` runs.
+    pub fn sweeps_dir(&self) -> PathBuf {
+        self.dir.join(SWEEPS)
+    }
+
     /// A sweep file's text. `file` is a name in the catalog's `sweeps/` directory
     /// (`demo-sweep` or `demo-sweep.yaml`), or a path, absolute or from `sweeps/`, that stays
     /// inside the catalog's directory once its links and `..` are resolved; the file itself is

@@ -8,6 +8,7 @@ mod names;
 mod parse;
 pub mod pipeline;
 mod plan;
+pub mod program;
 pub mod progress;
 pub mod request;
 pub mod template;

@@ -670,7 +670,7 @@ async fn a_report_lists_fifty_sweeps_and_counts_the_rest() {
     let service = home.service().await;
     let file = "method: grid\nworkflow: demo-tune\nmetric: {name: reward, goal: maximize}\nparameters:\n  lr: {values: [0.1, 0.01]}\n";
     for _ in 0..51 {
-        service.submit_sweep(file, Default::default()).await.unwrap();
+        service.submit_sweep(file, None, Default::default()).await.unwrap();
     }
     let report = service.report(Duration::from_secs(12 * 3600)).await.unwrap();
     assert_eq!((report.sweeps.len(), report.more_sweeps), (50, 1));

@@ -322,14 +322,14 @@ async fn hostile_sweep_dependencies_are_refused_in_one_line_queuing_nothing() {
     // Sweeps until two share a first digit: that digit is an ambiguous prefix.
     let mut firsts: std::collections::HashMap<char, Uuid> = std::collections::HashMap::new();
     let (ambiguous, sweep) = loop {
-        let started = service.submit_sweep(with_metric, hold.clone()).await.unwrap();
+        let started = service.submit_sweep(with_metric, None, hold.clone()).await.unwrap();
         let first = started.sweep.id.to_string().chars().next().unwrap();
         if let Some(other) = firsts.insert(first, started.sweep.id) {
             break (first.to_string(), other);
         }
     };
     let no_metric = service
-        .submit_sweep("method: grid\nworkflow: gated\nparameters:\n  lr: {values: [1]}\n", hold.clone())
+        .submit_sweep("method: grid\nworkflow: gated\nparameters:\n  lr: {values: [1]}\n", None, hold.clone())
         .await
         .unwrap()
         .sweep

@@ -20,7 +20,7 @@ pub async fn start_sweep(State(s): State<AppState>, Body(body): Body<Value>) -> 
             return Failure::new(StatusCode::BAD_REQUEST, "invalid_body", problem).into_response();
         }
     };
-    match s.service.submit_sweep(&text, RunRequest::default()).await {
+    match s.service.submit_sweep(&text, None, RunRequest::default()).await {
         Ok(started) => {
             let body = json!({
                 "id": started.sweep.id,

@@ -1,6 +1,6 @@
 //! `lachesis sweep start FILE`: queue a sweep's members; prints its id and members.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use lachesis::model::short_id;
@@ -24,9 +24,9 @@ pub struct StartArgs {
 }
 
 pub async fn run(service: &Service, StartArgs { file, hold, json }: StartArgs) -> CliResult {
-    let text = sweep_text(service, &file)?;
+    let (text, origin) = sweep_text(service, &file)?;
     let overrides = RunRequest { hold: hold.then_some(true), ..RunRequest::default() };
-    let started = service.submit_sweep(&text, overrides).await?;
+    let started = service.submit_sweep(&text, Some(&origin), overrides).await?;
     if json {
         print_json(&serde_json::json!({
             "id": started.sweep.id,
@@ -43,13 +43,19 @@ pub async fn run(service: &Service, StartArgs { file, hold, json }: StartArgs) -
     Ok(ExitCode::SUCCESS)
 }
 
-/// The sweep `FILE` names: a file of the user's (or `-`), read as given; else a name in the
+/// The sweep `FILE` names and its directory (where a W&B `program:` runs): a file of the
+/// user's, read as given (`-`: standard input, from the current directory); else a name in the
 /// workflows' `sweeps/`, read as every surface reads one (`Catalog::sweep_text`: a regular file,
 /// never through a symlink).
-fn sweep_text(service: &Service, file: &std::path::Path) -> Result<String, Box<dyn std::error::Error>> {
+fn sweep_text(service: &Service, file: &Path) -> Result<(String, PathBuf), Box<dyn std::error::Error>> {
     if file.as_os_str() == "-" || file.exists() || file.components().count() > 1 {
-        return Ok(crate::cli::input::read_text(file, MAX_SWEEP_FILE, "sweep file")?);
+        let text = crate::cli::input::read_text(file, MAX_SWEEP_FILE, "sweep file")?;
+        let origin = match file.parent().filter(|p| file.as_os_str() != "-" && !p.as_os_str().is_empty()) {
+            Some(parent) => parent.to_path_buf(),
+            None => std::env::current_dir()?,
+        };
+        return Ok((text, std::path::absolute(origin)?));
     }
     let catalog = service.settings.catalog()?;
-    Ok(catalog.sweep_text(&file.to_string_lossy())?)
+    Ok((catalog.sweep_text(&file.to_string_lossy())?, catalog.sweeps_dir()))
 }

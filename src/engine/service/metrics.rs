@@ -30,9 +30,12 @@ pub fn wandb_run_name(env_name: Option<&str>, id: &uuid::Uuid) -> String {
     format!("{}-{}", env_name.unwrap_or("run"), crate::model::short_id(id))
 }
 
-/// The W&B project a run logs to: its `wandb_project` config field, else `atropos-tinker`.
+/// The W&B project a run logs to: its `wandb_project` config field, else the `WANDB_PROJECT`
+/// its workflow gives a stage (a W&B program sweep's project), else `atropos-tinker`.
 pub fn wandb_project(run: &Run) -> String {
-    run.params.config.get("wandb_project").and_then(|v| v.as_str()).unwrap_or("atropos-tinker").to_string()
+    let configured = run.params.config.get("wandb_project").and_then(|v| v.as_str());
+    let staged = || run.spec.stages.iter().find_map(|s| s.environ.get("WANDB_PROJECT").map(String::as_str));
+    configured.or_else(staged).unwrap_or("atropos-tinker").to_string()
 }
 
 /// How many rows of history `run_history` samples (as the reference does).

@@ -48,7 +48,7 @@ impl Service {
                 SweepSource::Inline(sweep) => sweep.to_string(),
             };
             let (sweep, members) =
-                self.prepare_sweep(&text, RunRequest::default()).await.map_err(in_step(index))?;
+                self.prepare_sweep(&text, None, RunRequest::default()).await.map_err(in_step(index))?;
             let waited = pipeline.steps.iter().position(|other| other.after.iter().any(|(t, _)| *t == index));
             if let Some(waiting) = waited
                 && SweepSpec::parse(&sweep.file).is_ok_and(|spec| spec.metric.is_none())

@@ -5,6 +5,7 @@ pub mod format;
 pub mod generate;
 pub mod hyperband;
 pub mod parameter;
+pub mod program;
 pub mod random;
 pub mod record;
 pub mod spec;
@@ -15,8 +16,9 @@ pub use format::{python_float, var_text};
 pub use generate::{Assignment, Member, grid_size};
 pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
+pub use program::{Expansion, Program};
 pub use record::{MemberOf, MemberOutcome, SweepRecord, SweepState, early_terminated_by};
-pub use spec::{Goal, GridPoints, MAX_RUN_CAP, Method, Metric, SweepError, SweepSpec};
+pub use spec::{Goal, GridPoints, MAX_RUN_CAP, Method, Metric, PROGRAM_WORKFLOW, SweepError, SweepSpec};
 pub use summary::SeriesSummary;
 pub use winner::{SweepWinner, winner};
 

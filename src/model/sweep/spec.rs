@@ -2,12 +2,15 @@
 //! `lachesis sweep start FILE` reads.
 //!
 //! W&B's keys: `method` (grid | random; bayes is refused), `metric {name, goal, target}`,
-//! `parameters` (see [`super::parameter`]), `early_terminate` (hyperband), `run_cap`, and
-//! `program`, `command`, `name`, `description`, `project`, `entity`, which are kept but not
-//! used (a member runs `workflow`, not `program`).
+//! `parameters` (see [`super::parameter`]), `early_terminate` (hyperband), `run_cap`,
+//! `program` and `command` (see [`super::program`]: without `workflow`, each member runs them
+//! as W&B's agent would), `project` and `entity` (the members' `WANDB_PROJECT` and
+//! `WANDB_ENTITY`), `name`, `description`.
 //!
 //! lachesis' keys:
-//! - `workflow` (required): the workflow each member runs;
+//! - `workflow`: the workflow each member runs (else `program`/`command`, never both);
+//! - with `program`: `directory` (absolute; default: the sweep file's own) and `metrics` (where
+//!   the program writes its metrics, as a workflow's `metrics:`; default: W&B);
 //! - `env`, `priority`, `needs`: as for `run start`, for every member;
 //! - `max_live`: the most members live at once (default: no limit but the pools');
 //! - `seed`: member k of a random sweep draws from (seed, k) alone (default 0);
@@ -30,7 +33,12 @@ use serde::Deserialize;
 use super::format::python_float;
 use super::hyperband::Hyperband;
 use super::parameter::{self, DISTRIBUTIONS, Domain, Num, Parameter, RawParameter, Target};
+use super::program::Program;
 use crate::model::Needs;
+use crate::model::workflow::MetricSpec;
+
+/// The workflow a `program:` sweep's members run: one stage, made for each member.
+pub const PROGRAM_WORKFLOW: &str = "wandb-program";
 
 /// The most members a sweep may have.
 pub const MAX_RUN_CAP: u64 = 10_000;
@@ -147,8 +155,12 @@ pub struct SweepSpec {
     pub seed: u64,
     pub name: Option<String>,
     pub description: Option<String>,
-    pub program: Option<String>,
-    pub command: Option<Vec<serde_json::Value>>,
+    /// Set when members run W&B's `program`/`command` (`workflow` is then [`PROGRAM_WORKFLOW`]).
+    pub program: Option<Program>,
+    /// Where a program runs, as written (absolute); none: the sweep file's own directory.
+    pub directory: Option<String>,
+    /// Where a program writes its metrics; none: W&B.
+    pub metrics: Option<MetricSpec>,
     pub project: Option<String>,
     pub entity: Option<String>,
 }
@@ -175,6 +187,8 @@ struct RawSweep {
     description: Option<String>,
     program: Option<String>,
     command: Option<Vec<serde_json::Value>>,
+    directory: Option<String>,
+    metrics: Option<MetricSpec>,
     project: Option<String>,
     entity: Option<String>,
 }
@@ -238,10 +252,43 @@ impl SweepSpec {
         {
             return Err(SweepError::RunCap(cap));
         }
-        let workflow =
-            raw.workflow.ok_or_else(|| invalid("workflow", "missing: name the workflow each member runs"))?;
+        let (workflow, program) = match (raw.workflow, raw.program.is_some() || raw.command.is_some()) {
+            (Some(_), true) => {
+                return Err(invalid(
+                    "program",
+                    "a member runs either `workflow` or W&B's `program`/`command`: drop one",
+                ));
+            }
+            (Some(workflow), false) => (workflow, None),
+            (None, true) => {
+                let program = Program::parse(raw.program, raw.command)?;
+                check_program_parameters(&parameters)?;
+                if raw.env.is_some() {
+                    return Err(invalid("env", "a program sweep's members run no environment"));
+                }
+                (PROGRAM_WORKFLOW.to_string(), Some(program))
+            }
+            (None, false) => {
+                return Err(invalid(
+                    "workflow",
+                    "missing: name the workflow each member runs, or W&B's `program` (and `command`)",
+                ));
+            }
+        };
         if workflow.is_empty() || workflow.chars().any(char::is_control) {
             return Err(invalid("workflow", "must be a name on one line"));
+        }
+        if program.is_none() {
+            for (key, given) in [("directory", raw.directory.is_some()), ("metrics", raw.metrics.is_some())] {
+                if given {
+                    return Err(invalid(key, "applies to a `program:` sweep (a workflow says its own)"));
+                }
+            }
+        }
+        if let Some(directory) = &raw.directory
+            && (!std::path::Path::new(directory).is_absolute() || directory.chars().any(char::is_control))
+        {
+            return Err(invalid("directory", "must be an absolute path on one line"));
         }
         let needs = raw.needs.checked().map_err(|err| invalid("needs", &err.to_string()))?;
         if raw.max_live == Some(0) {
@@ -274,8 +321,9 @@ impl SweepSpec {
             seed: raw.seed,
             name: raw.name,
             description: raw.description,
-            program: raw.program,
-            command: raw.command,
+            program,
+            directory: raw.directory,
+            metrics: raw.metrics,
             project: raw.project,
             entity: raw.entity,
         };
@@ -444,6 +492,27 @@ fn early_terminate(raw: RawEarlyTerminate) -> Result<Hyperband, SweepError> {
 
 fn missing(path: &str, what: &str) -> SweepError {
     SweepError::Missing { path: path.to_string(), what: what.to_string() }
+}
+
+/// A program's members get their parameters as W&B's agent passes them, by name: nested ones
+/// (which the agent passes as a dict's text) and `var:`/`set:` targets have no place there.
+fn check_program_parameters(parameters: &[Parameter]) -> Result<(), SweepError> {
+    for param in parameters {
+        let path = format!("parameters.{}", param.path);
+        if param.path.contains('.') {
+            return Err(invalid(
+                &path,
+                "a program sweep passes flat parameters only (`--name=value`): flatten it",
+            ));
+        }
+        if param.target != Target::Var(param.path.clone()) {
+            return Err(invalid(
+                &path,
+                "`var:`/`set:` name a workflow's variables; a program gets `--name=value`",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn invalid(path: &str, problem: &str) -> SweepError {

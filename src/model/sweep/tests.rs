@@ -19,12 +19,10 @@ const HEAD: &str = "workflow: demo\n";
 #[test]
 fn a_wandb_sweep_file_parses_with_its_keys() {
     let spec = parse(
-        "program: train.py
-name: lr-search
+        "name: lr-search
 description: find a learning rate
 project: rl
 entity: team
-command: [python, train.py]
 method: random
 metric: {name: reward, goal: maximize, target: 0.9}
 run_cap: 12
@@ -72,7 +70,40 @@ seed: 7
     assert_eq!(spec.needs.iter().collect::<Vec<_>>(), [(&"gpu".to_string(), &1)]);
     assert_eq!(spec.var_names().collect::<Vec<_>>(), ["batch", "kl", "lr", "optimizer.beta1", "rank"]);
     assert_eq!(spec.config_keys().collect::<Vec<_>>(), ["optimizer.name"]);
-    assert_eq!((spec.program.as_deref(), spec.project.as_deref()), (Some("train.py"), Some("rl")));
+    assert_eq!((spec.program.as_ref(), spec.project.as_deref()), (None, Some("rl")));
+}
+
+#[test]
+fn a_program_sweep_runs_w_and_b_s_command_and_refuses_what_it_cannot_honour() {
+    let spec = parse(
+        "program: train.py\nmethod: grid\nproject: rl\nmetrics: {log: {stage: program, pattern: 'r=(?P<reward>\\S+) s=(?P<step>\\d+)'}}\n\
+         parameters: {lr: {values: [0.1, 0.01]}}\n",
+    );
+    assert_eq!(spec.workflow, super::PROGRAM_WORKFLOW);
+    assert_eq!(spec.program.as_ref().and_then(|p| p.program.as_deref()), Some("train.py"));
+    assert!(spec.metrics.is_some() && spec.directory.is_none());
+    let refused = |text: &str| SweepSpec::parse(text).unwrap_err().to_string();
+    let grid = "method: grid\nparameters: {lr: {values: [1]}}\n";
+    assert!(refused(&format!("program: t.py\nworkflow: demo\n{grid}")).contains("either `workflow` or"));
+    assert!(refused(grid).contains("workflow: missing"));
+    assert!(
+        refused(&format!("workflow: demo\nmetrics: {{log: {{stage: a, pattern: x}}}}\n{grid}"))
+            .contains("metrics: applies to a `program:` sweep")
+    );
+    assert!(
+        refused(&format!("program: t.py\ndirectory: rel/dir\n{grid}"))
+            .contains("directory: must be an absolute path")
+    );
+    assert!(refused(&format!("program: t.py\nenv: e\n{grid}")).contains("run no environment"));
+    assert!(
+        refused("program: t.py\nmethod: grid\nparameters: {opt: {parameters: {lr: {values: [1]}}}}\n")
+            .contains("flat parameters")
+    );
+    assert!(
+        refused("program: t.py\nmethod: grid\nparameters: {lr: {values: [1], var: x}}\n")
+            .contains("`--name=value`")
+    );
+    assert!(refused(&format!("program: t.py\ncommand: ['${{bogus}}']\n{grid}")).contains("unknown macro"));
 }
 
 #[test]
@@ -210,8 +241,8 @@ fn bad_files_get_one_line_naming_the_key() {
             "parameters.a.values: 2.0 is listed twice (a grid point runs once)",
         ),
         (
-            format!("{HEAD}method: grid\nparameters: {{a: {{value: 1}}}}\nmetrics: []\n"),
-            "metrics: unknown field `metrics`",
+            format!("{HEAD}method: grid\nparameters: {{a: {{value: 1}}}}\nmetric_s: []\n"),
+            "metric_s: unknown field `metric_s`",
         ),
         ("[1, 2".to_string(), "line"),
         (

@@ -288,7 +288,7 @@ impl Service {
     }
 
     /// What a workflow needs of this store and environment, checked once per submission.
-    fn check_workflow(&self, name: &str, spec: &Workflow) -> Result<()> {
+    pub(in crate::engine::service) fn check_workflow(&self, name: &str, spec: &Workflow) -> Result<()> {
         if !spec.node_labels.is_empty() && !self.store.backend().supports_nodes() {
             let labels: Vec<String> = spec.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             return Err(ServiceError::NeedsPostgres(format!(

@@ -2,6 +2,7 @@
 //! member written as pending runs in one transaction.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
@@ -9,6 +10,8 @@ use crate::engine::service::runs::SweepRows;
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::model::sweep::{MemberOf, SweepRecord, SweepSpec, SweepState, Target, var_text};
 use crate::model::{Run, now_millis};
+use crate::workflow::Workflow;
+use crate::workflow::program::MemberIdentity;
 use crate::workflow::request::RunRequest;
 
 /// A sweep just written, with its members in order of k.
@@ -27,9 +30,16 @@ impl Service {
     /// is written when anything is wrong.
     ///
     /// `overrides` apply to every member (e.g. `hold`, `time_limit`, a var the sweep does not
-    /// set); they may not name a sweep parameter, nor wait for other runs.
-    pub async fn submit_sweep(&self, text: &str, overrides: RunRequest) -> Result<StartedSweep> {
-        let (sweep, members) = self.prepare_sweep(text, overrides).await?;
+    /// set); they may not name a sweep parameter, nor wait for other runs. `origin` is the
+    /// directory of the sweep's file, where a W&B `program:` runs unless the file says
+    /// `directory:`.
+    pub async fn submit_sweep(
+        &self,
+        text: &str,
+        origin: Option<&Path>,
+        overrides: RunRequest,
+    ) -> Result<StartedSweep> {
+        let (sweep, members) = self.prepare_sweep(text, origin, overrides).await?;
         self.store.insert_sweep(&sweep, &members).await?;
         self.wake_queued().await;
         Ok(StartedSweep { sweep, members: members.iter().map(|(run, _)| run.id).collect() })
@@ -39,9 +49,34 @@ impl Service {
     pub(in crate::engine::service) async fn prepare_sweep(
         &self,
         text: &str,
+        origin: Option<&Path>,
         overrides: RunRequest,
     ) -> Result<SweepRows> {
         let spec = SweepSpec::parse(text)?;
+        let id = Uuid::new_v4();
+        let program_dir = match &spec.program {
+            Some(program) => Some(program_directory(&spec, program.program.as_deref(), origin)?),
+            None => None,
+        };
+        // A program's member runs its own one-stage workflow (`workflow::program`), under the
+        // W&B display name the daemon looks its metrics up by.
+        let sweep_short = crate::model::short_id(&id);
+        let member_workflow = |k: u64, run: Uuid| -> Result<Option<Workflow>> {
+            let Some(directory) = &program_dir else { return Ok(None) };
+            let member =
+                spec.member(k).ok_or_else(|| ServiceError::Sweep(format!("member {k} has no parameters")))?;
+            let values: Vec<(String, serde_json::Value)> =
+                member.assignments.into_iter().map(|a| (a.path, a.value)).collect();
+            let who = MemberIdentity {
+                sweep_id: &sweep_short,
+                display_name: &crate::engine::service::wandb_run_name(None, &run),
+                directory,
+                python: &self.settings.python,
+            };
+            let workflow = crate::workflow::program::member_workflow(&spec, &values, &who)
+                .map_err(crate::workflow::CatalogError::from)?;
+            Ok(Some(workflow))
+        };
         let config: serde_json::Value =
             crate::yaml::from_str(text).map_err(|err| ServiceError::Sweep(err.message))?;
         if overrides.after.is_some() {
@@ -63,8 +98,11 @@ impl Service {
             }
         }
         let catalog = self.settings.catalog()?;
-        let workflow = catalog.load(&spec.workflow)?;
-        for param in &spec.parameters {
+        let workflow = match member_workflow(0, Uuid::nil())? {
+            Some(workflow) => workflow,
+            None => catalog.load(&spec.workflow)?,
+        };
+        for param in spec.parameters.iter().filter(|_| program_dir.is_none()) {
             if let Target::Var(name) = &param.target
                 && !workflow.vars.contains_key(name)
             {
@@ -84,17 +122,24 @@ impl Service {
         {
             return Err(ServiceError::BadSweepParameter { path: "metric.name".into(), problem });
         }
-        let id = Uuid::new_v4();
         let mut specs = HashMap::new();
         let count = spec.members();
         let mut members: Vec<(Run, Vec<crate::model::Stage>)> = Vec::with_capacity(count as usize);
         for k in 0..count {
             let member =
                 spec.member(k).ok_or_else(|| ServiceError::Sweep(format!("member {k} has no parameters")))?;
+            let mut vars = member.vars();
+            let run_id = Uuid::new_v4();
+            if let Some(workflow) = member_workflow(k, run_id)? {
+                // Its values are in its command line, not in vars.
+                self.check_workflow(&spec.workflow, &workflow)?;
+                specs.insert(spec.workflow.clone(), workflow);
+                vars.clear();
+            }
             let request = RunRequest {
                 workflow: Some(spec.workflow.clone()),
                 env: spec.env.clone(),
-                vars: member.vars(),
+                vars,
                 set: member.config().iter().map(|(key, value)| (key.clone(), var_text(value))).collect(),
                 priority: Some(spec.priority),
                 needs: spec.needs.clone(),
@@ -102,7 +147,7 @@ impl Service {
             };
             let request = overrides.clone().over(&request);
             let mut run = self
-                .prepare_as(&catalog, &mut specs, request, &[], Uuid::new_v4())
+                .prepare_as(&catalog, &mut specs, request, &[], run_id)
                 .await
                 .map_err(|source| ServiceError::InSweep { k, source: Box::new(source) })?;
             if run.env_name.is_none()
@@ -136,6 +181,46 @@ impl Service {
         };
         Ok((sweep, members))
     }
+}
+
+/// Where a `program:` sweep's members run: the file's `directory:`, else the directory of the
+/// sweep's file. The program must be a regular file inside it (through no symlink out of it).
+fn program_directory(spec: &SweepSpec, program: Option<&str>, origin: Option<&Path>) -> Result<PathBuf> {
+    let bad = |path: &str, problem: String| ServiceError::BadSweepParameter { path: path.into(), problem };
+    let dir = match (&spec.directory, origin) {
+        (Some(dir), _) => PathBuf::from(dir),
+        (None, Some(origin)) => origin.to_path_buf(),
+        (None, None) => {
+            return Err(bad(
+                "directory",
+                "missing: a sweep given without a file says where its program runs (an absolute `directory:`)".into(),
+            ));
+        }
+    };
+    if spec.metrics.is_none() && spec.project.is_none() {
+        return Err(bad(
+            "project",
+            "missing: without `metrics:` the members' metric comes from W&B, read in the sweep's project"
+                .into(),
+        ));
+    }
+    let shown = |p: &Path| crate::text::one_line(&p.display().to_string());
+    let dir = std::fs::canonicalize(&dir)
+        .ok()
+        .filter(|d| d.is_dir())
+        .ok_or_else(|| bad("directory", format!("{} is not a directory", shown(&dir))))?;
+    if let Some(program) = program {
+        let path = dir.join(program);
+        let real = std::fs::canonicalize(&path)
+            .map_err(|_| bad("program", format!("{} does not exist", shown(&path))))?;
+        if !real.starts_with(&dir) {
+            return Err(bad("program", format!("{} leads out of {} (a symlink)", shown(&path), shown(&dir))));
+        }
+        if !real.is_file() {
+            return Err(bad("program", format!("{} is not a file", shown(&path))));
+        }
+    }
+    Ok(dir)
 }
 
 /// Why no member of `workflow` could ever report metric `name`, when that is known before any
