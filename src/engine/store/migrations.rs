@@ -61,9 +61,15 @@ impl Schema {
     }
 
     pub(super) fn migrator(self) -> Migrator {
+        self.migrator_through(i64::MAX)
+    }
+
+    /// The migrator of the schema as it stood at version `last` (a store an older lachesis wrote).
+    pub(super) fn migrator_through(self, last: i64) -> Migrator {
         Migrator::with_migrations(
             self.sources()
                 .iter()
+                .filter(|(version, _, _)| *version <= last)
                 .map(|&(version, file, sql)| {
                     // sqlx's own naming: what follows the version, `_` read as a space.
                     let description = file.split_once('_').map_or(file, |(_, rest)| rest).replace('_', " ");

@@ -37,6 +37,7 @@ mod conformance;
 mod dependencies;
 mod metrics;
 mod nodes;
+mod old_stores;
 mod outbox;
 mod preemptions;
 mod queue;
