@@ -77,3 +77,66 @@ mod tests {
         }
     }
 }
+
+/// An elapsed time for people, the one way every surface writes one: `13h 40m`, `1m 30s`,
+/// `30m`, `20s`, `450ms` (its two largest units, the smaller dropped when zero).
+pub fn span(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    match (h, m, s) {
+        (0, 0, 0) if d.as_millis() > 0 => format!("{}ms", d.as_millis()),
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m {s}s"),
+        (h, 0, _) => format!("{h}h"),
+        (h, m, _) => format!("{h}h {m}m"),
+    }
+}
+
+/// `span` of the milliseconds between two times (none before the first: clocks move).
+pub fn span_ms(ms: i64) -> String {
+    span(std::time::Duration::from_millis(ms.max(0) as u64))
+}
+
+/// A setting's duration as people write it (a time limit, a report's window, a retention):
+/// its largest whole unit, `2d`, `12h`, `90m`, `45s`, `1500ms`.
+pub fn whole_units(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0 => "0s".into(),
+        _ if ms.is_multiple_of(86_400_000) => format!("{}d", ms / 86_400_000),
+        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1_000) => format!("{}s", ms / 1_000),
+        _ => format!("{ms}ms"),
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn spans_read_like_people_write_them() {
+        assert_eq!(span(Duration::from_secs(1800)), "30m");
+        assert_eq!(span(Duration::from_secs(20)), "20s");
+        assert_eq!(span(Duration::from_secs(90)), "1m 30s");
+        assert_eq!(span(Duration::from_secs(187)), "3m 7s");
+        assert_eq!(span(Duration::from_secs(13 * 3600 + 40 * 60 + 5)), "13h 40m");
+        assert_eq!(span(Duration::from_millis(2500)), "2s");
+        assert_eq!(span(Duration::from_millis(450)), "450ms");
+        assert_eq!(span(Duration::ZERO), "0s");
+        assert_eq!(span_ms(-5), "0s");
+    }
+
+    #[test]
+    fn settings_read_in_their_largest_whole_unit() {
+        assert_eq!(whole_units(Duration::from_secs(2 * 86_400)), "2d");
+        assert_eq!(whole_units(Duration::from_secs(12 * 3600)), "12h");
+        assert_eq!(whole_units(Duration::from_secs(90 * 60)), "90m");
+        assert_eq!(whole_units(Duration::from_secs(45)), "45s");
+        assert_eq!(whole_units(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(whole_units(Duration::ZERO), "0s");
+    }
+}

@@ -45,14 +45,7 @@ pub async fn run(settings: Settings, args: GcArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `30d`, `12h`, `90s`: the largest whole unit.
+/// `30d`, `12h`, `90s`: the largest whole unit (`text::whole_units`).
 fn age(d: std::time::Duration) -> String {
-    let secs = d.as_secs();
-    match secs {
-        0 => format!("{}ms", d.as_millis()),
-        s if s % 86400 == 0 => format!("{}d", s / 86400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
+    lachesis::text::whole_units(d)
 }

@@ -102,17 +102,11 @@ pub fn time(ms: Option<Millis>) -> String {
     }
 }
 
+/// The time between two moments, as every surface writes one (`text::span`); `-` without both.
 pub fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
-    let (Some(from), Some(to)) = (from, to) else {
-        return "-".into();
-    };
-    let secs = (to - from).max(0) as f64 / 1000.0;
-    if secs < 60.0 {
-        format!("{secs:.1}s")
-    } else if secs < 3600.0 {
-        format!("{}m{:02}s", (secs / 60.0) as u64, secs as u64 % 60)
-    } else {
-        format!("{}h{:02}m", (secs / 3600.0) as u64, (secs as u64 % 3600) / 60)
+    match (from, to) {
+        (Some(from), Some(to)) => lachesis::text::span_ms(to - from),
+        _ => "-".into(),
     }
 }
 

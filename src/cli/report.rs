@@ -40,7 +40,7 @@ fn dash(text: Option<String>) -> String {
 }
 
 /// Since its first attempt started and, for a retried run, its last attempt's own time:
-/// `3h05m (last attempt 1h00m)`.
+/// `3h 5m (last attempt 1h)`.
 fn run_duration(run: &ReportRun) -> String {
     let total = duration(Some(0), run.total_ms.or(run.duration_ms));
     if run.attempt > 1 {

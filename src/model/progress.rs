@@ -77,19 +77,8 @@ impl Progress {
     }
 }
 
-/// A duration for people: `13h 40m`, `30m`, `20s`, `1m 30s`.
-pub fn span(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
-    match (h, m, s) {
-        (0, 0, 0) if d.as_millis() > 0 => format!("{}ms", d.as_millis()),
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m {s}s"),
-        (h, 0, _) => format!("{h}h"),
-        (h, m, _) => format!("{h}h {m}m"),
-    }
-}
+/// A duration for people (the one format: `crate::text::span`).
+pub use crate::text::span;
 
 #[cfg(test)]
 mod tests {
@@ -114,14 +103,5 @@ mod tests {
         let p = Progress::of(&[ProgressPoint { attempt: 1, step: 3, total: None, at: 5 }]).unwrap();
         assert_eq!(p.line(), "step 3");
         assert_eq!((p.fraction, p.steps_per_min, p.eta_seconds), (None, None, None));
-    }
-
-    #[test]
-    fn spans_read_like_people_write_them() {
-        assert_eq!(span(Duration::from_secs(1800)), "30m");
-        assert_eq!(span(Duration::from_secs(20)), "20s");
-        assert_eq!(span(Duration::from_secs(90)), "1m 30s");
-        assert_eq!(span(Duration::from_secs(13 * 3600 + 40 * 60 + 5)), "13h 40m");
-        assert_eq!(span(Duration::from_millis(2500)), "2s");
     }
 }

@@ -95,14 +95,9 @@ pub fn time(ms: Option<i64>) -> String {
     }
 }
 
-/// A duration in milliseconds, rounded to what people read ("3m 07s").
+/// A duration in milliseconds, as every surface writes one (`crate::text::span`).
 pub fn duration(ms: i64) -> String {
-    let secs = ms.max(0) / 1000;
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m {:02}s", secs / 60, secs % 60),
-        _ => format!("{}h {:02}m", secs / 3600, (secs % 3600) / 60),
-    }
+    crate::text::span_ms(ms)
 }
 
 /// The progress bar of a run from its `progress` object (`step`, `total`, `fraction`,
@@ -182,10 +177,7 @@ mod tests {
             "step": 30, "total": 120, "fraction": 0.25, "steps_per_min": 6.0,
             "eta_seconds": 900.0, "updated_at": 1_700_000_000_000i64
         })));
-        assert!(
-            bar.contains("width:25.0%") && bar.contains("30/120") && bar.contains("ETA 15m 00s"),
-            "{bar}"
-        );
+        assert!(bar.contains("width:25.0%") && bar.contains("30/120") && bar.contains("ETA 15m"), "{bar}");
         let derived = progress_bar(Some(&json!({ "step": 1, "total": 4 })));
         assert!(derived.contains("width:25.0%"), "{derived}");
         assert!(progress_bar(None).contains("no progress reported"));
@@ -195,8 +187,8 @@ mod tests {
     #[test]
     fn durations_and_times_read_naturally() {
         assert_eq!(duration(59_000), "59s");
-        assert_eq!(duration(187_000), "3m 07s");
-        assert_eq!(duration(7_380_000), "2h 03m");
+        assert_eq!(duration(187_000), "3m 7s");
+        assert_eq!(duration(7_380_000), "2h 3m");
         assert_eq!(time(None), "-");
         assert_eq!(time(Some(0)), "1970-01-01 00:00:00");
     }

@@ -69,14 +69,9 @@ pub fn decide(run: &Run, now: Millis) -> Verdict {
     }
 }
 
-/// A limit as people write it: `10h`, `90m`, `2s` (milliseconds only when needed).
+/// A limit as people write it: `10h`, `90m`, `2s` (`text::whole_units`).
 pub fn limit_text(limit: Duration) -> String {
-    let ms = limit.as_millis();
-    match ms {
-        _ if ms > 0 && ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
-        _ if ms > 0 && ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
-        _ => crate::workflow::Dur(limit).to_string(),
-    }
+    crate::text::whole_units(limit)
 }
 
 /// Arms the run's timer once per supervision, when its attempt has a deadline.

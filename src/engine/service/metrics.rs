@@ -20,7 +20,7 @@ pub struct RunMetrics {
     pub wandb_project: String,
     pub wandb_run_name: String,
     pub snapshot: Option<Snapshot>,
-    /// "fresh", or how old the stored snapshot is ("12 min old").
+    /// "fresh", or how old the stored snapshot is ("12m old").
     pub age: Option<String>,
     pub wandb_error: Option<String>,
 }

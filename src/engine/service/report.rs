@@ -247,16 +247,9 @@ fn tally<'a>(counts: &BTreeMap<String, i64>, order: impl Iterator<Item = &'a str
     if parts.is_empty() { "none".into() } else { parts.join(", ") }
 }
 
-/// A window as people write it: the largest whole unit (`12h`, `30m`, `2d`, `90s`).
+/// A window as people write it: `12h`, `30m`, `2d`, `90s` (`text::whole_units`).
 pub fn window_text(window: Duration) -> String {
-    let secs = window.as_secs();
-    match secs {
-        0 => format!("{}ms", window.as_millis()),
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
+    crate::text::whole_units(window)
 }
 
 /// The stage whose end decided a failed run: the one its reason names (`stage 'trainer' …`),
@@ -643,7 +636,7 @@ mod tests {
 
     #[test]
     fn windows_read_in_their_largest_whole_unit() {
-        let cases = [(12 * 3600, "12h"), (2 * 86_400, "2d"), (90 * 60, "90m"), (90, "90s"), (0, "0ms")];
+        let cases = [(12 * 3600, "12h"), (2 * 86_400, "2d"), (90 * 60, "90m"), (90, "90s"), (0, "0s")];
         for (secs, text) in cases {
             assert_eq!(window_text(Duration::from_secs(secs)), text);
         }
