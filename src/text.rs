@@ -112,6 +112,29 @@ pub fn whole_units(d: std::time::Duration) -> String {
     }
 }
 
+/// A moment for people, the one way every surface writes one: the machine's local time to the
+/// second (`2026-11-28 04:02:01`), `-` for none. Pages that show it say the zone ([`zone`]).
+pub fn clock(ms: Option<i64>) -> String {
+    use chrono::TimeZone;
+    match ms.and_then(|ms| chrono::Local.timestamp_millis_opt(ms).single()) {
+        Some(at) => at.format("%Y-%m-%d %H:%M:%S").to_string(),
+        None => "-".into(),
+    }
+}
+
+/// The zone [`clock`] writes in, as an offset: `UTC`, `UTC+01:00`.
+pub fn zone() -> String {
+    let offset = chrono::Local::now().offset().local_minus_utc();
+    match offset {
+        0 => "UTC".into(),
+        secs => {
+            let sign = if secs < 0 { '-' } else { '+' };
+            let secs = secs.unsigned_abs();
+            format!("UTC{sign}{:02}:{:02}", secs / 3600, secs % 3600 / 60)
+        }
+    }
+}
+
 #[cfg(test)]
 mod duration_tests {
     use super::*;

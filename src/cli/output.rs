@@ -93,13 +93,9 @@ impl std::fmt::Display for PlainTable {
     }
 }
 
-/// Local wall-clock time, to the second.
+/// Local wall-clock time, to the second (`text::clock`).
 pub fn time(ms: Option<Millis>) -> String {
-    use chrono::TimeZone;
-    match ms.and_then(|ms| chrono::Local.timestamp_millis_opt(ms).single()) {
-        Some(t) => t.format("%Y-%m-%d %H:%M:%S").to_string(),
-        None => "-".into(),
-    }
+    lachesis::text::clock(ms)
 }
 
 /// The time between two moments, as every surface writes one (`text::span`); `-` without both.

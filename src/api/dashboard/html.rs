@@ -58,8 +58,9 @@ pub fn page(title: &str, active: &str, live: bool, body: &str) -> String {
          <title>{title} · lachesis</title><link rel=\"stylesheet\" href=\"/ui/assets/app.css\">\
          <script src=\"/ui/assets/app.js\" defer></script></head>\
          <body data-live=\"{live}\"><header><span class=\"brand\">lachesis</span><nav>{nav}</nav>\
-         <span id=\"live\" class=\"muted\"></span></header><main id=\"main\">{body}</main></body></html>",
+         <span id=\"live\" class=\"muted\"></span><span class=\"muted zone\">times in {zone}</span></header><main id=\"main\">{body}</main></body></html>",
         title = esc(title),
+        zone = crate::text::zone(),
     )
 }
 
@@ -87,12 +88,9 @@ pub fn badge(state: &str) -> String {
     format!("<span class=\"badge {class}\">{}</span>", esc(state))
 }
 
-/// Milliseconds since the epoch as a UTC time (`-` when absent).
+/// A moment as every surface writes one (`text::clock`: local time; the header says the zone).
 pub fn time(ms: Option<i64>) -> String {
-    match ms.and_then(chrono::DateTime::from_timestamp_millis) {
-        Some(at) => at.format("%Y-%m-%d %H:%M:%S").to_string(),
-        None => "-".into(),
-    }
+    crate::text::clock(ms)
 }
 
 /// A duration in milliseconds, as every surface writes one (`crate::text::span`).

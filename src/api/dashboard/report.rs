@@ -35,10 +35,11 @@ fn body(report: &Report) -> String {
         "<h1>Report</h1><form method=\"get\" action=\"/ui/report\" class=\"inline\">\
          <label>over the last <input name=\"since\" value=\"{window}\" size=\"6\"></label> \
          <button type=\"submit\">Show</button></form>\
-         <p class=\"meta\">{since} to {until} (UTC)</p>",
+         <p class=\"meta\">{since} to {until} ({zone})</p>",
         window = esc(&report.window),
         since = time(Some(report.since)),
         until = time(Some(report.until)),
+        zone = crate::text::zone(),
     );
     let _ = write!(
         out,
