@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::events::insert_event;
 use super::rows::{corrupt, exit_columns, from_json, json, record_from_row};
-use super::sql::SqlStore;
-use super::{Result, StoreError};
+use super::sql::{IdRange, SqlStore};
+use super::{Backend, Result, StoreError};
 use crate::model::{EventKind, NewEvent, now_millis};
 use crate::model::{InferenceTest, TestState, TestTask, TestTrigger};
 
@@ -153,11 +153,14 @@ impl InferenceTestStore for SqlStore {
     }
 
     async fn tests_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<InferenceTest>> {
-        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Ok(Vec::new());
-        }
-        let pattern = format!("{}%", prefix.to_ascii_lowercase());
-        self.query_tests(select_tests!("WHERE id LIKE $1 ORDER BY seq LIMIT $2"), Some(&pattern), limit).await
+        let Some(range) = IdRange::of(prefix) else { return Ok(Vec::new()) };
+        let sql = match super::Store::backend(self) {
+            Backend::Sqlite => select_tests!("WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"),
+            Backend::Postgres => select_tests!("WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id LIMIT $3"),
+        };
+        let rows =
+            sqlx::query(sql).bind(range.from).bind(range.below).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(test_from_row).collect()
     }
 
     async fn list_tests(&self, limit: i64) -> Result<Vec<InferenceTest>> {

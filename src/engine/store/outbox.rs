@@ -10,10 +10,10 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use super::Result;
 use super::events::insert_event;
 use super::rows::{corrupt, from_json, json};
-use super::sql::SqlStore;
+use super::sql::{IdRange, SqlStore};
+use super::{Backend, Result};
 use crate::model::{DeliveryAttempt, DeliveryState, EventKind, Millis, WebhookDelivery, now_millis};
 use crate::webhooks::Payload;
 
@@ -315,16 +315,21 @@ impl OutboxStore for SqlStore {
     }
 
     async fn deliveries_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<WebhookDelivery>> {
-        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            delivery_columns!(),
-            " FROM webhook_deliveries WHERE id LIKE $1 ORDER BY id LIMIT $2"
-        ))
-        .bind(pattern)
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
+        let Some(range) = IdRange::of(prefix) else { return Ok(Vec::new()) };
+        let sql = match super::Store::backend(self) {
+            Backend::Sqlite => concat!(
+                "SELECT ",
+                delivery_columns!(),
+                " FROM webhook_deliveries WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"
+            ),
+            Backend::Postgres => concat!(
+                "SELECT ",
+                delivery_columns!(),
+                " FROM webhook_deliveries WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id LIMIT $3"
+            ),
+        };
+        let rows =
+            sqlx::query(sql).bind(range.from).bind(range.below).bind(limit).fetch_all(self.pool()).await?;
         rows.iter().map(delivery_from_row).collect()
     }
 

@@ -110,6 +110,28 @@ impl SqlStore {
     }
 }
 
+/// The ids that start with a prefix, as a range in byte order: `from <= id < below`. The one
+/// id-prefix lookup of every table (runs, tests, sweeps, webhook deliveries): ids are UUIDs,
+/// hex and dashes, all below `~`, so a range on the id's unique index finds them (SQLite's LIKE
+/// is case-insensitive and cannot use it); on PostgreSQL the range is written with the
+/// byte-order operators `~>=~`/`~<~`, whatever the database's collation (which may ignore
+/// dashes). A prefix of anything but hex and dashes matches no id.
+pub(super) struct IdRange {
+    pub(super) from: String,
+    pub(super) below: String,
+}
+
+impl IdRange {
+    pub(super) fn of(prefix: &str) -> Option<IdRange> {
+        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return None;
+        }
+        let from = prefix.to_ascii_lowercase();
+        let below = format!("{from}~");
+        Some(IdRange { from, below })
+    }
+}
+
 /// Whether the store already has migration `latest`: one indexed read, where
 /// running the migrator would read and checksum every applied migration on each command.
 pub(super) async fn schema_is_current(pool: &AnyPool, latest: i64) -> bool {
@@ -246,25 +268,18 @@ impl Store for SqlStore {
     }
 
     async fn runs_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<Run>> {
-        // Only hex and dashes reach LIKE, so `%` and `_` in the input can't widen the match.
-        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Ok(Vec::new());
-        }
-        let prefix = prefix.to_ascii_lowercase();
-        let end = format!("{prefix}~");
+        let Some(range) = IdRange::of(prefix) else { return Ok(Vec::new()) };
+        // On PostgreSQL the range's operators are those of the `text_pattern_ops` index, which
+        // also gives the order: the plan is that index whatever the collation or statistics
+        // (with `LIKE … ORDER BY seq LIMIT`, stale statistics walk the primary key through
+        // every run: 2.7x slower at 100,000 runs).
         let sql = match self.backend {
-            // A range on the unique id index (SQLite's LIKE is case-insensitive, so it cannot use
-            // it): ids are hex and dashes, all below '~' in byte order.
             Backend::Sqlite => select_runs!("WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"),
-            // The same range in the byte-order operators of the `text_pattern_ops` index, which
-            // also gives the order: the plan is that index whatever the collation or statistics
-            // (with `LIKE … ORDER BY seq LIMIT`, stale statistics walk the primary key through
-            // every run: 2.7x slower at 100,000 runs).
             Backend::Postgres => {
                 select_runs!("WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id USING ~<~ LIMIT $3")
             }
         };
-        self.query_runs(sql, &[&prefix, &end], limit).await
+        self.query_runs(sql, &[&range.from, &range.below], limit).await
     }
 
     async fn list_runs(&self, filter: &RunQuery) -> Result<Vec<Run>> {

@@ -12,8 +12,8 @@ use uuid::Uuid;
 use super::dependencies::{NewDependency, insert_dependencies, settle_sweep_dependents};
 use super::outbox::insert_notification;
 use super::rows::{corrupt, from_json, json, run_from_row};
-use super::sql::{SqlStore, insert_pending_run};
-use super::{Result, Store};
+use super::sql::{IdRange, SqlStore, insert_pending_run};
+use super::{Backend, Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
 use crate::model::sweep::{Goal, SeriesSummary, SweepRecord, SweepState, SweepWinner};
 use crate::model::{MetricPoint, Millis, Run, RunState, Stage, now_millis};
@@ -319,15 +319,13 @@ impl SweepStore for SqlStore {
     }
 
     async fn sweeps_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<SweepRecord>> {
-        // Only hex and dashes reach LIKE, so `%` and `_` in the input can't widen the match.
-        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(select_sweeps!("WHERE id LIKE $1 ORDER BY id LIMIT $2"))
-            .bind(format!("{}%", prefix.to_ascii_lowercase()))
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?;
+        let Some(range) = IdRange::of(prefix) else { return Ok(Vec::new()) };
+        let sql = match self.backend() {
+            Backend::Sqlite => select_sweeps!("WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3"),
+            Backend::Postgres => select_sweeps!("WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id LIMIT $3"),
+        };
+        let rows =
+            sqlx::query(sql).bind(range.from).bind(range.below).bind(limit).fetch_all(self.pool()).await?;
         rows.iter().map(sweep_from_row).collect()
     }
 

@@ -40,6 +40,7 @@ mod nodes;
 mod old_stores;
 mod outbox;
 mod preemptions;
+mod prefixes;
 mod queue;
 mod report;
 mod sweeps;

@@ -80,7 +80,7 @@ async fn a_sweep_and_its_members_land_together_or_not_at_all(store: &dyn Store) 
     }
     let prefix = &first.id.to_string()[..8];
     assert_eq!(store.sweeps_by_prefix(prefix, 6).await.unwrap(), vec![first.clone()]);
-    assert!(store.sweeps_by_prefix("%", 6).await.unwrap().is_empty(), "only hex reaches LIKE");
+    assert!(store.sweeps_by_prefix("%", 6).await.unwrap().is_empty(), "only hex and dashes are a prefix");
 
     // A member that cannot be written (its run id is taken) leaves neither the sweep nor any run.
     let second = sweep(2, None);
