@@ -28,7 +28,7 @@ const SQLITE: &[Source] = migrations!("sqlite":
     6 "0006_tests", 7 "0007_progress", 8 "0008_metric_history", 9 "0009_history_indexes", 10 "0010_checkpoints",
     11 "0011_holds", 12 "0012_dependencies", 13 "0013_report_posts", 14 "0014_runs_by_workflow", 15 "0015_runs_held",
     16 "0016_stage_attempts", 17 "0017_runs_by_end_state", 18 "0018_metric_values", 19 "0019_sweeps",
-    20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox",
+    20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox", 24 "0024_member_outcomes",
 );
 
 const POSTGRES: &[Source] = migrations!("postgres":
@@ -36,7 +36,7 @@ const POSTGRES: &[Source] = migrations!("postgres":
     6 "0006_tests", 7 "0007_progress", 8 "0008_metric_history", 9 "0009_history_indexes", 10 "0010_checkpoints",
     11 "0011_holds", 12 "0012_dependencies", 13 "0013_report_posts", 14 "0014_runs_by_workflow", 15 "0015_runs_held",
     16 "0016_stage_attempts", 17 "0017_runs_by_end_state", 18 "0018_metric_values", 19 "0019_sweeps",
-    20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox",
+    20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox", 24 "0024_member_outcomes",
 );
 
 /// Which backend's schema.

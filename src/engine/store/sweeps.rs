@@ -10,11 +10,14 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::dependencies::{NewDependency, insert_dependencies, settle_sweep_dependents};
+use super::events::insert_events;
+use super::moves::Moved;
 use super::outbox::insert_notification;
 use super::rows::{corrupt, from_json, json, run_from_row};
 use super::sql::{IdRange, SqlStore, insert_pending_run};
 use super::{Backend, Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
+use crate::model::run::RunTrigger;
 use crate::model::sweep::{Goal, SeriesSummary, SweepRecord, SweepState, SweepWinner};
 use crate::model::{MetricPoint, Millis, Run, RunState, Stage, now_millis};
 use crate::webhooks::Payload;
@@ -53,6 +56,8 @@ pub struct MemberTally {
     pub run: Uuid,
     pub state: RunState,
     pub reason: Option<String>,
+    /// Its sweep's hyperband stopped it (`SweepStore::early_terminate`).
+    pub early_terminated: bool,
     pub started_at: Option<Millis>,
     pub ended_at: Option<Millis>,
     /// How many readings its series has, and the lowest and highest of them.
@@ -71,10 +76,15 @@ pub struct MemberRun {
     pub attempt: i64,
     pub started_at: Option<Millis>,
     pub reason: Option<String>,
+    /// Its sweep's hyperband stopped it.
+    pub early_terminated: bool,
 }
 
 #[async_trait]
 pub trait SweepStore: Send + Sync {
+    /// Stops member run `run` for its sweep's hyperband, saying `reason`, and marks the member
+    /// early-terminated, in one transaction (a conflict when the run moved since it was read).
+    async fn early_terminate(&self, run: &Run, reason: &str) -> Result<Run>;
     /// Writes the sweep and its member runs (pending, each with its stages and `submitted`
     /// event, member k being `members[k]`) in one transaction: all of it or nothing.
     async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()>;
@@ -211,14 +221,14 @@ pub(super) fn tallies_sql(sweeps: usize) -> String {
         (0..sweeps).map(|i| format!("WHEN ${} THEN CAST(${} AS TEXT)", 2 * i + 1, 2 * i + 2)).collect();
     let ids: Vec<String> = (0..sweeps).map(|i| format!("${}", 2 * i + 1)).collect();
     format!(
-        "SELECT m.sweep_id, m.k, r.id AS run_id, r.state, r.reason, r.started_at, r.ended_at, \
+        "SELECT m.sweep_id, m.k, r.id AS run_id, r.state, r.reason, m.early_terminated, r.started_at, r.ended_at, \
          COUNT(v.value) AS readings, MIN(v.value) AS low, MAX(v.value) AS high \
          FROM sweep_members m JOIN runs r ON r.id = m.run_id \
          LEFT JOIN metric_values v ON v.run_id = m.run_id AND v.name = (CASE m.sweep_id {} END) \
          AND NOT EXISTS (SELECT 1 FROM metric_values w WHERE w.run_id = v.run_id AND w.name = v.name \
          AND w.attempt > v.attempt AND w.step <= v.step) \
          WHERE m.sweep_id IN ({}) \
-         GROUP BY m.sweep_id, m.k, r.id, r.state, r.reason, r.started_at, r.ended_at",
+         GROUP BY m.sweep_id, m.k, r.id, r.state, r.reason, m.early_terminated, r.started_at, r.ended_at",
         names.join(" "),
         ids.join(", ")
     )
@@ -234,6 +244,7 @@ fn tally_from_row(row: &sqlx::any::AnyRow) -> Result<MemberTally> {
         run: uuid_of(row, "run_id")?,
         state: state.parse().map_err(corrupt)?,
         reason: row.try_get("reason")?,
+        early_terminated: row.try_get::<i64, _>("early_terminated")? != 0,
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
         readings: u64::try_from(readings).unwrap_or(0),
@@ -284,6 +295,23 @@ impl SqlStore {
 
 #[async_trait]
 impl SweepStore for SqlStore {
+    async fn early_terminate(&self, run: &Run, reason: &str) -> Result<Run> {
+        let to = crate::model::run::next(run.state, RunTrigger::Stop)?;
+        let moved = Moved::new(run, RunTrigger::Stop, to, Some(reason), None, None);
+        let mut tx = self.pool().begin().await?;
+        let Some(event) = self.move_run(&mut tx, run, &moved).await? else {
+            drop(tx);
+            return Err(self.conflict_or_fenced(run).await);
+        };
+        insert_events(&mut tx, run.id, &[event]).await?;
+        sqlx::query("UPDATE sweep_members SET early_terminated = 1 WHERE run_id = $1")
+            .bind(run.id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(moved.run)
+    }
+
     async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()> {
         let mut tx = self.pool().begin().await?;
         insert_sweep_rows(&mut tx, sweep, members).await?;
@@ -361,7 +389,7 @@ impl SweepStore for SqlStore {
 
     async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<MemberRun>> {
         let rows = sqlx::query(
-            "SELECT m.k, r.id, r.state, r.attempt, r.started_at, r.reason FROM sweep_members m \
+            "SELECT m.k, r.id, r.state, r.attempt, r.started_at, r.reason, m.early_terminated FROM sweep_members m \
              JOIN runs r ON r.id = m.run_id WHERE m.sweep_id = $1 ORDER BY m.k",
         )
         .bind(id.to_string())
@@ -378,6 +406,7 @@ impl SweepStore for SqlStore {
                     attempt: row.try_get("attempt")?,
                     started_at: row.try_get("started_at")?,
                     reason: row.try_get("reason")?,
+                    early_terminated: row.try_get::<i64, _>("early_terminated")? != 0,
                 })
             })
             .collect()

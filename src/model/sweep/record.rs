@@ -25,7 +25,7 @@ impl MemberOf {
 #[serde(rename_all = "snake_case")]
 pub enum MemberOutcome {
     Completed,
-    /// Stopped by its sweep's hyperband (its reason says `early-terminated by sweep …`).
+    /// Stopped by its sweep's hyperband (the member's `early_terminated`, written with the stop).
     EarlyTerminated,
     Failed,
     /// Stopped otherwise: by a user, by a stop of the sweep, or cancelled before it started
@@ -46,14 +46,12 @@ impl MemberOutcome {
         MemberOutcome::Pending,
     ];
 
-    /// The outcome of a member of sweep `sweep` in `state` for `reason`.
-    pub fn of(sweep: &Uuid, state: RunState, reason: Option<&str>) -> MemberOutcome {
+    /// The outcome of a member in `state`, which its sweep's hyperband stopped or not.
+    pub fn of(state: RunState, early_terminated: bool) -> MemberOutcome {
         match state {
             RunState::Completed => MemberOutcome::Completed,
             RunState::Failed => MemberOutcome::Failed,
-            RunState::Stopped if reason.is_some_and(|r| r.starts_with(&early_terminated_by(sweep))) => {
-                MemberOutcome::EarlyTerminated
-            }
+            RunState::Stopped if early_terminated => MemberOutcome::EarlyTerminated,
             RunState::Stopped => MemberOutcome::Stopped,
             RunState::Pending => MemberOutcome::Pending,
             RunState::Starting | RunState::Running | RunState::Stopping | RunState::Retrying => {
@@ -207,34 +205,31 @@ mod tests {
         assert_eq!(member.describe(), "member 3 of sweep 00000000");
     }
 
-    /// Every run state of a member, and the reasons that tell a hyperband stop from others.
+    /// Every run state of a member, and whether hyperband stopped it: a stop is hyperband's only
+    /// when it is the member's state and its mark, whatever the reason's words.
     #[test]
     fn a_member_s_outcome_is_its_state_with_hyperband_s_stops_apart() {
         use super::MemberOutcome::{self, *};
         use crate::model::RunState;
-        let sweep = uuid::Uuid::nil();
-        let other = uuid::Uuid::from_u128(1 << 127);
-        let hyperband = "early-terminated by sweep 00000000: best loss 0.9 by iteration 3 is worse than the band-3 threshold 0.4";
         let cases = [
-            (RunState::Completed, None, Completed),
-            (RunState::Failed, Some("stage 'trainer' exited with code 1"), Failed),
-            (RunState::Stopped, Some(hyperband), EarlyTerminated),
-            (RunState::Stopped, Some("stop requested"), Stopped),
-            (RunState::Stopped, Some("cancelled: sweep 00000000 member 3 reached the target"), Stopped),
-            (RunState::Stopped, None, Stopped),
-            (RunState::Pending, None, Pending),
-            (RunState::Starting, None, Running),
-            (RunState::Running, None, Running),
-            (RunState::Stopping, Some(hyperband), Running),
-            (RunState::Retrying, None, Running),
+            (RunState::Completed, false, Completed),
+            (RunState::Completed, true, Completed),
+            (RunState::Failed, false, Failed),
+            (RunState::Stopped, true, EarlyTerminated),
+            (RunState::Stopped, false, Stopped),
+            (RunState::Pending, false, Pending),
+            (RunState::Starting, false, Running),
+            (RunState::Running, false, Running),
+            (RunState::Stopping, true, Running),
+            (RunState::Retrying, false, Running),
         ];
-        for (state, reason, want) in cases {
-            assert_eq!(MemberOutcome::of(&sweep, state, reason), want, "{state} {reason:?}");
+        for (state, marked, want) in cases {
+            assert_eq!(MemberOutcome::of(state, marked), want, "{state} {marked}");
         }
-        // Another sweep's words are not this sweep's stop.
-        assert_eq!(MemberOutcome::of(&other, RunState::Stopped, Some(hyperband)), Stopped);
         for state in RunState::ALL {
-            assert!(MemberOutcome::ALL.contains(&MemberOutcome::of(&sweep, state, None)));
+            for marked in [false, true] {
+                assert!(MemberOutcome::ALL.contains(&MemberOutcome::of(state, marked)));
+            }
         }
         assert_eq!(EarlyTerminated.label(), "early-terminated");
         assert_eq!(EarlyTerminated.as_str(), "early_terminated");

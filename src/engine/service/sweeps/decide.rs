@@ -168,7 +168,7 @@ impl Service {
         for stop in stop_runs(&series, metric, hyperband) {
             let (k, run) = &members[stop.id];
             let reason = format!("{}: {}", early_terminated_by(&sweep.id), stop.reason(&metric.name));
-            match self.store.transition(run, RunTrigger::Stop, Some(&reason), None).await {
+            match self.store.early_terminate(run, &reason).await {
                 Ok(_) => {
                     tracing::info!(sweep = %sweep.short_id(), member = k, run = %run.short_id(), "{reason}");
                     decisions.push(SweepDecision::Stopped { sweep: sweep.id, k: *k, run: run.id, reason });

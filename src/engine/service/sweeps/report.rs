@@ -120,8 +120,8 @@ impl ReportSweep {
 }
 
 /// What early termination saved, from the members of one sweep: see [`EarlyTermination`].
-pub fn early_termination(sweep: &Uuid, members: &[MemberTally]) -> EarlyTermination {
-    let outcome = |m: &MemberTally| MemberOutcome::of(sweep, m.state, m.reason.as_deref());
+pub fn early_termination(members: &[MemberTally]) -> EarlyTermination {
+    let outcome = |m: &MemberTally| MemberOutcome::of(m.state, m.early_terminated);
     let mut full: Vec<u64> = members
         .iter()
         .filter(|m| outcome(m) == MemberOutcome::Completed && m.readings > 0)
@@ -161,9 +161,7 @@ fn report_sweep(sweep: &SweepRecord, members: &[MemberTally]) -> ReportSweep {
     let mut outcomes: BTreeMap<&'static str, u64> =
         MemberOutcome::ALL.iter().map(|o| (o.as_str(), 0)).collect();
     for member in members {
-        *outcomes
-            .entry(MemberOutcome::of(&sweep.id, member.state, member.reason.as_deref()).as_str())
-            .or_default() += 1;
+        *outcomes.entry(MemberOutcome::of(member.state, member.early_terminated).as_str()).or_default() += 1;
     }
     let best = metric.and_then(|metric| {
         let value_of = |m: &MemberTally| match metric.goal {
@@ -204,7 +202,7 @@ fn report_sweep(sweep: &SweepRecord, members: &[MemberTally]) -> ReportSweep {
         }),
         outcomes,
         best,
-        early_termination: early_termination(&sweep.id, members),
+        early_termination: early_termination(members),
     }
 }
 
@@ -244,6 +242,7 @@ mod tests {
             k,
             run: Uuid::from_u128(k as u128 + 1),
             state,
+            early_terminated: reason.is_some_and(|r| r.starts_with("early-terminated")),
             reason: reason.map(str::to_string),
             started_at: Some(1_000),
             ended_at: Some(1_000 + ran_s * 1000),
@@ -268,7 +267,7 @@ mod tests {
             member(5, RunState::Stopped, Some("stop requested"), 100, 10),
             member(6, RunState::Running, None, 0, 2),
         ];
-        let saved = early_termination(&Uuid::nil(), &members);
+        let saved = early_termination(&members);
         assert_eq!(
             saved,
             EarlyTermination {
@@ -279,13 +278,13 @@ mod tests {
             }
         );
         // No completed member: the count and the time they ran, no estimate.
-        let saved = early_termination(&Uuid::nil(), &members[3..]);
+        let saved = early_termination(&members[3..]);
         assert_eq!((saved.members, saved.run_ms, saved.saved_ms), (2, 60_000, None));
         // A stopped member that ran past the others' length saved nothing, and costs nothing.
         let long =
             [member(0, RunState::Completed, None, 10, 5), member(1, RunState::Stopped, Some(STOPPED), 90, 9)];
-        assert_eq!(early_termination(&Uuid::nil(), &long).saved_ms, Some(0));
-        assert_eq!(early_termination(&Uuid::nil(), &[]), EarlyTermination::default());
+        assert_eq!(early_termination(&long).saved_ms, Some(0));
+        assert_eq!(early_termination(&[]), EarlyTermination::default());
     }
 
     #[test]

@@ -171,7 +171,7 @@ impl Service {
                 best_step: summary.map(|s| s.best.step),
                 last: summary.map(|s| s.last.value),
                 iterations: summary.map_or(0, |s| s.count),
-                early_terminated: MemberOutcome::of(&sweep.id, run.state, run.reason.as_deref())
+                early_terminated: MemberOutcome::of(run.state, run.early_terminated)
                     == MemberOutcome::EarlyTerminated,
                 reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
             });
