@@ -115,16 +115,28 @@ pub fn regressions(
     baseline: &BTreeMap<String, f64>,
     current: &BTreeMap<String, Option<f64>>,
 ) -> Vec<Regression> {
+    regressions_of("accuracy", policy, baseline, current)
+}
+
+/// [`regressions`] of another figure than accuracy (a verifiers test's mean `reward`), named so
+/// in the reasons.
+pub fn regressions_of(
+    figure: &str,
+    policy: &RegressionPolicy,
+    baseline: &BTreeMap<String, f64>,
+    current: &BTreeMap<String, Option<f64>>,
+) -> Vec<Regression> {
     baseline
         .iter()
         .filter_map(|(model, &base)| {
             let accuracy = current.get(model).copied().flatten();
-            regression(policy, model, base, accuracy)
+            regression(figure, policy, model, base, accuracy)
         })
         .collect()
 }
 
 fn regression(
+    figure: &str,
     policy: &RegressionPolicy,
     model: &str,
     base: f64,
@@ -134,11 +146,11 @@ fn regression(
         return None; // nothing to compare against
     }
     let (current, reason) = match accuracy.filter(|a| a.is_finite()) {
-        None => (None, no_results_reason(base, accuracy)),
+        None => (None, no_results_reason(figure, base, accuracy)),
         Some(acc) if base - acc > policy.max_drop + DROP_TOLERANCE => (
             Some(acc),
             format!(
-                "accuracy {} is {} below the baseline {}",
+                "{figure} {} is {} below the baseline {}",
                 fmt_accuracy(acc),
                 fmt_accuracy(base - acc),
                 fmt_accuracy(base)
@@ -149,9 +161,9 @@ fn regression(
     Some(Regression { model: model.to_string(), baseline: base, current, reason })
 }
 
-fn no_results_reason(base: f64, accuracy: Option<f64>) -> String {
+fn no_results_reason(figure: &str, base: f64, accuracy: Option<f64>) -> String {
     match accuracy {
-        Some(bad) => format!("produced no valid result (accuracy {bad}; baseline {})", fmt_accuracy(base)),
+        Some(bad) => format!("produced no valid result ({figure} {bad}; baseline {})", fmt_accuracy(base)),
         None => format!("produced no results (baseline {})", fmt_accuracy(base)),
     }
 }

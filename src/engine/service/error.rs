@@ -36,6 +36,9 @@ pub enum ServiceError {
          `lachesis config set {parameter} VALUE`, or --set {parameter}=VALUE for one run"
     )]
     MissingEnvArgument { env: String, parameter: String },
+    /// A test's `--env-args` that is not a JSON object, or given for an environment that takes none.
+    #[error("--env-args {0}")]
+    BadEnvArgs(String),
     #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
     UnknownVar { name: String, workflow: String, known: String },
     #[error(
@@ -194,6 +197,7 @@ impl ServiceError {
             E::Edit(_) | E::Value(_) | E::Provider(_) | E::Schedule(_) => ErrorKind::Invalid,
             E::NeedsEnvironment(_) | E::UnknownVar { .. } | E::BuiltinVar { .. } => ErrorKind::Invalid,
             E::WrongEnvironmentKind { .. } | E::MissingEnvArgument { .. } => ErrorKind::Invalid,
+            E::BadEnvArgs(_) => ErrorKind::Invalid,
             E::BadAssignment { .. } | E::Unplannable { .. } => ErrorKind::Invalid,
             E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,

@@ -297,11 +297,13 @@ fn test_results(results: Option<&serde_json::Value>) -> (Vec<ModelAccuracy>, Opt
         .flatten()
         .map(|m| ModelAccuracy {
             model: m["model"].as_str().unwrap_or("?").to_string(),
-            accuracy: m["accuracy"].as_f64().filter(|_| m["error"].is_null()),
+            // A verifiers test's figure is its mean reward.
+            accuracy: m["reward"].as_f64().or_else(|| m["accuracy"].as_f64()).filter(|_| m["error"].is_null()),
             error: m["error"].as_str().and_then(|e| e.lines().next()).map(str::to_string),
         })
         .collect();
-    let average = results["summary"]["average_accuracy"].as_f64();
+    let summary = &results["summary"];
+    let average = summary["avg_reward"].as_f64().or_else(|| summary["average_accuracy"].as_f64());
     let regressions = serde_json::from_value(results["regressions"].clone()).unwrap_or_default();
     (models, average, regressions)
 }
