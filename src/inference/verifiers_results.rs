@@ -205,7 +205,7 @@ mod tests {
     fn no_results_says_where_it_looked() {
         let dir = tempfile::tempdir().unwrap();
         let result = read_verifiers_result("m", dir.path());
-        let error = result.error.unwrap();
+        let error = result.error.clone().unwrap();
         assert!(error.starts_with("vf-eval wrote no results (no outputs/evals/*/*/results.jsonl under "), "{error}");
         assert!(!result.succeeded());
     }
