@@ -303,7 +303,8 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
     assert_eq!(shown["test"]["reason"], "no model produced results");
     let error = model(&shown, "m")["error"].as_str().unwrap();
     assert!(error.starts_with("process code 1; last lines:"), "{error}");
-    assert!(error.contains("ValueError: no such split: dev"), "{error}");
+    // verifiers wraps the environment's exception, saying which it was.
+    assert!(error.contains("RuntimeError: Failed to load environment 'vf-raises': no such split: dev"), "{error}");
 
     // An import that hangs: bounded by the timeout, killed, said.
     select(&mut home, "vf-hangs", HANGS, vec![], json!({})).await;
@@ -325,12 +326,13 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
     // …which `--env-args` can give for one test (here a path that makes it raise).
     let shown = run_test(&home, &url, "m", "60s", &["--env-args", r#"{"dataset_path": "/nowhere"}"#]);
     let error = model(&shown, "m")["error"].as_str().unwrap();
-    assert!(error.contains("AssertionError: never called without its argument"), "{error}");
+    assert!(error.contains("'vf-needs': never called without its argument"), "{error}");
 
-    // `--env-args` that is not a JSON object: refused in one line, with the usage exit code.
+    // `--env-args` that is not a JSON object: refused in one line (exit 3, refused, as every
+    // invalid request).
     for bad in ["{not json", "[1, 2]", "\"text\""] {
         let out = home.cli(&["test", "start", "--provider", &url, "--api-key-env", "STUB_KEY", "--env-args", bad]);
-        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(3), "{bad}: {}", stderr(&out));
         let err = stderr(&out);
         assert!(err.contains("--env-args is not a JSON object ("), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
