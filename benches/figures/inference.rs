@@ -113,7 +113,8 @@ impl Lab {
 
     fn start_daemon(&mut self, exe: &Path) -> BenchResult<()> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.home.join("daemon.log"))?;
-        let child = self.command(exe).arg("daemon").stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn()?;
+        let child =
+            self.command(exe).arg("daemon").stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn()?;
         self._daemon = Some(Daemon(child));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.home.join("daemon.sock").exists() {
@@ -140,13 +141,16 @@ pub async fn run(exe: &Path, rounds: usize, say: &dyn Fn(&str)) -> BenchResult<I
             select_vf_arith(&lab).await?;
             lab.start_daemon(exe)?;
             say("verifiers: vf-eval of tests/python/vf_envs/vf_arith");
-            report.kinds.push(measure(exe, &lab, &python, "verifiers", &[], rounds, (steps, group_size), say).await?);
+            report
+                .kinds
+                .push(measure(exe, &lab, &python, "verifiers", &[], rounds, (steps, group_size), say).await?);
         }
         None => report.skipped.push("verifiers: LACHESIS_TEST_VERIFIERS_PYTHON not set".into()),
     }
     match venv("LACHESIS_TEST_PYTHON") {
         Some(python) => {
-            let tokenizer = python.parent().and_then(Path::parent).ok_or("odd venv")?.join("lachesis-tokenizer");
+            let tokenizer =
+                python.parent().and_then(Path::parent).ok_or("odd venv")?.join("lachesis-tokenizer");
             let envs = repo().join("tests/python/envs");
             let mut lab = Lab::new(&python, &[("LACHESIS_ENV_DIRS", envs.display().to_string())])?;
             std::fs::write(
@@ -159,7 +163,9 @@ pub async fn run(exe: &Path, rounds: usize, say: &dyn Fn(&str)) -> BenchResult<I
             lab.start_daemon(exe)?;
             say("atropos: `process` of tests/python/envs/arith_env.py");
             let extra = ["--env", "arith", "--workflow", "arith-tests", "--server-type", "openai"];
-            report.kinds.push(measure(exe, &lab, &python, "atropos", &extra, rounds, (steps, group_size), say).await?);
+            report.kinds.push(
+                measure(exe, &lab, &python, "atropos", &extra, rounds, (steps, group_size), say).await?,
+            );
         }
         None => report.skipped.push("atropos: LACHESIS_TEST_PYTHON not set".into()),
     }
@@ -188,8 +194,11 @@ async fn select_vf_arith(lab: &Lab) -> BenchResult<()> {
         config_class: "load_environment".into(),
         fell_back: None,
         fields: vec![field("count", 4), field("unanswerable", 1)],
-        config: [("count".to_string(), serde_json::json!(4)), ("unanswerable".to_string(), serde_json::json!(1))]
-            .into(),
+        config: [
+            ("count".to_string(), serde_json::json!(4)),
+            ("unanswerable".to_string(), serde_json::json!(1)),
+        ]
+        .into(),
         updated_at: lachesis::model::now_millis(),
     };
     lab.service().await?.put_selection_as_given(&selection).await?;
@@ -253,7 +262,9 @@ async fn measure(
             .status()?;
         let alone = start.elapsed().as_secs_f64() * 1000.0;
         if !status.success() {
-            return Err(format!("{kind}: the command alone failed ({status}); see {}", scratch.display()).into());
+            return Err(
+                format!("{kind}: the command alone failed ({status}); see {}", scratch.display()).into()
+            );
         }
         say(&format!("{kind} round {}: test {tested:.0} ms, command alone {alone:.0} ms", round + 1));
         test_ms.push(tested);

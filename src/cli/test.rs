@@ -224,8 +224,11 @@ fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
         }
     }
     if let Some(summary) = test.results.as_ref().and_then(|r| r.get("summary")) {
-        let average =
-            if verifiers { ("reward", &summary["avg_reward"]) } else { ("accuracy", &summary["avg_accuracy"]) };
+        let average = if verifiers {
+            ("reward", &summary["avg_reward"])
+        } else {
+            ("accuracy", &summary["avg_accuracy"])
+        };
         println!(
             "summary   {}/{} models succeeded, best {}, average {} {}, environment working: {}",
             summary["models_succeeded"],

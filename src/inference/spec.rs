@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::model::inference_spec::{InferenceSpec, Provider, ProviderError, SERVER_TYPES};
 use crate::model::EnvKind;
+pub use crate::model::inference_spec::{InferenceSpec, Provider, ProviderError, SERVER_TYPES};
 use crate::workflow::{DEFAULT_START_TIMEOUT, StagePlan};
 
 /// The reference's three test models (its latest release moved the large one to MiniMax M2.7).
@@ -129,7 +129,9 @@ impl InferenceSpec {
     /// What the test found for one model once its process ended.
     pub fn read_result(&self, test_dir: &Path, model: &str) -> crate::inference::results::ModelResult {
         match self.env_kind {
-            EnvKind::Atropos => crate::inference::results::read_model_result(model, &output_path(test_dir, model)),
+            EnvKind::Atropos => {
+                crate::inference::results::read_model_result(model, &output_path(test_dir, model))
+            }
             EnvKind::Verifiers => {
                 crate::inference::verifiers_results::read_verifiers_result(model, &model_dir(test_dir, model))
             }

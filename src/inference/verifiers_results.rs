@@ -206,17 +206,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let result = read_verifiers_result("m", dir.path());
         let error = result.error.clone().unwrap();
-        assert!(error.starts_with("vf-eval wrote no results (no outputs/evals/*/*/results.jsonl under "), "{error}");
+        assert!(
+            error.starts_with("vf-eval wrote no results (no outputs/evals/*/*/results.jsonl under "),
+            "{error}"
+        );
         assert!(!result.succeeded());
     }
 
     #[test]
     fn a_file_cut_short_fails_the_model_in_one_line() {
         // Fewer rollouts than metadata.json announces.
-        let (dir, _) = saved(&[rollout(0, "1.0"), rollout(0, "1.0"), rollout(1, "1.0")].concat(), Some(META_2X2));
+        let (dir, _) =
+            saved(&[rollout(0, "1.0"), rollout(0, "1.0"), rollout(1, "1.0")].concat(), Some(META_2X2));
         let result = read_verifiers_result("m", dir.path());
         let error = result.error.clone().unwrap();
-        assert!(error.ends_with("holds 3 rollouts, but vf-eval's metadata.json announces 4: cut short"), "{error}");
+        assert!(
+            error.ends_with("holds 3 rollouts, but vf-eval's metadata.json announces 4: cut short"),
+            "{error}"
+        );
         assert!(!result.succeeded());
         // A line cut in the middle.
         let rows = rollout(0, "1.0") + &rollout(0, "1.0")[..40];
@@ -232,10 +239,15 @@ mod tests {
             let (dir, _) = saved(&[rollout(0, "1.0"), rollout(0, reward)].concat(), None);
             let error = read_verifiers_result("m", dir.path()).error.unwrap();
             assert!(error.starts_with("line 2 of "), "{reward}: {error}");
-            assert!(error.contains("is not a rollout: its reward ") && error.ends_with(" is not a number"), "{error}");
+            assert!(
+                error.contains("is not a rollout: its reward ") && error.ends_with(" is not a number"),
+                "{error}"
+            );
         }
         let (dir, _) = saved(&rollout(0, "{}"), None);
-        assert!(read_verifiers_result("m", dir.path()).error.unwrap().contains("its reward {} is not a number"));
+        assert!(
+            read_verifiers_result("m", dir.path()).error.unwrap().contains("its reward {} is not a number")
+        );
     }
 
     #[test]

@@ -178,7 +178,8 @@ async fn vf_eval_scores_each_model_its_mean_reward_and_a_silent_one_is_killed() 
         assert_eq!(file.file_name().unwrap(), "results.jsonl");
         assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 8);
         let metadata: Value =
-            serde_json::from_str(&std::fs::read_to_string(file.with_file_name("metadata.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(file.with_file_name("metadata.json")).unwrap())
+                .unwrap();
         assert_eq!(metadata["env_args"], json!({"count": 4, "unanswerable": 2}), "the configured values");
     }
     let silent = model(&shown, "silent-model");
@@ -304,7 +305,10 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
     let error = model(&shown, "m")["error"].as_str().unwrap();
     assert!(error.starts_with("process code 1; last lines:"), "{error}");
     // verifiers wraps the environment's exception, saying which it was.
-    assert!(error.contains("RuntimeError: Failed to load environment 'vf-raises': no such split: dev"), "{error}");
+    assert!(
+        error.contains("RuntimeError: Failed to load environment 'vf-raises': no such split: dev"),
+        "{error}"
+    );
 
     // An import that hangs: bounded by the timeout, killed, said.
     select(&mut home, "vf-hangs", HANGS, vec![], json!({})).await;
@@ -319,7 +323,9 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
-        err.contains("environment 'vf-needs' needs a value for 'dataset_path' (its load_environment has no default"),
+        err.contains(
+            "environment 'vf-needs' needs a value for 'dataset_path' (its load_environment has no default"
+        ),
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -331,7 +337,8 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
     // `--env-args` that is not a JSON object: refused in one line (exit 3, refused, as every
     // invalid request).
     for bad in ["{not json", "[1, 2]", "\"text\""] {
-        let out = home.cli(&["test", "start", "--provider", &url, "--api-key-env", "STUB_KEY", "--env-args", bad]);
+        let out =
+            home.cli(&["test", "start", "--provider", &url, "--api-key-env", "STUB_KEY", "--env-args", bad]);
         assert_eq!(out.status.code(), Some(3), "{bad}: {}", stderr(&out));
         let err = stderr(&out);
         assert!(err.contains("--env-args is not a JSON object ("), "{err}");

@@ -103,7 +103,8 @@ impl Service {
         }
         if request.env_args.is_some() {
             return Err(ServiceError::BadEnvArgs(
-                "is for verifiers environments (an Atropos test takes its configuration from the selection)".into(),
+                "is for verifiers environments (an Atropos test takes its configuration from the selection)"
+                    .into(),
             ));
         }
         let env = match &request.env_name {
@@ -152,19 +153,29 @@ impl Service {
         let mut env_args: BTreeMap<String, serde_json::Value> =
             serde_json::from_str(&env.args_json()).unwrap_or_default();
         if let Some(text) = &request.env_args {
-            let given: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text)
-                .map_err(|e| ServiceError::BadEnvArgs(format!("is not a JSON object ({e}): {}", short(text))))?;
+            let given: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(text).map_err(|e| {
+                    ServiceError::BadEnvArgs(format!("is not a JSON object ({e}): {}", short(text)))
+                })?;
             env_args.extend(given);
         }
         let required = env.fields.iter().flatten().filter(|f| f.required);
-        if let Some(field) = required.into_iter().find(|f| env_args.get(&f.name).is_none_or(|v| v.is_null())) {
-            return Err(ServiceError::MissingEnvArgument { env: env.name.clone(), parameter: field.name.clone() });
+        if let Some(field) = required.into_iter().find(|f| env_args.get(&f.name).is_none_or(|v| v.is_null()))
+        {
+            return Err(ServiceError::MissingEnvArgument {
+                env: env.name.clone(),
+                parameter: field.name.clone(),
+            });
         }
         Ok(InferenceSpec {
             env_name: env.name.clone(),
             env_file: env.file.clone(),
             env_kind: env.kind,
-            import_dir: env.source.as_ref().and_then(crate::environments::EnvSource::import_dir).map(Into::into),
+            import_dir: env
+                .source
+                .as_ref()
+                .and_then(crate::environments::EnvSource::import_dir)
+                .map(Into::into),
             env_args,
             python: self.settings.python.clone(),
             models: requested_models(request),

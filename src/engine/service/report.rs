@@ -298,7 +298,10 @@ fn test_results(results: Option<&serde_json::Value>) -> (Vec<ModelAccuracy>, Opt
         .map(|m| ModelAccuracy {
             model: m["model"].as_str().unwrap_or("?").to_string(),
             // A verifiers test's figure is its mean reward.
-            accuracy: m["reward"].as_f64().or_else(|| m["accuracy"].as_f64()).filter(|_| m["error"].is_null()),
+            accuracy: m["reward"]
+                .as_f64()
+                .or_else(|| m["accuracy"].as_f64())
+                .filter(|_| m["error"].is_null()),
             error: m["error"].as_str().and_then(|e| e.lines().next()).map(str::to_string),
         })
         .collect();
