@@ -1,11 +1,13 @@
 //! Inference-test figures: what an inference test adds to its evaluator's own run time, for a
 //! verifiers environment (the real `vf-eval`) and an Atropos one (its `process` mode), side by
 //! side, against the stand-in model server. Each round runs `lachesis test start --wait` (the
-//! whole process: queueing, the daemon's claim, the shim, reading the results) and then the
-//! very command the test ran (its stored spec's task plan), alone; the overhead is the
-//! difference. Needs the Python tiers: `LACHESIS_TEST_VERIFIERS_PYTHON`
-//! (tests/python/verifiers.sh) and `LACHESIS_TEST_PYTHON` (tests/python/venv.sh); a kind whose
-//! venv is not given is left out, saying so.
+//! whole CLI process: queueing, the daemon's claim, the shim, reading the results); the
+//! overhead is that minus the evaluator's own run inside it (its process's start to exit, as
+//! the test recorded them). The same command run alone, outside lachesis, is timed too, for
+//! reference: Python's start-up varies by seconds on a loaded machine, so it is not subtracted.
+//! Needs the Python tiers: `LACHESIS_TEST_VERIFIERS_PYTHON` (tests/python/verifiers.sh) and
+//! `LACHESIS_TEST_PYTHON` (tests/python/venv.sh); a kind whose venv is not given is left out,
+//! saying so.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -39,10 +41,12 @@ pub struct KindFigures {
     pub kind: String,
     /// `test start --wait` of one model, whole CLI process.
     pub test_ms: Percentiles,
-    /// The test's command alone, start to exit.
+    /// The evaluator's process inside the test, start to exit.
     pub evaluator_ms: Percentiles,
-    /// Per round, the test minus its command alone.
+    /// Per round, the test minus its evaluator's run.
     pub overhead_ms: Percentiles,
+    /// The test's command run alone, outside lachesis (for reference).
+    pub alone_ms: Percentiles,
 }
 
 /// The stand-in model server; killed when dropped.
@@ -220,7 +224,8 @@ async fn measure(
     let url = format!("http://127.0.0.1:{}/v1", stub.1);
     let service = lab.service().await?;
     let (steps, group_size) = (steps.to_string(), group_size.to_string());
-    let (mut test_ms, mut evaluator_ms, mut overhead_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut test_ms, mut evaluator_ms, mut overhead_ms, mut alone_ms) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         let start = Instant::now();
         let out = lab
@@ -238,6 +243,11 @@ async fn measure(
         }
         let id = uuid::Uuid::parse_str(shown["test"]["id"].as_str().ok_or("no test id")?)?;
         let test = service.test(id).await?.ok_or("the test vanished")?;
+        let task = service.test_tasks(id).await?.into_iter().next().ok_or("the test has no task")?;
+        let (Some(began), Some(ended)) = (task.record.started_at, task.record.ended_at) else {
+            return Err(format!("{kind}: the task's start and end were not recorded: {task:?}").into());
+        };
+        let evaluator = (ended - began) as f64;
 
         // The same command, alone, in a directory of its own.
         let scratch = lab.home.join(format!("direct-{kind}-{round}"));
@@ -266,15 +276,20 @@ async fn measure(
                 format!("{kind}: the command alone failed ({status}); see {}", scratch.display()).into()
             );
         }
-        say(&format!("{kind} round {}: test {tested:.0} ms, command alone {alone:.0} ms", round + 1));
+        say(&format!(
+            "{kind} round {}: test {tested:.0} ms, its evaluator {evaluator:.0} ms, the command alone {alone:.0} ms",
+            round + 1
+        ));
         test_ms.push(tested);
-        evaluator_ms.push(alone);
-        overhead_ms.push(tested - alone);
+        evaluator_ms.push(evaluator);
+        overhead_ms.push(tested - evaluator);
+        alone_ms.push(alone);
     }
     Ok(KindFigures {
         kind: kind.into(),
         test_ms: Percentiles::of(test_ms),
         evaluator_ms: Percentiles::of(evaluator_ms),
         overhead_ms: Percentiles::of(overhead_ms),
+        alone_ms: Percentiles::of(alone_ms),
     })
 }
