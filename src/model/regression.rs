@@ -265,6 +265,15 @@ mod tests {
     }
 
     #[test]
+    fn a_verifiers_test_is_judged_by_its_reward_and_says_so() {
+        let policy = RegressionPolicy::default();
+        let found = regressions_of("reward", &policy, &models(&[("a", 0.9)]), &models(&[("a", Some(0.5))]));
+        assert_eq!(found[0].reason, "reward 0.50 is 0.40 below the baseline 0.90");
+        let found = regressions_of("reward", &policy, &models(&[("a", 0.9)]), &models(&[("a", Some(f64::NAN))]));
+        assert_eq!(found[0].reason, "produced no valid result (reward NaN; baseline 0.90)");
+    }
+
+    #[test]
     fn a_model_without_results_regresses() {
         let policy = RegressionPolicy::default();
         let base = models(&[("gone", 0.60), ("none", 0.70), ("nan", 0.50), ("ok", 0.5)]);

@@ -256,6 +256,72 @@ async fn a_verifiers_test_survives_a_daemon_sigkill_without_running_twice() {
     assert!(started.contains("--api-key-var LACHESIS_SECRET_ARG_PROVIDER_KEY") && !started.contains(KEY));
 }
 
+#[tokio::test]
+async fn a_scheduled_verifiers_test_below_its_reward_baseline_is_caught_up_and_regressed() {
+    let Some(python) = verifiers_python() else { return };
+    let stub = Stub::start(&python, Path::new("/nonexistent/tokenizer"), &[]);
+    let url = format!("http://127.0.0.1:{}/v1", stub.port);
+    let mut home = verifiers_home(&python);
+    select_arith(&mut home, 2).await;
+    home.cli_ok(&[
+        "schedule",
+        "add",
+        "nightly",
+        "--cron",
+        "0 3 * * *",
+        "--models",
+        "good-model",
+        "--steps",
+        "4",
+        "--group-size",
+        "2",
+        "--provider",
+        &url,
+        "--api-key-env",
+        "STUB_KEY",
+        "--timeout",
+        "60s",
+    ]);
+    // Three earlier nights at a mean reward of 0.9 make the baseline; the stub scores 0.5.
+    let service = home.service().await;
+    let mut schedule = service.stored_schedules().await.unwrap().remove(0);
+    assert_eq!(schedule.spec.env_kind, EnvKind::Verifiers);
+    for _ in 0..3 {
+        let mut test = lachesis::model::InferenceTest::queued(
+            uuid::Uuid::new_v4(),
+            schedule.spec.clone(),
+            Some(schedule.id),
+            &home.path().join("tests"),
+        );
+        test.state = TestState::Succeeded;
+        test.results = Some(json!({"models": [
+            {"model": "good-model", "reward": 0.9, "accuracy": 0.5, "steps_tested": 4, "error": null}
+        ]}));
+        service.insert_test_as_given(&test, &[]).await.unwrap();
+    }
+    // Overdue by a day: the daemon catches up when it starts.
+    schedule.last_fired -= 24 * 3600 * 1000;
+    service.overwrite_schedule(&schedule).await.unwrap();
+    home.start_daemon();
+    let test = wait_for("the scheduled test to end", Duration::from_secs(120), || {
+        let service = service.clone();
+        async move {
+            let tests = service.schedule_tests(schedule.id, 1).await.unwrap();
+            tests.into_iter().next().filter(|j| {
+                j.state.is_terminal() && j.results.as_ref().is_some_and(|r| r.get("summary").is_some())
+            })
+        }
+    })
+    .await;
+    assert_eq!(test.state, TestState::Regressed, "{test:#?}");
+    // Judged by the reward (its accuracy, 0.5, is the baseline's too).
+    let reason = test.reason.clone().unwrap();
+    assert_eq!(reason, "regressed: good-model reward 0.50 is 0.40 below the baseline 0.90");
+    let results = test.results.unwrap();
+    assert_eq!(results["models"][0]["reward"], 0.5);
+    assert_eq!(results["regressions"][0]["baseline"], 0.9);
+}
+
 const RAISES: &str = r#"
 def load_environment(split: str = "train"):
     raise ValueError(f"no such split: {split}")
