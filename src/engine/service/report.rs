@@ -676,6 +676,13 @@ mod tests {
         let (models, average, regressions) = test_results(Some(&serde_json::json!({ "models": 3 })));
         assert!(models.is_empty() && average.is_none() && regressions.is_empty());
         assert!(test_results(None).0.is_empty());
+        // A verifiers test's figure is its mean reward.
+        let results = serde_json::json!({
+            "models": [{ "model": "m1", "reward": 0.75, "accuracy": 1.0, "error": null }],
+            "summary": { "avg_accuracy": 1.0, "avg_reward": 0.75 },
+        });
+        let (models, average, _) = test_results(Some(&results));
+        assert_eq!((models[0].accuracy, average), (Some(0.75), Some(0.75)));
     }
 
     #[test]
