@@ -269,7 +269,8 @@ mod tests {
         let policy = RegressionPolicy::default();
         let found = regressions_of("reward", &policy, &models(&[("a", 0.9)]), &models(&[("a", Some(0.5))]));
         assert_eq!(found[0].reason, "reward 0.50 is 0.40 below the baseline 0.90");
-        let found = regressions_of("reward", &policy, &models(&[("a", 0.9)]), &models(&[("a", Some(f64::NAN))]));
+        let found =
+            regressions_of("reward", &policy, &models(&[("a", 0.9)]), &models(&[("a", Some(f64::NAN))]));
         assert_eq!(found[0].reason, "produced no valid result (reward NaN; baseline 0.90)");
     }
 
