@@ -257,3 +257,26 @@ fn shown_test(mut test: InferenceTest) -> InferenceTest {
     test.spec.provider.base_url = crate::secrets::redact_url(&test.spec.provider.base_url);
     test
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// What a refused `--env-args` echoes is one short line, whatever was given.
+        #[test]
+        fn a_refused_value_is_echoed_in_one_short_line(text in any::<String>()) {
+            let shown = short(&text);
+            prop_assert!(!shown.contains('\n') && !shown.contains('\r'));
+            prop_assert!(shown.chars().count() <= 60 * 10 + 1, "{}", shown);
+        }
+    }
+
+    #[test]
+    fn long_values_are_cut() {
+        assert_eq!(short("{not json"), "{not json");
+        assert_eq!(short(&"x".repeat(70)), format!("{}…", "x".repeat(60)));
+        assert_eq!(short("a\nb"), "a\\nb");
+    }
+}
