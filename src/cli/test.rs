@@ -257,7 +257,12 @@ async fn wait_for(service: &Service, test: InferenceTest, json: bool) -> CliResu
             .iter()
             .zip(&groups_written)
             .map(|(t, written)| {
-                format!("{} {written}/{} groups ({})", t.model, test.spec.steps, t.record.state)
+                // vf-eval saves every example at its end; an Atropos environment a group at a time.
+                let unit = match test.spec.env_kind {
+                    lachesis::model::EnvKind::Atropos => "groups",
+                    lachesis::model::EnvKind::Verifiers => "examples",
+                };
+                format!("{} {written}/{} {unit} ({})", t.model, test.spec.steps, t.record.state)
             })
             .collect();
         let line = format!("{}: {}", test.state, progress.join(" · "));

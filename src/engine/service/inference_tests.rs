@@ -10,7 +10,7 @@ use crate::inference::spec::{
     LOCKED_TEST_FIELDS,
 };
 use crate::inference::{InferenceSpec, Provider};
-use crate::model::{InferenceTest, TestTask, TestTrigger};
+use crate::model::{EnvKind, InferenceTest, TestTask, TestTrigger};
 use crate::workflow::Dur;
 
 use super::{Result, Service, ServiceError};
@@ -96,10 +96,18 @@ impl Service {
             });
         }
         let chosen = self.run_environment(request.env_name.as_deref(), &BTreeMap::new(), &workflow).await;
-        if let Ok(env) = &chosen
-            && env.kind == crate::environments::EnvKind::Verifiers
-        {
-            return self.verifiers_test_spec(request, env, provider);
+        match chosen {
+            Ok(env) if env.kind == EnvKind::Verifiers => {
+                return self.verifiers_test_spec(request, &env, provider);
+            }
+            // A verifiers selection that can't be used (its module gone): say that, not what
+            // Atropos discovery would say of the name.
+            Err(err)
+                if self.selected_kind(request.env_name.as_deref()).await? == Some(EnvKind::Verifiers) =>
+            {
+                return Err(err);
+            }
+            _ => {}
         }
         if request.env_args.is_some() {
             return Err(ServiceError::BadEnvArgs(
@@ -144,11 +152,7 @@ impl Service {
         provider: Provider,
     ) -> Result<InferenceSpec> {
         if !crate::inference::spec::is_verifiers_env_id(&env.name) {
-            return Err(ServiceError::BadEnvArgs(format!(
-                "cannot be handed to environment '{}': its name is not a module name vf-eval can import \
-                 (letters, digits, '-', '_', '.'; no path)",
-                env.name.escape_debug()
-            )));
+            return Err(ServiceError::NotAVerifiersId(env.name.escape_debug().to_string()));
         }
         let mut env_args: BTreeMap<String, serde_json::Value> =
             serde_json::from_str(&env.args_json()).unwrap_or_default();
@@ -189,6 +193,12 @@ impl Service {
         })
     }
 
+    /// The kind of the selection, when it is the environment `named` (or none is named).
+    async fn selected_kind(&self, named: Option<&str>) -> Result<Option<EnvKind>> {
+        let selection = self.store.selection().await?;
+        Ok(selection.filter(|sel| named.is_none_or(|n| n == sel.env_name)).map(|sel| sel.kind))
+    }
+
     pub async fn resolve_test(&self, prefix: &str) -> Result<InferenceTest> {
         let by_id = async |id| self.store.test(id).await;
         let by_prefix = async |prefix: &str| self.store.tests_by_prefix(prefix, 6).await;
@@ -202,7 +212,15 @@ impl Service {
         let events = self.store.events(test.id, 0).await?;
         let groups_written = tasks
             .iter()
-            .map(|t| crate::inference::results::lines_in(&test.spec.results_path(&test.test_dir, &t.model)))
+            .map(|t| {
+                let lines =
+                    crate::inference::results::lines_in(&test.spec.results_path(&test.test_dir, &t.model));
+                // vf-eval writes a line per rollout (all at its end): a group is an example's.
+                match test.spec.env_kind {
+                    EnvKind::Atropos => lines,
+                    EnvKind::Verifiers => lines / (test.spec.group_size.max(1) as usize),
+                }
+            })
             .collect();
         Ok(TestStatus { test: shown_test(test), tasks, groups_written, events })
     }
