@@ -169,8 +169,12 @@ fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
         test.state,
         test.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
     );
+    let (steps, completions) = match test.spec.env_kind {
+        lachesis::model::EnvKind::Atropos => ("steps", "completions"),
+        lachesis::model::EnvKind::Verifiers => ("examples", "rollouts"),
+    };
     println!(
-        "settings  {} steps x {} completions per model, provider {} ({})",
+        "settings  {} {steps} x {} {completions} per model, provider {} ({})",
         test.spec.steps,
         test.spec.group_size,
         lachesis::secrets::redact_url(&test.spec.provider.base_url),

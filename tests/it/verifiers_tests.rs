@@ -192,6 +192,8 @@ async fn vf_eval_scores_each_model_its_mean_reward_and_a_silent_one_is_killed() 
     let text = home.cli_ok(&["test", "show", id]);
     assert!(text.contains("REWARD") && !text.contains("ACCURACY"), "{text}");
     assert!(text.contains("average reward 0.5"), "{text}");
+    assert!(text.contains("settings  4 examples x 2 rollouts per model"), "{text}");
+    assert!(text.contains("(verifiers, "), "{text}");
 
     // `--env-args` goes over the configured values: one unanswerable question scores 0.75.
     let shown = run_test(&home, &url, "good-model", "60s", &["--env-args", r#"{"unanswerable": 1}"#]);
