@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests, the integration binary with its PostgreSQL tier, and the
-# real-Atropos tier (a cached Python venv with atroposlib pinned, created on first use).
+# The whole test suite: unit tests, the integration binary with its PostgreSQL tier, the
+# real-Atropos tier (a cached Python venv with atroposlib pinned, created on first use) and the
+# verifiers tier (another, with verifiers pinned).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +57,14 @@ if LACHESIS_TEST_COOKBOOK="$(bash tests/python/cookbook.sh)"; then
   export LACHESIS_TEST_COOKBOOK LACHESIS_REQUIRE_COOKBOOK=1
 else
   say "tinker-cookbook did not install: its checkpoints test will say it skips"
+fi
+
+# The verifiers tier: the real `vf-eval` of verifiers 0.1.9.post3 (what tinker-cookbook 0.6.1's
+# `verifiers` extra requires) in a venv of its own. Once it installs, its tests are required.
+if LACHESIS_TEST_VERIFIERS_PYTHON="$(bash tests/python/verifiers.sh)"; then
+  export LACHESIS_TEST_VERIFIERS_PYTHON LACHESIS_REQUIRE_VERIFIERS=1
+else
+  say "verifiers did not install: the inference tests of verifiers environments will say they skip"
 fi
 
 # The sweeps tier: W&B's own `sweeps` package (its hyperband rule and grid order), in a venv of

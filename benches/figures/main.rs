@@ -4,7 +4,7 @@
 //! history, a deep queue, claims one at a time). It prints figures; it passes or fails nothing.
 //!
 //! `cargo bench --bench figures -- [--http | --claims | --progress | --history | --logs | --queue |
-//! --preemption | --sweeps | --sweep-pages]`
+//! --preemption | --sweeps | --sweep-pages | --inference]`
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -13,6 +13,7 @@ use clap::Parser;
 
 mod claims;
 mod history;
+mod inference;
 mod logs;
 pub mod preemption;
 mod progress;
@@ -163,6 +164,14 @@ pub struct BenchArgs {
     /// Readings of the metric per member of that sweep (with --sweeps)
     #[arg(long, default_value_t = 100, value_parser = parse_runs)]
     status_readings: usize,
+    /// Instead: an inference test's overhead over its evaluator's own run time, for a
+    /// verifiers environment (vf-eval) and an Atropos one (`process`), side by side (needs
+    /// LACHESIS_TEST_VERIFIERS_PYTHON and LACHESIS_TEST_PYTHON, as tests/run.sh sets them)
+    #[arg(long)]
+    inference: bool,
+    /// Tests per kind (with --inference)
+    #[arg(long, default_value_t = 5, value_parser = parse_runs)]
+    inference_rounds: usize,
     #[arg(long)]
     json: bool,
 }
@@ -226,6 +235,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.sweep_pages {
         return sweep_pages(args);
+    }
+    if args.inference {
+        return inference(args);
     }
     // Checked before the minute of lachesis figures, not after it.
     if let Some(client) = &args.pueue {
@@ -343,6 +355,37 @@ fn queue(args: BenchArgs) -> CliResult {
         "daemon RSS with {} pending: {:.1} MB (peak {:.1} MB)",
         report.pending, report.daemon_rss_mb, report.daemon_peak_rss_mb
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn inference(args: BenchArgs) -> CliResult {
+    let exe = Path::new(LACHESIS);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report =
+        runtime.block_on(inference::run(exe, args.inference_rounds, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "inference test of one model, {} examples x {} rollouts (groups x completions), {} rounds per kind:",
+        report.steps, report.group_size, report.rounds
+    );
+    for k in &report.kinds {
+        println!(
+            "  {:<9} test start --wait p50 {:.0} ms; its evaluator's process p50 {:.0} ms; overhead p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms (the command alone p50 {:.0} ms)",
+            k.kind,
+            k.test_ms.p50,
+            k.evaluator_ms.p50,
+            k.overhead_ms.p50,
+            k.overhead_ms.p90,
+            k.overhead_ms.max,
+            k.alone_ms.p50
+        );
+    }
+    for skipped in &report.skipped {
+        println!("  skipped {skipped}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

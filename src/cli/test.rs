@@ -22,12 +22,16 @@ pub struct TestOptions {
     /// Models, comma-separated [default: qwen/qwen3-8b, z-ai/glm-4.7-flash, minimax/minimax-m2.7]
     #[arg(long, value_delimiter = ',')]
     models: Vec<String>,
-    /// Steps (groups) per model [default: 3]
+    /// Steps (groups; a verifiers environment's examples) per model [default: 3]
     #[arg(long)]
     steps: Option<u32>,
-    /// Completions per step [default: 16]
+    /// Completions per step (a verifiers environment's rollouts per example) [default: 16]
     #[arg(long)]
     group_size: Option<u32>,
+    /// A verifiers environment's arguments for this test, a JSON object over its configured
+    /// values (vf-eval's --env-args)
+    #[arg(long)]
+    env_args: Option<String>,
     /// OpenAI-compatible base URL [default: OpenRouter, key from OPENROUTER_API_KEY]
     #[arg(long)]
     provider: Option<String>,
@@ -62,6 +66,7 @@ impl TestOptions {
             timeout: self.timeout,
             concurrency: self.concurrency,
             workflow: self.workflow,
+            env_args: self.env_args,
             schedule_id: None,
         }
     }
@@ -158,14 +163,18 @@ pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
 
 fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
     println!("test      {}", test.id);
-    println!("env       {} ({})", test.env_name, test.spec.env_file.display());
+    println!("env       {} ({}, {})", test.env_name, test.spec.env_kind, test.spec.env_file.display());
     println!(
         "state     {}{}",
         test.state,
         test.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
     );
+    let (steps, completions) = match test.spec.env_kind {
+        lachesis::model::EnvKind::Atropos => ("steps", "completions"),
+        lachesis::model::EnvKind::Verifiers => ("examples", "rollouts"),
+    };
     println!(
-        "settings  {} steps x {} completions per model, provider {} ({})",
+        "settings  {} {steps} x {} {completions} per model, provider {} ({})",
         test.spec.steps,
         test.spec.group_size,
         lachesis::secrets::redact_url(&test.spec.provider.base_url),
@@ -179,7 +188,11 @@ fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
         .and_then(|m| m.as_array())
         .cloned()
         .unwrap_or_default();
-    let mut t = table(["MODEL", "STATE", "STEPS", "CORRECT", "ACCURACY", "STEP SUCCESS", "ERROR"]);
+    // A verifiers test is judged by its mean reward over vf-eval's rollouts, an Atropos one by
+    // its accuracy.
+    let verifiers = test.spec.env_kind == lachesis::model::EnvKind::Verifiers;
+    let (figure, figure_key) = if verifiers { ("REWARD", "reward") } else { ("ACCURACY", "accuracy") };
+    let mut t = table(["MODEL", "STATE", "STEPS", "CORRECT", figure, "STEP SUCCESS", "ERROR"]);
     for task in tasks {
         let r = results.iter().find(|r| r["model"] == task.model.as_str());
         let get = |key: &str| r.map(|r| r[key].to_string()).unwrap_or_else(|| "-".into());
@@ -198,7 +211,7 @@ fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
             state,
             get("steps_tested"),
             correct,
-            get("accuracy"),
+            get(figure_key),
             get("step_success_rate"),
             error,
         ]);
@@ -215,12 +228,18 @@ fn print_test(test: &InferenceTest, tasks: &[TestTask]) {
         }
     }
     if let Some(summary) = test.results.as_ref().and_then(|r| r.get("summary")) {
+        let average = if verifiers {
+            ("reward", &summary["avg_reward"])
+        } else {
+            ("accuracy", &summary["avg_accuracy"])
+        };
         println!(
-            "summary   {}/{} models succeeded, best {}, average accuracy {}, environment working: {}",
+            "summary   {}/{} models succeeded, best {}, average {} {}, environment working: {}",
             summary["models_succeeded"],
             summary["models_tested"],
             summary["best_model"].as_str().unwrap_or("-"),
-            summary["avg_accuracy"],
+            average.0,
+            average.1,
             summary["environment_working"]
         );
     }
@@ -242,7 +261,12 @@ async fn wait_for(service: &Service, test: InferenceTest, json: bool) -> CliResu
             .iter()
             .zip(&groups_written)
             .map(|(t, written)| {
-                format!("{} {written}/{} groups ({})", t.model, test.spec.steps, t.record.state)
+                // vf-eval saves every example at its end; an Atropos environment a group at a time.
+                let unit = match test.spec.env_kind {
+                    lachesis::model::EnvKind::Atropos => "groups",
+                    lachesis::model::EnvKind::Verifiers => "examples",
+                };
+                format!("{} {written}/{} {unit} ({})", t.model, test.spec.steps, t.record.state)
             })
             .collect();
         let line = format!("{}: {}", test.state, progress.join(" · "));

@@ -67,6 +67,11 @@ pub struct ModelResult {
     pub steps_with_correct: u64,
     /// `steps_with_correct / steps_tested`, 0 when no step was read.
     pub step_success_rate: f64,
+    /// A verifiers environment's figure: the mean reward over every rollout `vf-eval` scored
+    /// (its steps are its examples, their scores the rewards). `None` for an Atropos test, whose
+    /// figure is `accuracy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward: Option<f64>,
     /// Per-step detail, in file order (the reference's `steps`).
     #[serde(default)]
     pub steps: Vec<StepResult>,
@@ -99,6 +104,7 @@ impl ModelResult {
             accuracy: 0.0,
             steps_with_correct: 0,
             step_success_rate: 0.0,
+            reward: None,
             steps: Vec::new(),
             malformed_lines: 0,
             notes: Vec::new(),
@@ -110,6 +116,12 @@ impl ModelResult {
     /// Whether this model counts as having run the environment: it read cleanly and produced groups.
     pub fn succeeded(&self) -> bool {
         self.error.is_none() && self.steps_tested > 0
+    }
+
+    /// The figure a test judges this model by: its mean reward when it has one (a verifiers
+    /// test), else its accuracy.
+    pub fn score(&self) -> f64 {
+        self.reward.unwrap_or(self.accuracy)
     }
 
     /// Masks `secret` in every free-text field, for results built from command lines or logs.
@@ -125,7 +137,7 @@ impl ModelResult {
         }
     }
 
-    fn add_step(&mut self, scores: Vec<Option<f64>>) {
+    pub(super) fn add_step(&mut self, scores: Vec<Option<f64>>) {
         let completions = scores.len() as u64;
         // Non-finite scores (None) never count as correct: a NaN/inf score is a verifier bug.
         let correct = scores.iter().filter(|s| s.is_some_and(|v| v > 0.0)).count() as u64;
@@ -140,7 +152,7 @@ impl ModelResult {
         self.steps.push(StepResult { step: self.steps_tested, completions, correct, scores, mean_score });
     }
 
-    fn finish_rates(&mut self) {
+    pub(super) fn finish_rates(&mut self) {
         self.accuracy = ratio(self.correct_completions, self.total_completions);
         self.step_success_rate = ratio(self.steps_with_correct, self.steps_tested);
     }
@@ -258,6 +270,10 @@ pub struct Summary {
     /// Succeeded models with at least one correct completion.
     #[serde(default)]
     pub models_with_correct: usize,
+    /// Mean of the succeeded models' mean rewards, for a verifiers test (whose best model is
+    /// the one with the highest reward); absent for an Atropos test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avg_reward: Option<f64>,
 }
 
 pub fn summarize(results: &[ModelResult]) -> Summary {
@@ -265,7 +281,7 @@ pub fn summarize(results: &[ModelResult]) -> Summary {
     let mut best: Option<&ModelResult> = None;
     for r in &succeeded {
         // Strictly greater keeps the first of equals.
-        if best.is_none_or(|b| r.accuracy > b.accuracy) {
+        if best.is_none_or(|b| r.score() > b.score()) {
             best = Some(r);
         }
     }
@@ -274,6 +290,8 @@ pub fn summarize(results: &[ModelResult]) -> Summary {
     } else {
         succeeded.iter().map(|r| r.accuracy).sum::<f64>() / succeeded.len() as f64
     };
+    let rewards: Vec<f64> = succeeded.iter().filter_map(|r| r.reward).collect();
+    let avg_reward = (!rewards.is_empty()).then(|| rewards.iter().sum::<f64>() / rewards.len() as f64);
     Summary {
         models_tested: results.len(),
         models_succeeded: succeeded.len(),
@@ -281,6 +299,7 @@ pub fn summarize(results: &[ModelResult]) -> Summary {
         average_accuracy,
         environment_working: !succeeded.is_empty(),
         models_with_correct: succeeded.iter().filter(|r| r.correct_completions > 0).count(),
+        avg_reward,
     }
 }
 

@@ -1,10 +1,13 @@
-//! An inference test: the environment's own `process` mode against each model, through an
-//! OpenAI-compatible provider, writing one JSONL of scored groups per model.
+//! An inference test: against each model, through an OpenAI-compatible provider, an Atropos
+//! environment's own `process` mode (writing one JSONL of scored groups per model), or for a
+//! verifiers environment verifiers' own evaluator, `vf-eval` (saving its rollouts in the model's
+//! working directory).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::model::EnvKind;
 pub use crate::model::inference_spec::{InferenceSpec, Provider, ProviderError, SERVER_TYPES};
 use crate::workflow::{DEFAULT_START_TIMEOUT, StagePlan};
 
@@ -85,10 +88,112 @@ pub fn log_path(test_dir: &Path, model: &str) -> PathBuf {
     test_dir.join(format!("{}.log", file_stem(model)))
 }
 
+/// The variable `vf-eval` reads the provider's key from (its `--api-key-var`). The daemon puts
+/// the key there, in that one process's environment only; the prefix makes the shim mask it in
+/// the log.
+pub const PROVIDER_KEY_VAR: &str = "LACHESIS_SECRET_ARG_PROVIDER_KEY";
+
+/// The module `vf-eval` runs as (its console script's): run by the configured Python, so it is
+/// the verifiers of the Python the environment is installed in.
+pub const VF_EVAL_MODULE: &str = "verifiers.scripts.eval";
+
+/// A verifiers test's working directory for one model: `vf-eval` saves under `./outputs/evals`.
+pub fn model_dir(test_dir: &Path, model: &str) -> PathBuf {
+    test_dir.join(format!("{}.vf-eval", file_stem(model)))
+}
+
+/// Whether `name` can be handed to `vf-eval` as an environment id: what verifiers imports
+/// (dashes become underscores) and names its output directory after, so no path, no option.
+pub fn is_verifiers_env_id(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with(['-', '.'])
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.contains("..")
+}
+
 impl InferenceSpec {
+    /// The file the model's results are read from: the groups JSONL of an Atropos test, the
+    /// newest `results.jsonl` vf-eval saved for a verifiers test (its working directory while
+    /// there is none yet).
+    pub fn results_path(&self, test_dir: &Path, model: &str) -> PathBuf {
+        match self.env_kind {
+            EnvKind::Atropos => output_path(test_dir, model),
+            EnvKind::Verifiers => {
+                let dir = model_dir(test_dir, model);
+                crate::inference::verifiers_results::find_results(&dir).unwrap_or(dir)
+            }
+        }
+    }
+
+    /// What the test found for one model once its process ended.
+    pub fn read_result(&self, test_dir: &Path, model: &str) -> crate::inference::results::ModelResult {
+        match self.env_kind {
+            EnvKind::Atropos => {
+                crate::inference::results::read_model_result(model, &output_path(test_dir, model))
+            }
+            EnvKind::Verifiers => {
+                crate::inference::verifiers_results::read_verifiers_result(model, &model_dir(test_dir, model))
+            }
+        }
+    }
+
     /// The process for one model. The provider's key is in no argument: atroposlib reads it from
-    /// `--config` (see [`write_secret_config`]), so `ps` never shows it.
+    /// `--config` (see [`write_secret_config`]), vf-eval from the variable [`PROVIDER_KEY_VAR`];
+    /// so `ps` never shows it.
     pub fn task_plan(&self, model: &str, test_dir: &Path) -> StagePlan {
+        match self.env_kind {
+            EnvKind::Atropos => self.process_plan(model, test_dir),
+            EnvKind::Verifiers => self.vf_eval_plan(model, test_dir),
+        }
+    }
+
+    /// `vf-eval ENV --model M … --save-results`, in the model's own directory: `--steps`
+    /// examples, `--group-size` rollouts of each (at most one example's rollouts in flight), the
+    /// environment's configured arguments as `--env-args`.
+    fn vf_eval_plan(&self, model: &str, test_dir: &Path) -> StagePlan {
+        let env_args = serde_json::to_string(&self.env_args).unwrap_or_else(|_| "{}".into());
+        let argv: Vec<String> = vec![
+            self.python.clone(),
+            "-m".into(),
+            VF_EVAL_MODULE.into(),
+            "--model".into(),
+            model.to_string(),
+            "--api-base-url".into(),
+            self.provider.base_url.clone(),
+            "--api-key-var".into(),
+            PROVIDER_KEY_VAR.into(),
+            "--num-examples".into(),
+            self.steps.to_string(),
+            "--rollouts-per-example".into(),
+            self.group_size.to_string(),
+            "--max-concurrent".into(),
+            self.group_size.to_string(),
+            "--env-args".into(),
+            env_args,
+            "--save-results".into(),
+            // The id last, after `--`: whatever it is, it is not an option.
+            "--".into(),
+            self.env_name.clone(),
+        ];
+        let mut env = BTreeMap::from([("PYTHONUNBUFFERED".to_string(), "1".to_string())]);
+        if let Some(dir) = &self.import_dir {
+            env.insert("PYTHONPATH".to_string(), dir.display().to_string());
+        }
+        StagePlan {
+            name: file_stem(model),
+            argv,
+            cwd: model_dir(test_dir, model),
+            environ: env,
+            log_path: log_path(test_dir, model),
+            start_delay: None,
+            probe: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            log_limits: Default::default(),
+        }
+    }
+
+    fn process_plan(&self, model: &str, test_dir: &Path) -> StagePlan {
         let mut argv: Vec<String> = vec![
             self.python.clone(),
             self.env_file.display().to_string(),
@@ -191,6 +296,76 @@ mod tests {
         };
         let plan = vllm.task_plan("qwen/qwen3-8b", Path::new("/tests/j1"));
         assert!(!plan.environ.contains_key(ALLOW_DUMMY_MANAGED_SERVER));
+    }
+
+    #[test]
+    fn a_verifiers_test_runs_vf_eval_with_no_key_in_its_argv() {
+        let spec = InferenceSpec {
+            env_name: "vf-arith".into(),
+            env_file: "/envs/vf_arith/vf_arith.py".into(),
+            env_kind: EnvKind::Verifiers,
+            import_dir: Some("/envs/vf_arith".into()),
+            env_args: BTreeMap::from([
+                ("unanswerable".to_string(), serde_json::json!(2)),
+                ("split".to_string(), serde_json::json!("it's \"test\"")),
+            ]),
+            python: "/venv/bin/python".into(),
+            models: vec!["qwen/qwen3-8b".into()],
+            steps: 4,
+            group_size: 3,
+            provider: Provider { api_key_env: Some("STUB_KEY".into()), ..Provider::openrouter() },
+            timeout: Dur(DEFAULT_TIMEOUT),
+            concurrency: 2,
+            locked_env: BTreeMap::from([("tokenizer_name".to_string(), serde_json::json!("Qwen/Qwen3-8B"))]),
+        };
+        let plan = spec.task_plan("qwen/qwen3-8b", Path::new("/tests/j1"));
+        assert_eq!(
+            plan.argv,
+            [
+                "/venv/bin/python",
+                "-m",
+                "verifiers.scripts.eval",
+                "--model",
+                "qwen/qwen3-8b",
+                "--api-base-url",
+                "https://openrouter.ai/api/v1",
+                "--api-key-var",
+                "LACHESIS_SECRET_ARG_PROVIDER_KEY",
+                "--num-examples",
+                "4",
+                "--rollouts-per-example",
+                "3",
+                "--max-concurrent",
+                "3",
+                "--env-args",
+                r#"{"split":"it's \"test\"","unanswerable":2}"#,
+                "--save-results",
+                "--",
+                "vf-arith",
+            ]
+        );
+        // The key is named, never given: vf-eval reads the variable the daemon sets in its
+        // environment, whose prefix the shim masks.
+        assert!(PROVIDER_KEY_VAR.starts_with(crate::secrets::SECRET_ARG_PREFIX));
+        assert!(!plan.argv.iter().any(|a| a.contains("STUB_KEY") || a.contains("api_key")));
+        assert_eq!(plan.cwd, PathBuf::from("/tests/j1/qwen_qwen3-8b.vf-eval"));
+        assert_eq!(plan.log_path, PathBuf::from("/tests/j1/qwen_qwen3-8b.log"));
+        assert_eq!(plan.environ.get("PYTHONPATH").map(String::as_str), Some("/envs/vf_arith"));
+        assert!(!plan.environ.contains_key(ALLOW_DUMMY_MANAGED_SERVER));
+        let installed = InferenceSpec { import_dir: None, env_args: BTreeMap::new(), ..spec };
+        let plan = installed.task_plan("m", Path::new("/tests/j1"));
+        assert!(!plan.environ.contains_key("PYTHONPATH"), "an installed package imports from site-packages");
+        assert!(plan.argv.windows(2).any(|w| w == ["--env-args", "{}"]));
+    }
+
+    #[test]
+    fn verifiers_ids_are_module_names_not_paths_or_options() {
+        for ok in ["vf-arith", "reverse_text", "gsm8k", "wordle.v2"] {
+            assert!(is_verifiers_env_id(ok), "{ok}");
+        }
+        for bad in ["", "../x", "a/b", "-x", ".hidden", "a..b", "nul\0", "sp ace", "x/", "ü"] {
+            assert!(!is_verifiers_env_id(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -142,7 +142,9 @@ pub fn layout(status: &TestStatus) -> Value {
     // Over the rounded accuracies, first of equals, as the reference computes them.
     let mut best: Option<&Value> = None;
     for m in &working {
-        if best.is_none_or(|b| m["accuracy"].as_f64() > b["accuracy"].as_f64()) {
+        // A verifiers test's best model is the one with the highest mean reward.
+        let score = |m: &Value| m["reward"].as_f64().or_else(|| m["accuracy"].as_f64());
+        if best.is_none_or(|b| score(m) > score(b)) {
             best = Some(m);
         }
     }
@@ -165,6 +167,7 @@ pub fn layout(status: &TestStatus) -> Value {
             "environment_working": !working.is_empty(),
             "output_directory": test.test_dir,
         },
+        "env_kind": test.spec.env_kind,
         // lachesis's extras
         "test_id": test.id,
         "status": test.state,
@@ -201,6 +204,10 @@ fn model_entry(test: &InferenceTest, r: &ModelResult) -> Value {
         "malformed_lines": r.malformed_lines,
         "notes": r.notes,
     });
+    if let Some(reward) = r.reward {
+        // A verifiers environment's figure: the mean reward over vf-eval's rollouts.
+        entry["reward"] = json!(round3(reward));
+    }
     if let Some(error) = &r.error {
         entry["error"] = json!(error);
     }

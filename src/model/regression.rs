@@ -115,16 +115,28 @@ pub fn regressions(
     baseline: &BTreeMap<String, f64>,
     current: &BTreeMap<String, Option<f64>>,
 ) -> Vec<Regression> {
+    regressions_of("accuracy", policy, baseline, current)
+}
+
+/// [`regressions`] of another figure than accuracy (a verifiers test's mean `reward`), named so
+/// in the reasons.
+pub fn regressions_of(
+    figure: &str,
+    policy: &RegressionPolicy,
+    baseline: &BTreeMap<String, f64>,
+    current: &BTreeMap<String, Option<f64>>,
+) -> Vec<Regression> {
     baseline
         .iter()
         .filter_map(|(model, &base)| {
             let accuracy = current.get(model).copied().flatten();
-            regression(policy, model, base, accuracy)
+            regression(figure, policy, model, base, accuracy)
         })
         .collect()
 }
 
 fn regression(
+    figure: &str,
     policy: &RegressionPolicy,
     model: &str,
     base: f64,
@@ -134,11 +146,11 @@ fn regression(
         return None; // nothing to compare against
     }
     let (current, reason) = match accuracy.filter(|a| a.is_finite()) {
-        None => (None, no_results_reason(base, accuracy)),
+        None => (None, no_results_reason(figure, base, accuracy)),
         Some(acc) if base - acc > policy.max_drop + DROP_TOLERANCE => (
             Some(acc),
             format!(
-                "accuracy {} is {} below the baseline {}",
+                "{figure} {} is {} below the baseline {}",
                 fmt_accuracy(acc),
                 fmt_accuracy(base - acc),
                 fmt_accuracy(base)
@@ -149,9 +161,9 @@ fn regression(
     Some(Regression { model: model.to_string(), baseline: base, current, reason })
 }
 
-fn no_results_reason(base: f64, accuracy: Option<f64>) -> String {
+fn no_results_reason(figure: &str, base: f64, accuracy: Option<f64>) -> String {
     match accuracy {
-        Some(bad) => format!("produced no valid result (accuracy {bad}; baseline {})", fmt_accuracy(base)),
+        Some(bad) => format!("produced no valid result ({figure} {bad}; baseline {})", fmt_accuracy(base)),
         None => format!("produced no results (baseline {})", fmt_accuracy(base)),
     }
 }
@@ -250,6 +262,16 @@ mod tests {
         let found =
             regressions(&RegressionPolicy::default(), &models(&[("a", 0.605)]), &models(&[("a", Some(0.5))]));
         assert_eq!(found[0].reason, "accuracy 0.50 is 0.105 below the baseline 0.605");
+    }
+
+    #[test]
+    fn a_verifiers_test_is_judged_by_its_reward_and_says_so() {
+        let policy = RegressionPolicy::default();
+        let found = regressions_of("reward", &policy, &models(&[("a", 0.9)]), &models(&[("a", Some(0.5))]));
+        assert_eq!(found[0].reason, "reward 0.50 is 0.40 below the baseline 0.90");
+        let found =
+            regressions_of("reward", &policy, &models(&[("a", 0.9)]), &models(&[("a", Some(f64::NAN))]));
+        assert_eq!(found[0].reason, "produced no valid result (reward NaN; baseline 0.90)");
     }
 
     #[test]

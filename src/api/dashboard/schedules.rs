@@ -22,7 +22,11 @@ fn accuracies(test: &InferenceTest) -> BTreeMap<String, f64> {
         .into_iter()
         .flatten()
         .filter(|m| m.get("error").is_none_or(Value::is_null))
-        .filter_map(|m| Some((m.get("model")?.as_str()?.to_string(), m.get("accuracy")?.as_f64()?)))
+        // A verifiers test's figure is its mean reward.
+        .filter_map(|m| {
+            let figure = m.get("reward").or_else(|| m.get("accuracy"))?.as_f64()?;
+            Some((m.get("model")?.as_str()?.to_string(), figure))
+        })
         .collect()
 }
 

@@ -59,11 +59,18 @@ pub async fn render(service: &Service, selected: Option<&str>) -> Result<String>
         body.push_str("</tbody></table>");
     } else {
         let name = |m: &Value| m.get("model").and_then(Value::as_str).unwrap_or("?").to_string();
-        let bars: Vec<(String, f64)> = models
-            .iter()
-            .map(|m| (name(m), m.get("accuracy").and_then(Value::as_f64).unwrap_or(0.0)))
-            .collect();
-        let _ = write!(body, "<h3>Accuracy per model</h3>{}", bar_chart("accuracy per model", &bars, 1.0));
+        // A verifiers test's figure is its mean reward over vf-eval's rollouts.
+        let (heading, title, key) = match test.spec.env_kind {
+            crate::model::EnvKind::Atropos => ("Accuracy", "accuracy", "accuracy"),
+            crate::model::EnvKind::Verifiers => ("Mean reward", "mean reward", "reward"),
+        };
+        let bars: Vec<(String, f64)> =
+            models.iter().map(|m| (name(m), m.get(key).and_then(Value::as_f64).unwrap_or(0.0))).collect();
+        let _ = write!(
+            body,
+            "<h3>{heading} per model</h3>{}",
+            bar_chart(&format!("{title} per model"), &bars, 1.0)
+        );
         let series: Vec<Series> = models
             .iter()
             .map(|m| Series {

@@ -13,12 +13,12 @@ use uuid::Uuid;
 use super::recover::{Found, examine};
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
 use crate::engine::store::StoreError;
-use crate::inference::results::{ModelResult, read_model_result, stderr_tail, summarize};
-use crate::inference::spec::{log_path, output_path, secret_config_path, write_secret_config};
+use crate::inference::results::{ModelResult, stderr_tail, summarize};
+use crate::inference::spec::{PROVIDER_KEY_VAR, log_path, secret_config_path, write_secret_config};
 use crate::launch::process::signal_group;
 use crate::launch::spawn::SpawnError;
 use crate::launch::status::{StageFiles, Started};
-use crate::model::{InferenceTest, TestState, TestTask, TestTrigger};
+use crate::model::{EnvKind, InferenceTest, TestState, TestTask, TestTrigger};
 use crate::model::{NewEvent, ProcessState, ProcessTrigger, now_millis};
 
 /// Tests run at once; each has its own per-model concurrency.
@@ -156,17 +156,25 @@ impl Reconciler {
         task.record.apply(ProcessTrigger::Spawn)?;
         self.store.update_task(task, None).await?;
         let mut plan = sup.test.spec.task_plan(&task.model, &sup.test.test_dir);
-        // The key reaches the process through a 0600 file, and the shim (to mask it in the
-        // log) through its environment: never through an argv, which every user can read.
-        let secret_file = secret_config_path(&sup.test.test_dir, &task.model);
-        if let Err(err) = write_secret_config(&secret_file, &key) {
-            let reason = format!("cannot write {}: {err}", secret_file.display());
+        // The key reaches an Atropos process through a 0600 file, vf-eval through the variable
+        // its `--api-key-var` names, and the shim (to mask it in the log) through its
+        // environment: never through an argv, which every user can read.
+        let prepared = match sup.test.spec.env_kind {
+            EnvKind::Atropos => {
+                let secret_file = secret_config_path(&sup.test.test_dir, &task.model);
+                write_secret_config(&secret_file, &key).map_err(|err| (secret_file, err))
+            }
+            // vf-eval saves under its working directory.
+            EnvKind::Verifiers => std::fs::create_dir_all(&plan.cwd).map_err(|err| (plan.cwd.clone(), err)),
+        };
+        if let Err((path, err)) = prepared {
+            let reason = format!("cannot write {}: {err}", path.display());
             let what = task.record.exited(None, Some(&reason), now_millis())?;
             let model = task.model.clone();
             self.store.update_task(task, Some(&NewEvent::stage(&model, what))).await?;
             return Ok(());
         }
-        plan.environ.insert(format!("{}PROVIDER_KEY", crate::secrets::SECRET_ARG_PREFIX), key);
+        plan.environ.insert(PROVIDER_KEY_VAR.to_string(), key);
         let files = sup.files[idx].clone();
         self.launch(Owner::Task { test: id, idx }, plan, files);
         Ok(())
@@ -249,7 +257,7 @@ impl Reconciler {
         self.drive_test(id).await
     }
 
-    /// Every task has ended: read each model's JSONL, summarise, and end the test.
+    /// Every task has ended: read each model's results, summarise, and end the test.
     async fn complete_test(&mut self, id: Uuid) -> Result {
         let Some(sup) = self.tests.get(&id) else { return Ok(()) };
         let dir = &sup.test.test_dir;
@@ -257,7 +265,7 @@ impl Reconciler {
             .tasks
             .iter()
             .map(|task| {
-                let mut result = read_model_result(&task.model, &output_path(dir, &task.model));
+                let mut result = sup.test.spec.read_result(dir, &task.model);
                 result.log_path = Some(log_path(dir, &task.model).display().to_string());
                 let failure = match (task.timed_out, task.record.exit, task.record.state) {
                     (true, _, _) => Some(format!("timed out after {} and was killed", sup.test.spec.timeout)),

@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use super::{Reconciler, Result};
 use crate::cron::{Cron, Tick, tick};
-use crate::inference::regression::{baselines, regressions};
+use crate::inference::regression::{baselines, regressions_of};
 use crate::model::{InferenceTest, TestState};
 use crate::model::{NewEvent, now_millis};
 
@@ -106,7 +106,9 @@ impl Reconciler {
                 .flatten()
                 .filter_map(|m| {
                     let ok = m["error"].is_null() && m["steps_tested"].as_u64().unwrap_or(0) > 0;
-                    Some((m["model"].as_str()?.to_string(), if ok { m["accuracy"].as_f64() } else { None }))
+                    // A verifiers test is judged by its mean reward, an Atropos one by its accuracy.
+                    let score = m["reward"].as_f64().or_else(|| m["accuracy"].as_f64());
+                    Some((m["model"].as_str()?.to_string(), if ok { score } else { None }))
                 })
                 .collect()
         };
@@ -119,7 +121,11 @@ impl Reconciler {
             .filter_map(|j| j.results.as_ref())
             .map(|r| accuracies(r).into_iter().filter_map(|(m, a)| Some((m, a?))).collect())
             .collect();
-        let found = regressions(&policy, &baselines(&history), &accuracies(results));
+        let figure = match test.spec.env_kind {
+            crate::model::EnvKind::Atropos => "accuracy",
+            crate::model::EnvKind::Verifiers => "reward",
+        };
+        let found = regressions_of(figure, &policy, &baselines(&history), &accuracies(results));
         if found.is_empty() {
             return Ok(None);
         }

@@ -36,6 +36,14 @@ pub enum ServiceError {
          `lachesis config set {parameter} VALUE`, or --set {parameter}=VALUE for one run"
     )]
     MissingEnvArgument { env: String, parameter: String },
+    /// A test's `--env-args` that is not a JSON object, or given for an environment that takes none.
+    #[error("--env-args {0}")]
+    BadEnvArgs(String),
+    /// A verifiers environment whose name vf-eval could not be handed safely.
+    #[error(
+        "environment '{0}' can't be tested: its name is not a module name vf-eval can import (letters, digits, '-', '_', '.'; no path)"
+    )]
+    NotAVerifiersId(String),
     #[error("unknown variable '{name}' for workflow '{workflow}' (variables: {known})")]
     UnknownVar { name: String, workflow: String, known: String },
     #[error(
@@ -194,6 +202,7 @@ impl ServiceError {
             E::Edit(_) | E::Value(_) | E::Provider(_) | E::Schedule(_) => ErrorKind::Invalid,
             E::NeedsEnvironment(_) | E::UnknownVar { .. } | E::BuiltinVar { .. } => ErrorKind::Invalid,
             E::WrongEnvironmentKind { .. } | E::MissingEnvArgument { .. } => ErrorKind::Invalid,
+            E::BadEnvArgs(_) | E::NotAVerifiersId(_) => ErrorKind::Invalid,
             E::BadAssignment { .. } | E::Unplannable { .. } => ErrorKind::Invalid,
             E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
@@ -239,6 +248,7 @@ impl ServiceError {
             E::MissingCredentials { .. } => "missing_credentials",
             E::WrongEnvironmentKind { .. } => "wrong_environment_kind",
             E::MissingEnvArgument { .. } => "missing_env_argument",
+            E::BadEnvArgs(_) => "bad_env_args",
             E::Edit(crate::environments::EditError::Locked { .. }) => "locked_field",
             E::NoSelection => "no_selection",
             E::NeedsPostgres(_) => "needs_postgres",

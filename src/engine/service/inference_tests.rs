@@ -10,7 +10,7 @@ use crate::inference::spec::{
     LOCKED_TEST_FIELDS,
 };
 use crate::inference::{InferenceSpec, Provider};
-use crate::model::{InferenceTest, TestTask, TestTrigger};
+use crate::model::{EnvKind, InferenceTest, TestTask, TestTrigger};
 use crate::workflow::Dur;
 
 use super::{Result, Service, ServiceError};
@@ -35,6 +35,9 @@ pub struct TestRequest {
     pub concurrency: Option<usize>,
     /// Whose locked profile supplies the tokenizer and limits (the default workflow if absent).
     pub workflow: Option<String>,
+    /// A verifiers environment's arguments for this test, as a JSON object on top of its
+    /// configured values (`--env-args`).
+    pub env_args: Option<String>,
     #[serde(skip)]
     pub schedule_id: Option<Uuid>,
 }
@@ -92,6 +95,26 @@ impl Service {
                 missing: vec![var.clone()],
             });
         }
+        let chosen = self.run_environment(request.env_name.as_deref(), &BTreeMap::new(), &workflow).await;
+        match chosen {
+            Ok(env) if env.kind == EnvKind::Verifiers => {
+                return self.verifiers_test_spec(request, &env, provider);
+            }
+            // A verifiers selection that can't be used (its module gone): say that, not what
+            // Atropos discovery would say of the name.
+            Err(err)
+                if self.selected_kind(request.env_name.as_deref()).await? == Some(EnvKind::Verifiers) =>
+            {
+                return Err(err);
+            }
+            _ => {}
+        }
+        if request.env_args.is_some() {
+            return Err(ServiceError::BadEnvArgs(
+                "is for verifiers environments (an Atropos test takes its configuration from the selection)"
+                    .into(),
+            ));
+        }
         let env = match &request.env_name {
             Some(name) => self.environment(name)?,
             None => self.environment(&self.selection().await?.env_name)?,
@@ -103,11 +126,6 @@ impl Service {
                 Some((f.to_string(), value.clone()))
             })
             .collect();
-        let models: Vec<String> = if request.models.is_empty() {
-            DEFAULT_MODELS.iter().map(|m| m.to_string()).collect()
-        } else {
-            request.models.clone()
-        };
         Ok(InferenceSpec {
             env_name: env.name.clone(),
             env_file: env.file_path.clone(),
@@ -115,7 +133,7 @@ impl Service {
             import_dir: env.source.import_dir().map(std::path::Path::to_path_buf),
             env_args: BTreeMap::new(),
             python: self.settings.python.clone(),
-            models,
+            models: requested_models(request),
             steps: request.steps.unwrap_or(DEFAULT_STEPS).max(1),
             group_size: request.group_size.unwrap_or(DEFAULT_GROUP_SIZE).max(1),
             provider,
@@ -123,6 +141,62 @@ impl Service {
             concurrency: request.concurrency.unwrap_or(DEFAULT_CONCURRENCY).max(1),
             locked_env,
         })
+    }
+
+    /// A verifiers environment's test: `vf-eval` with the environment's configured arguments,
+    /// the request's `--env-args` on top, each required parameter given a value.
+    fn verifiers_test_spec(
+        &self,
+        request: &TestRequest,
+        env: &super::runs::RunEnvironment,
+        provider: Provider,
+    ) -> Result<InferenceSpec> {
+        if !crate::inference::spec::is_verifiers_env_id(&env.name) {
+            return Err(ServiceError::NotAVerifiersId(env.name.escape_debug().to_string()));
+        }
+        let mut env_args: BTreeMap<String, serde_json::Value> =
+            serde_json::from_str(&env.args_json()).unwrap_or_default();
+        if let Some(text) = &request.env_args {
+            let given: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(text).map_err(|e| {
+                    ServiceError::BadEnvArgs(format!("is not a JSON object ({e}): {}", short(text)))
+                })?;
+            env_args.extend(given);
+        }
+        let required = env.fields.iter().flatten().filter(|f| f.required);
+        if let Some(field) = required.into_iter().find(|f| env_args.get(&f.name).is_none_or(|v| v.is_null()))
+        {
+            return Err(ServiceError::MissingEnvArgument {
+                env: env.name.clone(),
+                parameter: field.name.clone(),
+            });
+        }
+        Ok(InferenceSpec {
+            env_name: env.name.clone(),
+            env_file: env.file.clone(),
+            env_kind: env.kind,
+            import_dir: env
+                .source
+                .as_ref()
+                .and_then(crate::environments::EnvSource::import_dir)
+                .map(Into::into),
+            env_args,
+            python: self.settings.python.clone(),
+            models: requested_models(request),
+            steps: request.steps.unwrap_or(DEFAULT_STEPS).max(1),
+            group_size: request.group_size.unwrap_or(DEFAULT_GROUP_SIZE).max(1),
+            provider,
+            timeout: request.timeout.unwrap_or(Dur(DEFAULT_TIMEOUT)),
+            concurrency: request.concurrency.unwrap_or(DEFAULT_CONCURRENCY).max(1),
+            // Atropos' tokenizer and limits: vf-eval takes none of them.
+            locked_env: BTreeMap::new(),
+        })
+    }
+
+    /// The kind of the selection, when it is the environment `named` (or none is named).
+    async fn selected_kind(&self, named: Option<&str>) -> Result<Option<EnvKind>> {
+        let selection = self.store.selection().await?;
+        Ok(selection.filter(|sel| named.is_none_or(|n| n == sel.env_name)).map(|sel| sel.kind))
     }
 
     pub async fn resolve_test(&self, prefix: &str) -> Result<InferenceTest> {
@@ -139,10 +213,13 @@ impl Service {
         let groups_written = tasks
             .iter()
             .map(|t| {
-                crate::inference::results::lines_in(&crate::inference::spec::output_path(
-                    &test.test_dir,
-                    &t.model,
-                ))
+                let lines =
+                    crate::inference::results::lines_in(&test.spec.results_path(&test.test_dir, &t.model));
+                // vf-eval writes a line per rollout (all at its end): a group is an example's.
+                match test.spec.env_kind {
+                    EnvKind::Atropos => lines,
+                    EnvKind::Verifiers => lines / (test.spec.group_size.max(1) as usize),
+                }
             })
             .collect();
         Ok(TestStatus { test: shown_test(test), tasks, groups_written, events })
@@ -178,8 +255,46 @@ impl Service {
     }
 }
 
+fn requested_models(request: &TestRequest) -> Vec<String> {
+    if request.models.is_empty() {
+        DEFAULT_MODELS.iter().map(|m| m.to_string()).collect()
+    } else {
+        request.models.clone()
+    }
+}
+
+/// Given text for a one-line message: at most 60 characters, escaped.
+fn short(text: &str) -> String {
+    let cut: String = text.chars().take(60).collect();
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("{}{more}", cut.escape_debug())
+}
+
 /// `test` with its provider URL's user:password, query and fragment redacted, for reads.
 fn shown_test(mut test: InferenceTest) -> InferenceTest {
     test.spec.provider.base_url = crate::secrets::redact_url(&test.spec.provider.base_url);
     test
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// What a refused `--env-args` echoes is one short line, whatever was given.
+        #[test]
+        fn a_refused_value_is_echoed_in_one_short_line(text in any::<String>()) {
+            let shown = short(&text);
+            prop_assert!(!shown.contains('\n') && !shown.contains('\r'));
+            prop_assert!(shown.chars().count() <= 60 * 10 + 1, "{}", shown);
+        }
+    }
+
+    #[test]
+    fn long_values_are_cut() {
+        assert_eq!(short("{not json"), "{not json");
+        assert_eq!(short(&"x".repeat(70)), format!("{}…", "x".repeat(60)));
+        assert_eq!(short("a\nb"), "a\\nb");
+    }
 }

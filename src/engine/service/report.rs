@@ -284,11 +284,16 @@ fn test_results(results: Option<&serde_json::Value>) -> (Vec<ModelAccuracy>, Opt
         .flatten()
         .map(|m| ModelAccuracy {
             model: m["model"].as_str().unwrap_or("?").to_string(),
-            accuracy: m["accuracy"].as_f64().filter(|_| m["error"].is_null()),
+            // A verifiers test's figure is its mean reward.
+            accuracy: m["reward"]
+                .as_f64()
+                .or_else(|| m["accuracy"].as_f64())
+                .filter(|_| m["error"].is_null()),
             error: m["error"].as_str().and_then(|e| e.lines().next()).map(str::to_string),
         })
         .collect();
-    let average = results["summary"]["average_accuracy"].as_f64();
+    let summary = &results["summary"];
+    let average = summary["avg_reward"].as_f64().or_else(|| summary["average_accuracy"].as_f64());
     let regressions = serde_json::from_value(results["regressions"].clone()).unwrap_or_default();
     (models, average, regressions)
 }
@@ -663,6 +668,13 @@ mod tests {
         let (models, average, regressions) = test_results(Some(&serde_json::json!({ "models": 3 })));
         assert!(models.is_empty() && average.is_none() && regressions.is_empty());
         assert!(test_results(None).0.is_empty());
+        // A verifiers test's figure is its mean reward.
+        let results = serde_json::json!({
+            "models": [{ "model": "m1", "reward": 0.75, "accuracy": 1.0, "error": null }],
+            "summary": { "avg_accuracy": 1.0, "avg_reward": 0.75 },
+        });
+        let (models, average, _) = test_results(Some(&results));
+        assert_eq!((models[0].accuracy, average), (Some(0.75), Some(0.75)));
     }
 
     #[test]
