@@ -11,7 +11,8 @@ use super::output::{print_json, table};
 #[derive(clap::Subcommand)]
 #[command(defer = true)]
 pub enum EnvCommand {
-    /// List the environments found in the environment directories
+    /// List the environments: Atropos classes and vf-init layouts in the environment
+    /// directories, and verifiers packages installed in LACHESIS_PYTHON
     List {
         #[arg(long)]
         json: bool,
@@ -34,9 +35,9 @@ pub async fn run(settings: Settings, command: EnvCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
         EnvCommand::List { json } => {
-            let discovery = service.environments();
+            let discovery = service.environments().await;
             for warning in &discovery.warnings {
-                eprintln!("warning: {warning}");
+                eprintln!("warning: {}", lachesis::text::one_line(&warning.to_string()));
             }
             if json {
                 print_json(&discovery.environments)?;
@@ -45,24 +46,31 @@ pub async fn run(settings: Settings, command: EnvCommand) -> CliResult {
                     service.settings.environment_dirs.iter().map(|d| d.display().to_string()).collect();
                 println!("no environments found in {}", dirs.join(", "));
             } else {
-                let mut t = table(["NAME", "CLASS", "DESCRIPTION", "FILE"]);
+                let mut t = table(["NAME", "KIND", "CLASS", "DESCRIPTION", "FROM"]);
                 for env in &discovery.environments {
+                    let from = match &env.source {
+                        lachesis::environments::EnvSource::Package { .. } => env.source.describe(),
+                        lachesis::environments::EnvSource::Directory { .. } => env.file_path.display().to_string(),
+                    };
                     t.add_row([
                         env.name.clone(),
+                        env.kind.to_string(),
                         env.class_name.clone(),
                         env.description.clone(),
-                        env.file_path.display().to_string(),
+                        from,
                     ]);
                 }
                 println!("{t}");
             }
         }
         EnvCommand::Show { name, json } => {
-            let env = service.environment(&name)?;
+            let env = service.environment(&name).await?;
             if json {
                 print_json(&env)?;
             } else {
                 println!("name         {}", env.name);
+                println!("kind         {}", env.kind);
+                println!("from         {}", env.source.describe());
                 println!("class        {}", env.class_name);
                 println!("config class {}", env.config_class);
                 println!("file         {}", env.file_path.display());

@@ -42,6 +42,7 @@ mod sweep_reference;
 mod sweeps;
 mod systemd;
 mod time_limits;
+mod verifiers_envs;
 mod verifiers_training;
 mod wandb;
 mod webhooks_outbox;
