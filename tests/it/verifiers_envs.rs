@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lachesis::environments::{EnvKind, EnvSource, PythonSite, discover_all};
+use lachesis::environments::verifiers::PythonSite;
+use lachesis::environments::{EnvKind, EnvSource, discover_all};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -172,7 +173,8 @@ async fn installed_and_vf_init_environments_are_listed_with_their_kind_and_sourc
     assert!(out.status.success(), "{}", stderr(&out));
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = list.as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["arith", "reverse-text", "math-python", "vf-package", "vf-reverse"], "{list:#}");
+    // Atropos first, then installed distributions (in sys.path and name order), then layouts.
+    assert_eq!(names, ["arith", "math-python", "reverse-text", "vf-package", "vf-reverse"], "{list:#}");
 
     let reverse = listed(&list, "reverse-text");
     assert_eq!(reverse["kind"], "verifiers");
@@ -231,7 +233,7 @@ async fn a_python_that_cannot_be_asked_leaves_the_directories_listed() {
 
 #[tokio::test]
 async fn selecting_makes_the_parameters_the_configurable_fields() {
-    let Some(w) = world() else { return };
+    let Some(mut w) = world() else { return };
     let home = &w.home;
     let out = home.cli_ok(&["env", "select", "reverse-text"]);
     assert!(out.starts_with("selected reverse-text"), "{out}");
@@ -274,7 +276,7 @@ async fn selecting_makes_the_parameters_the_configurable_fields() {
     for (field, value, says) in [
         ("num_examples", "many", "field 'num_examples' expects an integer, got 'many'"),
         ("strict", "perhaps", "field 'strict' expects true or false, got 'perhaps'"),
-        ("tags", "{\"a\": 1}", "field 'tags' expects a list of strings"),
+        ("tags", "[1, 2]", "field 'tags' expects a list of strings"),
         ("weights", "[1]", "field 'weights' expects a JSON object"),
         ("log_path", "/tmp/x", "field 'log_path' is locked to \"{run_dir}/cookbook\" by the workflow's locked profile"),
         ("nope", "1", "unknown field 'nope'"),
@@ -292,12 +294,12 @@ async fn selecting_makes_the_parameters_the_configurable_fields() {
     let err = stderr(&out);
     assert!(!out.status.success() && err.contains("environment 'reverse-text' needs a value for 'split'"), "{err}");
     home.cli_ok(&["config", "set", "split", "train"]);
-    let id = home.cli_ok(&["run", "start"]);
-    let run = home.cli_ok(&["run", "show", id.trim(), "--json"]);
-    let run: Value = serde_json::from_str(&run).unwrap();
-    assert_eq!(run["workflow"]["name"], "tinker-verifiers", "{run:#}");
-    let argv = run.to_string();
-    assert!(argv.contains("vf_env_id=reverse-text"), "{run:#}");
+    let id = uuid::Uuid::parse_str(home.cli_ok(&["run", "start"]).trim()).unwrap();
+    let run = w.home.run(id).await;
+    assert_eq!((run.workflow.as_str(), run.env_name.as_deref()), ("tinker-verifiers", Some("reverse-text")));
+    assert_eq!(run.params.config["split"], "train");
+    assert_eq!(run.params.config["tags"], json!(["a", "b"]));
+    assert!(!run.params.config.contains_key("wandb_name"), "the workflow names the W&B run");
 }
 
 #[tokio::test]
@@ -324,7 +326,7 @@ async fn names_that_are_not_names_are_refused_in_one_line() {
     // A NUL cannot be in argv; through the service it is refused as the others are.
     let mut home = w.home;
     let err = home.service().await.select("rev\0erse").await.unwrap_err().to_string();
-    assert_eq!(err, "environment name 'rev\\0erse' is not a name: it may not contain '/', '..', NUL or control characters");
+    assert_eq!(err, "environment name 'rev\\u{0}erse' is not a name: it may not contain '/', '..', NUL or control characters");
 }
 
 #[tokio::test]
@@ -409,11 +411,11 @@ async fn discovery_in_process_matches_and_hostile_files_never_panic() {
         proptest::test_runner::Config { cases: 64, failure_persistence: None, ..Default::default() },
         proptest::test_runner::TestRng::deterministic_rng(proptest::test_runner::RngAlgorithm::ChaCha),
     );
-    let mut case = 0;
+    let case = std::sync::atomic::AtomicUsize::new(0);
     runner
         .run(&(texts.clone(), texts.clone(), texts.clone(), texts), |(metadata, record, module, pyproject)| {
-            case += 1;
-            let root = scratch.path().join(format!("case{case}"));
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let root = scratch.path().join(format!("case{n}"));
             let site = root.join("site");
             let info = site.join("fuzz_env-1.dist-info");
             std::fs::create_dir_all(&info).unwrap();
