@@ -1,4 +1,4 @@
-//! What runs are made of: the workflows, the Atropos environments, the selection and its config.
+//! What runs are made of: the workflows, the environments of every kind, the selection and its config.
 
 use axum::extract::{Path, State};
 use serde::Deserialize;
