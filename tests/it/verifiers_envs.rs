@@ -383,6 +383,23 @@ async fn every_surface_serves_both_kinds() {
     assert_eq!((status.as_u16(), body["kind"].as_str()), (200, Some("verifiers")), "{body:#}");
     let (status, _) = api.get("/environments/a%2F..").await;
     assert_eq!(status.as_u16(), 400);
+
+    // The dashboard's environments page: both kinds, where each came from, the warnings.
+    let token = std::fs::read_to_string(home.path().join("api-token")).unwrap();
+    let page = lachesis::http_client::builder()
+        .build()
+        .unwrap()
+        .get(format!("{}/ui/environments", api.base()))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(page.contains("<td>reverse-text</td><td>verifiers</td><td>package reverse-text 0.1.2</td>"), "{page}");
+    assert!(page.contains("<td>arith</td><td>atropos</td>"), "{page}");
+    assert!(page.contains("selected <b>vf-reverse</b> (verifiers, directory "), "{page}");
+    assert!(page.contains("broken-env 0.0.1: syntax error at line 1"), "{page}");
     home.kill_daemon();
 }
 
