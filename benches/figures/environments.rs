@@ -32,14 +32,26 @@ pub struct EnvironmentsReport {
 const ENVIRONMENT: &str = "import verifiers as vf\n\n\ndef load_environment(num_examples: int = 8, split: str = \"train\", seed: int | None = None) -> vf.Environment:\n    raise RuntimeError(\"not imported by discovery\")\n";
 
 fn library_module(i: usize) -> String {
-    (0..40).map(|f| format!("def helper_{f}(x, y={i}):\n    \"\"\"Helper {f}.\"\"\"\n    return [v * y for v in x]\n\n")).collect()
+    (0..40)
+        .map(|f| {
+            format!(
+                "def helper_{f}(x, y={i}):\n    \"\"\"Helper {f}.\"\"\"\n    return [v * y for v in x]\n\n"
+            )
+        })
+        .collect()
 }
 
 fn install(site: &Path, name: &str, requires: bool, files: &[(String, String)]) -> BenchResult<()> {
     let info = site.join(format!("{}-1.0.0.dist-info", name.replace('-', "_")));
     std::fs::create_dir_all(&info)?;
     let requires = if requires { "Requires-Dist: verifiers>=0.1.9\n" } else { "Requires-Dist: numpy\n" };
-    std::fs::write(info.join("METADATA"), format!("Metadata-Version: 2.4\nName: {name}\nVersion: 1.0.0\nSummary: {name}\n{requires}\n{}\n", "Long description. ".repeat(200)))?;
+    std::fs::write(
+        info.join("METADATA"),
+        format!(
+            "Metadata-Version: 2.4\nName: {name}\nVersion: 1.0.0\nSummary: {name}\n{requires}\n{}\n",
+            "Long description. ".repeat(200)
+        ),
+    )?;
     let mut record = String::new();
     for (path, text) in files {
         let file = site.join(path);
@@ -55,7 +67,8 @@ pub async fn run(exe: &Path, distributions: usize, say: &dyn Fn(&str)) -> BenchR
     let dir = tempfile::Builder::new().prefix("lachesis-bench").tempdir()?;
     let home = dir.path().join("home");
     let venv = dir.path().join("venv");
-    let out = std::process::Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).output()?;
+    let out =
+        std::process::Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).output()?;
     if !out.status.success() {
         return Err(format!("python3 -m venv: {}", String::from_utf8_lossy(&out.stderr)).into());
     }
@@ -76,7 +89,11 @@ pub async fn run(exe: &Path, distributions: usize, say: &dyn Fn(&str)) -> BenchR
             let module = format!("lib_{i:03}");
             let files: Vec<(String, String)> = (0..5)
                 .map(|m| {
-                    let path = if m == 0 { format!("{module}/__init__.py") } else { format!("{module}/part_{m}.py") };
+                    let path = if m == 0 {
+                        format!("{module}/__init__.py")
+                    } else {
+                        format!("{module}/part_{m}.py")
+                    };
                     (path, library_module(i))
                 })
                 .collect();
@@ -85,7 +102,10 @@ pub async fn run(exe: &Path, distributions: usize, say: &dyn Fn(&str)) -> BenchR
     }
     let envs = dir.path().join("envs");
     std::fs::create_dir_all(envs.join("vf_local"))?;
-    std::fs::write(envs.join("vf_local/pyproject.toml"), "[project]\nname = \"vf-local\"\nversion = \"0.1.0\"\n")?;
+    std::fs::write(
+        envs.join("vf_local/pyproject.toml"),
+        "[project]\nname = \"vf-local\"\nversion = \"0.1.0\"\n",
+    )?;
     std::fs::write(envs.join("vf_local/vf_local.py"), ENVIRONMENT)?;
     std::fs::write(envs.join("arith.py"), "class ArithEnv(BaseEnv):\n    name = \"arith\"\n")?;
     let python = venv.join("bin/python");
@@ -110,7 +130,10 @@ pub async fn run(exe: &Path, distributions: usize, say: &dyn Fn(&str)) -> BenchR
         listed = list.as_array().map_or(0, Vec::len);
     }
     let env_list = Percentiles::of(env_list);
-    say(&format!("env list --json: p50 {:.1} ms, max {:.1} ms ({listed} listed)", env_list.p50, env_list.max));
+    say(&format!(
+        "env list --json: p50 {:.1} ms, max {:.1} ms ({listed} listed)",
+        env_list.p50, env_list.max
+    ));
 
     let started = Instant::now();
     let python_text = python.display().to_string();
@@ -124,7 +147,10 @@ pub async fn run(exe: &Path, distributions: usize, say: &dyn Fn(&str)) -> BenchR
         std::hint::black_box(found);
     }
     let discovery_ms = Percentiles::of(discovery);
-    say(&format!("discovery in process: p50 {:.1} ms; asking the Python {python_ask_ms:.1} ms", discovery_ms.p50));
+    say(&format!(
+        "discovery in process: p50 {:.1} ms; asking the Python {python_ask_ms:.1} ms",
+        discovery_ms.p50
+    ));
     Ok(EnvironmentsReport {
         distributions,
         environments_installed: installed,

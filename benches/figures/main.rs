@@ -360,7 +360,8 @@ fn queue(args: BenchArgs) -> CliResult {
 fn environments(args: BenchArgs) -> CliResult {
     let exe = Path::new(LACHESIS);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let report = runtime.block_on(environments::run(exe, args.distributions, &|line| eprintln!("bench: {line}")))?;
+    let report =
+        runtime.block_on(environments::run(exe, args.distributions, &|line| eprintln!("bench: {line}")))?;
     if args.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);

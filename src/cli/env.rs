@@ -50,7 +50,9 @@ pub async fn run(settings: Settings, command: EnvCommand) -> CliResult {
                 for env in &discovery.environments {
                     let from = match &env.source {
                         lachesis::environments::EnvSource::Package { .. } => env.source.describe(),
-                        lachesis::environments::EnvSource::Directory { .. } => env.file_path.display().to_string(),
+                        lachesis::environments::EnvSource::Directory { .. } => {
+                            env.file_path.display().to_string()
+                        }
                     };
                     t.add_row([
                         env.name.clone(),

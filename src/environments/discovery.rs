@@ -84,7 +84,9 @@ pub enum LookupError {
     Ambiguous { name: String, paths: Vec<PathBuf> },
     /// A name no environment can have (`..`, `/`, a NUL or another control character): refused
     /// before anything is looked up. `name` is already shown on one line.
-    #[error("environment name '{name}' is not a name: it may not contain '/', '..', NUL or control characters")]
+    #[error(
+        "environment name '{name}' is not a name: it may not contain '/', '..', NUL or control characters"
+    )]
     NotAName { name: String },
     /// Found, but its configuration cannot be read (a verifiers module gone or broken since).
     #[error("environment '{name}': {reason}")]

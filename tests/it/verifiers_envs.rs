@@ -35,7 +35,8 @@ def load_environment(
 
 /// A Python 3 interpreter to make venvs with, or `None` (the test is skipped with a word).
 fn python3() -> Option<PathBuf> {
-    let ok = Command::new("python3").args(["-c", "import venv, sys; assert sys.version_info >= (3, 10)"]).status();
+    let ok =
+        Command::new("python3").args(["-c", "import venv, sys; assert sys.version_info >= (3, 10)"]).status();
     if ok.is_ok_and(|s| s.success()) {
         Some(PathBuf::from("python3"))
     } else {
@@ -60,7 +61,14 @@ fn venv(python: &Path, dir: &Path) -> (PathBuf, PathBuf) {
 /// Writes a distribution as pip installs one: its files, and `NAME-VERSION.dist-info` with
 /// METADATA (depending on verifiers when `requires` says so), RECORD listing the files, and
 /// `top_level.txt` when given.
-fn install(site: &Path, name: &str, version: &str, requires: bool, files: &[(&str, &str)], top_level: Option<&str>) {
+fn install(
+    site: &Path,
+    name: &str,
+    version: &str,
+    requires: bool,
+    files: &[(&str, &str)],
+    top_level: Option<&str>,
+) {
     let info = site.join(format!("{}-{version}.dist-info", name.replace('-', "_")));
     std::fs::create_dir_all(&info).unwrap();
     let requires = if requires { "Requires-Dist: verifiers>=0.1.9\n" } else { "" };
@@ -121,18 +129,52 @@ fn world() -> Option<World> {
         "1.0.0",
         true,
         &[
-            ("math_python/__init__.py", "from .env import load_environment\n\n__all__ = [\"load_environment\"]\n"),
-            ("math_python/env.py", "def load_environment(difficulty: Literal['easy', 'hard'] = 'easy'):\n    ...\n"),
+            (
+                "math_python/__init__.py",
+                "from .env import load_environment\n\n__all__ = [\"load_environment\"]\n",
+            ),
+            (
+                "math_python/env.py",
+                "def load_environment(difficulty: Literal['easy', 'hard'] = 'easy'):\n    ...\n",
+            ),
         ],
         Some("math_python\n"),
     );
     // Ordinary libraries: not environments, and nothing to say about them.
-    install(&site, "plainlib", "2.0", false, &[("plainlib/__init__.py", "def load(x):\n    return x\n")], None);
-    install(&site, "helpers", "2.0", false, &[("helpers.py", "# mentions load_environment in a comment only\n")], None);
+    install(
+        &site,
+        "plainlib",
+        "2.0",
+        false,
+        &[("plainlib/__init__.py", "def load(x):\n    return x\n")],
+        None,
+    );
+    install(
+        &site,
+        "helpers",
+        "2.0",
+        false,
+        &[("helpers.py", "# mentions load_environment in a comment only\n")],
+        None,
+    );
     // Broken ones: a warning each, one line.
-    install(&site, "broken-env", "0.0.1", true, &[("broken_env.py", "def load_environment(:\n    pass\n")], None);
+    install(
+        &site,
+        "broken-env",
+        "0.0.1",
+        true,
+        &[("broken_env.py", "def load_environment(:\n    pass\n")],
+        None,
+    );
     install(&site, "nothing-env", "0.0.1", true, &[("nothing_env.py", "def make():\n    pass\n")], None);
-    install(&site, "random", "9.9", true, &[("random.py", "def load_environment():\n    pass\n")], Some("random\n"));
+    install(
+        &site,
+        "random",
+        "9.9",
+        true,
+        &[("random.py", "def load_environment():\n    pass\n")],
+        Some("random\n"),
+    );
     let garbage = site.join("garbage-1.0.dist-info");
     std::fs::create_dir_all(&garbage).unwrap();
     std::fs::write(garbage.join("METADATA"), b"\xff\xfe not headers at all").unwrap();
@@ -141,13 +183,25 @@ fn world() -> Option<World> {
         &envs,
         "vf_reverse",
         "vf-reverse",
-        &[("vf_reverse.py", "def load_environment(num_examples: int = 4, split: str = \"train\"):\n    ...\n")],
+        &[(
+            "vf_reverse.py",
+            "def load_environment(num_examples: int = 4, split: str = \"train\"):\n    ...\n",
+        )],
     );
     layout(&envs, "vf_package", "vf-package", &[]);
     std::fs::create_dir_all(envs.join("vf_package/vf_package")).unwrap();
-    std::fs::write(envs.join("vf_package/vf_package/__init__.py"), "def load_environment(k: int = 1):\n    ...\n").unwrap();
+    std::fs::write(
+        envs.join("vf_package/vf_package/__init__.py"),
+        "def load_environment(k: int = 1):\n    ...\n",
+    )
+    .unwrap();
     // The same id as an installed one, from another file: a collision.
-    layout(&envs, "reverse_text", "reverse-text", &[("reverse_text.py", "def load_environment():\n    ...\n")]);
+    layout(
+        &envs,
+        "reverse_text",
+        "reverse-text",
+        &[("reverse_text.py", "def load_environment():\n    ...\n")],
+    );
     layout(&envs, "vf_nothing", "vf-nothing", &[("vf_nothing.py", "x = 1\n")]);
     std::fs::write(envs.join("arith.py"), "class ArithEnv(BaseEnv):\n    name = \"arith\"\n").unwrap();
     // The tinker-atropos checkout's environments: there, and empty.
@@ -163,7 +217,11 @@ fn world() -> Option<World> {
 }
 
 fn listed<'a>(list: &'a Value, name: &str) -> &'a Value {
-    list.as_array().unwrap().iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("{name} not in {list:#}"))
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {list:#}"))
 }
 
 #[tokio::test]
@@ -183,17 +241,28 @@ async fn installed_and_vf_init_environments_are_listed_with_their_kind_and_sourc
     assert_eq!(reverse["description"], "reverse-text for tests");
     assert_eq!(reverse["class_name"], "load_environment");
     // Its parameters live in the module it re-exports them from.
-    assert_eq!(listed(&list, "math-python")["file_path"], w.site.join("math_python/env.py").display().to_string());
+    assert_eq!(
+        listed(&list, "math-python")["file_path"],
+        w.site.join("math_python/env.py").display().to_string()
+    );
     let vf = listed(&list, "vf-reverse");
-    assert_eq!(vf["source"], json!({"from": "directory", "dir": w.envs.join("vf_reverse").display().to_string()}));
+    assert_eq!(
+        vf["source"],
+        json!({"from": "directory", "dir": w.envs.join("vf_reverse").display().to_string()})
+    );
     assert_eq!(vf["description"], "vf-reverse, laid out by vf-init");
-    assert_eq!(listed(&list, "vf-package")["file_path"], w.envs.join("vf_package/vf_package/__init__.py").display().to_string());
+    assert_eq!(
+        listed(&list, "vf-package")["file_path"],
+        w.envs.join("vf_package/vf_package/__init__.py").display().to_string()
+    );
     assert_eq!(listed(&list, "arith")["kind"], "atropos");
 
     // Each broken one is one warning line, and says what is wrong with it.
     let err = stderr(&out);
     let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning: ")).collect();
-    let has = |needle: &str| assert!(warnings.iter().any(|w| w.contains(needle)), "no warning with {needle:?}: {err}");
+    let has = |needle: &str| {
+        assert!(warnings.iter().any(|w| w.contains(needle)), "no warning with {needle:?}: {err}")
+    };
     has("broken-env 0.0.1: syntax error at line 1");
     has("nothing-env 0.0.1: defines no load_environment");
     has("random 9.9: its module 'random' has the name of a standard-library module");
@@ -215,7 +284,10 @@ async fn installed_and_vf_init_environments_are_listed_with_their_kind_and_sourc
     assert!(show.contains("kind         verifiers"), "{show}");
     assert!(show.contains("from         package reverse-text 0.1.2"), "{show}");
     let show = w.home.cli_ok(&["env", "show", "vf-reverse"]);
-    assert!(show.contains(&format!("from         directory {}", w.envs.join("vf_reverse").display())), "{show}");
+    assert!(
+        show.contains(&format!("from         directory {}", w.envs.join("vf_reverse").display())),
+        "{show}"
+    );
 }
 
 #[tokio::test]
@@ -245,7 +317,14 @@ async fn selecting_makes_the_parameters_the_configurable_fields() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| (f["name"].as_str().unwrap().into(), f["type"].as_str().unwrap().into(), f["default"].clone(), f["required"].as_bool().unwrap()))
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().into(),
+                f["type"].as_str().unwrap().into(),
+                f["default"].clone(),
+                f["required"].as_bool().unwrap(),
+            )
+        })
         .collect();
     let field = |n: &str, t: &str, d: Value, r: bool| (n.to_string(), t.to_string(), d, r);
     assert_eq!(
@@ -264,8 +343,12 @@ async fn selecting_makes_the_parameters_the_configurable_fields() {
     let prompt = &view["configurable_fields"][7]["description"];
     assert!(prompt.as_str().unwrap().starts_with("default: SYSTEM_PROMPT (not a literal"), "{prompt}");
     // The recipe's infrastructure keys are locked; its training keys are the workflow's vars.
-    let locked: Vec<&str> = view["locked_fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
-    assert_eq!(locked, ["behavior_if_log_dir_exists", "log_path", "session_name", "wandb_name", "wandb_project"]);
+    let locked: Vec<&str> =
+        view["locked_fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        locked,
+        ["behavior_if_log_dir_exists", "log_path", "session_name", "wandb_name", "wandb_project"]
+    );
     assert_eq!(view["locked_profile"]["behavior_if_log_dir_exists"], "resume");
     assert_eq!(view["workflow_vars"]["model_name"], "Qwen/Qwen3.5-4B");
     assert_eq!(view["workflow_vars"]["lora_rank"], "32");
@@ -278,7 +361,11 @@ async fn selecting_makes_the_parameters_the_configurable_fields() {
         ("strict", "perhaps", "field 'strict' expects true or false, got 'perhaps'"),
         ("tags", "[1, 2]", "field 'tags' expects a list of strings"),
         ("weights", "[1]", "field 'weights' expects a JSON object"),
-        ("log_path", "/tmp/x", "field 'log_path' is locked to \"{run_dir}/cookbook\" by the workflow's locked profile"),
+        (
+            "log_path",
+            "/tmp/x",
+            "field 'log_path' is locked to \"{run_dir}/cookbook\" by the workflow's locked profile",
+        ),
         ("nope", "1", "unknown field 'nope'"),
     ] {
         let out = home.cli(&["config", "set", field, value]);
@@ -292,7 +379,10 @@ async fn selecting_makes_the_parameters_the_configurable_fields() {
     // A run with the required parameter unset is refused; once set, it is queued.
     let out = home.cli(&["run", "start"]);
     let err = stderr(&out);
-    assert!(!out.status.success() && err.contains("environment 'reverse-text' needs a value for 'split'"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("environment 'reverse-text' needs a value for 'split'"),
+        "{err}"
+    );
     home.cli_ok(&["config", "set", "split", "train"]);
     let id = uuid::Uuid::parse_str(home.cli_ok(&["run", "start"]).trim()).unwrap();
     let run = w.home.run(id).await;
@@ -326,7 +416,10 @@ async fn names_that_are_not_names_are_refused_in_one_line() {
     // A NUL cannot be in argv; through the service it is refused as the others are.
     let mut home = w.home;
     let err = home.service().await.select("rev\0erse").await.unwrap_err().to_string();
-    assert_eq!(err, "environment name 'rev\\u{0}erse' is not a name: it may not contain '/', '..', NUL or control characters");
+    assert_eq!(
+        err,
+        "environment name 'rev\\u{0}erse' is not a name: it may not contain '/', '..', NUL or control characters"
+    );
 }
 
 #[tokio::test]
@@ -356,17 +449,23 @@ async fn every_surface_serves_both_kinds() {
     assert_eq!(listed(&list["environments"], "arith")["kind"], "atropos");
     assert!(list["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("broken-env")));
     let selected = crate::requests::mcp_call(&home, "rl_select_environment", json!({ "name": "vf-reverse" }));
-    assert_eq!((selected["environment"].as_str(), selected["kind"].as_str()), (Some("vf-reverse"), Some("verifiers")));
+    assert_eq!(
+        (selected["environment"].as_str(), selected["kind"].as_str()),
+        (Some("vf-reverse"), Some("verifiers"))
+    );
     let config = crate::requests::mcp_call(&home, "rl_get_current_config", json!({}));
     assert_eq!(config["kind"], "verifiers");
-    let split = config["configurable_fields"].as_array().unwrap().iter().find(|f| f["name"] == "split").unwrap();
+    let split =
+        config["configurable_fields"].as_array().unwrap().iter().find(|f| f["name"] == "split").unwrap();
     for key in ["name", "type", "default", "description", "current_value"] {
         assert!(split.get(key).is_some(), "{key} kept: {split:#}");
     }
     assert_eq!(split["current_value"], "train");
-    let edit = crate::requests::mcp_call(&home, "rl_edit_config", json!({ "field": "num_examples", "value": 12 }));
+    let edit =
+        crate::requests::mcp_call(&home, "rl_edit_config", json!({ "field": "num_examples", "value": 12 }));
     assert_eq!(edit["value"], 12, "{edit:#}");
-    let edit = crate::requests::mcp_call(&home, "rl_edit_config", json!({ "field": "num_examples", "value": "x" }));
+    let edit =
+        crate::requests::mcp_call(&home, "rl_edit_config", json!({ "field": "num_examples", "value": "x" }));
     assert!(edit["error"].as_str().unwrap().contains("expects an integer"), "{edit:#}");
     let refused = crate::requests::mcp_call(&home, "rl_select_environment", json!({ "name": "../etc" }));
     assert!(refused["error"].as_str().unwrap().contains("is not a name"), "{refused:#}");
@@ -376,7 +475,10 @@ async fn every_surface_serves_both_kinds() {
     let (status, body) = api.get("/environments").await;
     assert_eq!(status, 200);
     let reverse = listed(&body["environments"], "reverse-text");
-    assert_eq!((reverse["kind"].as_str(), reverse["source"]["version"].as_str()), (Some("verifiers"), Some("0.1.2")));
+    assert_eq!(
+        (reverse["kind"].as_str(), reverse["source"]["version"].as_str()),
+        (Some("verifiers"), Some("0.1.2"))
+    );
     let (status, body) = api.get("/environments/vf-reverse").await;
     assert_eq!((status.as_u16(), body["kind"].as_str()), (200, Some("verifiers")));
     let (status, body) = api.get("/selection").await;
@@ -396,7 +498,10 @@ async fn every_surface_serves_both_kinds() {
         .unwrap();
     assert_eq!(page.status(), 200);
     let page = page.text().await.unwrap();
-    assert!(page.contains("<td>reverse-text</td><td>verifiers</td><td>package reverse-text 0.1.2</td>"), "{page}");
+    assert!(
+        page.contains("<td>reverse-text</td><td>verifiers</td><td>package reverse-text 0.1.2</td>"),
+        "{page}"
+    );
     assert!(page.contains("<td>arith</td><td>atropos</td>"), "{page}");
     assert!(page.contains("selected <b>vf-reverse</b> (verifiers, directory "), "{page}");
     assert!(page.contains("broken-env 0.0.1: syntax error at line 1"), "{page}");
@@ -413,7 +518,10 @@ async fn discovery_in_process_matches_and_hostile_files_never_panic() {
     let found = discover_all(std::slice::from_ref(&w.envs), Ok(&site));
     let reverse = found.find("reverse-text").unwrap();
     assert_eq!(reverse.kind, EnvKind::Verifiers);
-    assert_eq!(reverse.source, EnvSource::Package { package: "reverse-text".into(), version: "0.1.2".into() });
+    assert_eq!(
+        reverse.source,
+        EnvSource::Package { package: "reverse-text".into(), version: "0.1.2".into() }
+    );
 
     // Random bytes as METADATA, RECORD, top_level.txt, pyproject.toml and modules: warnings
     // of one line at most, never a panic.
@@ -421,8 +529,10 @@ async fn discovery_in_process_matches_and_hostile_files_never_panic() {
     let bytes = proptest::collection::vec(any::<u8>(), 0..300);
     let texts = prop_oneof![
         bytes.clone().prop_map(|b| b),
-        "(Name|Version|Requires-Dist): [a-z0-9._-]{0,12}(\n[A-Za-z-]{0,8}: \\PC{0,20}){0,4}".prop_map(String::into_bytes),
-        "(def load_environment\\(|from \\.x import load_environment|\\[project\\]\nname = \")\\PC{0,60}".prop_map(String::into_bytes),
+        "(Name|Version|Requires-Dist): [a-z0-9._-]{0,12}(\n[A-Za-z-]{0,8}: \\PC{0,20}){0,4}"
+            .prop_map(String::into_bytes),
+        "(def load_environment\\(|from \\.x import load_environment|\\[project\\]\nname = \")\\PC{0,60}"
+            .prop_map(String::into_bytes),
     ];
     let mut runner = proptest::test_runner::TestRunner::new_with_rng(
         proptest::test_runner::Config { cases: 64, failure_persistence: None, ..Default::default() },
@@ -430,26 +540,29 @@ async fn discovery_in_process_matches_and_hostile_files_never_panic() {
     );
     let case = std::sync::atomic::AtomicUsize::new(0);
     runner
-        .run(&(texts.clone(), texts.clone(), texts.clone(), texts), |(metadata, record, module, pyproject)| {
-            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let root = scratch.path().join(format!("case{n}"));
-            let site = root.join("site");
-            let info = site.join("fuzz_env-1.dist-info");
-            std::fs::create_dir_all(&info).unwrap();
-            std::fs::write(info.join("METADATA"), &metadata).unwrap();
-            std::fs::write(info.join("RECORD"), &record).unwrap();
-            std::fs::write(info.join("top_level.txt"), &record).unwrap();
-            std::fs::write(site.join("fuzz_env.py"), &module).unwrap();
-            let layout = root.join("envs/fuzz_dir");
-            std::fs::create_dir_all(&layout).unwrap();
-            std::fs::write(layout.join("pyproject.toml"), &pyproject).unwrap();
-            std::fs::write(layout.join("fuzz_dir.py"), &module).unwrap();
-            let site = PythonSite { path: vec![site], stdlib: vec!["json".into()] };
-            let found = discover_all(&[root.join("envs")], Ok(&site));
-            for warning in &found.warnings {
-                prop_assert!(!warning.reason.contains('\n'), "{warning:?}");
-            }
-            Ok(())
-        })
+        .run(
+            &(texts.clone(), texts.clone(), texts.clone(), texts),
+            |(metadata, record, module, pyproject)| {
+                let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let root = scratch.path().join(format!("case{n}"));
+                let site = root.join("site");
+                let info = site.join("fuzz_env-1.dist-info");
+                std::fs::create_dir_all(&info).unwrap();
+                std::fs::write(info.join("METADATA"), &metadata).unwrap();
+                std::fs::write(info.join("RECORD"), &record).unwrap();
+                std::fs::write(info.join("top_level.txt"), &record).unwrap();
+                std::fs::write(site.join("fuzz_env.py"), &module).unwrap();
+                let layout = root.join("envs/fuzz_dir");
+                std::fs::create_dir_all(&layout).unwrap();
+                std::fs::write(layout.join("pyproject.toml"), &pyproject).unwrap();
+                std::fs::write(layout.join("fuzz_dir.py"), &module).unwrap();
+                let site = PythonSite { path: vec![site], stdlib: vec!["json".into()] };
+                let found = discover_all(&[root.join("envs")], Ok(&site));
+                for warning in &found.warnings {
+                    prop_assert!(!warning.reason.contains('\n'), "{warning:?}");
+                }
+                Ok(())
+            },
+        )
         .unwrap();
 }

@@ -9,8 +9,8 @@ use super::access::{login, login_form, logout};
 use super::actions::{pause, requeue, resend, resume, stop};
 use super::live::{changes, log_tail};
 use super::pages::{
-    environments_page, nodes_page, report_page, run_page, runs_page, schedules_page, sweep_page, sweeps_page, tests_page,
-    webhooks_page,
+    environments_page, nodes_page, report_page, run_page, runs_page, schedules_page, sweep_page, sweeps_page,
+    tests_page, webhooks_page,
 };
 use crate::api::AppState;
 

@@ -61,7 +61,8 @@ impl Service {
         let site = verifiers::python_site(&self.settings.python).await;
         let dirs = self.settings.environment_dirs.clone();
         // Reading files and parsing is blocking work: off the daemon's one thread.
-        let scan = tokio::task::spawn_blocking(move || discover_all(&dirs, site.as_ref().map_err(Clone::clone)));
+        let scan =
+            tokio::task::spawn_blocking(move || discover_all(&dirs, site.as_ref().map_err(Clone::clone)));
         scan.await.unwrap_or_else(|err| {
             let mut discovery = Discovery::default();
             discovery.warnings.push(crate::environments::DiscoveryWarning {

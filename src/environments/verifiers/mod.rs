@@ -32,7 +32,9 @@ use super::discovery::{DiscoveredEnv, DiscoveryWarning};
 use super::introspect::Introspection;
 use super::scan::usable_root;
 use crate::model::{EnvKind, EnvSource};
-use dist_info::{is_module_name, is_project_name, parse_metadata, parse_record, parse_top_level, read_bounded};
+use dist_info::{
+    is_module_name, is_project_name, parse_metadata, parse_record, parse_top_level, read_bounded,
+};
 use signature::{Found, LOAD_ENVIRONMENT, ModuleInfo, read_module};
 
 /// What a verifiers environment's `class_name` and `config_class` say: its parameters are
@@ -45,7 +47,8 @@ const MAX_MODULE_BYTES: u64 = 4 << 20;
 /// laid out under `dirs`. Never fails: what cannot be read is a warning.
 #[must_use]
 pub fn discover(site: Option<&PythonSite>, dirs: &[PathBuf]) -> (Vec<DiscoveredEnv>, Vec<DiscoveryWarning>) {
-    let mut scan = Scan { parser: Parser::new(), found: Vec::new(), warnings: Vec::new(), by_name: HashMap::new() };
+    let mut scan =
+        Scan { parser: Parser::new(), found: Vec::new(), warnings: Vec::new(), by_name: HashMap::new() };
     if let Err(err) = scan.parser.set_language(&tree_sitter_python::LANGUAGE.into()) {
         scan.warn(PathBuf::new(), format!("python grammar is unusable: {err}"));
         return (scan.found, scan.warnings);
@@ -162,7 +165,10 @@ impl Scan {
             return;
         }
         if !is_project_name(&dist.name) {
-            return self.warn(info.to_owned(), format!("distribution name {} is not a valid name", crate::text::one_line(&dist.name)));
+            return self.warn(
+                info.to_owned(),
+                format!("distribution name {} is not a valid name", crate::text::one_line(&dist.name)),
+            );
         }
         let source = EnvSource::Package { package: dist.name.clone(), version: dist.version.clone() };
         let requires_verifiers = requires_verifiers(&metadata);
@@ -170,7 +176,8 @@ impl Scan {
         let modules = if is_module_name(&own) && find_module(site_dir, &own).is_some() {
             vec![own.clone()]
         } else {
-            let top_level = read_bounded(&info.join("top_level.txt")).map(|t| parse_top_level(&t)).unwrap_or_default();
+            let top_level =
+                read_bounded(&info.join("top_level.txt")).map(|t| parse_top_level(&t)).unwrap_or_default();
             if top_level.is_empty() {
                 read_bounded(&info.join("RECORD")).map(|t| parse_record(&t)).unwrap_or_default()
             } else {
@@ -229,11 +236,17 @@ impl Scan {
         let dir_name = super::scan::file_name(dir).to_owned();
         let name = project.name.clone().unwrap_or_else(|| dir_name.clone());
         if !is_project_name(&name) {
-            return self.warn(pyproject, format!("project name {} is not a valid name", crate::text::one_line(&name)));
+            return self.warn(
+                pyproject,
+                format!("project name {} is not a valid name", crate::text::one_line(&name)),
+            );
         }
         let module = name.replace('-', "_");
         if !is_module_name(&module) {
-            return self.warn(pyproject, format!("project name '{name}' is not importable as a module ('{module}')"));
+            return self.warn(
+                pyproject,
+                format!("project name '{name}' is not importable as a module ('{module}')"),
+            );
         }
         if site.is_some_and(|s| s.is_stdlib(&module)) {
             return self.warn(
@@ -245,7 +258,10 @@ impl Scan {
             // Not every pyproject.toml under an environment directory is a verifiers one; only
             // a directory that looks like one is worth a word.
             if dir.join(format!("{dir_name}.py")).is_file() || mentions_verifiers(&pyproject) {
-                self.warn(pyproject, format!("environment '{name}': no {module}.py or {module}/__init__.py beside it"));
+                self.warn(
+                    pyproject,
+                    format!("environment '{name}': no {module}.py or {module}/__init__.py beside it"),
+                );
             }
             return;
         };
@@ -283,7 +299,13 @@ impl Scan {
                 None if from.starts_with('.') => file,
                 None => {
                     if expected {
-                        self.warn(file, format!("{label}: load_environment comes from '{}', not from the package itself", crate::text::one_line(&from)));
+                        self.warn(
+                            file,
+                            format!(
+                                "{label}: load_environment comes from '{}', not from the package itself",
+                                crate::text::one_line(&from)
+                            ),
+                        );
                     }
                     return;
                 }

@@ -16,9 +16,10 @@ pub(super) fn parse_project(text: &str) -> Project {
         let line = line.trim();
         if line.starts_with('[') {
             // `[project]` itself; `[project.urls]` and `[[tool…]]` are other tables.
-            in_project = line.strip_prefix('[').and_then(|rest| rest.split_once(']')).is_some_and(
-                |(table, after)| table.trim() == "project" && after.trim_start().is_empty_or_comment(),
-            );
+            in_project =
+                line.strip_prefix('[').and_then(|rest| rest.split_once(']')).is_some_and(|(table, after)| {
+                    table.trim() == "project" && after.trim_start().is_empty_or_comment()
+                });
             continue;
         }
         if !in_project {
@@ -106,10 +107,7 @@ name = "also-not-this"
 "#;
         assert_eq!(
             parse_project(text),
-            Project {
-                name: Some("reverse-text".into()),
-                description: Some("Reverse a \"word\".".into()),
-            }
+            Project { name: Some("reverse-text".into()), description: Some("Reverse a \"word\".".into()) }
         );
     }
 

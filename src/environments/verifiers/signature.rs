@@ -41,8 +41,8 @@ pub(super) struct ModuleInfo {
 
 /// Reads `source` (a module's text). `Err` says why it could not be read: one line.
 pub(super) fn read_module(parser: &mut Parser, source: &[u8]) -> Result<ModuleInfo, String> {
-    let text_source =
-        std::str::from_utf8(source).map_err(|err| format!("not valid UTF-8 at line {}", line_of(source, err)))?;
+    let text_source = std::str::from_utf8(source)
+        .map_err(|err| format!("not valid UTF-8 at line {}", line_of(source, err)))?;
     let source = text_source.strip_prefix('\u{feff}').unwrap_or(text_source).as_bytes();
     let tree = parser.parse(source, None).ok_or_else(|| "parser produced no syntax tree".to_owned())?;
     let root = tree.root_node();
@@ -51,8 +51,10 @@ pub(super) fn read_module(parser: &mut Parser, source: &[u8]) -> Result<ModuleIn
     }
     let mut cursor = root.walk();
     let statements: Vec<Node> = root.named_children(&mut cursor).filter(|n| n.kind() != "comment").collect();
-    let description =
-        statements.first().and_then(|first| docstring(*first, source)).and_then(|d| first_non_empty_line(&d).map(str::to_owned));
+    let description = statements
+        .first()
+        .and_then(|first| docstring(*first, source))
+        .and_then(|d| first_non_empty_line(&d).map(str::to_owned));
     let mut found = Found::Missing;
     for stmt in statements {
         let definition = match stmt.kind() {
@@ -62,7 +64,8 @@ pub(super) fn read_module(parser: &mut Parser, source: &[u8]) -> Result<ModuleIn
         let Some(definition) = definition else { continue };
         match definition.kind() {
             "function_definition"
-                if definition.child_by_field_name("name").and_then(|n| text(n, source)) == Some(LOAD_ENVIRONMENT) =>
+                if definition.child_by_field_name("name").and_then(|n| text(n, source))
+                    == Some(LOAD_ENVIRONMENT) =>
             {
                 let fields = definition
                     .child_by_field_name("parameters")
@@ -126,13 +129,18 @@ fn parameter(param: Node, src: &[u8]) -> Option<FieldInfo> {
     }
     let name = text(name, src)?.to_owned();
     let annotation = annotation.and_then(|a| text(a, src)).map(squeeze);
-    let default_value = default.map(|d| literal(d, src, 0).ok_or_else(|| text(d, src).map(squeeze).unwrap_or_default()));
+    let default_value =
+        default.map(|d| literal(d, src, 0).ok_or_else(|| text(d, src).map(squeeze).unwrap_or_default()));
     Some(field(name, annotation.as_deref(), default_value))
 }
 
 /// A field from what the source says: its annotation, and its default (a literal's value, or
 /// the expression's text when it is not one).
-pub(super) fn field(name: String, annotation: Option<&str>, default: Option<Result<Value, String>>) -> FieldInfo {
+pub(super) fn field(
+    name: String,
+    annotation: Option<&str>,
+    default: Option<Result<Value, String>>,
+) -> FieldInfo {
     let typed = annotation.map(type_of);
     let (mut type_name, kind, mut optional) = match (&typed, &default) {
         (Some(typed), _) => (typed.name.clone(), typed.kind, typed.optional),
@@ -145,7 +153,10 @@ pub(super) fn field(name: String, annotation: Option<&str>, default: Option<Resu
         Some(Err(expression)) => (
             false,
             Value::Null,
-            Some(format!("default: {} (not a literal: load_environment computes it when no value is set)", crate::text::one_line(&expression))),
+            Some(format!(
+                "default: {} (not a literal: load_environment computes it when no value is set)",
+                crate::text::one_line(&expression)
+            )),
         ),
     };
     if default.is_null() && !required && !optional && description.is_none() {
@@ -168,15 +179,17 @@ pub(super) struct TypeOf {
 pub(super) fn type_of(annotation: &str) -> TypeOf {
     let plain = unquote(annotation.trim());
     let plain = plain.strip_prefix("typing.").unwrap_or(plain);
-    let alternatives: Vec<&str> = if let Some(inner) = plain.strip_prefix("Optional[").and_then(|r| r.strip_suffix(']')) {
-        vec![inner.trim(), "None"]
-    } else if let Some(inner) = plain.strip_prefix("Union[").and_then(|r| r.strip_suffix(']')) {
-        split_top_level(inner, ',')
-    } else {
-        split_top_level(plain, '|')
-    };
+    let alternatives: Vec<&str> =
+        if let Some(inner) = plain.strip_prefix("Optional[").and_then(|r| r.strip_suffix(']')) {
+            vec![inner.trim(), "None"]
+        } else if let Some(inner) = plain.strip_prefix("Union[").and_then(|r| r.strip_suffix(']')) {
+            split_top_level(inner, ',')
+        } else {
+            split_top_level(plain, '|')
+        };
     let optional = alternatives.iter().any(|alt| *alt == "None" || *alt == "NoneType");
-    let rest: Vec<&str> = alternatives.into_iter().filter(|alt| *alt != "None" && *alt != "NoneType").collect();
+    let rest: Vec<&str> =
+        alternatives.into_iter().filter(|alt| *alt != "None" && *alt != "NoneType").collect();
     let (inner, kind) = match rest.as_slice() {
         [one] => (unquote(one).to_owned(), kind_of(unquote(one))),
         [] => ("None".to_owned(), FieldKind::Other),
@@ -289,8 +302,11 @@ fn literal(node: Node, src: &[u8], depth: usize) -> Option<Value> {
         }
         "list" | "tuple" => {
             let mut cursor = node.walk();
-            let items: Option<Vec<Value>> =
-                node.named_children(&mut cursor).filter(|n| n.kind() != "comment").map(|item| literal(item, src, depth + 1)).collect();
+            let items: Option<Vec<Value>> = node
+                .named_children(&mut cursor)
+                .filter(|n| n.kind() != "comment")
+                .map(|item| literal(item, src, depth + 1))
+                .collect();
             items.map(Value::Array)
         }
         "dictionary" => {
@@ -397,7 +413,14 @@ def load_environment(
                 expect("strict", "bool", FieldKind::Bool, false, false, json!(false)),
                 expect("seed", "Optional[int]", FieldKind::Int, true, false, Value::Null),
                 expect("tags", "Optional[list[str]]", FieldKind::List, true, false, Value::Null),
-                expect("weights", "Optional[Dict[str, float]]", FieldKind::Dict, true, false, json!({"a": 1.0, "b": -2})),
+                expect(
+                    "weights",
+                    "Optional[Dict[str, float]]",
+                    FieldKind::Dict,
+                    true,
+                    false,
+                    json!({"a": 1.0, "b": -2})
+                ),
                 expect("mode", "Literal[\"easy\", \"hard\"]", FieldKind::Str, false, false, json!("easy")),
                 expect("model", "str", FieldKind::Str, false, false, json!("gptx")),
                 expect("plain", "int", FieldKind::Int, false, false, json!(3)),
@@ -411,7 +434,9 @@ def load_environment(
         let computed = fields(source).into_iter().find(|f| f.name == "computed").unwrap();
         assert_eq!(
             computed.description.as_deref(),
-            Some("default: os.environ.get(\"X\", \"y\") (not a literal: load_environment computes it when no value is set)")
+            Some(
+                "default: os.environ.get(\"X\", \"y\") (not a literal: load_environment computes it when no value is set)"
+            )
         );
         assert_eq!(read(source).unwrap().description.as_deref(), Some("Reverse a word."));
     }
@@ -425,7 +450,10 @@ def load_environment(
 
     #[test]
     fn re_exports_missing_and_broken_modules() {
-        assert_eq!(read("from .env import load_environment\n").unwrap().found, Found::Imported { from: ".env".into() });
+        assert_eq!(
+            read("from .env import load_environment\n").unwrap().found,
+            Found::Imported { from: ".env".into() }
+        );
         assert_eq!(
             read("from pkg.impl import (other, make as load_environment)\n").unwrap().found,
             Found::Imported { from: "pkg.impl".into() }
@@ -449,9 +477,15 @@ def load_environment(
     #[test]
     fn annotations_read_as_types() {
         let t = |a: &str| type_of(a);
-        assert_eq!(t("None | str"), TypeOf { name: "Optional[str]".into(), kind: FieldKind::Str, optional: true });
+        assert_eq!(
+            t("None | str"),
+            TypeOf { name: "Optional[str]".into(), kind: FieldKind::Str, optional: true }
+        );
         assert_eq!(t("typing.Optional[bool]").kind, FieldKind::Bool);
-        assert_eq!(t("int | str"), TypeOf { name: "int | str".into(), kind: FieldKind::Other, optional: false });
+        assert_eq!(
+            t("int | str"),
+            TypeOf { name: "int | str".into(), kind: FieldKind::Other, optional: false }
+        );
         assert_eq!(t("dict[str, int | None]").kind, FieldKind::Dict);
         assert_eq!(t("Literal[1, 2]").kind, FieldKind::Int);
         assert_eq!(t("Literal[True]").kind, FieldKind::Bool);
@@ -466,7 +500,7 @@ def load_environment(
             if let Ok(ModuleInfo { found: Found::Defined { fields }, .. }) = read(&source) {
                 for f in fields {
                     prop_assert!(!f.name.is_empty());
-                    prop_assert!(!(f.required && !f.default.is_null()));
+                    prop_assert!(!f.required || f.default.is_null(), "a required field has no default");
                 }
             }
             let _ = type_of(&annotation);

@@ -41,7 +41,7 @@ static CACHE: Mutex<Option<(CacheKey, PythonSite)>> = Mutex::new(None);
 /// Asks `python` (a path, or a name on `PATH`) where it imports from. `Err` is one line for
 /// the listing's warnings: the interpreter is missing, hung or said something unreadable.
 pub async fn python_site(python: &str) -> Result<PythonSite, String> {
-    let key = (python.to_owned(), std::fs::metadata(Path::new(python)).and_then(|m| m.modified()).ok());
+    let key = (python.to_owned(), modified(python));
     if let Some((cached_key, site)) = CACHE.lock().ok().and_then(|c| c.clone())
         && cached_key == key
         && key.1.is_some()
@@ -53,6 +53,19 @@ pub async fn python_site(python: &str) -> Result<PythonSite, String> {
         *cache = Some((key, site.clone()));
     }
     Ok(site)
+}
+
+/// When the interpreter file (a path, or the first of a bare name on `PATH`) last changed:
+/// an upgrade or a new venv at the same path asks again.
+fn modified(python: &str) -> Option<SystemTime> {
+    let candidates: Vec<PathBuf> = if python.contains('/') {
+        vec![PathBuf::from(python)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|dir| dir.join(python)).collect())
+            .unwrap_or_default()
+    };
+    candidates.iter().find_map(|path| std::fs::metadata(path).ok().filter(|m| m.is_file())?.modified().ok())
 }
 
 async fn ask(python: &str) -> Result<PythonSite, String> {
