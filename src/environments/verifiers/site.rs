@@ -2,7 +2,7 @@
 //! module names, asked of the interpreter once (it runs no environment's code) and kept for as
 //! long as the interpreter file is unchanged, so a daemon's listings don't start Python each time.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
