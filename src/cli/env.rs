@@ -16,6 +16,13 @@ pub enum EnvCommand {
     List {
         #[arg(long)]
         json: bool,
+        /// Also import each verifiers environment in the Python (runs its module's code; off
+        /// by default) and say whether it imports
+        #[arg(long)]
+        check: bool,
+        /// With --check: the most one import may take before it is killed
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        check_timeout: std::time::Duration,
     },
     /// Show one environment
     Show {
@@ -34,12 +41,39 @@ pub enum EnvCommand {
 pub async fn run(settings: Settings, command: EnvCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
-        EnvCommand::List { json } => {
+        EnvCommand::List { json, check, check_timeout } => {
             let discovery = service.environments().await;
             for warning in &discovery.warnings {
                 eprintln!("warning: {}", lachesis::text::one_line(&warning.to_string()));
             }
-            if json {
+            let mut checks = Vec::new();
+            if check {
+                for env in &discovery.environments {
+                    if env.kind == lachesis::environments::EnvKind::Verifiers {
+                        eprintln!("checking {}: importing it in {}…", env.name, service.settings.python);
+                    }
+                    let said = service.check_environment(env, check_timeout).await;
+                    let text = match said {
+                        None => "not imported (atropos: `env select` introspects it)".to_string(),
+                        Some(Ok(())) => "ok".to_string(),
+                        Some(Err(why)) => why,
+                    };
+                    checks.push(text);
+                }
+            }
+            if json && check {
+                let listed: Vec<serde_json::Value> = discovery
+                    .environments
+                    .iter()
+                    .zip(&checks)
+                    .map(|(env, said)| {
+                        let mut value = serde_json::to_value(env).unwrap_or_default();
+                        value["check"] = serde_json::Value::String(said.clone());
+                        value
+                    })
+                    .collect();
+                print_json(&listed)?;
+            } else if json {
                 print_json(&discovery.environments)?;
             } else if discovery.environments.is_empty() {
                 let dirs: Vec<String> =
@@ -47,20 +81,27 @@ pub async fn run(settings: Settings, command: EnvCommand) -> CliResult {
                 println!("no environments found in {}", dirs.join(", "));
             } else {
                 let mut t = table(["NAME", "KIND", "CLASS", "DESCRIPTION", "FROM"]);
-                for env in &discovery.environments {
+                if check {
+                    t.set_header(["NAME", "KIND", "CLASS", "DESCRIPTION", "FROM", "CHECK"]);
+                }
+                for (i, env) in discovery.environments.iter().enumerate() {
                     let from = match &env.source {
                         lachesis::environments::EnvSource::Package { .. } => env.source.describe(),
                         lachesis::environments::EnvSource::Directory { .. } => {
                             env.file_path.display().to_string()
                         }
                     };
-                    t.add_row([
+                    let mut row = vec![
                         env.name.clone(),
                         env.kind.to_string(),
                         env.class_name.clone(),
                         env.description.clone(),
                         from,
-                    ]);
+                    ];
+                    if let Some(said) = checks.get(i) {
+                        row.push(said.clone());
+                    }
+                    t.add_row(row);
                 }
                 println!("{t}");
             }

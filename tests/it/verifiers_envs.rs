@@ -566,3 +566,50 @@ async fn discovery_in_process_matches_and_hostile_files_never_panic() {
         )
         .unwrap();
 }
+
+/// `env list --check` imports each verifiers environment (listing never does): one that
+/// imports is ok, one that raises says why in one line, one that hangs is killed at the
+/// deadline and said; the listing itself stands.
+#[tokio::test]
+async fn checking_imports_each_one_bounded_by_a_deadline() {
+    let Some(w) = world() else { return };
+    let mut home = w.home;
+    let envs = home.path().join("checked");
+    std::fs::create_dir_all(&envs).unwrap();
+    layout(&envs, "vf_ok", "vf-ok", &[("vf_ok.py", "def load_environment(n: int = 1):\n    return n\n")]);
+    layout(
+        &envs,
+        "vf_raises",
+        "vf-raises",
+        &[(
+            "vf_raises.py",
+            "raise ImportError('needs the datasets package')\n\ndef load_environment():\n    ...\n",
+        )],
+    );
+    let hangs = layout(
+        &envs,
+        "vf_hangs",
+        "vf-hangs",
+        &[("vf_hangs.py", "import time\ntime.sleep(600)\n\ndef load_environment():\n    ...\n")],
+    );
+    home.environ[2].1 = envs.display().to_string();
+    let out = home.cli(&["env", "list", "--check", "--check-timeout", "2s", "--json"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed(&list, "vf-ok")["check"], "ok");
+    let raised = listed(&list, "vf-raises")["check"].as_str().unwrap();
+    assert!(
+        raised.starts_with("import failed") && raised.ends_with("ImportError: needs the datasets package"),
+        "{raised}"
+    );
+    assert_eq!(listed(&list, "vf-hangs")["check"], "the import did not finish within 2s; killed");
+    // The installed one needs verifiers, which this Python lacks: said, not hidden.
+    let installed = listed(&list, "reverse-text")["check"].as_str().unwrap();
+    assert!(installed.contains("No module named 'verifiers'"), "{installed}");
+    assert!(err.contains("checking vf-hangs: importing it in "), "progress is said: {err}");
+    assert!(crate::support::processes_mentioning(&hangs).is_empty(), "the hung import is gone");
+    // Without --check nothing is imported, and nothing is said about imports.
+    let list: Value = serde_json::from_str(&home.cli_ok(&["env", "list", "--json"])).unwrap();
+    assert!(listed(&list, "vf-hangs").get("check").is_none());
+}

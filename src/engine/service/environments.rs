@@ -73,6 +73,20 @@ impl Service {
         })
     }
 
+    /// Imports one environment's module in the Python, bounded by `timeout` (killed past it):
+    /// what `env list --check` asks for, and listing never does. Only verifiers environments
+    /// are imported (an Atropos one is introspected by `env select`); `None` for the others.
+    pub async fn check_environment(
+        &self,
+        env: &DiscoveredEnv,
+        timeout: Duration,
+    ) -> Option<std::result::Result<(), String>> {
+        match env.kind {
+            EnvKind::Verifiers => Some(verifiers::import_check(&self.settings.python, env, timeout).await),
+            EnvKind::Atropos => None,
+        }
+    }
+
     pub async fn environment(&self, name: &str) -> Result<DiscoveredEnv> {
         check_name(name)?;
         Ok(self.environments().await.find(name)?.clone())

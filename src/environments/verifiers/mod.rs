@@ -14,6 +14,7 @@
 //! broken (a syntax error, no `load_environment`, a name another environment or the standard
 //! library has, unreadable metadata) is a warning; the rest of the listing stands.
 
+mod check;
 mod dist_info;
 mod pyproject;
 mod signature;
@@ -26,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use tree_sitter::Parser;
 
+pub use check::import_check;
 pub use site::{PythonSite, python_site};
 
 use super::discovery::{DiscoveredEnv, DiscoveryWarning};
