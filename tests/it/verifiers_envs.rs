@@ -203,6 +203,8 @@ fn world() -> Option<World> {
         &[("reverse_text.py", "def load_environment():\n    ...\n")],
     );
     layout(&envs, "vf_nothing", "vf-nothing", &[("vf_nothing.py", "x = 1\n")]);
+    // Python would import its own `json`, never this one.
+    layout(&envs, "json", "json", &[("json.py", "def load_environment():\n    ...\n")]);
     std::fs::write(envs.join("arith.py"), "class ArithEnv(BaseEnv):\n    name = \"arith\"\n").unwrap();
     // The tinker-atropos checkout's environments: there, and empty.
     let atropos = home.path().join("tinker-atropos");
@@ -269,7 +271,8 @@ async fn installed_and_vf_init_environments_are_listed_with_their_kind_and_sourc
     has("garbage-1.0.dist-info: unreadable metadata");
     has("environment 'reverse-text' (directory ");
     has("environment 'vf-nothing': defines no load_environment");
-    assert_eq!(warnings.len(), 6, "{err}");
+    has("environment 'json': 'json' is a standard-library module name, which Python imports instead");
+    assert_eq!(warnings.len(), 7, "{err}");
     assert!(!err.contains("plainlib") && !err.contains("helpers"), "{err}");
     assert_eq!(err.lines().count(), warnings.len(), "nothing but warnings: {err}");
 
