@@ -296,9 +296,9 @@ impl Scan {
         let file = match found {
             Found::Defined { .. } => file,
             // `from .impl import load_environment` in a package: its parameters are in `impl`.
-            Found::Imported { from } => match relative_module(&file, &from) {
+            Found::Imported { from } => match submodule(&file, &module, &from) {
                 Some(defining) => defining,
-                None if from.starts_with('.') => file,
+                None if from.starts_with('.') || from.starts_with(&format!("{module}.")) => file,
                 None => {
                     if expected {
                         self.warn(
@@ -359,13 +359,20 @@ fn find_module(dir: &Path, module: &str) -> Option<PathBuf> {
     package.is_file().then_some(package)
 }
 
-/// The file of `.sub` (one level, inside the package whose `__init__.py` is `init`).
-fn relative_module(init: &Path, from: &str) -> Option<PathBuf> {
-    let sub = from.strip_prefix('.')?;
-    if init.file_name()? != "__init__.py" || !is_module_name(sub) {
+/// The file of a module inside the package whose `__init__.py` is `init`, as its `from` names
+/// it: `.sub.mod`, or `package.sub.mod` (`package` being `module`, the package itself).
+fn submodule(init: &Path, module: &str, from: &str) -> Option<PathBuf> {
+    let inside = from.strip_prefix('.').or_else(|| from.strip_prefix(module)?.strip_prefix('.'))?;
+    if init.file_name()? != "__init__.py" {
         return None;
     }
-    find_module(init.parent()?, sub)
+    let parts: Vec<&str> = inside.split('.').collect();
+    if !parts.iter().all(|part| is_module_name(part)) {
+        return None;
+    }
+    let (last, dirs) = parts.split_last()?;
+    let dir = dirs.iter().fold(init.parent()?.to_owned(), |dir, part| dir.join(part));
+    find_module(&dir, last)
 }
 
 fn mentions_load_environment(file: &Path) -> bool {
@@ -397,6 +404,24 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_re_export_is_followed_inside_its_own_package() {
+        let dir = tempfile::tempdir().unwrap();
+        let package = dir.path().join("math_env");
+        std::fs::create_dir_all(package.join("impl")).unwrap();
+        std::fs::write(package.join("__init__.py"), "").unwrap();
+        std::fs::write(package.join("env.py"), "").unwrap();
+        std::fs::write(package.join("impl/core.py"), "").unwrap();
+        let init = package.join("__init__.py");
+        assert_eq!(submodule(&init, "math_env", ".env"), Some(package.join("env.py")));
+        assert_eq!(submodule(&init, "math_env", "math_env.env"), Some(package.join("env.py")));
+        assert_eq!(submodule(&init, "math_env", ".impl.core"), Some(package.join("impl/core.py")));
+        assert_eq!(submodule(&init, "math_env", "other.env"), None);
+        assert_eq!(submodule(&init, "math_env", "..up"), None);
+        assert_eq!(submodule(&init, "math_env", ".missing"), None);
+        assert_eq!(submodule(&package.join("env.py"), "math_env", ".env"), None, "only a package re-exports");
+    }
 
     #[test]
     fn a_dependency_on_verifiers_is_read_from_the_headers() {
