@@ -217,7 +217,7 @@ pub async fn checkup(service: &Service) -> Checkup {
     if let Some(check) = workflows_check(service) {
         checks.push(check);
     }
-    let environments = service.environments().environments.len();
+    let environments = service.environments().await.environments.len();
     checks.push(check("environments", environments > 0, false, format!("{environments} environments found")));
     for key in ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"] {
         // Where it came from, never its value.

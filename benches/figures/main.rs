@@ -4,7 +4,7 @@
 //! history, a deep queue, claims one at a time). It prints figures; it passes or fails nothing.
 //!
 //! `cargo bench --bench figures -- [--http | --claims | --progress | --history | --logs | --queue |
-//! --preemption | --sweeps | --sweep-pages | --inference]`
+//! --preemption | --sweeps | --sweep-pages | --inference | --environments]`
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod claims;
+mod environments;
 mod history;
 mod inference;
 mod logs;
@@ -172,6 +173,13 @@ pub struct BenchArgs {
     /// Tests per kind (with --inference)
     #[arg(long, default_value_t = 5, value_parser = parse_runs)]
     inference_rounds: usize,
+    /// Instead: `env list` with a Python holding many distributions (one in twenty a
+    /// verifiers environment), as a process and in process
+    #[arg(long)]
+    environments: bool,
+    /// Distributions installed (with --environments)
+    #[arg(long, default_value_t = 200, value_parser = parse_runs)]
+    distributions: usize,
     #[arg(long)]
     json: bool,
 }
@@ -238,6 +246,9 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.inference {
         return inference(args);
+    }
+    if args.environments {
+        return environments(args);
     }
     // Checked before the minute of lachesis figures, not after it.
     if let Some(client) = &args.pueue {
@@ -386,6 +397,30 @@ fn inference(args: BenchArgs) -> CliResult {
     for skipped in &report.skipped {
         println!("  skipped {skipped}");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn environments(args: BenchArgs) -> CliResult {
+    let exe = Path::new(LACHESIS);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report =
+        runtime.block_on(environments::run(exe, args.distributions, &|line| eprintln!("bench: {line}")))?;
+    if args.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (list, found) = (&report.env_list_ms, &report.discovery_ms);
+    println!(
+        "env list --json, {} distributions ({} environments installed, {} listed): p50 {:.1} ms, max {:.1} ms ({} samples); discovery alone p50 {:.1} ms; asking the Python {:.1} ms",
+        report.distributions,
+        report.environments_installed,
+        report.environments_listed,
+        list.p50,
+        list.max,
+        list.samples,
+        found.p50,
+        report.python_ask_ms
+    );
     Ok(ExitCode::SUCCESS)
 }
 

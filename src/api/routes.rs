@@ -60,7 +60,13 @@ pub static ROUTES: &[Route] = &[
         None,
         get(nodes)
     ),
-    route!("get", "/environments", "Atropos environments found on disk", None, get(environments)),
+    route!(
+        "get",
+        "/environments",
+        "Environments of every kind (Atropos on disk, verifiers installed or laid out by vf-init), each with its kind and source; warnings",
+        None,
+        get(environments)
+    ),
     route!("get", "/environments/{name}", "One environment", None, get(environment)),
     route!("get", "/selection", "The selected environment and its configuration", None, get(config)),
     route!("post", "/selection", "Select an environment", Some(r#"{"name": "gsm8k"}"#), post(select)),

@@ -30,19 +30,24 @@ pub async fn run(settings: Settings, command: ConfigCommand) -> CliResult {
                 return Ok(ExitCode::SUCCESS);
             }
             println!(
-                "environment {} ({}), config class {}",
-                view.environment, view.env_file, view.config_class
+                "environment {} ({}, {}), config class {}",
+                view.environment,
+                view.kind,
+                view.source.clone().unwrap_or_else(|| view.env_file.clone()),
+                view.config_class
             );
             if let Some(why) = &view.fell_back {
                 println!("note: {why}");
             }
             let mut t = table(["FIELD", "TYPE", "VALUE", "DEFAULT", "DESCRIPTION"]);
             for f in &view.configurable_fields {
+                // A required field shows what it needs instead of a default.
+                let default = if f.required { "(required)".to_string() } else { f.default.to_string() };
                 t.add_row([
                     f.name.clone(),
                     f.type_name.clone(),
                     f.value.to_string(),
-                    f.default.to_string(),
+                    default,
                     f.description.clone().unwrap_or_default(),
                 ]);
             }
@@ -52,6 +57,13 @@ pub async fn run(settings: Settings, command: ConfigCommand) -> CliResult {
                 t.add_row([f.name.clone(), f.value.to_string()]);
             }
             println!("\nlocked by workflow '{}' (edit the workflow file to change)\n{t}", view.workflow);
+            if !view.workflow_vars.is_empty() {
+                let mut t = table(["VAR", "DEFAULT"]);
+                for (name, default) in &view.workflow_vars {
+                    t.add_row([name.clone(), default.clone()]);
+                }
+                println!("\nvars of workflow '{}' (per run: --var NAME=VALUE)\n{t}", view.workflow);
+            }
         }
         ConfigCommand::Set { field, value } => {
             let value = service.set_config(&field, &value).await?;

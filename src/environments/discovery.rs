@@ -61,6 +61,9 @@ pub struct DiscoveryWarning {
 
 impl fmt::Display for DiscoveryWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.as_os_str().is_empty() {
+            return f.write_str(&self.reason);
+        }
         write!(f, "{}: {}", self.path.display(), self.reason)
     }
 }
@@ -79,6 +82,32 @@ pub enum LookupError {
     Unknown { name: String, available: Vec<String> },
     #[error("environment name '{name}' is ambiguous: it is defined in {}", path_list(.paths))]
     Ambiguous { name: String, paths: Vec<PathBuf> },
+    /// A name no environment can have (`..`, `/`, a NUL or another control character): refused
+    /// before anything is looked up. `name` is already shown on one line.
+    #[error(
+        "environment name '{name}' is not a name: it may not contain '/', '..', NUL or control characters"
+    )]
+    NotAName { name: String },
+    /// Found, but its configuration cannot be read (a verifiers module gone or broken since).
+    #[error("environment '{name}': {reason}")]
+    Unreadable { name: String, reason: String },
+}
+
+/// Refuses a name no environment can have, before it reaches a lookup, a path or a message.
+///
+/// # Errors
+///
+/// [`LookupError::NotAName`], with the name quoted on one line.
+pub fn check_name(name: &str) -> Result<(), LookupError> {
+    let bad = name.is_empty()
+        || name.len() > 256
+        || name.contains('/')
+        || name.contains("..")
+        || name.chars().any(char::is_control);
+    if bad {
+        return Err(LookupError::NotAName { name: crate::text::one_line(name) });
+    }
+    Ok(())
 }
 
 fn available_list(names: &[String]) -> String {
@@ -99,10 +128,12 @@ impl Discovery {
     ///
     /// # Errors
     ///
+    /// [`LookupError::NotAName`] for a name no environment can have,
     /// [`LookupError::Unknown`] when no environment has that name, and
     /// [`LookupError::Ambiguous`] when several do: both are listed by [`discover`], but selecting
     /// either by that name would be a guess.
     pub fn find(&self, name: &str) -> Result<&DiscoveredEnv, LookupError> {
+        check_name(name)?;
         let matches: Vec<&DiscoveredEnv> = self.environments.iter().filter(|env| env.name == name).collect();
         match matches.as_slice() {
             [one] => Ok(one),
@@ -157,6 +188,45 @@ pub fn discover(dirs: &[PathBuf]) -> Discovery {
         .map(|(file, class)| class.to_env(&file.path))
         .collect();
     Discovery { environments, warnings }
+}
+
+/// Every kind's environments: the Atropos classes under `dirs`, then the verifiers packages
+/// installed in `site` (`Err`: why the Python could not be asked, a warning) and laid out under
+/// `dirs`. A name two environments share is listed for both, with a warning (selecting it by
+/// that name is ambiguous).
+#[must_use]
+pub fn discover_all(dirs: &[PathBuf], site: Result<&super::verifiers::PythonSite, String>) -> Discovery {
+    let mut discovery = discover(dirs);
+    let site = match site {
+        Ok(site) => Some(site),
+        Err(reason) => {
+            discovery.warnings.push(DiscoveryWarning {
+                path: PathBuf::new(),
+                reason: format!("installed verifiers environments are not listed: {reason}"),
+            });
+            None
+        }
+    };
+    let (verifiers, warnings) = super::verifiers::discover(site, dirs);
+    // A verifiers module with a syntax error is also an unreadable Python file to the Atropos
+    // scan: one warning for it, the one that says which environment it breaks.
+    discovery.warnings.retain(|w| !warnings.iter().any(|v| v.path == w.path));
+    discovery.warnings.extend(warnings);
+    for env in &verifiers {
+        if let Some(atropos) = discovery.environments.iter().find(|a| a.name == env.name) {
+            discovery.warnings.push(DiscoveryWarning {
+                path: env.file_path.clone(),
+                reason: format!(
+                    "environment '{}' ({}) has the name of the Atropos environment in {}: selecting it by name is ambiguous",
+                    env.name,
+                    env.source.describe(),
+                    atropos.file_path.display()
+                ),
+            });
+        }
+    }
+    discovery.environments.extend(verifiers);
+    discovery
 }
 
 /// Names of classes that reach `BaseEnv` through their bases, including `BaseEnv` itself.

@@ -59,8 +59,8 @@ pub enum EditError {
 }
 
 impl Selection {
-    /// A fresh selection: configurable fields take the environment's values, and `wandb_name`
-    /// becomes `{env}-{YYYYMMDD-HHMMSS}` so runs don't collide in W&B.
+    /// A fresh selection: configurable fields take the environment's values, and an Atropos
+    /// one's `wandb_name` becomes `{env}-{YYYYMMDD-HHMMSS}` so runs don't collide in W&B.
     pub fn new(
         env: &super::DiscoveredEnv,
         introspection: super::Introspection,
@@ -75,11 +75,15 @@ impl Selection {
                 let value = if f.value.is_null() { f.default.clone() } else { f.value.clone() };
                 (f.name.clone(), value)
             })
-            .chain([(
+            .collect::<BTreeMap<_, _>>();
+        let mut config = config;
+        if env.kind == super::EnvKind::Atropos {
+            // A verifiers run's W&B name is the workflow's (locked), not the environment's.
+            config.insert(
                 "wandb_name".to_string(),
                 Value::String(format!("{}-{}", env.name, now.format("%Y%m%d-%H%M%S"))),
-            )])
-            .collect();
+            );
+        }
         Selection {
             env_name: env.name.clone(),
             env_file: env.file_path.clone(),
@@ -104,6 +108,12 @@ impl Selection {
             return Err(EditError::Locked { field: field.to_string(), value: value.clone() });
         }
         let Some(info) = self.fields.iter().find(|f| f.name == field) else {
+            // A verifiers workflow locks the recipe's own keys, at the top of its profile.
+            if self.kind == super::EnvKind::Verifiers
+                && let Some(value) = locked.profile.get(field)
+            {
+                return Err(EditError::Locked { field: field.to_string(), value: value.clone() });
+            }
             return Err(EditError::Unknown {
                 field: field.to_string(),
                 env: self.env_name.clone(),

@@ -10,11 +10,11 @@ use crate::service::ServiceError;
 
 impl RlTools {
     pub(super) async fn list_environments(&self) -> String {
-        let discovery = self.service.environments();
+        let discovery = self.service.environments().await;
         let environments: Vec<Value> = discovery
             .environments
             .iter()
-            .map(|e| json!({ "name": e.name, "class_name": e.class_name, "file_path": e.file_path, "description": e.description }))
+            .map(|e| json!({ "name": e.name, "class_name": e.class_name, "file_path": e.file_path, "description": e.description, "kind": e.kind, "source": e.source.describe() }))
             .collect();
         answer(json!({
             "environments": environments,
@@ -32,12 +32,13 @@ impl RlTools {
             Ok(selection) => answer(json!({
                 "message": format!("Selected environment: {}", selection.env_name),
                 "environment": selection.env_name,
+                "kind": selection.kind,
                 "file_path": selection.env_file,
                 "configurable_fields": selection.config.len(),
                 "fell_back": selection.fell_back,
             })),
             Err(err) => {
-                let available = self.service.environments().names();
+                let available = self.service.environments().await.names();
                 answer(json!({ "error": answers::agent_error(&self.service, &err), "available": available }))
             }
         }
@@ -47,7 +48,7 @@ impl RlTools {
         match self.service.config().await {
             Ok(view) => {
                 let field = |f: &crate::service::FieldView| {
-                    let mut item = json!({ "name": f.name, "type": f.type_name, "default": f.default, "description": f.description.clone().unwrap_or_default(), "current_value": f.value });
+                    let mut item = json!({ "name": f.name, "type": f.type_name, "default": f.default, "description": f.description.clone().unwrap_or_default(), "current_value": f.value, "required": f.required });
                     if f.locked {
                         item["locked_value"] = f.value.clone();
                     }
@@ -55,8 +56,11 @@ impl RlTools {
                 };
                 answer(json!({
                     "environment": view.environment,
+                    "kind": view.kind,
                     "configurable_fields": view.configurable_fields.iter().map(field).collect::<Vec<_>>(),
                     "locked_fields": view.locked_fields.iter().map(field).collect::<Vec<_>>(),
+                    "workflow": view.workflow,
+                    "workflow_vars": view.workflow_vars,
                     "tip": "Use rl_edit_config(field, value) to change any configurable field.",
                 }))
             }

@@ -10,14 +10,14 @@ use super::args::{EditArgs, NameArgs, RunArgs, StartArgs, StartSweepArgs, SweepS
 #[tool_router(server_handler)]
 impl RlTools {
     #[tool(
-        description = "List the RL environments lachesis can train (name, class, file path, description). Read an environment's file_path to learn how it loads data, builds prompts and scores answers before choosing one."
+        description = "List the RL environments lachesis can train, Atropos and verifiers (name, kind, class, file path, description, source). Read an environment's file_path to learn how it loads data, builds prompts and scores answers before choosing one."
     )]
     async fn rl_list_environments(&self) -> String {
         self.list_environments().await
     }
 
     #[tool(
-        description = "Select the environment to train; loads its configurable fields with their defaults. Next: rl_get_current_config() to see them, rl_edit_config() to change them, rl_test_inference() to check the environment works."
+        description = "Select the environment to train; loads its configurable fields with their defaults (a verifiers environment's: the parameters of its load_environment). Next: rl_get_current_config() to see them, rl_edit_config() to change them, rl_test_inference() to check the environment works."
     )]
     async fn rl_select_environment(&self, Parameters(args): Parameters<NameArgs>) -> String {
         self.select_environment(args).await

@@ -56,7 +56,10 @@ async fn start(home: &mut TestHome, host: &str, token: Option<&str>) -> Api {
 
 pub(crate) async fn start_with(home: &mut TestHome, host: &str, token: Option<&str>, extra: &[&str]) -> Api {
     let addr = format!("{host}:{}", free_port());
-    home.environ.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
+    // A home that set its own environment directories keeps them.
+    if !home.environ.iter().any(|(key, _)| key == "LACHESIS_ENV_DIRS") {
+        home.environ.push(("LACHESIS_ENV_DIRS".into(), crate::atropos::envs_dir().display().to_string()));
+    }
     if let Some(token) = token {
         home.environ.push(("LACHESIS_API_TOKEN".into(), token.into()));
     }

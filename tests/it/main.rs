@@ -43,6 +43,7 @@ mod sweeps;
 mod systemd;
 mod time_limits;
 mod verifiers_tests;
+mod verifiers_envs;
 mod verifiers_training;
 mod wandb;
 mod webhooks_outbox;

@@ -34,9 +34,10 @@ pub fn url_segment(text: &str) -> String {
     out
 }
 
-const NAV: [(&str, &str); 7] = [
+const NAV: [(&str, &str); 8] = [
     ("runs", "Runs"),
     ("sweeps", "Sweeps"),
+    ("environments", "Environments"),
     ("tests", "Inference tests"),
     ("schedules", "Schedules"),
     ("nodes", "Nodes"),

@@ -10,6 +10,7 @@
 
 mod access;
 mod actions;
+mod environments;
 mod html;
 mod live;
 mod nodes;

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{html, nodes, report, run, runs, schedules, sweeps, tests_page, webhooks};
+use super::{environments, html, nodes, report, run, runs, schedules, sweeps, tests_page, webhooks};
 use crate::api::{AppState, Failure};
 use crate::service::ServiceError;
 
@@ -72,6 +72,10 @@ pub(super) async fn webhooks_page(
     Query(q): Query<webhooks::DeliveriesQuery>,
 ) -> Response {
     page("Webhooks", "webhooks", webhooks::render(&s.service, &q).await)
+}
+
+pub(super) async fn environments_page(State(s): State<AppState>) -> Response {
+    page("Environments", "environments", environments::render(&s.service).await)
 }
 
 pub(super) async fn nodes_page(State(s): State<AppState>) -> Response {

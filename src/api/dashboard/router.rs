@@ -9,8 +9,8 @@ use super::access::{login, login_form, logout};
 use super::actions::{pause, requeue, resend, resume, stop};
 use super::live::{changes, log_tail};
 use super::pages::{
-    nodes_page, report_page, run_page, runs_page, schedules_page, sweep_page, sweeps_page, tests_page,
-    webhooks_page,
+    environments_page, nodes_page, report_page, run_page, runs_page, schedules_page, sweep_page, sweeps_page,
+    tests_page, webhooks_page,
 };
 use crate::api::AppState;
 
@@ -33,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/runs/{id}/log", get(log_tail))
         .route("/ui/sweeps", get(sweeps_page))
         .route("/ui/sweeps/{id}", get(sweep_page))
+        .route("/ui/environments", get(environments_page))
         .route("/ui/tests", get(tests_page))
         .route("/ui/schedules", get(schedules_page))
         .route("/ui/schedules/{name}/pause", post(pause))

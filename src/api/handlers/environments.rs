@@ -1,4 +1,4 @@
-//! What runs are made of: the workflows, the Atropos environments, the selection and its config.
+//! What runs are made of: the workflows, the environments of every kind, the selection and its config.
 
 use axum::extract::{Path, State};
 use serde::Deserialize;
@@ -21,14 +21,14 @@ pub async fn workflows(State(s): State<AppState>) -> Answer {
 }
 
 pub async fn environments(State(s): State<AppState>) -> Answer {
-    let d = s.service.environments();
+    let d = s.service.environments().await;
     ok(
         json!({ "environments": d.environments, "warnings": d.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>() }),
     )
 }
 
 pub async fn environment(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
-    ok(s.service.environment(&name)?)
+    ok(s.service.environment(&name).await?)
 }
 
 pub async fn config(State(s): State<AppState>) -> Answer {

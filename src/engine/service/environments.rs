@@ -7,7 +7,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::environments::{
-    DiscoveredEnv, Discovery, LockedProfile, Selection, check_value, discover, introspect,
+    DiscoveredEnv, Discovery, EnvKind, LockedProfile, LookupError, Selection, check_name, check_value,
+    discover_all, introspect, verifiers,
 };
 use crate::workflow::Workflow;
 
@@ -21,6 +22,10 @@ const INTROSPECT_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, Serialize)]
 pub struct ConfigView {
     pub environment: String,
+    /// `atropos` or `verifiers`.
+    pub kind: EnvKind,
+    /// Where it came from: `package NAME VERSION` or `directory PATH`.
+    pub source: Option<String>,
     pub env_file: String,
     pub config_class: String,
     pub fell_back: Option<String>,
@@ -30,6 +35,9 @@ pub struct ConfigView {
     pub locked_fields: Vec<FieldView>,
     /// The whole locked profile (env, openai, tinker, …) of the workflow.
     pub locked_profile: Map<String, Value>,
+    /// The workflow's own vars with their defaults (a verifiers environment's training keys:
+    /// `model_name`, `lora_rank`, …), set per run with `--var NAME=VALUE`.
+    pub workflow_vars: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -41,30 +49,71 @@ pub struct FieldView {
     pub default: Value,
     pub description: Option<String>,
     pub locked: bool,
+    /// No default: a run needs a value for it.
+    pub required: bool,
 }
 
 impl Service {
-    pub fn environments(&self) -> Discovery {
-        discover(&self.settings.environment_dirs)
+    /// Every environment of every kind: the Atropos classes and vf-init layouts under the
+    /// environment directories, and the verifiers packages installed in `LACHESIS_PYTHON`
+    /// (which is asked once where it imports from; no environment's code runs).
+    pub async fn environments(&self) -> Discovery {
+        let site = verifiers::python_site(&self.settings.python).await;
+        let dirs = self.settings.environment_dirs.clone();
+        // Reading files and parsing is blocking work: off the daemon's one thread.
+        let scan =
+            tokio::task::spawn_blocking(move || discover_all(&dirs, site.as_ref().map_err(Clone::clone)));
+        scan.await.unwrap_or_else(|err| {
+            let mut discovery = Discovery::default();
+            discovery.warnings.push(crate::environments::DiscoveryWarning {
+                path: std::path::PathBuf::new(),
+                reason: format!("discovery failed: {err}"),
+            });
+            discovery
+        })
     }
 
-    pub fn environment(&self, name: &str) -> Result<DiscoveredEnv> {
-        Ok(self.environments().find(name)?.clone())
+    /// Imports one environment's module in the Python, bounded by `timeout` (killed past it):
+    /// what `env list --check` asks for, and listing never does. Only verifiers environments
+    /// are imported (an Atropos one is introspected by `env select`); `None` for the others.
+    pub async fn check_environment(
+        &self,
+        env: &DiscoveredEnv,
+        timeout: Duration,
+    ) -> Option<std::result::Result<(), String>> {
+        match env.kind {
+            EnvKind::Verifiers => Some(verifiers::import_check(&self.settings.python, env, timeout).await),
+            EnvKind::Atropos => None,
+        }
     }
 
-    /// The workflow whose locked profile governs the configuration (the default workflow).
-    fn profile_workflow(&self) -> Result<Workflow> {
+    pub async fn environment(&self, name: &str) -> Result<DiscoveredEnv> {
+        check_name(name)?;
+        Ok(self.environments().await.find(name)?.clone())
+    }
+
+    /// The workflow whose locked profile governs an environment of `kind`'s configuration: the
+    /// one that trains the kind (`tinker-verifiers`), else the catalog's default.
+    fn profile_workflow(&self, kind: EnvKind) -> Result<Workflow> {
         let catalog = self.settings.catalog()?;
-        Ok(catalog.load(&catalog.default_name())?)
+        let name = kind.training_workflow().map_or_else(|| catalog.default_name(), str::to_string);
+        Ok(catalog.load(&name)?)
     }
 
-    /// Selects an environment: introspects its config class and loads the configurable
-    /// fields with their defaults. Persisted, so every surface sees it.
+    /// Selects an environment and loads its configurable fields with their defaults: an
+    /// Atropos one's config class by introspection (Python), a verifiers one's
+    /// `load_environment` parameters from its source. Persisted, so every surface sees it.
     pub async fn select(&self, name: &str) -> Result<Selection> {
-        let env = self.environment(name)?;
-        let workflow = self.profile_workflow()?;
-        let python = std::path::Path::new(&self.settings.python);
-        let introspection = introspect(python, &env.file_path, &env.class_name, INTROSPECT_TIMEOUT).await?;
+        let env = self.environment(name).await?;
+        let workflow = self.profile_workflow(env.kind)?;
+        let introspection = match env.kind {
+            EnvKind::Atropos => {
+                let python = std::path::Path::new(&self.settings.python);
+                introspect(python, &env.file_path, &env.class_name, INTROSPECT_TIMEOUT).await?
+            }
+            EnvKind::Verifiers => verifiers::parameters(&env.file_path)
+                .map_err(|reason| LookupError::Unreadable { name: env.name.clone(), reason })?,
+        };
         let locked = LockedProfile { profile: &workflow.locked };
         let selection = Selection::new(&env, introspection, locked, chrono::Local::now());
         self.store.put_selection(&selection).await?;
@@ -77,7 +126,7 @@ impl Service {
 
     pub async fn config(&self) -> Result<ConfigView> {
         let selection = self.selection().await?;
-        let workflow = self.profile_workflow()?;
+        let workflow = self.profile_workflow(selection.kind)?;
         let locked = LockedProfile { profile: &workflow.locked };
         let view = |f: &crate::environments::FieldInfo, value: Value, is_locked: bool| FieldView {
             name: f.name.clone(),
@@ -86,6 +135,7 @@ impl Service {
             default: f.default.clone(),
             description: f.description.clone(),
             locked: is_locked,
+            required: f.required && !is_locked,
         };
         let mut configurable = Vec::new();
         let mut locked_fields = Vec::new();
@@ -98,8 +148,22 @@ impl Service {
                 }
             }
         }
+        if selection.kind == EnvKind::Verifiers {
+            // The recipe's infrastructure keys are the profile itself, not `env` fields.
+            locked_fields.extend(workflow.locked.iter().map(|(name, value)| FieldView {
+                name: name.clone(),
+                type_name: json_type(value).to_string(),
+                value: value.clone(),
+                default: value.clone(),
+                description: Some(format!("set by workflow '{}'", workflow.name)),
+                locked: true,
+                required: false,
+            }));
+        }
         Ok(ConfigView {
             environment: selection.env_name,
+            kind: selection.kind,
+            source: selection.source.as_ref().map(crate::environments::EnvSource::describe),
             env_file: selection.env_file.to_string_lossy().into_owned(),
             config_class: selection.config_class,
             fell_back: selection.fell_back,
@@ -107,13 +171,14 @@ impl Service {
             configurable_fields: configurable,
             locked_fields,
             locked_profile: workflow.locked,
+            workflow_vars: workflow.vars,
         })
     }
 
     /// Sets one configurable field of the selection, checked against locks and its type.
     pub async fn set_config(&self, field: &str, raw: &str) -> Result<Value> {
         let mut selection = self.selection().await?;
-        let workflow = self.profile_workflow()?;
+        let workflow = self.profile_workflow(selection.kind)?;
         let value = selection.check_edit(LockedProfile { profile: &workflow.locked }, field, raw)?;
         selection.config.insert(field.to_string(), value.clone());
         selection.updated_at = crate::model::now_millis();
@@ -144,14 +209,24 @@ impl Service {
             (None, Some(sel)) => (selected(&sel), Some(sel)),
             (Some(name), Some(sel)) if sel.env_name == name => (selected(&sel), Some(sel)),
             (Some(name), _) => {
-                let found = self.environment(name)?;
+                let found = self.environment(name).await?;
+                // A verifiers environment's parameters are read from its source (no Python), so
+                // a required one without a value is refused now, not when the run starts.
+                let fields = match found.kind {
+                    EnvKind::Verifiers => Some(
+                        verifiers::parameters(&found.file_path)
+                            .map_err(|reason| LookupError::Unreadable { name: found.name.clone(), reason })?
+                            .fields,
+                    ),
+                    EnvKind::Atropos => None,
+                };
                 let env = RunEnvironment {
                     name: found.name,
                     file: found.file_path,
                     kind: found.kind,
                     source: Some(found.source),
                     config: BTreeMap::new(),
-                    fields: None,
+                    fields,
                 };
                 (env, None)
             }
@@ -190,5 +265,18 @@ impl Service {
             env.config.insert(field.clone(), value);
         }
         Ok(env)
+    }
+}
+
+/// A JSON value's type, as a field's type is shown.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "none",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
     }
 }

@@ -186,6 +186,8 @@ impl ServiceError {
             }
             E::UnknownStage { .. } => ErrorKind::NotFound,
             E::Environment(crate::environments::LookupError::Unknown { .. }) => ErrorKind::NotFound,
+            E::Environment(crate::environments::LookupError::NotAName { .. }) => ErrorKind::Invalid,
+            E::Environment(crate::environments::LookupError::Unreadable { .. }) => ErrorKind::Unprocessable,
             E::Environment(crate::environments::LookupError::Ambiguous { .. }) | E::Ambiguous { .. } => {
                 ErrorKind::Ambiguous
             }

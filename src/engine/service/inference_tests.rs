@@ -116,8 +116,8 @@ impl Service {
             ));
         }
         let env = match &request.env_name {
-            Some(name) => self.environment(name)?,
-            None => self.environment(&self.selection().await?.env_name)?,
+            Some(name) => self.environment(name).await?,
+            None => self.environment(&self.selection().await?.env_name).await?,
         };
         let locked_env: BTreeMap<String, serde_json::Value> = LOCKED_TEST_FIELDS
             .iter()

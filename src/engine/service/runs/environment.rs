@@ -105,7 +105,7 @@ impl Service {
         let kind = match (env, selection) {
             (None, Some(sel)) => Some(sel.kind),
             (Some(name), Some(sel)) if sel.env_name == name => Some(sel.kind),
-            (Some(name), _) => Some(self.environment(name)?.kind),
+            (Some(name), _) => Some(self.environment(name).await?.kind),
             (None, None) => None,
         };
         Ok(kind.and_then(EnvKind::training_workflow).map_or_else(|| catalog.default_name(), str::to_string))
