@@ -61,7 +61,7 @@ async fn gc_forgets_finished_runs_with_their_files_and_keeps_the_rest() {
     }
     assert_eq!(service.run(pending).await.unwrap().unwrap().state, RunState::Pending);
     let text = home.cli_ok(&["gc", "--older-than", "0s"]);
-    assert!(text.starts_with("freed 0 runs, 0 tests, 0 B on disk (ended more than 0ms ago)"), "{text}");
+    assert!(text.starts_with("freed 0 runs, 0 tests, 0 B on disk (ended more than 0s ago)"), "{text}");
 
     // The daemon forgets at start (then hourly): the pending run is claimed, not forgotten.
     home.start_daemon_with(&["--keep-finished", "0s"]);
