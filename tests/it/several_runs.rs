@@ -96,3 +96,25 @@ async fn filters_pick_only_the_runs_the_command_applies_to() {
     assert_eq!(code(&home.cli(&["run", "stop"])), 2);
     assert_eq!(home.run(demo[0]).await.state, RunState::Pending);
 }
+
+#[tokio::test]
+async fn a_sweep_filter_acts_on_its_members_only() {
+    let mut home = TestHome::new();
+    let lone = home.submit(&["-w", "demo"]);
+    let out: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", "demo-sweep", "--json"])).unwrap();
+    let sweep = out["id"].as_str().unwrap();
+    let members: Vec<Uuid> =
+        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+
+    let out = home.cli_ok(&["run", "hold", "--sweep", &sweep[..8]]);
+    assert_eq!(out.lines().count(), members.len(), "{out}");
+    for id in &members {
+        assert!(home.run(*id).await.held_at.is_some());
+    }
+    assert!(home.run(lone).await.held_at.is_none());
+    // An unknown sweep is refused, saying so.
+    let out = home.cli(&["run", "release", "--sweep", "ffffffff"]);
+    assert_eq!(code(&out), 3);
+    assert!(stderr(&out).contains("ffffffff"), "{}", stderr(&out));
+}
