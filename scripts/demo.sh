@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Runs the bundled demo workflow end to end on the embedded SQLite store: builds lachesis,
 # starts a daemon for the run, queues the demo, follows it to the end, prints its logs.
+# LACHESIS_BIN=lachesis runs an installed one instead (the wheel's), and builds nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-bin=target/release/lachesis
+if [ -n "${LACHESIS_BIN:-}" ]; then
+  bin=$LACHESIS_BIN
+else
+  cargo build --release --quiet
+  bin=target/release/lachesis
+fi
 export LACHESIS_HOME="${LACHESIS_HOME:-$HOME/.lachesis}"
 mkdir -p "$LACHESIS_HOME"
 # The home's daemon if one runs; else one of our own, detached (its log in daemon.log), stopped

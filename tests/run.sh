@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests, the integration binary with its PostgreSQL tier, the
-# real-Atropos tier (a cached Python venv with atroposlib pinned, created on first use) and the
-# verifiers tier (another, with verifiers pinned).
+# real-Atropos tier (a cached Python venv with atroposlib pinned, created on first use), the
+# verifiers tier (another, with verifiers pinned) and the wheel tier (tests/wheel/wheel.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -97,4 +97,12 @@ else
 fi
 
 say "cargo test"
-cargo test --locked --no-fail-fast "$@"
+status=0
+cargo test --locked --no-fail-fast "$@" || status=$?
+
+# The wheel tier: the wheel built with maturin (pinned, from PyPI), installed into a fresh venv,
+# the demo run through it with no Rust toolchain on the PATH (tests/wheel/wheel.sh). After
+# `cargo test`, whose compiled dependencies its build reuses.
+say "the wheel tier"
+bash tests/wheel/wheel.sh || status=1
+exit "$status"

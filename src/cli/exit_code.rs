@@ -20,7 +20,8 @@ pub const USAGE: u8 = 2;
 /// that does not allow it, a missing credential. Nothing was done.
 pub const REFUSED: u8 = 3;
 /// What the command waited for or checked ended not ok: a run or test that ended other than
-/// completed under `--wait`/`watch`, a `doctor` check that failed.
+/// completed under `--wait`/`watch`, a `doctor` check that failed; a command on several runs
+/// that acted on some and was refused for others.
 pub const NOT_OK: u8 = 4;
 /// No daemon or store to talk to: no daemon running where one is needed, a store that cannot be
 /// opened or reached, a daemon that took a request and did not answer.
@@ -32,7 +33,7 @@ pub const HELP: &str = "Exit codes:
   1  a fault of this machine or of lachesis (I/O, a damaged store, a bug)
   2  the command line does not parse
   3  the request was refused (unknown id, bad value, a state that does not allow it); nothing was done
-  4  what the command waited for or checked ended not ok (a run or test not completed, a failed doctor check)
+  4  what the command waited for or checked ended not ok (a run or test not completed, a failed doctor check, some of several runs refused)
   5  no daemon or store to talk to";
 
 pub fn code(value: u8) -> ExitCode {

@@ -111,7 +111,14 @@ pub struct Shims {
 impl Shims {
     pub fn new(exe: &Path, rotation: crate::logs::Rotation) -> Shims {
         let small = exe.with_file_name(SHIM_PROGRAM);
-        let server = small.is_file().then(|| ForkServer::new(small));
+        // Said once in the daemon's log: where an install put (or left out) the shim shows here.
+        let server = if small.is_file() {
+            tracing::info!("stages start under {} (forked by its fork server)", small.display());
+            Some(ForkServer::new(small))
+        } else {
+            tracing::info!("no {SHIM_PROGRAM} beside {}: stages start under `lachesis shim`", exe.display());
+            None
+        };
         Shims { exe: exe.to_path_buf(), server, rotation }
     }
 

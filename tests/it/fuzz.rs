@@ -797,3 +797,64 @@ fn fuzz_pipelines_and_dependencies_never_panic() {
         })
         .unwrap();
 }
+
+/// Commands on several runs (`run stop|hold|release|resume` with ids or filters): whatever ids,
+/// workflow, sweep and state a caller gives, each id gets one outcome, every refusal is one line,
+/// and nothing panics or fails the whole command.
+#[test]
+fn fuzz_commands_on_several_runs_report_each_run() {
+    use lachesis::model::RunState;
+    use lachesis::service::{RunAction, RunSelection};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut home = TestHome::new();
+    let service = runtime.block_on(home.service());
+    let known: Vec<String> = (0..3).map(|_| home.submit(&["-w", "demo"]).to_string()).collect();
+    let id = prop_oneof![
+        "\\PC{0,12}",
+        Just(String::new()),
+        Just("..".to_string()),
+        Just("\0".to_string()),
+        prop::sample::select(known.clone()),
+        prop::sample::select(known.clone()).prop_map(|id| id[..4].to_string()),
+    ];
+    let action = prop_oneof![
+        Just(RunAction::Stop),
+        Just(RunAction::Hold),
+        Just(RunAction::Release),
+        any::<Option<i64>>().prop_map(|from| RunAction::Resume { from }),
+    ];
+    let filter = (
+        any::<bool>(),
+        prop::option::of(prop::sample::select(&RunState::ALL[..])),
+        prop::option::of(prop_oneof![Just("demo".to_string()), "\\PC{0,8}"]),
+        prop::option::of(prop_oneof![Just("0000".to_string()), "\\PC{0,8}"]),
+    );
+    let mut runner = fuzz_runner(256);
+    runner
+        .run(
+            &(action, prop::collection::vec(id, 0..5), filter),
+            |(action, ids, (all, state, workflow, sweep))| {
+                let selection = RunSelection { ids: ids.clone(), all, state, workflow, sweep };
+                match runtime.block_on(service.act_on_runs(action, &selection)) {
+                    Ok(outcomes) => {
+                        if !ids.is_empty() {
+                            assert!(outcomes.len() <= ids.len(), "{ids:?}: {outcomes:?}");
+                        }
+                        for outcome in &outcomes {
+                            assert!(outcome.run.is_some() != outcome.error.is_some(), "{outcome:?}");
+                            one_line(outcome.error.as_deref().unwrap_or_default());
+                            one_line(&outcome.target);
+                        }
+                    }
+                    // Only a filter's own refusal (a state the action never applies to, an unknown
+                    // or ambiguous sweep) fails the whole command.
+                    Err(err) => {
+                        assert!(ids.is_empty(), "{ids:?}: {err}");
+                        one_line(&err.to_string());
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}

@@ -33,6 +33,7 @@ mod requests;
 mod retention;
 mod rotated_logs;
 mod schedules;
+mod several_runs;
 mod shim_fork;
 mod slurm;
 mod supervisor;

@@ -19,6 +19,12 @@ SLURMD_PORT=$((CTLD_PORT + 1))
 NODE=n1
 CONF=$STATE/slurm.conf
 export SLURM_CONF=$CONF
+# Debian puts slurmctld, slurmd and munged in /usr/sbin, which a non-login or non-root PATH
+# often lacks: look there too, after whatever the caller's PATH prefers.
+for dir in /usr/local/sbin /usr/sbin /sbin; do
+  case ":$PATH:" in *":$dir:"*) ;; *) PATH=$PATH:$dir ;; esac
+done
+export PATH
 
 say() { printf 'slurm: %s\n' "$*" >&2; }
 skip() {
@@ -173,7 +179,7 @@ start_munged() {
   [ -s /etc/munge/munge.key ] || mungekey --create --keyfile=/etc/munge/munge.key ||
     skip "cannot create /etc/munge/munge.key"
   chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
-  runuser -u munge -- /usr/sbin/munged >&2 9>&- || skip "munged would not start"
+  runuser -u munge -- "$(command -v munged)" >&2 9>&- || skip "munged would not start"
   touch "$STATE/munged.ours"
   wait_until 10 munge_ok || skip "munged started but munge/unmunge fail"
 }

@@ -15,11 +15,11 @@ pub enum RunCommand {
     List(list::ListArgs),
     /// Show one run and its stages
     Status(status::StatusArgs),
-    /// Stop a run (a pending one is cancelled)
+    /// Stop runs (a pending one is cancelled): several ids, or --all/--state/--workflow/--sweep
     Stop(stop::StopArgs),
-    /// Keep a pending run out of the queue until `run release`
+    /// Keep pending runs out of the queue until `run release` (several ids, or a filter)
     Hold(hold::HoldArgs),
-    /// Put a held run back in the queue, at its place
+    /// Put held runs back in the queue, each at its place (several ids, or a filter)
     Release(release::ReleaseArgs),
     /// Change a pending run's priority, variables or config fields (checked as at submission)
     Edit(edit::EditArgs),
@@ -28,7 +28,8 @@ pub enum RunCommand {
     Logs(logs::LogsArgs),
     /// The run's event history
     Events(events::EventsArgs),
-    /// Queue a failed or stopped run again as its next attempt, from its last checkpoint
+    /// Queue failed or stopped runs again as their next attempt, from their last checkpoint
+    /// (several ids, or a filter)
     Resume(resume::ResumeArgs),
     /// The checkpoints the run's trainer wrote, across its attempts
     Checkpoints(checkpoints::CheckpointsArgs),

@@ -1,30 +1,32 @@
-//! `lachesis run hold`: keep a pending run out of the queue until `run release`.
+//! `lachesis run hold`: keep pending runs out of the queue until `run release`.
 
-use std::process::ExitCode;
+use lachesis::service::{RunAction, RunSummary, Service};
 
-use lachesis::service::Service;
-
+use super::selection::{SelectionArgs, act};
 use crate::cli::CliResult;
-use crate::cli::output::print_json;
 
 #[derive(clap::Args)]
 pub struct HoldArgs {
-    id: String,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    runs: SelectionArgs,
 }
 
-pub async fn run(service: &Service, HoldArgs { id, json }: HoldArgs) -> CliResult {
-    print_summary(&service.hold(&id).await?, json)?;
-    Ok(ExitCode::SUCCESS)
+pub async fn run(service: &Service, HoldArgs { runs }: HoldArgs) -> CliResult {
+    act(service, RunAction::Hold, runs, summary_line).await
 }
 
-/// A run after a hold, release or edit: its id, state and whether it is held.
-pub(super) fn print_summary(run: &lachesis::model::Run, json: bool) -> std::io::Result<()> {
-    if json {
-        return print_json(&lachesis::service::RunSummary::from(run));
-    }
+/// A run after a hold, release or edit: its id, state, whether it is held, and its priority.
+pub(super) fn summary_line(run: &RunSummary) -> String {
     let held = if run.held_at.is_some() { " (held)" } else { "" };
-    println!("{} {}{held} priority {}", run.id, run.state, run.priority);
+    format!("{} {}{held} priority {}", run.id, run.state, run.priority)
+}
+
+/// A run after an edit, as a hold prints it (or its summary as JSON).
+pub(super) fn print_summary(run: &lachesis::model::Run, json: bool) -> std::io::Result<()> {
+    let summary = RunSummary::from(run);
+    if json {
+        return crate::cli::output::print_json(&summary);
+    }
+    println!("{}", summary_line(&summary));
     Ok(())
 }

@@ -11,6 +11,7 @@ mod logs;
 mod metrics;
 mod release;
 mod resume;
+mod selection;
 mod start;
 mod status;
 mod stop;

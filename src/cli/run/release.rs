@@ -1,20 +1,17 @@
-//! `lachesis run release`: put a held run back in the queue, at its place.
+//! `lachesis run release`: put held runs back in the queue, each at its place.
 
-use std::process::ExitCode;
+use lachesis::service::{RunAction, Service};
 
-use lachesis::service::Service;
-
-use super::hold::print_summary;
+use super::hold::summary_line;
+use super::selection::{SelectionArgs, act};
 use crate::cli::CliResult;
 
 #[derive(clap::Args)]
 pub struct ReleaseArgs {
-    id: String,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    runs: SelectionArgs,
 }
 
-pub async fn run(service: &Service, ReleaseArgs { id, json }: ReleaseArgs) -> CliResult {
-    print_summary(&service.release(&id).await?, json)?;
-    Ok(ExitCode::SUCCESS)
+pub async fn run(service: &Service, ReleaseArgs { runs }: ReleaseArgs) -> CliResult {
+    act(service, RunAction::Release, runs, summary_line).await
 }

@@ -1,28 +1,22 @@
-//! `lachesis run resume`: queue a failed or stopped run again as its next attempt.
+//! `lachesis run resume`: queue failed or stopped runs again, each as its next attempt.
 
-use std::process::ExitCode;
+use lachesis::service::{RunAction, Service};
 
-use lachesis::service::Service;
-
+use super::selection::{SelectionArgs, act};
 use crate::cli::CliResult;
-use crate::cli::output::print_json;
 
 #[derive(clap::Args)]
 pub struct ResumeArgs {
-    id: String,
-    /// The step of the checkpoint to resume from [default: the last resumable one]
+    #[command(flatten)]
+    runs: SelectionArgs,
+    /// The step of the checkpoint to resume from [default: each run's last resumable one]
     #[arg(long, value_name = "STEP")]
     from: Option<i64>,
-    #[arg(long)]
-    json: bool,
 }
 
-pub async fn run(service: &Service, ResumeArgs { id, from, json }: ResumeArgs) -> CliResult {
-    let run = service.resume(&id, from).await?;
-    if json {
-        print_json(&lachesis::service::RunSummary::from(&run))?;
-    } else {
-        println!("{} {} (attempt {})", run.id, run.state, run.attempt);
-    }
-    Ok(ExitCode::SUCCESS)
+pub async fn run(service: &Service, ResumeArgs { runs, from }: ResumeArgs) -> CliResult {
+    act(service, RunAction::Resume { from }, runs, |run| {
+        format!("{} {} (attempt {})", run.id, run.state, run.attempt)
+    })
+    .await
 }

@@ -1,25 +1,16 @@
-//! `lachesis run stop`: stop a run (a pending one is cancelled).
+//! `lachesis run stop`: stop runs (a pending one is cancelled).
 
-use std::process::ExitCode;
+use lachesis::service::{RunAction, Service};
 
-use lachesis::service::Service;
-
+use super::selection::{SelectionArgs, act};
 use crate::cli::CliResult;
-use crate::cli::output::print_json;
 
 #[derive(clap::Args)]
 pub struct StopArgs {
-    id: String,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    runs: SelectionArgs,
 }
 
-pub async fn run(service: &Service, StopArgs { id, json }: StopArgs) -> CliResult {
-    let run = service.stop(&id).await?;
-    if json {
-        print_json(&lachesis::service::RunSummary::from(&run))?;
-    } else {
-        println!("{} {}", run.id, run.state);
-    }
-    Ok(ExitCode::SUCCESS)
+pub async fn run(service: &Service, StopArgs { runs }: StopArgs) -> CliResult {
+    act(service, RunAction::Stop, runs, |run| format!("{} {}", run.id, run.state)).await
 }

@@ -146,6 +146,9 @@ pub enum ServiceError {
     UnknownSweep(String),
     #[error("no webhook delivery matches '{0}'")]
     UnknownDelivery(String),
+    /// A filter asked for runs in a state the command never moves a run out of.
+    #[error("run {action} acts on runs that are {applies}, not {state}")]
+    NotApplicable { action: &'static str, state: RunState, applies: String },
     #[error("webhook delivery {id} is {state}: only a failed one is sent again")]
     DeliveryNotFailed { id: String, state: crate::model::DeliveryState },
 }
@@ -209,6 +212,7 @@ impl ServiceError {
             E::NoSelection | E::EnvironmentFileMissing { .. } | E::NeedsPostgres(_) => ErrorKind::Conflict,
             E::AlreadyEnded { .. } | E::TestEnded { .. } | E::NotEnded { .. } => ErrorKind::Conflict,
             E::NotPending { .. } => ErrorKind::Conflict,
+            E::NotApplicable { .. } => ErrorKind::Invalid,
             E::NothingToEdit | E::BadRotation { .. } => ErrorKind::Invalid,
             E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
             E::NodeNotLost { .. } => ErrorKind::Conflict,

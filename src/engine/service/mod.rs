@@ -55,8 +55,8 @@ pub use report::{
 };
 pub use retention::{GcReport, disk_usage};
 pub use runs::{
-    DependencyRequest, DependencyTarget, RunRequest, RunResults, RunStatus, RunSummary, trained_weights,
-    trained_weights_of,
+    DependencyRequest, DependencyTarget, RunAction, RunOutcome, RunRequest, RunResults, RunSelection,
+    RunStatus, RunSummary, trained_weights, trained_weights_of,
 };
 pub use schedules::ScheduleDetail;
 pub use sweeps::{

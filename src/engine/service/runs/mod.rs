@@ -1,7 +1,8 @@
-//! Runs: submit, views (find, list, status), stop and requeue, results.
+//! Runs: submit, views (find, list, status), stop and requeue, commands on several, results.
 
 mod environment;
 mod results;
+mod selection;
 mod stop;
 mod submit;
 mod views;
@@ -10,6 +11,7 @@ pub use crate::workflow::request::{DependencyRequest, DependencyTarget, RunReque
 pub(super) use environment::RunEnvironment;
 pub(super) use results::weights_in;
 pub use results::{RunResults, trained_weights, trained_weights_of};
+pub use selection::{RunAction, RunOutcome, RunSelection};
 pub(super) use stop::resubmitted_set;
 pub(super) use submit::{Earlier, InBatch, SweepRows};
 pub use views::{RunStatus, RunSummary};
