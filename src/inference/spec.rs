@@ -180,17 +180,7 @@ impl InferenceSpec {
         if let Some(dir) = &self.import_dir {
             env.insert("PYTHONPATH".to_string(), dir.display().to_string());
         }
-        StagePlan {
-            name: file_stem(model),
-            argv,
-            cwd: model_dir(test_dir, model),
-            environ: env,
-            log_path: log_path(test_dir, model),
-            start_delay: None,
-            probe: None,
-            start_timeout: DEFAULT_START_TIMEOUT,
-            log_limits: Default::default(),
-        }
+        model_task(model, test_dir, argv, model_dir(test_dir, model), env)
     }
 
     fn process_plan(&self, model: &str, test_dir: &Path) -> StagePlan {
@@ -234,17 +224,29 @@ impl InferenceSpec {
         if self.provider.server_type == "openai" {
             env.insert(ALLOW_DUMMY_MANAGED_SERVER.to_string(), "1".to_string());
         }
-        StagePlan {
-            name: file_stem(model),
-            argv,
-            cwd,
-            environ: env,
-            log_path: log_path(test_dir, model),
-            start_delay: None,
-            probe: None,
-            start_timeout: DEFAULT_START_TIMEOUT,
-            log_limits: Default::default(),
-        }
+        model_task(model, test_dir, argv, cwd, env)
+    }
+}
+
+/// One model's process, whichever evaluator: named and logged by the model, up as soon as it
+/// starts (a test has no readiness to wait for).
+fn model_task(
+    model: &str,
+    test_dir: &Path,
+    argv: Vec<String>,
+    cwd: PathBuf,
+    env: BTreeMap<String, String>,
+) -> StagePlan {
+    StagePlan {
+        name: file_stem(model),
+        argv,
+        cwd,
+        environ: env,
+        log_path: log_path(test_dir, model),
+        start_delay: None,
+        probe: None,
+        start_timeout: DEFAULT_START_TIMEOUT,
+        log_limits: Default::default(),
     }
 }
 

@@ -62,25 +62,7 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
     home.start_daemon();
     let url = format!("http://127.0.0.1:{}/v1", stub.port);
     // What `ps` shows every user: all command lines, read throughout the test.
-    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let ps = {
-        let watching = watching.clone();
-        std::thread::spawn(move || {
-            let (mut seen_env_processes, mut leaks) = (0, Vec::new());
-            while watching.load(std::sync::atomic::Ordering::Relaxed) {
-                for (pid, cmdline) in command_lines() {
-                    if cmdline.contains(KEY) {
-                        leaks.push(format!("{pid}: {cmdline}"));
-                    }
-                    if cmdline.contains(" process --config ") {
-                        seen_env_processes += 1;
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            (seen_env_processes, leaks)
-        })
-    };
+    let ps = crate::support::ArgvWatch::start(KEY, " process --config ");
     let out = home.cli(&[
         "test",
         "start",
@@ -105,8 +87,7 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
         "--wait",
         "--json",
     ]);
-    watching.store(false, std::sync::atomic::Ordering::Relaxed);
-    let (seen_env_processes, leaks) = ps.join().unwrap();
+    let (seen_env_processes, leaks) = ps.stop();
     assert!(leaks.is_empty(), "the key showed in a command line: {leaks:#?}");
     assert!(seen_env_processes > 0, "the scan saw the environment processes running");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -142,20 +123,6 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
         Vec::<i32>::new(),
         "the killed group is gone"
     );
-}
-
-/// Every process's command line, as `ps` shows it to any user.
-fn command_lines() -> Vec<(String, String)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-        .filter_map(|e| {
-            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
-            let text = String::from_utf8_lossy(&raw).replace('\0', " ");
-            Some((e.file_name().to_string_lossy().into_owned(), text))
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -494,3 +494,54 @@ pub fn files_under(dir: &Path, extension: &str) -> Vec<PathBuf> {
     }
     files
 }
+
+/// Every process's command line, as `ps` shows it to any user: (pid, argv joined by spaces).
+pub fn command_lines() -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter_map(|e| {
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let text = String::from_utf8_lossy(&raw).replace('\0', " ");
+            Some((e.file_name().to_string_lossy().into_owned(), text))
+        })
+        .collect()
+}
+
+/// Reads every process's command line every 25 ms until stopped: for a test that a secret never
+/// shows in `ps`, and that the processes it expects were seen running.
+pub struct ArgvWatch {
+    watching: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, Vec<String>)>,
+}
+
+impl ArgvWatch {
+    /// Counts the readings of a line containing `marker`, and keeps the lines holding `secret`.
+    pub fn start(secret: &'static str, marker: &'static str) -> ArgvWatch {
+        let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = watching.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut seen, mut leaks) = (0, Vec::new());
+            while flag.load(std::sync::atomic::Ordering::Relaxed) {
+                for (pid, cmdline) in command_lines() {
+                    if cmdline.contains(secret) {
+                        leaks.push(format!("{pid}: {cmdline}"));
+                    }
+                    if cmdline.contains(marker) {
+                        seen += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            (seen, leaks)
+        });
+        ArgvWatch { watching, thread }
+    }
+
+    /// Stops it: (readings that saw the marker, lines that held the secret).
+    pub fn stop(self) -> (usize, Vec<String>) {
+        self.watching.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}

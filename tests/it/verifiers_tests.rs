@@ -138,28 +138,9 @@ async fn vf_eval_scores_each_model_its_mean_reward_and_a_silent_one_is_killed() 
     // Two of the four questions are beyond the stub: it scores 0.5.
     select_arith(&mut home, 2).await;
     home.start_daemon();
-    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let ps = {
-        let watching = watching.clone();
-        std::thread::spawn(move || {
-            let (mut seen, mut leaks) = (0, Vec::new());
-            while watching.load(std::sync::atomic::Ordering::Relaxed) {
-                for (pid, cmdline) in command_lines() {
-                    if cmdline.contains(KEY) {
-                        leaks.push(format!("{pid}: {cmdline}"));
-                    }
-                    if cmdline.contains(" -m verifiers.scripts.eval ") {
-                        seen += 1;
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            (seen, leaks)
-        })
-    };
+    let ps = crate::support::ArgvWatch::start(KEY, " -m verifiers.scripts.eval ");
     let shown = run_test(&home, &url, "good-model,other-model,silent-model", "30s", &[]);
-    watching.store(false, std::sync::atomic::Ordering::Relaxed);
-    let (seen, leaks) = ps.join().unwrap();
+    let (seen, leaks) = ps.stop();
     assert!(leaks.is_empty(), "the key showed in a command line: {leaks:#?}");
     assert!(seen > 0, "the scan saw vf-eval running");
     let test = &shown["test"];
@@ -428,18 +409,4 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
     let shown = run_test(&home, &url, "m", "60s", &[]);
     assert_eq!(shown["test"]["state"], "succeeded", "{shown:#}");
     assert_eq!(model(&shown, "m")["reward"], 1.0);
-}
-
-/// Every process's command line, as `ps` shows it to any user.
-fn command_lines() -> Vec<(String, String)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-        .filter_map(|e| {
-            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
-            let text = String::from_utf8_lossy(&raw).replace('\0', " ");
-            Some((e.file_name().to_string_lossy().into_owned(), text))
-        })
-        .collect()
 }
