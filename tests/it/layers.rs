@@ -131,3 +131,28 @@ fn no_module_names_a_higher_layer() {
     let fixed: Vec<_> = known.iter().filter(|pair| !upward.contains_key(*pair)).collect();
     assert!(fixed.is_empty(), "no longer upward, take them off KNOWN: {fixed:?}");
 }
+
+/// Inside the engine the direction is one way too: the service may name the reconciler and the
+/// store, the reconciler only the store, the store neither (ARCHITECTURE.md: surfaces →
+/// service → reconciler → store). Comment lines name nothing.
+#[test]
+fn inside_the_engine_the_service_calls_the_reconciler_and_both_the_store() {
+    let engine = repo().join("src/engine");
+    let rules: [(&str, &[&str]); 2] = [("reconciler", &["service"]), ("store", &["service", "reconciler"])];
+    let mut upward = Vec::new();
+    for (module, higher) in rules {
+        for file in crate::support::files_under(&engine.join(module), "rs") {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+            for name in higher {
+                let paths = [format!("engine::{name}"), format!("crate::{name}::"), format!("super::{name}")];
+                for line in &code {
+                    if paths.iter().any(|path| line.contains(path.as_str())) {
+                        upward.push(format!("{}: {name}: {}", file.display(), line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(upward.is_empty(), "engine modules name a higher one:\n{}", upward.join("\n"));
+}

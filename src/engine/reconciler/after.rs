@@ -120,7 +120,7 @@ impl Reconciler {
         values.insert(after_var(name, dir_kind), run_dir);
         let checkpoints = self.store.checkpoints(target.id).await?;
         let stages = self.store.stages(target.id).await?;
-        let weights = crate::engine::service::trained_weights_of(&checkpoints, &stages).await.unwrap_or_else(|err| {
+        let weights = super::trained_weights_of(&checkpoints, &stages).await.unwrap_or_else(|err| {
             tracing::warn!(run = %target.short_id(), "cannot read the trained weights of {source}: {err}");
             None
         });

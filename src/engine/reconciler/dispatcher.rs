@@ -72,7 +72,7 @@ pub struct Reconciler {
     pub(super) telemetry: Arc<crate::telemetry::Telemetry>,
     pub(super) shims: Arc<Shims>,
     /// Rung by the metric workers when a sweep member's readings land (the sweep decider waits).
-    pub(super) sweep_readings: Arc<crate::engine::service::SweepReadings>,
+    pub(super) sweep_readings: Arc<super::SweepReadings>,
 }
 
 pub(super) type Result<T = ()> = std::result::Result<T, StoreError>;
@@ -85,7 +85,7 @@ impl Reconciler {
         tx: UnboundedSender<Msg>,
         telemetry: Arc<crate::telemetry::Telemetry>,
         health: Arc<tokio::sync::watch::Sender<Health>>,
-        sweep_readings: Arc<crate::engine::service::SweepReadings>,
+        sweep_readings: Arc<super::SweepReadings>,
     ) -> Reconciler {
         let http = crate::http_client::builder().no_proxy().build().unwrap_or_default();
         let webhooks =

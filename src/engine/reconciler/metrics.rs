@@ -18,8 +18,8 @@ use tokio::sync::Notify;
 use tracing::warn;
 use uuid::Uuid;
 
+use super::SweepReadings;
 use super::{Reconciler, Result};
-use crate::engine::service::SweepReadings;
 use crate::engine::store::Store;
 use crate::logs::follow::{FileMark, Follower};
 use crate::model::{MetricReading, NewEvent, now_millis};
@@ -186,7 +186,7 @@ fn spawn_worker(
             }
             if let (Some(odd), Some(member), false) = (odd, &member, said_odd) {
                 // Once per attempt: a trainer that writes the metric as text writes it each step.
-                let note = NewEvent::note(crate::engine::service::not_a_number_note(&odd, member.sweep));
+                let note = NewEvent::note(super::not_a_number_note(&odd, member.sweep));
                 said_odd = store.add_event(run, &note).await.is_ok();
             }
             if more {

@@ -16,6 +16,7 @@ mod outbox;
 mod outcome;
 mod preempt;
 mod progress;
+mod readings;
 mod recover;
 mod runs;
 mod schedules;
@@ -23,13 +24,17 @@ mod slurm;
 mod supervised;
 mod time_limit;
 mod webhooks;
+mod weights;
 mod workers;
 
 pub use dispatcher::{Reconciler, ReconcilerConfig};
 pub use health::{Health, WritesFailing};
 pub use messages::{Msg, Owner, ProcessEnd};
+pub(crate) use readings::not_a_number_of;
+pub use readings::{SweepReadings, not_a_number_note};
 pub use supervised::ports_of;
 pub use time_limit::deadline as time_limit_deadline;
+pub use weights::{trained_weights, trained_weights_of, weights_in};
 
 use dispatcher::Result;
 use supervised::Supervised;

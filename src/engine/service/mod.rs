@@ -33,13 +33,15 @@ mod sweeps;
 mod webhooks;
 
 pub use crate::engine::store::NodeRegistration;
+#[cfg(any(test, feature = "testing"))]
+pub use crate::engine::store::fresh_postgres;
 pub use attempts::AttemptStages;
 #[cfg(any(test, feature = "testing"))]
 pub use bench::Claimer;
 pub use environments::{ConfigView, FieldView};
 pub use error::{ErrorKind, Result, ServiceError};
 #[cfg(any(test, feature = "testing"))]
-pub use fixtures::{WaitingRun, fresh_postgres};
+pub use fixtures::WaitingRun;
 pub use handle::Service;
 use handle::resolve_prefix;
 pub use inference_tests::{TestRequest, TestStatus};

@@ -33,6 +33,8 @@ mod retention;
 mod rows;
 mod runs;
 mod schedules;
+#[cfg(any(test, feature = "testing"))]
+mod scratch;
 mod sql;
 mod sqlite;
 mod sweeps;
@@ -60,5 +62,7 @@ pub use report::{ListedRun, ReportStore};
 pub use retention::{Expired, RetentionStore};
 pub use runs::{RunMove, Store};
 pub use schedules::ScheduleStore;
+#[cfg(any(test, feature = "testing"))]
+pub use scratch::fresh_postgres;
 pub use sql::SqlStore;
 pub use sweeps::{MemberRun, MemberTally, SweepStore};

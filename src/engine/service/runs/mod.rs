@@ -7,10 +7,11 @@ mod stop;
 mod submit;
 mod views;
 
+pub(super) use crate::engine::reconciler::weights_in;
+pub use crate::engine::reconciler::{trained_weights, trained_weights_of};
 pub use crate::workflow::request::{DependencyRequest, DependencyTarget, RunRequest};
 pub(super) use environment::RunEnvironment;
-pub(super) use results::weights_in;
-pub use results::{RunResults, trained_weights, trained_weights_of};
+pub use results::RunResults;
 pub use selection::{RunAction, RunOutcome, RunSelection};
 pub(super) use stop::resubmitted_set;
 pub(super) use submit::{Earlier, InBatch, SweepRows};

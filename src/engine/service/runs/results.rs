@@ -2,50 +2,12 @@
 
 use serde::Serialize;
 
-use crate::engine::service::{Result, Service};
-use crate::model::Stage;
+use crate::engine::reconciler::trained_weights_of;
+use crate::engine::service::{Result, Service, ServiceError};
 
 use super::views::stage_wandb_runs;
 use super::{RunStatus, RunSummary};
 use crate::engine::service::attempts::since_first_start;
-
-/// The `tinker://…` weights path a trainer log reports, if any: the last one in the log's
-/// final [`crate::logs::SCAN_WINDOW`] bytes, scanned backwards (a trainer reports its weights
-/// as it ends), so the cost is the same for any size of log.
-pub fn trained_weights(log: &std::path::Path) -> Result<Option<String>, crate::logs::LogError> {
-    crate::logs::last_match(log, 0, crate::logs::SCAN_WINDOW, weights_in)
-}
-
-/// A run's trained weights: the last weights path among its checkpoints, else the last one its
-/// stage logs report (read off the runtime's threads). Results show it; a run that waits for
-/// this one gets it as `{after.NAME.trained_weights}`.
-pub async fn trained_weights_of(
-    checkpoints: &[crate::model::Checkpoint],
-    stages: &[Stage],
-) -> Result<Option<String>> {
-    let recorded = crate::model::Checkpoint::last_weights(checkpoints).map(str::to_string);
-    if recorded.is_some() {
-        return Ok(recorded);
-    }
-    let logs: Vec<std::path::PathBuf> = stages.iter().map(|s| s.log_path.clone()).collect();
-    crate::engine::service::logs::off_thread(move || {
-        // An unreadable log has no weights to show; the rest of the results still stand.
-        for log in &logs {
-            match trained_weights(log) {
-                Ok(Some(weights)) => return Ok(Some(weights)),
-                Ok(None) => {}
-                Err(err) => tracing::warn!("results: {err}"),
-            }
-        }
-        Ok(None)
-    })
-    .await
-}
-
-pub(in crate::engine::service) fn weights_in(line: &str) -> Option<String> {
-    let start = line.find("tinker://")?;
-    Some(line[start..].split_whitespace().next()?.trim_end_matches(['.', ',', ')']).to_string())
-}
 
 /// A run's outcome as results commands show it.
 #[derive(Clone, Debug, Serialize)]
@@ -96,7 +58,8 @@ impl Service {
                 Some((s.name.clone(), (s.record.ended_at? - s.record.started_at?) as f64 / 1000.0))
             })
             .collect();
-        let trained_weights = trained_weights_of(&checkpoints, &status.stages).await?;
+        let trained_weights =
+            trained_weights_of(&checkpoints, &status.stages).await.map_err(ServiceError::Log)?;
         let (metric_history, history) = self.history_of(&run).await?;
         Ok(RunResults { status, durations, trained_weights, checkpoints, metrics, history, metric_history })
     }

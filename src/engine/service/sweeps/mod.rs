@@ -3,15 +3,14 @@
 mod curves;
 mod decide;
 mod end;
-mod readings;
 mod report;
 mod series;
 mod submit;
 mod views;
 
+pub use crate::engine::reconciler::{SweepReadings, not_a_number_note};
 pub use curves::{MemberCurve, SweepCurves};
 pub use decide::{SweepDecider, SweepDecision};
-pub use readings::{SweepReadings, not_a_number_note};
 pub use report::{BestMember, EarlyTermination, REPORT_SWEEPS, ReportSweep};
 pub use series::MetricSeries;
 pub use submit::StartedSweep;

@@ -216,7 +216,7 @@ impl Service {
         // A member whose trainer writes the metric as text has an event that says so.
         let events = self.store.events(run.id, 0).await?;
         if let Some(said) =
-            events.iter().rev().find_map(|e| super::readings::not_a_number_of(&e.message, metric))
+            events.iter().rev().find_map(|e| crate::engine::reconciler::not_a_number_of(&e.message, metric))
         {
             return Ok(Some(format!("no member has reported {metric} as a number yet (member {k}: {said})")));
         }

@@ -60,7 +60,7 @@ pub(super) async fn sqlite_plan(store: &super::sql::SqlStore, sql: &str) -> Vec<
         .collect()
 }
 
-pub(super) use crate::engine::service::fresh_postgres;
+pub(super) use crate::engine::store::fresh_postgres;
 
 /// A fresh SQLite store, in a directory that lives as long as the returned guard.
 async fn sqlite_store() -> (tempfile::TempDir, Arc<dyn super::Store>) {

@@ -57,7 +57,7 @@ pub fn not_a_number_note(odd: &NotNumber, sweep: Uuid) -> String {
 
 /// What such an event says of metric `metric` (`loss at step 4 is not a number ("0.5")`), if
 /// `message` is one.
-pub(super) fn not_a_number_of<'m>(message: &'m str, metric: &str) -> Option<&'m str> {
+pub(crate) fn not_a_number_of<'m>(message: &'m str, metric: &str) -> Option<&'m str> {
     let said = message.strip_prefix("metrics: ")?;
     let (what, _) = said.rsplit_once(": sweep ")?;
     (what.strip_prefix(metric)?.starts_with(" at step ") && what.contains(" is not a number ("))
