@@ -10,12 +10,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lachesis::environments::{EnvKind, EnvSource, FieldInfo, FieldKind, Selection};
+use lachesis::environments::{EnvKind, FieldInfo, FieldKind};
 use lachesis::model::TestState;
 use serde_json::{Value, json};
 
 use crate::inference_tests::{KEY, Stub};
 use crate::support::{TestHome, files_containing, stderr, wait_for};
+use crate::verifiers_training::select_verifiers;
 
 /// The verifiers venv's python; None (saying why) when the tier is not set up and not required.
 fn verifiers_python() -> Option<PathBuf> {
@@ -66,36 +67,12 @@ fn int_field(name: &str, default: Option<i64>) -> FieldInfo {
     }
 }
 
-/// Lays out the environment `id` as vf-init does (`envs/NAME/pyproject.toml` + `NAME.py`), not
-/// installed, and stores it as the selection with `fields` and `config`.
-async fn select(home: &mut TestHome, id: &str, module: &str, fields: Vec<FieldInfo>, config: Value) {
-    let name = id.replace('-', "_");
-    let dir = home.path().join("envs").join(&name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("pyproject.toml"), format!("[project]\nname = \"{id}\"\nversion = \"0.1.0\"\n"))
-        .unwrap();
-    let file = dir.join(format!("{name}.py"));
-    std::fs::write(&file, module).unwrap();
-    let selection = Selection {
-        env_name: id.into(),
-        env_file: file,
-        kind: EnvKind::Verifiers,
-        source: Some(EnvSource::Directory { dir }),
-        class_name: "load_environment".into(),
-        config_class: "load_environment".into(),
-        fell_back: None,
-        fields,
-        config: serde_json::from_value(config).unwrap(),
-        updated_at: lachesis::model::now_millis(),
-    };
-    home.service().await.put_selection_as_given(&selection).await.unwrap();
-}
-
 /// Selects the test environment with `unanswerable` of its 4 questions beyond the stub.
 async fn select_arith(home: &mut TestHome, unanswerable: i64) {
     let module = std::fs::read_to_string(vf_arith_source().join("vf_arith.py")).unwrap();
     let fields = vec![int_field("count", Some(4)), int_field("unanswerable", Some(1))];
-    select(home, "vf-arith", &module, fields, json!({"count": 4, "unanswerable": unanswerable})).await;
+    select_verifiers(home, "vf-arith", &module, fields, json!({"count": 4, "unanswerable": unanswerable}))
+        .await;
 }
 
 /// `test start … --wait --json` of `models` against the stub, as JSON.
@@ -357,7 +334,7 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
         value: json!("train"),
         description: None,
     };
-    select(&mut home, "vf-raises", RAISES, vec![split], json!({"split": "dev"})).await;
+    select_verifiers(&mut home, "vf-raises", RAISES, vec![split], json!({"split": "dev"})).await;
     let shown = run_test(&home, &url, "m", "60s", &[]);
     assert_eq!(shown["test"]["state"], "failed", "{shown:#}");
     assert_eq!(shown["test"]["reason"], "no model produced results");
@@ -370,14 +347,14 @@ async fn broken_packages_fail_their_test_saying_why_and_the_daemon_carries_on() 
     );
 
     // An import that hangs: bounded by the timeout, killed, said.
-    select(&mut home, "vf-hangs", HANGS, vec![], json!({})).await;
+    select_verifiers(&mut home, "vf-hangs", HANGS, vec![], json!({})).await;
     let shown = run_test(&home, &url, "m", "8s", &[]);
     assert_eq!(shown["test"]["state"], "failed", "{shown:#}");
     let error = model(&shown, "m")["error"].as_str().unwrap();
     assert!(error.starts_with("timed out after 8s and was killed"), "{error}");
 
     // A required argument nobody configured: refused at once, in one line.
-    select(&mut home, "vf-needs", NEEDS, vec![int_field("dataset_path", None)], json!({})).await;
+    select_verifiers(&mut home, "vf-needs", NEEDS, vec![int_field("dataset_path", None)], json!({})).await;
     let out = home.cli(&["test", "start", "--models", "m", "--provider", &url, "--api-key-env", "STUB_KEY"]);
     assert!(!out.status.success());
     let err = stderr(&out);

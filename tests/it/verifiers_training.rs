@@ -48,9 +48,10 @@ fn field(name: &str, type_name: &str, kind: FieldKind, required: bool, default: 
     }
 }
 
-/// Writes the environment `id` (module `NAME.py`, dashes as underscores, in `envs/NAME/` with
-/// its pyproject.toml) and stores it as the selection, with `fields` and `config`.
-async fn select_verifiers(
+/// Writes the environment `id` as vf-init lays it out (module `NAME.py`, dashes as underscores,
+/// in `envs/NAME/` with its pyproject.toml), not installed, and stores it as the selection with
+/// `fields` and `config`; its directory.
+pub async fn select_verifiers(
     home: &mut TestHome,
     id: &str,
     module: &str,
