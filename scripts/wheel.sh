@@ -14,7 +14,7 @@ trap 'rm -rf "$scratch"' EXIT
 # Into a scratch directory first, so the path printed is this build's wheel and no older one.
 "$maturin" build --release --out "$scratch" "$@" >&2
 mkdir -p "$out"
-wheel=$(find "$scratch" -maxdepth 1 -name 'lachesis-*.whl' -print -quit)
+wheel=$(find "$scratch" -maxdepth 1 -name 'lachesis_rl-*.whl' -print -quit)
 [ -n "$wheel" ] || { echo "wheel.sh: maturin wrote no wheel" >&2; exit 1; }
 mv "$wheel" "$out/"
 echo "$out/$(basename "$wheel")"

@@ -44,56 +44,109 @@ if command -v psql >/dev/null; then
     done
 fi
 
-# The real-Atropos tier: atroposlib 0.4.0 and the rest of tests/python/requirements.lock.
+# On a fresh machine most of the time goes to compiling (CPU) and to setting the tiers up
+# (downloads, unpacking: the network and the disk), so the two overlap: the test build starts
+# now, in the background, and the tiers set up beside it, each in a job of its own. A cold
+# target directory builds without incremental data, which a build nobody edits only pays for;
+# a warm one keeps cargo's default.
+[ -d target/debug ] || export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+jobs_dir=$(mktemp -d "${TMPDIR:-/tmp}/lachesis-run.XXXXXX")
+# On the way out (a tier that cannot be had, a failed build) nothing is left running.
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$jobs_dir"' EXIT
+say "building the tests (in the background) while the tiers set up"
+cargo test --locked --no-run "$@" >"$jobs_dir/build.log" 2>&1 &
+build=$!
+# job NAME COMMAND...: runs COMMAND in the background, its stdout to NAME.out, stderr to NAME.err.
+job() {
+  local name=$1
+  shift
+  ("$@" >"$jobs_dir/$name.out" 2>"$jobs_dir/$name.err"; echo $? >"$jobs_dir/$name.rc") &
+}
+# finish NAME: waits for job NAME, shows what it said on stderr, and exits with its status.
+finish() {
+  while [ ! -f "$jobs_dir/$1.rc" ]; do sleep 0.2; done
+  cat "$jobs_dir/$1.err" >&2
+  return "$(cat "$jobs_dir/$1.rc")"
+}
+# The real-Atropos tier (atroposlib 0.4.0 and the rest of tests/python/requirements.lock), its
+# local tokenizer and, beside it, the checkpoints tier's real tinker-cookbook (its checkpoint
+# code, without torch): one after the other, since each builds on the venv before it.
+atropos() {
+  bash tests/python/venv.sh >"$jobs_dir/python" &&
+    bash tests/python/venv.sh --tokenizer >"$jobs_dir/tokenizer" &&
+    { bash tests/python/cookbook.sh >"$jobs_dir/cookbook" || true; }
+}
+job atropos atropos
+# The verifiers tier: the real `vf-eval` of verifiers 0.1.9.post3 (what tinker-cookbook 0.6.1's
+# `verifiers` extra requires) in a venv of its own.
+job verifiers bash tests/python/verifiers.sh
+# The sweeps tier: W&B's own `sweeps` package (its hyperband rule and grid order), in a venv of
+# its own since it needs numpy<2.
+job sweeps bash tests/python/sweeps.sh
+# The wheel tier's maturin (pinned), ready for after `cargo test`.
+job maturin bash tests/wheel/maturin.sh
+# The Slurm launcher's tier (a one-node cluster from Debian's packages, installed when missing
+# and we are root), then the dashboard's browser tier (Debian's headless Chromium, likewise):
+# one after the other, since both may need apt.
+system_tiers() {
+  bash tests/slurm/cluster.sh | tail -n1 >"$jobs_dir/slurm_conf" || true
+  if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing Chromium" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null || true
+  fi
+}
+job system system_tiers
+
 say "preparing the Python test venv (first time: 1-2 minutes)"
-LACHESIS_TEST_PYTHON="$(bash tests/python/venv.sh)"
-LACHESIS_TOKENIZER_DIR="$(bash tests/python/venv.sh --tokenizer)"
+finish atropos || {
+  say "the Python test venv could not be made: the suite needs it"
+  exit 1
+}
+LACHESIS_TEST_PYTHON="$(cat "$jobs_dir/python")"
+LACHESIS_TOKENIZER_DIR="$(cat "$jobs_dir/tokenizer")"
 export LACHESIS_TEST_PYTHON LACHESIS_TOKENIZER_DIR LACHESIS_REQUIRE_ATROPOS=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
-
-# The checkpoints tier's real tinker-cookbook (its checkpoint code, without torch), beside the
-# venv. Once it installs, its test is required; otherwise it says it skips.
-if LACHESIS_TEST_COOKBOOK="$(bash tests/python/cookbook.sh)"; then
+# Once tinker-cookbook installs, its test is required; otherwise it says it skips.
+if [ -s "$jobs_dir/cookbook" ]; then
+  LACHESIS_TEST_COOKBOOK="$(cat "$jobs_dir/cookbook")"
   export LACHESIS_TEST_COOKBOOK LACHESIS_REQUIRE_COOKBOOK=1
 else
   say "tinker-cookbook did not install: its checkpoints test will say it skips"
 fi
-
-# The verifiers tier: the real `vf-eval` of verifiers 0.1.9.post3 (what tinker-cookbook 0.6.1's
-# `verifiers` extra requires) in a venv of its own. Once it installs, its tests are required.
-if LACHESIS_TEST_VERIFIERS_PYTHON="$(bash tests/python/verifiers.sh)"; then
+# Once verifiers installs, its tests are required.
+if finish verifiers; then
+  LACHESIS_TEST_VERIFIERS_PYTHON="$(cat "$jobs_dir/verifiers.out")"
   export LACHESIS_TEST_VERIFIERS_PYTHON LACHESIS_REQUIRE_VERIFIERS=1
 else
   say "verifiers did not install: the inference tests of verifiers environments will say they skip"
 fi
-
-# The sweeps tier: W&B's own `sweeps` package (its hyperband rule and grid order), in a venv of
-# its own since it needs numpy<2. Once it installs, its reference test is required.
-if LACHESIS_TEST_SWEEPS_PYTHON="$(bash tests/python/sweeps.sh)"; then
+# Once W&B's sweeps installs, its reference test is required.
+if finish sweeps; then
+  LACHESIS_TEST_SWEEPS_PYTHON="$(cat "$jobs_dir/sweeps.out")"
   export LACHESIS_TEST_SWEEPS_PYTHON LACHESIS_REQUIRE_SWEEPS=1
 else
   say "W&B's sweeps package did not install: its reference test will say it skips"
 fi
-
-# The Slurm launcher's tier: a one-node cluster from Debian's packages (installed when missing
-# and we are root). Once it is up, its tests are required; otherwise they say they skip.
 say "bringing up a local Slurm cluster"
-if slurm_conf="$(bash tests/slurm/cluster.sh | tail -n1)" && [ "${slurm_conf#SLURM_CONF=}" != "$slurm_conf" ]; then
+finish system || true
+slurm_conf=$(cat "$jobs_dir/slurm_conf" 2>/dev/null || true)
+if [ -n "$slurm_conf" ] && [ "${slurm_conf#SLURM_CONF=}" != "$slurm_conf" ]; then
   export LACHESIS_REQUIRE_SLURM=1
 else
   say "no Slurm cluster (${slurm_conf:-cluster.sh failed}): the Slurm tests will say they skip"
-fi
-
-# The dashboard's browser tier: Debian's headless Chromium (installed when missing and we are
-# root). Once it is there, its tests are required; otherwise they say they skip.
-if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  say "installing Chromium"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null || true
 fi
 if command -v chromium >/dev/null; then
   export LACHESIS_REQUIRE_CHROMIUM=1
 else
   say "no Chromium: the dashboard's browser tests will say they skip"
+fi
+finish maturin >/dev/null || say "maturin did not install: the wheel tier will say so"
+
+say "waiting for the test build"
+if ! wait "$build"; then
+  cat "$jobs_dir/build.log" >&2
+  say "the tests did not build"
+  exit 1
 fi
 
 say "cargo test"

@@ -32,7 +32,7 @@ maturin=$(bash tests/wheel/maturin.sh) || fail "no maturin (tests/wheel/maturin.
 profile=${LACHESIS_WHEEL_PROFILE:-dev}
 say "building the wheel (maturin build --profile $profile)"
 "$maturin" build --profile "$profile" --out "$scratch/dist" >&2 || fail "maturin build failed"
-wheel=$(find "$scratch/dist" -maxdepth 1 -name 'lachesis-*.whl' -print -quit)
+wheel=$(find "$scratch/dist" -maxdepth 1 -name 'lachesis_rl-*.whl' -print -quit)
 [ -n "$wheel" ] || fail "maturin wrote no wheel"
 say "built $(basename "$wheel")"
 
