@@ -99,8 +99,10 @@ async fn round(
         let (blocker, blocker_stages) = pending_run(&spec);
         let blocker = Run { held_at: Some(lachesis::model::now_millis()), ..blocker };
         let (done, done_stages) = pending_run(&spec);
-        service.insert_as_given(&[(blocker.clone(), blocker_stages), (done.clone(), done_stages)]).await?;
-        service.stop(&done.id.to_string()).await?;
+        service
+            .insert_runs_as_given(&[(blocker.clone(), blocker_stages), (done.clone(), done_stages)])
+            .await?;
+        service.stop_run(&done.id.to_string()).await?;
         let with_edges: Vec<_> = queued
             .into_iter()
             .enumerate()
@@ -113,9 +115,9 @@ async fn round(
             })
             .collect();
         waiting = with_edges.len().div_ceil(2);
-        service.insert_after_as_given(&with_edges).await?;
+        service.insert_waiting_runs_as_given(&with_edges).await?;
     } else {
-        service.insert_as_given(&queued).await?;
+        service.insert_runs_as_given(&queued).await?;
     }
     let mut tasks = Vec::new();
     let started = Instant::now();

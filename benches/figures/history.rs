@@ -183,7 +183,7 @@ impl Lab {
                     (run, stages)
                 })
                 .collect();
-            self.service.insert_as_given(&batch).await?;
+            self.service.insert_runs_as_given(&batch).await?;
             done += batch.len();
             if done % 20_000 == 0 {
                 progress(&format!("{done} finished runs in the store"));
@@ -237,7 +237,7 @@ impl Lab {
             let (out, _, _) = self.time(&["run", "start", "--workflow", "one"])?;
             self.wait_completed(before + total + i + 1, Duration::from_secs(30)).await?;
             let id = Uuid::parse_str(out.trim())?;
-            let stages = self.service.status(&id.to_string()).await?.stages;
+            let stages = self.service.run_status(&id.to_string()).await?.stages;
             let events = self.service.events_after(id, 0).await?;
             let exited =
                 events.iter().find(|e| e.kind == EventKind::Stage && e.message.starts_with("exited"));

@@ -89,7 +89,7 @@ impl Lab {
 
     async fn submit(&self, workflow: &str) -> BenchResult<uuid::Uuid> {
         let request = RunRequest { workflow: Some(workflow.into()), ..RunRequest::default() };
-        Ok(self.service.submit(request).await?.id)
+        Ok(self.service.submit_run(request).await?.id)
     }
 }
 
@@ -106,7 +106,7 @@ async fn exit_detection(
         let id = submit().await?.to_string();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let status = service.status(&id).await?;
+            let status = service.run_status(&id).await?;
             if status.run.state.is_terminal() {
                 let seen = lachesis::model::now_millis();
                 let exit_at = status.stages[0].record.ended_at.unwrap_or(seen);
@@ -128,13 +128,13 @@ pub async fn run(exe: &Path, log_bytes: u64, exits: usize, say: &dyn Fn(&str)) -
 
     let id = lab.submit("big").await?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while lab.service.status(&id.to_string()).await?.run.state != RunState::Running {
+    while lab.service.run_status(&id.to_string()).await?.run.state != RunState::Running {
         if Instant::now() > deadline {
             return Err("the big-log run did not start".into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let log_path = lab.service.status(&id.to_string()).await?.stages[0].log_path.clone();
+    let log_path = lab.service.run_status(&id.to_string()).await?.stages[0].log_path.clone();
     say(&format!(
         "growing {} to {} (sparse)",
         log_path.display(),
@@ -193,9 +193,9 @@ pub async fn run(exe: &Path, log_bytes: u64, exits: usize, say: &dyn Fn(&str)) -
     report.exit_detection_while_reading_ms = exited?;
     report.daemon_peak_rss_mb = peak_rss_mb(pid);
     // Its stage must not outlive the bench: stopped while the daemon is still there.
-    lab.service.stop(&run_id).await?;
+    lab.service.stop_run(&run_id).await?;
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !lab.service.status(&run_id).await?.run.state.is_terminal() && Instant::now() < deadline {
+    while !lab.service.run_status(&run_id).await?.run.state.is_terminal() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(report)

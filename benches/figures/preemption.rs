@@ -193,7 +193,7 @@ async fn running_with(service: &Service, id: Uuid, checkpoints: usize) -> BenchR
         if run.state.is_terminal() {
             return Err(format!("the victim ended {}: {:?}", run.state, run.reason).into());
         }
-        Ok((run.state == RunState::Running && service.checkpoints_of(id).await?.len() >= checkpoints)
+        Ok((run.state == RunState::Running && service.run_checkpoints_of(id).await?.len() >= checkpoints)
             .then_some(()))
     })
     .await
@@ -245,7 +245,7 @@ pub async fn run(exe: &Path, cycles: usize, say: &dyn Fn(&str)) -> BenchResult<P
         if ended.state != RunState::Completed {
             return Err(format!("urgent run {urgent} ended {}: {:?}", ended.state, ended.reason).into());
         }
-        let (_, events) = service.events(&urgent.to_string()).await?;
+        let (_, events) = service.run_events(&urgent.to_string()).await?;
         let at = |state: RunState| events.iter().find(|e| e.to_state == Some(state)).map(|e| e.at);
         let claimable = events.first().map(|e| e.at).ok_or("no events")?;
         let pending = at(RunState::Pending).unwrap_or(claimable);
@@ -268,10 +268,10 @@ pub async fn run(exe: &Path, cycles: usize, say: &dyn Fn(&str)) -> BenchResult<P
     }
 
     // Per decision: the work the run counted against the time since its last checkpoint.
-    let (_, events) = service.events(&victim.to_string()).await?;
+    let (_, events) = service.run_events(&victim.to_string()).await?;
     let decisions: Vec<i64> =
         events.iter().filter(|e| e.message.starts_with("stop: preempted by")).map(|e| e.at).collect();
-    let checkpoints = service.checkpoints_of(victim).await?;
+    let checkpoints = service.run_checkpoints_of(victim).await?;
     let mut differences = Vec::new();
     for (decided, redone) in decisions.iter().zip(&work) {
         let last =

@@ -85,7 +85,7 @@ impl Lab {
 
     async fn submit(&self, workflow: &str) -> BenchResult<uuid::Uuid> {
         let request = RunRequest { workflow: Some(workflow.into()), ..RunRequest::default() };
-        Ok(self.service.submit(request).await?.id)
+        Ok(self.service.submit_run(request).await?.id)
     }
 
     async fn wait_count(&self, state: RunState, n: usize, limit: Duration) -> BenchResult<()> {
@@ -104,8 +104,8 @@ impl Lab {
     }
 
     async fn stop_all(&self) -> BenchResult<()> {
-        for run in self.service.list(&RunQuery { state: Some(RunState::Running), limit: None }).await? {
-            let _ = self.service.stop(&run.id.to_string()).await;
+        for run in self.service.runs(&RunQuery { state: Some(RunState::Running), limit: None }).await? {
+            let _ = self.service.stop_run(&run.id.to_string()).await;
         }
         Ok(())
     }
@@ -214,7 +214,7 @@ pub async fn run(exe: &Path, options: &ProgressOptions, say: &dyn Fn(&str)) -> B
         lab.wait_count(RunState::Failed, options.stalled_runs, Duration::from_secs(120)).await?;
         let mut delays = Vec::new();
         for id in ids {
-            let (run, events) = lab.service.events(&id.to_string()).await?;
+            let (run, events) = lab.service.run_events(&id.to_string()).await?;
             let running = events.iter().rev().find(|e| e.to_state == Some(RunState::Running)).map(|e| e.at);
             if let (Some(running), Some(ended)) = (running, run.ended_at) {
                 delays.push((ended - (running + 2000)) as f64);
@@ -275,7 +275,7 @@ async fn exit_detection(lab: &Lab, n: usize) -> BenchResult<Percentiles> {
         let id = lab.submit("one").await?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let status = lab.service.status(&id.to_string()).await?;
+            let status = lab.service.run_status(&id.to_string()).await?;
             if status.run.state.is_terminal() {
                 let exit_at = status.stages[0].record.ended_at.unwrap_or_default();
                 samples.push((status.run.ended_at.unwrap_or_default() - exit_at) as f64);

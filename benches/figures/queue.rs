@@ -49,7 +49,7 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
     for _ in 0..2 {
         let request =
             RunRequest { workflow: Some("sleeper".into()), priority: Some(1), ..Default::default() };
-        service.submit(request).await?;
+        service.submit_run(request).await?;
     }
     say(&format!("queueing {pending} pending runs"));
     let spec =
@@ -59,7 +59,7 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
         let batch: Vec<(Run, Vec<Stage>)> =
             (start..pending.min(start + BATCH)).map(|_| pending_run(&spec, &home)).collect();
         deepest = batch.last().map(|(run, _)| run.id);
-        service.insert_as_given(&batch).await?;
+        service.insert_runs_as_given(&batch).await?;
     }
     let deepest = deepest.ok_or("no pending runs")?;
 

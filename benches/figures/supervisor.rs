@@ -244,8 +244,8 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
             lab.wait_count(RunState::Completed, i + 1, Duration::from_secs(30)).await?;
         }
         let mut samples = Vec::new();
-        for run in lab.service.list(&RunQuery::default()).await? {
-            let stages = lab.service.status(&run.id.to_string()).await?.stages;
+        for run in lab.service.runs(&RunQuery::default()).await? {
+            let stages = lab.service.run_status(&run.id.to_string()).await?.stages;
             let events = lab.service.events_after(run.id, 0).await?;
             let exited =
                 events.iter().find(|e| e.kind == EventKind::Stage && e.message.starts_with("exited"));
@@ -269,7 +269,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         let begun = Instant::now();
         lab.start_daemon(options.live)?;
         let deadline = begun + Duration::from_secs(60);
-        let runs = lab.service.list(&RunQuery { state: Some(RunState::Running), limit: None }).await?;
+        let runs = lab.service.runs(&RunQuery { state: Some(RunState::Running), limit: None }).await?;
         let mut pending: Vec<_> = runs.iter().map(|r| r.id).collect();
         while !pending.is_empty() {
             let mut still = Vec::new();
@@ -291,7 +291,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         report.recovered_runs = runs.len();
         progress(&format!("re-attached {} runs in {:.0} ms; stopping them", runs.len(), report.recovery_ms));
         for run in &runs {
-            lab.service.stop(&run.id.to_string()).await?;
+            lab.service.stop_run(&run.id.to_string()).await?;
         }
         lab.wait_count(RunState::Stopped, runs.len(), Duration::from_secs(60)).await?;
     }
@@ -317,7 +317,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         report.throughput_runs = options.runs;
         report.submitters = submitters;
         report.throughput_runs_per_s = options.runs as f64 / (done - begun).as_secs_f64();
-        let runs = lab.service.list(&RunQuery::default()).await?;
+        let runs = lab.service.runs(&RunQuery::default()).await?;
         let first = runs.iter().filter_map(|r| r.started_at).min().unwrap_or(0);
         let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
         report.daemon_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
@@ -332,7 +332,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
         }
         lab.start_daemon(options.parallel)?;
         lab.wait_count(RunState::Completed, options.runs, Duration::from_secs(600)).await?;
-        let runs = lab.service.list(&RunQuery::default()).await?;
+        let runs = lab.service.runs(&RunQuery::default()).await?;
         let first = runs.iter().filter_map(|r| r.started_at).min().unwrap_or(0);
         let last = runs.iter().filter_map(|r| r.ended_at).max().unwrap_or(0);
         report.drain_runs_per_s = options.runs as f64 / ((last - first).max(1) as f64 / 1000.0);
@@ -347,7 +347,7 @@ pub async fn run(exe: &Path, options: &BenchOptions, progress: &dyn Fn(&str)) ->
     Ok(report)
 }
 
-/// Calls `submit` `runs` times in all from `submitters` loops at once, each waiting for its
+/// Calls `submit_run` `runs` times in all from `submitters` loops at once, each waiting for its
 /// last call before the next, as that many shell loops would.
 pub(super) fn submit_in_loops(
     runs: usize,
@@ -456,7 +456,7 @@ pub async fn http_load(
     }
     let run = lab
         .service
-        .submit(lachesis::service::RunRequest { workflow: Some("churn".into()), ..Default::default() })
+        .submit_run(lachesis::service::RunRequest { workflow: Some("churn".into()), ..Default::default() })
         .await?;
     let target = format!("{base}/runs/{}", run.id);
 
@@ -507,7 +507,7 @@ pub async fn http_load(
         }
     }
     churn.abort();
-    let runs_churned = lab.service.list(&RunQuery::default()).await?.len();
+    let runs_churned = lab.service.runs(&RunQuery::default()).await?.len();
     Ok(HttpReport {
         rate,
         seconds,

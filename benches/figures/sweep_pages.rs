@@ -78,7 +78,7 @@ pub async fn run(
     say(&format!("running them to their end with {readings} readings each"));
     let mut total = 0;
     for (k, id) in started.members.iter().enumerate() {
-        let run = service.resolve(&id.to_string()).await?;
+        let run = service.resolve_run(&id.to_string()).await?;
         let run = service.move_run(&run, RunTrigger::Claim, None).await?;
         let run = service.move_run(&run, RunTrigger::AllStagesUp, None).await?;
         let early = k % 3 == 0;

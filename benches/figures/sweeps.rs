@@ -230,7 +230,7 @@ async fn live_round(
     wait("the first readings", home, || async {
         for (k, id) in ids.iter().enumerate() {
             let want = if k % 2 == 0 { 3 } else { 2 };
-            if service.metric_series(*id, "loss").await?.len() < want {
+            if service.run_metric_series(*id, "loss").await?.len() < want {
                 return Ok(None);
             }
         }
@@ -266,7 +266,7 @@ async fn live_round(
             return Err(format!("loser {k} stopped for another reason: {:?}", run.reason).into());
         }
         let wrote = written_at(&run.run_dir, 3)?;
-        let (_, events) = service.events(&id.to_string()).await?;
+        let (_, events) = service.run_events(&id.to_string()).await?;
         let at = |state: RunState| events.iter().find(|e| e.to_state == Some(state)).map(|e| e.at);
         let decided = at(RunState::Stopping).ok_or("no stopping event")?;
         let stopped = at(RunState::Stopped).ok_or("no stopped event")?;

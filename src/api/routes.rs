@@ -238,7 +238,7 @@ async fn start_run(State(s): State<AppState>, Body(body): Body<Value>) -> Respon
             if requests.is_empty() {
                 return invalid("an empty list queues nothing".into());
             }
-            match s.service.submit_many(requests).await {
+            match s.service.submit_runs(requests).await {
                 Ok(runs) => {
                     let summaries: Vec<_> = runs.iter().map(crate::service::RunSummary::from).collect();
                     (StatusCode::CREATED, axum::Json(json!(summaries))).into_response()
@@ -247,7 +247,7 @@ async fn start_run(State(s): State<AppState>, Body(body): Body<Value>) -> Respon
             }
         }
         item => match RunRequest::from_value(item) {
-            Ok(request) => match s.service.submit(request).await {
+            Ok(request) => match s.service.submit_run(request).await {
                 Ok(run) => (StatusCode::CREATED, axum::Json(json!(crate::service::RunSummary::from(&run))))
                     .into_response(),
                 Err(err) => Failure::from(err).into_response(),

@@ -24,7 +24,7 @@ pub async fn run(settings: Settings, command: ConfigCommand) -> CliResult {
     let service = Service::open(settings).await?;
     match command {
         ConfigCommand::Show { json } => {
-            let view = service.config().await?;
+            let view = service.environment_config().await?;
             if json {
                 print_json(&view)?;
                 return Ok(ExitCode::SUCCESS);
@@ -66,7 +66,7 @@ pub async fn run(settings: Settings, command: ConfigCommand) -> CliResult {
             }
         }
         ConfigCommand::Set { field, value } => {
-            let value = service.set_config(&field, &value).await?;
+            let value = service.set_environment_config(&field, &value).await?;
             println!("{field} = {value}");
         }
     }

@@ -121,7 +121,7 @@ pub async fn run(settings: Settings, command: EnvCommand) -> CliResult {
             }
         }
         EnvCommand::Select { name, json } => {
-            let selection = service.select(&name).await?;
+            let selection = service.select_environment(&name).await?;
             if json {
                 print_json(&selection)?;
             } else {

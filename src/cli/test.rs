@@ -119,7 +119,7 @@ pub async fn run(settings: Settings, command: TestCommand) -> CliResult {
             }
         }
         TestCommand::List { limit, json } => {
-            let tests = service.list_tests(limit).await?;
+            let tests = service.tests(limit).await?;
             if json {
                 print_json(&tests)?;
             } else if tests.is_empty() {

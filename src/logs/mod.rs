@@ -3,7 +3,7 @@
 //! [`RotatingLog`] under the stage's [`Rotation`], and the progress reader follows a
 //! growing log with [`follow::Follower`] (carrying on through a rotation). A log another process
 //! appends to (a Slurm job's) is rotated from outside by [`copy_truncate`]. Surfaces get
-//! logs from `Service::logs`, which reads off the daemon's thread.
+//! logs from `Service::run_logs`, which reads off the daemon's thread.
 
 pub mod copytruncate;
 pub mod follow;

@@ -43,7 +43,7 @@ pub fn error(service: &Service, err: &ServiceError) -> String {
 /// Ids of the runs that have not ended (the reference's `active_runs`), newest first.
 pub async fn active_runs(service: &Service) -> Vec<String> {
     let filter = crate::model::RunQuery { state: None, limit: Some(100) };
-    let runs = service.list(&filter).await.unwrap_or_default();
+    let runs = service.runs(&filter).await.unwrap_or_default();
     runs.iter().filter(|r| !r.state.is_terminal()).map(|r| r.id.to_string()).collect()
 }
 

@@ -28,7 +28,7 @@ impl RlTools {
     }
 
     pub(super) async fn select_environment(&self, args: NameArgs) -> String {
-        match self.service.select(&args.name).await {
+        match self.service.select_environment(&args.name).await {
             Ok(selection) => answer(json!({
                 "message": format!("Selected environment: {}", selection.env_name),
                 "environment": selection.env_name,
@@ -45,7 +45,7 @@ impl RlTools {
     }
 
     pub(super) async fn get_current_config(&self) -> String {
-        match self.service.config().await {
+        match self.service.environment_config().await {
             Ok(view) => {
                 let field = |f: &crate::service::FieldView| {
                     let mut item = json!({ "name": f.name, "type": f.type_name, "default": f.default, "description": f.description.clone().unwrap_or_default(), "current_value": f.value, "required": f.required });
@@ -73,9 +73,14 @@ impl RlTools {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        match self.service.set_config(&args.field, &raw).await {
+        match self.service.set_environment_config(&args.field, &raw).await {
             Ok(value) => {
-                let config = self.service.selection().await.map(|s| json!(s.config)).unwrap_or(Value::Null);
+                let config = self
+                    .service
+                    .environment_selection()
+                    .await
+                    .map(|s| json!(s.config))
+                    .unwrap_or(Value::Null);
                 answer(
                     json!({ "message": format!("Updated {} = {value}", args.field), "field": args.field, "value": value, "config": config }),
                 )
@@ -85,7 +90,7 @@ impl RlTools {
                 "locked_value": value,
             })),
             Err(ServiceError::Edit(EditError::Unknown { field, .. })) => {
-                let all = self.service.config().await.map(|view| {
+                let all = self.service.environment_config().await.map(|view| {
                     view.configurable_fields
                         .iter()
                         .chain(&view.locked_fields)

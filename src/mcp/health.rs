@@ -11,7 +11,7 @@ impl RlTools {
         let mut out = crate::doctor::checkup(&self.service).await.to_json();
         let running = answers::daemon_running(&self.service);
         let filter = RunQuery { state: Some(crate::model::RunState::Pending), limit: Some(100) };
-        let queued = self.service.list(&filter).await.map(|r| r.len()).unwrap_or(0);
+        let queued = self.service.runs(&filter).await.map(|r| r.len()).unwrap_or(0);
         out["daemon_running"] = json!(running);
         out["queued_runs"] = json!(queued);
         out["active_runs"] = json!(answers::active_runs(&self.service).await);

@@ -220,7 +220,7 @@ fn step_entry(s: &StepResult) -> Value {
 
 impl RlTools {
     pub(super) async fn test_inference(&self, args: TestArgs, ctx: RequestContext<RoleServer>) -> String {
-        if self.service.selection().await.is_err() {
+        if self.service.environment_selection().await.is_err() {
             return answer(json!({ "error": answers::NO_SELECTION }));
         }
         let request = TestRequest {

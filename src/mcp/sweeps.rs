@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(started["held"], true);
         let ids = started["run_ids"].as_array().unwrap();
         assert_eq!(ids.len(), 6);
-        let member = tools.service.resolve(ids[2].as_str().unwrap()).await.unwrap();
+        let member = tools.service.resolve_run(ids[2].as_str().unwrap()).await.unwrap();
         assert!(member.held_at.is_some(), "held");
         let sweep_id = started["sweep_id"].as_str().unwrap().to_string();
         assert_eq!(member.params.sweep.map(|m| (m.sweep.to_string(), m.k)), Some((sweep_id.clone(), 2)));
@@ -219,7 +219,7 @@ mod tests {
             assert!(!error.contains('\n'), "{given}: {error}");
         }
         assert!(tools.service.sweeps().await.unwrap().is_empty());
-        assert!(tools.service.list(&Default::default()).await.unwrap().is_empty());
+        assert!(tools.service.runs(&Default::default()).await.unwrap().is_empty());
     }
 
     /// Arguments of any shape, the tool's own keys and a sweep's likely, with file names that

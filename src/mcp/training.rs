@@ -20,11 +20,11 @@ impl RlTools {
         // The selected environment, as the reference starts it; with none selected, the service
         // asks for one only if the workflow runs an environment (the demo starts without).
         if request.env.is_none() {
-            request.env = self.service.selection().await.ok().map(|selection| selection.env_name);
+            request.env = self.service.environment_selection().await.ok().map(|selection| selection.env_name);
         }
-        match self.service.submit(request).await {
+        match self.service.submit_run(request).await {
             Ok(run) => {
-                let position = self.service.status_of(&run).await.ok().and_then(|s| s.queue_position);
+                let position = self.service.run_status_of(&run).await.ok().and_then(|s| s.queue_position);
                 let logs: BTreeMapValue = run
                     .spec
                     .stages
@@ -56,7 +56,7 @@ impl RlTools {
     }
 
     pub(super) async fn check_status(&self, args: RunArgs) -> String {
-        let run = match self.service.resolve(&args.run_id).await {
+        let run = match self.service.resolve_run(&args.run_id).await {
             Ok(run) => run,
             Err(err) => return self.unknown_run(&err).await,
         };
@@ -75,7 +75,7 @@ impl RlTools {
             ));
             return answer(snapshot);
         }
-        let fresh = match self.service.status_of(&run).await {
+        let fresh = match self.service.run_status_of(&run).await {
             Ok(status) => answers::status(&self.service, &run, &status).await,
             Err(err) => return answers::error(&self.service, &err),
         };
@@ -86,7 +86,7 @@ impl RlTools {
     }
 
     pub(super) async fn stop_training(&self, args: RunArgs) -> String {
-        match self.service.stop(&args.run_id).await {
+        match self.service.stop_run(&args.run_id).await {
             Ok(run) => answer(json!({
                 "message": format!("Stopping training run '{}'", run.id),
                 "run_id": run.id,
@@ -110,12 +110,12 @@ impl RlTools {
                 inference::queued(&status.test)
             });
         }
-        let results = match self.service.results(&args.run_id).await {
+        let results = match self.service.run_results(&args.run_id).await {
             Ok(results) => results,
             Err(err) => return answers::error(&self.service, &err),
         };
         // W&B's history read now; the stored one stands in when W&B can't answer.
-        let history = match self.service.resolve(&results.status.run.id.to_string()).await {
+        let history = match self.service.resolve_run(&results.status.run.id.to_string()).await {
             Ok(run) => self.service.run_history(&run).await,
             Err(err) => Err(err.to_string()),
         };
@@ -123,7 +123,7 @@ impl RlTools {
     }
 
     pub(super) async fn list_runs(&self) -> String {
-        match self.service.list(&RunQuery { state: None, limit: Some(100) }).await {
+        match self.service.runs(&RunQuery { state: None, limit: Some(100) }).await {
             Ok(runs) => {
                 let runs: Vec<Value> = runs.iter().map(answers::run_item).collect();
                 answer(json!({ "runs": runs, "count": runs.len() }))
@@ -190,7 +190,7 @@ mod tests {
         let mut run = crate::model::Run::queued(id, spec, home.path().join("runs"), 0, params);
         run.attempt = 2;
         let stages = run.pending_stages();
-        service.insert_as_given(&[(run, stages)]).await.unwrap();
+        service.insert_runs_as_given(&[(run, stages)]).await.unwrap();
         let tools = RlTools::new(service);
         let status: Value =
             serde_json::from_str(&tools.check_status(RunArgs { run_id: id.to_string() }).await).unwrap();
@@ -214,7 +214,7 @@ mod tests {
             |time_limit: &str| args(json!({ "workflow": "demo", "hold": true, "time_limit": time_limit }));
         let started: Value = serde_json::from_str(&tools.start_training(limited("10h")).await).unwrap();
         assert_eq!(started["held"], true, "{started:#}");
-        let run = service.resolve(started["run_id"].as_str().unwrap()).await.unwrap();
+        let run = service.resolve_run(started["run_id"].as_str().unwrap()).await.unwrap();
         assert!(run.held_at.is_some());
         assert_eq!(run.spec.time_limit, Some(crate::workflow::Dur(Duration::from_secs(36_000))));
         let refused: Value = serde_json::from_str(&tools.start_training(limited("soon")).await).unwrap();

@@ -97,8 +97,8 @@ async fn resumed_at_six(home: &mut TestHome, id: Uuid) {
         assert!(steps.windows(2).all(|w| w[0] < w[1]), "no (attempt, step) twice: {steps:?}");
         steps
     };
-    let first = series(service.progress(id, 1).await.unwrap(), 1);
-    let second = series(service.progress(id, 2).await.unwrap(), 2);
+    let first = series(service.run_progress_in(id, 1).await.unwrap(), 1);
+    let second = series(service.run_progress_in(id, 2).await.unwrap(), 2);
     assert!(first.last().is_some_and(|s| (0..=6).contains(s)), "{first:?}");
     assert_eq!((second.first(), second.last()), (Some(&6), Some(&10)), "{second:?}");
     // The metrics by name: the first attempt's rows before the step the second resumed at, the
@@ -107,7 +107,7 @@ async fn resumed_at_six(home: &mut TestHome, id: Uuid) {
     let batch = wait_for("the batches' metric", T, || {
         let service = service.clone();
         async move {
-            let series = service.metric_series(id, "progress/batch").await.unwrap();
+            let series = service.run_metric_series(id, "progress/batch").await.unwrap();
             series.last().is_some_and(|p| p.step == 9).then_some(series)
         }
     })
@@ -119,13 +119,13 @@ async fn resumed_at_six(home: &mut TestHome, id: Uuid) {
         assert_eq!(tagged.iter().map(|(_, step)| *step).collect::<Vec<_>>(), (0..10).collect::<Vec<_>>());
     }
     // Every checkpoint once, each under the attempt that wrote it.
-    let saved = service.checkpoints_of(id).await.unwrap();
+    let saved = service.run_checkpoints_of(id).await.unwrap();
     let rows: Vec<(i64, i64)> = saved.iter().map(|c| (c.attempt, c.step)).collect();
     assert_eq!(rows, [(1, 2), (1, 4), (1, 6), (2, 8), (2, 10)]);
     let listed: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["run", "checkpoints", &id.to_string(), "--json"])).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(5));
-    let results = service.results(&id.to_string()).await.unwrap();
+    let results = service.run_results(&id.to_string()).await.unwrap();
     assert_eq!(results.trained_weights.as_deref(), Some("tinker://standin/sampler_weights/final"));
 }
 
@@ -251,7 +251,7 @@ checkpoints:
     let id = home.submit(&["--workflow", "bad"]);
     let (run, _) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Completed, "{:?}", run.reason);
-    let saved = home.service().await.checkpoints_of(id).await.unwrap();
+    let saved = home.service().await.run_checkpoints_of(id).await.unwrap();
     assert_eq!(saved.iter().map(|c| c.step).collect::<Vec<_>>(), [4], "only the good line is a row");
     let messages = home.messages(id).await;
     let skipped: Vec<&String> =
@@ -269,7 +269,7 @@ async fn a_stopped_run_resumes_on_request() {
     let service = home.service().await;
     wait_for("the checkpoint at step 6", T, || {
         let service = service.clone();
-        async move { service.checkpoints_of(id).await.unwrap().iter().any(|c| c.step == 6).then_some(()) }
+        async move { service.run_checkpoints_of(id).await.unwrap().iter().any(|c| c.step == 6).then_some(()) }
     })
     .await;
     let refused = home.cli(&["run", "resume", &id.to_string()]);
@@ -299,7 +299,7 @@ async fn a_run_requeued_after_its_node_was_lost_resumes_from_the_last_checkpoint
     let service = homes[0].service().await;
     wait_for("the checkpoint at step 6", T, || {
         let service = service.clone();
-        async move { service.checkpoints_of(id).await.unwrap().iter().any(|c| c.step == 6).then_some(()) }
+        async move { service.run_checkpoints_of(id).await.unwrap().iter().any(|c| c.step == 6).then_some(()) }
     })
     .await;
     start_node(&mut homes[0], "a", LONG, &[]);
@@ -383,12 +383,12 @@ checkpoints:
     );
     let service = home.service().await;
     let rows: Vec<(i64, i64)> =
-        service.checkpoints_of(id).await.unwrap().iter().map(|c| (c.attempt, c.step)).collect();
+        service.run_checkpoints_of(id).await.unwrap().iter().map(|c| (c.attempt, c.step)).collect();
     assert_eq!(rows, [(1, 2), (1, 4), (1, 6), (2, 8), (2, 10)]);
-    let second: Vec<i64> = service.progress(id, 2).await.unwrap().iter().map(|p| p.step).collect();
+    let second: Vec<i64> = service.run_progress_in(id, 2).await.unwrap().iter().map(|p| p.step).collect();
     assert_eq!((second.first(), second.last()), (Some(&6), Some(&10)), "{second:?}");
     assert!(second.windows(2).all(|w| w[0] < w[1]), "{second:?}");
-    let results = service.results(&id.to_string()).await.unwrap();
+    let results = service.run_results(&id.to_string()).await.unwrap();
     assert_eq!(results.trained_weights.as_deref(), Some("tinker://cookbook/sampler_weights/final"));
     home.kill_daemon();
 }
@@ -424,13 +424,13 @@ async fn each_keeps_its_checkpoint(home: &mut TestHome, name: &str, state: RunSt
     for id in ids {
         let (run, _) = home.wait_settled(id, T).await;
         assert_eq!(run.state, state, "{:?}\n{}", run.reason, home.daemon_log());
-        let saved = service.checkpoints_of(id).await.unwrap();
+        let saved = service.run_checkpoints_of(id).await.unwrap();
         let rows: Vec<_> = saved.iter().map(|c| (c.attempt, c.step, c.path.as_deref())).collect();
         assert_eq!(rows, [(1, 5, Some("tinker://q/weights/5"))], "{:#?}", home.messages(id).await);
         let listed: serde_json::Value =
             serde_json::from_str(&home.cli_ok(&["run", "checkpoints", &id.to_string(), "--json"])).unwrap();
         assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
-        let results = service.results(&id.to_string()).await.unwrap();
+        let results = service.run_results(&id.to_string()).await.unwrap();
         assert_eq!(results.trained_weights.as_deref(), Some("tinker://q/sampler_weights/5"));
     }
 }
@@ -497,7 +497,7 @@ completion: {{stages: [trainer]}}
     home.start_daemon();
     let (run, _) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Failed, "{:?}", run.reason);
-    let saved = home.service().await.checkpoints_of(id).await.unwrap();
+    let saved = home.service().await.run_checkpoints_of(id).await.unwrap();
     assert_eq!(saved.iter().map(|c| c.step).collect::<Vec<_>>(), [5], "{:#?}", home.messages(id).await);
     home.kill_daemon();
 }

@@ -3,7 +3,7 @@
 use crate::support::{TestHome, stderr};
 
 async fn run_count(home: &mut TestHome) -> usize {
-    home.service().await.list(&Default::default()).await.unwrap().len()
+    home.service().await.runs(&Default::default()).await.unwrap().len()
 }
 
 #[tokio::test]
@@ -201,7 +201,7 @@ async fn bulk_start_queues_every_run_in_one_go_or_none() {
     let listed: Vec<String> = home
         .service()
         .await
-        .list(&Default::default())
+        .runs(&Default::default())
         .await
         .unwrap()
         .iter()

@@ -317,7 +317,7 @@ async fn the_runs_page_with_a_thousand_runs_loads_within_the_figures() {
         run.ended_at = Some(now - i);
         run.reason = Some("stage 'main' exited with code 0".into());
         let stages = run.pending_stages();
-        service.insert_as_given(&[(run, stages)]).await.unwrap();
+        service.insert_runs_as_given(&[(run, stages)]).await.unwrap();
     }
     let base = serve(&mut home, &[]).await;
     let out = screenshot_dir();

@@ -56,7 +56,7 @@ impl FullDiskLab {
         let service = self.home.service().await;
         wait_for(&format!("the stage to be {state:?}"), T, || {
             let service = service.clone();
-            async move { (service.stages(id).await.unwrap()[0].record.state == state).then_some(()) }
+            async move { (service.run_stages(id).await.unwrap()[0].record.state == state).then_some(()) }
         })
         .await;
     }

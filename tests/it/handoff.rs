@@ -78,7 +78,7 @@ async fn run_start_goes_through_the_daemon_which_checks_the_keys_it_will_use() {
     assert_eq!(message.trim().lines().count(), 1, "{message}");
     let out = cli(&home, &["run", "start", "-w", "keyed", "--var", "x=1"]);
     assert!(stderr(&out).contains("unknown variable 'x'"), "{}", stderr(&out));
-    let runs = home.service().await.list(&Default::default()).await.unwrap();
+    let runs = home.service().await.runs(&Default::default()).await.unwrap();
     assert_eq!(runs.len(), 2, "only the two good runs are queued");
 }
 
@@ -167,7 +167,7 @@ async fn stages_run_under_lachesis_shim_or_the_lone_binary() {
         } else {
             assert_eq!(exe.file_name().unwrap(), "lachesis-shim", "{exe:?}");
         }
-        home.service().await.stop(&id.to_string()).await.unwrap();
+        home.service().await.stop_run(&id.to_string()).await.unwrap();
         home.wait_state(id, RunState::Stopped, Duration::from_secs(30)).await;
         if let Some(mut daemon) = lone_daemon {
             daemon.kill().unwrap();

@@ -510,7 +510,7 @@ async fn a_running_runs_wandb_history_is_stored_and_outlives_wandb() {
     let service = home.service().await;
     wait_for("the W&B history to be stored while the run runs", Duration::from_secs(30), || {
         let service = service.clone();
-        async move { (service.metric_rows(id).await.unwrap().len() == 30).then_some(()) }
+        async move { (service.run_metric_rows(id).await.unwrap().len() == 30).then_some(()) }
     })
     .await;
     assert_eq!(home.run(id).await.state, lachesis::model::RunState::Running);

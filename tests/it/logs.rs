@@ -113,7 +113,7 @@ stop_grace: 2s
     let service = home.service().await;
     wait_for("the follower to reach step 40 through the rotations", T, || {
         let service = service.clone();
-        async move { service.progress(id, 1).await.unwrap().last().filter(|p| p.step == 40).map(drop) }
+        async move { service.run_progress_in(id, 1).await.unwrap().last().filter(|p| p.step == 40).map(drop) }
     })
     .await;
     let log = &home.stages(id).await[0].log_path;

@@ -19,7 +19,7 @@ async fn series_of(home: &mut TestHome, id: Uuid, name: &'static str, len: usize
     wait_for(&format!("{len} readings of {name}"), T, || {
         let service = service.clone();
         async move {
-            let series = service.metric_series(id, name).await.unwrap();
+            let series = service.run_metric_series(id, name).await.unwrap();
             (series.len() == len).then_some(series)
         }
     })
@@ -114,7 +114,7 @@ metrics:
     assert_eq!(series_of(&mut home, id, "loss", 2).await, vec![p(1, 1, 0.5), p(1, 2, 0.25)]);
     assert_eq!(series_of(&mut home, id, "reward", 1).await, vec![p(1, 2, 3.0)], "NaN is dropped");
     let service = home.service().await;
-    assert_eq!(service.metric_names(id).await.unwrap(), ["loss", "reward"]);
+    assert_eq!(service.run_metric_names(id).await.unwrap(), ["loss", "reward"]);
     home.kill_daemon();
 }
 
@@ -209,7 +209,7 @@ async fn a_daemon_killed_mid_run_reads_on_and_records_each_reading_once() {
     let service = home.service().await;
     wait_for("three readings", T, || {
         let service = service.clone();
-        async move { (service.metric_series(id, "loss").await.unwrap().len() >= 3).then_some(()) }
+        async move { (service.run_metric_series(id, "loss").await.unwrap().len() >= 3).then_some(()) }
     })
     .await;
     home.kill_daemon();

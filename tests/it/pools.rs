@@ -75,7 +75,7 @@ async fn release(home: &mut TestHome, id: Uuid) {
 /// Every claimed, unfinished run's units, from the store: no unit twice.
 async fn assert_no_unit_shared(home: &mut TestHome) -> BTreeMap<String, Uuid> {
     let service = home.service().await;
-    let runs = service.list(&RunQuery { state: None, limit: Some(100) }).await.unwrap();
+    let runs = service.runs(&RunQuery { state: None, limit: Some(100) }).await.unwrap();
     let mut owners = BTreeMap::new();
     for run in runs.iter().filter(|r| r.state.is_in_flight()) {
         for unit in run.units.get("gpu").into_iter().flatten() {
@@ -236,7 +236,7 @@ async fn requests_no_pool_can_meet_are_refused_and_needs_are_edited_while_pendin
     let err = stderr(&home.cli(&["run", "start", "-w", "gpujob", "--from", lines.to_str().unwrap()]));
     assert!(err.contains("run 2 of the batch: needs gpu=9: pool 'gpu' has 4 units"), "{err}");
     let service = home.service().await;
-    assert!(service.list(&RunQuery::default()).await.unwrap().is_empty(), "nothing was queued");
+    assert!(service.runs(&RunQuery::default()).await.unwrap().is_empty(), "nothing was queued");
 
     // `run edit --needs` on a held run: checked as at submission, then claimed with the new count.
     let id = home.submit(&["-w", "gpujob", "--hold"]);

@@ -83,7 +83,7 @@ async fn wait_checkpoint(home: &mut TestHome, id: Uuid) {
     let service = home.service().await;
     wait_for("the victim's checkpoint to be recorded", T, || {
         let service = service.clone();
-        async move { (!service.checkpoints_of(id).await.unwrap().is_empty()).then_some(()) }
+        async move { (!service.run_checkpoints_of(id).await.unwrap().is_empty()).then_some(()) }
     })
     .await;
 }
@@ -145,7 +145,7 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
 
     // The work redone is the time from the checkpoint to the victim's end: at least until the
     // decision, at most until the requeue (the store's clock throughout).
-    let checkpoint_at = home.service().await.checkpoints_of(victim).await.unwrap()[0].at;
+    let checkpoint_at = home.service().await.run_checkpoints_of(victim).await.unwrap()[0].at;
     let events = home.events(victim).await;
     let at = |prefix: &str| events.iter().find(|e| e.message.starts_with(prefix)).map(|e| e.at).unwrap();
     let (stopped_at, requeued_at) = (at("stop: preempted by"), at("preempted: "));
@@ -376,7 +376,7 @@ async fn killed_and_restarted(crash: Crash, database_url: Option<String>) {
     assert!(requeued < claimed, "the urgent run was claimed before the victim's stages were gone");
 
     // The victim's first attempt: every process gone, and gone before the urgent run's began.
-    let status = home.service().await.status(&victim.to_string()).await.unwrap();
+    let status = home.service().await.run_status(&victim.to_string()).await.unwrap();
     let first = &status.earlier_attempts.first().expect("the first attempt's stages are kept").stages;
     crate::support::assert_no_stage_alive(first);
     let victim_end = first.iter().filter_map(|s| s.record.ended_at).max().expect("its stage ended");
@@ -387,7 +387,7 @@ async fn killed_and_restarted(crash: Crash, database_url: Option<String>) {
     );
     // The work redone runs from the checkpoint to the victim's end, whenever the restarted
     // daemon got to requeue it: at least until the decision, at most until that end.
-    let checkpoint_at = home.service().await.checkpoints_of(victim).await.unwrap()[0].at;
+    let checkpoint_at = home.service().await.run_checkpoints_of(victim).await.unwrap()[0].at;
     let events = home.events(victim).await;
     let decided_at = events.iter().find(|e| e.message.starts_with("stop: preempted by")).unwrap().at;
     assert!(

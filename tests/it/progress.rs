@@ -50,7 +50,7 @@ async fn the_demo_reports_its_log_progress_to_five_of_five() {
     let list = home.cli_ok(&["run", "list"]);
     assert!(list.contains("STEP") && list.contains("5/5"), "{list}");
     // One row per change of step, climbing.
-    let series = home.service().await.progress(id, 1).await.unwrap();
+    let series = home.service().await.run_progress_in(id, 1).await.unwrap();
     let steps: Vec<i64> = series.iter().map(|p| p.step).collect();
     assert!(steps.windows(2).all(|w| w[0] < w[1]) && steps.last() == Some(&5), "{series:?}");
 }
@@ -101,7 +101,7 @@ async fn a_run_whose_step_stops_moving_fails_stalled_and_the_webhook_says_so() {
     let (run, stages) = home.wait_settled(id, T).await;
     assert_eq!(run.state, RunState::Failed);
     assert_eq!(run.reason.as_deref(), Some("stalled: no progress for 2s (at step 2 of 10)"));
-    let last = home.service().await.progress(id, 1).await.unwrap().pop().unwrap();
+    let last = home.service().await.run_progress_in(id, 1).await.unwrap().pop().unwrap();
     let late = run.ended_at.unwrap() - (last.at + 2000);
     assert!((0..1000).contains(&late), "failed {late} ms after the stall deadline");
     assert_no_stage_alive(&stages);
@@ -156,7 +156,7 @@ async fn the_stall_clock_survives_a_daemon_crash() {
     let service = home.service().await;
     let first = wait_for("the first step to be recorded", T, || {
         let service = service.clone();
-        async move { service.progress(id, 1).await.unwrap().pop() }
+        async move { service.run_progress_in(id, 1).await.unwrap().pop() }
     })
     .await;
     home.kill_daemon();
@@ -167,7 +167,7 @@ async fn the_stall_clock_survives_a_daemon_crash() {
     assert_eq!(run.reason.as_deref(), Some("stalled: no progress for 4s (at step 1 of 10)"));
     let late = run.ended_at.unwrap() - (first.at + 4000);
     assert!((0..1000).contains(&late), "failed {late} ms after the original deadline");
-    let series = service.progress(id, 1).await.unwrap();
+    let series = service.run_progress_in(id, 1).await.unwrap();
     assert_eq!(series.len(), 1, "the re-attached run carried on from its step: {series:?}");
     assert_no_stage_alive(&stages);
 }
@@ -196,7 +196,7 @@ async fn run_api_status_steps_climb_to_the_total_and_the_run_completes() {
     home.start_daemon();
     let id = home.submit(&args);
     let (run, stages) = home.wait_settled(id, Duration::from_secs(180)).await;
-    let series = home.service().await.progress(id, 1).await.unwrap();
+    let series = home.service().await.run_progress_in(id, 1).await.unwrap();
     assert_eq!(run.state, RunState::Completed, "{:?} {series:?}\n{}", run.reason, home.daemon_log());
     let steps: Vec<i64> = series.iter().map(|p| p.step).collect();
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "{series:?}");
@@ -224,7 +224,7 @@ async fn hung_inference_stalls_the_real_loop_and_leaves_nothing_running() {
     let (run, stages) = home.wait_settled(id, Duration::from_secs(180)).await;
     assert_eq!(run.state, RunState::Failed);
     assert_eq!(run.reason.as_deref(), Some("stalled: no progress for 20s (at step 0 of 2)"));
-    let running = home.service().await.running_since(id).await.unwrap().unwrap();
+    let running = home.service().await.run_running_since(id).await.unwrap().unwrap();
     let late = run.ended_at.unwrap() - (running + 20_000);
     assert!((0..3000).contains(&late), "failed {late} ms after the stall deadline");
     assert_no_stage_alive(&stages);
@@ -308,7 +308,7 @@ progress:
     let progress = &status["progress"];
     assert_eq!((progress["step"].as_i64(), progress["total"].as_i64()), (Some(5), Some(5)), "{status:#}");
     // Whole lines only: every recorded step is one the trainer wrote, climbing.
-    let series = home.service().await.progress(id, 1).await.unwrap();
+    let series = home.service().await.run_progress_in(id, 1).await.unwrap();
     let steps: Vec<i64> = series.iter().map(|p| p.step).collect();
     assert!(steps.windows(2).all(|w| w[0] < w[1]) && steps.last() == Some(&5), "{series:?}");
     assert!(series.iter().all(|p| p.total == Some(5)), "{series:?}");
@@ -342,7 +342,7 @@ progress:
         for id in ids {
             let (run, _) = home.wait_settled(id, T).await;
             assert_eq!(run.state, RunState::Completed, "{name}: {:?}", run.reason);
-            let series = home.service().await.progress(id, 1).await.unwrap();
+            let series = home.service().await.run_progress_in(id, 1).await.unwrap();
             assert_eq!(series.last().map(|p| (p.step, p.total)), Some((10, Some(10))), "{series:?}");
         }
     }

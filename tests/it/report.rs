@@ -50,7 +50,7 @@ async fn fixture_run(home: &mut TestHome, state: RunState, ended_at: i64, reason
     run.ended_at = Some(ended_at);
     run.reason = Some(reason.into());
     let stages = run.pending_stages();
-    service.insert_as_given(&[(run, stages)]).await.unwrap();
+    service.insert_runs_as_given(&[(run, stages)]).await.unwrap();
     id
 }
 
@@ -248,7 +248,7 @@ async fn the_morning_report_shows_the_night_on_every_surface() {
         let service = service.clone();
         async move {
             let run = service.run(night.running).await.unwrap().unwrap();
-            service.progress_of(&run).await.unwrap().map(drop)
+            service.run_progress_of(&run).await.unwrap().map(drop)
         }
     })
     .await;
@@ -449,7 +449,7 @@ async fn a_crowded_window_lists_a_thousand_and_counts_the_rest() {
         let stages = run.pending_stages();
         batch.push((run, stages));
     }
-    service.insert_as_given(&batch).await.unwrap();
+    service.insert_runs_as_given(&batch).await.unwrap();
     let started = std::time::Instant::now();
     let report = service.report(Duration::from_secs(12 * 3600)).await.unwrap();
     let took = started.elapsed();
@@ -513,7 +513,7 @@ async fn report_figure(database_url: Option<String>, window: usize) {
             }
             batch.push((run, stages));
         }
-        service.insert_as_given(&batch).await.unwrap();
+        service.insert_runs_as_given(&batch).await.unwrap();
     }
     for (run, stages) in &listed {
         let start = run.started_at.unwrap();

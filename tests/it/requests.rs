@@ -196,7 +196,7 @@ async fn every_field_is_taken_by_every_surface_and_stored() {
     let mut wrong = Vec::new();
     for (surface, id) in &queued {
         let run = home.run(*id).await;
-        let status = service.status(&id.to_string()).await.unwrap();
+        let status = service.run_status(&id.to_string()).await.unwrap();
         for f in &table {
             let got = (f.stored)(&run, &status.after);
             if got != f.want {
@@ -238,7 +238,7 @@ async fn every_surface_refuses_an_unknown_field_naming_it() {
     for e in [&err, message] {
         assert!(!e.trim_end().contains('\n'), "{e}");
     }
-    assert!(home.service().await.list(&Default::default()).await.unwrap().is_empty(), "nothing was queued");
+    assert!(home.service().await.runs(&Default::default()).await.unwrap().is_empty(), "nothing was queued");
 }
 
 fn id_of(out: &str) -> Uuid {

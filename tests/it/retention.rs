@@ -16,7 +16,7 @@ async fn wait_settled(home: &mut TestHome, ids: &[Uuid]) {
         async move {
             for id in ids {
                 let run = service.run(*id).await.ok()??;
-                let stages = service.stages(*id).await.ok()?;
+                let stages = service.run_stages(*id).await.ok()?;
                 if run.state != RunState::Completed || stages.iter().any(|s| s.record.state.is_live()) {
                     return None;
                 }

@@ -460,7 +460,7 @@ async fn a_slurm_stage_log_rotates_past_its_size_and_keeps_its_newest_lines() {
     // The rotated file is read like the live one, and the answer lists the files.
     let service = home.service().await;
     let request = lachesis::service::LogRequest::Tail { lines: 1 };
-    let page = service.logs_in(&id.to_string(), Some("main"), 1, request).await.unwrap().remove(0);
+    let page = service.run_logs_in(&id.to_string(), Some("main"), 1, request).await.unwrap().remove(0);
     let last_of_first = std::fs::read_to_string(rotated(1)).unwrap().lines().last().unwrap().to_string();
     assert_eq!(page.page.text.trim_end(), last_of_first);
     assert_eq!(page.rotation, 1);

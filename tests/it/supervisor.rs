@@ -68,7 +68,9 @@ async fn daemon_killed_while_starting_resumes_the_start() {
     let service = home.service().await;
     wait_for("stage a to be starting", T, || {
         let service = service.clone();
-        async move { (service.stages(id).await.unwrap()[0].record.state == ProcessState::Starting).then_some(()) }
+        async move {
+            (service.run_stages(id).await.unwrap()[0].record.state == ProcessState::Starting).then_some(())
+        }
     })
     .await;
     home.kill_daemon();
@@ -222,7 +224,7 @@ async fn a_reused_pid_is_never_signalled_and_the_stage_is_lost() {
     // Make stage b's recorded pids belong to an unrelated process: kill b's shim and process,
     // start a stranger, and write the stranger's pid with b's old start time into the store.
     let service = home.service().await;
-    let mut b = service.stages(id).await.unwrap().remove(1);
+    let mut b = service.run_stages(id).await.unwrap().remove(1);
     let (shim, process) = (b.record.shim.clone().unwrap(), b.record.process.clone().unwrap());
     for pid in [shim.pid, process.pid] {
         let _ = rustix::process::kill_process(
@@ -513,7 +515,7 @@ async fn a_retrying_run_can_be_stopped() {
     let run = service.move_run(&run, RunTrigger::Claim, None).await.unwrap();
     let run = service.move_run(&run, RunTrigger::Retry, Some("exit 75 is transient")).await.unwrap();
     assert_eq!(run.state, RunState::Retrying);
-    let stopped = home.service().await.stop(&id.to_string()).await.unwrap();
+    let stopped = home.service().await.stop_run(&id.to_string()).await.unwrap();
     assert_eq!(stopped.state, RunState::Stopping, "the table allows retrying → stopping");
     // The CLI says the same, and a second request is no error.
     home.cli_ok(&["run", "stop", &id.to_string()]);
@@ -555,7 +557,7 @@ async fn a_thousand_runs_started_at_once_all_complete() {
     })
     .await;
     let failed: Vec<_> = service
-        .list(&lachesis::model::RunQuery { state: Some(RunState::Failed), limit: Some(5) })
+        .runs(&lachesis::model::RunQuery { state: Some(RunState::Failed), limit: Some(5) })
         .await
         .unwrap()
         .into_iter()

@@ -193,7 +193,7 @@ impl TestHome {
     }
 
     pub async fn stages(&mut self, id: Uuid) -> Vec<Stage> {
-        self.service().await.stages(id).await.unwrap()
+        self.service().await.run_stages(id).await.unwrap()
     }
 
     pub async fn events(&mut self, id: Uuid) -> Vec<Event> {
@@ -235,7 +235,7 @@ impl TestHome {
             let service = service.clone();
             async move {
                 let run = service.run(id).await.unwrap().unwrap();
-                let stages = service.stages(id).await.unwrap();
+                let stages = service.run_stages(id).await.unwrap();
                 (run.state.is_terminal() && stages.iter().all(|s| !s.record.state.is_live()))
                     .then_some((run, stages))
             }

@@ -179,7 +179,7 @@ async fn a_stopped_sweep_fails_what_waits_for_it_and_what_waits_for_that() {
     }
 
     // Queued after the stop: refused in one line, nothing queued.
-    let before = home.service().await.list(&Default::default()).await.unwrap().len();
+    let before = home.service().await.runs(&Default::default()).await.unwrap().len();
     let out = home.cli(&["run", "start", "-w", "eval", "--after-sweep", &sweep.to_string()]);
     let err = stderr(&out);
     assert!(!out.status.success());
@@ -188,7 +188,7 @@ async fn a_stopped_sweep_fails_what_waits_for_it_and_what_waits_for_that() {
         err.contains(&format!("sweep {}", short_id(&sweep))) && err.contains("could never start"),
         "{err}"
     );
-    assert_eq!(home.service().await.list(&Default::default()).await.unwrap().len(), before);
+    assert_eq!(home.service().await.runs(&Default::default()).await.unwrap().len(), before);
 }
 
 #[tokio::test]
@@ -255,7 +255,7 @@ async fn a_pipeline_queues_a_sweep_and_the_evaluation_of_its_winner() {
     let service = home.service().await;
     let board = service.sweep_status(&sweep.to_string()).await.unwrap();
     assert_eq!(board.leaderboard.len(), 3);
-    let deps = service.status(&eval.to_string()).await.unwrap().after;
+    let deps = service.run_status(&eval.to_string()).await.unwrap().after;
     assert_eq!((deps[0].awaited.id(), deps[0].name.as_deref()), (sweep, Some("tune")));
 
     home.start_daemon();
@@ -305,7 +305,7 @@ async fn a_pipeline_with_a_bad_sweep_step_queues_nothing() {
         assert!(err.contains(want), "{text}: {err}");
     }
     let service = home.service().await;
-    assert!(service.list(&Default::default()).await.unwrap().is_empty(), "no run queued");
+    assert!(service.runs(&Default::default()).await.unwrap().is_empty(), "no run queued");
     assert!(service.sweeps().await.unwrap().is_empty(), "no sweep queued");
 }
 
@@ -334,7 +334,7 @@ async fn hostile_sweep_dependencies_are_refused_in_one_line_queuing_nothing() {
         .unwrap()
         .sweep
         .id;
-    let queued = service.list(&Default::default()).await.unwrap().len();
+    let queued = service.runs(&Default::default()).await.unwrap().len();
     let short = short_id(&sweep);
     let lines = write(
         &home,
@@ -381,7 +381,7 @@ async fn hostile_sweep_dependencies_are_refused_in_one_line_queuing_nothing() {
     let both = serde_json::json!({ "workflow": "eval", "after": [{ "run": short, "sweep": short }] });
     let err = lachesis::service::RunRequest::from_value(both).unwrap_err().to_string();
     assert!(err.starts_with("after[0]: give one of") && !err.contains('\n'), "{err}");
-    assert_eq!(service.list(&Default::default()).await.unwrap().len(), queued, "nothing was queued");
+    assert_eq!(service.runs(&Default::default()).await.unwrap().len(), queued, "nothing was queued");
 }
 
 #[tokio::test]

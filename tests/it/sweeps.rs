@@ -438,7 +438,7 @@ async fn hyperband_stops_a_member_from_what_its_trainer_logs() {
         let (service, members) = (service.clone(), members.clone());
         async move {
             for (id, count) in members.iter().zip(counts) {
-                if service.metric_series(*id, "loss").await.unwrap().len() != count {
+                if service.run_metric_series(*id, "loss").await.unwrap().len() != count {
                     return None;
                 }
             }
@@ -781,7 +781,7 @@ async fn a_metric_written_as_text_is_said_once_and_shown_while_the_sweep_waits()
     let member = members[0];
     wait_for("the three rows to be read", T, || {
         let service = service.clone();
-        async move { (service.metric_series(member, "kl").await.unwrap().len() == 3).then_some(()) }
+        async move { (service.run_metric_series(member, "kl").await.unwrap().len() == 3).then_some(()) }
     })
     .await;
     let said = "metrics: loss at step 1 is not a number (\"0.1\"): sweep";
@@ -789,7 +789,7 @@ async fn a_metric_written_as_text_is_said_once_and_shown_while_the_sweep_waits()
         let mut home_messages = Vec::new();
         let service = service.clone();
         async move {
-            let (_, events) = service.events(&member.to_string()).await.unwrap();
+            let (_, events) = service.run_events(&member.to_string()).await.unwrap();
             home_messages
                 .extend(events.into_iter().map(|e| e.message).filter(|m| m.starts_with("metrics: loss")));
             (!home_messages.is_empty()).then_some(home_messages)
@@ -798,7 +798,10 @@ async fn a_metric_written_as_text_is_said_once_and_shown_while_the_sweep_waits()
     .await;
     assert_eq!(notes.len(), 1, "said once: {notes:?}");
     assert!(notes[0].starts_with(said), "{notes:?}");
-    assert!(service.metric_series(member, "loss").await.unwrap().is_empty(), "no reading is made of text");
+    assert!(
+        service.run_metric_series(member, "loss").await.unwrap().is_empty(),
+        "no reading is made of text"
+    );
     let board = home.cli_ok(&["sweep", "status", &sweep.to_string()]);
     assert!(
         board.contains(

@@ -418,7 +418,7 @@ async fn names_that_are_not_names_are_refused_in_one_line() {
     }
     // A NUL cannot be in argv; through the service it is refused as the others are.
     let mut home = w.home;
-    let err = home.service().await.select("rev\0erse").await.unwrap_err().to_string();
+    let err = home.service().await.select_environment("rev\0erse").await.unwrap_err().to_string();
     assert_eq!(
         err,
         "environment name 'rev\\u{0}erse' is not a name: it may not contain '/', '..', NUL or control characters"

@@ -191,7 +191,7 @@ async fn a_verifiers_run_is_handed_its_environment_and_resumes_from_its_checkpoi
     let reward = wait_for("the reward's last reading", T, || {
         let service = service.clone();
         async move {
-            let series = service.metric_series(id, "env/all/reward/total").await.unwrap();
+            let series = service.run_metric_series(id, "env/all/reward/total").await.unwrap();
             series.last().is_some_and(|p| p.step == 9).then_some(series)
         }
     })
@@ -203,12 +203,12 @@ async fn a_verifiers_run_is_handed_its_environment_and_resumes_from_its_checkpoi
         listed["metrics"].as_array().unwrap().iter().filter_map(|m| m["name"].as_str()).collect();
     assert!(names.contains(&"env/all/reward/total") && names.contains(&"progress/done_frac"), "{listed:#}");
     let rows: Vec<(i64, i64)> =
-        service.checkpoints_of(id).await.unwrap().iter().map(|c| (c.attempt, c.step)).collect();
+        service.run_checkpoints_of(id).await.unwrap().iter().map(|c| (c.attempt, c.step)).collect();
     assert_eq!(rows, [(1, 2), (1, 4), (1, 6), (2, 8), (2, 10)]);
     let checkpoints: Value =
         serde_json::from_str(&home.cli_ok(&["run", "checkpoints", &id.to_string(), "--json"])).unwrap();
     assert_eq!(checkpoints.as_array().map(Vec::len), Some(5), "{checkpoints:#}");
-    let results = service.results(&id.to_string()).await.unwrap();
+    let results = service.run_results(&id.to_string()).await.unwrap();
     assert_eq!(results.trained_weights.as_deref(), Some("tinker://cookbook/sampler_weights/final"));
     home.kill_daemon();
 }

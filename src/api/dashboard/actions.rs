@@ -13,7 +13,7 @@ pub(super) async fn stop(State(s): State<AppState>, headers: HeaderMap, Path(id)
     if !same_origin(&headers) {
         return cross_site();
     }
-    match s.service.stop(&id).await {
+    match s.service.stop_run(&id).await {
         Ok(run) => Redirect::to(&format!("/ui/runs/{}", run.id)).into_response(),
         Err(err) => failure_page("Stop", "runs", err),
     }
@@ -27,7 +27,7 @@ pub(super) async fn requeue(
     if !same_origin(&headers) {
         return cross_site();
     }
-    match s.service.requeue(&id).await {
+    match s.service.requeue_run(&id).await {
         Ok(run) => Redirect::to(&format!("/ui/runs/{}", run.id)).into_response(),
         Err(err) => failure_page("Re-queue", "runs", err),
     }

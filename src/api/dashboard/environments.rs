@@ -10,7 +10,7 @@ use crate::service::{Result, Service, ServiceError};
 pub async fn render(service: &Service) -> Result<String> {
     let discovery = service.environments().await;
     let mut body = String::from("<h1>Environments</h1>");
-    match service.config().await {
+    match service.environment_config().await {
         Ok(view) => {
             let _ = write!(
                 body,

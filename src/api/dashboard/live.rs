@@ -56,7 +56,7 @@ pub(super) struct LogQuery {
 }
 
 /// A stage's last lines, then each complete line as it is written. Every read goes through
-/// `Service::logs`, bounded and off the daemon's thread; a log that shrank under the tail
+/// `Service::run_logs`, bounded and off the daemon's thread; a log that shrank under the tail
 /// (rotated or truncated) is followed again from its start.
 pub(super) async fn log_tail(
     State(s): State<AppState>,
@@ -65,7 +65,7 @@ pub(super) async fn log_tail(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Response> {
     let opening = s
         .service
-        .logs(&id, q.stage.as_deref(), LogRequest::Tail { lines: DEFAULT_TAIL_LINES })
+        .run_logs(&id, q.stage.as_deref(), LogRequest::Tail { lines: DEFAULT_TAIL_LINES })
         .await
         .map_err(|e| failure_page("Log", "runs", e))?;
     let Some(opening) = opening.into_iter().next() else {
@@ -93,7 +93,7 @@ pub(super) async fn log_tail(
             } else {
                 LogRequest::Range { offset: tail.offset, limit: crate::logs::MAX_ANSWER }
             };
-            let page = match tail.service.logs(&tail.id, Some(&tail.stage), request).await {
+            let page = match tail.service.run_logs(&tail.id, Some(&tail.stage), request).await {
                 Ok(mut logs) if !logs.is_empty() => logs.swap_remove(0).page,
                 _ => return None, // the run was forgotten meanwhile
             };

@@ -20,7 +20,7 @@ pub async fn render(service: &Service) -> Result<String> {
         }
         Err(err) => return Err(err),
     };
-    let runs = service.list(&RunQuery { state: None, limit: Some(RECENT_RUNS) }).await?;
+    let runs = service.runs(&RunQuery { state: None, limit: Some(RECENT_RUNS) }).await?;
     body.push_str(
         "<table class=\"nodes\"><thead><tr><th>node</th><th>health</th><th>host</th><th>labels</th>\
          <th>heartbeat</th><th>lease</th><th>started</th><th>runs held</th></tr></thead><tbody>",

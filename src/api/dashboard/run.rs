@@ -222,12 +222,12 @@ fn stage_spans(status: &RunStatus, events: &[Event]) -> Vec<StageSpan> {
 }
 
 pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
-    let status: RunStatus = service.status(id).await?;
+    let status: RunStatus = service.run_status(id).await?;
     let full_id = status.run.id.to_string();
-    let (_, events) = service.events(&full_id).await?;
+    let (_, events) = service.run_events(&full_id).await?;
     // Results add the W&B metrics, which may wait on W&B: the page doesn't wait long for them.
     let results =
-        tokio::time::timeout(METRICS_WAIT, service.results(&full_id)).await.ok().and_then(Result::ok);
+        tokio::time::timeout(METRICS_WAIT, service.run_results(&full_id)).await.ok().and_then(Result::ok);
     let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
     // The status carries progress on its run; the page reads it at the top level.
     if let Some(progress) = value.pointer("/run/progress").cloned()
@@ -235,11 +235,11 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
     {
         fields.entry("progress").or_insert(progress);
     }
-    let series = match service.resolve(&full_id).await {
-        Ok(run) => service.progress_series(&run).await.unwrap_or_default(),
+    let series = match service.resolve_run(&full_id).await {
+        Ok(run) => service.run_progress_series(&run).await.unwrap_or_default(),
         Err(_) => Vec::new(),
     };
-    let checkpoints = service.checkpoints_of(status.run.id).await.unwrap_or_default();
+    let checkpoints = service.run_checkpoints_of(status.run.id).await.unwrap_or_default();
     if let (Some(results), Value::Object(fields)) = (&results, &mut value)
         && let Ok(Value::Object(more)) = serde_json::to_value(results)
     {

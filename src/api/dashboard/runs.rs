@@ -125,10 +125,10 @@ fn filters(query: &RunsQuery, counts: &[(String, i64)]) -> String {
 async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<String> {
     // An id that does not parse, or that left the queue, starts the page at the head.
     let after = query.after.as_deref().and_then(|a| a.parse::<Uuid>().ok());
-    let mut pending = service.queue(after, QUEUE_PAGE as i64 + 1).await?;
+    let mut pending = service.queued_runs(after, QUEUE_PAGE as i64 + 1).await?;
     let from_head = pending.is_empty() && after.is_some();
     if from_head {
-        pending = service.queue(None, QUEUE_PAGE as i64 + 1).await?;
+        pending = service.queued_runs(None, QUEUE_PAGE as i64 + 1).await?;
     }
     if pending.is_empty() {
         return Ok("<h2>Queue</h2><p class=\"muted\">Nothing is waiting.</p>".into());
@@ -137,7 +137,7 @@ async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<Str
     pending.truncate(QUEUE_PAGE);
     // The page's first place, counted on the queue index (1 at the head).
     let first = match (after, from_head) {
-        (Some(_), false) => service.queue_position_of(pending[0].id).await?.unwrap_or(1),
+        (Some(_), false) => service.run_queue_position(pending[0].id).await?.unwrap_or(1),
         _ => 1,
     };
     let mut out = format!(
@@ -148,8 +148,8 @@ async fn queue(service: &Service, query: &RunsQuery, waiting: i64) -> Result<Str
     for (i, run) in pending.iter().enumerate() {
         let place = first + i;
         let waiting = if i < QUEUE_DETAIL {
-            match service.resolve(&run.id.to_string()).await {
-                Ok(full) => service.waiting_for(&full).await,
+            match service.resolve_run(&run.id.to_string()).await {
+                Ok(full) => service.run_waiting_for(&full).await,
                 Err(_) => None,
             }
         } else {
@@ -286,9 +286,14 @@ mod tests {
                 (run, stages)
             })
             .collect();
-        service.insert_as_given(&batch).await.unwrap();
-        let order: Vec<String> =
-            service.queue(None, batch.len() as i64).await.unwrap().iter().map(|r| r.id.to_string()).collect();
+        service.insert_runs_as_given(&batch).await.unwrap();
+        let order: Vec<String> = service
+            .queued_runs(None, batch.len() as i64)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id.to_string())
+            .collect();
 
         let first = render(&service, &RunsQuery::default()).await.unwrap();
         assert!(first.contains(&format!("<h2>Queue ({})</h2>", batch.len())), "the whole queue is counted");

@@ -2,7 +2,7 @@
 //! (`/ui/sweeps/{id}`): its leaderboard, as `lachesis sweep status` prints it, and one chart
 //! of every member's curve of the metric by step, the winner highlighted and the
 //! early-terminated members dashed with a cross where they were stopped. Both render what
-//! `Service::sweep_listing` and `Service::sweep_curves` return (one read of every member's
+//! `Service::sweeps_with_member_counts` and `Service::sweep_curves` return (one read of every member's
 //! series, each curve thinned to a bounded number of points).
 
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ fn states_line(states: &BTreeMap<String, u64>) -> String {
 }
 
 pub async fn render_list(service: &Service) -> Result<String> {
-    let sweeps = service.sweep_listing().await?;
+    let sweeps = service.sweeps_with_member_counts().await?;
     let mut out = String::from("<h1>Sweeps</h1>");
     if sweeps.is_empty() {
         out.push_str(

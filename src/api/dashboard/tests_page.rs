@@ -12,7 +12,7 @@ use crate::service::{Result, Service};
 const LISTED: i64 = 50;
 
 pub async fn render(service: &Service, selected: Option<&str>) -> Result<String> {
-    let tests = service.list_tests(LISTED).await?;
+    let tests = service.tests(LISTED).await?;
     let mut body = String::from("<h1>Inference tests</h1>");
     if tests.is_empty() {
         body.push_str(

@@ -32,7 +32,7 @@ pub async fn environment(State(s): State<AppState>, Path(name): Path<String>) ->
 }
 
 pub async fn config(State(s): State<AppState>) -> Answer {
-    ok(s.service.config().await?)
+    ok(s.service.environment_config().await?)
 }
 
 #[derive(Deserialize)]
@@ -42,7 +42,7 @@ pub struct SelectBody {
 }
 
 pub async fn select(State(s): State<AppState>, Body(body): Body<SelectBody>) -> Answer {
-    ok(s.service.select(&body.name).await?)
+    ok(s.service.select_environment(&body.name).await?)
 }
 
 #[derive(Deserialize)]
@@ -60,6 +60,6 @@ pub async fn set_config(
         Value::String(text) => text,
         other => other.to_string(),
     };
-    let value = s.service.set_config(&field, &raw).await?;
+    let value = s.service.set_environment_config(&field, &raw).await?;
     ok(json!({ "field": field, "value": value }))
 }

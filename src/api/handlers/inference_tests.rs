@@ -11,7 +11,7 @@ use crate::api::{AppState, Failure};
 use crate::service::TestRequest;
 
 pub async fn list_tests(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer {
-    ok(s.service.list_tests(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
+    ok(s.service.tests(q.limit.unwrap_or(100).clamp(1, 10_000)).await?)
 }
 
 pub async fn start_test(State(s): State<AppState>, Body(body): Body<TestRequest>) -> Response {

@@ -25,15 +25,15 @@ pub async fn list_runs(State(s): State<AppState>, Q(q): Q<ListQuery>) -> Answer 
         .map(|text| text.parse::<RunState>())
         .transpose()
         .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
-    ok(s.service.list(&RunQuery { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
+    ok(s.service.runs(&RunQuery { state, limit: Some(q.limit.unwrap_or(100).clamp(1, 10_000)) }).await?)
 }
 
 pub async fn run_status(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.status(&id).await?)
+    ok(s.service.run_status(&id).await?)
 }
 
 pub async fn stop_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.stop(&id).await?))
+    ok(crate::service::RunSummary::from(&s.service.stop_run(&id).await?))
 }
 
 /// The body of `PATCH /runs/{id}`: what changes; absent fields stay.
@@ -63,15 +63,15 @@ pub async fn edit_run(
         set: set.collect(),
         needs: body.needs,
     };
-    ok(crate::service::RunSummary::from(&s.service.edit(&id, request).await?))
+    ok(crate::service::RunSummary::from(&s.service.edit_run(&id, request).await?))
 }
 
 pub async fn hold_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.hold(&id).await?))
+    ok(crate::service::RunSummary::from(&s.service.hold_run(&id).await?))
 }
 
 pub async fn release_run(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.release(&id).await?))
+    ok(crate::service::RunSummary::from(&s.service.release_run(&id).await?))
 }
 
 #[derive(serde::Deserialize)]
@@ -84,15 +84,15 @@ pub async fn resume_run(
     Path(id): Path<String>,
     Query(query): Query<ResumeQuery>,
 ) -> Answer {
-    ok(crate::service::RunSummary::from(&s.service.resume(&id, query.from).await?))
+    ok(crate::service::RunSummary::from(&s.service.resume_run(&id, query.from).await?))
 }
 
 pub async fn run_results(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.results(&id).await?)
+    ok(s.service.run_results(&id).await?)
 }
 
 pub async fn run_checkpoints(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.checkpoints(&id).await?.1)
+    ok(s.service.run_checkpoints(&id).await?.1)
 }
 
 /// `?name=KEY`: that metric's series; without it, each metric's count and last reading.
@@ -102,11 +102,11 @@ pub struct MetricsQuery {
 }
 
 pub async fn run_metrics(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<MetricsQuery>) -> Answer {
-    ok(s.service.named_metrics(&id, q.name.as_deref()).await?)
+    ok(s.service.run_named_metrics(&id, q.name.as_deref()).await?)
 }
 
 pub async fn run_events(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
-    ok(s.service.events(&id).await?.1)
+    ok(s.service.run_events(&id).await?.1)
 }
 
 /// `?stage=&tail=` or `?stage=&offset=&limit=`, each with `&rotation=N` for `<log>.N`.
@@ -142,7 +142,7 @@ impl LogQuery {
 /// "rotation", "files"}}`.
 pub async fn run_logs(State(s): State<AppState>, Path(id): Path<String>, Q(q): Q<LogQuery>) -> Answer {
     let request = q.request().map_err(|why| Failure::new(StatusCode::BAD_REQUEST, "invalid_query", why))?;
-    let logs = s.service.logs_in(&id, q.stage.as_deref(), q.rotation, request).await?;
+    let logs = s.service.run_logs_in(&id, q.stage.as_deref(), q.rotation, request).await?;
     let answer: serde_json::Map<String, Value> = logs
         .into_iter()
         .map(|log| {

@@ -15,7 +15,7 @@ pub struct CheckpointsArgs {
 }
 
 pub async fn run(service: &Service, CheckpointsArgs { id, json }: CheckpointsArgs) -> CliResult {
-    let (_, checkpoints) = service.checkpoints(&id).await?;
+    let (_, checkpoints) = service.run_checkpoints(&id).await?;
     if json {
         print_json(&checkpoints)?;
     } else {

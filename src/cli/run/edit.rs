@@ -36,6 +36,6 @@ pub async fn run(
         set: assignments("--set", &set)?,
         needs: needs(&asked)?,
     };
-    print_summary(&service.edit(&id, request).await?, json)?;
+    print_summary(&service.edit_run(&id, request).await?, json)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -16,7 +16,7 @@ pub struct EventsArgs {
 }
 
 pub async fn run(service: &Service, EventsArgs { id, json }: EventsArgs) -> CliResult {
-    let (_, events) = service.events(&id).await?;
+    let (_, events) = service.run_events(&id).await?;
     if json {
         print_json(&events)?;
     } else {

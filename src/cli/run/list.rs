@@ -19,7 +19,7 @@ pub struct ListArgs {
 }
 
 pub async fn run(service: &Service, ListArgs { state, limit, json }: ListArgs) -> CliResult {
-    let runs = service.list(&RunQuery { state, limit: Some(limit) }).await?;
+    let runs = service.runs(&RunQuery { state, limit: Some(limit) }).await?;
     if json {
         print_json(&runs)?;
     } else if runs.is_empty() {

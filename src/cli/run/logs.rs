@@ -44,7 +44,7 @@ async fn logs(
 ) -> CliResult {
     // Without --tail: everything one answer holds (a whole log, unless it is big).
     let lines = tail.unwrap_or(lachesis::service::MAX_TAIL_LINES);
-    let opening = service.logs(id, only, LogRequest::Tail { lines }).await?;
+    let opening = service.run_logs(id, only, LogRequest::Tail { lines }).await?;
     if json {
         print_json(&opening)?;
         return Ok(ExitCode::SUCCESS);
@@ -74,12 +74,12 @@ async fn logs(
         return Ok(ExitCode::SUCCESS);
     }
     loop {
-        let done = settled(&service.status(id).await?);
+        let done = settled(&service.run_status(id).await?);
         for stage in &mut stages {
             // Read to the end (a page at a time), then the rest of a line only once it ended.
             loop {
                 let request = LogRequest::Range { offset: stage.offset, limit: lachesis::logs::MAX_ANSWER };
-                let Some(log) = service.logs(id, Some(&stage.stage), request).await?.pop() else { break };
+                let Some(log) = service.run_logs(id, Some(&stage.stage), request).await?.pop() else { break };
                 let page = log.page;
                 if page.file == 0 {
                     break; // not there (yet, or between a rotation's two renames)
@@ -134,7 +134,9 @@ impl LogPrinter {
     ) -> Result<(), Box<dyn std::error::Error>> {
         loop {
             let request = LogRequest::Previous { offset: self.offset, limit: lachesis::logs::MAX_ANSWER };
-            let Some(log) = service.logs(id, Some(&self.stage), request).await?.pop() else { return Ok(()) };
+            let Some(log) = service.run_logs(id, Some(&self.stage), request).await?.pop() else {
+                return Ok(());
+            };
             // Rotated twice since the last look: that file's rest is gone from `.1`.
             if log.page.file != self.file {
                 return Ok(());

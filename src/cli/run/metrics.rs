@@ -19,7 +19,7 @@ pub struct MetricsArgs {
 }
 
 pub async fn run(service: &Service, MetricsArgs { id, name, json }: MetricsArgs) -> CliResult {
-    let metrics = service.named_metrics(&id, name.as_deref()).await?;
+    let metrics = service.run_named_metrics(&id, name.as_deref()).await?;
     if json {
         print_json(&metrics)?;
         return Ok(ExitCode::SUCCESS);

@@ -136,8 +136,8 @@ pub async fn run(settings: Settings, args: StartArgs) -> CliResult {
     }
     if count.is_some() || args.from.is_some() {
         let runs = match &args.from {
-            Some(path) => service.submit_many(requests_from(path, &request)?).await?,
-            None => service.submit_many(vec![request; count.unwrap_or(1) as usize]).await?,
+            Some(path) => service.submit_runs(requests_from(path, &request)?).await?,
+            None => service.submit_runs(vec![request; count.unwrap_or(1) as usize]).await?,
         };
         if json {
             let summaries: Vec<_> = runs.iter().map(lachesis::service::RunSummary::from).collect();
@@ -151,7 +151,7 @@ pub async fn run(settings: Settings, args: StartArgs) -> CliResult {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let run = service.submit(request).await?;
+    let run = service.submit_run(request).await?;
     if json && !wait {
         print_json(&lachesis::service::RunSummary::from(&run))?;
     } else if !json {

@@ -23,7 +23,7 @@ pub async fn run(service: &Service, StatusArgs { id, watch, json }: StatusArgs) 
     if watch {
         return super::watch::follow_progress(service, &id, json).await;
     }
-    let status = service.status(&id).await?;
+    let status = service.run_status(&id).await?;
     if json {
         print_json(&status)?;
     } else {

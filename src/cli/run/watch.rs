@@ -18,7 +18,7 @@ pub(super) fn settled(status: &RunStatus) -> bool {
 /// Prints events as they happen until the run has ended; on a terminal, a live line with each
 /// stage's state. Exit status: success only for a completed run.
 pub(super) async fn follow_progress(service: &Service, id: &str, json: bool) -> CliResult {
-    let run = service.resolve(id).await?;
+    let run = service.resolve_run(id).await?;
     let tty = is_tty() && !json;
     let bar = tty.then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -27,7 +27,7 @@ pub(super) async fn follow_progress(service: &Service, id: &str, json: bool) -> 
     });
     let mut last_event = 0;
     loop {
-        let status = service.status(&run.id.to_string()).await?;
+        let status = service.run_status(&run.id.to_string()).await?;
         for event in service.events_after(run.id, last_event).await? {
             last_event = event.id;
             if json {

@@ -103,7 +103,7 @@ impl Service {
     /// Selects an environment and loads its configurable fields with their defaults: an
     /// Atropos one's config class by introspection (Python), a verifiers one's
     /// `load_environment` parameters from its source. Persisted, so every surface sees it.
-    pub async fn select(&self, name: &str) -> Result<Selection> {
+    pub async fn select_environment(&self, name: &str) -> Result<Selection> {
         let env = self.environment(name).await?;
         let workflow = self.profile_workflow(env.kind)?;
         let introspection = match env.kind {
@@ -120,12 +120,12 @@ impl Service {
         Ok(selection)
     }
 
-    pub async fn selection(&self) -> Result<Selection> {
+    pub async fn environment_selection(&self) -> Result<Selection> {
         self.store.selection().await?.ok_or(ServiceError::NoSelection)
     }
 
-    pub async fn config(&self) -> Result<ConfigView> {
-        let selection = self.selection().await?;
+    pub async fn environment_config(&self) -> Result<ConfigView> {
+        let selection = self.environment_selection().await?;
         let workflow = self.profile_workflow(selection.kind)?;
         let locked = LockedProfile { profile: &workflow.locked };
         let view = |f: &crate::environments::FieldInfo, value: Value, is_locked: bool| FieldView {
@@ -176,8 +176,8 @@ impl Service {
     }
 
     /// Sets one configurable field of the selection, checked against locks and its type.
-    pub async fn set_config(&self, field: &str, raw: &str) -> Result<Value> {
-        let mut selection = self.selection().await?;
+    pub async fn set_environment_config(&self, field: &str, raw: &str) -> Result<Value> {
+        let mut selection = self.environment_selection().await?;
         let workflow = self.profile_workflow(selection.kind)?;
         let value = selection.check_edit(LockedProfile { profile: &workflow.locked }, field, raw)?;
         selection.config.insert(field.to_string(), value.clone());

@@ -15,13 +15,13 @@ pub type WaitingRun = (Run, Vec<Stage>, Vec<(Uuid, crate::model::When)>);
 impl Service {
     /// Writes `runs` with their stages exactly as given (in whatever state), in one
     /// transaction, skipping submission's checks: a store filled so is measured as one that grew.
-    pub async fn insert_as_given(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()> {
+    pub async fn insert_runs_as_given(&self, runs: &[(Run, Vec<Stage>)]) -> Result<()> {
         Ok(self.store.insert_runs(runs).await?)
     }
 
     /// Writes runs exactly as given, each waiting for the runs listed beside it (`ok`, or `any`
     /// when marked so), in one transaction: for benches of the queue with dependencies.
-    pub async fn insert_after_as_given(&self, runs: &[WaitingRun]) -> Result<()> {
+    pub async fn insert_waiting_runs_as_given(&self, runs: &[WaitingRun]) -> Result<()> {
         let runs: Vec<_> = runs
             .iter()
             .map(|(run, stages, after)| {

@@ -117,7 +117,7 @@ impl Service {
         }
         let env = match &request.env_name {
             Some(name) => self.environment(name).await?,
-            None => self.environment(&self.selection().await?.env_name).await?,
+            None => self.environment(&self.environment_selection().await?.env_name).await?,
         };
         let locked_env: BTreeMap<String, serde_json::Value> = LOCKED_TEST_FIELDS
             .iter()
@@ -225,7 +225,7 @@ impl Service {
         Ok(TestStatus { test: shown_test(test), tasks, groups_written, events })
     }
 
-    pub async fn list_tests(&self, limit: i64) -> Result<Vec<InferenceTest>> {
+    pub async fn tests(&self, limit: i64) -> Result<Vec<InferenceTest>> {
         Ok(self.store.list_tests(limit).await?.into_iter().map(shown_test).collect())
     }
 

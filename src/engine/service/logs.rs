@@ -49,7 +49,7 @@ fn log_file(path: &Path, rotation: u32) -> PathBuf {
     if rotation == 0 { path.to_path_buf() } else { crate::logs::rotated(path, rotation) }
 }
 
-/// Reads `request` of one log; the blocking work of [`Service::logs`].
+/// Reads `request` of one log; the blocking work of [`Service::run_logs`].
 pub fn read_log(path: &Path, request: LogRequest) -> std::result::Result<LogPage, LogError> {
     match request {
         LogRequest::Tail { lines } => {
@@ -79,19 +79,19 @@ pub(super) async fn off_thread<T: Send + 'static>(
 
 impl Service {
     /// `request` of each stage's log (only `stage`'s when given), in stage order.
-    pub async fn logs(
+    pub async fn run_logs(
         &self,
         prefix: &str,
         stage: Option<&str>,
         request: LogRequest,
     ) -> Result<Vec<StageLog>> {
-        self.logs_in(prefix, stage, 0, request).await
+        self.run_logs_in(prefix, stage, 0, request).await
     }
 
-    /// `logs` of one file of each log: `rotation` 0 is the live file, N its rotated `<log>.N`
+    /// `run_logs` of one file of each log: `rotation` 0 is the live file, N its rotated `<log>.N`
     /// (up to [`crate::logs::limits::MAX_FILES`]). A file that does not exist reads as empty; each
     /// answer lists the files there are.
-    pub async fn logs_in(
+    pub async fn run_logs_in(
         &self,
         prefix: &str,
         stage: Option<&str>,
@@ -101,7 +101,7 @@ impl Service {
         if rotation > crate::logs::limits::MAX_FILES {
             return Err(ServiceError::BadRotation { rotation, most: crate::logs::limits::MAX_FILES });
         }
-        let run = self.resolve(prefix).await?;
+        let run = self.resolve_run(prefix).await?;
         let stages = self.store.stages(run.id).await?;
         let chosen: Vec<(String, PathBuf)> = stages
             .iter()

@@ -80,8 +80,8 @@ impl Service {
 
     /// The metrics of the run `prefix` names: with `name`, that metric's series; without, each
     /// metric's count and last reading.
-    pub async fn named_metrics(&self, prefix: &str, name: Option<&str>) -> Result<NamedMetrics> {
-        let run = self.resolve(prefix).await?;
+    pub async fn run_named_metrics(&self, prefix: &str, name: Option<&str>) -> Result<NamedMetrics> {
+        let run = self.resolve_run(prefix).await?;
         Ok(match name {
             Some(name) => NamedMetrics::Series {
                 run_id: run.id,
@@ -97,18 +97,18 @@ impl Service {
     /// The series of metric `name` of `run`, ordered by step, a resumed attempt's readings
     /// replacing the earlier attempts' from its resume step on; at most
     /// `model::metric_point::MAX_SERIES_POINTS` readings are read.
-    pub async fn metric_series(&self, run: Uuid, name: &str) -> Result<Vec<MetricPoint>> {
+    pub async fn run_metric_series(&self, run: Uuid, name: &str) -> Result<Vec<MetricPoint>> {
         Ok(self.store.metric_series(run, name).await?)
     }
 
     /// The names of `run`'s metrics, sorted (at most 1,000).
-    pub async fn metric_names(&self, run: Uuid) -> Result<Vec<String>> {
+    pub async fn run_metric_names(&self, run: Uuid) -> Result<Vec<String>> {
         Ok(self.store.metric_names(run).await?)
     }
 
     /// The runs with a metric reading recorded (or changed) after `recorded_after`: what a task
     /// beside the loop rereads, rather than every run's series.
-    pub async fn metric_runs_since(&self, recorded_after: Millis) -> Result<Vec<Uuid>> {
+    pub async fn runs_with_metrics_since(&self, recorded_after: Millis) -> Result<Vec<Uuid>> {
         Ok(self.store.metric_runs_since(recorded_after).await?)
     }
 

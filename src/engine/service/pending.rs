@@ -30,7 +30,7 @@ impl EditRequest {
 impl Service {
     /// Keeps a pending run out of the queue until it is released; holding a held run is not
     /// an error.
-    pub async fn hold(&self, prefix: &str) -> Result<Run> {
+    pub async fn hold_run(&self, prefix: &str) -> Result<Run> {
         let run = self.pending(prefix, "held").await?;
         if run.held_at.is_some() {
             return Ok(run);
@@ -40,7 +40,7 @@ impl Service {
     }
 
     /// Puts a held run back in the queue, at its place and priority, and wakes the daemon.
-    pub async fn release(&self, prefix: &str) -> Result<Run> {
+    pub async fn release_run(&self, prefix: &str) -> Result<Run> {
         let run = self.pending(prefix, "released").await?;
         if run.held_at.is_none() {
             return Ok(run);
@@ -54,7 +54,7 @@ impl Service {
     /// Changes a pending run's priority, variables or config fields. New variables and fields
     /// go through submission's own checks and planning (`prepare_as`), under the run's id and
     /// with its stored workflow; nothing is written when they fail.
-    pub async fn edit(&self, prefix: &str, request: EditRequest) -> Result<Run> {
+    pub async fn edit_run(&self, prefix: &str, request: EditRequest) -> Result<Run> {
         if request.is_empty() {
             return Err(ServiceError::NothingToEdit);
         }
@@ -119,7 +119,7 @@ impl Service {
 
     /// The run `prefix` names, when it is pending; else a refusal naming its state.
     async fn pending(&self, prefix: &str, action: &'static str) -> Result<Run> {
-        let run = self.resolve(prefix).await?;
+        let run = self.resolve_run(prefix).await?;
         refuse_unless_pending(&run, action)?;
         Ok(run)
     }

@@ -14,22 +14,22 @@ impl Service {
     }
 
     /// The run's stages, in workflow order.
-    pub async fn stages(&self, id: Uuid) -> Result<Vec<Stage>> {
+    pub async fn run_stages(&self, id: Uuid) -> Result<Vec<Stage>> {
         Ok(self.store.stages(id).await?)
     }
 
     /// Every recorded change of step of the run's `attempt`, oldest first.
-    pub async fn progress(&self, id: Uuid, attempt: i64) -> Result<Vec<ProgressPoint>> {
+    pub async fn run_progress_in(&self, id: Uuid, attempt: i64) -> Result<Vec<ProgressPoint>> {
         Ok(self.store.progress(id, attempt).await?)
     }
 
     /// When the run's current attempt became `running`, as its events recorded it.
-    pub async fn running_since(&self, id: Uuid) -> Result<Option<Millis>> {
+    pub async fn run_running_since(&self, id: Uuid) -> Result<Option<Millis>> {
         Ok(self.store.running_since(id).await?)
     }
 
     /// The W&B metric history stored for the run, one row per step.
-    pub async fn metric_rows(&self, id: Uuid) -> Result<Vec<MetricRow>> {
+    pub async fn run_metric_rows(&self, id: Uuid) -> Result<Vec<MetricRow>> {
         Ok(self.store.metric_rows(id).await?)
     }
 

@@ -65,7 +65,7 @@ pub trait MetricStore: Send + Sync {
         Ok(())
     }
     /// The run's W&B metrics (`ROW_METRICS`) as rows, one per step, by step, each metric's
-    /// series read as `metric_series` reads it.
+    /// series read as `run_metric_series` reads it.
     async fn metric_rows(&self, run_id: Uuid) -> Result<Vec<MetricRow>>;
     /// For each of `ids` with a reading of metric `name`: its last one (the latest attempt's
     /// highest step), a seek on the key per run.

@@ -114,7 +114,7 @@ pub trait SweepStore: Send + Sync {
     /// The sweeps in `state`, oldest first.
     async fn sweeps_in_state(&self, state: SweepState) -> Result<Vec<SweepRecord>>;
     /// Every member's series of metric `name` (members without a reading are absent), in one
-    /// read: the members' range joined to the readings' key. Each series is as `metric_series`
+    /// read: the members' range joined to the readings' key. Each series is as `run_metric_series`
     /// gives it (its first [`MAX_SERIES_POINTS`] readings, a resumed attempt's over the steps
     /// it rewound).
     async fn member_series(&self, sweep: Uuid, name: &str) -> Result<HashMap<Uuid, Vec<MetricPoint>>>;

@@ -31,11 +31,11 @@ pub struct RunResults {
 }
 
 impl Service {
-    pub async fn results(&self, prefix: &str) -> Result<RunResults> {
-        let run = self.resolve(prefix).await?;
+    pub async fn run_results(&self, prefix: &str) -> Result<RunResults> {
+        let run = self.resolve_run(prefix).await?;
         let metrics = self.run_metrics(&run).await;
         let stages = self.store.stages(run.id).await?;
-        let checkpoints = self.checkpoints_of(run.id).await?;
+        let checkpoints = self.run_checkpoints_of(run.id).await?;
         let (first_started_at, earlier_attempts) = self.attempts_of(&run).await?;
         let status = RunStatus {
             run: RunSummary::from(&run),

@@ -111,7 +111,7 @@ impl Service {
         let mut outcomes = Vec::with_capacity(targets.len());
         let mut done: HashSet<Uuid> = HashSet::new();
         for target in targets {
-            let result = match self.resolve(&target).await {
+            let result = match self.resolve_run(&target).await {
                 // The same run given twice (a prefix and its full id) is acted on once.
                 Ok(run) if !done.insert(run.id) => continue,
                 Ok(run) => self.act_on(action, &run.id.to_string()).await,
@@ -133,10 +133,10 @@ impl Service {
 
     async fn act_on(&self, action: RunAction, id: &str) -> Result<Run> {
         match action {
-            RunAction::Stop => self.stop(id).await,
-            RunAction::Hold => self.hold(id).await,
-            RunAction::Release => self.release(id).await,
-            RunAction::Resume { from } => self.resume(id, from).await,
+            RunAction::Stop => self.stop_run(id).await,
+            RunAction::Hold => self.hold_run(id).await,
+            RunAction::Release => self.release_run(id).await,
+            RunAction::Resume { from } => self.resume_run(id, from).await,
         }
     }
 

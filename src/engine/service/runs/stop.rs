@@ -13,8 +13,8 @@ impl Service {
     /// priority (the old run is left as it is). A run without an environment keeps its config
     /// fields too; one with an environment takes that environment's configuration as it is now
     /// (its stored config holds locked fields, which `--set` refuses).
-    pub async fn requeue(&self, prefix: &str) -> Result<Run> {
-        let run = self.resolve(prefix).await?;
+    pub async fn requeue_run(&self, prefix: &str) -> Result<Run> {
+        let run = self.resolve_run(prefix).await?;
         if !run.state.is_terminal() {
             return Err(ServiceError::NotEnded { id: run.id.to_string(), state: run.state });
         }
@@ -33,12 +33,12 @@ impl Service {
             preemptible: Some(run.spec.preemptible),
             after: None,
         };
-        self.submit(request).await
+        self.submit_run(request).await
     }
 
     /// Cancels a pending run or asks a started one to stop; stopping twice is not an error.
-    pub async fn stop(&self, prefix: &str) -> Result<Run> {
-        let mut run = self.resolve(prefix).await?;
+    pub async fn stop_run(&self, prefix: &str) -> Result<Run> {
+        let mut run = self.resolve_run(prefix).await?;
         loop {
             // The state table says what a stop does; this only knows that stopping twice is fine.
             let trigger = match crate::model::run::stop_trigger(run.state) {

@@ -56,19 +56,19 @@ fn check_run_vars(spec: &Workflow, vars: &BTreeMap<String, String>) -> Result<()
 impl Service {
     /// Validates everything a run needs, then writes it as pending in one transaction and
     /// wakes the daemon. Nothing is written when anything is wrong.
-    pub async fn submit(&self, request: RunRequest) -> Result<Run> {
-        let mut runs = self.submit_many(vec![request]).await?;
+    pub async fn submit_run(&self, request: RunRequest) -> Result<Run> {
+        let mut runs = self.submit_runs(vec![request]).await?;
         Ok(runs.remove(0))
     }
 
     /// Validates every request, then writes all the runs as pending in one transaction (in
     /// order, so they are claimed in order at equal priority) and wakes the daemon once.
     /// Nothing is written when any request is wrong; the error names the request (from 1).
-    pub async fn submit_many(&self, requests: Vec<RunRequest>) -> Result<Vec<Run>> {
+    pub async fn submit_runs(&self, requests: Vec<RunRequest>) -> Result<Vec<Run>> {
         self.submit_batch(Vec::new(), requests.into_iter().map(|r| (r, Vec::new())).collect()).await
     }
 
-    /// `submit_many`, each request with the parts of the submission it waits for, and the
+    /// `submit_runs`, each request with the parts of the submission it waits for, and the
     /// `sweeps` (already prepared) written first in the same transaction.
     pub(in crate::engine::service) async fn submit_batch(
         &self,
@@ -149,7 +149,7 @@ impl Service {
                     )));
                 }
             };
-            let run = self.resolve(prefix).await?;
+            let run = self.resolve_run(prefix).await?;
             let settled = crate::model::dependency::settle(dep.when, run.state);
             if settled == crate::model::Settled::Unmet {
                 let reason = crate::model::dependency::unmet_reason(&run.id, dep.when, run.state);

@@ -192,7 +192,7 @@ fn waiting_on(run: &Run, after: &[crate::model::Dependency]) -> Option<String> {
 
 impl Service {
     /// Finds a run by its full id or a unique prefix of it.
-    pub async fn resolve(&self, prefix: &str) -> Result<Run> {
+    pub async fn resolve_run(&self, prefix: &str) -> Result<Run> {
         let by_id = async |id| self.store.run(id).await;
         let by_prefix = async |prefix: &str| self.store.runs_by_prefix(prefix, 6).await;
         crate::engine::service::resolve_prefix(
@@ -206,21 +206,21 @@ impl Service {
         .await
     }
 
-    pub async fn status(&self, prefix: &str) -> Result<RunStatus> {
-        self.status_of(&self.resolve(prefix).await?).await
+    pub async fn run_status(&self, prefix: &str) -> Result<RunStatus> {
+        self.run_status_of(&self.resolve_run(prefix).await?).await
     }
 
     /// The status of a run already resolved.
-    pub async fn status_of(&self, run: &Run) -> Result<RunStatus> {
+    pub async fn run_status_of(&self, run: &Run) -> Result<RunStatus> {
         let run = run.clone();
         let stages = self.store.stages(run.id).await?;
         let after = self.store.dependencies(run.id).await?;
         let waiting_for = match waiting_on(&run, &after) {
             Some(waits) => Some(waits),
-            None => self.waiting_for(&run).await,
+            None => self.run_waiting_for(&run).await,
         };
         let queue_position = self.queue_position(&run).await?;
-        let progress = self.progress_of(&run).await?;
+        let progress = self.run_progress_of(&run).await?;
         let checkpoint = self.store.last_checkpoint(run.id).await?;
         let metrics = self.headline_of(&run).await?;
         let (first_started_at, earlier_attempts) = self.attempts_of(&run).await?;
@@ -246,12 +246,12 @@ impl Service {
 
     /// Every recorded change of step of every attempt, each tagged with its attempt, by attempt
     /// and oldest first (the step chart).
-    pub async fn progress_series(&self, run: &Run) -> Result<Vec<crate::model::ProgressPoint>> {
+    pub async fn run_progress_series(&self, run: &Run) -> Result<Vec<crate::model::ProgressPoint>> {
         Ok(self.store.progress_all(run.id).await?)
     }
 
     /// The progress of a run's current attempt, from its recorded changes of step.
-    pub async fn progress_of(&self, run: &Run) -> Result<Option<crate::model::Progress>> {
+    pub async fn run_progress_of(&self, run: &Run) -> Result<Option<crate::model::Progress>> {
         if run.spec.progress.is_none() {
             return Ok(None);
         }
@@ -264,12 +264,12 @@ impl Service {
         if run.state != RunState::Pending {
             return Ok(None);
         }
-        self.queue_position_of(run.id).await
+        self.run_queue_position(run.id).await
     }
 
     /// Up to `limit` pending runs in claim order: from the head, or after the pending run `after`
     /// (a page of the queue costs that page, however deep the queue).
-    pub async fn queue(&self, after: Option<Uuid>, limit: i64) -> Result<Vec<RunSummary>> {
+    pub async fn queued_runs(&self, after: Option<Uuid>, limit: i64) -> Result<Vec<RunSummary>> {
         self.summaries(self.store.queue_page(after, limit).await?).await
     }
 
@@ -279,12 +279,12 @@ impl Service {
     }
 
     /// The queue position of the pending run `id` (1 is next), by its id alone.
-    pub async fn queue_position_of(&self, id: Uuid) -> Result<Option<usize>> {
+    pub async fn run_queue_position(&self, id: Uuid) -> Result<Option<usize>> {
         Ok(self.store.queue_position(id).await?.map(|n| n as usize))
     }
 
     /// For a pending run pinned to labels no live node has: says so, rather than wait silently.
-    pub async fn waiting_for(&self, run: &Run) -> Option<String> {
+    pub async fn run_waiting_for(&self, run: &Run) -> Option<String> {
         if run.state != RunState::Pending {
             return None;
         }
@@ -365,7 +365,7 @@ impl Service {
         Ok(self.store.live_run_counts().await?)
     }
 
-    pub async fn list(&self, filter: &RunQuery) -> Result<Vec<RunSummary>> {
+    pub async fn runs(&self, filter: &RunQuery) -> Result<Vec<RunSummary>> {
         self.summaries(self.store.list_runs(filter).await?).await
     }
 
@@ -382,15 +382,15 @@ impl Service {
         }
         let mut summaries = Vec::with_capacity(runs.len());
         for run in runs {
-            let progress = self.progress_of(&run).await?;
+            let progress = self.run_progress_of(&run).await?;
             let waits_for = open.remove(&run.id).unwrap_or_default();
             summaries.push(RunSummary { progress, waits_for, ..RunSummary::from(&run) });
         }
         Ok(summaries)
     }
 
-    pub async fn events(&self, prefix: &str) -> Result<(Run, Vec<Event>)> {
-        let run = self.resolve(prefix).await?;
+    pub async fn run_events(&self, prefix: &str) -> Result<(Run, Vec<Event>)> {
+        let run = self.resolve_run(prefix).await?;
         let events = self.store.events(run.id, 0).await?;
         Ok((run, events))
     }

@@ -51,11 +51,11 @@ pub trait MetricSeries: Send + Sync {
 #[async_trait]
 impl MetricSeries for Service {
     async fn series(&self, run: Uuid, name: &str) -> Result<Vec<MetricPoint>> {
-        self.metric_series(run, name).await
+        self.run_metric_series(run, name).await
     }
 
     async fn runs_with_readings_since(&self, after: Millis) -> Result<Option<Vec<Uuid>>> {
-        Ok(Some(self.metric_runs_since(after).await?))
+        Ok(Some(self.runs_with_metrics_since(after).await?))
     }
 
     /// One read for the whole sweep, however many members it has.

@@ -25,7 +25,7 @@ impl Service {
     /// Parses the sweep file `text` (W&B's format with lachesis' keys), checks every parameter
     /// against its workflow (a var it does not declare, a `set:` key its environment's config
     /// lacks, refused in one line) and its metric (one the workflow can never report, when
-    /// that is known), plans every member as `submit` plans a run, then writes the
+    /// that is known), plans every member as `submit_run` plans a run, then writes the
     /// sweep and its members as pending runs in one transaction and wakes the daemon. Nothing
     /// is written when anything is wrong.
     ///

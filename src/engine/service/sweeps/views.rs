@@ -120,7 +120,7 @@ impl Service {
     }
 
     /// Sweeps, newest first, each with its members by state: one grouped read for all of them.
-    pub async fn sweep_listing(&self) -> Result<Vec<SweepListing>> {
+    pub async fn sweeps_with_member_counts(&self) -> Result<Vec<SweepListing>> {
         let sweeps = self.sweeps().await?;
         let ids: Vec<Uuid> = sweeps.iter().map(|s| s.id).collect();
         let mut states = self.store.member_states_of(&ids).await?;
@@ -220,7 +220,7 @@ impl Service {
         {
             return Ok(Some(format!("no member has reported {metric} as a number yet (member {k}: {said})")));
         }
-        let names = self.metric_names(run.id).await?;
+        let names = self.run_metric_names(run.id).await?;
         let reports = match names.len() {
             0 => "no metric yet".to_string(),
             n if n > 8 => format!("{}, … ({n} metrics)", names[..8].join(", ")),
@@ -248,7 +248,7 @@ impl Service {
             if run.state.is_terminal() {
                 continue;
             }
-            match self.stop(&run.id.to_string()).await {
+            match self.stop_run(&run.id.to_string()).await {
                 Ok(_) | Err(ServiceError::AlreadyEnded { .. }) => {}
                 Err(err) => return Err(err),
             }
