@@ -2,6 +2,10 @@
 # The whole test suite: unit tests, the integration binary with its PostgreSQL tier, the
 # real-Atropos tier (a cached Python venv with atroposlib pinned, created on first use), the
 # verifiers tier (another, with verifiers pinned) and the wheel tier (tests/wheel/wheel.sh).
+#
+#   bash tests/run.sh [ARGS...]     ARGS go to the test runner: `cargo nextest run` where
+#                                   cargo-nextest is installed (e.g. -E 'test(sweeps)'),
+#                                   `cargo test` otherwise; the build is always the whole suite's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,16 +38,6 @@ if ! postgres_up; then
   exit 1
 fi
 export LACHESIS_REQUIRE_POSTGRES=1
-# Each PostgreSQL test makes a scratch database; drop the ones earlier runs left (one still
-# in use by a concurrent run refuses, and stays).
-if command -v psql >/dev/null; then
-  psql -h 127.0.0.1 -U root -d postgres -Atc \
-    "SELECT datname FROM pg_database WHERE datname LIKE 'lachesis\_test\_%' OR datname LIKE 'lachesis\_bench\_%'" 2>/dev/null |
-    while read -r db; do
-      psql -h 127.0.0.1 -U root -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
-    done
-fi
-
 # On a fresh machine most of the time goes to compiling (CPU) and to setting the tiers up
 # (downloads, unpacking: the network and the disk), so the two overlap: the test build starts
 # now, in the background, and the tiers set up beside it, each in a job of its own. A cold
@@ -54,7 +48,7 @@ jobs_dir=$(mktemp -d "${TMPDIR:-/tmp}/lachesis-run.XXXXXX")
 # On the way out (a tier that cannot be had, a failed build) nothing is left running.
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$jobs_dir"' EXIT
 say "building the tests (in the background) while the tiers set up"
-cargo test --locked --no-run "$@" >"$jobs_dir/build.log" 2>&1 &
+cargo test --locked --no-run >"$jobs_dir/build.log" 2>&1 &
 build=$!
 # job NAME COMMAND...: runs COMMAND in the background, its stdout to NAME.out, stderr to NAME.err.
 job() {
@@ -96,6 +90,18 @@ system_tiers() {
   fi
 }
 job system system_tiers
+# Each PostgreSQL test makes a scratch database, and the tests leave them: drop the ones earlier
+# runs left (one still in use by a concurrent run refuses, and stays). Each DROP DATABASE
+# forces a checkpoint of the server (a second or more under load), so it is a job too.
+drop_scratch_databases() {
+  command -v psql >/dev/null || return 0
+  psql -h 127.0.0.1 -U root -d postgres -Atc \
+    "SELECT datname FROM pg_database WHERE datname LIKE 'lachesis\_test\_%' OR datname LIKE 'lachesis\_bench\_%'" 2>/dev/null |
+    while read -r db; do
+      psql -h 127.0.0.1 -U root -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
+    done
+}
+job scratch drop_scratch_databases
 
 say "preparing the Python test venv (first time: 1-2 minutes)"
 finish atropos || {
@@ -142,6 +148,7 @@ else
 fi
 finish maturin >/dev/null || say "maturin did not install: the wheel tier will say so"
 
+finish scratch || true
 say "waiting for the test build"
 if ! wait "$build"; then
   cat "$jobs_dir/build.log" >&2
@@ -149,13 +156,27 @@ if ! wait "$build"; then
   exit 1
 fi
 
-say "cargo test"
 status=0
-cargo test --locked --no-fail-fast "$@" || status=$?
-
-# The wheel tier: the wheel built with maturin (pinned, from PyPI), installed into a fresh venv,
-# the demo run through it with no Rust toolchain on the PATH (tests/wheel/wheel.sh). After
-# `cargo test`, whose compiled dependencies its build reuses.
-say "the wheel tier"
-bash tests/wheel/wheel.sh || status=1
+if cargo nextest --version >/dev/null 2>&1; then
+  # cargo-nextest (on every machine of this kind): the unit and the integration tests in one
+  # pool, each test a process of its own, two per core (most tests wait on daemons, stages and
+  # databases, not on the CPU). It is handed the build's list of test binaries and cargo's
+  # metadata, so it runs what was just built without calling cargo again, and the wheel tier
+  # (a cargo build of its own, which would wait for cargo's lock) runs beside the tests.
+  cargo nextest list --locked --list-type binaries-only --message-format json >"$jobs_dir/binaries.json"
+  cargo metadata --locked --format-version 1 --no-deps >"$jobs_dir/metadata.json"
+  say "the wheel tier (beside the tests; its output follows theirs)"
+  job wheel bash tests/wheel/wheel.sh
+  say "the tests (cargo nextest)"
+  cargo nextest run --no-fail-fast --test-threads "$(($(nproc) * 2))" \
+    --binaries-metadata "$jobs_dir/binaries.json" --cargo-metadata "$jobs_dir/metadata.json" "$@" || status=$?
+  finish wheel || status=1
+else
+  say "cargo test"
+  cargo test --locked --no-fail-fast "$@" || status=$?
+  # The wheel tier: the wheel built with maturin (pinned, from PyPI), installed into a fresh
+  # venv, the demo run through it with no Rust toolchain on the PATH (tests/wheel/wheel.sh).
+  say "the wheel tier"
+  bash tests/wheel/wheel.sh || status=1
+fi
 exit "$status"
