@@ -1,6 +1,8 @@
 //! What the commands show of a home no daemon serves: environments, workflows, a queued
 //! inference test, a schedule, the selected environment's configuration and `doctor`.
 
+use serde_json::Value;
+
 use crate::golden::{Redactions, home, json, pin, pin_json, pin_text};
 
 /// An inference provider nobody serves (the discard port): nothing here is ever sent.
@@ -15,6 +17,8 @@ async fn environments_workflows_tests_schedules_and_doctor_as_each_command_shows
     let mut redactions = Redactions::new(home.path());
     pin_text(&home, &redactions, "env_list", &["env", "list"]);
     pin_json(&home, &redactions, "env_list_json", &["env", "list"]);
+    pin_text(&home, &redactions, "env_show", &["env", "show", "arith"]);
+    pin_json(&home, &redactions, "env_show_json", &["env", "show", "arith"]);
     pin_text(&home, &redactions, "workflow_list", &["workflow", "list"]);
 
     let provider = ["--provider", PROVIDER, "--server-type", "openai", "--api-key-env", "GOLDEN_KEY"];
@@ -40,14 +44,27 @@ async fn environments_workflows_tests_schedules_and_doctor_as_each_command_shows
 
     // `doctor` says what this home lacks (it exits 4 then); whether this machine's ports 8000
     // and 8001 are free is not the test's to say.
-    let mut doctor = home.command(&["doctor"]);
-    for key in ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"] {
-        doctor.env_remove(key);
-    }
-    let doctor = doctor.stdin(std::process::Stdio::null()).output().unwrap();
+    let doctor = |json: bool| {
+        let mut doctor = home.command(&["doctor"]);
+        if json {
+            doctor.arg("--json");
+        }
+        for key in ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"] {
+            doctor.env_remove(key);
+        }
+        let out = doctor.stdin(std::process::Stdio::null()).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
     let ports = regex::Regex::new(r"(?m)^\w+(\s+port \d+\s+).*$").unwrap();
-    let said = r.text(&String::from_utf8_lossy(&doctor.stdout));
-    pin("doctor", &ports.replace_all(&said, "[verdict]${1}[whether free]"));
+    pin("doctor", &ports.replace_all(&r.text(&doctor(false)), "[verdict]${1}[whether free]"));
+    let mut checks: Value = serde_json::from_str(&doctor(true)).unwrap();
+    for check in checks["checks"].as_array_mut().unwrap() {
+        if check["name"].as_str().is_some_and(|name| name.starts_with("port ")) {
+            check["ok"] = "[whether free]".into();
+            check["detail"] = "[whether free]".into();
+        }
+    }
+    pin("doctor_json", &r.json(&checks.to_string()));
 
     // The configuration of a selected environment needs atroposlib's Python.
     let Some((python, _)) = crate::atropos::atropos() else { return };
