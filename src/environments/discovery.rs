@@ -76,85 +76,6 @@ pub struct Discovery {
     pub warnings: Vec<DiscoveryWarning>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LookupError {
-    #[error("unknown environment '{name}' ({})", available_list(.available))]
-    Unknown { name: String, available: Vec<String> },
-    #[error("environment name '{name}' is ambiguous: it is defined in {}", path_list(.paths))]
-    Ambiguous { name: String, paths: Vec<PathBuf> },
-    /// A name no environment can have (`..`, `/`, a NUL or another control character): refused
-    /// before anything is looked up. `name` is already shown on one line.
-    #[error(
-        "environment name '{name}' is not a name: it may not contain '/', '..', NUL or control characters"
-    )]
-    NotAName { name: String },
-    /// Found, but its configuration cannot be read (a verifiers module gone or broken since).
-    #[error("environment '{name}': {reason}")]
-    Unreadable { name: String, reason: String },
-}
-
-/// Refuses a name no environment can have, before it reaches a lookup, a path or a message.
-///
-/// # Errors
-///
-/// [`LookupError::NotAName`], with the name quoted on one line.
-pub fn check_name(name: &str) -> Result<(), LookupError> {
-    let bad = name.is_empty()
-        || name.len() > 256
-        || name.contains('/')
-        || name.contains("..")
-        || name.chars().any(char::is_control);
-    if bad {
-        return Err(LookupError::NotAName { name: crate::text::one_line(name) });
-    }
-    Ok(())
-}
-
-fn available_list(names: &[String]) -> String {
-    if names.is_empty() {
-        "no environments were found".to_owned()
-    } else {
-        format!("available: {}", names.join(", "))
-    }
-}
-
-fn path_list(paths: &[PathBuf]) -> String {
-    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-    shown.join(" and ")
-}
-
-impl Discovery {
-    /// Selects an environment by its `name`.
-    ///
-    /// # Errors
-    ///
-    /// [`LookupError::NotAName`] for a name no environment can have,
-    /// [`LookupError::Unknown`] when no environment has that name, and
-    /// [`LookupError::Ambiguous`] when several do: both are listed by [`discover`], but selecting
-    /// either by that name would be a guess.
-    pub fn find(&self, name: &str) -> Result<&DiscoveredEnv, LookupError> {
-        check_name(name)?;
-        let matches: Vec<&DiscoveredEnv> = self.environments.iter().filter(|env| env.name == name).collect();
-        match matches.as_slice() {
-            [one] => Ok(one),
-            [] => Err(LookupError::Unknown { name: name.to_owned(), available: self.names() }),
-            many => Err(LookupError::Ambiguous {
-                name: name.to_owned(),
-                paths: many.iter().map(|env| env.file_path.clone()).collect(),
-            }),
-        }
-    }
-
-    /// Sorted, distinct environment names.
-    #[must_use]
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.environments.iter().map(|e| e.name.clone()).collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-}
-
 /// Scans each directory recursively for environment classes. Never fails: anything that cannot
 /// be read or parsed becomes a warning.
 #[must_use]
@@ -259,41 +180,9 @@ fn serialize_path_lossy<S: Serializer>(path: &Path, serializer: S) -> Result<S::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs;
+    use crate::environments::fixtures::{class_names, discover_one, env, warning_for, write};
     use std::time::Instant;
     use tempfile::TempDir;
-
-    /// Writes `contents` at `rel` under `root`, creating parent directories.
-    fn write(root: &Path, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
-        let path = root.join(rel);
-        fs::create_dir_all(path.parent().expect("fixture paths have a parent")).expect("mkdir");
-        fs::write(&path, contents).expect("write fixture");
-        fs::canonicalize(&path).expect("canonicalize fixture")
-    }
-
-    fn env<'d>(discovery: &'d Discovery, class_name: &str) -> &'d DiscoveredEnv {
-        discovery
-            .environments
-            .iter()
-            .find(|e| e.class_name == class_name)
-            .unwrap_or_else(|| panic!("{class_name} not discovered: {discovery:#?}"))
-    }
-
-    fn class_names(discovery: &Discovery) -> Vec<&str> {
-        discovery.environments.iter().map(|e| e.class_name.as_str()).collect()
-    }
-
-    fn warning_for<'d>(discovery: &'d Discovery, path: &Path) -> &'d DiscoveryWarning {
-        discovery
-            .warnings
-            .iter()
-            .find(|w| w.path == path)
-            .unwrap_or_else(|| panic!("no warning for {}: {:#?}", path.display(), discovery))
-    }
-
-    fn discover_one(dir: &TempDir) -> Discovery {
-        discover(&[dir.path().to_owned()])
-    }
 
     #[test]
     fn direct_subclass_with_plain_name_and_docstring() {
@@ -673,101 +562,6 @@ class ModernEnv[T: Item, *Ts, **P](BaseEnv):
         let found = discover_one(&dir);
         assert!(found.warnings.is_empty(), "{:?}", found.warnings);
         assert_eq!(env(&found, "Bom").name, "bom");
-    }
-
-    #[test]
-    fn private_hidden_and_cache_files_are_not_listed() {
-        let dir = TempDir::new().unwrap();
-        write(dir.path(), "_private.py", "class Private(BaseEnv):\n    pass\n");
-        write(dir.path(), "__init__.py", "class InInit(BaseEnv):\n    pass\n");
-        write(dir.path(), ".hidden.py", "class HiddenFile(BaseEnv):\n    pass\n");
-        write(dir.path(), ".venv/lib/site.py", "class InVenv(BaseEnv):\n    pass\n");
-        write(dir.path(), "__pycache__/cached.py", "class Cached(BaseEnv):\n    pass\n");
-        write(dir.path(), "notes.txt", "class Text(BaseEnv):\n    pass\n");
-        write(dir.path(), "public.py", "class Public(BaseEnv):\n    pass\n");
-        let found = discover_one(&dir);
-        assert_eq!(class_names(&found), ["Public"]);
-        assert!(found.warnings.is_empty(), "{:?}", found.warnings);
-    }
-
-    #[test]
-    fn duplicate_names_are_listed_but_ambiguous_to_select() {
-        let dir = TempDir::new().unwrap();
-        let a = write(dir.path(), "one/dup.py", "class DupA(BaseEnv):\n    name = \"dup\"\n");
-        let b = write(dir.path(), "two/dup.py", "class DupB(BaseEnv):\n    name = \"dup\"\n");
-        write(dir.path(), "solo.py", "class Solo(BaseEnv):\n    pass\n");
-        let found = discover_one(&dir);
-        assert_eq!(class_names(&found), ["DupA", "Solo", "DupB"]);
-        assert_eq!(found.find("solo").map(|e| e.class_name.as_str()), Ok("Solo"));
-        let err = found.find("dup").unwrap_err();
-        assert_eq!(err, LookupError::Ambiguous { name: "dup".into(), paths: vec![a.clone(), b.clone()] });
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "environment name 'dup' is ambiguous: it is defined in {} and {}",
-                a.display(),
-                b.display()
-            )
-        );
-    }
-
-    #[test]
-    fn unknown_name_lists_what_is_available() {
-        let dir = TempDir::new().unwrap();
-        write(dir.path(), "b.py", "class B(BaseEnv):\n    name = \"beta\"\n");
-        write(dir.path(), "a.py", "class A(BaseEnv):\n    name = \"alpha\"\n");
-        let found = discover_one(&dir);
-        let err = found.find("gamma").unwrap_err();
-        assert_eq!(
-            err,
-            LookupError::Unknown { name: "gamma".into(), available: vec!["alpha".into(), "beta".into()] }
-        );
-        assert_eq!(err.to_string(), "unknown environment 'gamma' (available: alpha, beta)");
-
-        let empty = Discovery::default();
-        assert_eq!(
-            empty.find("x").unwrap_err().to_string(),
-            "unknown environment 'x' (no environments were found)"
-        );
-    }
-
-    #[test]
-    fn missing_directory_and_file_root_are_warnings() {
-        let dir = TempDir::new().unwrap();
-        write(dir.path(), "envs/e.py", "class E(BaseEnv):\n    pass\n");
-        let file_root = write(dir.path(), "plain.py", "");
-        let missing = dir.path().join("does-not-exist");
-        let found = discover(&[missing.clone(), dir.path().join("envs"), file_root.clone()]);
-        assert_eq!(class_names(&found), ["E"]);
-        assert_eq!(warning_for(&found, &missing).reason, "directory does not exist");
-        assert_eq!(warning_for(&found, &file_root).reason, "not a directory");
-        assert_eq!(
-            warning_for(&found, &missing).to_string(),
-            format!("{}: directory does not exist", missing.display())
-        );
-    }
-
-    #[test]
-    fn overlapping_roots_list_each_file_once() {
-        let dir = TempDir::new().unwrap();
-        write(dir.path(), "sub/e.py", "class E(BaseEnv):\n    pass\n");
-        let found = discover(&[dir.path().to_owned(), dir.path().join("sub"), dir.path().join("sub/../sub")]);
-        assert_eq!(class_names(&found), ["E"]);
-        assert!(found.find("e").is_ok());
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn symlinked_files_are_followed_and_directory_links_are_not() {
-        let dir = TempDir::new().unwrap();
-        let real = write(dir.path(), "real/e.py", "class E(BaseEnv):\n    pass\n");
-        fs::create_dir_all(dir.path().join("scan")).unwrap();
-        std::os::unix::fs::symlink(&real, dir.path().join("scan/linked.py")).unwrap();
-        // A link back to an ancestor would loop forever if followed.
-        std::os::unix::fs::symlink(dir.path(), dir.path().join("scan/loop")).unwrap();
-        let found = discover(&[dir.path().join("scan")]);
-        assert_eq!(class_names(&found), ["E"]);
-        assert_eq!(found.environments[0].name, "linked");
     }
 
     #[test]

@@ -92,3 +92,66 @@ pub(super) fn is_file(path: &Path, kind: fs::FileType) -> bool {
 pub(super) fn file_name(path: &Path) -> &str {
     path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use tempfile::TempDir;
+
+    use crate::environments::discover;
+    use crate::environments::fixtures::{class_names, discover_one, warning_for, write};
+
+    #[test]
+    fn private_hidden_and_cache_files_are_not_listed() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "_private.py", "class Private(BaseEnv):\n    pass\n");
+        write(dir.path(), "__init__.py", "class InInit(BaseEnv):\n    pass\n");
+        write(dir.path(), ".hidden.py", "class HiddenFile(BaseEnv):\n    pass\n");
+        write(dir.path(), ".venv/lib/site.py", "class InVenv(BaseEnv):\n    pass\n");
+        write(dir.path(), "__pycache__/cached.py", "class Cached(BaseEnv):\n    pass\n");
+        write(dir.path(), "notes.txt", "class Text(BaseEnv):\n    pass\n");
+        write(dir.path(), "public.py", "class Public(BaseEnv):\n    pass\n");
+        let found = discover_one(&dir);
+        assert_eq!(class_names(&found), ["Public"]);
+        assert!(found.warnings.is_empty(), "{:?}", found.warnings);
+    }
+    #[test]
+    fn missing_directory_and_file_root_are_warnings() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "envs/e.py", "class E(BaseEnv):\n    pass\n");
+        let file_root = write(dir.path(), "plain.py", "");
+        let missing = dir.path().join("does-not-exist");
+        let found = discover(&[missing.clone(), dir.path().join("envs"), file_root.clone()]);
+        assert_eq!(class_names(&found), ["E"]);
+        assert_eq!(warning_for(&found, &missing).reason, "directory does not exist");
+        assert_eq!(warning_for(&found, &file_root).reason, "not a directory");
+        assert_eq!(
+            warning_for(&found, &missing).to_string(),
+            format!("{}: directory does not exist", missing.display())
+        );
+    }
+
+    #[test]
+    fn overlapping_roots_list_each_file_once() {
+        let dir = TempDir::new().unwrap();
+        write(dir.path(), "sub/e.py", "class E(BaseEnv):\n    pass\n");
+        let found = discover(&[dir.path().to_owned(), dir.path().join("sub"), dir.path().join("sub/../sub")]);
+        assert_eq!(class_names(&found), ["E"]);
+        assert!(found.find("e").is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinked_files_are_followed_and_directory_links_are_not() {
+        let dir = TempDir::new().unwrap();
+        let real = write(dir.path(), "real/e.py", "class E(BaseEnv):\n    pass\n");
+        fs::create_dir_all(dir.path().join("scan")).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("scan/linked.py")).unwrap();
+        // A link back to an ancestor would loop forever if followed.
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("scan/loop")).unwrap();
+        let found = discover(&[dir.path().join("scan")]);
+        assert_eq!(class_names(&found), ["E"]);
+        assert_eq!(found.environments[0].name, "linked");
+    }
+}

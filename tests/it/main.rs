@@ -14,6 +14,7 @@ mod faults;
 mod figures;
 mod full_disk;
 mod fuzz;
+mod golden;
 mod handoff;
 mod held_writes;
 mod holds;

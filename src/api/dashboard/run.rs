@@ -31,7 +31,8 @@ pub struct HistoryRow {
 }
 
 const STEP_KEYS: [&str; 2] = ["step", "_step"];
-const TIME_KEYS: [&str; 4] = ["at", "updated_at", "timestamp", "_timestamp"];
+/// `recorded_at`: when lachesis stored a reading (a metric row's); a time, never a metric to chart.
+const TIME_KEYS: [&str; 5] = ["at", "updated_at", "recorded_at", "timestamp", "_timestamp"];
 
 /// A time in seconds or milliseconds since the epoch, as milliseconds.
 fn as_millis(value: f64) -> f64 {
@@ -442,6 +443,11 @@ mod tests {
         assert_eq!(rows[1].step, Some(2.0));
         assert_eq!(rows[1].at, Some(1_700_000_060_000.0));
         assert_eq!(rows[0].values["reward_mean"], 0.1);
+        // A stored row says when it was recorded: a time, not a curve of its own.
+        let stored = history_rows(
+            &json!({ "history": [{ "step": 2, "loss": 0.25, "recorded_at": 1_795_846_173_388_i64 }] }),
+        );
+        assert_eq!((stored[0].values.len(), stored[0].at), (1, Some(1_795_846_173_388.0)));
         let series = history_rows(&json!({ "history": {
             "train/percent_correct": [[1, 0.2], [2, 0.4]],
             "eval/percent_correct": [{ "step": 2, "value": 0.35 }],

@@ -48,7 +48,7 @@ pub async fn render_list(service: &Service) -> Result<String> {
             esc(&states_line(&listed.states)),
             s.max_live.map_or_else(|| "-".into(), |n| n.to_string()),
             time(Some(s.created_at)),
-            esc(s.reason.as_deref().unwrap_or("")),
+            esc(&s.ended.as_ref().map(ToString::to_string).unwrap_or_default()),
             id = s.id,
             short = crate::model::short_id(&s.id),
         );

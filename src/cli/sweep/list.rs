@@ -1,4 +1,4 @@
-//! `lachesis sweep list`: sweeps, newest first.
+//! `lachesis sweep list`: sweeps, newest first, each with why it ended (empty while it runs).
 
 use std::process::ExitCode;
 
@@ -30,7 +30,7 @@ pub async fn run(service: &Service, ListArgs { json }: ListArgs) -> CliResult {
                 s.members.to_string(),
                 s.max_live.map_or_else(|| "-".into(), |n| n.to_string()),
                 time(Some(s.created_at)),
-                s.reason.clone().unwrap_or_default(),
+                s.ended.as_ref().map(ToString::to_string).unwrap_or_default(),
             ]);
         }
         println!("{t}");

@@ -3,6 +3,7 @@
 mod curves;
 mod decide;
 mod end;
+mod ending;
 mod report;
 mod series;
 mod submit;
@@ -11,6 +12,7 @@ mod views;
 pub use crate::engine::reconciler::{SweepReadings, not_a_number_note};
 pub use curves::{MemberCurve, SweepCurves};
 pub use decide::{SweepDecider, SweepDecision};
+pub use ending::SweepEnd;
 pub use report::{BestMember, EarlyTermination, REPORT_SWEEPS, ReportSweep};
 pub use series::MetricSeries;
 pub use submit::StartedSweep;

@@ -6,6 +6,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::MetricSeries;
+use super::ending::{STOP_REQUESTED, SweepEnd};
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::MemberRun;
 use crate::model::RunState;
@@ -20,8 +21,12 @@ pub struct SweepSummary {
     pub id: Uuid,
     pub workflow: String,
     pub state: SweepState,
+    /// The last reason recorded with a move of the sweep (a target's, a stop's, why no winner).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why it ended; none while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<SweepEnd>,
     pub members: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_live: Option<u32>,
@@ -35,6 +40,7 @@ impl From<&SweepRecord> for SweepSummary {
             workflow: sweep.workflow.clone(),
             state: sweep.state,
             reason: sweep.reason.clone(),
+            ended: SweepEnd::of(sweep),
             members: sweep.members,
             max_live: sweep.max_live,
             created_at: sweep.created_at,
@@ -238,7 +244,7 @@ impl Service {
         let mut stopped = false;
         for from in [SweepState::Live, SweepState::Target] {
             stopped |=
-                self.store.move_sweep(sweep.id, from, SweepState::Stopped, Some("stop requested")).await?;
+                self.store.move_sweep(sweep.id, from, SweepState::Stopped, Some(STOP_REQUESTED)).await?;
         }
         if stopped {
             // The runs its stop failed have notices to post, even when no member was left to stop.

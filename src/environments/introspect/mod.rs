@@ -6,10 +6,9 @@
 //! and reads one JSON answer back. The helper is passed with `-c`: nothing is written to disk, no
 //! temp file can go stale, and there is no stdin protocol to get wrong.
 
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -17,15 +16,16 @@ use serde::{Deserialize, Serialize};
 use super::fields::FieldInfo;
 use tokio::process::Command;
 
-use crate::launch::collect::{CollectError, Collected, collect};
+use crate::launch::collect::{CollectError, collect};
+
+mod error;
+mod python_version;
+mod reply;
+
+pub use error::IntrospectError;
+pub use python_version::{MIN_PYTHON, PythonVersion};
 
 const HELPER: &str = include_str!("introspect.py");
-
-/// Oldest Python that atroposlib supports.
-pub const MIN_PYTHON: PythonVersion = PythonVersion { major: 3, minor: 11 };
-
-/// Number of trailing stderr lines quoted in [`IntrospectError::Failed`].
-const STDERR_TAIL_LINES: usize = 3;
 
 /// The configurable part of an environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,71 +35,6 @@ pub struct Introspection {
     /// Why the fields come from a fallback class instead of what `config_init()` built.
     pub fell_back: Option<String>,
     pub fields: Vec<FieldInfo>,
-}
-
-/// A `major.minor` Python version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct PythonVersion {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl PythonVersion {
-    /// Parses `3.9`, `3.9.18` or `Python 3.12.1rc1` (what `python --version` prints).
-    pub fn parse(text: &str) -> Option<Self> {
-        let text = text.trim();
-        let text = text.strip_prefix("Python").map_or(text, str::trim_start);
-        let mut parts = text.split('.');
-        let major = parts.next()?.parse().ok()?;
-        let minor_part = parts.next()?;
-        let digits = minor_part.find(|c: char| !c.is_ascii_digit()).unwrap_or(minor_part.len());
-        let minor = minor_part[..digits].parse().ok()?;
-        Some(Self { major, minor })
-    }
-}
-
-impl fmt::Display for PythonVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum IntrospectError {
-    #[error(
-        "python interpreter '{}' not found: install Python {MIN_PYTHON} or newer, or set the interpreter with LACHESIS_PYTHON",
-        .python.display()
-    )]
-    PythonMissing { python: PathBuf },
-    #[error(
-        "python interpreter '{}' is Python {version}; lachesis needs {required} or newer",
-        .python.display()
-    )]
-    PythonTooOld { python: PathBuf, version: String, required: PythonVersion },
-    #[error(
-        "atroposlib is not installed for {}: run `{} -m pip install atroposlib`",
-        .python.display(),
-        .python.display()
-    )]
-    AtroposMissing { python: PathBuf },
-    #[error("could not import environment file {}: {detail}", .file.display())]
-    EnvImport { file: PathBuf, detail: String },
-    #[error(
-        "class '{class_name}' is not defined at module level in {} (defined there: {}); re-run discovery",
-        .file.display(),
-        or_none(.defined)
-    )]
-    ClassNotFound { file: PathBuf, class_name: String, defined: Vec<String> },
-    #[error(
-        "python helper did not finish within {seconds} s: importing the environment or its config_init() is too slow or waits on the network"
-    )]
-    Timeout { seconds: f64 },
-    #[error("python helper failed unexpectedly: {detail}")]
-    Failed { detail: String },
-}
-
-fn or_none(names: &[String]) -> String {
-    if names.is_empty() { "no classes".to_owned() } else { names.join(", ") }
 }
 
 /// Imports `env_file` with `python`, calls `class_name.config_init()` and describes its config.
@@ -142,7 +77,7 @@ async fn run_helper(
         }
     })?;
     tracing::debug!(status = %output.status, "config introspection helper exited");
-    interpret(python, &env_file, class_name, minimum, &output)
+    reply::interpret(python, &env_file, class_name, minimum, &output)
 }
 
 /// The program to spawn. The helper runs in another directory, so a relative path such as
@@ -192,99 +127,6 @@ fn spawn_error(python: &Path, err: io::Error) -> IntrospectError {
     }
 }
 
-/// What the helper prints on stdout: one JSON object, tagged by `outcome`.
-#[derive(Debug, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-enum Reply {
-    Ok {
-        config_class: String,
-        fell_back: Option<String>,
-        fields: Vec<FieldInfo>,
-    },
-    PythonTooOld {
-        python: String,
-    },
-    AtroposMissing,
-    AtroposBroken {
-        detail: String,
-    },
-    EnvImport {
-        detail: String,
-    },
-    ClassNotFound {
-        #[serde(default)]
-        defined: Vec<String>,
-    },
-    Failed {
-        detail: String,
-    },
-}
-
-/// Turns the helper's output into a result. Pure, so every outcome is testable without Python.
-fn interpret(
-    python: &Path,
-    env_file: &Path,
-    class_name: &str,
-    minimum: PythonVersion,
-    output: &Collected,
-) -> Result<Introspection, IntrospectError> {
-    let Some(reply) = parse_reply(&output.stdout) else {
-        return Err(IntrospectError::Failed { detail: no_answer_detail(output) });
-    };
-    match reply {
-        Reply::Ok { config_class, fell_back, fields } => {
-            Ok(Introspection { config_class, fell_back, fields })
-        }
-        Reply::PythonTooOld { python: version } => Err(IntrospectError::PythonTooOld {
-            python: python.to_owned(),
-            version: PythonVersion::parse(&version).map_or(version, |v| v.to_string()),
-            required: minimum,
-        }),
-        Reply::AtroposMissing => Err(IntrospectError::AtroposMissing { python: python.to_owned() }),
-        Reply::AtroposBroken { detail } => Err(IntrospectError::Failed {
-            detail: format!(
-                "atroposlib is installed but does not import ({detail}): reinstall it with `{} -m pip install --force-reinstall atroposlib`",
-                python.display()
-            ),
-        }),
-        Reply::EnvImport { detail } => Err(IntrospectError::EnvImport { file: env_file.to_owned(), detail }),
-        Reply::ClassNotFound { defined } => Err(IntrospectError::ClassNotFound {
-            file: env_file.to_owned(),
-            class_name: class_name.to_owned(),
-            defined,
-        }),
-        Reply::Failed { detail } => Err(IntrospectError::Failed { detail }),
-    }
-}
-
-/// The last non-empty stdout line that is a reply. Only one is expected, but a stray line before
-/// it (from an interpreter wrapper, say) should not hide the answer.
-fn parse_reply(stdout: &[u8]) -> Option<Reply> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .rev()
-        .filter(|line| !line.trim().is_empty())
-        .find_map(|line| serde_json::from_str(line).ok())
-}
-
-fn no_answer_detail(output: &Collected) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].join(" | ");
-    if tail.is_empty() {
-        format!("helper {} without an answer", describe_status(output.status))
-    } else {
-        format!("helper {} without an answer: {tail}", describe_status(output.status))
-    }
-}
-
-fn describe_status(status: ExitStatus) -> String {
-    match status.code() {
-        Some(code) => format!("exited with status {code}"),
-        None => format!("was stopped ({status})"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,8 +138,6 @@ mod tests {
 
     const LONG: Duration = Duration::from_secs(120);
 
-    // ---- versions and replies -----------------------------------------------------------------
-
     #[test]
     fn relative_interpreter_paths_are_anchored() {
         assert_eq!(program(Path::new("python3")), PathBuf::from("python3"));
@@ -305,132 +145,6 @@ mod tests {
         let relative = program(Path::new("venv/bin/python"));
         assert!(relative.is_absolute() && relative.ends_with("venv/bin/python"), "{relative:?}");
         assert!(program(Path::new("./python")).is_absolute());
-    }
-
-    #[test]
-    fn python_version_parsing() {
-        let v = |major, minor| Some(PythonVersion { major, minor });
-        assert_eq!(PythonVersion::parse("3.9.18"), v(3, 9));
-        assert_eq!(PythonVersion::parse("3.11"), v(3, 11));
-        assert_eq!(PythonVersion::parse("Python 3.12.1rc1\n"), v(3, 12));
-        assert_eq!(PythonVersion::parse("3.13rc2"), v(3, 13));
-        assert_eq!(PythonVersion::parse("2.7.18"), v(2, 7));
-        for text in ["", "3", "three.one", "3.x", "Python", "-3.1"] {
-            assert_eq!(PythonVersion::parse(text), None, "{text}");
-        }
-        assert!(PythonVersion::parse("3.9.18") < Some(MIN_PYTHON));
-        assert!(PythonVersion { major: 3, minor: 12 } > MIN_PYTHON);
-        assert!(PythonVersion { major: 4, minor: 0 } > MIN_PYTHON);
-        assert!(PythonVersion { major: 3, minor: 11 } >= MIN_PYTHON);
-        assert_eq!(MIN_PYTHON.to_string(), "3.11");
-    }
-
-    fn output(code: i32, stdout: &str, stderr: &str) -> Collected {
-        use std::os::unix::process::ExitStatusExt;
-        Collected {
-            status: ExitStatus::from_raw(code << 8),
-            stdout: stdout.as_bytes().to_vec(),
-            stderr: stderr.as_bytes().to_vec(),
-        }
-    }
-
-    fn interpret_reply(code: i32, stdout: &str, stderr: &str) -> Result<Introspection, IntrospectError> {
-        interpret(
-            Path::new("/opt/py/bin/python"),
-            Path::new("/envs/gsm8k.py"),
-            "GSM8kEnv",
-            MIN_PYTHON,
-            &output(code, stdout, stderr),
-        )
-    }
-
-    #[test]
-    fn reply_ok() {
-        let stdout =
-            r#"{"outcome": "ok", "python": "3.11.7", "config_class": "BaseEnvConfig", "fell_back": null,
-            "fields": [{"name": "group_size", "type_name": "int", "kind": "int", "optional": false,
-            "required": false, "default": 4, "value": 8, "description": "How many"},
-            {"name": "mode", "type_name": "Weird", "kind": "someday", "optional": true,
-            "default": null, "value": "x", "description": null}]}"#
-                .replace('\n', " ");
-        let got = interpret_reply(0, &format!("stray line\n{stdout}\n"), "").unwrap();
-        assert_eq!(got.config_class, "BaseEnvConfig");
-        assert_eq!(got.fell_back, None);
-        assert_eq!(got.fields[0].value, json!(8));
-        assert_eq!(got.fields[0].default, json!(4));
-        assert_eq!(got.fields[0].description.as_deref(), Some("How many"));
-        // Kinds unknown to this version degrade to Other; `required` may be absent.
-        assert_eq!(got.fields[1].kind, FieldKind::Other);
-        assert!(!got.fields[1].required);
-    }
-
-    #[test]
-    fn reply_python_too_old() {
-        let err =
-            interpret_reply(10, r#"{"outcome": "python_too_old", "python": "3.9.18"}"#, "").unwrap_err();
-        assert!(
-            matches!(&err, IntrospectError::PythonTooOld { version, required, .. } if version == "3.9" && *required == MIN_PYTHON),
-            "{err:?}"
-        );
-        assert_eq!(
-            err.to_string(),
-            "python interpreter '/opt/py/bin/python' is Python 3.9; lachesis needs 3.11 or newer"
-        );
-    }
-
-    #[test]
-    fn reply_errors() {
-        let msg = |stdout: &str| interpret_reply(1, stdout, "").unwrap_err().to_string();
-        assert_eq!(
-            msg(r#"{"outcome": "atropos_missing", "python": "3.11.7"}"#),
-            "atroposlib is not installed for /opt/py/bin/python: run `/opt/py/bin/python -m pip install atroposlib`"
-        );
-        assert_eq!(
-            msg(r#"{"outcome": "env_import", "detail": "ModuleNotFoundError: No module named 'datasets'"}"#),
-            "could not import environment file /envs/gsm8k.py: ModuleNotFoundError: No module named 'datasets'"
-        );
-        assert_eq!(
-            msg(r#"{"outcome": "class_not_found", "defined": ["A", "B"]}"#),
-            "class 'GSM8kEnv' is not defined at module level in /envs/gsm8k.py (defined there: A, B); re-run discovery"
-        );
-        assert!(msg(r#"{"outcome": "class_not_found"}"#).contains("(defined there: no classes)"));
-        assert_eq!(
-            msg(r#"{"outcome": "atropos_broken", "detail": "ImportError: cannot import name 'X'"}"#),
-            "python helper failed unexpectedly: atroposlib is installed but does not import (ImportError: cannot import name 'X'): reinstall it with `/opt/py/bin/python -m pip install --force-reinstall atroposlib`"
-        );
-        assert_eq!(
-            msg(r#"{"outcome": "failed", "detail": "KeyError: 'x'"}"#),
-            "python helper failed unexpectedly: KeyError: 'x'"
-        );
-    }
-
-    #[test]
-    fn no_reply_quotes_the_end_of_stderr() {
-        let stderr = "Traceback (most recent call last):\n  File \"<string>\", line 1\n\n    print 'x'\n          ^\nSyntaxError: invalid syntax\n";
-        let err = interpret_reply(1, "", stderr).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "python helper failed unexpectedly: helper exited with status 1 without an answer: print 'x' | ^ | SyntaxError: invalid syntax"
-        );
-        let err = interpret_reply(0, "not json\n{\"outcome\": \"martian\"}\n", "").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "python helper failed unexpectedly: helper exited with status 0 without an answer"
-        );
-    }
-
-    #[test]
-    fn other_error_messages() {
-        let missing = IntrospectError::PythonMissing { python: "python3.12".into() };
-        assert_eq!(
-            missing.to_string(),
-            "python interpreter 'python3.12' not found: install Python 3.11 or newer, or set the interpreter with LACHESIS_PYTHON"
-        );
-        let timeout = IntrospectError::Timeout { seconds: 30.0 };
-        assert_eq!(
-            timeout.to_string(),
-            "python helper did not finish within 30 s: importing the environment or its config_init() is too slow or waits on the network"
-        );
     }
 
     // ---- the helper process, without atroposlib -----------------------------------------------
