@@ -59,7 +59,7 @@ pub struct SweepStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub goal: Option<&'static str>,
+    pub goal: Option<Goal>,
     /// How many members are in each state.
     pub counts: StateCounts<RunState>,
     /// Best first by the metric's goal; members without a reading after them, by k.
@@ -199,10 +199,7 @@ impl Service {
         Ok(SweepStatus {
             sweep: SweepSummary::from(sweep),
             metric: spec.metric.as_ref().map(|m| m.name.clone()),
-            goal: goal.map(|goal| match goal {
-                Goal::Minimize => "minimize",
-                Goal::Maximize => "maximize",
-            }),
+            goal,
             counts,
             leaderboard,
             winner,
