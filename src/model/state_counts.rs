@@ -124,9 +124,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Rows as the store gives them, and the counts they read as.
+    type Case = (&'static [(&'static str, i64)], &'static [(RunState, i64)]);
+
     #[test]
     fn counts_read_by_name_add_up_and_keep_the_names_order() {
-        let cases: &[(&[(&str, i64)], &[(RunState, i64)])] = &[
+        let cases: &[Case] = &[
             (&[], &[]),
             (&[("running", 2), ("failed", 1)], &[(RunState::Failed, 1), (RunState::Running, 2)]),
             (&[("pending", 1), ("pending", 2)], &[(RunState::Pending, 3)]),
