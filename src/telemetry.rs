@@ -5,6 +5,8 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::model::{CountedState, RunState, StateCounts, TestState};
+
 /// Upper bounds of the latency buckets, in milliseconds.
 const BUCKETS_MS: [f64; 11] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0];
 
@@ -89,14 +91,14 @@ impl Telemetry {
     }
 
     /// The Prometheus text: `runs` and `tests` are counts by state, read at scrape time.
-    pub fn render(&self, runs: Vec<(String, i64)>, tests: Vec<(String, i64)>) -> String {
+    pub fn render(&self, runs: &StateCounts<RunState>, tests: &StateCounts<TestState>) -> String {
         let mut out = String::new();
-        let gauge = |out: &mut String, name: &str, help: &str, rows: Vec<(String, i64)>| {
+        fn gauge<S: CountedState>(out: &mut String, name: &str, help: &str, counts: &StateCounts<S>) {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (state, count) in rows {
-                let _ = writeln!(out, "{name}{{state=\"{state}\"}} {count}");
+            for (state, count) in counts.iter() {
+                let _ = writeln!(out, "{name}{{state=\"{}\"}} {count}", state.name());
             }
-        };
+        }
         gauge(&mut out, "lachesis_runs", "Runs by state.", runs);
         gauge(&mut out, "lachesis_tests", "Inference tests by state.", tests);
         let _ = writeln!(
@@ -166,11 +168,11 @@ mod tests {
     fn run_steps_are_gauges_until_the_run_is_forgotten() {
         let telemetry = Telemetry::default();
         telemetry.set_run_step("r1", Some((420, Some(2500))));
-        let text = telemetry.render(vec![], vec![]);
+        let text = telemetry.render(&StateCounts::default(), &StateCounts::default());
         assert!(text.contains("lachesis_run_step{run=\"r1\"} 420"), "{text}");
         assert!(text.contains("lachesis_run_total_steps{run=\"r1\"} 2500"), "{text}");
         telemetry.set_run_step("r1", None);
-        assert!(!telemetry.render(vec![], vec![]).contains("run=\"r1\""));
+        assert!(!telemetry.render(&StateCounts::default(), &StateCounts::default()).contains("run=\"r1\""));
     }
 
     #[test]
@@ -179,7 +181,7 @@ mod tests {
         telemetry.preempted();
         telemetry.work_lost(160_000);
         telemetry.work_lost(-5);
-        let text = telemetry.render(vec![], vec![]);
+        let text = telemetry.render(&StateCounts::default(), &StateCounts::default());
         assert!(
             text.contains("# TYPE lachesis_preemptions_total counter\nlachesis_preemptions_total 1\n"),
             "{text}"

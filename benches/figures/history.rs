@@ -123,7 +123,7 @@ impl Lab {
 
     async fn count(&self, state: RunState) -> BenchResult<usize> {
         let counts = self.service.run_counts().await?;
-        Ok(counts.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n as usize))
+        Ok(counts.get(state) as usize)
     }
 
     /// Waits until no run is queued or in flight. Polls the live states only: counting every
@@ -131,7 +131,7 @@ impl Lab {
     /// 50 ms of a core per count at 100,000 runs).
     async fn wait_drained(&self, limit: Duration) -> BenchResult<()> {
         let deadline = Instant::now() + limit;
-        while self.service.live_run_counts().await?.iter().any(|(_, n)| *n > 0) {
+        while !self.service.live_run_counts().await?.is_empty() {
             if Instant::now() > deadline {
                 return Err("timed out waiting for the queued runs to finish".into());
             }

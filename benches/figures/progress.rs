@@ -92,7 +92,7 @@ impl Lab {
         let deadline = Instant::now() + limit;
         loop {
             let counts = self.service.run_counts().await?;
-            if counts.iter().find(|(s, _)| s == state.as_str()).is_some_and(|(_, c)| *c as usize >= n) {
+            if counts.get(state) as usize >= n {
                 return Ok(());
             }
             if Instant::now() > deadline {

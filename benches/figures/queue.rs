@@ -11,7 +11,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::supervisor::{BenchResult, Percentiles, rss_mb, status_mb};
-use lachesis::model::{Run, RunParams, Stage};
+use lachesis::model::{Run, RunParams, RunState, Stage};
 use lachesis::service::{RunRequest, Service};
 use lachesis::settings::Settings;
 use lachesis::workflow::Workflow;
@@ -73,7 +73,7 @@ pub async fn run(exe: &Path, pending: usize, say: &dyn Fn(&str)) -> BenchResult<
     let pid = daemon.0.id();
     let deadline = Instant::now() + Duration::from_secs(30);
     // Measured once both slots are taken, as a queue stands overnight.
-    while service.live_run_counts().await?.iter().all(|(state, n)| state != "running" || *n < 2) {
+    while service.live_run_counts().await?.get(RunState::Running) < 2 {
         if Instant::now() > deadline {
             return Err("the sleepers did not start".into());
         }

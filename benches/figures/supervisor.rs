@@ -203,7 +203,7 @@ impl Lab {
     /// A cheap count (no rows parsed), so polling it doesn't eat the CPU being measured.
     async fn count(&self, state: RunState) -> BenchResult<usize> {
         let counts = self.service.run_counts().await?;
-        Ok(counts.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n as usize))
+        Ok(counts.get(state) as usize)
     }
 
     async fn wait_count(&self, state: RunState, n: usize, limit: Duration) -> BenchResult<Instant> {

@@ -196,7 +196,7 @@ where
 /// How many runs are in `state` (a count, no rows parsed: polling it costs the daemon little).
 async fn count(service: &Service, state: RunState) -> BenchResult<usize> {
     let counts = service.run_counts().await?;
-    Ok(counts.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n as usize))
+    Ok(counts.get(state) as usize)
 }
 
 /// When the trainer of `run_dir` wrote its reading of `step`, in ms since the epoch.

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use lachesis::failpoint::Failpoint;
 use lachesis::model::RunState;
 use uuid::Uuid;
 
@@ -247,12 +248,12 @@ enum Crash {
 impl Crash {
     /// The crash point (`crate::failpoint`) the daemon kills itself at; none for the grace,
     /// which lasts long enough for the test to kill it.
-    fn failpoint(self) -> Option<&'static str> {
+    fn failpoint(self) -> Option<Failpoint> {
         match self {
-            Crash::Decided => Some("preempt.decided"),
+            Crash::Decided => Some(Failpoint::PreemptDecided),
             Crash::Grace => None,
-            Crash::StagesGone => Some("preempt.stages_gone"),
-            Crash::Requeued => Some("preempt.requeued"),
+            Crash::StagesGone => Some(Failpoint::PreemptStagesGone),
+            Crash::Requeued => Some(Failpoint::PreemptRequeued),
         }
     }
 }
@@ -321,7 +322,7 @@ async fn killed_and_restarted(crash: Crash, database_url: Option<String>) {
     let args = ["--pool", "gpu=0", "--preempt"];
     // Armed for the first daemon only: the restarted one runs through.
     if let Some(point) = crash.failpoint() {
-        home.environ.push((lachesis::failpoint::VARIABLE.into(), point.into()));
+        home.environ.push((lachesis::failpoint::VARIABLE.into(), point.as_str().into()));
     }
     start_daemon(&mut home, &args).await;
     home.environ.clear();

@@ -455,8 +455,8 @@ async fn a_crowded_window_lists_a_thousand_and_counts_the_rest() {
     let took = started.elapsed();
     assert_eq!(report.runs.len(), 1_000);
     assert_eq!(report.more_runs, 500);
-    assert_eq!(report.run_outcomes.get("failed"), Some(&150));
-    assert_eq!(report.run_outcomes.get("completed"), Some(&1_350));
+    assert_eq!(report.run_outcomes.get(RunState::Failed), 150);
+    assert_eq!(report.run_outcomes.get(RunState::Completed), 1_350);
     // The newest thousand, oldest first.
     let newest: Vec<Uuid> = batch[500..1_500].iter().map(|(run, _)| run.id).collect();
     assert_eq!(report.runs.iter().map(|r| r.id).collect::<Vec<_>>(), newest);

@@ -547,11 +547,7 @@ async fn a_thousand_runs_started_at_once_all_complete() {
         let service = service.clone();
         async move {
             let counts = service.run_counts().await.unwrap();
-            let ended: i64 = counts
-                .iter()
-                .filter(|(state, _)| ["completed", "failed", "stopped"].contains(&state.as_str()))
-                .map(|(_, n)| n)
-                .sum();
+            let ended: i64 = counts.iter().filter(|(state, _)| state.is_terminal()).map(|(_, n)| n).sum();
             (ended as usize == RUNS).then_some(counts)
         }
     })
@@ -563,7 +559,11 @@ async fn a_thousand_runs_started_at_once_all_complete() {
         .into_iter()
         .map(|r| r.reason)
         .collect();
-    assert_eq!(counts, vec![("completed".to_string(), RUNS as i64)], "some failed, e.g. {failed:?}");
+    assert_eq!(
+        counts.iter().collect::<Vec<_>>(),
+        [(RunState::Completed, RUNS as i64)],
+        "some failed, e.g. {failed:?}"
+    );
 }
 
 /// The daemon raises its soft open-file limit to the hard one, so a burst of starts is not

@@ -195,7 +195,7 @@ async fn max_live_holds_and_a_stopped_sweep_starts_nothing_more() {
     }
     let board = service.sweep_status(&sweep.to_string()).await.unwrap();
     assert_eq!(board.sweep.state, SweepState::Stopped);
-    assert_eq!(board.counts.get("stopped"), Some(&5));
+    assert_eq!(board.counts.get(lachesis::model::RunState::Stopped), 5);
     let cancelled = members.iter().filter(|id| {
         board
             .leaderboard

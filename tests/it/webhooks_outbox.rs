@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use lachesis::failpoint::Failpoint;
 use lachesis::model::RunState;
 use serde_json::Value;
 use uuid::Uuid;
@@ -61,7 +62,7 @@ async fn killed_before_posting(database_url: Option<String>) {
     let mut home = home_posting_to(&hook);
     home.database_url = database_url;
     // Armed for the first daemon only: it dies right after a run's end commits.
-    home.environ.push((lachesis::failpoint::VARIABLE.into(), "webhooks.run_moved".into()));
+    home.environ.push((lachesis::failpoint::VARIABLE.into(), Failpoint::WebhooksRunMoved.as_str().into()));
     home.start_daemon();
     home.environ.retain(|(k, _)| k != lachesis::failpoint::VARIABLE);
     let id = home.submit(&["-w", "quick"]);

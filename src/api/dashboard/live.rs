@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::pages::failure_page;
 use crate::api::AppState;
+use crate::model::RunState;
 use crate::service::{DEFAULT_TAIL_LINES, LogRequest};
 
 /// How often an open page's change feed looks at the newest event id.
@@ -38,7 +39,7 @@ pub(super) async fn changes(
             if ticked.elapsed() >= PROGRESS_TICK {
                 ticked = tokio::time::Instant::now();
                 let counts = service.live_run_counts().await.unwrap_or_default();
-                if counts.iter().any(|(state, n)| state == "running" && *n > 0) {
+                if counts.get(RunState::Running) > 0 {
                     ticks += 1;
                     let event = SseEvent::default().event("change").data(format!("{now}.{ticks}"));
                     return Some((Ok(event), (service, now, ticked, ticks)));

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::html::{badge, duration, esc, progress_cell, time, url_segment};
 
-use crate::model::{RunPage, RunState, now_millis};
+use crate::model::{RunPage, RunState, StateCounts, now_millis};
 use crate::service::{Result, RunSummary, Service};
 
 /// Rows per page of the runs table: a morning's glance, and a page Chromium lays out in a
@@ -46,12 +46,13 @@ pub async fn render(service: &Service, query: &RunsQuery) -> Result<String> {
         .await?;
     let more = listed.len() > PAGE_SIZE;
     let rows = &listed[..listed.len().min(PAGE_SIZE)];
-    let waiting = counts.iter().find(|(name, _)| name == RunState::Pending.as_str()).map_or(0, |(_, n)| *n);
+    let waiting = counts.get(RunState::Pending);
 
     let mut body = String::from("<h1>Runs</h1><div class=\"counts\">");
-    let total: i64 = counts.iter().map(|(_, n)| n).sum();
+    let total = counts.total();
     let _ = write!(body, "<a class=\"count\" href=\"/ui/runs\"><b>{total}</b> all</a>");
-    for (name, n) in &counts {
+    for (state, n) in counts.iter() {
+        let name = state.as_str();
         let _ = write!(
             body,
             "<a class=\"count\" data-state=\"{s}\" href=\"/ui/runs?state={s}\"><b>{n}</b> {}</a>",
@@ -66,9 +67,7 @@ pub async fn render(service: &Service, query: &RunsQuery) -> Result<String> {
     // The heading's count is the state's (or every run's); a workflow filter is not counted.
     let matching = match (state, workflow) {
         (_, Some(_)) => None,
-        (Some(state), None) => {
-            Some(counts.iter().find(|(name, _)| name == state.as_str()).map_or(0, |(_, n)| *n))
-        }
+        (Some(state), None) => Some(counts.get(state)),
         (None, None) => Some(total),
     };
     let shown = match matching {
@@ -106,10 +105,10 @@ pub async fn render(service: &Service, query: &RunsQuery) -> Result<String> {
     Ok(body)
 }
 
-fn filters(query: &RunsQuery, counts: &[(String, i64)]) -> String {
+fn filters(query: &RunsQuery, counts: &StateCounts<RunState>) -> String {
     let current = query.state.as_deref().unwrap_or("");
     let mut options = String::from("<option value=\"\">any state</option>");
-    for (name, _) in counts {
+    for name in counts.iter().map(|(state, _)| state.as_str()) {
         let selected = if name == current { " selected" } else { "" };
         let _ = write!(options, "<option value=\"{n}\"{selected}>{n}</option>", n = esc(name));
     }

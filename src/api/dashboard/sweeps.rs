@@ -11,14 +11,15 @@ use std::fmt::Write;
 use super::html::{badge, esc, time};
 use super::svg::{MEMBER_COLOURS, MemberChart, MemberLine};
 use crate::model::sweep::{python_float, var_text};
+use crate::model::{RunState, StateCounts};
 use crate::service::{MemberStatus, Result, Service, SweepCurves, SweepStatus};
 
 /// The members drawn in colour and named in the legend (the best ones); the others are drawn
 /// grey and counted.
 const KEYED: usize = MEMBER_COLOURS.len();
 
-fn states_line(states: &BTreeMap<String, u64>) -> String {
-    let parts: Vec<String> = states.iter().map(|(state, n)| format!("{n} {state}")).collect();
+fn states_line(counts: &StateCounts<RunState>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(state, n)| format!("{n} {state}")).collect();
     if parts.is_empty() { "-".into() } else { parts.join(", ") }
 }
 
@@ -45,7 +46,7 @@ pub async fn render_list(service: &Service) -> Result<String> {
             esc(&s.workflow),
             badge(s.state.as_str()),
             s.members,
-            esc(&states_line(&listed.states)),
+            esc(&states_line(&listed.counts)),
             s.max_live.map_or_else(|| "-".into(), |n| n.to_string()),
             time(Some(s.created_at)),
             esc(&s.ended.as_ref().map(ToString::to_string).unwrap_or_default()),

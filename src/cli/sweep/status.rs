@@ -25,10 +25,7 @@ pub struct StatusArgs {
 pub async fn run(service: &Service, StatusArgs { id, watch, json }: StatusArgs) -> CliResult {
     loop {
         let status = service.sweep_status(&id).await?;
-        let ended = status
-            .counts
-            .iter()
-            .all(|(state, _)| ["completed", "failed", "stopped"].contains(&state.as_str()));
+        let ended = status.counts.iter().all(|(state, _)| state.is_terminal());
         if json {
             // One line per reading while watching, so a reader can follow the stream.
             match watch {

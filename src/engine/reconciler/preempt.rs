@@ -231,7 +231,7 @@ impl Reconciler {
         let moved = self.store.preempt(&run, &params, &reason, ask.urgent, &note).await;
         if moved.is_ok() {
             // The decision is committed; no signal has reached the victim's stages yet.
-            crate::failpoint::hit("preempt.decided");
+            crate::failpoint::Failpoint::PreemptDecided.hit();
             info!(run = %run.short_id(), by = %short_id(&ask.urgent), "preempted");
             self.telemetry.preempted();
         }
@@ -282,11 +282,11 @@ impl Reconciler {
         };
         let reason = format!("queued again after its preemption by run {by}");
         // Every stage is gone and recorded so; the victim is still stopping.
-        crate::failpoint::hit("preempt.stages_gone");
+        crate::failpoint::Failpoint::PreemptStagesGone.hit();
         match self.store.requeue_preempted(&run, &reason, &params, &note, lost).await {
             Ok(queued) => {
                 // The victim is pending again; the urgent run is not claimed yet.
-                crate::failpoint::hit("preempt.requeued");
+                crate::failpoint::Failpoint::PreemptRequeued.hit();
                 info!(run = %queued.short_id(), preemptions = queued.preemptions, "queued again after a preemption");
                 self.telemetry.work_lost(lost);
                 self.let_go(id);

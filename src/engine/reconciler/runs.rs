@@ -177,7 +177,7 @@ impl Reconciler {
                 // Its notification, if any, was written with the move; the poster is rung
                 // after the batch. A crash here must not lose it (the restart tests' point).
                 if crate::webhooks::Payload::of_run(&run).is_some() {
-                    crate::failpoint::hit("webhooks.run_moved");
+                    crate::failpoint::Failpoint::WebhooksRunMoved.hit();
                     self.outbox_news = true;
                 }
                 sup.run = run;

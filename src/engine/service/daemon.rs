@@ -68,6 +68,6 @@ impl Service {
     pub async fn prometheus(&self, telemetry: &Telemetry) -> String {
         let runs = self.store.run_counts().await.unwrap_or_default();
         let tests = self.store.test_counts().await.unwrap_or_default();
-        telemetry.render(runs, tests)
+        telemetry.render(&runs, &tests)
     }
 }

@@ -22,7 +22,8 @@ use crate::engine::store::ListedRun;
 use super::headline::HeadlineOf;
 use crate::inference::regression::Regression;
 use crate::model::{
-    Checkpoint, HeadlineValue, InferenceTest, Millis, Progress, ResumePoint, RunState, Stage, TestState,
+    Checkpoint, CountedState, HeadlineValue, InferenceTest, Millis, Progress, ResumePoint, RunState, Stage,
+    StateCounts, TestState,
 };
 
 /// The most runs (and, apart, tests) one report lists; more are counted and said.
@@ -53,9 +54,9 @@ pub struct Report {
     pub tests: Vec<ReportTest>,
     pub more_tests: i64,
     /// Runs of the window by outcome (terminal states) or state (in flight), all of them.
-    pub run_outcomes: BTreeMap<String, i64>,
+    pub run_outcomes: StateCounts<RunState>,
     /// Tests of the window by outcome, and `running`.
-    pub test_outcomes: BTreeMap<String, i64>,
+    pub test_outcomes: StateCounts<TestState>,
     /// What is still waiting, counted.
     pub waiting: Waiting,
     /// Preemptions of the runs listed, and the work they lost (ms).
@@ -156,19 +157,27 @@ pub struct ModelAccuracy {
 impl Report {
     /// `2 completed, 1 failed, 1 running`: the runs by outcome, outcomes first.
     pub fn run_tally(&self) -> String {
-        tally(&self.run_outcomes, RUN_ORDER.into_iter())
+        tally(&self.run_outcomes, RUN_ORDER)
     }
 
     /// `1 succeeded, 1 regressed`: the tests by outcome.
     pub fn test_tally(&self) -> String {
-        tally(&self.test_outcomes, TEST_ORDER.into_iter())
+        tally(&self.test_outcomes, TEST_ORDER)
     }
 }
 
 /// The order tallies name states in: how runs ended, then what is still going.
-const RUN_ORDER: [&str; 7] =
-    ["completed", "failed", "stopped", "running", "starting", "stopping", "retrying"];
-const TEST_ORDER: [&str; 5] = ["succeeded", "regressed", "failed", "cancelled", "running"];
+const RUN_ORDER: [RunState; 7] = [
+    RunState::Completed,
+    RunState::Failed,
+    RunState::Stopped,
+    RunState::Running,
+    RunState::Starting,
+    RunState::Stopping,
+    RunState::Retrying,
+];
+const TEST_ORDER: [TestState; 5] =
+    [TestState::Succeeded, TestState::Regressed, TestState::Failed, TestState::Cancelled, TestState::Running];
 
 impl ReportRun {
     /// `120/120`, `step 40`, or none when no step was reported.
@@ -240,9 +249,12 @@ impl ReportTest {
     }
 }
 
-fn tally<'a>(counts: &BTreeMap<String, i64>, order: impl Iterator<Item = &'a str>) -> String {
+fn tally<S: CountedState>(counts: &StateCounts<S>, order: impl IntoIterator<Item = S>) -> String {
     let parts: Vec<String> = order
-        .filter_map(|state| counts.get(state).filter(|n| **n > 0).map(|n| format!("{n} {state}")))
+        .into_iter()
+        .map(|state| (state, counts.get(state)))
+        .filter(|(_, n)| *n > 0)
+        .map(|(state, n)| format!("{n} {}", state.name()))
         .collect();
     if parts.is_empty() { "none".into() } else { parts.join(", ") }
 }
@@ -298,12 +310,6 @@ fn test_results(results: Option<&serde_json::Value>) -> (Vec<ModelAccuracy>, Opt
     (models, average, regressions)
 }
 
-fn counts_into(into: &mut BTreeMap<String, i64>, counts: Vec<(String, i64)>) {
-    for (state, n) in counts {
-        *into.entry(state).or_default() += n;
-    }
-}
-
 impl Service {
     /// The report over the last `window`.
     pub async fn report(&self, window: Duration) -> Result<Report> {
@@ -316,8 +322,8 @@ impl Service {
             self.run_outcomes(since),
             self.report_tests(since, until),
         )?;
-        let more_runs = (run_outcomes.values().sum::<i64>() - runs.len() as i64).max(0);
-        let more_tests = (test_outcomes.values().sum::<i64>() - tests.len() as i64).max(0);
+        let more_runs = (run_outcomes.total() - runs.len() as i64).max(0);
+        let more_tests = (test_outcomes.total() - tests.len() as i64).max(0);
         let (sweeps, more_sweeps) = self.report_sweeps(since).await?;
         let (preemptions, preempted_work_ms) =
             (runs.iter().map(|r| r.preemptions).sum(), runs.iter().map(|r| r.preempted_work_ms).sum());
@@ -341,13 +347,12 @@ impl Service {
 
     /// The runs of the window by outcome and those in flight by state, and the pending and
     /// held runs counted.
-    async fn run_outcomes(&self, since: Millis) -> Result<(BTreeMap<String, i64>, i64, i64)> {
-        let mut run_outcomes = BTreeMap::new();
-        counts_into(&mut run_outcomes, self.store.ended_run_counts(since).await?);
-        run_outcomes.retain(|state, _| state.parse::<RunState>().is_ok_and(RunState::is_terminal));
+    async fn run_outcomes(&self, since: Millis) -> Result<(StateCounts<RunState>, i64, i64)> {
+        let mut run_outcomes = self.store.ended_run_counts(since).await?;
+        run_outcomes.retain(RunState::is_terminal);
         let live_counts = self.store.live_run_counts().await?;
-        let pending: i64 = live_counts.iter().filter(|(s, _)| s == "pending").map(|(_, n)| n).sum();
-        counts_into(&mut run_outcomes, live_counts.into_iter().filter(|(s, _)| s != "pending").collect());
+        let pending = live_counts.get(RunState::Pending);
+        run_outcomes.add_all(&live_counts.without(RunState::Pending));
         let held = self.store.held_count().await?;
         Ok((run_outcomes, pending, held))
     }
@@ -358,7 +363,7 @@ impl Service {
         &self,
         since: Millis,
         until: Millis,
-    ) -> Result<(Vec<ReportTest>, BTreeMap<String, i64>, i64)> {
+    ) -> Result<(Vec<ReportTest>, StateCounts<TestState>, i64)> {
         let schedules: BTreeMap<Uuid, String> =
             self.store.schedules().await?.into_iter().map(|s| (s.id, s.name)).collect();
         let running = self.store.tests_in(TestState::Running, REPORT_ROWS).await?;
@@ -369,12 +374,11 @@ impl Service {
         finished.reverse();
         let tests: Vec<ReportTest> =
             finished.iter().chain(&running).map(|t| report_test(t, &schedules, until)).collect();
-        let mut test_outcomes = BTreeMap::new();
-        counts_into(&mut test_outcomes, self.store.ended_test_counts(since).await?);
-        test_outcomes.retain(|state, _| state.parse::<TestState>().is_ok_and(TestState::is_terminal));
+        let mut test_outcomes = self.store.ended_test_counts(since).await?;
+        test_outcomes.retain(TestState::is_terminal);
         let live_tests = self.store.live_test_counts().await?;
-        let queued_tests = live_tests.iter().filter(|(s, _)| s == "queued").map(|(_, n)| n).sum();
-        counts_into(&mut test_outcomes, live_tests.into_iter().filter(|(s, _)| s != "queued").collect());
+        let queued_tests = live_tests.get(TestState::Queued);
+        test_outcomes.add_all(&live_tests.without(TestState::Queued));
         Ok((tests, test_outcomes, queued_tests))
     }
 
@@ -679,19 +683,16 @@ mod tests {
 
     #[test]
     fn tallies_follow_the_state_order_and_skip_zeros() {
-        let counts = BTreeMap::from([
-            ("running".to_string(), 1),
-            ("completed".to_string(), 2),
-            ("failed".to_string(), 0),
-        ]);
-        assert_eq!(tally(&counts, RUN_ORDER.into_iter()), "2 completed, 1 running");
-        assert_eq!(tally(&BTreeMap::new(), RUN_ORDER.into_iter()), "none");
+        let counts: StateCounts<RunState> =
+            [(RunState::Running, 1), (RunState::Completed, 2), (RunState::Failed, 0)].into_iter().collect();
+        assert_eq!(tally(&counts, RUN_ORDER), "2 completed, 1 running");
+        assert_eq!(tally(&StateCounts::<RunState>::default(), RUN_ORDER), "none");
         // Every state a report counts has its place.
         for state in RunState::ALL.iter().filter(|s| **s != RunState::Pending) {
-            assert!(RUN_ORDER.contains(&state.as_str()), "{state}");
+            assert!(RUN_ORDER.contains(state), "{state}");
         }
         for state in TestState::ALL.iter().filter(|s| **s != TestState::Queued) {
-            assert!(TEST_ORDER.contains(&state.as_str()), "{state}");
+            assert!(TEST_ORDER.contains(state), "{state}");
         }
     }
 }

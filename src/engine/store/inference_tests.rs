@@ -13,7 +13,7 @@ use super::rows::{corrupt, exit_columns, from_json, json, record_from_row};
 use super::sql::{IdRange, SqlStore};
 use super::{Backend, Result, StoreError};
 use crate::model::{EventKind, NewEvent, now_millis};
-use crate::model::{InferenceTest, TestState, TestTask, TestTrigger};
+use crate::model::{InferenceTest, StateCounts, TestState, TestTask, TestTrigger};
 
 #[async_trait]
 pub trait InferenceTestStore: Send + Sync {
@@ -34,7 +34,7 @@ pub trait InferenceTestStore: Send + Sync {
     async fn test_tasks(&self, test_id: Uuid) -> Result<Vec<TestTask>>;
     async fn update_task(&self, task: &TestTask, event: Option<&NewEvent>) -> Result<()>;
     /// How many tests are in each state.
-    async fn test_counts(&self) -> Result<Vec<(String, i64)>>;
+    async fn test_counts(&self) -> Result<StateCounts<TestState>>;
 }
 
 macro_rules! select_tests {
@@ -268,7 +268,7 @@ impl InferenceTestStore for SqlStore {
         Ok(())
     }
 
-    async fn test_counts(&self) -> Result<Vec<(String, i64)>> {
+    async fn test_counts(&self) -> Result<StateCounts<TestState>> {
         super::sql::count_by_state(
             self.pool(),
             "SELECT state, COUNT(*) AS n FROM tests GROUP BY state ORDER BY state",

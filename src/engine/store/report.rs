@@ -19,7 +19,10 @@ use super::inference_tests::test_from_row;
 use super::rows::{corrupt, from_json, stage_from_row};
 use super::sql::{SqlStore, count_by_state};
 use super::{Backend, Result, Store};
-use crate::model::{Checkpoint, InferenceTest, Millis, ProgressPoint, RunParams, RunState, Stage, TestState};
+use crate::model::{
+    Checkpoint, CountedState, InferenceTest, Millis, ProgressPoint, RunParams, RunState, Stage, StateCounts,
+    TestState,
+};
 use crate::workflow::Workflow;
 
 /// The most runs one set query names; a longer list is read in chunks of it.
@@ -62,15 +65,15 @@ pub trait ReportStore: Send + Sync {
     async fn runs_in_flight(&self, limit: i64) -> Result<Vec<ListedRun>>;
     /// How many runs ended at or after `since`, per terminal state, by state (counted on
     /// `runs_by_end` alone); a state no run ended in is left out.
-    async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
+    async fn ended_run_counts(&self, since: Millis) -> Result<StateCounts<RunState>>;
     /// How many pending runs are held.
     async fn held_count(&self) -> Result<i64>;
     /// Up to `limit` tests that ended at or after `since`, the latest end first (`tests_by_end`).
     async fn tests_ended_since(&self, since: Millis, limit: i64) -> Result<Vec<InferenceTest>>;
     /// How many tests ended at or after `since`, per terminal state, as `ended_run_counts`.
-    async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>>;
+    async fn ended_test_counts(&self, since: Millis) -> Result<StateCounts<TestState>>;
     /// How many tests are queued or running, per state.
-    async fn live_test_counts(&self) -> Result<Vec<(String, i64)>>;
+    async fn live_test_counts(&self) -> Result<StateCounts<TestState>>;
     /// When the cron post `name` last handled a due time; the first call records `now` (a new
     /// setting has missed nothing) and returns it.
     async fn report_post_since(&self, name: &str, now: Millis) -> Result<Millis>;
@@ -219,18 +222,20 @@ fn listed_run_from_row(row: &AnyRow, listing: Listing) -> Result<ListedRun> {
 /// `SELECT COUNT(CASE WHEN state = 'a' THEN 1 END), … FROM <table> WHERE <ended in the window>`:
 /// one count per terminal state, read off the end-time index alone (it holds the state). A
 /// `GROUP BY state` would let SQLite walk the state index instead, a row per run of the store.
-fn ended_counts_sql(table: &str, states: &[&'static str]) -> String {
-    let counts: Vec<String> =
-        states.iter().map(|state| format!("COUNT(CASE WHEN state = '{state}' THEN 1 END)")).collect();
+fn ended_counts_sql<S: CountedState>(table: &str, states: &[S]) -> String {
+    let counts: Vec<String> = states
+        .iter()
+        .map(|state| format!("COUNT(CASE WHEN state = '{}' THEN 1 END)", state.name()))
+        .collect();
     format!("SELECT {} FROM {table} WHERE ended_at IS NOT NULL AND ended_at >= $1", counts.join(", "))
 }
 
-fn terminal_run_states() -> Vec<&'static str> {
-    RunState::ALL.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect()
+fn terminal_run_states() -> Vec<RunState> {
+    RunState::ALL.into_iter().filter(|s| s.is_terminal()).collect()
 }
 
-fn terminal_test_states() -> Vec<&'static str> {
-    TestState::ALL.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect()
+fn terminal_test_states() -> Vec<TestState> {
+    TestState::ALL.into_iter().filter(|s| s.is_terminal()).collect()
 }
 
 pub(super) static ENDED_RUN_COUNTS: LazyLock<String> =
@@ -239,21 +244,17 @@ static ENDED_TEST_COUNTS: LazyLock<String> =
     LazyLock::new(|| ended_counts_sql("tests", &terminal_test_states()));
 
 /// The counts of `ended_counts_sql`'s one row, by state, those of no run left out.
-async fn ended_counts(
+async fn ended_counts<S: CountedState>(
     store: &SqlStore,
     sql: &str,
-    states: &[&'static str],
+    states: &[S],
     since: Millis,
-) -> Result<Vec<(String, i64)>> {
+) -> Result<StateCounts<S>> {
     let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(since).fetch_one(store.pool()).await?;
-    let mut counts = Vec::new();
+    let mut counts = StateCounts::default();
     for (i, state) in states.iter().enumerate() {
-        let n: i64 = row.try_get(i)?;
-        if n > 0 {
-            counts.push((state.to_string(), n));
-        }
+        counts.add(*state, row.try_get(i)?);
     }
-    counts.sort();
     Ok(counts)
 }
 /// Only a pending run is held (a hold goes with the move out of the queue), so the partial index
@@ -340,7 +341,7 @@ impl ReportStore for SqlStore {
         rows.iter().map(|row| listed_run_from_row(row, Listing::InFlight)).collect()
     }
 
-    async fn ended_run_counts(&self, since: Millis) -> Result<Vec<(String, i64)>> {
+    async fn ended_run_counts(&self, since: Millis) -> Result<StateCounts<RunState>> {
         ended_counts(self, &ENDED_RUN_COUNTS, &terminal_run_states(), since).await
     }
 
@@ -358,11 +359,11 @@ impl ReportStore for SqlStore {
         rows.iter().map(test_from_row).collect()
     }
 
-    async fn ended_test_counts(&self, since: Millis) -> Result<Vec<(String, i64)>> {
+    async fn ended_test_counts(&self, since: Millis) -> Result<StateCounts<TestState>> {
         ended_counts(self, &ENDED_TEST_COUNTS, &terminal_test_states(), since).await
     }
 
-    async fn live_test_counts(&self) -> Result<Vec<(String, i64)>> {
+    async fn live_test_counts(&self) -> Result<StateCounts<TestState>> {
         count_by_state(
             self.pool(),
             "SELECT state, COUNT(*) AS n FROM tests WHERE state IN ('queued', 'running') \

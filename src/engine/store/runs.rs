@@ -9,7 +9,7 @@ use super::{
     InferenceTestStore, MetricStore, NewDependency, NodeStore, OutboxStore, PreemptionStore, ProgressStore,
     QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepStore,
 };
-use crate::model::{Event, NewEvent, Run, RunQuery, RunTrigger, Stage};
+use crate::model::{Event, NewEvent, Run, RunQuery, RunState, RunTrigger, Stage, StateCounts};
 
 /// A move of a run made together with a stage's change (see `Store::record_stage`).
 #[derive(Clone, Copy, Debug)]
@@ -66,10 +66,10 @@ pub trait Store:
     /// Runs newest first, or pending runs in queue order when filtering on `pending`.
     async fn list_runs(&self, filter: &RunQuery) -> Result<Vec<Run>>;
     /// How many runs are in each state (walks every run: for pages and scrapes, not loops).
-    async fn run_counts(&self) -> Result<Vec<(String, i64)>>;
+    async fn run_counts(&self) -> Result<StateCounts<RunState>>;
     /// How many runs are in each state that is not terminal: an index range, flat however many
     /// finished runs the store keeps.
-    async fn live_run_counts(&self) -> Result<Vec<(String, i64)>>;
+    async fn live_run_counts(&self) -> Result<StateCounts<RunState>>;
     /// Runs in `starting`, `running`, `stopping` or `retrying` (held under the fence, if any).
     async fn active_runs(&self) -> Result<Vec<Run>>;
     /// Runs a daemon must look after: not terminal, or with a stage that may still be alive.

@@ -10,12 +10,15 @@ use uuid::Uuid;
 use super::dependencies::{NewDependency, insert_dependencies};
 use super::events::{EventRow, insert_event, insert_events};
 use super::moves::{Moved, lose_live_stages};
-use super::rows::{event_from_row, exit_columns, from_json, json, run_from_row, stage_from_row};
+use super::rows::{corrupt, event_from_row, exit_columns, from_json, json, run_from_row, stage_from_row};
 use super::{Backend, DaemonLock, Result, RunMove, Store, StoreError, postgres, sqlite};
 use crate::environments::Selection;
 use crate::model::RunQuery;
 use crate::model::run::{self as transitions, RunTrigger};
-use crate::model::{Event, EventKind, Millis, NewEvent, Run, RunParams, RunState, Stage, now_millis};
+use crate::model::{
+    CountedState, Event, EventKind, Millis, NewEvent, Run, RunParams, RunState, Stage, StateCounts,
+    now_millis,
+};
 
 /// Where the daemon lock lives: a file beside an SQLite database (this one), or an advisory lock.
 #[derive(Clone)]
@@ -174,9 +177,15 @@ impl SqlStore {
     }
 }
 
-pub(super) async fn count_by_state(pool: &AnyPool, sql: &'static str) -> Result<Vec<(String, i64)>> {
+/// The counts of a `SELECT state, COUNT(*) AS n … GROUP BY state`; a state name no state has
+/// is a corrupt row.
+pub(super) async fn count_by_state<S: CountedState>(
+    pool: &AnyPool,
+    sql: &'static str,
+) -> Result<StateCounts<S>> {
     let rows = sqlx::query(sql).fetch_all(pool).await?;
-    rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
+    let named = rows.iter().map(|r| Ok((r.try_get::<String, _>("state")?, r.try_get::<i64, _>("n")?)));
+    StateCounts::from_names(named.collect::<Result<Vec<_>>>()?).map_err(corrupt)
 }
 
 /// One pending run's rows: the run, its stages and its `submitted` event.
@@ -298,12 +307,12 @@ impl Store for SqlStore {
         }
     }
 
-    async fn run_counts(&self) -> Result<Vec<(String, i64)>> {
+    async fn run_counts(&self) -> Result<StateCounts<RunState>> {
         count_by_state(&self.pool, "SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
             .await
     }
 
-    async fn live_run_counts(&self) -> Result<Vec<(String, i64)>> {
+    async fn live_run_counts(&self) -> Result<StateCounts<RunState>> {
         count_by_state(
             &self.pool,
             concat!(

@@ -98,11 +98,30 @@ pub enum GridPoints {
     First,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// Which way a metric is better; written (in a sweep file, JSON and to people) as W&B writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Goal {
     #[default]
     Minimize,
     Maximize,
+}
+
+impl Goal {
+    pub const ALL: [Goal; 2] = [Goal::Minimize, Goal::Maximize];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Goal::Minimize => "minimize",
+            Goal::Maximize => "maximize",
+        }
+    }
+}
+
+impl std::fmt::Display for Goal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -435,11 +454,10 @@ fn metric(raw: RawMetric) -> Result<Metric, SweepError> {
         return Err(invalid("metric.name", "must be 1 to 256 characters on one line"));
     }
     let goal = match raw.goal.as_deref() {
-        None | Some("minimize") => Goal::Minimize,
-        Some("maximize") => Goal::Maximize,
-        Some(other) => {
-            return Err(invalid("metric.goal", &format!("'{}' is not minimize or maximize", short(other))));
-        }
+        None => Goal::default(),
+        Some(text) => Goal::ALL.into_iter().find(|goal| goal.as_str() == text).ok_or_else(|| {
+            invalid("metric.goal", &format!("'{}' is not minimize or maximize", short(text)))
+        })?,
     };
     if let Some(target) = raw.target
         && !target.is_finite()

@@ -16,6 +16,19 @@ fn error(text: &str) -> String {
 
 const HEAD: &str = "workflow: demo\n";
 
+/// A goal is read and written as W&B spells it: the sweep file, JSON and what people read.
+#[test]
+fn a_goal_is_written_as_it_is_read() {
+    for goal in Goal::ALL {
+        let text = format!(
+            "method: grid\nworkflow: w\nmetric: {{name: m, goal: {goal}}}\nparameters: {{a: {{value: 1}}}}\n"
+        );
+        assert_eq!(parse(&text).metric.unwrap().goal, goal);
+        assert_eq!(serde_json::to_value(goal).unwrap(), json!(goal.as_str()));
+    }
+    assert_eq!(serde_json::to_value(Goal::Maximize).unwrap(), json!("maximize"));
+}
+
 #[test]
 fn a_wandb_sweep_file_parses_with_its_keys() {
     let spec = parse(

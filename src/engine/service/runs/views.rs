@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::engine::service::attempts::since_first_start;
 use crate::engine::service::{Result, Service, ServiceError};
-use crate::model::{Event, Run, RunPage, RunQuery, RunState, Stage};
+use crate::model::{Event, Run, RunPage, RunQuery, RunState, Stage, StateCounts};
 
 /// A run with its stages, as status commands show it.
 #[derive(Clone, Debug, Serialize)]
@@ -355,13 +355,13 @@ impl Service {
 
     /// How many runs are in each state (no rows parsed, but every run counted: for pages, not
     /// for loops; see `live_run_counts`).
-    pub async fn run_counts(&self) -> Result<Vec<(String, i64)>> {
+    pub async fn run_counts(&self) -> Result<StateCounts<RunState>> {
         Ok(self.store.run_counts().await?)
     }
 
     /// How many runs are pending, starting, running, stopping or retrying: an index range, as
     /// cheap with a year of finished runs as with none.
-    pub async fn live_run_counts(&self) -> Result<Vec<(String, i64)>> {
+    pub async fn live_run_counts(&self) -> Result<StateCounts<RunState>> {
         Ok(self.store.live_run_counts().await?)
     }
 

@@ -32,7 +32,7 @@ pub struct ReportSweep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub goal: Option<&'static str>,
+    pub goal: Option<Goal>,
     /// Its members by outcome: `completed`, `early_terminated`, `failed`, `stopped`, `running`,
     /// `pending` (every key, zeros included).
     pub outcomes: BTreeMap<&'static str, u64>,
@@ -196,10 +196,7 @@ fn report_sweep(sweep: &SweepRecord, members: &[MemberTally]) -> ReportSweep {
         reason: sweep.reason.clone(),
         members: sweep.members,
         metric: metric.map(|m| m.name.clone()),
-        goal: metric.map(|m| match m.goal {
-            Goal::Minimize => "minimize",
-            Goal::Maximize => "maximize",
-        }),
+        goal: metric.map(|m| m.goal),
         outcomes,
         best,
         early_termination: early_termination(members),

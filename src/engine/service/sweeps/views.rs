@@ -8,9 +8,9 @@ use uuid::Uuid;
 use super::MetricSeries;
 use super::ending::{STOP_REQUESTED, SweepEnd};
 use crate::engine::service::{Result, Service, ServiceError};
-use crate::engine::store::MemberRun;
-use crate::model::RunState;
+use crate::engine::store::{MemberRun, StoreError};
 use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState};
+use crate::model::{RunState, StateCounts};
 
 /// The most sweeps a listing shows.
 pub const SWEEP_LIST_LIMIT: i64 = 200;
@@ -53,7 +53,7 @@ impl From<&SweepRecord> for SweepSummary {
 pub struct SweepListing {
     #[serde(flatten)]
     pub sweep: SweepSummary,
-    pub states: BTreeMap<String, u64>,
+    pub counts: StateCounts<RunState>,
 }
 
 /// A sweep's leaderboard: every member with its parameters, state and metric, best first.
@@ -65,9 +65,9 @@ pub struct SweepStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub goal: Option<&'static str>,
+    pub goal: Option<Goal>,
     /// How many members are in each state.
-    pub counts: BTreeMap<String, u64>,
+    pub counts: StateCounts<RunState>,
     /// Best first by the metric's goal; members without a reading after them, by k.
     pub leaderboard: Vec<MemberStatus>,
     /// The best member, once no member is pending or in flight (for a sweep that is `done`,
@@ -130,10 +130,15 @@ impl Service {
         let sweeps = self.sweeps().await?;
         let ids: Vec<Uuid> = sweeps.iter().map(|s| s.id).collect();
         let mut states = self.store.member_states_of(&ids).await?;
-        Ok(sweeps
+        sweeps
             .into_iter()
-            .map(|sweep| SweepListing { states: states.remove(&sweep.id).unwrap_or_default(), sweep })
-            .collect())
+            .map(|sweep| {
+                let named = states.remove(&sweep.id).unwrap_or_default();
+                let counts = StateCounts::from_names(named.into_iter().map(|(state, n)| (state, n as i64)))
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                Ok(SweepListing { counts, sweep })
+            })
+            .collect()
     }
 
     /// The leaderboard of the sweep `prefix` names, with the store's metric readings.
@@ -151,7 +156,7 @@ impl Service {
     ) -> Result<SweepStatus> {
         let spec = SweepSpec::parse(&sweep.file)?;
         let members = self.store.sweep_member_runs(sweep.id).await?;
-        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut counts = StateCounts::default();
         let mut leaderboard = Vec::with_capacity(members.len());
         // A member that never started has no readings: its series is not read.
         let started: Vec<uuid::Uuid> = members
@@ -166,7 +171,7 @@ impl Service {
             _ => Default::default(),
         };
         for run in &members {
-            *counts.entry(run.state.as_str().to_string()).or_default() += 1;
+            counts.add(run.state, 1);
             let summary = summaries.remove(&run.id);
             leaderboard.push(MemberStatus {
                 k: run.k,
@@ -200,10 +205,7 @@ impl Service {
         Ok(SweepStatus {
             sweep: SweepSummary::from(sweep),
             metric: spec.metric.as_ref().map(|m| m.name.clone()),
-            goal: goal.map(|goal| match goal {
-                Goal::Minimize => "minimize",
-                Goal::Maximize => "maximize",
-            }),
+            goal,
             counts,
             leaderboard,
             winner,

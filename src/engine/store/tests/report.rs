@@ -83,9 +83,8 @@ async fn report_reads(store: &dyn Store) {
     assert_eq!(ids(store.runs_ended_since(since, 2).await.unwrap()), [stopped.0.id, failed.0.id]);
     assert_eq!(ids(store.runs_in_flight(100).await.unwrap()), [running.0.id]);
     let counts = store.ended_run_counts(since).await.unwrap();
-    let expected: Vec<(String, i64)> =
-        [("completed", 1), ("failed", 1), ("stopped", 1)].map(|(s, n)| (s.to_string(), n)).to_vec();
-    assert_eq!(counts, expected);
+    let expected = [(RunState::Completed, 1), (RunState::Failed, 1), (RunState::Stopped, 1)];
+    assert_eq!(counts.iter().collect::<Vec<_>>(), expected);
     assert_eq!(store.held_count().await.unwrap(), 1);
 
     // Tests, the same way.
@@ -103,9 +102,9 @@ async fn report_reads(store: &dyn Store) {
     let ended: Vec<Uuid> = store.tests_ended_since(since, 100).await.unwrap().iter().map(|t| t.id).collect();
     assert_eq!(ended, [tests[2].id, tests[1].id]);
     let counts = store.ended_test_counts(since).await.unwrap();
-    assert_eq!(counts, [("regressed".to_string(), 1), ("succeeded".to_string(), 1)]);
+    assert_eq!(counts.iter().collect::<Vec<_>>(), [(TestState::Regressed, 1), (TestState::Succeeded, 1)]);
     let live = store.live_test_counts().await.unwrap();
-    assert_eq!(live, [("queued".to_string(), 2), ("running".to_string(), 1)]);
+    assert_eq!(live.iter().collect::<Vec<_>>(), [(TestState::Queued, 2), (TestState::Running, 1)]);
 
     // A run's last checkpoint, its last weights (an earlier checkpoint's when the last has
     // none) and its last metric row that holds a metric.
@@ -448,4 +447,27 @@ async fn postgres_report_reads_are_the_window() {
     use sqlx::Row;
     let row = sqlx::query("SELECT current_setting('jit') AS jit").fetch_one(store.pool()).await.unwrap();
     assert_eq!(row.try_get::<String, _>("jit").unwrap(), "off");
+}
+
+/// A state name no state has (a row written by hand, or by a newer lachesis) is a corrupt row
+/// naming it, never a panic nor a count silently dropped.
+#[tokio::test]
+async fn an_unknown_state_in_the_store_is_a_corrupt_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        crate::engine::store::open(&StoreLocation::Sqlite(dir.path().join("lachesis.db"))).await.unwrap();
+    let (run, stages) = run_as(RunState::Pending, None);
+    store.insert_runs(&[(run.clone(), stages)]).await.unwrap();
+    assert_eq!(store.run_counts().await.unwrap().get(RunState::Pending), 1);
+    sqlx::query("UPDATE runs SET state = 'exploded' WHERE id = $1")
+        .bind(run.id.to_string())
+        .execute(store.pool())
+        .await
+        .unwrap();
+    match store.run_counts().await {
+        Err(crate::engine::store::StoreError::Corrupt(what)) => {
+            assert!(what.contains("'exploded'"), "{what}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
