@@ -3,39 +3,33 @@
 //! modules in ARCHITECTURE.md.
 //!
 //! The layers (ARCHITECTURE.md, "Layers"; tests/it/layers.rs holds the code to them), outside
-//! in: the surfaces (`api` with its dashboard, `mcp`, `doctor`, `daemon`; the CLI is the binary)
-//! render what `engine::service` returns; the engine (service, reconciler, and the store private
-//! to them) owns run state; beneath it the workflow schema (`workflow`) and what stands on it
-//! (`launch`, `inference`, `environments`, …); then the nouns (`model`); at the ground, helpers
-//! that name no noun (`text`, `yaml`, `cron`, `logs`, …).
+//! in, each a folder: the surfaces (`surfaces/`: `api` with its dashboard, `mcp`, `doctor`,
+//! `daemon`, and the binary's CLI) render what `engine::service` returns; the engine (`engine/`:
+//! service, reconciler, and the store private to them) owns run state; beneath it the runtime
+//! (`runtime/`: the workflow schema and what stands on it, `launch`, `inference`,
+//! `environments`, …); then the nouns (`model/`); at the ground, here at the crate's root, helpers
+//! that name no noun (`text`, `yaml`, `cron`, `logs`, …). Each layer's modules are re-exported
+//! here, so a path names the module (`crate::api`), not its layer.
 
-pub mod api;
-pub mod cron;
-pub mod daemon;
-pub mod doctor;
 pub mod engine;
+pub mod model;
+pub mod runtime;
+pub mod surfaces;
+
+pub use engine::{metric_poller, reconciler, report_poster, service, sweep_decider};
+pub use runtime::{
+    environments, inference, launch, node_pools, settings, telemetry, wandb, webhooks, workflow,
+};
+pub use surfaces::{api, daemon, doctor, mcp};
+
+// The ground.
+pub mod cron;
 pub mod environ;
-pub mod environments;
 pub mod failpoint;
 pub mod http_client;
-pub mod inference;
-pub mod launch;
 pub mod logs;
-pub mod mcp;
-pub mod metric_poller;
-pub mod model;
-pub mod node_pools;
 pub mod pyjson;
-pub mod report_poster;
 pub mod secrets;
-pub mod settings;
-pub mod sweep_decider;
-pub mod telemetry;
 pub mod text;
 pub mod wake;
-pub mod wandb;
-pub mod webhooks;
-pub mod workflow;
 pub mod yaml;
-
-pub use engine::{reconciler, service};

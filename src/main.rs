@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+// The CLI sits with the other surfaces (src/surfaces/cli/); it is the binary's, not the library's.
+#[path = "surfaces/cli/mod.rs"]
 mod cli;
 
 fn main() -> ExitCode {

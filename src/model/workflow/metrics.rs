@@ -1,5 +1,5 @@
 //! A workflow's `metrics:` block as data: where a run's training metrics appear, by name.
-//! Checking and reading it are the workflow layer's (`src/workflow/metrics.rs`).
+//! Checking and reading it are the workflow layer's (`src/runtime/workflow/metrics.rs`).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,7 @@
 //! A workflow as data: the YAML that says which processes a run starts, in which order, how to
 //! tell they are up, what they hold exclusively and when the run is over, as serde reads it, with
 //! the checks that need nothing else. Reading a workflow file, templating and planning a run's
-//! stages are the workflow layer's (`src/workflow/`).
+//! stages are the workflow layer's (`src/runtime/workflow/`).
 
 pub mod checkpoints;
 mod duration;

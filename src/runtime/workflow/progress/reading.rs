@@ -154,7 +154,7 @@ fn as_fraction(value: &serde_json::Value) -> Option<f64> {
     (0.0..=1.0).contains(&number).then_some(number)
 }
 
-pub(in crate::workflow) fn as_count(value: &serde_json::Value) -> Option<u64> {
+pub(in crate::runtime::workflow) fn as_count(value: &serde_json::Value) -> Option<u64> {
     value
         .as_u64()
         .or_else(|| value.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))

@@ -8,24 +8,39 @@ use super::{InvalidWorkflow, Workflow};
 
 /// Files compiled into the binary and installed into an empty workflow directory.
 const BUNDLED: &[(&str, &str)] = &[
-    ("tinker-atropos.yaml", include_str!("../../workflows/tinker-atropos.yaml")),
-    ("tinker-cookbook.yaml", include_str!("../../workflows/tinker-cookbook.yaml")),
-    ("tinker-verifiers.yaml", include_str!("../../workflows/tinker-verifiers.yaml")),
-    ("demo.yaml", include_str!("../../workflows/demo.yaml")),
-    ("demo/api.sh", include_str!("../../workflows/demo/api.sh")),
-    ("demo/trainer.sh", include_str!("../../workflows/demo/trainer.sh")),
-    ("demo/env.sh", include_str!("../../workflows/demo/env.sh")),
-    ("demo-eval.yaml", include_str!("../../workflows/demo-eval.yaml")),
-    ("demo-cleanup.yaml", include_str!("../../workflows/demo-cleanup.yaml")),
-    ("demo/eval.sh", include_str!("../../workflows/demo/eval.sh")),
-    ("demo/cleanup.sh", include_str!("../../workflows/demo/cleanup.sh")),
-    ("pipelines/demo-pipeline.yaml", include_str!("../../workflows/pipelines/demo-pipeline.yaml")),
-    ("demo-tune.yaml", include_str!("../../workflows/demo-tune.yaml")),
-    ("demo/tune.sh", include_str!("../../workflows/demo/tune.sh")),
-    ("sweeps/demo-sweep.yaml", include_str!("../../workflows/sweeps/demo-sweep.yaml")),
+    (
+        "tinker-atropos.yaml",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/tinker-atropos.yaml")),
+    ),
+    (
+        "tinker-cookbook.yaml",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/tinker-cookbook.yaml")),
+    ),
+    (
+        "tinker-verifiers.yaml",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/tinker-verifiers.yaml")),
+    ),
+    ("demo.yaml", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo.yaml"))),
+    ("demo/api.sh", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo/api.sh"))),
+    ("demo/trainer.sh", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo/trainer.sh"))),
+    ("demo/env.sh", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo/env.sh"))),
+    ("demo-eval.yaml", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo-eval.yaml"))),
+    ("demo-cleanup.yaml", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo-cleanup.yaml"))),
+    ("demo/eval.sh", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo/eval.sh"))),
+    ("demo/cleanup.sh", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo/cleanup.sh"))),
+    (
+        "pipelines/demo-pipeline.yaml",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/pipelines/demo-pipeline.yaml")),
+    ),
+    ("demo-tune.yaml", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo-tune.yaml"))),
+    ("demo/tune.sh", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo/tune.sh"))),
+    (
+        "sweeps/demo-sweep.yaml",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/sweeps/demo-sweep.yaml")),
+    ),
     (
         "pipelines/demo-sweep-pipeline.yaml",
-        include_str!("../../workflows/pipelines/demo-sweep-pipeline.yaml"),
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/pipelines/demo-sweep-pipeline.yaml")),
     ),
 ];
 

@@ -34,7 +34,7 @@ impl Payload {
     pub const RUN_PREEMPTED: &str = "run_preempted";
     /// A sweep ended: every member ended (`done`, with its winner) or a user stopped it.
     pub const SWEEP_ENDED: &str = "sweep_ended";
-    /// The daemon's morning report (`src/report_poster.rs`): the whole report as the summary.
+    /// The daemon's morning report (`src/engine/report_poster.rs`): the whole report as the summary.
     pub const MORNING_REPORT: &str = "morning_report";
     /// The daemon's writes to the store started failing (posted once per episode, to
     /// `LACHESIS_WEBHOOKS`): the summary says since when, why and what is held.

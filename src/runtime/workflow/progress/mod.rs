@@ -7,7 +7,7 @@ mod spec;
 mod tests;
 
 pub use crate::model::workflow::progress::{JsonlSource, LogSource, ProgressSpec, TotalSpec};
-pub(in crate::workflow) use reading::as_count;
+pub(in crate::runtime::workflow) use reading::as_count;
 pub use reading::{FRACTION_TOTAL, Reading, ResolvedProgress, ResolvedSource, ResolvedTotal};
 pub use spec::{DEFAULT_EVERY, ProgressError};
-pub(in crate::workflow) use spec::{check_file, compile, resolve_run_file};
+pub(in crate::runtime::workflow) use spec::{check_file, compile, resolve_run_file};

@@ -29,7 +29,7 @@ pub enum ProgressError {
 
 impl ProgressSpec {
     /// Checks the block; errors are (field, problem). `known` are the workflow's variables.
-    pub(in crate::workflow) fn validate(
+    pub(in crate::runtime::workflow) fn validate(
         &self,
         stages: &[&str],
         known: &[String],
@@ -224,7 +224,7 @@ impl JsonlSource {
 
 /// A file named in a workflow (`{run_dir}/…` or relative), its template filled in, and
 /// refused unless it stays inside the run directory (`vars["run_dir"]`): the daemon reads it.
-pub(in crate::workflow) fn resolve_run_file(
+pub(in crate::runtime::workflow) fn resolve_run_file(
     file: &str,
     vars: &BTreeMap<String, String>,
 ) -> Result<PathBuf, String> {
@@ -246,7 +246,7 @@ pub(in crate::workflow) fn resolve_run_file(
 
 /// A JSONL file as written in a workflow: `{run_dir}/…` or relative to the run directory, and
 /// never out of it (the daemon reads it).
-pub(in crate::workflow) fn check_file(file: &str) -> Result<(), String> {
+pub(in crate::runtime::workflow) fn check_file(file: &str) -> Result<(), String> {
     let outside =
         |why: &str| Err(format!("'{}' {why}: the file must be inside the run directory", one_line(file)));
     if file.trim().is_empty() {
@@ -287,7 +287,7 @@ fn flatten_config(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<St
 }
 
 /// A pattern with a `step` group.
-pub(in crate::workflow) fn compile(pattern: &str) -> Result<regex::Regex, String> {
+pub(in crate::runtime::workflow) fn compile(pattern: &str) -> Result<regex::Regex, String> {
     let regex = regex::Regex::new(pattern)
         .map_err(|e| format!("not a regex: {}", e.to_string().lines().last().unwrap_or("")))?;
     if !regex.capture_names().flatten().any(|n| n == "step") {

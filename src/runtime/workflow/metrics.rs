@@ -54,7 +54,7 @@ pub enum LineError {
 
 impl MetricSpec {
     /// Checks the block; errors are (field, problem). `known` are the workflow's variables.
-    pub(in crate::workflow) fn validate(
+    pub(in crate::runtime::workflow) fn validate(
         &self,
         stages: &[&str],
         known: &[String],

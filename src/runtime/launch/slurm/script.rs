@@ -125,7 +125,7 @@ pub(super) mod tests {
     use std::time::Duration;
 
     /// A stage plan running `argv` in a directory whose name has a space.
-    pub(in crate::launch::slurm) fn plan(argv: &[&str]) -> StagePlan {
+    pub(in crate::runtime::launch::slurm) fn plan(argv: &[&str]) -> StagePlan {
         StagePlan {
             name: "trainer".into(),
             argv: argv.iter().map(|a| a.to_string()).collect(),

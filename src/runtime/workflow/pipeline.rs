@@ -305,7 +305,8 @@ mod tests {
 
     #[test]
     fn the_bundled_demo_pipeline_parses() {
-        let text = include_str!("../../workflows/pipelines/demo-pipeline.yaml");
+        let text =
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/pipelines/demo-pipeline.yaml"));
         let p = parse(text).unwrap();
         let names: Vec<_> = p.steps.iter().map(|s| s.name.clone().unwrap_or_default()).collect();
         assert_eq!(names, ["train", "eval", "cleanup"]);
@@ -318,7 +319,10 @@ mod tests {
 
     #[test]
     fn the_bundled_sweep_pipeline_parses_a_sweep_step_and_its_evaluation() {
-        let text = include_str!("../../workflows/pipelines/demo-sweep-pipeline.yaml");
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/workflows/pipelines/demo-sweep-pipeline.yaml"
+        ));
         let p = parse(text).unwrap();
         assert_eq!(p.steps[0].work, Work::Sweep(SweepSource::Named("demo-sweep".into())));
         assert_eq!(p.steps[0].after, vec![]);

@@ -1,4 +1,4 @@
-# Config introspection helper for lachesis (src/environments/introspect/mod.rs runs it with
+# Config introspection helper for lachesis (src/runtime/environments/introspect/mod.rs runs it with
 # `python -B -c <this file> MIN_VERSION ENV_FILE CLASS_NAME`).
 #
 # It imports one environment file, calls the class's config_init() and describes every field of
