@@ -285,15 +285,15 @@ mod tests {
     use super::*;
     use chrono::{Datelike, TimeDelta, TimeZone, Weekday};
 
-    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+    pub(super) fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).single().expect("a valid UTC instant")
     }
 
-    fn cron(expr: &str) -> Cron {
+    pub(super) fn cron(expr: &str) -> Cron {
         Cron::parse(expr, None).expect("a valid expression")
     }
 
-    fn cron_in(expr: &str, tz: &str) -> Cron {
+    pub(super) fn cron_in(expr: &str, tz: &str) -> Cron {
         Cron::parse(expr, Some(tz)).expect("a valid expression and zone")
     }
 

@@ -87,21 +87,12 @@ fn due_between(cron: &Cron, last: DateTime<Utc>, now: DateTime<Utc>) -> Option<D
 
 #[cfg(test)]
 mod tests {
-    use chrono::{TimeDelta, TimeZone};
+    use chrono::TimeDelta;
 
     use super::*;
 
-    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).single().expect("a valid UTC instant")
-    }
-
-    fn cron(expr: &str) -> Cron {
-        Cron::parse(expr, None).expect("a valid expression")
-    }
-
-    fn cron_in(expr: &str, tz: &str) -> Cron {
-        Cron::parse(expr, Some(tz)).expect("a valid expression and zone")
-    }
+    // The parent's test helpers: an instant in UTC, an expression, one in a zone.
+    use crate::cron::tests::{cron, cron_in, utc};
 
     // 2025-01-06 is a Monday.
     const MON: u32 = 6;
