@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::outcome::of_total;
+use super::core::stage_end::of_total;
 use super::{Msg, Reconciler, Result};
 use crate::logs::follow::{FileMark, Follower, last_in_tail};
 use crate::model::progress::span;

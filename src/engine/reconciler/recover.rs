@@ -73,25 +73,26 @@ impl Reconciler {
         for run in runs {
             let id = run.id;
             // A claim cut short before its dependency values were written: write them now.
-            let run = if run.state == RunState::Starting && super::after::needs_after_values(&run) {
-                match self.resolve_after(run.clone()).await {
-                    Ok((run, None)) => run,
-                    Ok((run, Some(problem))) => {
-                        if let Err(err) =
-                            self.store.transition(&run, RunTrigger::Fail, Some(&problem), None).await
-                        {
-                            warn!(run = %run.short_id(), "cannot fail on restart: {err}");
+            let run =
+                if run.state == RunState::Starting && super::core::dependencies::needs_after_values(&run) {
+                    match self.resolve_after(run.clone()).await {
+                        Ok((run, None)) => run,
+                        Ok((run, Some(problem))) => {
+                            if let Err(err) =
+                                self.store.transition(&run, RunTrigger::Fail, Some(&problem), None).await
+                            {
+                                warn!(run = %run.short_id(), "cannot fail on restart: {err}");
+                            }
+                            continue;
                         }
-                        continue;
+                        Err(err) => {
+                            warn!(run = %run.short_id(), "cannot read its dependencies on restart: {err}");
+                            continue;
+                        }
                     }
-                    Err(err) => {
-                        warn!(run = %run.short_id(), "cannot read its dependencies on restart: {err}");
-                        continue;
-                    }
-                }
-            } else {
-                run
-            };
+                } else {
+                    run
+                };
             let stages = self.store.stages(id).await?;
             let sup = match Supervised::new(run.clone(), stages) {
                 Ok(sup) => sup,

@@ -53,7 +53,7 @@ impl Claimer {
                 let Some(units) = crate::model::pool::assign(pools, &free, &run.params.needs) else {
                     return Pick::Skip;
                 };
-                crate::model::pool::record(&mut params.resolved, &units);
+                params.units = units;
             }
             taken = true;
             Pick::Take { params, run_dir: run.run_dir.clone() }
