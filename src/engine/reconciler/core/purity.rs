@@ -1,17 +1,18 @@
 //! The core stays pure: no file of it names the store, the runtime, the clock, a process, the
 //! file system or the network, or reaches back into the shell. Comment lines name nothing.
 
-/// What a pure decision never names.
+/// What a pure decision never names; paths with '/' for '::', so that the layer test, which
+/// reads this file too, does not take the list for uses.
 const FORBIDDEN: &[&str] = &[
-    "engine::store",
-    "engine::service",
-    "super::super",
-    "crate::launch",
-    "crate::daemon",
-    "crate::logs",
-    "crate::webhooks",
-    "crate::failpoint",
-    "crate::environ",
+    "engine/store",
+    "engine/service",
+    "super/super",
+    "crate/launch",
+    "crate/daemon",
+    "crate/logs",
+    "crate/webhooks",
+    "crate/failpoint",
+    "crate/environ",
     "tokio",
     "sqlx",
     "reqwest",
@@ -20,15 +21,15 @@ const FORBIDDEN: &[&str] = &[
     "tracing",
     "async ",
     "now_millis",
-    "Utc::now",
+    "Utc/now",
     "Instant",
     "SystemTime",
-    "std::fs",
-    "std::process",
-    "std::net",
-    "std::env",
-    "std::thread",
-    "rand::",
+    "std/fs",
+    "std/process",
+    "std/net",
+    "std/env",
+    "std/thread",
+    "rand/",
 ];
 
 #[test]
@@ -43,12 +44,11 @@ fn the_core_names_no_store_runtime_clock_or_process() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
-        for (n, line) in code.lines().enumerate() {
+        for (n, line) in text.lines().enumerate() {
             if line.trim_start().starts_with("//") {
                 continue;
             }
-            for word in FORBIDDEN.iter().filter(|w| line.contains(*w)) {
+            for word in FORBIDDEN.iter().map(|w| w.replace('/', "::")).filter(|w| line.contains(w.as_str())) {
                 found.push(format!("{name}:{}: {word}: {}", n + 1, line.trim()));
             }
         }
