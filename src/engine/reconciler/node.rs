@@ -212,9 +212,11 @@ impl Reconciler {
                     leases::Reap::Release => Reap::Release,
                     leases::Reap::Fail { reason } => Reap::Fail { reason },
                     // Like any retry, from the last checkpoint the lost node recorded.
-                    leases::Reap::Requeue { reason, not_before } => {
-                        Reap::Requeue { reason, not_before, resume: self.next_params(&run).await? }
-                    }
+                    leases::Reap::Requeue { reason, not_before } => Reap::Requeue {
+                        reason,
+                        not_before,
+                        resume: self.next_params(&run).await?.map(Box::new),
+                    },
                 };
                 // Slurm jobs outlive their node's daemon: cancel them, the run is settled here.
                 for stage in self.base.stages(run.id).await? {

@@ -56,7 +56,7 @@ impl Claimer {
                 params.units = units;
             }
             taken = true;
-            Pick::Take { params, run_dir: run.run_dir.clone() }
+            Pick::Take { params: Box::new(params), run_dir: run.run_dir.clone() }
         };
         let claimed = self.store.claim_runs(&self.lease, 8, 1, &mut pick).await?;
         Ok(claimed.runs.first().map(|run| run.id))

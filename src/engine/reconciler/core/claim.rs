@@ -13,12 +13,15 @@ use super::preemption::Blocked;
 use crate::model::{Pools, Run, RunParams};
 use crate::workflow::PortSpec;
 
+/// A port allocator: a free port outside what is held (`port:N`) and the ports taken so far.
+pub type AutoPort<'f> = dyn FnMut(&BTreeSet<String>, &BTreeMap<String, u16>) -> Option<u16> + 'f;
+
 /// What the picker says of one queued run.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Pick {
     /// Claim it, with these params (its units, ports and run directory) and run directory.
     Take {
-        params: RunParams,
+        params: Box<RunParams>,
         run_dir: PathBuf,
     },
     Skip,
@@ -57,12 +60,7 @@ pub struct Picker<'a> {
 impl Picker<'_> {
     /// The pick for `run`: `fits` says whether this node's labels fit its `node_labels`;
     /// `auto_port` finds a free port outside what is held and taken (the shell binds one).
-    pub fn pick(
-        &mut self,
-        run: &Run,
-        fits: bool,
-        auto_port: &mut dyn FnMut(&BTreeSet<String>, &BTreeMap<String, u16>) -> Option<u16>,
-    ) -> Pick {
+    pub fn pick(&mut self, run: &Run, fits: bool, auto_port: &mut AutoPort<'_>) -> Pick {
         if !fits {
             return Pick::Skip;
         }
@@ -107,7 +105,7 @@ impl Picker<'_> {
         self.taken += 1;
         let run_dir = self.runs_dir.join(run.id.to_string());
         rebase_run_dir(&mut params, &run.run_dir, &run_dir);
-        Pick::Take { params, run_dir }
+        Pick::Take { params: Box::new(params), run_dir }
     }
 }
 
@@ -127,11 +125,7 @@ pub fn rebase_run_dir(params: &mut RunParams, old: &Path, new: &Path) {
 
 /// Its ports: those resolved already, fixed ones as declared, `auto` ones from `auto_port`.
 /// None if no free port.
-fn ports(
-    run: &Run,
-    held: &BTreeSet<String>,
-    auto_port: &mut dyn FnMut(&BTreeSet<String>, &BTreeMap<String, u16>) -> Option<u16>,
-) -> Option<BTreeMap<String, u16>> {
+fn ports(run: &Run, held: &BTreeSet<String>, auto_port: &mut AutoPort<'_>) -> Option<BTreeMap<String, u16>> {
     let already = ports_of(&run.params.resolved);
     let mut ports = BTreeMap::new();
     for (name, spec) in &run.spec.ports {

@@ -39,8 +39,10 @@ fn the_values_read_are_written_and_expanded_or_the_problem_names_the_dependency(
         ("after.sft.run_dir", "/runs/1a2b"),
         ("after.sft.trained_weights", "tinker://w/9"),
     ]);
-    // (its value, the values read) -> its expanded value, or the problem
-    let table: [(&str, &BTreeMap<String, String>, Result<&str, &str>); 4] = [
+    /// Its expanded value, or the problem that fails it.
+    type Want = Result<&'static str, &'static str>;
+    // (its value, the values read) -> what it gives
+    let table: [(&str, &BTreeMap<String, String>, Want); 4] = [
         ("{after.sft.trained_weights}", &read, Ok("tinker://w/9")),
         ("{after.sft.run_dir}/out", &read, Ok("/runs/1a2b/out")),
         (

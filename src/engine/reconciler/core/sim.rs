@@ -231,7 +231,7 @@ impl Sim {
         let mut taken = Vec::new();
         for id in queue {
             match picker.pick(self.run(id), true, &mut |_, _| None) {
-                Pick::Take { params, .. } => taken.push((id, params)),
+                Pick::Take { params, .. } => taken.push((id, *params)),
                 Pick::Skip => {}
                 Pick::Stop => break,
             }
