@@ -10,7 +10,9 @@
 //! - `lifecycle`: what a supervised run's state asks next (start, count up, stop, requeue, end);
 //! - `stage_end`: what a stage's end does to its run (completion rule, `require_total`, retries);
 //! - `retries`: a retry's requeue and what its next attempt resumes from;
+//! - `restart`: which evidence wins for a stage recorded live at a restart;
 //! - `time_limits`: when an attempt's limit is reached and what it decides;
+//! - `stalls`: when a running run's step stood still too long and what that decides;
 //! - `preemption`: the floor, the shortage and holders, a victim's move and its requeue;
 //! - `dependencies`: a claimed run's dependency values, or the problem that fails it;
 //! - `leases`: a lost node's runs, and the claims a restarted node remembers;
@@ -24,9 +26,11 @@ pub mod dependencies;
 pub mod leases;
 pub mod lifecycle;
 pub mod preemption;
+pub mod restart;
 pub mod retries;
 pub mod schedules;
 pub mod stage_end;
+pub mod stalls;
 pub mod time_limits;
 
 #[cfg(test)]

@@ -77,6 +77,10 @@ enum Event {
     Drive,
     /// The deciding stage of the `n`th run exits 0 (it finished its work).
     Finish(usize),
+    /// The deciding stage of the `n`th run exits 75, which its retry policy calls transient.
+    Transient(usize),
+    /// The `n`th run's time-limit timer fires (again after a restart, maybe: it is re-armed).
+    TimeLimit(usize),
     /// A user stops the `n`th run.
     Stop(usize),
     /// The daemon will be killed after `n` more actions.
@@ -89,6 +93,8 @@ fn event() -> impl Strategy<Value = Event> {
         3 => Just(Event::Claim),
         3 => Just(Event::Drive),
         2 => (0..5usize).prop_map(Event::Finish),
+        1 => (0..5usize).prop_map(Event::Transient),
+        1 => (0..5usize).prop_map(Event::TimeLimit),
         1 => (0..5usize).prop_map(Event::Stop),
         2 => (0..12u32).prop_map(Event::CrashIn),
     ]
@@ -105,7 +111,8 @@ impl Sim {
         let mut order = Vec::new();
         for (n, &(gpus, priority, preemptible)) in runs.iter().enumerate() {
             let tail = format!(
-                "  - {{name: api, argv: [y]}}\ncompletion: {{stages: [trainer]}}\nneeds: {{gpu: {gpus}}}\npreemptible: {preemptible}\nmin_runtime: 1s\n"
+                "  - {{name: api, argv: [y]}}\ncompletion: {{stages: [trainer]}}\nneeds: {{gpu: {gpus}}}\npreemptible: {preemptible}\nmin_runtime: 1s\n\
+                 time_limit: 40s\nretry: {{max_attempts: 3, backoff: 1s, retry_on_exit_codes: [75], retry_on_time_limit: true}}\n"
             );
             let mut run = testing::run(n as u128 + 1, &tail, RunState::Pending, priority, None);
             run.params.needs = run.spec.needs.clone();
@@ -180,6 +187,7 @@ impl Sim {
                 );
             }
             assert_eq!(row.run.preemptions, i64::from(row.requeued), "each requeue counted once");
+            assert!(row.run.charged_attempts() <= 3, "more attempts than the policy allows: {:?}", row.moves);
             assert!(
                 row.requeued + row.kept_stopped <= row.decided,
                 "a preemption requeued twice: {:?}",
@@ -336,7 +344,17 @@ impl Sim {
                     self.apply(id, RunTrigger::AllStagesGone);
                     self.point()?;
                 }
-                Step::RequeueRetry => unreachable!("the model's workflows retry nothing"),
+                Step::RequeueRetry => {
+                    let back = super::retries::requeue(self.run(id), self.now);
+                    assert!(back.not_before > self.now, "a retry waits its backoff");
+                    self.apply(id, RunTrigger::AllStagesGone);
+                    let row = self.rows.get_mut(&id).unwrap();
+                    row.run.attempt += 1;
+                    row.run.reason = Some(back.reason);
+                    row.stages = vec![ProcessState::Pending; STAGES];
+                    self.supervised.remove(&id);
+                    self.point()?;
+                }
                 Step::LetGo => {
                     self.supervised.remove(&id);
                     return Ok(());
@@ -366,6 +384,36 @@ impl Sim {
         if let Some((trigger, _)) = decision {
             self.apply(id, trigger);
         }
+        self.point()?;
+        self.drive(id)
+    }
+
+    /// The deciding stage exits 75: the shim records it; the daemon, if it watches.
+    fn transient(&mut self, id: Uuid) -> Point {
+        if self.world.alive.remove(&(id, 0)).is_none() {
+            return Ok(());
+        }
+        self.world.exit_files.insert((id, 0), (self.now, Exit::Code(75)));
+        if self.supervised.contains(&id) {
+            self.record_end(id, 0)?;
+        }
+        Ok(())
+    }
+
+    /// The time-limit timer fires: `time_limits::decide` at now; a move once, and a second
+    /// firing for the same attempt (a timer armed again after a restart) decides nothing.
+    fn time_limit(&mut self, id: Uuid) -> Point {
+        if !self.supervised.contains(&id) {
+            return Ok(());
+        }
+        let trigger = match super::time_limits::decide(self.run(id), self.now) {
+            super::time_limits::Verdict::Fail { .. } => RunTrigger::Fail,
+            super::time_limits::Verdict::Retry { .. } => RunTrigger::Retry,
+            super::time_limits::Verdict::None | super::time_limits::Verdict::Until(_) => return Ok(()),
+        };
+        self.apply(id, trigger);
+        let again = super::time_limits::decide(self.run(id), self.now + DOWNTIME);
+        assert_eq!(again, super::time_limits::Verdict::None, "a time limit fires once per attempt");
         self.point()?;
         self.drive(id)
     }
@@ -443,6 +491,14 @@ impl Sim {
             Event::Drive => self.drive_all(),
             Event::Finish(n) => match self.order.get(n) {
                 Some(&id) => self.finish(id),
+                None => Ok(()),
+            },
+            Event::Transient(n) => match self.order.get(n) {
+                Some(&id) => self.transient(id),
+                None => Ok(()),
+            },
+            Event::TimeLimit(n) => match self.order.get(n) {
+                Some(&id) => self.time_limit(id),
                 None => Ok(()),
             },
             Event::Stop(n) => match self.order.get(n) {
