@@ -16,7 +16,8 @@
 //! - `preemption`: the floor, the shortage and holders, a victim's move and its requeue;
 //! - `dependencies`: a claimed run's dependency values, or the problem that fails it;
 //! - `leases`: a lost node's runs, and the claims a restarted node remembers;
-//! - `schedules`: what a due schedule records.
+//! - `schedules`: what a due schedule records;
+//! - `test_tasks`: an inference test's tasks to start, and when the test is over.
 //!
 //! `sim` (tests only) runs these decisions against a model of the store with the daemon
 //! killed between any two writes, and checks what must hold whatever the order.
@@ -31,6 +32,7 @@ pub mod retries;
 pub mod schedules;
 pub mod stage_end;
 pub mod stalls;
+pub mod test_tasks;
 pub mod time_limits;
 
 #[cfg(test)]
