@@ -1,4 +1,4 @@
-//! Migration 25 (issue 38): a run's pool units and the run its preemption stops for, written
+//! Migration 26 (issue 38): a run's pool units and the run its preemption stops for, written
 //! by an earlier lachesis as template variables in `params.resolved` (`pool.gpu` = "1,2",
 //! `preempted_by`), are typed fields of its params once the store is opened, on SQLite and
 //! PostgreSQL, with every other value kept.
@@ -13,7 +13,7 @@ use crate::model::RunState;
 use crate::settings::StoreLocation;
 
 /// The schema before the move.
-const BEFORE: i64 = 24;
+const BEFORE: i64 = 25;
 
 struct Written {
     victim: Uuid,
