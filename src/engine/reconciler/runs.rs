@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::core::lifecycle::{StageView, Step, next_step};
 use super::core::retries::{self, spawn_backoff};
 use super::core::stage_end::{self, run_end_time};
+use super::core::stages;
 use super::supervised::StopStep;
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result, slurm};
 use crate::engine::store::{RunMove, StoreError};
@@ -342,7 +343,8 @@ impl Reconciler {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let tracked = &sup.stages[idx];
         let name = tracked.stage.name.clone();
-        let at_once = sup.run.state == RunState::Starting && tracked.plan.up_at_once();
+        let states: Vec<ProcessState> = sup.stages.iter().map(|s| s.stage.record.state).collect();
+        let record = stages::started(sup.run.state, tracked.plan.up_at_once(), idx, &states);
         let mut stage = tracked.stage.clone();
         stage.record.started(started.started_at, started.shim, started.process)?;
         let pid = stage.record.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
@@ -350,22 +352,23 @@ impl Reconciler {
             &name,
             format!("started (pid {pid}): {}", crate::secrets::redact_argv(&tracked.plan.argv)),
         )];
-        if !at_once {
-            self.store.update_stage(&stage, events.first()).await?;
-            sup.stages[idx].stage = stage;
-            sup.stages[idx].spawn_failures = 0;
-            if sup.run.state == RunState::Starting {
-                self.start_readiness(id, idx, Duration::ZERO);
+        let all_up = match record {
+            stages::Started::Recorded { readiness } => {
+                self.store.update_stage(&stage, events.first()).await?;
+                sup.stages[idx].stage = stage;
+                sup.stages[idx].spawn_failures = 0;
+                if readiness {
+                    self.start_readiness(id, idx, Duration::ZERO);
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+            stages::Started::Up { all_up } => all_up,
+        };
         // Up at once, decided here (a task would race the stage's own exit).
         let how = ReadyHow::from(tracked.plan.up_at_once_how());
         stage.record.apply(ProcessTrigger::Ready)?;
         stage.ready_at = Some(now_millis());
         events.push(NewEvent::stage(&name, format!("up ({how})")));
-        let all_up =
-            sup.stages.iter().enumerate().all(|(i, s)| i == idx || s.stage.record.state == ProcessState::Up);
         let then = all_up.then_some(RunMove {
             run: &sup.run,
             trigger: RunTrigger::AllStagesUp,

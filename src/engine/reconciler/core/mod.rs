@@ -8,6 +8,7 @@
 //!
 //! - `claim`: which queued runs this node takes, with their units, ports and run directory;
 //! - `lifecycle`: what a supervised run's state asks next (start, count up, stop, requeue, end);
+//! - `stages`: a started stage up at once (with its run's `running`) or awaiting readiness;
 //! - `stage_end`: what a stage's end does to its run (completion rule, `require_total`, retries);
 //! - `retries`: a retry's requeue and what its next attempt resumes from;
 //! - `restart`: which evidence wins for a stage recorded live at a restart;
@@ -31,6 +32,7 @@ pub mod restart;
 pub mod retries;
 pub mod schedules;
 pub mod stage_end;
+pub mod stages;
 pub mod stalls;
 pub mod test_tasks;
 pub mod time_limits;
