@@ -15,7 +15,7 @@ pub const MAX_UNITS: usize = 1024;
 pub const MAX_POOLS: usize = 32;
 /// The pool whose units a stage also sees as `CUDA_VISIBLE_DEVICES`.
 pub const GPU: &str = "gpu";
-/// The prefix of a run's resolved values that hold its units (`pool.gpu` = "1,2").
+/// The prefix of the template values a run's units are given as (`pool.gpu` = "1,2").
 pub const VAR_PREFIX: &str = "pool.";
 
 /// A pool name: lowercase letters, digits and '_', starting with a letter (it becomes the
@@ -319,24 +319,12 @@ pub fn assign(pools: &Pools, held: &BTreeSet<String>, needs: &Needs) -> Option<A
     Some(assignment)
 }
 
-/// The units a run's resolved values say it holds (`pool.gpu` = "1,2").
-pub fn assigned(resolved: &BTreeMap<String, String>) -> Assignment {
-    resolved
-        .iter()
-        .filter_map(|(key, value)| {
-            let name = key.strip_prefix(VAR_PREFIX)?;
-            let units = value.split(',').filter(|u| !u.is_empty()).map(str::to_string).collect();
-            Some((name.to_string(), units))
-        })
-        .collect()
-}
-
 /// The resources (`NAME:UNIT`) of an assignment.
 pub fn resources(assignment: &Assignment) -> impl Iterator<Item = String> + '_ {
     assignment.iter().flat_map(|(name, units)| units.iter().map(move |u| unit_resource(name, u)))
 }
 
-/// Writes `assignment` into a run's resolved values, in place of any earlier one.
+/// Writes `assignment` into template values as `pool.NAME` = "1,2", in place of any others.
 pub fn record(resolved: &mut BTreeMap<String, String>, assignment: &Assignment) {
     resolved.retain(|key, _| !key.starts_with(VAR_PREFIX));
     for (name, units) in assignment {
@@ -485,7 +473,7 @@ mod tests {
     }
 
     #[test]
-    fn an_assignment_round_trips_through_resolved_values_and_becomes_the_environment() {
+    fn an_assignment_becomes_template_values_and_the_environment() {
         let mut resolved = BTreeMap::from([
             ("run_id".to_string(), "r1".to_string()),
             ("pool.gpu".to_string(), "9".to_string()),
@@ -496,7 +484,7 @@ mod tests {
         record(&mut resolved, &assignment);
         assert_eq!(resolved["pool.gpu"], "1,2");
         assert!(!resolved.contains_key("pool.old"), "an earlier attempt's units are gone");
-        assert_eq!(assigned(&resolved), assignment);
+        assert_eq!(resolved["pool.nvme"], "");
         let held: Vec<String> = resources(&assignment).collect();
         assert_eq!(held, ["gpu:1", "gpu:2"]);
         let env = environ(&resolved);

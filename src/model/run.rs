@@ -221,15 +221,23 @@ impl Run {
     }
 
     /// The run that preempted it, while it stops for that run (a `stopping` run only).
-    pub fn preempted_by(&self) -> Option<&str> {
-        let by = self.params.resolved.get(PREEMPTED_BY).map(String::as_str);
-        by.filter(|_| self.state == RunState::Stopping)
+    pub fn preempted_by(&self) -> Option<Uuid> {
+        self.params.preempted_by.filter(|_| self.state == RunState::Stopping)
+    }
+
+    /// The units of its node's pools its claim assigned it, by pool.
+    pub fn units(&self) -> &super::pool::Assignment {
+        &self.params.units
+    }
+
+    /// The values its stages' templates are expanded with: those resolved at submission and
+    /// claim, and its units as `pool.NAME` = "1,2" (derived, never read back).
+    pub fn template_values(&self) -> BTreeMap<String, String> {
+        let mut values = self.params.resolved.clone();
+        super::pool::record(&mut values, &self.params.units);
+        values
     }
 }
-
-/// The resolved value naming the run a stopping run was preempted for: written with its
-/// move to `stopping`, so a restarted daemon requeues it rather than stopping it for good.
-pub const PREEMPTED_BY: &str = "preempted_by";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunParams {
@@ -238,9 +246,17 @@ pub struct RunParams {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, serde_json::Value>,
     /// What the run asks of the claiming node's pools: the workflow's `needs:` with the run's
-    /// own (`--needs`) over them. The units it got are in `resolved` (`pool.gpu` = "1,2").
+    /// own (`--needs`) over them. The units it got are `units`.
     #[serde(default, skip_serializing_if = "super::Needs::is_empty")]
     pub needs: super::Needs,
+    /// The units of the claiming node's pools it holds, by pool (`gpu` → 1, 2), written with
+    /// its claim; its stages see them as `{pool.gpu}` and `CUDA_VISIBLE_DEVICES`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: super::pool::Assignment,
+    /// The run it stops for, written with a preemption's move to `stopping`: a restarted daemon
+    /// then queues it again rather than stopping it for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<Uuid>,
     /// Values resolved at claim time (ports picked, paths), so a restarted daemon expands the same.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved: BTreeMap<String, String>,

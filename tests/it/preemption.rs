@@ -116,11 +116,11 @@ async fn an_urgent_run_takes_the_unit_and_the_victim_resumes_from_its_checkpoint
     let eval = home.submit(&["--workflow", "urgent", "--priority", "10"]);
     let run = home.wait_state(eval, RunState::Running, T).await;
     let (short_eval, short_victim) = (&eval.to_string()[..8], &victim.to_string()[..8]);
-    assert_eq!(run.params.resolved.get("pool.gpu").map(String::as_str), Some("0"));
+    assert_eq!(run.units().get("gpu").map(Vec::as_slice), Some(&["0".to_string()][..]));
 
     let back = home.run(victim).await;
     assert_eq!((back.state, back.preemptions, back.attempt), (RunState::Pending, 1, 2), "{:?}", back.reason);
-    assert!(!back.params.resolved.contains_key("preempted_by"), "the requeue clears the decision");
+    assert_eq!(back.params.preempted_by, None, "the requeue clears the decision");
     let messages = home.messages(victim).await;
     let stop = messages
         .iter()
@@ -348,7 +348,7 @@ async fn killed_and_restarted(crash: Crash, database_url: Option<String>) {
     let (crashed, waiting) = (home.run(victim).await, home.run(eval).await);
     assert_eq!(waiting.state, RunState::Pending, "the urgent run was claimed before the crash");
     let live = home.stages(victim).await.iter().filter(|s| s.record.state.is_live()).count();
-    let decided = crashed.preempted_by() == Some(&*eval.to_string());
+    let decided = crashed.preempted_by() == Some(eval);
     let at_crash = (crashed.state, decided, crashed.preemptions, live);
     let want = match crash {
         Crash::Decided | Crash::Grace => (RunState::Stopping, true, 0, 1),
@@ -363,10 +363,10 @@ async fn killed_and_restarted(crash: Crash, database_url: Option<String>) {
 
     start_daemon(&mut home, &args).await;
     let started = home.wait_state(eval, RunState::Running, T).await;
-    assert_eq!(started.params.resolved.get("pool.gpu").map(String::as_str), Some("0"));
+    assert_eq!(started.units().get("gpu").map(Vec::as_slice), Some(&["0".to_string()][..]));
     let back = home.run(victim).await;
     assert_eq!((back.state, back.preemptions, back.attempt), (RunState::Pending, 1, 2), "{:?}", back.reason);
-    assert!(!back.params.resolved.contains_key("preempted_by"), "the requeue clears the decision");
+    assert_eq!(back.params.preempted_by, None, "the requeue clears the decision");
     let messages = home.messages(victim).await;
     let count = |prefix: &str| messages.iter().filter(|m| m.starts_with(prefix)).count();
     assert_eq!((count("stop: preempted by"), count("preempted: ")), (1, 1), "{messages:#?}");

@@ -10,30 +10,11 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
+use super::core::dependencies;
 use super::{Reconciler, Result};
 use crate::model::dependency::{AFTER_VALUES, Awaited, SWEEP_VALUES, after_var, check_value};
 use crate::model::sweep::python_float;
 use crate::model::{Run, short_id};
-use crate::workflow::template;
-
-/// The run's own values that use a dependency's: (var, its text as given).
-fn after_templates(run: &Run) -> Vec<(String, String)> {
-    run.spec
-        .vars
-        .iter()
-        .map(|(name, default)| (name.clone(), run.params.vars.get(name).unwrap_or(default).clone()))
-        .filter(|(_, raw)| {
-            template::variables(raw).is_ok_and(|vars| vars.iter().any(|v| v.starts_with("after.")))
-        })
-        .collect()
-}
-
-/// Whether the run takes values from runs it waited for that were not written yet (at its
-/// claim, or after a crash cut its claim short).
-pub(super) fn needs_after_values(run: &Run) -> bool {
-    (!run.params.after.is_empty() || !after_templates(run).is_empty())
-        && !run.params.resolved.keys().any(|k| k.starts_with("after."))
-}
 
 impl Reconciler {
     /// Reads, checks and records `run`'s dependency values. The run as recorded, and the
@@ -42,7 +23,7 @@ impl Reconciler {
         let named: Vec<_> =
             self.store.dependencies(run.id).await?.into_iter().filter(|d| d.name.is_some()).collect();
         if named.is_empty() {
-            let problem = (!after_templates(&run).is_empty())
+            let problem = (!dependencies::after_templates(&run).is_empty())
                 .then(|| "its values name dependencies it does not have".to_string());
             return Ok((run, problem));
         }
@@ -65,31 +46,10 @@ impl Reconciler {
                 return Ok((run, Some(problem)));
             }
         }
-        let mut params = run.params.clone();
-        params.resolved.extend(values.clone());
-        for (var, raw) in after_templates(&run) {
-            for used in template::variables(&raw).unwrap_or_default() {
-                if used.starts_with("after.") && !params.resolved.contains_key(used) {
-                    let weights = used
-                        .strip_suffix(".best_trained_weights")
-                        .or_else(|| used.strip_suffix(".trained_weights"));
-                    let problem = match weights.and_then(|dep| sources.get(dep)) {
-                        Some(source) => format!("{used}: {source} reported no trained weights"),
-                        None => format!("vars.{var}: {{{used}}} names no dependency value"),
-                    };
-                    return Ok((run, Some(problem)));
-                }
-            }
-            match template::expand(&raw, &params.resolved) {
-                Ok(value) => {
-                    params.resolved.insert(var, value);
-                }
-                Err(err) => return Ok((run, Some(format!("vars.{var}: {err}")))),
-            }
-        }
-        let names: Vec<&String> = values.keys().collect();
-        let note =
-            format!("dependency values: {}", names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "));
+        let (params, note) = match dependencies::with_values(&run, &values, &sources) {
+            Ok(resolved) => resolved,
+            Err(problem) => return Ok((run, Some(problem))),
+        };
         let recorded = self.store.record_after_values(&run, &params, &note).await?;
         Ok((recorded, None))
     }

@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use super::{Msg, Reconciler, Result};
 use crate::logs::follow::Follower;
-use crate::model::{FoundCheckpoint, NewEvent, NextAttempt, Run, RunParams, Start, next_start, now_millis};
-use crate::workflow::checkpoints::{ResolvedCheckpoints, params_for};
+use crate::model::{FoundCheckpoint, NewEvent, Run, RunParams, now_millis};
+use crate::workflow::checkpoints::ResolvedCheckpoints;
 
 /// How often the followed file is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
@@ -209,10 +209,7 @@ impl Reconciler {
         if run.spec.checkpoints.is_none() {
             return Ok(None);
         }
-        let resume = run.spec.retry.as_ref().is_none_or(|p| p.resume);
         let checkpoints = self.store.checkpoints(run.id).await?;
-        let start = next_start(NextAttempt::Retry { resume }, &checkpoints)
-            .unwrap_or(Start::Scratch("no checkpoint"));
-        Ok(Some((params_for(&run.params, &start), start.describe(run.attempt + 1))))
+        Ok(super::core::retries::next_attempt(run, &checkpoints, super::core::retries::resumes(run)))
     }
 }

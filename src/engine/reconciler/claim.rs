@@ -2,11 +2,12 @@
 //! ports and pool units, label pinning), and getting a claimed run under way (ledger, run
 //! directory, config).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::info;
 
-use super::{Reconciler, Result, Supervised, ports_of};
+use super::core::{self, claim::Picker, claim::SweepRoom};
+use super::{Reconciler, Result, Supervised};
 use crate::engine::store::Pick;
 use crate::model::Run;
 use crate::model::RunTrigger;
@@ -19,7 +20,8 @@ const LOST_RACE_LOOK: std::time::Duration = std::time::Duration::from_millis(50)
 
 impl Reconciler {
     /// Claims pending runs in queue order while slots and their resources are free, looking
-    /// past runs blocked on resources or pinned to other nodes so other work can go ahead.
+    /// past runs blocked on resources or pinned to other nodes so other work can go ahead
+    /// (`core::claim::Picker` decides each).
     pub(super) async fn claim_runs(&mut self) -> Result {
         let free = self.config.max_parallel.saturating_sub(self.runs.len());
         let Some(lease) = self.node.lease.clone() else { return Ok(()) };
@@ -29,10 +31,6 @@ impl Reconciler {
             return Ok(());
         }
         let floor = if preempting { self.preemption_floor().await? } else { None };
-        let mut blocked: Option<super::preempt::Blocked> = None;
-        let mut held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
-        let runs_dir = self.config.runs_dir.clone();
-        let pools = &self.config.pools;
         // After a claim that found less than it had room for (or with no room, looking only to
         // preempt), look before taking the write lock.
         if (self.queue_drained || free == 0) && !self.store.runs_waiting().await? {
@@ -40,56 +38,31 @@ impl Reconciler {
         }
         // A sweep's `max_live`, counted over every node's runs in flight: its members past it
         // wait in the queue, skipped like a run whose resources are taken.
-        let mut sweep_slots = self.store.sweep_slots().await?;
-        let mut taken = 0;
+        let sweeps = self.store.sweep_slots().await?;
+        let sweeps = sweeps
+            .into_iter()
+            .map(|(id, slots)| (id, SweepRoom { max_live: slots.max_live, in_flight: slots.in_flight }))
+            .collect();
+        let mut picker = Picker {
+            free,
+            preempting,
+            floor,
+            held: self.runs.values().flat_map(|s| s.resources()).collect(),
+            pools: &self.config.pools,
+            sweeps,
+            runs_dir: &self.config.runs_dir,
+            taken: 0,
+            blocked: None,
+        };
         let mut pick = |run: &Run| -> Pick {
-            if !lease.fits(&run.spec.node_labels) {
-                return Pick::Skip;
+            match picker.pick(run, lease.fits(&run.spec.node_labels), &mut free_port) {
+                core::claim::Pick::Take { params, run_dir } => Pick::Take { params, run_dir },
+                core::claim::Pick::Skip => Pick::Skip,
+                core::claim::Pick::Stop => Pick::Stop,
             }
-            if taken == free {
-                if preempting {
-                    blocked.get_or_insert_with(|| super::preempt::Blocked::of(run));
-                }
-                return Pick::Stop;
-            }
-            // What victims of a preemption free waits for the run they stop for.
-            if floor.is_some_and(|floor| run.priority < floor) {
-                return Pick::Skip;
-            }
-            let slots = run.params.sweep.and_then(|member| sweep_slots.get_mut(&member.sweep));
-            if slots.as_ref().is_some_and(|slots| !slots.has_room()) {
-                return Pick::Skip;
-            }
-            let Some(ports) = allocate_ports(run, &held) else { return Pick::Skip };
-            let resources = run.spec.resources(&ports);
-            if !resources.is_disjoint(&held) {
-                return Pick::Skip;
-            }
-            // Units no live run of this node holds (nor names as an exclusive label).
-            let Some(units) = crate::model::pool::assign(pools, &held, &run.params.needs) else {
-                if preempting {
-                    blocked.get_or_insert_with(|| super::preempt::Blocked::of(run));
-                }
-                return Pick::Skip;
-            };
-            let mut params = run.params.clone();
-            // An earlier attempt's preemption (one that ended stopped, its node lost) is not this one's.
-            params.resolved.remove(crate::model::run::PREEMPTED_BY);
-            crate::model::pool::record(&mut params.resolved, &units);
-            held.extend(crate::model::pool::resources(&units));
-            for (name, port) in &ports {
-                params.resolved.insert(format!("port.{name}"), port.to_string());
-            }
-            held.extend(resources);
-            if let Some(slots) = slots {
-                slots.in_flight += 1;
-            }
-            taken += 1;
-            let run_dir = runs_dir.join(run.id.to_string());
-            rebase_run_dir(&mut params, &run.run_dir, &run_dir);
-            Pick::Take { params, run_dir }
         };
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
+        let blocked = picker.blocked;
         // A run left blocked keeps the queue looked at: preemption may place it later.
         self.queue_drained = claimed.runs.len() < free && blocked.is_none();
         if claimed.lost > 0 {
@@ -133,7 +106,7 @@ impl Reconciler {
         // The values of the runs it waited for go into its params before its plan is made.
         // A store that cannot answer fails the run saying so (a write it cannot take is held
         // like any failure): it never starts with values it does not have.
-        let (run, after) = match super::after::needs_after_values(&run) {
+        let (run, after) = match super::core::dependencies::needs_after_values(&run) {
             true => match self.resolve_after(run.clone()).await {
                 Ok(resolved) => resolved,
                 Err(err) => (run, Some(format!("cannot read the values of the runs it waited for: {err}"))),
@@ -203,37 +176,8 @@ fn prepare_run_dir(run: &Run) -> std::result::Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// Points the run's resolved values at the claiming node's run directory (they were resolved
-/// where the run was submitted, which may be another machine).
-fn rebase_run_dir(params: &mut crate::model::RunParams, old: &std::path::Path, new: &std::path::Path) {
-    if old == new {
-        return;
-    }
-    let (old, new) = (old.to_string_lossy(), new.to_string_lossy());
-    for value in params.resolved.values_mut() {
-        if value.contains(&*old) {
-            *value = value.replace(&*old, &new);
-        }
-    }
-}
-
-/// Fixed ports as declared; `auto` ports picked free and outside `held`. None if no free port.
-fn allocate_ports(run: &Run, held: &BTreeSet<String>) -> Option<std::collections::BTreeMap<String, u16>> {
-    use crate::workflow::PortSpec;
-    let already = ports_of(&run.params.resolved);
-    let mut ports = std::collections::BTreeMap::new();
-    for (name, spec) in &run.spec.ports {
-        let port = match (already.get(name), spec) {
-            (Some(port), _) => *port,
-            (None, PortSpec::Fixed(port)) => *port,
-            (None, PortSpec::Auto(_)) => free_port(held, &ports)?,
-        };
-        ports.insert(name.clone(), port);
-    }
-    Some(ports)
-}
-
-fn free_port(held: &BTreeSet<String>, taken: &std::collections::BTreeMap<String, u16>) -> Option<u16> {
+/// A free port (the kernel's pick) outside `held` and `taken`.
+fn free_port(held: &BTreeSet<String>, taken: &BTreeMap<String, u16>) -> Option<u16> {
     (0..20).find_map(|_| {
         let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
         let clash = held.contains(&format!("port:{port}")) || taken.values().any(|p| *p == port);

@@ -10,6 +10,7 @@ use tokio::task::AbortHandle;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use super::core::test_tasks::{self, TestEnd};
 use super::recover::{Found, examine};
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
 use crate::engine::store::StoreError;
@@ -93,16 +94,8 @@ impl Reconciler {
             // Again while a task ended at once (its key file couldn't be written) and left room.
             loop {
                 let Some(sup) = self.tests.get(&id) else { return Ok(()) };
-                let live = sup.tasks.iter().filter(|t| t.record.state.is_live()).count();
-                let room = sup.test.spec.concurrency.max(1).saturating_sub(live);
-                let pending: Vec<usize> = sup
-                    .tasks
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, t)| t.record.state == ProcessState::Pending)
-                    .map(|(i, _)| i)
-                    .take(room)
-                    .collect();
+                let states: Vec<ProcessState> = sup.tasks.iter().map(|t| t.record.state).collect();
+                let pending = test_tasks::to_start(sup.test.state, &states, sup.test.spec.concurrency);
                 if pending.is_empty() {
                     break;
                 }
@@ -120,13 +113,11 @@ impl Reconciler {
             }
         }
         let Some(sup) = self.tests.get(&id) else { return Ok(()) };
-        if sup.tasks.iter().all(|t| !t.record.state.is_live() && t.record.state != ProcessState::Pending)
-            || sup.test.state.is_terminal()
-        {
-            if sup.test.state == TestState::Running {
-                return self.complete_test(id).await;
-            }
-            if !sup.tasks.iter().any(|t| t.record.state.is_live()) {
+        let states: Vec<ProcessState> = sup.tasks.iter().map(|t| t.record.state).collect();
+        match test_tasks::end(sup.test.state, &states) {
+            TestEnd::Going => {}
+            TestEnd::Complete => return self.complete_test(id).await,
+            TestEnd::LetGo => {
                 // Also the key files of tasks lost while the daemon was down.
                 for task in &sup.tasks {
                     let _ = std::fs::remove_file(secret_config_path(&sup.test.test_dir, &task.model));

@@ -17,12 +17,12 @@ use tokio::task::AbortHandle;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use super::core::leases::{self, ClaimFate};
 use super::{Msg, Reconciler, Result};
 use crate::engine::store::{Lease, NodeRegistration, Reap, StoreError};
 use crate::launch::process::{Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
-use crate::model::{NewEvent, ProcessIdentity, Run, RunState, now_millis};
-use crate::workflow::retry::{RetryDecision, after_node_lost};
+use crate::model::{NewEvent, ProcessIdentity, Run, now_millis};
 
 /// What the reconciler knows about itself as a node.
 pub struct NodeState {
@@ -114,12 +114,11 @@ impl Reconciler {
         let running = self.store.tests_in(crate::model::TestState::Running, i64::MAX).await?;
         held.extend(running.iter().filter(|j| j.fence == Some(token)).map(|j| j.id));
         for (id, claim) in self.node.ledger.entries() {
-            if held.contains(&id) || self.runs.contains_key(&id) || self.tests.contains_key(&id) {
-                continue;
-            }
-            match previous == Some(claim.token) {
-                true => self.forget_released_claim(id, claim),
-                false => self.settle_stale_claim(id, claim).await,
+            let holds = held.contains(&id) || self.runs.contains_key(&id) || self.tests.contains_key(&id);
+            match leases::claim_fate(holds, claim.token, previous) {
+                ClaimFate::Held => {}
+                ClaimFate::Released => self.forget_released_claim(id, claim),
+                ClaimFate::Stale => self.settle_stale_claim(id, claim).await,
             }
         }
         Ok(())
@@ -204,33 +203,20 @@ impl Reconciler {
                 continue;
             }
             let silent = Duration::from_millis((now - node.heartbeat_at).max(0) as u64);
-            let why = format!(
-                "node lost: node '{}' sent no heartbeat for {:.1}s (lease {})",
-                node.id,
-                silent.as_secs_f64(),
-                crate::workflow::Dur(Duration::from_millis(node.lease_ms.max(0) as u64)),
-            );
+            let lease = Duration::from_millis(node.lease_ms.max(0) as u64);
+            let why = leases::node_lost_reason(&node.id, silent, lease);
             warn!(node = %node.id, "{why}");
             let mut settled = 0;
             for run in self.base.node_runs(&node.id, node.token).await? {
-                let how = if run.state.is_terminal() {
-                    Reap::Release
-                } else if run.state == RunState::Stopping {
-                    Reap::Fail { reason: why.clone() }
-                } else {
-                    match after_node_lost(run.spec.retry.as_ref(), run.charged_attempts()) {
-                        // Like any retry, from the last checkpoint the lost node recorded.
-                        RetryDecision::RetryIn(wait) => Reap::Requeue {
-                            reason: format!(
-                                "{why}; queued again as attempt {} (retry policy), not before {}",
-                                run.attempt + 1,
-                                crate::workflow::Dur(wait)
-                            ),
-                            not_before: now + wait.as_millis() as i64,
-                            resume: self.next_params(&run).await?,
-                        },
-                        RetryDecision::Fail => Reap::Fail { reason: why.clone() },
-                    }
+                let how = match leases::reap(&run, &why, now) {
+                    leases::Reap::Release => Reap::Release,
+                    leases::Reap::Fail { reason } => Reap::Fail { reason },
+                    // Like any retry, from the last checkpoint the lost node recorded.
+                    leases::Reap::Requeue { reason, not_before } => Reap::Requeue {
+                        reason,
+                        not_before,
+                        resume: self.next_params(&run).await?.map(Box::new),
+                    },
                 };
                 // Slurm jobs outlive their node's daemon: cancel them, the run is settled here.
                 for stage in self.base.stages(run.id).await? {

@@ -1,7 +1,8 @@
 //! Preemption in the daemon (issue 33, with `--preempt`): when the first run the claim could
 //! not place lacks pool units or a parallel slot, the running preemptible runs of lower
 //! priority that free them at the least lost work (`model::preemption`) are stopped, and each
-//! queues again once its stages are gone, to resume from its last checkpoint.
+//! queues again once its stages are gone, to resume from its last checkpoint. What is decided
+//! is `core::preemption`; this is the shell that reads, writes and signals.
 //!
 //! Restart safety rests on two writes, each one transaction (`PreemptionStore`):
 //! - the decision moves the victim to `stopping` with `preempted_by` in its params. Killed
@@ -22,23 +23,17 @@
 //! a preemption is under way, runs of lower priority than the run it is for are not claimed,
 //! so the units it frees go to that run (claims go by priority).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use tracing::info;
 use uuid::Uuid;
 
+use super::core::preemption::{self, Blocked};
 use super::{Reconciler, Result};
 use crate::engine::store::StoreError;
-use crate::model::preemption::{Holder, Shortage, choose_victims};
-use crate::model::run::PREEMPTED_BY;
-use crate::model::{
-    Checkpoint, Millis, NewEvent, NextAttempt, Run, RunState, Start, next_start, now_millis, short_id,
-};
+use crate::model::preemption::choose_victims;
+use crate::model::{Checkpoint, NewEvent, RunState, now_millis, short_id};
 use crate::workflow::PreemptSignal;
-use crate::workflow::checkpoints::params_for;
-
-/// The pool name a parallel slot goes by in a shortage, when slots are short.
-const SLOT: &str = "parallel slot";
 
 /// A preemption asked of a victim: the run it is for and the pools short; with a timer while
 /// the victim was asked to checkpoint first.
@@ -48,101 +43,40 @@ pub(super) struct Ask {
     pub timer: Option<tokio::task::AbortHandle>,
 }
 
-/// The first run the claim could not place for lack of units or a slot.
-#[derive(Clone, Debug)]
-pub(super) struct Blocked {
-    pub id: Uuid,
-    pub priority: i64,
-    pub needs: BTreeMap<String, u32>,
-}
-
-impl Blocked {
-    pub fn of(run: &Run) -> Blocked {
-        Blocked {
-            id: run.id,
-            priority: run.priority,
-            needs: run.params.needs.iter().map(|(pool, n)| (pool.clone(), *n)).collect(),
-        }
-    }
-}
-
 impl Reconciler {
-    /// The lowest priority a run may have to be claimed now: while victims stop for a run,
-    /// the runs below it wait, so what the victims free goes to it. None: any run.
+    /// The lowest priority a run may have to be claimed now (`core::preemption::floor`).
     pub(super) async fn preemption_floor(&self) -> Result<Option<i64>> {
-        let urgent: BTreeSet<Uuid> = self
-            .runs
-            .values()
-            .filter(|sup| sup.run.state == RunState::Stopping)
-            .filter_map(|sup| sup.run.preempted_by()?.parse().ok())
-            .collect();
-        let mut floor = None;
+        let urgent: BTreeSet<Uuid> = preemption::urgent_runs(self.runs.values().map(|sup| &sup.run));
+        let mut read = Vec::new();
         for id in urgent {
-            if let Some(run) = self.store.run(id).await?.filter(|r| r.state == RunState::Pending) {
-                floor = floor.max(Some(run.priority));
-            }
+            read.extend(self.store.run(id).await?);
         }
-        Ok(floor)
+        Ok(preemption::floor(&read))
     }
 
     /// Preempts for `blocked` what it lacks, if a set of victims frees it; nothing while an
     /// earlier preemption is still under way.
     pub(super) async fn preempt_for(&mut self, blocked: Blocked) -> Result {
         let Some(gap) = self.config.preempt_gap else { return Ok(()) };
-        if self.runs.values().any(|sup| sup.run.preempted_by().is_some() || sup.preempt_ask.is_some()) {
+        let asked = self.runs.values().any(|sup| sup.preempt_ask.is_some());
+        if preemption::under_way(self.runs.values().map(|sup| &sup.run), asked) {
             return Ok(());
         }
         let now = now_millis();
         let slots_short = self.runs.len() >= self.config.max_parallel;
-        let mut needed = blocked.needs.clone();
-        let mut free = BTreeMap::new();
         let held: BTreeSet<String> = self.runs.values().flat_map(|s| s.resources()).collect();
-        for (pool, units) in self.config.pools.iter() {
-            let unheld = units.iter().filter(|u| !held.contains(&crate::model::pool::unit_resource(pool, u)));
-            free.insert(pool.clone(), unheld.count() as u32);
-        }
-        if slots_short {
-            needed.insert(SLOT.to_string(), 1);
-            free.insert(SLOT.to_string(), 0);
-        }
-        let shortage = Shortage { needed, free, priority: blocked.priority, gap, now };
+        let shortage = preemption::shortage(&blocked, &self.config.pools, &held, slots_short, gap, now);
         let mut holders = Vec::new();
         for sup in self.runs.values() {
-            let run = &sup.run;
-            if !matches!(run.state, RunState::Starting | RunState::Running) {
-                continue;
-            }
-            let mut units: BTreeMap<String, u32> = crate::model::pool::assigned(&run.params.resolved)
-                .into_iter()
-                .map(|(pool, units)| (pool, units.len() as u32))
-                .collect();
-            if slots_short {
-                units.insert(SLOT.to_string(), 1);
-            }
-            let preemptible = run.spec.preemptible && run.preemptions < i64::from(run.spec.max_preemptions());
-            let mut holder = Holder {
-                id: run.id,
-                priority: run.priority,
-                preemptible,
-                started_at: run.started_at.unwrap_or(now),
-                checkpoint_at: None,
-                units,
-                min_runtime: run.spec.min_runtime().as_millis() as Millis,
-            };
+            let Some(mut holder) = preemption::holder(&sup.run, slots_short, now) else { continue };
             // Only a run that may be chosen costs a read of its checkpoints.
             if holder.protection(&shortage).is_none() {
-                holder.checkpoint_at = self.last_resumable(run.id).await?.map(|c| c.at);
+                holder.checkpoint_at = self.last_resumable(sup.run.id).await?.map(|c| c.at);
             }
             holders.push(holder);
         }
         let Some(choice) = choose_victims(&shortage, &holders) else { return Ok(()) };
-        // The pools short: what each victim is said to give.
-        let short: Vec<String> = shortage
-            .needed
-            .iter()
-            .filter(|(pool, needed)| **needed > shortage.free.get(*pool).copied().unwrap_or(0))
-            .map(|(pool, _)| pool.clone())
-            .collect();
+        let short = preemption::short_pools(&shortage);
         for victim in choice.victims {
             let ask = Ask { urgent: blocked.id, short: short.clone(), timer: None };
             match self.runs.get(&victim).and_then(|sup| sup.run.spec.preempt_signal) {
@@ -200,35 +134,14 @@ impl Reconciler {
     async fn preempt(&mut self, id: Uuid, ask: &Ask) -> Result {
         let Some(sup) = self.runs.get(&id) else { return Ok(()) };
         let run = sup.run.clone();
-        if !matches!(run.state, RunState::Starting | RunState::Running) {
-            return Ok(());
-        }
-        let now = now_millis();
-        let started = run.started_at.unwrap_or(now);
         let last = self.last_resumable(run.id).await?;
-        let (since_at, since) = match last {
-            Some(c) if c.at >= started => (c.at, format!("since the checkpoint at step {}", c.step)),
-            _ => (started, "since its attempt started".to_string()),
+        let Some(decided) =
+            preemption::victim_move(&run, ask.urgent, &ask.short, last.as_ref(), now_millis())
+        else {
+            return Ok(());
         };
-        let lost = std::time::Duration::from_millis((now - since_at).max(0) as u64);
-        // What it gives of the short pools, by unit.
-        let assigned = crate::model::pool::assigned(&run.params.resolved);
-        let short: Vec<(String, Vec<String>)> = ask
-            .short
-            .iter()
-            .map(|pool| (pool.clone(), assigned.get(pool).cloned().unwrap_or_default()))
-            .filter(|(pool, units)| pool == SLOT || !units.is_empty())
-            .collect();
-        let reason = format!(
-            "preempted by run {} for {}; ≈ {} of work {since} will be redone",
-            short_id(&ask.urgent),
-            amounts(&short),
-            crate::model::progress::span(lost)
-        );
-        let note = format!("took {} from run {}", named_units(&short), run.short_id());
-        let mut params = run.params.clone();
-        params.resolved.insert(PREEMPTED_BY.to_string(), ask.urgent.to_string());
-        let moved = self.store.preempt(&run, &params, &reason, ask.urgent, &note).await;
+        let moved =
+            self.store.preempt(&run, &decided.params, &decided.reason, ask.urgent, &decided.note).await;
         if moved.is_ok() {
             // The decision is committed; no signal has reached the victim's stages yet.
             crate::failpoint::Failpoint::PreemptDecided.hit();
@@ -255,32 +168,10 @@ impl Reconciler {
         self.catch_up_checkpoints(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
-        let by = run.preempted_by().map(|by| by.chars().take(8).collect::<String>()).unwrap_or_default();
+        let ended: Vec<_> = sup.rows().map(|s| s.record.ended_at).collect();
         let checkpoints = self.store.checkpoints(id).await?;
-        let started = run.started_at.unwrap_or(run.updated_at);
-        let since = Checkpoint::last_resumable(&checkpoints).map_or(started, |c| c.at.max(started));
-        // The work redone ends where the victim did, at its last stage's end: not at this
-        // requeue, which a daemon restarted meanwhile makes later by its downtime.
-        let now = now_millis();
-        let ended = sup.rows().filter_map(|s| s.record.ended_at).max().map_or(now, |at| at.min(now));
-        let lost = (ended - since).max(0);
-        let mut params = run.params.clone();
-        params.resolved.remove(PREEMPTED_BY);
-        let (params, note) = match run.spec.checkpoints.is_some() {
-            true => {
-                let start = next_start(NextAttempt::Retry { resume: true }, &checkpoints)
-                    .unwrap_or(Start::Scratch("no checkpoint"));
-                (params_for(&params, &start), start.describe(run.attempt + 1))
-            }
-            false => {
-                let note = format!(
-                    "attempt {} starts from step 0: the workflow names no checkpoints",
-                    run.attempt + 1
-                );
-                (params, note)
-            }
-        };
-        let reason = format!("queued again after its preemption by run {by}");
+        let preemption::Requeue { params, reason, note, lost } =
+            preemption::requeue(&run, &ended, &checkpoints, now_millis());
         // Every stage is gone and recorded so; the victim is still stopping.
         crate::failpoint::Failpoint::PreemptStagesGone.hit();
         match self.store.requeue_preempted(&run, &reason, &params, &note, lost).await {
@@ -298,47 +189,5 @@ impl Reconciler {
             }
             Err(err) => Err(err),
         }
-    }
-}
-
-/// "1 gpu unit", "2 gpu units and a parallel slot".
-fn amounts(short: &[(String, Vec<String>)]) -> String {
-    let parts: Vec<String> = short
-        .iter()
-        .map(|(pool, units)| match (pool.as_str(), units.len()) {
-            (SLOT, _) => "a parallel slot".to_string(),
-            (_, 1) => format!("1 {pool} unit"),
-            (_, n) => format!("{n} {pool} units"),
-        })
-        .collect();
-    parts.join(" and ")
-}
-
-/// "gpu unit 2", "gpu units 2,3 and a parallel slot".
-fn named_units(short: &[(String, Vec<String>)]) -> String {
-    let parts: Vec<String> = short
-        .iter()
-        .map(|(pool, units)| match (pool.as_str(), units.len()) {
-            (SLOT, _) => "a parallel slot".to_string(),
-            (_, 1) => format!("{pool} unit {}", units[0]),
-            (_, _) => format!("{pool} units {}", units.join(",")),
-        })
-        .collect();
-    parts.join(" and ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn events_name_what_was_taken() {
-        let gpu = vec![("gpu".to_string(), vec!["2".to_string()])];
-        assert_eq!(amounts(&gpu), "1 gpu unit");
-        assert_eq!(named_units(&gpu), "gpu unit 2");
-        let both =
-            vec![("gpu".to_string(), vec!["0".to_string(), "3".to_string()]), (SLOT.to_string(), vec![])];
-        assert_eq!(amounts(&both), "2 gpu units and a parallel slot");
-        assert_eq!(named_units(&both), "gpu units 0,3 and a parallel slot");
     }
 }

@@ -10,13 +10,11 @@ use tokio::task::AbortHandle;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::outcome::of_total;
+use super::core::stalls;
 use super::{Msg, Reconciler, Result};
 use crate::logs::follow::{FileMark, Follower, last_in_tail};
-use crate::model::progress::span;
 use crate::model::{Millis, NewEvent, ProgressPoint, RunState, RunTrigger, now_millis};
 use crate::workflow::progress::{Reading, ResolvedProgress, ResolvedSource};
-use crate::workflow::retry::RetryDecision;
 
 /// How often a followed log is looked at for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
@@ -283,32 +281,20 @@ impl Reconciler {
         if watch.timer.as_ref().is_some_and(|(at, _)| *at == deadline) {
             watch.timer = None;
         }
-        let Some(timeout) = sup.run.spec.stall_timeout else { return Ok(()) };
-        if sup.run.state != RunState::Running {
-            return Ok(());
-        }
-        if now_millis() < watch.clock_from + timeout.0.as_millis() as Millis {
-            self.arm_stall_timer(id);
-            return Ok(());
-        }
-        let at = match watch.last {
-            Some(p) => format!("at step {} {}", p.step, of_total(p.total)),
-            None => "no step reported yet".to_string(),
-        };
-        let reason = format!("stalled: no progress for {} ({at})", span(timeout.0));
-        info!(run = %sup.run.short_id(), "{reason}");
-        let policy = sup.run.spec.retry.as_ref();
-        match crate::workflow::retry::after_stall(policy, sup.run.attempt) {
-            RetryDecision::RetryIn(wait) => {
-                let max = policy.map_or(1, |p| p.max_attempts);
-                let reason = format!(
-                    "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
-                    sup.run.attempt + 1,
-                    crate::workflow::Dur(wait)
-                );
+        match stalls::decide(&sup.run, watch.clock_from, watch.last, now_millis()) {
+            stalls::Verdict::None => return Ok(()),
+            stalls::Verdict::Until(_) => {
+                self.arm_stall_timer(id);
+                return Ok(());
+            }
+            stalls::Verdict::Fail { reason } => {
+                info!(run = %sup.run.short_id(), "{reason}");
+                self.transition(id, RunTrigger::Fail, Some(&reason)).await?;
+            }
+            stalls::Verdict::Retry { reason } => {
+                info!(run = %sup.run.short_id(), "{reason}");
                 self.transition(id, RunTrigger::Retry, Some(&reason)).await?;
             }
-            RetryDecision::Fail => self.transition(id, RunTrigger::Fail, Some(&reason)).await?,
         }
         self.drive(id).await
     }

@@ -14,6 +14,7 @@ use rustix::process::Signal;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use super::core::restart::{ExitFile, Verdict, weigh};
 use super::{Msg, ProcessEnd, Reconciler, Result, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
@@ -34,38 +35,6 @@ pub(super) enum Found {
     Alive(ExitWatch, Option<String>),
 }
 
-/// What the exit file of a stage recorded as live holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ExitFile {
-    Absent,
-    Valid,
-    Unreadable,
-}
-
-/// Which evidence wins for a stage the store says is live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Verdict {
-    /// Watch the shim; any exit file is not its own yet.
-    Reattach,
-    /// The shim is gone and left its status.
-    TrustFile,
-    /// The shim is gone; its status file cannot be read (that is what the stage's end says).
-    Unreadable,
-    /// The shim is gone without a status.
-    NoStatus,
-}
-
-/// The recorded shim, alive with its recorded identity, outranks any exit file: a shim writes its
-/// file just before it exits, so a file beside a live shim was not written by it for this end.
-pub(super) fn weigh(shim_alive: bool, file: ExitFile) -> Verdict {
-    match (shim_alive, file) {
-        (true, _) => Verdict::Reattach,
-        (false, ExitFile::Valid) => Verdict::TrustFile,
-        (false, ExitFile::Unreadable) => Verdict::Unreadable,
-        (false, ExitFile::Absent) => Verdict::NoStatus,
-    }
-}
-
 impl Reconciler {
     pub(super) async fn recover(&mut self) -> Result {
         let runs = self.store.supervised_runs().await?;
@@ -73,25 +42,26 @@ impl Reconciler {
         for run in runs {
             let id = run.id;
             // A claim cut short before its dependency values were written: write them now.
-            let run = if run.state == RunState::Starting && super::after::needs_after_values(&run) {
-                match self.resolve_after(run.clone()).await {
-                    Ok((run, None)) => run,
-                    Ok((run, Some(problem))) => {
-                        if let Err(err) =
-                            self.store.transition(&run, RunTrigger::Fail, Some(&problem), None).await
-                        {
-                            warn!(run = %run.short_id(), "cannot fail on restart: {err}");
+            let run =
+                if run.state == RunState::Starting && super::core::dependencies::needs_after_values(&run) {
+                    match self.resolve_after(run.clone()).await {
+                        Ok((run, None)) => run,
+                        Ok((run, Some(problem))) => {
+                            if let Err(err) =
+                                self.store.transition(&run, RunTrigger::Fail, Some(&problem), None).await
+                            {
+                                warn!(run = %run.short_id(), "cannot fail on restart: {err}");
+                            }
+                            continue;
                         }
-                        continue;
+                        Err(err) => {
+                            warn!(run = %run.short_id(), "cannot read its dependencies on restart: {err}");
+                            continue;
+                        }
                     }
-                    Err(err) => {
-                        warn!(run = %run.short_id(), "cannot read its dependencies on restart: {err}");
-                        continue;
-                    }
-                }
-            } else {
-                run
-            };
+                } else {
+                    run
+                };
             let stages = self.store.stages(id).await?;
             let sup = match Supervised::new(run.clone(), stages) {
                 Ok(sup) => sup,
@@ -321,16 +291,6 @@ fn status_disk_is_low(files: &StageFiles) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_live_shim_outranks_any_exit_file() {
-        for file in [ExitFile::Absent, ExitFile::Valid, ExitFile::Unreadable] {
-            assert_eq!(weigh(true, file), Verdict::Reattach, "{file:?}");
-        }
-        assert_eq!(weigh(false, ExitFile::Valid), Verdict::TrustFile);
-        assert_eq!(weigh(false, ExitFile::Unreadable), Verdict::Unreadable);
-        assert_eq!(weigh(false, ExitFile::Absent), Verdict::NoStatus);
-    }
 
     fn identity(pid: i32) -> ProcessIdentity {
         crate::launch::process::identity_of(pid).unwrap()

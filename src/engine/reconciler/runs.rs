@@ -7,8 +7,12 @@ use rustix::process::Signal;
 use tracing::{debug, info};
 use uuid::Uuid;
 
+use super::core::lifecycle::{StageView, Step, next_step};
+use super::core::retries::{self, spawn_backoff};
+use super::core::stage_end::{self, run_end_time};
+use super::core::stages;
 use super::supervised::StopStep;
-use super::{Msg, Owner, ProcessEnd, Reconciler, Result, outcome, slurm};
+use super::{Msg, Owner, ProcessEnd, Reconciler, Result, slurm};
 use crate::engine::store::{RunMove, StoreError};
 use crate::launch::probe::{ReadyHow, wait_ready};
 use crate::launch::process::signal_group;
@@ -61,76 +65,72 @@ impl Reconciler {
         self.node.lease.as_ref().map(|l| l.token)
     }
 
-    /// Does whatever the run's current state asks for next. Safe to call at any time.
+    /// Does whatever the run's current state asks for next (`core::lifecycle`). Safe to call at
+    /// any time.
     pub(super) async fn drive(&mut self, id: Uuid) -> Result {
         loop {
             let Some(sup) = self.runs.get_mut(&id) else {
                 return Ok(());
             };
             super::time_limit::arm(sup, &self.tx);
-            match sup.run.state {
-                RunState::Pending => {}
-                RunState::Running => {
+            let now = std::time::Instant::now();
+            let stages: Vec<StageView> = sup
+                .stages
+                .iter()
+                .map(|s| StageView {
+                    state: s.stage.record.state,
+                    spawn_due: s.spawn_after.is_none_or(|at| at <= now),
+                })
+                .collect();
+            let ending = !matches!(sup.run.state, RunState::Pending | RunState::Starting | RunState::Running);
+            if ending {
+                sup.cancel_all_readiness();
+                if let Some(watch) = sup.progress.as_mut() {
+                    watch.stop();
+                }
+                if let Some(watch) = sup.metrics.as_ref() {
+                    watch.finish();
+                }
+                // Its follower stays: the run's last look at its checkpoints reads on from it.
+                if let Some(watch) = sup.checkpoints.as_mut() {
+                    watch.stop();
+                }
+            }
+            match next_step(sup.run.state, sup.run.preempted_by().is_some(), &stages) {
+                Step::Wait => {}
+                Step::Watch => {
                     if sup.progress.is_none() {
                         self.watch_progress(id).await?;
                     }
                 }
-                RunState::Starting => {
-                    let waiting = sup.rows().position(|s| s.record.state != ProcessState::Up);
-                    match waiting.map(|idx| (idx, &sup.stages[idx])) {
-                        None => {
-                            self.transition(id, RunTrigger::AllStagesUp, None).await?;
-                            continue;
-                        }
-                        Some((idx, tracked)) if tracked.stage.record.state == ProcessState::Pending => {
-                            // After a transient failure to start, its backoff's timer drives it.
-                            if tracked.spawn_after.is_none_or(|at| at <= std::time::Instant::now()) {
-                                self.spawn(id, idx).await?
-                            }
-                        }
-                        Some(_) => {}
+                Step::AllStagesUp => {
+                    self.transition(id, RunTrigger::AllStagesUp, None).await?;
+                    continue;
+                }
+                Step::Spawn(idx) => self.spawn(id, idx).await?,
+                Step::StopStage(idx) => self.stop_stage(id, idx).await?,
+                Step::RequeuePreempted => {
+                    if self.requeue_preempted(id).await? {
+                        continue;
                     }
                 }
-                RunState::Stopping
-                | RunState::Retrying
-                | RunState::Stopped
-                | RunState::Completed
-                | RunState::Failed => {
-                    sup.cancel_all_readiness();
-                    if let Some(watch) = sup.progress.as_mut() {
-                        watch.stop();
-                    }
-                    if let Some(watch) = sup.metrics.as_ref() {
-                        watch.finish();
-                    }
-                    // Its follower stays: the run's last look at its checkpoints reads on from it.
-                    if let Some(watch) = sup.checkpoints.as_mut() {
-                        watch.stop();
-                    }
-                    if sup.rows().any(|s| s.record.state == ProcessState::Spawning) {
-                        // A stage is being started: stop it once we know who it is.
-                    } else if let Some(idx) = sup.next_to_stop() {
-                        self.stop_stage(id, idx).await?;
-                    } else if sup.run.state == RunState::Stopping && sup.run.preempted_by().is_some() {
-                        if self.requeue_preempted(id).await? {
-                            continue;
-                        }
-                    } else if sup.run.state == RunState::Stopping {
-                        self.transition(id, RunTrigger::AllStagesGone, None).await?;
+                Step::AllStagesGone => {
+                    self.transition(id, RunTrigger::AllStagesGone, None).await?;
+                    continue;
+                }
+                Step::RequeueRetry => {
+                    if self.requeue_for_retry(id).await? {
                         continue;
-                    } else if sup.run.state == RunState::Retrying {
-                        if self.requeue_for_retry(id).await? {
-                            continue;
-                        }
-                    } else {
-                        debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
-                        // Its last checkpoints are its trained weights, also when it failed.
-                        self.catch_up_checkpoints(id).await?;
-                        self.catch_up_metrics(id).await?;
-                        self.forget_progress(id);
-                        self.runs.remove(&id);
-                        self.node.ledger.forget(&id);
                     }
+                }
+                Step::LetGo => {
+                    debug!(run = %sup.run.short_id(), state = %sup.run.state, "done");
+                    // Its last checkpoints are its trained weights, also when it failed.
+                    self.catch_up_checkpoints(id).await?;
+                    self.catch_up_metrics(id).await?;
+                    self.forget_progress(id);
+                    self.runs.remove(&id);
+                    self.node.ledger.forget(&id);
                 }
             }
             return Ok(());
@@ -230,10 +230,7 @@ impl Reconciler {
         self.catch_up_metrics(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
-        let wait =
-            run.spec.retry.as_ref().map_or(Duration::ZERO, |p| p.backoff_after(run.charged_attempts()));
-        let not_before = now_millis() + wait.as_millis() as i64;
-        let reason = run.reason.clone().unwrap_or_else(|| "retry".into());
+        let retries::Requeue { not_before, reason } = retries::requeue(&run, now_millis());
         let requeued = match self.next_params(&run).await? {
             Some((params, note)) => {
                 self.store
@@ -346,7 +343,8 @@ impl Reconciler {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
         let tracked = &sup.stages[idx];
         let name = tracked.stage.name.clone();
-        let at_once = sup.run.state == RunState::Starting && tracked.plan.up_at_once();
+        let states: Vec<ProcessState> = sup.stages.iter().map(|s| s.stage.record.state).collect();
+        let record = stages::started(sup.run.state, tracked.plan.up_at_once(), idx, &states);
         let mut stage = tracked.stage.clone();
         stage.record.started(started.started_at, started.shim, started.process)?;
         let pid = stage.record.process.as_ref().map_or_else(|| "?".into(), |p| p.pid.to_string());
@@ -354,22 +352,23 @@ impl Reconciler {
             &name,
             format!("started (pid {pid}): {}", crate::secrets::redact_argv(&tracked.plan.argv)),
         )];
-        if !at_once {
-            self.store.update_stage(&stage, events.first()).await?;
-            sup.stages[idx].stage = stage;
-            sup.stages[idx].spawn_failures = 0;
-            if sup.run.state == RunState::Starting {
-                self.start_readiness(id, idx, Duration::ZERO);
+        let all_up = match record {
+            stages::Started::Recorded { readiness } => {
+                self.store.update_stage(&stage, events.first()).await?;
+                sup.stages[idx].stage = stage;
+                sup.stages[idx].spawn_failures = 0;
+                if readiness {
+                    self.start_readiness(id, idx, Duration::ZERO);
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+            stages::Started::Up { all_up } => all_up,
+        };
         // Up at once, decided here (a task would race the stage's own exit).
         let how = ReadyHow::from(tracked.plan.up_at_once_how());
         stage.record.apply(ProcessTrigger::Ready)?;
         stage.ready_at = Some(now_millis());
         events.push(NewEvent::stage(&name, format!("up ({how})")));
-        let all_up =
-            sup.stages.iter().enumerate().all(|(i, s)| i == idx || s.stage.record.state == ProcessState::Up);
         let then = all_up.then_some(RunMove {
             run: &sup.run,
             trigger: RunTrigger::AllStagesUp,
@@ -514,7 +513,7 @@ impl Reconciler {
         self.drive(id).await
     }
 
-    /// What a stage's end does to its run (`outcome::end_move`); reads the run's last step
+    /// What a stage's end does to its run (`stage_end::end_move`); reads the run's last step
     /// first when a deciding stage finished.
     async fn decide_end(
         &mut self,
@@ -525,12 +524,12 @@ impl Reconciler {
     ) -> Result<Option<(RunTrigger, String)>> {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let deciding = sup.run.spec.deciding_stages().contains(&name);
-        let last = match outcome::verdict(sup.run.state, deciding, name, what, exit) {
-            outcome::Verdict::Finished => self.last_step(id).await?,
-            outcome::Verdict::Nothing | outcome::Verdict::Failure(_) => None,
+        let last = match stage_end::verdict(sup.run.state, deciding, name, what, exit) {
+            stage_end::Verdict::Finished => self.last_step(id).await?,
+            stage_end::Verdict::Nothing | stage_end::Verdict::Failure(_) => None,
         };
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
-        Ok(outcome::end_move(&sup.run, name, what, exit, last))
+        Ok(stage_end::end_move(&sup.run, name, what, exit, last))
     }
 
     /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.
@@ -585,21 +584,9 @@ impl Reconciler {
     }
 }
 
-/// `outcome::failure_move` for `run` as it stands.
+/// `stage_end::failure_move` for `run` as it stands.
 fn failure_move(run: &Run, reason: &str, exit: Option<Exit>) -> Option<(RunTrigger, String)> {
-    outcome::failure_move(run.state, run.attempt, run.spec.retry.as_ref(), reason, exit)
-}
-
-/// The wait before starting a stage again after `failures` transient failures in a row:
-/// 100 ms, doubling, at most 5 s.
-fn spawn_backoff(failures: u32) -> Duration {
-    Duration::from_millis(100u64.saturating_mul(1 << failures.min(6))).min(Duration::from_secs(5))
-}
-
-/// When a run that a stage's exit decided ends: at that exit, kept within [started, now] so
-/// a skewed or forged time cannot give a negative or future duration.
-fn run_end_time(exited_at: Millis, run_started_at: Option<Millis>, now: Millis) -> Millis {
-    exited_at.min(now).max(run_started_at.unwrap_or(Millis::MIN))
+    stage_end::failure_move(run.state, run.attempt, run.spec.retry.as_ref(), reason, exit)
 }
 
 /// A stage's failure's move of its run (from `failure_move`), as the store takes it.
@@ -610,28 +597,4 @@ fn as_move<'a>(run: &'a Run, then: &'a Option<(RunTrigger, String)>) -> Option<R
         reason: Some(reason),
         ended_at: None,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{run_end_time, spawn_backoff};
-    use std::time::Duration;
-
-    #[test]
-    fn a_run_ends_at_its_deciding_exit_within_its_lifetime() {
-        assert_eq!(run_end_time(1_500, Some(1_000), 9_000), 1_500, "the exit's time, not now");
-        assert_eq!(run_end_time(500, Some(1_000), 9_000), 1_000, "never before it started");
-        assert_eq!(run_end_time(20_000, Some(1_000), 9_000), 9_000, "never in the future");
-        assert_eq!(run_end_time(1_500, None, 9_000), 1_500);
-    }
-
-    #[test]
-    fn a_stage_that_cannot_start_yet_waits_longer_each_time_within_bounds() {
-        let waits: Vec<_> = (0..10).map(spawn_backoff).collect();
-        assert_eq!(waits[0], Duration::from_millis(100));
-        assert_eq!(waits[1], Duration::from_millis(200));
-        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
-        assert_eq!(waits[9], Duration::from_secs(5));
-        assert_eq!(spawn_backoff(u32::MAX), Duration::from_secs(5));
-    }
 }

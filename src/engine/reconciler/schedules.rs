@@ -1,13 +1,13 @@
 //! Schedules in the reconciler: when a schedule is due, enqueue its test — one catch-up test
 //! for any number of due times missed while the daemon was down, and a recorded skip while a
-//! test of the same schedule still runs.
+//! test of the same schedule still runs (`crate::cron::tick` decides, `core::schedules` says it).
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 use tracing::{info, warn};
 
-use super::{Reconciler, Result};
+use super::{Reconciler, Result, core};
 use crate::cron::{Cron, Tick, tick};
 use crate::inference::regression::{baselines, regressions_of};
 use crate::model::{InferenceTest, TestState};
@@ -39,7 +39,7 @@ impl Reconciler {
             let fired_at = now.timestamp_millis();
             let note = match outcome {
                 Tick::Idle { .. } => None,
-                Tick::Fire { due_at, missed, .. } => {
+                Tick::Fire { .. } => {
                     let test = InferenceTest::queued(
                         uuid::Uuid::new_v4(),
                         schedule.spec.clone(),
@@ -51,34 +51,21 @@ impl Reconciler {
                         continue; // another daemon fired it
                     }
                     info!(schedule = %schedule.name, test = %crate::model::short_id(&test.id), "schedule fired");
-                    Some(if missed > 0 {
-                        format!(
-                            "caught up: {} due times passed while no daemon ran; enqueued one test ({}) for {due_at}",
-                            missed + 1,
-                            test.id
-                        )
-                    } else {
-                        format!("fired for {due_at}: enqueued test {}", test.id)
-                    })
+                    core::schedules::note(&outcome, test.id)
                 }
-                Tick::Skip { due_at, missed, .. } => {
+                Tick::Skip { .. } => {
                     if !self.store.fire_schedule(&schedule, fired_at, None).await? {
                         continue;
                     }
-                    Some(format!(
-                        "skipped {} due time{} up to {due_at}: the previous test is still running",
-                        missed + 1,
-                        if missed > 0 { "s" } else { "" }
-                    ))
+                    // A skip enqueues no test: its words name none.
+                    core::schedules::note(&outcome, uuid::Uuid::nil())
                 }
             };
             if let Some(note) = note {
                 schedule.last_fired = fired_at;
                 self.store.add_event(schedule.id, &NewEvent::note(note)).await?;
             }
-            if let Some(next) = outcome.next() {
-                next_due = Some(next_due.map_or(next, |n| n.min(next)));
-            }
+            next_due = core::schedules::earliest(next_due, outcome.next());
         }
         Ok(next_due)
     }

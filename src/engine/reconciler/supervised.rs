@@ -1,11 +1,12 @@
 //! What the reconciler keeps in memory about one run it looks after.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use tokio::task::AbortHandle;
 
+pub use super::core::claim::ports_of;
 use crate::launch::status::StageFiles;
-use crate::model::{ProcessState, Run, Stage};
+use crate::model::{Run, Stage};
 use crate::workflow::{PlanError, StagePlan};
 
 /// Where a stage is in being stopped.
@@ -90,9 +91,8 @@ impl Supervised {
     /// What the run holds while supervised: its exclusive labels, ports and pool units (read
     /// back from its params, so a run re-attached after a restart holds the same).
     pub fn resources(&self) -> BTreeSet<String> {
-        let resolved = &self.run.params.resolved;
-        let mut held = self.run.spec.resources(&ports_of(resolved));
-        held.extend(crate::model::pool::resources(&crate::model::pool::assigned(resolved)));
+        let mut held = self.run.spec.resources(&ports_of(&self.run.params.resolved));
+        held.extend(crate::model::pool::resources(self.run.units()));
         held
     }
 
@@ -112,22 +112,9 @@ impl Supervised {
     pub fn rows(&self) -> impl DoubleEndedIterator<Item = &Stage> + ExactSizeIterator {
         self.stages.iter().map(|s| &s.stage)
     }
-
-    /// The stage to stop next: the live one started last (env before trainer before api).
-    pub fn next_to_stop(&self) -> Option<usize> {
-        self.rows().rposition(|s| matches!(s.record.state, ProcessState::Starting | ProcessState::Up))
-    }
 }
 
 /// Expands every stage of `run` with the values resolved at submission and claim.
 pub fn plan_stages(run: &Run) -> Result<Vec<StagePlan>, PlanError> {
-    run.spec.stages.iter().map(|stage| stage.plan(&run.params.resolved, &run.run_dir)).collect()
-}
-
-/// The `port.NAME` values among resolved variables.
-pub fn ports_of(resolved: &BTreeMap<String, String>) -> BTreeMap<String, u16> {
-    resolved
-        .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("port.")?.to_string(), v.parse().ok()?)))
-        .collect()
+    run.spec.stages.iter().map(|stage| stage.plan(&run.template_values(), &run.run_dir)).collect()
 }

@@ -53,10 +53,10 @@ impl Claimer {
                 let Some(units) = crate::model::pool::assign(pools, &free, &run.params.needs) else {
                     return Pick::Skip;
                 };
-                crate::model::pool::record(&mut params.resolved, &units);
+                params.units = units;
             }
             taken = true;
-            Pick::Take { params, run_dir: run.run_dir.clone() }
+            Pick::Take { params: Box::new(params), run_dir: run.run_dir.clone() }
         };
         let claimed = self.store.claim_runs(&self.lease, 8, 1, &mut pick).await?;
         Ok(claimed.runs.first().map(|run| run.id))

@@ -23,7 +23,7 @@ pub struct Claimed {
 /// What the claimer decided about one pending run.
 pub enum Pick {
     Take {
-        params: RunParams,
+        params: Box<RunParams>,
         run_dir: PathBuf,
     },
     Skip,
@@ -120,7 +120,7 @@ impl ClaimStore for SqlStore {
                 seen += 1;
                 let run = run_from_row(row)?;
                 let (params, run_dir) = match pick(&run) {
-                    Pick::Take { params, run_dir } => (params, run_dir),
+                    Pick::Take { params, run_dir } => (*params, run_dir),
                     Pick::Skip => continue,
                     Pick::Stop => break 'pages,
                 };

@@ -84,7 +84,7 @@ pub enum Reap {
         not_before: Millis,
         /// For a run with a `checkpoints:` source: the next attempt's params (with its resume
         /// point, or without one) and the event saying what it starts from.
-        resume: Option<(crate::model::RunParams, String)>,
+        resume: Option<Box<(crate::model::RunParams, String)>>,
     },
     /// An ended run whose stages were still being stopped: they are lost with the node.
     Release,
@@ -270,7 +270,7 @@ impl NodeStore for SqlStore {
             }
             Reap::Requeue { reason, not_before, resume } => {
                 let trigger = crate::model::RunTrigger::Requeue;
-                match resume {
+                match resume.as_deref() {
                     Some((params, note)) => {
                         fenced.requeue_resuming(run, trigger, reason, *not_before, params, note).await
                     }

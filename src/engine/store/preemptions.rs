@@ -13,7 +13,6 @@ use super::events::{EventRow, insert_events};
 use super::moves::Moved;
 use super::rows::json;
 use super::sql::SqlStore;
-use crate::model::run::PREEMPTED_BY;
 use crate::model::{EventKind, Millis, Run, RunParams, RunState, RunTrigger};
 
 #[async_trait]
@@ -85,7 +84,7 @@ impl PreemptionStore for SqlStore {
 
     async fn keep_stopped(&self, run: &Run) -> Result<Run> {
         let mut params = run.params.clone();
-        params.resolved.remove(PREEMPTED_BY);
+        params.preempted_by = None;
         let now = crate::model::now_millis();
         let reason = "stop requested";
         let mut tx = self.pool().begin().await?;

@@ -259,7 +259,7 @@ impl Service {
                 .map_err(|e| ServiceError::Unplannable { workflow: name.clone(), problem: e.to_string() })?;
         }
         let after = after.iter().map(|(name, _)| name.clone()).collect();
-        let params = RunParams { vars: request.vars, config, needs, resolved, after, sweep: None };
+        let params = RunParams { vars: request.vars, config, needs, resolved, after, ..RunParams::default() };
         let held_at = request.hold.unwrap_or(false).then(crate::model::now_millis);
         let run = Run {
             env_name: env.map(|env| env.name),

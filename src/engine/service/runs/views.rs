@@ -72,11 +72,12 @@ pub fn stage_wandb_runs(run: &Run) -> Vec<StageWandbRun> {
         .iter()
         .map(|spec| {
             // A pending run's ports are not picked yet: its plan may not expand, its env does.
-            let env = spec.plan(&run.params.resolved, &run.run_dir).map(|p| p.environ).unwrap_or_else(|_| {
-                let mut env = spec.environ.clone();
-                add_identity(&mut env, &run_id, &spec.name);
-                env
-            });
+            let env =
+                spec.plan(&run.template_values(), &run.run_dir).map(|p| p.environ).unwrap_or_else(|_| {
+                    let mut env = spec.environ.clone();
+                    add_identity(&mut env, &run_id, &spec.name);
+                    env
+                });
             let id = env.get(RUN_ID_VAR).cloned().unwrap_or_default();
             let project = set(env.get("WANDB_PROJECT").cloned()).unwrap_or_else(|| project.clone());
             let url = set(env.get("WANDB_ENTITY").cloned())
@@ -162,11 +163,7 @@ impl From<&Run> for RunSummary {
             progress: None,
             needs: run.params.needs.clone(),
             // Released when the run ends: a finished run's recorded units are history.
-            units: if run.state.is_in_flight() {
-                crate::model::pool::assigned(&run.params.resolved)
-            } else {
-                BTreeMap::new()
-            },
+            units: if run.state.is_in_flight() { run.units().clone() } else { BTreeMap::new() },
             time_limit_at: crate::engine::reconciler::time_limit_deadline(run),
             deps_open: run.deps_open,
             waits_for: Vec::new(),
@@ -332,7 +329,7 @@ impl Service {
             let mut holders = Vec::new();
             let mut held = 0usize;
             for other in &in_flight {
-                let taken = crate::model::pool::assigned(&other.params.resolved);
+                let taken = other.units();
                 let count = taken.get(name).map_or(0, |t| t.iter().filter(|u| units.contains(u)).count());
                 if count > 0 {
                     held += count;

@@ -44,6 +44,7 @@ mod prefixes;
 mod queue;
 mod report;
 mod sweeps;
+mod typed_units;
 
 use std::time::{Duration, Instant};
 

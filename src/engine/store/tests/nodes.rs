@@ -47,7 +47,10 @@ async fn claim(store: &dyn Store, lease: &Lease, max: usize) -> Result<Vec<Run>,
             return Pick::Stop;
         }
         taken += 1;
-        Pick::Take { params: run.params.clone(), run_dir: PathBuf::from(format!("/{node}/runs/{}", run.id)) }
+        Pick::Take {
+            params: Box::new(run.params.clone()),
+            run_dir: PathBuf::from(format!("/{node}/runs/{}", run.id)),
+        }
     };
     Ok(store.claim_runs(lease, 8, 16, &mut pick).await?.runs)
 }
@@ -345,7 +348,7 @@ fn claim_paused_at_pick(
                 read_tx.send(()).unwrap();
                 go_rx.recv().unwrap();
                 match take {
-                    true => Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() },
+                    true => Pick::Take { params: Box::new(run.params.clone()), run_dir: run.run_dir.clone() },
                     false => Pick::Skip,
                 }
             };
@@ -367,7 +370,7 @@ async fn one_run_two_nodes()
 }
 
 fn take(run: &Run) -> Pick {
-    Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
+    Pick::Take { params: Box::new(run.params.clone()), run_dir: run.run_dir.clone() }
 }
 
 /// A claim locks only the runs it takes: while node a's claim is under way and passing over a

@@ -9,7 +9,6 @@ use uuid::Uuid;
 
 use super::preemptions::queued;
 use crate::engine::store::{OutboxStore, PostedDelivery, Store};
-use crate::model::run::PREEMPTED_BY;
 use crate::model::{DeliveryAttempt, DeliveryState, Run, RunTrigger, now_millis};
 use crate::webhooks::Payload;
 
@@ -38,10 +37,10 @@ async fn a_run_s_notifications_go_out_in_order_per_target(store: &dyn Store) {
     let victim = store.transition(&victim, RunTrigger::Claim, None, None).await.unwrap();
     let victim = store.transition(&victim, RunTrigger::AllStagesUp, None, None).await.unwrap();
     let mut params = victim.params.clone();
-    params.resolved.insert(PREEMPTED_BY.into(), urgent.id.to_string());
+    params.preempted_by = Some(urgent.id);
     let stopping = store.preempt(&victim, &params, "preempted", urgent.id, "took it").await.unwrap();
     let mut next = stopping.params.clone();
-    next.resolved.remove(PREEMPTED_BY);
+    next.preempted_by = None;
     let pending = store.requeue_preempted(&stopping, "queued again", &next, "again", 0).await.unwrap();
     let claimed = store.transition(&pending, RunTrigger::Claim, None, None).await.unwrap();
     let up = store.transition(&claimed, RunTrigger::AllStagesUp, None, None).await.unwrap();

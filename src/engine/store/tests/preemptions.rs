@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use uuid::Uuid;
 
 use crate::engine::store::{Store, StoreError};
-use crate::model::run::PREEMPTED_BY;
 use crate::model::{Run, RunParams, RunState, RunTrigger};
 use crate::workflow::Workflow;
 
@@ -30,13 +29,13 @@ async fn a_preemption_stops_then_requeues_once(store: &dyn Store) {
     let victim = store.transition(&victim, RunTrigger::AllStagesUp, None, None).await.unwrap();
 
     let mut params = victim.params.clone();
-    params.resolved.insert(PREEMPTED_BY.into(), urgent.id.to_string());
+    params.preempted_by = Some(urgent.id);
     let reason = "preempted by run x for 1 gpu unit";
     let stopping =
         store.preempt(&victim, &params, reason, urgent.id, "took gpu unit 0 from run y").await.unwrap();
     assert_eq!(stopping.state, RunState::Stopping);
     let read = store.run(victim.id).await.unwrap().unwrap();
-    assert_eq!((read.state, read.preempted_by()), (RunState::Stopping, Some(urgent.id.to_string().as_str())));
+    assert_eq!((read.state, read.preempted_by()), (RunState::Stopping, Some(urgent.id)));
     let told: Vec<String> =
         store.events(urgent.id, 0).await.unwrap().into_iter().map(|e| e.message).collect();
     assert!(told.iter().any(|m| m == "took gpu unit 0 from run y"), "{told:?}");
@@ -45,7 +44,7 @@ async fn a_preemption_stops_then_requeues_once(store: &dyn Store) {
     assert!(matches!(again, Err(StoreError::Conflict { .. })), "{again:?}");
 
     let mut next = stopping.params.clone();
-    next.resolved.remove(PREEMPTED_BY);
+    next.preempted_by = None;
     let queued =
         store.requeue_preempted(&stopping, "queued again", &next, "attempt 2 starts", 90_000).await.unwrap();
     let read = store.run(victim.id).await.unwrap().unwrap();
@@ -55,7 +54,7 @@ async fn a_preemption_stops_then_requeues_once(store: &dyn Store) {
             (RunState::Pending, 2, 1, 90_000)
         );
         assert_eq!(run.charged_attempts(), 1, "a preemption charges no attempt");
-        assert!(!run.params.resolved.contains_key(PREEMPTED_BY));
+        assert_eq!(run.params.preempted_by, None);
     }
     let twice = store.requeue_preempted(&stopping, "queued again", &next, "attempt 2 starts", 90_000).await;
     assert!(matches!(twice, Err(StoreError::Conflict { .. })), "{twice:?}");

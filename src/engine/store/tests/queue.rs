@@ -103,7 +103,7 @@ async fn queue_reads(store: &dyn Store) {
         (true, _) => Pick::Skip,
         (false, _) => {
             taken += 1;
-            Pick::Take { params: run.params.clone(), run_dir: run.run_dir.clone() }
+            Pick::Take { params: Box::new(run.params.clone()), run_dir: run.run_dir.clone() }
         }
     };
     let claimed: Vec<Uuid> =
