@@ -95,7 +95,10 @@ fn no_module_names_a_higher_layer() {
         .collect();
     let mut folders: BTreeSet<String> = BTreeSet::new();
     let mut alias: BTreeMap<String, String> = BTreeMap::new();
-    for line in lib.lines().filter_map(|l| l.strip_prefix("pub use ")) {
+    // (A statement may span lines: rustfmt breaks a long group.)
+    let statements = lib.split(';').map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "));
+    for statement in statements {
+        let Some(line) = statement.strip_prefix("pub use ") else { continue };
         let (module, rest) = line.split_once("::").unwrap();
         for name in named(&format!("x::{rest}"), "x::") {
             if layers.contains_key(module) {
