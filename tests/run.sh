@@ -165,8 +165,14 @@ if cargo nextest --version >/dev/null 2>&1; then
   # (a cargo build of its own, which would wait for cargo's lock) runs beside the tests.
   cargo nextest list --locked --list-type binaries-only --message-format json >"$jobs_dir/binaries.json"
   cargo metadata --locked --format-version 1 --no-deps >"$jobs_dir/metadata.json"
+  # The wheel's build compiles lachesis without `testing` and would put its `lachesis` where the
+  # tests exec theirs (target/debug/lachesis), so it builds in a copy of the test build's
+  # compiled dependencies (their fingerprints hold no absolute target path: only lachesis
+  # compiles again there).
   say "the wheel tier (beside the tests; its output follows theirs)"
-  job wheel bash tests/wheel/wheel.sh
+  mkdir -p "$jobs_dir/wheel-target/debug"
+  cp -a target/debug/.fingerprint target/debug/build target/debug/deps "$jobs_dir/wheel-target/debug/"
+  job wheel env CARGO_TARGET_DIR="$jobs_dir/wheel-target" bash tests/wheel/wheel.sh
   say "the tests (cargo nextest)"
   cargo nextest run --no-fail-fast --test-threads "$(($(nproc) * 2))" \
     --binaries-metadata "$jobs_dir/binaries.json" --cargo-metadata "$jobs_dir/metadata.json" "$@" || status=$?
