@@ -6,6 +6,7 @@ mod end;
 mod report;
 mod series;
 mod submit;
+mod suggest;
 mod views;
 
 pub use crate::engine::reconciler::{SweepReadings, not_a_number_note};
