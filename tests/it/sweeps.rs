@@ -679,7 +679,7 @@ async fn bad_sweeps_get_one_line_and_queue_nothing() {
     let table = [
         (
             format!("method: hill\nworkflow: gated\n{grid}"),
-            "method: unknown method 'hill' (expected grid or random)",
+            "method: unknown method 'hill' (expected grid, random or bayes)",
         ),
         (
             "method: random\nworkflow: gated\nrun_cap: 2\nparameters:\n  lr: {distribution: lognormal}\n"

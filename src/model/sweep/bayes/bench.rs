@@ -134,7 +134,18 @@ fn median(values: &mut [f64]) -> f64 {
 /// W&B's figures: {function: {max_live: {budget: [best by seed]}}}.
 fn wandb_figures(seeds: u64) -> Option<Value> {
     if let Ok(path) = std::env::var("LACHESIS_BAYES_WANDB_JSON") {
-        return Some(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap());
+        // The script may still be writing it (both run at once): wait for the whole document.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            match serde_json::from_str(&text) {
+                Ok(figures) => return Some(figures),
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_secs(5))
+                }
+                Err(err) => panic!("{path}: {err}"),
+            }
+        }
     }
     let python = std::env::var("LACHESIS_TEST_SWEEPS_PYTHON").ok()?;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/bayes_bench.py");
@@ -151,47 +162,49 @@ fn wandb_figures(seeds: u64) -> Option<Value> {
 #[ignore = "minutes of one core: run by hand (see the module's doc)"]
 fn bayes_benchmark() {
     let seeds: u64 = std::env::var("LACHESIS_BAYES_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
-    let wandb = wandb_figures(seeds);
-    println!(
-        "median best value over {seeds} seeds (lower is better)\n{:<26} {:>4} {:>6} {:>10} {:>10} {:>10}",
-        "function", "live", "budget", "lachesis", "W&B", "random"
-    );
-    let mut shortfalls = Vec::new();
+    let mut ours = Vec::new();
     for function in &FUNCTIONS {
         for max_live in MAX_LIVE {
             let bayes: Vec<Vec<f64>> =
                 (0..seeds).map(|seed| run_sweep(function, "bayes", max_live, seed)).collect();
             let random: Vec<Vec<f64>> =
                 (0..seeds).map(|seed| run_sweep(function, "random", max_live, seed)).collect();
-            for (i, budget) in BUDGETS.iter().enumerate() {
-                let ours = median(&mut bayes.iter().map(|row| row[i]).collect::<Vec<_>>());
-                let theirs = wandb.as_ref().map(|w| {
-                    let column = &w[function.name][max_live.to_string()][budget.to_string()];
-                    median(
-                        &mut column
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .map(|v| v.as_f64().unwrap())
-                            .collect::<Vec<_>>(),
-                    )
-                });
-                let drawn = median(&mut random.iter().map(|row| row[i]).collect::<Vec<_>>());
-                println!(
-                    "{:<26} {:>4} {:>6} {:>10.4} {:>10} {:>10.4}",
-                    function.name,
-                    max_live,
-                    budget,
-                    ours,
-                    theirs.map_or("-".to_string(), |t| format!("{t:.4}")),
-                    drawn
-                );
-                if ours >= drawn {
-                    shortfalls.push(json!({"function": function.name, "max_live": max_live, "budget": budget, "against": "random"}));
-                }
-                if theirs.is_some_and(|theirs| ours > theirs) {
-                    shortfalls.push(json!({"function": function.name, "max_live": max_live, "budget": budget, "against": "W&B"}));
-                }
+            eprintln!("{} max_live {max_live}: done", function.name);
+            ours.push((function, max_live, bayes, random));
+        }
+    }
+    let wandb = wandb_figures(seeds);
+    println!(
+        "median best value over {seeds} seeds (lower is better)\n{:<26} {:>4} {:>6} {:>10} {:>10} {:>10}",
+        "function", "live", "budget", "lachesis", "W&B", "random"
+    );
+    let mut shortfalls = Vec::new();
+    for (function, max_live, bayes, random) in &ours {
+        let max_live = *max_live;
+        for (i, budget) in BUDGETS.iter().enumerate() {
+            let ours = median(&mut bayes.iter().map(|row| row[i]).collect::<Vec<_>>());
+            let theirs = wandb.as_ref().map(|w| {
+                // The same seeds as ours (the file may hold more).
+                let column = w[function.name][max_live.to_string()][budget.to_string()].as_array().unwrap();
+                median(
+                    &mut column.iter().take(seeds as usize).map(|v| v.as_f64().unwrap()).collect::<Vec<_>>(),
+                )
+            });
+            let drawn = median(&mut random.iter().map(|row| row[i]).collect::<Vec<_>>());
+            println!(
+                "{:<26} {:>4} {:>6} {:>10.4} {:>10} {:>10.4}",
+                function.name,
+                max_live,
+                budget,
+                ours,
+                theirs.map_or("-".to_string(), |t| format!("{t:.4}")),
+                drawn
+            );
+            if ours >= drawn {
+                shortfalls.push(json!({"function": function.name, "max_live": max_live, "budget": budget, "against": "random"}));
+            }
+            if theirs.is_some_and(|theirs| ours > theirs) {
+                shortfalls.push(json!({"function": function.name, "max_live": max_live, "budget": budget, "against": "W&B"}));
             }
         }
     }

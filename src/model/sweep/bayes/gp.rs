@@ -77,13 +77,27 @@ pub struct Fitted {
     pub log_likelihood: f64,
 }
 
-/// The factor of K + nugget·I at length scale `l`, and the log marginal likelihood of `y`.
-fn factor(x: &[Vec<f64>], y: &[f64], l: f64, nugget: f64) -> Option<(Vec<f64>, Vec<f64>, f64)> {
+/// The points' pairwise distances (row-major): computed once for all the length scales tried.
+fn distances(x: &[Vec<f64>]) -> Vec<f64> {
     let n = x.len();
+    let mut d = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..i {
+            let v = distance(&x[i], &x[j]);
+            d[i * n + j] = v;
+            d[j * n + i] = v;
+        }
+    }
+    d
+}
+
+/// The factor of K + nugget·I at length scale `l`, and the log marginal likelihood of `y`.
+fn factor(d: &[f64], y: &[f64], l: f64, nugget: f64) -> Option<(Vec<f64>, Vec<f64>, f64)> {
+    let n = y.len();
     let mut k = vec![0.0; n * n];
     for i in 0..n {
         for j in 0..=i {
-            let v = matern32(distance(&x[i], &x[j]), l);
+            let v = matern32(d[i * n + j], l);
             k[i * n + j] = v;
             k[j * n + i] = v;
         }
@@ -99,12 +113,12 @@ fn factor(x: &[Vec<f64>], y: &[f64], l: f64, nugget: f64) -> Option<(Vec<f64>, V
 
 /// The log marginal likelihood of `y` at length scale `l` (−∞ when K is not positive definite).
 pub fn log_likelihood(x: &[Vec<f64>], y: &[f64], l: f64) -> f64 {
-    factor(x, y, l, NUGGET).map_or(f64::NEG_INFINITY, |(_, _, lml)| lml)
+    factor(&distances(x), y, l, NUGGET).map_or(f64::NEG_INFINITY, |(_, _, lml)| lml)
 }
 
 /// Points of the scan over the log length scale; then golden-section steps around the best.
-const SCAN: usize = 41;
-const GOLDEN_STEPS: usize = 40;
+const SCAN: usize = 21;
+const GOLDEN_STEPS: usize = 30;
 
 impl Fitted {
     /// The process through `x`, `y` (y normalized by the caller), its length scale the
@@ -112,7 +126,8 @@ impl Fitted {
     /// with the nugget raised tenfold three times).
     pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Fitted> {
         let (lo, hi) = (LENGTH_SCALE_BOUNDS.0.ln(), LENGTH_SCALE_BOUNDS.1.ln());
-        let at = |t: f64| log_likelihood(x, y, t.exp());
+        let d = distances(x);
+        let at = |t: f64| factor(&d, y, t.exp(), NUGGET).map_or(f64::NEG_INFINITY, |(_, _, lml)| lml);
         let step = (hi - lo) / (SCAN - 1) as f64;
         let scanned: Vec<(f64, f64)> = (0..SCAN).map(|i| lo + i as f64 * step).map(|t| (t, at(t))).collect();
         let (best, _) = scanned
@@ -150,9 +165,10 @@ impl Fitted {
     /// The process through `x`, `y` at length scale `length_scale`; the nugget raised tenfold
     /// (up to three times) when the kernel is not positive definite with W&B's.
     pub fn at(x: &[Vec<f64>], y: &[f64], length_scale: f64) -> Option<Fitted> {
+        let d = distances(x);
         let mut nugget = NUGGET;
         for _ in 0..4 {
-            if let Some((l, alpha, log_likelihood)) = factor(x, y, length_scale, nugget) {
+            if let Some((l, alpha, log_likelihood)) = factor(&d, y, length_scale, nugget) {
                 return Some(Fitted { x: x.to_vec(), length_scale, l, alpha, log_likelihood });
             }
             nugget *= 10.0;
