@@ -18,9 +18,9 @@
 //! beyond that, without repeats where W&B draws with them). When the fitted length scale is at
 //! its bound, W&B draws the point at random among the candidates: so does this.
 //!
-//! One departure, to do at least as well as W&B: W&B takes the best of its random candidates as
-//! it is; here a short local search from the five best raises the expected improvement further
-//! ([`refined`]), which matters most in a narrow basin (the benchmark, `bench.rs`).
+//! One departure, to do at least as well as W&B (`bench.rs`): the process' length scale is the
+//! best local maximum of its likelihood inside its range, not wherever scikit-learn's optimizer
+//! stops (see [`gp`]).
 //!
 //! Every draw comes from the stream keyed by (seed, member k): member k's suggestion is a pure
 //! function of the sweep, what the members before it showed, and k.
@@ -95,13 +95,16 @@ fn random_point(dims: usize, rng: &mut Rng) -> Vec<f64> {
     (0..dims).map(|_| rng.unit()).collect()
 }
 
+/// A point of the unit cube.
+type Point = Vec<f64>;
+
 /// The data W&B fits: each counted member's point and value (minimized), and the points in
 /// flight.
 fn gp_data(
     spec: &SweepSpec,
     axes: &[&super::Parameter],
     members: &[Observed],
-) -> (Vec<(Vec<f64>, f64)>, Vec<Vec<f64>>) {
+) -> (Vec<(Point, f64)>, Vec<Point>) {
     let goal = spec.metric.as_ref().map_or(Goal::Minimize, |m| m.goal);
     let worse = |a: f64, b: f64| match goal {
         Goal::Minimize => a.max(b),
@@ -188,43 +191,8 @@ fn next_point(spec: &SweepSpec, axes: &[&super::Parameter], members: &[Observed]
         // W&B: "the next sample will be a random sample within parameter space".
         return candidates[rng.below((CANDIDATES - 1) as u128) as usize].clone();
     }
-    refined(&model, best, &candidates, rng)
-}
-
-/// How many of the best candidates a local search starts from, and its steps from each.
-const REFINED: usize = 5;
-const REFINE_STEPS: usize = 40;
-
-/// The point of largest expected improvement found by a short local search from the
-/// [`REFINED`] best candidates: W&B takes the best of its random points as it is, which in a
-/// narrow basin lands a step away from the top; each search takes Gaussian steps (a tenth of
-/// the cube, halved after each five misses), kept when they improve, within the cube.
-fn refined(model: &Model, best: f64, candidates: &[Vec<f64>], rng: &mut Rng) -> Vec<f64> {
-    let best_norm = (best - model.mean) / model.std;
-    let ei = |point: &[f64]| expected_improvement(&model.fitted, point, best_norm);
-    let mut scored: Vec<(f64, usize)> = candidates.iter().enumerate().map(|(i, c)| (ei(c), i)).collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let mut top = (scored[0].0, candidates[scored[0].1].clone());
-    for &(start_ei, start) in scored.iter().take(REFINED) {
-        let (mut here, mut here_ei) = (candidates[start].clone(), start_ei);
-        let (mut radius, mut misses) = (0.1, 0);
-        for _ in 0..REFINE_STEPS {
-            let step: Vec<f64> = here.iter().map(|x| (x + radius * rng.normal()).clamp(0.0, 1.0)).collect();
-            let step_ei = ei(&step);
-            if step_ei > here_ei {
-                (here, here_ei, misses) = (step, step_ei, 0);
-            } else {
-                misses += 1;
-                if misses == 5 {
-                    (radius, misses) = (radius / 2.0, 0);
-                }
-            }
-        }
-        if here_ei > top.0 {
-            top = (here_ei, here);
-        }
-    }
-    top.1
+    let chosen = best_candidate(&model, best, &candidates).unwrap_or(0);
+    candidates[chosen].clone()
 }
 
 /// W&B's `train_gaussian_process`: the process fitted to the members that count, then, when
@@ -245,9 +213,7 @@ fn imputed_model(mut points: Vec<Vec<f64>>, mut values: Vec<f64>, current: Vec<V
 }
 
 /// The candidate with the largest expected improvement below `best` (the best value seen,
-/// minimized), or None when the fit is poor (its length scale at a bound): W&B's choice, which
-/// [`refined`] starts from (and the tests compare with W&B's).
-#[cfg(test)]
+/// minimized), or None when the fit is poor (its length scale at a bound): W&B's choice.
 fn best_candidate(model: &Model, best: f64, candidates: &[Vec<f64>]) -> Option<usize> {
     if model.fitted.at_bound() {
         return None;
