@@ -42,6 +42,10 @@ failpoints! {
     PreemptRequeued = "preempt.requeued",
     /// A run's move and its webhook's outbox row are committed, before the poster is rung.
     WebhooksRunMoved = "webhooks.run_moved",
+    /// A bayes sweep's next member suggested, before its transaction.
+    SweepSuggested = "sweep.suggested",
+    /// A suggested member's rows written, its transaction not yet committed.
+    SweepMemberUncommitted = "sweep.member_uncommitted",
 }
 
 impl std::fmt::Display for Failpoint {

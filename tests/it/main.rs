@@ -42,6 +42,7 @@ mod support;
 mod sweep_dependencies;
 mod sweep_reference;
 mod sweeps;
+mod sweeps_bayes;
 mod systemd;
 mod time_limits;
 mod verifiers_envs;

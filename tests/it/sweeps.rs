@@ -138,10 +138,16 @@ async fn a_parameter_the_workflow_never_uses_is_refused_and_nothing_is_queued() 
     assert!(home.cli_ok(&["sweep", "list"]).contains("no sweeps"));
     assert!(home.cli_ok(&["run", "list"]).contains("no runs"));
     // A bad file is one line, too.
-    let bayes =
-        write(&home, "bayes.yaml", "method: bayes\nworkflow: gated\nparameters: {lr: {values: [1]}}\n");
+    let bayes = write(
+        &home,
+        "bayes.yaml",
+        "method: bayes\nworkflow: gated\nmetric: {name: loss}\nrun_cap: 4\nparameters: {lr: {values: [{a: 1}]}}\n",
+    );
     let err = stderr(&home.cli(&["sweep", "start", &bayes]));
-    assert!(err.contains("bayes is not supported") && err.trim().lines().count() == 1, "{err}");
+    assert!(
+        err.contains("is a mapping, which bayes cannot place") && err.trim().lines().count() == 1,
+        "{err}"
+    );
     let _ = home.service().await;
 }
 
@@ -389,7 +395,7 @@ async fn sweeps_over_http_start_list_show_and_stop() {
     assert_eq!(board["leaderboard"].as_array().map(Vec::len), Some(2), "{board}");
     let (status, refused) = api.post("/sweeps", serde_json::json!("method: bayes\nworkflow: gated\n")).await;
     assert_eq!(status.as_u16(), 400, "{refused}");
-    assert!(refused.to_string().contains("bayes is not supported"), "{refused}");
+    assert!(refused.to_string().contains("parameters: missing"), "{refused}");
     let (status, _) = api.get("/sweeps/ffffffff").await;
     assert_eq!(status.as_u16(), 404);
     let (status, stopped) = api.post(&format!("/sweeps/{id}/stop"), serde_json::json!(null)).await;
@@ -673,7 +679,7 @@ async fn bad_sweeps_get_one_line_and_queue_nothing() {
     let table = [
         (
             format!("method: hill\nworkflow: gated\n{grid}"),
-            "method: unknown method 'hill' (expected grid or random)",
+            "method: unknown method 'hill' (expected grid, random or bayes)",
         ),
         (
             "method: random\nworkflow: gated\nrun_cap: 2\nparameters:\n  lr: {distribution: lognormal}\n"

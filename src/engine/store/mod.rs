@@ -37,6 +37,7 @@ mod schedules;
 mod scratch;
 mod sql;
 mod sqlite;
+mod sweep_members;
 mod sweeps;
 #[cfg(test)]
 mod tests;
@@ -65,4 +66,5 @@ pub use schedules::ScheduleStore;
 #[cfg(any(test, feature = "testing"))]
 pub use scratch::fresh_postgres;
 pub use sql::SqlStore;
-pub use sweeps::{MemberRun, MemberTally, SweepStore};
+pub use sweep_members::{MemberRun, SweepMemberStore};
+pub use sweeps::{MemberTally, SweepStore};

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
     InferenceTestStore, MetricStore, NewDependency, NodeStore, OutboxStore, PreemptionStore, ProgressStore,
-    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepStore,
+    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepMemberStore, SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunState, RunTrigger, Stage, StateCounts};
 
@@ -40,6 +40,7 @@ pub trait Store:
     + OutboxStore
     + PreemptionStore
     + SweepStore
+    + SweepMemberStore
     + Send
     + Sync
 {

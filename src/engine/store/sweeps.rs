@@ -10,14 +10,12 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::dependencies::{NewDependency, insert_dependencies, settle_sweep_dependents};
-use super::events::insert_events;
-use super::moves::Moved;
 use super::outbox::insert_notification;
-use super::rows::{corrupt, from_json, json, run_from_row};
+use super::rows::{corrupt, from_json};
 use super::sql::{IdRange, SqlStore, insert_pending_run};
+use super::sweep_members::insert_sweep_rows;
 use super::{Backend, Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
-use crate::model::run::RunTrigger;
 use crate::model::sweep::{Goal, SeriesSummary, SweepRecord, SweepState, SweepWinner};
 use crate::model::{MetricPoint, Millis, Run, RunState, Stage, now_millis};
 use crate::webhooks::Payload;
@@ -27,7 +25,7 @@ macro_rules! select_sweeps {
     ($rest:literal) => {
         concat!(
             "SELECT id, file, config, workflow, members, max_live, state, reason, winner_k, winner_run, winner_value, ",
-            "created_at, updated_at FROM sweeps ",
+            "created_at, updated_at, member_setup FROM sweeps ",
             $rest
         )
     };
@@ -64,27 +62,12 @@ pub struct MemberTally {
     pub readings: u64,
     pub low: Option<f64>,
     pub high: Option<f64>,
-}
-
-/// A member as its sweep's leaderboard shows it: its run's state and why it ended, without the
-/// run's spec and params.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MemberRun {
-    pub k: u64,
-    pub id: Uuid,
-    pub state: RunState,
-    pub attempt: i64,
-    pub started_at: Option<Millis>,
-    pub reason: Option<String>,
-    /// Its sweep's hyperband stopped it.
-    pub early_terminated: bool,
+    /// Its values, when its sweep (bayes) suggested them.
+    pub suggestion: Option<serde_json::Value>,
 }
 
 #[async_trait]
 pub trait SweepStore: Send + Sync {
-    /// Stops member run `run` for its sweep's hyperband, saying `reason`, and marks the member
-    /// early-terminated, in one transaction (a conflict when the run moved since it was read).
-    async fn early_terminate(&self, run: &Run, reason: &str) -> Result<Run>;
     /// Writes the sweep and its member runs (pending, each with its stages and `submitted`
     /// event, member k being `members[k]`) in one transaction: all of it or nothing.
     async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()>;
@@ -101,10 +84,6 @@ pub trait SweepStore: Send + Sync {
     async fn sweeps_by_prefix(&self, prefix: &str, limit: i64) -> Result<Vec<SweepRecord>>;
     /// Sweeps newest first, at most `limit`.
     async fn list_sweeps(&self, limit: i64) -> Result<Vec<SweepRecord>>;
-    /// A sweep's members in order of k, each with its run as it is now.
-    async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>>;
-    /// A sweep's members in order of k, as its leaderboard shows them.
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<MemberRun>>;
     /// For each sweep whose members may not all start: a live one with a `max_live`, and one
     /// stopped or at its target (no room), its slots: two index reads (those sweeps; the runs in
     /// flight and their sweeps), flat however many members or ended sweeps the store holds.
@@ -201,10 +180,14 @@ fn sweep_from_row(row: &sqlx::any::AnyRow) -> Result<SweepRecord> {
         winner,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        member_setup: row
+            .try_get::<Option<String>, _>("member_setup")?
+            .map(|text| from_json(&text, "sweep member setup"))
+            .transpose()?,
     })
 }
 
-fn uuid_of(row: &sqlx::any::AnyRow, column: &str) -> Result<Uuid> {
+pub(super) fn uuid_of(row: &sqlx::any::AnyRow, column: &str) -> Result<Uuid> {
     let text: String = row.try_get(column)?;
     Uuid::parse_str(&text).map_err(|e| corrupt(format!("{column} {text}: {e}")))
 }
@@ -221,14 +204,14 @@ pub(super) fn tallies_sql(sweeps: usize) -> String {
         (0..sweeps).map(|i| format!("WHEN ${} THEN CAST(${} AS TEXT)", 2 * i + 1, 2 * i + 2)).collect();
     let ids: Vec<String> = (0..sweeps).map(|i| format!("${}", 2 * i + 1)).collect();
     format!(
-        "SELECT m.sweep_id, m.k, r.id AS run_id, r.state, r.reason, m.early_terminated, r.started_at, r.ended_at, \
+        "SELECT m.sweep_id, m.k, r.id AS run_id, r.state, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at, \
          COUNT(v.value) AS readings, MIN(v.value) AS low, MAX(v.value) AS high \
          FROM sweep_members m JOIN runs r ON r.id = m.run_id \
          LEFT JOIN metric_values v ON v.run_id = m.run_id AND v.name = (CASE m.sweep_id {} END) \
          AND NOT EXISTS (SELECT 1 FROM metric_values w WHERE w.run_id = v.run_id AND w.name = v.name \
          AND w.attempt > v.attempt AND w.step <= v.step) \
          WHERE m.sweep_id IN ({}) \
-         GROUP BY m.sweep_id, m.k, r.id, r.state, r.reason, m.early_terminated, r.started_at, r.ended_at",
+         GROUP BY m.sweep_id, m.k, r.id, r.state, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at",
         names.join(" "),
         ids.join(", ")
     )
@@ -250,6 +233,10 @@ fn tally_from_row(row: &sqlx::any::AnyRow) -> Result<MemberTally> {
         readings: u64::try_from(readings).unwrap_or(0),
         low: row.try_get("low")?,
         high: row.try_get("high")?,
+        suggestion: row
+            .try_get::<Option<String>, _>("suggestion")?
+            .map(|text| from_json(&text, "member suggestion"))
+            .transpose()?,
     })
 }
 
@@ -295,23 +282,6 @@ impl SqlStore {
 
 #[async_trait]
 impl SweepStore for SqlStore {
-    async fn early_terminate(&self, run: &Run, reason: &str) -> Result<Run> {
-        let to = crate::model::run::next(run.state, RunTrigger::Stop)?;
-        let moved = Moved::new(run, RunTrigger::Stop, to, Some(reason), None, None);
-        let mut tx = self.pool().begin().await?;
-        let Some(event) = self.move_run(&mut tx, run, &moved).await? else {
-            drop(tx);
-            return Err(self.conflict_or_fenced(run).await);
-        };
-        insert_events(&mut tx, run.id, &[event]).await?;
-        sqlx::query("UPDATE sweep_members SET early_terminated = 1 WHERE run_id = $1")
-            .bind(run.id.to_string())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(moved.run)
-    }
-
     async fn insert_sweep(&self, sweep: &SweepRecord, members: &[(Run, Vec<Stage>)]) -> Result<()> {
         let mut tx = self.pool().begin().await?;
         insert_sweep_rows(&mut tx, sweep, members).await?;
@@ -363,53 +333,6 @@ impl SweepStore for SqlStore {
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(sweep_from_row).collect()
-    }
-
-    async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>> {
-        let rows = sqlx::query(concat!(
-            "SELECT m.k, r.id, r.workflow, r.env_name, r.state, r.version, r.priority, r.attempt, r.created_at, ",
-            "r.updated_at, r.started_at, r.ended_at, r.reason, r.run_dir, r.spec, r.params, r.node, r.fence, ",
-            "r.not_before, r.held_at, r.deps_open, r.preemptions, r.preempted_work_ms FROM sweep_members m ",
-            "JOIN runs r ON r.id = m.run_id ",
-            "WHERE m.sweep_id = $1 ORDER BY m.k"
-        ))
-        .bind(id.to_string())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let k: i64 = row.try_get("k")?;
-                Ok((
-                    u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))?,
-                    run_from_row(row)?,
-                ))
-            })
-            .collect()
-    }
-
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<MemberRun>> {
-        let rows = sqlx::query(
-            "SELECT m.k, r.id, r.state, r.attempt, r.started_at, r.reason, m.early_terminated FROM sweep_members m \
-             JOIN runs r ON r.id = m.run_id WHERE m.sweep_id = $1 ORDER BY m.k",
-        )
-        .bind(id.to_string())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let k: i64 = row.try_get("k")?;
-                let state: String = row.try_get("state")?;
-                Ok(MemberRun {
-                    k: u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))?,
-                    id: uuid_of(row, "id")?,
-                    state: state.parse().map_err(corrupt)?,
-                    attempt: row.try_get("attempt")?,
-                    started_at: row.try_get("started_at")?,
-                    reason: row.try_get("reason")?,
-                    early_terminated: row.try_get::<i64, _>("early_terminated")? != 0,
-                })
-            })
-            .collect()
     }
 
     async fn sweep_slots(&self) -> Result<BTreeMap<Uuid, SweepSlots>> {
@@ -671,41 +594,6 @@ impl SweepStore for SqlStore {
     ) -> Result<Option<u64>> {
         self.shift_sweep(id, from, SweepState::Done, reason, winner).await
     }
-}
-
-/// Writes a sweep's row and its members (pending runs, each with its stages and `submitted`
-/// event, member k being `members[k]`) in `tx`.
-async fn insert_sweep_rows(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    sweep: &SweepRecord,
-    members: &[(Run, Vec<Stage>)],
-) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO sweeps (id, file, config, workflow, members, max_live, state, reason, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )
-    .bind(sweep.id.to_string())
-    .bind(&sweep.file)
-    .bind(json(&sweep.config))
-    .bind(&sweep.workflow)
-    .bind(sweep.members as i64)
-    .bind(sweep.max_live.map(i64::from))
-    .bind(sweep.state.as_str())
-    .bind(sweep.reason.as_deref())
-    .bind(sweep.created_at)
-    .bind(sweep.updated_at)
-    .execute(&mut **tx)
-    .await?;
-    for (k, (run, stages)) in members.iter().enumerate() {
-        insert_pending_run(tx, run, stages).await?;
-        sqlx::query("INSERT INTO sweep_members (sweep_id, k, run_id) VALUES ($1, $2, $3)")
-            .bind(sweep.id.to_string())
-            .bind(k as i64)
-            .bind(run.id.to_string())
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
 }
 
 impl SqlStore {

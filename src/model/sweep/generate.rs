@@ -60,12 +60,14 @@ impl Member {
 }
 
 impl SweepSpec {
-    /// Member `index`, or None past the last member ([`SweepSpec::members`]).
+    /// Member `index`, or None past the last member ([`SweepSpec::members`]) and for a bayes
+    /// sweep (whose members depend on what came before: `super::bayes::suggest`).
     pub fn member(&self, index: u64) -> Option<Member> {
         if index >= self.members() {
             return None;
         }
         let values = match self.method {
+            Method::Bayes => return None,
             Method::Grid => grid_point(&self.parameters, index)?,
             Method::Random => self
                 .parameters
@@ -185,7 +187,7 @@ fn draw(domain: &Domain, rng: &mut Rng) -> Value {
 
 /// `value` rounded to a multiple of `q` as numpy rounds (half to even), an integer when `q`
 /// was written as one.
-fn quantized(value: f64, q: Option<Quantum>) -> Value {
+pub(super) fn quantized(value: f64, q: Option<Quantum>) -> Value {
     let Some(Quantum { q, whole }) = q else {
         return float(value);
     };
@@ -193,6 +195,6 @@ fn quantized(value: f64, q: Option<Quantum>) -> Value {
     if whole { Value::from(rounded as i64) } else { float(rounded) }
 }
 
-fn float(value: f64) -> Value {
+pub(super) fn float(value: f64) -> Value {
     serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number)
 }

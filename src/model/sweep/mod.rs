@@ -1,6 +1,7 @@
 //! Sweeps: a configuration space searched by member runs, in W&B's sweep-file format, with
 //! W&B's hyperband rule for stopping the losers early. Pure: parsing, members, decisions.
 
+pub mod bayes;
 pub mod format;
 pub mod generate;
 pub mod hyperband;
@@ -18,7 +19,9 @@ pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
 pub use program::{Expansion, Program};
 pub use record::{MemberOf, MemberOutcome, SweepRecord, SweepState, early_terminated_by};
-pub use spec::{Goal, GridPoints, MAX_RUN_CAP, Method, Metric, PROGRAM_WORKFLOW, SweepError, SweepSpec};
+pub use spec::{
+    BAYES_MAX_LIVE, Goal, GridPoints, MAX_RUN_CAP, Method, Metric, PROGRAM_WORKFLOW, SweepError, SweepSpec,
+};
 pub use summary::SeriesSummary;
 pub use winner::{SweepWinner, winner};
 

@@ -163,6 +163,11 @@ pub struct SweepRecord {
     pub winner: Option<super::SweepWinner>,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// What a bayes sweep's later members are made with beyond its file (what its submission
+    /// asked of every member, where its `program:` runs: the service's `MemberSetup`, as JSON).
+    /// None for grid and random sweeps, whose members are all made at submission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_setup: Option<serde_json::Value>,
 }
 
 impl SweepRecord {

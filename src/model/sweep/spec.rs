@@ -1,7 +1,7 @@
 //! A sweep file, in W&B's format with lachesis' keys, parsed and checked: what
 //! `lachesis sweep start FILE` reads.
 //!
-//! W&B's keys: `method` (grid | random; bayes is refused), `metric {name, goal, target}`,
+//! W&B's keys: `method` (grid | random | bayes), `metric {name, goal, target}`,
 //! `parameters` (see [`super::parameter`]), `early_terminate` (hyperband), `run_cap`,
 //! `program` and `command` (see [`super::program`]: without `workflow`, each member runs them
 //! as W&B's agent would), `project` and `entity` (the members' `WANDB_PROJECT` and
@@ -12,7 +12,8 @@
 //! - with `program`: `directory` (absolute; default: the sweep file's own) and `metrics` (where
 //!   the program writes its metrics, as a workflow's `metrics:`; default: W&B);
 //! - `env`, `priority`, `needs`: as for `run start`, for every member;
-//! - `max_live`: the most members live at once (default: no limit but the pools');
+//! - `max_live`: the most members live at once (default: no limit but the pools'; for bayes,
+//!   [`BAYES_MAX_LIVE`], since a bayes member is suggested when a slot opens);
 //! - `seed`: member k of a random sweep draws from (seed, k) alone (default 0);
 //! - `grid: first`: a grid with more points than `run_cap` runs its first `run_cap` (W&B's
 //!   order); without it such a grid is refused rather than cut in silence (`grid: all`, the
@@ -23,7 +24,10 @@
 //! Members: a grid has one member per point; a grid larger than `run_cap`, or than
 //! [`MAX_RUN_CAP`] without one, is refused unless it says `grid: first` with a `run_cap` (its
 //! first points, in W&B's order, where W&B's agent would stop after `run_cap` runs). A random
-//! sweep needs `run_cap`. Unlike W&B, a bad `goal` is refused rather
+//! or bayes sweep needs `run_cap` (W&B's bayes runs until stopped; an RL member costs too much
+//! to have no bound). A bayes sweep needs a metric and a parameter to search, and refuses a
+//! `values` list holding a mapping (W&B reads a mapping as nested parameters: it cannot place
+//! one on its axis). Unlike W&B, a bad `goal` is refused rather
 //! than replaced by `minimize`, and `strict` defaults to true as in W&B's schema.
 
 use std::collections::BTreeMap;
@@ -40,6 +44,10 @@ use crate::model::workflow::MetricSpec;
 /// The workflow a `program:` sweep's members run: one stage, made for each member.
 pub const PROGRAM_WORKFLOW: &str = "wandb-program";
 
+/// How many members of a bayes sweep are live at once when the file says no `max_live`
+/// (W&B's: as many as agents run; suggestions made at once are imputed, never the same).
+pub const BAYES_MAX_LIVE: u32 = 4;
+
 /// The most members a sweep may have.
 pub const MAX_RUN_CAP: u64 = 10_000;
 /// Bounds on hyperband's settings: its iterations are metric readings.
@@ -50,9 +58,7 @@ const MAX_S: i64 = 100;
 pub enum SweepError {
     #[error("{0}")]
     Yaml(String),
-    #[error("method bayes is not supported: use grid or random")]
-    Bayes,
-    #[error("method: unknown method '{0}' (expected grid or random)")]
+    #[error("method: unknown method '{0}' (expected grid, random or bayes)")]
     UnknownMethod(String),
     #[error("{path}: unknown distribution '{name}' (expected one of: {DISTRIBUTIONS})")]
     UnknownDistribution { path: String, name: String },
@@ -86,6 +92,18 @@ pub enum SweepError {
 pub enum Method {
     Grid,
     Random,
+    /// W&B's Bayesian search: each member suggested from those before it (`super::bayes`).
+    Bayes,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Grid => "grid",
+            Method::Random => "random",
+            Method::Bayes => "bayes",
+        }
+    }
 }
 
 /// Which of a grid's points run (`grid:`).
@@ -255,9 +273,9 @@ impl SweepSpec {
         let method = match raw.method.as_deref() {
             Some("grid") => Method::Grid,
             Some("random") => Method::Random,
-            Some("bayes") => return Err(SweepError::Bayes),
+            Some("bayes") => Method::Bayes,
             Some(other) => return Err(SweepError::UnknownMethod(crate::text::one_line(&short(other)))),
-            None => return Err(invalid("method", "missing: grid or random")),
+            None => return Err(invalid("method", "missing: grid, random or bayes")),
         };
         let metric = raw.metric.map(metric).transpose()?;
         let parameters =
@@ -336,7 +354,10 @@ impl SweepSpec {
             env: raw.env,
             priority: raw.priority,
             needs,
-            max_live: raw.max_live,
+            max_live: match method {
+                Method::Bayes => Some(raw.max_live.unwrap_or(BAYES_MAX_LIVE)),
+                _ => raw.max_live,
+            },
             seed: raw.seed,
             name: raw.name,
             description: raw.description,
@@ -379,14 +400,20 @@ impl SweepSpec {
                     _ => {}
                 }
             }
-            Method::Random => {
+            Method::Random | Method::Bayes => {
                 if spec.run_cap.is_none() {
                     return Err(SweepError::Invalid {
                         path: "run_cap".into(),
-                        problem: format!("missing: a random sweep needs it (at most {MAX_RUN_CAP})"),
+                        problem: format!(
+                            "missing: a {} sweep needs it (at most {MAX_RUN_CAP})",
+                            method.as_str()
+                        ),
                     });
                 }
             }
+        }
+        if method == Method::Bayes {
+            check_bayes(&spec)?;
         }
         Ok(spec)
     }
@@ -415,9 +442,33 @@ impl SweepSpec {
                 let size = super::generate::grid_size(&self.parameters).unwrap_or(u64::MAX);
                 self.run_cap.map_or(size, |cap| cap.min(size))
             }
-            Method::Random => self.run_cap.unwrap_or(0),
+            Method::Random | Method::Bayes => self.run_cap.unwrap_or(0),
         }
     }
+}
+
+/// What W&B's bayes needs of a sweep: a metric to fit, a parameter to search, and values it
+/// can place on an axis.
+fn check_bayes(spec: &SweepSpec) -> Result<(), SweepError> {
+    if spec.metric.is_none() {
+        return Err(invalid("metric", "missing: a bayes sweep fits a model of it"));
+    }
+    if !spec.parameters.iter().any(|param| super::bayes::space::searched(&param.domain)) {
+        return Err(invalid("parameters", "a bayes sweep needs one that is not a constant (`value:`)"));
+    }
+    for param in &spec.parameters {
+        if let Domain::Categorical { values, .. } = &param.domain
+            && let Some(at) = values.iter().position(serde_json::Value::is_object)
+        {
+            return Err(invalid(
+                &format!("parameters.{}.values", param.path),
+                &format!(
+                    "value {at} is a mapping, which bayes cannot place (W&B reads one as nested parameters): use `parameters:` inside it, or name the choices"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The W&B name of a domain a grid cannot walk, if `domain` is one.

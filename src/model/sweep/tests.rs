@@ -124,12 +124,28 @@ fn bad_files_get_one_line_naming_the_key() {
     let random = |params: &str| format!("{HEAD}method: random\nrun_cap: 4\nparameters:\n{params}");
     let table = [
         (
-            format!("{HEAD}method: bayes\nparameters: {{a: {{value: 1}}}}\n"),
-            "method bayes is not supported: use grid or random",
+            format!("{HEAD}method: bayes\nparameters: {{a: {{value: 1.0}}}}\n"),
+            "run_cap: missing: a bayes sweep needs it (at most 10000)",
+        ),
+        (
+            "workflow: w\nmethod: bayes\nrun_cap: 3\nparameters: {a: {min: 1, max: 2}}\n".to_string(),
+            "metric: missing: a bayes sweep fits a model of it",
+        ),
+        (
+            format!(
+                "{HEAD}method: bayes\nmetric: {{name: loss}}\nrun_cap: 3\nparameters: {{a: {{value: 1}}}}\n"
+            ),
+            "parameters: a bayes sweep needs one that is not a constant (`value:`)",
+        ),
+        (
+            format!(
+                "{HEAD}method: bayes\nmetric: {{name: loss}}\nrun_cap: 3\nparameters: {{a: {{values: [1, {{b: 2}}]}}}}\n"
+            ),
+            "parameters.a.values: value 1 is a mapping, which bayes cannot place (W&B reads one as nested parameters): use `parameters:` inside it, or name the choices",
         ),
         (
             format!("{HEAD}method: hill\nparameters: {{a: {{value: 1}}}}\n"),
-            "method: unknown method 'hill' (expected grid or random)",
+            "method: unknown method 'hill' (expected grid, random or bayes)",
         ),
         (random("  lr: {min: 0.1, max: 0.01}\n"), "parameters.lr: min 0.1 is not below max 0.01"),
         (random("  lr: {min: 3, max: 3}\n"), "parameters.lr: min 3 is not below max 3"),
@@ -265,7 +281,7 @@ fn bad_files_get_one_line_naming_the_key() {
         (random("  lr: {min: 1, max: x}\n"), "parameters.lr: min, max and q must be numbers"),
         (random("  g: {parameters: {}}\n"), "parameters.g.parameters: no parameter is given"),
         (format!("{HEAD}method: grid\nneeds: {{'a b': 1}}\nparameters: {{a: {{value: 1}}}}\n"), "needs: "),
-        ("workflow: w\nparameters: {a: {value: 1}}\n".to_string(), "method: missing: grid or random"),
+        ("workflow: w\nparameters: {a: {value: 1}}\n".to_string(), "method: missing: grid, random or bayes"),
     ];
     for (text, want) in table {
         let got = error(&text);
@@ -521,6 +537,44 @@ proptest! {
             for (param, assignment) in spec.parameters.iter().zip(&member.assignments) {
                 prop_assert!(within(&param.domain, &assignment.value), "{:?} gave {}", param.domain, assignment.value);
             }
+        }
+    }
+
+    /// Whatever the members before it showed (values or none, in flight or ended, even values
+    /// outside the domain), a bayes suggestion is a value of each domain, and never a panic.
+    #[test]
+    fn bayes_suggestions_stay_in_their_domains(
+        params in proptest::collection::vec(arbitrary_parameter(), 1..4),
+        seed in any::<u64>(),
+        seen in proptest::collection::vec((0u8..4, -1e6f64..1e6, any::<bool>()), 0..7),
+        maximize in any::<bool>(),
+    ) {
+        use super::bayes::{Observed, Seen, suggest};
+        let body: String = params.iter().enumerate().map(|(i, p)| format!("  p{i}: {p}\n")).collect();
+        let goal = if maximize { "maximize" } else { "minimize" };
+        let Ok(spec) = SweepSpec::parse(&format!(
+            "{HEAD}method: bayes\nmetric: {{name: m, goal: {goal}}}\nrun_cap: 30\nseed: {seed}\nparameters:\n{body}"
+        )) else {
+            // Only constants: refused, and that is checked elsewhere.
+            return Ok(());
+        };
+        let mut members: Vec<Observed> = Vec::new();
+        for (k, (kind, value, stray)) in seen.iter().enumerate() {
+            let member = suggest(&spec, &members, k as u64);
+            for (param, assignment) in spec.parameters.iter().zip(&member.assignments) {
+                prop_assert!(within(&param.domain, &assignment.value), "{:?} gave {}", param.domain, assignment.value);
+            }
+            let mut values = member.values();
+            if *stray {
+                values.insert("p0".into(), serde_json::json!(value));
+            }
+            let seen = match kind {
+                0 => Seen::InFlight,
+                1 => Seen::Ended { counts: true, best: Some(*value), worst: Some(*value) },
+                2 => Seen::Ended { counts: false, best: Some(*value), worst: Some(value * 2.0) },
+                _ => Seen::Ended { counts: true, best: None, worst: None },
+            };
+            members.push(Observed { values, seen });
         }
     }
 

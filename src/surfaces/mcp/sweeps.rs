@@ -204,7 +204,11 @@ mod tests {
             (json!({ "file": "../../../etc/passwd" }), "is outside the workflows directory"),
             (json!({ "file": "demo-sweep", "sweep": {} }), "not both"),
             (json!({ "sweep": 3 }), "sweep: expected the sweep as an object"),
-            (json!({ "sweep": {"method": "bayes", "workflow": "demo-tune"} }), "bayes is not supported"),
+            (
+                json!({ "sweep": {"method": "bayes", "workflow": "demo-tune", "metric": {"name": "reward"}, "run_cap": 4,
+                                  "parameters": {"lr": {"values": [{"a": 1}]}}} }),
+                "parameters.lr.values: value 0 is a mapping, which bayes cannot place",
+            ),
             (json!({ "fil": "demo-sweep" }), "unknown field `fil`"),
             (json!({ "hold": "yes" }), "hold: invalid type"),
             (

@@ -1,5 +1,6 @@
 //! The daemon's sweep decisions: which running members hyperband stops, whether a member
-//! reached the metric's target (no new members then), and which sweeps have ended. Each
+//! reached the metric's target (no new members then), a bayes sweep's next members
+//! (`suggest`), and which sweeps have ended. Each
 //! decision is one store write (a run's move with its reason and event; a sweep's compare-and-
 //! set), made only from the state it was decided on: a restarted daemon, or a second node on the
 //! same PostgreSQL store, finds a stopped member `stopping` or `stopped` and a sweep at its
@@ -28,6 +29,8 @@ pub enum SweepDecision {
     Target { sweep: Uuid, k: u64, cancelled: usize },
     /// Every member has ended.
     Done { sweep: Uuid },
+    /// A bayes sweep's member k was suggested and queued as run `run`.
+    Suggested { sweep: Uuid, k: u64, run: Uuid },
 }
 
 /// How often (in passes) the sweeps with no member in flight are looked at for their end.
@@ -93,11 +96,41 @@ impl SweepDecider {
             let Some(sweep) = service.store.sweep(*sweep_id).await? else { continue };
             decisions.extend(service.decide_sweep(&sweep, source).await?);
         }
+        // Bayes sweeps with a slot open get their next members (one read of the live sweeps;
+        // only a bayes sweep, which keeps a member setup, is looked at further).
+        for sweep in service.store.sweeps_in_state(SweepState::Live).await? {
+            if sweep.member_setup.is_none() {
+                continue;
+            }
+            match service.suggest_members(&sweep, source).await {
+                Ok(made) => decisions.extend(made),
+                // One sweep's trouble (its workflow gone, say) holds up no other sweep.
+                Err(err) => {
+                    tracing::warn!(sweep = %sweep.short_id(), "cannot suggest its next member: {err}")
+                }
+            }
+        }
         if self.passes.is_multiple_of(DONE_CHECK_EVERY) || !left.is_empty() {
             for state in [SweepState::Live, SweepState::Target, SweepState::Stopped] {
                 for sweep in service.store.sweeps_in_state(state).await? {
                     if in_flight.contains_key(&sweep.id)
                         || service.store.sweep_has_open_member(sweep.id).await?
+                    {
+                        continue;
+                    }
+                    // A live bayes sweep short of its members is not over: the next pass
+                    // suggests them.
+                    if state == SweepState::Live
+                        && sweep.member_setup.is_some()
+                        && service
+                            .store
+                            .sweep_member_runs(sweep.id)
+                            .await?
+                            .iter()
+                            .map(|m| m.k + 1)
+                            .max()
+                            .unwrap_or(0)
+                            < sweep.members
                     {
                         continue;
                     }

@@ -99,6 +99,7 @@ mod tests {
             state,
             reason: reason.map(str::to_string),
             winner: winner.map(|(k, value)| SweepWinner { k, run: uuid::Uuid::nil(), value }),
+            member_setup: None,
             created_at: 0,
             updated_at: 0,
         }

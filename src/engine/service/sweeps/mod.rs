@@ -7,6 +7,7 @@ mod ending;
 mod report;
 mod series;
 mod submit;
+mod suggest;
 mod views;
 
 pub use crate::engine::reconciler::{SweepReadings, not_a_number_note};

@@ -186,7 +186,7 @@ fn report_sweep(sweep: &SweepRecord, members: &[MemberTally]) -> ReportSweep {
             run: member.run,
             state: member.state,
             value,
-            parameters: spec.as_ref()?.member(member.k).map(|m| m.values()).unwrap_or_default(),
+            parameters: super::views::member_values(spec.as_ref()?, member.k, member.suggestion.as_ref()),
         })
     });
     ReportSweep {
@@ -246,6 +246,7 @@ mod tests {
             readings,
             low: (readings > 0).then_some(1.0 / (k as f64 + 1.0)),
             high: (readings > 0).then_some(k as f64),
+            suggestion: None,
         }
     }
 
@@ -300,6 +301,7 @@ mod tests {
             winner: None,
             created_at: 0,
             updated_at: 0,
+            member_setup: None,
         };
         let members = [
             member(0, RunState::Completed, None, 100, 10),

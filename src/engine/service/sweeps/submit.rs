@@ -1,5 +1,6 @@
 //! Starting a sweep: its file parsed and checked against its workflow, then the sweep and every
-//! member written as pending runs in one transaction.
+//! member written as pending runs in one transaction (a bayes sweep's first members follow at
+//! once, each in a transaction of its own, as `suggest` writes every later one).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,9 @@ use uuid::Uuid;
 
 use crate::engine::service::runs::SweepRows;
 use crate::engine::service::{Result, Service, ServiceError};
-use crate::model::sweep::{MemberOf, SweepRecord, SweepSpec, SweepState, Target, var_text};
+use crate::model::sweep::{
+    Member, MemberOf, Method, SweepRecord, SweepSpec, SweepState, Target, bayes, var_text,
+};
 use crate::model::{Run, now_millis};
 use crate::workflow::Workflow;
 use crate::workflow::program::MemberIdentity;
@@ -41,11 +44,27 @@ impl Service {
     ) -> Result<StartedSweep> {
         let (sweep, members) = self.prepare_sweep(text, origin, overrides).await?;
         self.store.insert_sweep(&sweep, &members).await?;
+        let mut ids: Vec<Uuid> = members.iter().map(|(run, _)| run.id).collect();
+        if sweep.member_setup.is_some() {
+            // A bayes sweep's first members, now rather than at the decider's next pass (which
+            // makes them should this fail or the process die here).
+            match self.suggest_members(&sweep, self).await {
+                Ok(made) => ids.extend(made.iter().filter_map(|decision| match decision {
+                    super::SweepDecision::Suggested { run, .. } => Some(*run),
+                    _ => None,
+                })),
+                Err(err) => {
+                    tracing::warn!(sweep = %sweep.short_id(), "its first members wait for the daemon: {err}")
+                }
+            }
+        }
         self.wake_queued().await;
-        Ok(StartedSweep { sweep, members: members.iter().map(|(run, _)| run.id).collect() })
+        Ok(StartedSweep { sweep, members: ids })
     }
 
-    /// The sweep `text` describes, checked and with every member planned, not yet written.
+    /// The sweep `text` describes, checked and with every member planned, not yet written (a
+    /// bayes sweep's members are suggested later, as slots open: its member 0 is planned here
+    /// only to check it, and none is written with the sweep).
     pub(in crate::engine::service) async fn prepare_sweep(
         &self,
         text: &str,
@@ -57,25 +76,6 @@ impl Service {
         let program_dir = match &spec.program {
             Some(program) => Some(program_directory(&spec, program.program.as_deref(), origin)?),
             None => None,
-        };
-        // A program's member runs its own one-stage workflow (`workflow::program`), under the
-        // W&B display name the daemon looks its metrics up by.
-        let sweep_short = crate::model::short_id(&id);
-        let member_workflow = |k: u64, run: Uuid| -> Result<Option<Workflow>> {
-            let Some(directory) = &program_dir else { return Ok(None) };
-            let member =
-                spec.member(k).ok_or_else(|| ServiceError::Sweep(format!("member {k} has no parameters")))?;
-            let values: Vec<(String, serde_json::Value)> =
-                member.assignments.into_iter().map(|a| (a.path, a.value)).collect();
-            let who = MemberIdentity {
-                sweep_id: &sweep_short,
-                display_name: &crate::engine::service::wandb_run_name(None, &run),
-                directory,
-                python: &self.settings.python,
-            };
-            let workflow = crate::workflow::program::member_workflow(&spec, &values, &who)
-                .map_err(crate::workflow::CatalogError::from)?;
-            Ok(Some(workflow))
         };
         let config: serde_json::Value =
             crate::yaml::from_str(text).map_err(|err| ServiceError::Sweep(err.message))?;
@@ -97,12 +97,14 @@ impl Service {
                 });
             }
         }
-        let catalog = self.settings.catalog()?;
-        let workflow = match member_workflow(0, Uuid::nil())? {
+        let setup = MemberSetup { overrides, program_dir };
+        let mut planner = MemberPlanner::new(self, &spec, id, &setup)?;
+        let first = spec.member(0).unwrap_or_else(|| bayes::suggest(&spec, &[], 0));
+        let workflow = match planner.program_workflow(&first, Uuid::nil())? {
             Some(workflow) => workflow,
-            None => catalog.load(&spec.workflow)?,
+            None => planner.catalog.load(&spec.workflow)?,
         };
-        for param in spec.parameters.iter().filter(|_| program_dir.is_none()) {
+        for param in spec.parameters.iter().filter(|_| setup.program_dir.is_none()) {
             if let Target::Var(name) = &param.target
                 && !workflow.vars.contains_key(name)
             {
@@ -122,48 +124,19 @@ impl Service {
         {
             return Err(ServiceError::BadSweepParameter { path: "metric.name".into(), problem });
         }
-        let mut specs = HashMap::new();
         let count = spec.members();
-        let mut members: Vec<(Run, Vec<crate::model::Stage>)> = Vec::with_capacity(count as usize);
-        for k in 0..count {
-            let member =
-                spec.member(k).ok_or_else(|| ServiceError::Sweep(format!("member {k} has no parameters")))?;
-            let mut vars = member.vars();
-            let run_id = Uuid::new_v4();
-            if let Some(workflow) = member_workflow(k, run_id)? {
-                // Its values are in its command line, not in vars.
-                self.check_workflow(&spec.workflow, &workflow)?;
-                specs.insert(spec.workflow.clone(), workflow);
-                vars.clear();
+        let mut members: Vec<(Run, Vec<crate::model::Stage>)> = Vec::new();
+        if spec.method == Method::Bayes {
+            // Checked as a member would be, then dropped: the decider writes each member.
+            planner.plan(first).await?;
+        } else {
+            members.reserve(count as usize);
+            for k in 0..count {
+                let member = spec
+                    .member(k)
+                    .ok_or_else(|| ServiceError::Sweep(format!("member {k} has no parameters")))?;
+                members.push(planner.plan(member).await?);
             }
-            let request = RunRequest {
-                workflow: Some(spec.workflow.clone()),
-                env: spec.env.clone(),
-                vars,
-                set: member.config().iter().map(|(key, value)| (key.clone(), var_text(value))).collect(),
-                priority: Some(spec.priority),
-                needs: spec.needs.clone(),
-                ..RunRequest::default()
-            };
-            let request = overrides.clone().over(&request);
-            let mut run = self
-                .prepare_as(&catalog, &mut specs, request, &[], run_id)
-                .await
-                .map_err(|source| ServiceError::InSweep { k, source: Box::new(source) })?;
-            if run.env_name.is_none()
-                && let Some(param) = spec.parameters.iter().find(|p| matches!(p.target, Target::Set(_)))
-            {
-                return Err(ServiceError::BadSweepParameter {
-                    path: format!("parameters.{}", param.path),
-                    problem: format!(
-                        "`set:` names a config field, and workflow '{}' runs no environment",
-                        workflow.name
-                    ),
-                });
-            }
-            run.params.sweep = Some(MemberOf { sweep: id, k });
-            let stages = run.pending_stages();
-            members.push((run, stages));
         }
         let now = now_millis();
         let sweep = SweepRecord {
@@ -178,8 +151,112 @@ impl Service {
             winner: None,
             created_at: now,
             updated_at: now,
+            member_setup: (spec.method == Method::Bayes)
+                .then(|| serde_json::to_value(&setup))
+                .transpose()
+                .map_err(|err| ServiceError::Sweep(err.to_string()))?,
         };
         Ok((sweep, members))
+    }
+}
+
+/// What every member of a sweep is made with beyond its file: what its submission asked of
+/// each (`--hold`, …) and where its `program:` runs. A bayes sweep keeps it with its row
+/// (`SweepRecord::member_setup`) for the members it makes later.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct MemberSetup {
+    #[serde(default)]
+    pub overrides: RunRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_dir: Option<PathBuf>,
+}
+
+/// Plans a sweep's members as `submit` plans a run: member k's run and stages, not written.
+pub(super) struct MemberPlanner<'a> {
+    service: &'a Service,
+    spec: &'a SweepSpec,
+    sweep: Uuid,
+    sweep_short: String,
+    setup: &'a MemberSetup,
+    catalog: crate::workflow::Catalog,
+    specs: HashMap<String, Workflow>,
+}
+
+impl<'a> MemberPlanner<'a> {
+    pub(super) fn new(
+        service: &'a Service,
+        spec: &'a SweepSpec,
+        sweep: Uuid,
+        setup: &'a MemberSetup,
+    ) -> Result<MemberPlanner<'a>> {
+        Ok(MemberPlanner {
+            service,
+            spec,
+            sweep,
+            sweep_short: crate::model::short_id(&sweep),
+            setup,
+            catalog: service.settings.catalog()?,
+            specs: HashMap::new(),
+        })
+    }
+
+    /// A program's member runs its own one-stage workflow (`workflow::program`), under the
+    /// W&B display name the daemon looks its metrics up by.
+    fn program_workflow(&self, member: &Member, run: Uuid) -> Result<Option<Workflow>> {
+        let Some(directory) = &self.setup.program_dir else { return Ok(None) };
+        let values: Vec<(String, serde_json::Value)> =
+            member.assignments.iter().map(|a| (a.path.clone(), a.value.clone())).collect();
+        let who = MemberIdentity {
+            sweep_id: &self.sweep_short,
+            display_name: &crate::engine::service::wandb_run_name(None, &run),
+            directory,
+            python: &self.service.settings.python,
+        };
+        let workflow = crate::workflow::program::member_workflow(self.spec, &values, &who)
+            .map_err(crate::workflow::CatalogError::from)?;
+        Ok(Some(workflow))
+    }
+
+    /// Member `member`'s run (pending, marked as the sweep's member k) and its stages.
+    pub(super) async fn plan(&mut self, member: Member) -> Result<(Run, Vec<crate::model::Stage>)> {
+        let (spec, k) = (self.spec, member.index);
+        let mut vars = member.vars();
+        let run_id = Uuid::new_v4();
+        if let Some(workflow) = self.program_workflow(&member, run_id)? {
+            // Its values are in its command line, not in vars.
+            self.service.check_workflow(&spec.workflow, &workflow)?;
+            self.specs.insert(spec.workflow.clone(), workflow);
+            vars.clear();
+        }
+        let request = RunRequest {
+            workflow: Some(spec.workflow.clone()),
+            env: spec.env.clone(),
+            vars,
+            set: member.config().iter().map(|(key, value)| (key.clone(), var_text(value))).collect(),
+            priority: Some(spec.priority),
+            needs: spec.needs.clone(),
+            ..RunRequest::default()
+        };
+        let request = self.setup.overrides.clone().over(&request);
+        let mut run = self
+            .service
+            .prepare_as(&self.catalog, &mut self.specs, request, &[], run_id)
+            .await
+            .map_err(|source| ServiceError::InSweep { k, source: Box::new(source) })?;
+        if run.env_name.is_none()
+            && let Some(param) = spec.parameters.iter().find(|p| matches!(p.target, Target::Set(_)))
+        {
+            return Err(ServiceError::BadSweepParameter {
+                path: format!("parameters.{}", param.path),
+                problem: format!(
+                    "`set:` names a config field, and workflow '{}' runs no environment",
+                    spec.workflow
+                ),
+            });
+        }
+        run.params.sweep = Some(MemberOf { sweep: self.sweep, k });
+        let stages = run.pending_stages();
+        Ok((run, stages))
     }
 }
 

@@ -30,6 +30,9 @@ pub struct SweepSummary {
     pub members: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_live: Option<u32>,
+    /// grid, random or bayes, as its file says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
     pub created_at: crate::model::Millis,
 }
 
@@ -43,6 +46,7 @@ impl From<&SweepRecord> for SweepSummary {
             ended: SweepEnd::of(sweep),
             members: sweep.members,
             max_live: sweep.max_live,
+            method: sweep.config.get("method").and_then(serde_json::Value::as_str).map(crate::text::one_line),
             created_at: sweep.created_at,
         }
     }
@@ -177,7 +181,7 @@ impl Service {
                 k: run.k,
                 run: run.id,
                 state: run.state,
-                parameters: spec.member(run.k).map(|m| m.values()).unwrap_or_default(),
+                parameters: member_values(&spec, run.k, run.suggestion.as_ref()),
                 best: summary.map(|s| s.best.value),
                 best_step: summary.map(|s| s.best.step),
                 last: summary.map(|s| s.last.value),
@@ -279,4 +283,17 @@ fn ranked(a: &MemberStatus, b: &MemberStatus, goal: Option<Goal>) -> std::cmp::O
         (None, None) => Ordering::Equal,
     };
     by_value.then(a.k.cmp(&b.k))
+}
+
+/// Member k's values by parameter path: a bayes member's as suggested (kept with it), else
+/// the file's member k.
+pub(super) fn member_values(
+    spec: &SweepSpec,
+    k: u64,
+    suggestion: Option<&serde_json::Value>,
+) -> BTreeMap<String, serde_json::Value> {
+    match suggestion {
+        Some(serde_json::Value::Object(values)) => values.clone().into_iter().collect(),
+        _ => spec.member(k).map(|m| m.values()).unwrap_or_default(),
+    }
 }

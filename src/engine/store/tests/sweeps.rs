@@ -22,6 +22,7 @@ on_both_backends!(
     a_sweep_and_the_runs_waiting_for_it_land_together_or_not_at_all,
     a_report_tallies_every_member_of_its_sweeps_in_one_read,
     a_sweeps_summaries_are_its_series_at_a_glance,
+    a_suggested_member_is_written_once_and_only_to_a_live_sweep,
 );
 
 fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
@@ -38,6 +39,7 @@ fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
         winner: None,
         created_at: now,
         updated_at: now,
+        member_setup: None,
     }
 }
 
@@ -533,4 +535,34 @@ async fn a_sweeps_summaries_are_its_series_at_a_glance(store: &dyn Store) {
         ids.iter().copied().enumerate().map(|(k, id)| (k as u64, id)).collect::<Vec<_>>()
     );
     assert!(listed.iter().all(|m| m.state == crate::model::RunState::Pending && m.started_at.is_none()));
+}
+
+/// A bayes sweep's member k: written with its suggestion, its run and its stages together;
+/// written again (a retried pass, another node) nothing; and never to a sweep no longer live.
+async fn a_suggested_member_is_written_once_and_only_to_a_live_sweep(store: &dyn Store) {
+    let bayes = sweep(3, Some(2));
+    store.insert_sweep(&bayes, &[]).await.unwrap();
+    let runs = members(&bayes);
+    let suggestion = serde_json::json!({"lr": 0.001, "opt": "adam"});
+    let (run, stages) = &runs[0];
+    assert!(store.add_member(bayes.id, 0, &suggestion, run, stages).await.unwrap());
+    // Member 0 again, as another run: the key holds it once, and the other run is not written.
+    let (other, other_stages) = &runs[1];
+    assert!(!store.add_member(bayes.id, 0, &suggestion, other, other_stages).await.unwrap());
+    assert!(store.run(other.id).await.unwrap().is_none());
+    let read = store.sweep_member_runs(bayes.id).await.unwrap();
+    assert_eq!(read.iter().map(|m| (m.k, m.id)).collect::<Vec<_>>(), vec![(0, run.id)]);
+    assert_eq!(read[0].suggestion.as_ref(), Some(&suggestion));
+    assert_eq!(store.run(run.id).await.unwrap().map(|r| r.state), Some(RunState::Pending));
+    assert_eq!(store.stages(run.id).await.unwrap().len(), stages.len());
+    // Stopped: no member is added any more.
+    assert!(
+        store.move_sweep(bayes.id, SweepState::Live, SweepState::Stopped, Some("by hand")).await.unwrap()
+    );
+    assert!(!store.add_member(bayes.id, 1, &suggestion, other, other_stages).await.unwrap());
+    assert!(store.run(other.id).await.unwrap().is_none());
+    // A grid's members have no suggestion.
+    let grid = sweep(1, None);
+    store.insert_sweep(&grid, &members(&grid)).await.unwrap();
+    assert_eq!(store.sweep_member_runs(grid.id).await.unwrap()[0].suggestion, None);
 }

@@ -53,6 +53,14 @@ fn render(status: &SweepStatus) -> String {
     if let Some(reason) = &s.reason {
         out.push_str(&format!(" ({reason})"));
     }
+    if s.method.as_deref() == Some("bayes") {
+        // Its members are made as slots open: say how far it is (grid and random say nothing).
+        out.push_str(&format!(
+            "\nmethod    bayes: {} of {} members suggested so far",
+            status.leaderboard.len(),
+            s.members
+        ));
+    }
     let counts: Vec<String> = status.counts.iter().map(|(state, n)| format!("{n} {state}")).collect();
     out.push_str(&format!("\nmembers   {} ({})", s.members, counts.join(", ")));
     if let Some(max_live) = s.max_live {
