@@ -323,14 +323,23 @@ fn unsafe_kill(pid: i32) {
     }
 }
 
-/// Asserts that no process recorded for these stages (shim or stage) is still alive.
+/// Asserts that no process recorded for these stages (shim or stage) is still alive. A shim
+/// writes its stage's exit record, then exits itself: the run may settle in between, so each
+/// process gets a few seconds to be gone (a stage left running stays alive past them).
 pub fn assert_no_stage_alive(stages: &[Stage]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     for stage in stages {
-        for id in [&stage.record.shim, &stage.record.process].into_iter().flatten() {
-            let state = liveness(id);
+        let ids = [("shim", &stage.record.shim), ("process", &stage.record.process)];
+        for (what, id) in ids.into_iter().filter_map(|(what, id)| Some((what, id.as_ref()?))) {
+            let mut state = liveness(id);
+            while !matches!(state, Liveness::Gone | Liveness::Zombie) && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+                state = liveness(id);
+            }
             assert!(
                 matches!(state, Liveness::Gone | Liveness::Zombie),
-                "stage {} pid {} is still {:?}",
+                "stage {}'s {what} pid {} is still {:?}",
                 stage.name,
                 id.pid,
                 state

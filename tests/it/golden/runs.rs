@@ -7,11 +7,13 @@ use crate::support::{Receiver, TestHome};
 
 /// A trainer that logs a loss per step, saves one checkpoint and says it reached step 2 of 2
 /// (once: a rate of steps would depend on the machine's speed), then exits with the code it is
-/// given.
+/// given; given another code than 0 it exits right after the checkpoint (a failed run's last
+/// step, read from its log as it ends, would otherwise be there or not by timing).
 const TRAINER: &str = r#"#!/bin/sh
 metrics="$1/metrics.jsonl"
 echo '{"step": 1, "loss": 0.5}' >> "$metrics"
 echo "saved step 1 to ckpt-1"
+[ "$2" = 0 ] || exit "$2"
 echo "Step 2/2"
 echo '{"step": 2, "loss": 0.25}' >> "$metrics"
 exit "$2"
