@@ -127,17 +127,27 @@ pub(crate) enum UnixBindError {
 
 /// Binds a unix socket at `path`, replacing a stale socket (the daemon lock is held, so no
 /// other daemon of this home listens there) but never another kind of file; mode 0600.
+///
+/// The socket is bound under a name of its own beside `path`, made 0600, and only then renamed
+/// onto `path`: whoever finds `path` finds it private, never in the moment between `bind`
+/// (which creates it with the umask's mode) and `chmod`.
 pub(crate) fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, UnixBindError> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            std::fs::remove_file(path).map_err(UnixBindError::Io)?;
-        }
+        Ok(meta) if meta.file_type().is_socket() => {}
         Ok(_) => return Err(UnixBindError::NotASocket),
         Err(_) => {}
     }
-    let listener = tokio::net::UnixListener::bind(path).map_err(UnixBindError::Io)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(UnixBindError::Io)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let fresh = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&fresh);
+    let listener = tokio::net::UnixListener::bind(&fresh).map_err(UnixBindError::Io)?;
+    let placed = std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&fresh, path));
+    if let Err(err) = placed {
+        let _ = std::fs::remove_file(&fresh);
+        return Err(UnixBindError::Io(err));
+    }
     Ok(listener)
 }
 
