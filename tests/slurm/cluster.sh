@@ -26,6 +26,13 @@ for dir in /usr/local/sbin /usr/sbin /sbin; do
 done
 export PATH
 
+# One at a time: every Slurm test process runs this script (nextest runs each test in a process
+# of its own), and two that wrote the config side by side could each read the other's half-written
+# file as a change and restart the cluster under the tests using it.
+mkdir -p "$STATE"
+exec 9>"$STATE/cluster.lock"
+flock 9
+
 say() { printf 'slurm: %s\n' "$*" >&2; }
 skip() {
   printf 'slurm: skipped: %s\n' "$*"
