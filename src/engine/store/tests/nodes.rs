@@ -32,6 +32,10 @@ async fn insert(store: &dyn Store, extra: &str) -> Run {
     run
 }
 
+/// Node a's lease in the tests where it goes quiet: long enough for its claims and writes to land
+/// on a loaded machine (200 ms expired mid-test under a parallel suite), short enough to wait out.
+const A_LEASE: Duration = Duration::from_secs(2);
+
 async fn register(store: &dyn Store, node: &str, lease: Duration) -> Lease {
     let registration =
         NodeRegistration { id: node.into(), hostname: "test".into(), labels: BTreeMap::new(), lease };
@@ -115,7 +119,7 @@ async fn a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected(stor
         Path::new("/submitter/tests"),
     );
     store.insert_test(&test, &test.pending_tasks()).await.unwrap();
-    let a = register(store, "a", Duration::from_millis(200)).await;
+    let a = register(store, "a", A_LEASE).await;
     let b = register(store, "b", Duration::from_secs(60)).await;
     let claimed = store.claim_tests(&a, 10, Path::new("/a/tests")).await.unwrap();
     assert_eq!(claimed.len(), 1);
@@ -186,7 +190,7 @@ async fn a_due_schedule_fires_once_however_many_daemons_tick(store: &dyn Store) 
 }
 
 async fn a_lost_nodes_runs_are_settled_once_and_its_stale_writes_rejected(store: &dyn Store) {
-    let a = register(store, "a", Duration::from_millis(200)).await;
+    let a = register(store, "a", A_LEASE).await;
     let b = register(store, "b", Duration::from_secs(60)).await;
     assert!(b.token > a.token, "tokens only grow");
     let failing = insert(store, "").await;
