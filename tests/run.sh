@@ -161,7 +161,7 @@ fi
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
   # cargo-nextest (on every machine of this kind): the unit and the integration tests in one
-  # pool, each test a process of its own, two per core (most tests wait on daemons, stages and
+  # pool, each test a process of its own, three per core (most tests wait on daemons, stages and
   # databases, not on the CPU). It is handed the build's list of test binaries and cargo's
   # metadata, so it runs what was just built without calling cargo again, and the wheel tier
   # (a cargo build of its own, which would wait for cargo's lock) runs beside the tests.
@@ -176,7 +176,7 @@ if cargo nextest --version >/dev/null 2>&1; then
   cp -a target/debug/.fingerprint target/debug/build target/debug/deps "$jobs_dir/wheel-target/debug/"
   job wheel env CARGO_TARGET_DIR="$jobs_dir/wheel-target" bash tests/wheel/wheel.sh
   say "the tests (cargo nextest)"
-  cargo nextest run --no-fail-fast --test-threads "$(($(nproc) * 2))" \
+  cargo nextest run --no-fail-fast --test-threads "$(($(nproc) * 3))" \
     --binaries-metadata "$jobs_dir/binaries.json" --cargo-metadata "$jobs_dir/metadata.json" "$@" || status=$?
   finish wheel || status=1
 else
