@@ -168,10 +168,12 @@ impl Reconciler {
         self.catch_up_checkpoints(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
-        let ended: Vec<_> = sup.rows().map(|s| s.record.ended_at).collect();
+        let ended: Vec<_> = sup.rows().map(|s| stage_end_of(&s.record)).collect();
+        let grace = run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        let grace = grace.as_millis().min(i64::MAX as u128) as i64;
         let checkpoints = self.store.checkpoints(id).await?;
         let preemption::Requeue { params, reason, note, lost } =
-            preemption::requeue(&run, &ended, &checkpoints, now_millis());
+            preemption::requeue(&run, &ended, grace, &checkpoints, now_millis());
         // Every stage is gone and recorded so; the victim is still stopping.
         crate::failpoint::Failpoint::PreemptStagesGone.hit();
         match self.store.requeue_preempted(&run, &reason, &params, &note, lost).await {
@@ -190,4 +192,13 @@ impl Reconciler {
             Err(err) => Err(err),
         }
     }
+}
+
+/// A stage's end as the requeue weighs it: exited with a status, or lost (noticed when).
+fn stage_end_of(record: &crate::model::ProcessRecord) -> Option<preemption::StageEnd> {
+    let at = record.ended_at?;
+    Some(match record.state {
+        crate::model::ProcessState::Lost => preemption::StageEnd::Lost(at),
+        _ => preemption::StageEnd::Exited(at),
+    })
 }

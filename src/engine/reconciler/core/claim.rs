@@ -93,6 +93,7 @@ impl Picker<'_> {
         let mut params = run.params.clone();
         // An earlier attempt's preemption (one that ended stopped, its node lost) is not this one's.
         params.preempted_by = None;
+        params.preempted_at = None;
         self.held.extend(crate::model::pool::resources(&units));
         params.units = units;
         for (name, port) in &ports {

@@ -154,6 +154,7 @@ pub fn victim_move(
     let note = format!("took {} from run {}", named_units(&given), run.short_id());
     let mut params = run.params.clone();
     params.preempted_by = Some(urgent);
+    params.preempted_at = Some(now);
     Some(VictimMove { params, reason, note })
 }
 
@@ -170,18 +171,49 @@ pub struct Requeue {
     pub lost: Millis,
 }
 
+/// How a victim's stage ended, as recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageEnd {
+    /// Its exit status says when it ended.
+    Exited(Millis),
+    /// Gone without a status, noticed at this time (by a restarted daemon, maybe much later).
+    Lost(Millis),
+}
+
+impl StageEnd {
+    /// When the victim's work in this stage ended, as well as is known: a lost stage's end is
+    /// bounded by its stop (decided at `stopped_at`, killed after `grace` at the latest while a
+    /// daemon watched), never pushed later by a daemon's downtime.
+    fn at(self, stopped_at: Option<Millis>, grace: Millis) -> Millis {
+        match (self, stopped_at) {
+            (StageEnd::Exited(at), _) | (StageEnd::Lost(at), None) => at,
+            (StageEnd::Lost(noticed), Some(stopped)) => noticed.min(stopped.saturating_add(grace)),
+        }
+    }
+}
+
 /// The requeue of `run`, stopping for another with its stages gone: `ended` are its stages'
-/// end times, `checkpoints` its checkpoints (oldest first). The work redone ends where the
-/// victim did, at its last stage's end, not at `now`, which a daemon restarted meanwhile makes
-/// later by its downtime.
-pub fn requeue(run: &Run, ended: &[Option<Millis>], checkpoints: &[Checkpoint], now: Millis) -> Requeue {
+/// ends (none for a stage that never started), `grace` its stages' stop grace, `checkpoints`
+/// its checkpoints (oldest first). The work redone ends where the victim did, at its last
+/// stage's end, not at `now`, which a daemon restarted meanwhile makes later by its downtime;
+/// a stage lost without a status while no daemon watched is bounded by its stop.
+pub fn requeue(
+    run: &Run,
+    ended: &[Option<StageEnd>],
+    grace: Millis,
+    checkpoints: &[Checkpoint],
+    now: Millis,
+) -> Requeue {
     let by = run.preempted_by().map(|by| short_id(&by)).unwrap_or_default();
     let started = run.started_at.unwrap_or(run.updated_at);
     let since = Checkpoint::last_resumable(checkpoints).map_or(started, |c| c.at.max(started));
-    let ended = ended.iter().flatten().max().map_or(now, |at| (*at).min(now));
+    let stopped_at = run.params.preempted_at;
+    let ended = ended.iter().flatten().map(|end| end.at(stopped_at, grace)).max();
+    let ended = ended.map_or(now, |at| at.min(now));
     let lost = (ended - since).max(0);
     let mut cleared = run.clone();
     cleared.params.preempted_by = None;
+    cleared.params.preempted_at = None;
     let (params, note) = super::retries::next_attempt(&cleared, checkpoints, true).unwrap_or_else(|| {
         let note =
             format!("attempt {} starts from step 0: the workflow names no checkpoints", run.attempt + 1);
