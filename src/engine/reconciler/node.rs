@@ -226,6 +226,9 @@ impl Reconciler {
                 }
                 if self.base.reap_run(&run, node.token, &how).await? {
                     settled += 1;
+                    if let Reap::Requeue { not_before, .. } = how {
+                        self.retry_wakeups.add(run.id, not_before);
+                    }
                 }
             }
             let tests = self.base.reap_tests(&node.id, node.token, &why).await?;

@@ -242,6 +242,7 @@ impl Reconciler {
         match requeued {
             Ok(queued) => {
                 info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
+                self.retry_wakeups.add(id, not_before);
                 self.let_go(id);
                 Ok(false)
             }

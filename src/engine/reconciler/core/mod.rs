@@ -18,7 +18,8 @@
 //! - `dependencies`: a claimed run's dependency values, or the problem that fails it;
 //! - `leases`: a lost node's runs, and the claims a restarted node remembers;
 //! - `schedules`: what a due schedule records;
-//! - `test_tasks`: an inference test's tasks to start, and when the test is over.
+//! - `test_tasks`: an inference test's tasks to start, and when the test is over;
+//! - `wakeups`: when a retry's backoff ends, so the loop claims then, not at the next scan.
 //!
 //! `sim` (tests only) runs these decisions against a model of the store with the daemon
 //! killed between any two writes, and checks what must hold whatever the order.
@@ -36,6 +37,7 @@ pub mod stages;
 pub mod stalls;
 pub mod test_tasks;
 pub mod time_limits;
+pub mod wakeups;
 
 #[cfg(test)]
 mod purity;
