@@ -525,9 +525,11 @@ impl Reconciler {
     ) -> Result<Option<(RunTrigger, String)>> {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let deciding = sup.run.spec.deciding_stages().contains(&name);
-        let last = match stage_end::verdict(sup.run.state, deciding, name, what, exit) {
-            stage_end::Verdict::Finished => self.last_step(id).await?,
-            stage_end::Verdict::Nothing | stage_end::Verdict::Failure(_) => None,
+        let verdict = stage_end::verdict(sup.run.state, deciding, name, what, exit);
+        let require_total = sup.run.spec.completion.require_total;
+        let last = match stage_end::last_reading(&verdict, require_total, sup.progress.is_some()) {
+            stage_end::LastReading::Skip => None,
+            how => self.last_step(id, how).await?,
         };
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         Ok(stage_end::end_move(&sup.run, name, what, exit, last))

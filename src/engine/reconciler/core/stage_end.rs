@@ -33,6 +33,32 @@ pub fn verdict(state: RunState, deciding: bool, stage: &str, what: &str, exit: O
     })
 }
 
+/// Which last reading of the run's progress a stage's end takes before it is recorded, so the
+/// run's last step lands before its end does (a follower's later reading of it finds the run
+/// over and is dropped, and a failed run would never show where it stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastReading {
+    /// Nothing decided by this end: no reading.
+    Skip,
+    /// The followed log's or file's last lines.
+    Tail,
+    /// Those, or the HTTP source when the outcome hangs on the total (`require_total`).
+    TailOrHttp,
+}
+
+/// The last reading for an end of `verdict`: a finished stage's (its progress watched from
+/// now if it was not, the total maybe deciding), and a failure's of a run whose progress is
+/// `watched` (one failing in start-up has reported no step, and gets no watcher for it).
+pub fn last_reading(verdict: &Verdict, require_total: bool, watched: bool) -> LastReading {
+    match verdict {
+        Verdict::Nothing => LastReading::Skip,
+        Verdict::Finished if require_total => LastReading::TailOrHttp,
+        Verdict::Finished => LastReading::Tail,
+        Verdict::Failure(_) if watched => LastReading::Tail,
+        Verdict::Failure(_) => LastReading::Skip,
+    }
+}
+
 /// With `require_total`, why a deciding stage's exit 0 is not a success: the last recorded step
 /// has not reached the total. None when it is a success.
 pub fn short_of_total(require_total: bool, last: Option<ProgressPoint>, stage: &str) -> Option<String> {
@@ -226,6 +252,27 @@ mod tests {
         // A deciding stage's exit 0 is never a retry.
         let got = end_move(&run(S::Running, false, true, 1), "trainer", "exited with code 0", OK, None);
         assert_eq!(got.map(|m| m.0), Some(RunTrigger::Complete));
+    }
+
+    #[test]
+    fn an_end_that_decides_its_run_reads_the_last_step_before_it_is_recorded() {
+        use LastReading::{Skip, Tail, TailOrHttp};
+        let failure = Verdict::Failure("stage 'trainer' exited with code 3".into());
+        // (verdict, require_total, progress watched) -> reading
+        let table = [
+            (Verdict::Nothing, false, true, Skip),
+            (Verdict::Nothing, true, true, Skip),
+            (Verdict::Finished, false, false, Tail),
+            (Verdict::Finished, true, false, TailOrHttp),
+            (Verdict::Finished, true, true, TailOrHttp),
+            // A failed run's last step is its own too: read before its end lands.
+            (failure.clone(), false, true, Tail),
+            (failure.clone(), true, true, Tail),
+            (failure, false, false, Skip),
+        ];
+        for (i, (verdict, require_total, watched, want)) in table.into_iter().enumerate() {
+            assert_eq!(last_reading(&verdict, require_total, watched), want, "row {i}");
+        }
     }
 
     #[test]
