@@ -110,6 +110,35 @@ impl Picker<'_> {
     }
 }
 
+/// How the loop's claim looks at the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// No slot free and no preemption: nothing to read.
+    Nothing,
+    /// The last claim found less than it had room for (or no room, looking only to preempt):
+    /// ask whether any run waits before taking the write lock.
+    AskFirst,
+    /// Read the queue and claim.
+    Claim,
+}
+
+/// The look for a claim with `free` slots, `preempting` or not, after a claim that left the
+/// queue `drained` (a submission's poke clears that: its run is there to claim).
+pub fn look(free: usize, preempting: bool, drained: bool) -> Look {
+    match (free, preempting, drained) {
+        (0, false, _) => Look::Nothing,
+        (0, true, _) | (_, _, true) => Look::AskFirst,
+        _ => Look::Claim,
+    }
+}
+
+/// Whether the queue counts as drained after a claim that `took` runs with `free` slots:
+/// not while a run is left blocked (preemption may place it), nor when runs it picked were
+/// another writer's at that instant (`lost`: it looks again shortly, in case they were let go).
+pub fn drained_after(took: usize, free: usize, blocked: bool, lost: usize) -> bool {
+    took < free && !blocked && lost == 0
+}
+
 /// Points the run's resolved values at the claiming node's run directory (they were resolved
 /// where the run was submitted, which may be another machine).
 pub fn rebase_run_dir(params: &mut RunParams, old: &Path, new: &Path) {

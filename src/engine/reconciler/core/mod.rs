@@ -22,7 +22,9 @@
 //! - `wakeups`: when a retry's backoff ends, so the loop claims then, not at the next scan.
 //!
 //! `sim` (tests only) runs these decisions against a model of the store with the daemon
-//! killed between any two writes, and checks what must hold whatever the order.
+//! killed between any two writes, and checks what must hold whatever the order; `sim_nodes`
+//! does the same for several nodes sharing one store (claims under leases, wake-ups lost or
+//! arriving mid-claim, nodes dying and restarting).
 
 pub mod claim;
 pub mod dependencies;
@@ -43,5 +45,7 @@ pub mod wakeups;
 mod purity;
 #[cfg(test)]
 mod sim;
+#[cfg(test)]
+mod sim_nodes;
 #[cfg(test)]
 mod testing;
