@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use crate::model::preemption::{Holder, Shortage};
+use crate::model::preemption::{Holder, Shortage, choose_victims};
 use crate::model::{Checkpoint, Millis, Pools, Run, RunParams, RunState, short_id};
+use crate::workflow::PreemptSignal;
 
 /// The pool name a parallel slot goes by in a shortage, when slots are short.
 pub const SLOT: &str = "parallel slot";
@@ -107,6 +108,62 @@ pub fn short_pools(shortage: &Shortage) -> Vec<String> {
         .filter(|(pool, needed)| **needed > shortage.free.get(*pool).copied().unwrap_or(0))
         .map(|(pool, _)| pool.clone())
         .collect()
+}
+
+/// What the shell carries out, in order, for a preemption decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Ask the victim to checkpoint now (its workflow names `preempt_signal`): `signal` to its
+    /// live stages, `note` on it, and a timer of `wait`; it is stopped at its next checkpoint
+    /// or when the timer fires (`ask_over`). No stage to signal: stop it now instead.
+    Ask {
+        victim: Uuid,
+        urgent: Uuid,
+        short: Vec<String>,
+        signal: PreemptSignal,
+        wait: std::time::Duration,
+        note: String,
+    },
+    /// Stop the victim now for `urgent` (`victim_move`, committed before any signal).
+    Stop { victim: Uuid, urgent: Uuid, short: Vec<String> },
+}
+
+/// The preemption for `urgent`, short of `shortage`, among `holders` (their checkpoints read
+/// for those that may be chosen): the victims that free it at the least lost work, each asked
+/// to checkpoint first or stopped at once. `runs` gives a victim's run. None chosen: nothing.
+pub fn plan<'a>(
+    urgent: Uuid,
+    shortage: &Shortage,
+    holders: &[Holder<Uuid>],
+    runs: impl Fn(Uuid) -> Option<&'a Run>,
+) -> Vec<Action> {
+    let Some(choice) = choose_victims(shortage, holders) else { return Vec::new() };
+    let short = short_pools(shortage);
+    choice
+        .victims
+        .into_iter()
+        .map(|victim| {
+            let short = short.clone();
+            match runs(victim).and_then(|run| Some((run.spec.preempt_signal?, run.spec.preempt_wait()))) {
+                Some((signal, wait)) => {
+                    let note = format!(
+                        "asked to checkpoint now ({}) before its preemption by run {}: stopped at its next checkpoint, or in {}",
+                        signal.name(),
+                        short_id(&urgent),
+                        crate::model::progress::span(wait)
+                    );
+                    Action::Ask { victim, urgent, short, signal, wait, note }
+                }
+                None => Action::Stop { victim, urgent, short },
+            }
+        })
+        .collect()
+}
+
+/// A victim asked to checkpoint checkpointed, or its wait is over: it is stopped only while
+/// the run it was asked for still waits (`urgent` as the store holds it now).
+pub fn ask_over(urgent: Option<&Run>) -> bool {
+    urgent.is_some_and(|run| run.state == RunState::Pending)
 }
 
 /// A victim's move to `stopping`, with what it is told and what the urgent run is told.

@@ -167,3 +167,44 @@ fn a_requeue_counts_the_work_to_the_last_stage_end_so_downtime_is_not_added() {
     );
     assert_eq!(back.params.preempted_by, None);
 }
+
+#[test]
+fn a_preemption_asks_victims_that_name_a_signal_to_checkpoint_and_stops_the_others() {
+    let pools = Pools::from_specs(&["gpu=0,1".parse().unwrap()], None).unwrap();
+    let mut urgent = run(9, "needs: {gpu: 2}\n", S::Pending, 10, None);
+    urgent.params.needs = urgent.spec.needs.clone();
+    let asked = "preempt_signal: SIGUSR1\npreempt_wait: 30s\n";
+    let mut a = run(1, &format!("{PREEMPTIBLE}{asked}"), S::Running, 0, Some(0));
+    a.params.units = gpus(&["0"]);
+    let mut b = run(2, PREEMPTIBLE, S::Running, 0, Some(0));
+    b.params.units = gpus(&["1"]);
+    let held: BTreeSet<String> =
+        [&a, &b].iter().flat_map(|r| crate::model::pool::resources(r.units()).collect::<Vec<_>>()).collect();
+    let now = 10 * MIN;
+    let short = shortage(&Blocked::of(&urgent), &pools, &held, false, 1, now);
+    let holders: Vec<_> = [&a, &b].iter().filter_map(|r| holder(r, false, now)).collect();
+    let runs = |id: Uuid| [&a, &b].into_iter().find(|r| r.id == id);
+    let gpu = vec!["gpu".to_string()];
+    assert_eq!(
+        plan(urgent.id, &short, &holders, runs),
+        [
+            Action::Ask {
+                victim: a.id,
+                urgent: urgent.id,
+                short: gpu.clone(),
+                signal: crate::workflow::PreemptSignal::Usr1,
+                wait: std::time::Duration::from_secs(30),
+                note: "asked to checkpoint now (SIGUSR1) before its preemption by run 00000000: stopped at its next checkpoint, or in 30s".into(),
+            },
+            Action::Stop { victim: b.id, urgent: urgent.id, short: gpu },
+        ]
+    );
+    // Nothing frees enough (b is protected by its priority): no action.
+    let higher = Run { priority: 20, ..b.clone() };
+    let holders: Vec<_> = [&a, &higher].iter().filter_map(|r| holder(r, false, now)).collect();
+    assert_eq!(plan(urgent.id, &short, &holders, runs), []);
+    // The wait is over: stopped only while the urgent run still waits.
+    assert!(ask_over(Some(&urgent)));
+    assert!(!ask_over(Some(&Run { state: S::Starting, ..urgent.clone() })));
+    assert!(!ask_over(None), "gone (stopped and deleted)");
+}

@@ -20,7 +20,6 @@ use super::claim::{Pick, Picker};
 use super::lifecycle::{StageView, Step, next_step};
 use super::{preemption, stage_end};
 use crate::engine::reconciler::core::testing;
-use crate::model::preemption::choose_victims;
 use crate::model::{Exit, Millis, Pools, ProcessState, Run, RunState, RunTrigger};
 
 /// How long the daemon is down at a crash: longer than any run of the model.
@@ -293,9 +292,11 @@ impl Sim {
             .iter()
             .filter_map(|id| preemption::holder(self.run(*id), slots_short, self.now))
             .collect();
-        let Some(choice) = choose_victims(&shortage, &holders) else { return Ok(()) };
-        let short = preemption::short_pools(&shortage);
-        for victim in choice.victims {
+        let actions = preemption::plan(blocked.id, &shortage, &holders, |id| Some(self.run(id)));
+        for action in actions {
+            let preemption::Action::Stop { victim, short, .. } = action else {
+                panic!("no workflow here names a preempt_signal: {action:?}")
+            };
             let Some(decided) = preemption::victim_move(self.run(victim), blocked.id, &short, None, self.now)
             else {
                 continue;
