@@ -16,6 +16,7 @@
 //! - `stalls`: when a running run's step stood still too long and what that decides;
 //! - `preemption`: the floor, the shortage and holders, a victim's move and its requeue;
 //! - `dependencies`: a claimed run's dependency values, or the problem that fails it;
+//! - `held`: writes held while the store refuses them, their replay order, the rounds' wait;
 //! - `leases`: a lost node's runs, and the claims a restarted node remembers;
 //! - `schedules`: what a due schedule records;
 //! - `test_tasks`: an inference test's tasks to start, and when the test is over;
@@ -28,6 +29,7 @@
 
 pub mod claim;
 pub mod dependencies;
+pub mod held;
 pub mod leases;
 pub mod lifecycle;
 pub mod preemption;
