@@ -19,6 +19,7 @@
 //! - `held`: writes held while the store refuses them, their replay order, the rounds' wait;
 //! - `leases`: a lost node's runs, and the claims a restarted node remembers;
 //! - `schedules`: what a due schedule records;
+//! - `slurm_jobs`: what each poll of a Slurm stage's job means for the stage;
 //! - `test_tasks`: an inference test's tasks to start, and when the test is over;
 //! - `wakeups`: when a retry's backoff ends, so the loop claims then, not at the next scan.
 //!
@@ -36,6 +37,7 @@ pub mod preemption;
 pub mod restart;
 pub mod retries;
 pub mod schedules;
+pub mod slurm_jobs;
 pub mod stage_end;
 pub mod stages;
 pub mod stalls;
