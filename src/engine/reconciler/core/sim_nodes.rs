@@ -424,7 +424,9 @@ impl Sim {
         }
         for lost in 0..NODES {
             let node = &self.nodes[lost];
-            if lost == k || node.reaped || node.heartbeat_at + LEASE >= self.now {
+            if node.reaped
+                || !leases::is_lost(&lost.to_string(), &k.to_string(), node.heartbeat_at, LEASE, self.now)
+            {
                 continue;
             }
             let token = node.token;
