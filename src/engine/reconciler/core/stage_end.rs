@@ -125,6 +125,47 @@ pub fn end_move(
     }
 }
 
+/// What the shell carries out, in order, for a stage's end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Record the stage's end (its event `what`) and, with `then`, its run's move (the trigger,
+    /// why, and the run's end when an exit decides it): one commit.
+    Record { what: String, then: Option<(RunTrigger, String)>, ended_at: Option<Millis> },
+    /// Its run moved: take the run as stored.
+    Adopt,
+    /// Look at what the run asks next.
+    Drive,
+}
+
+/// A stage's end, as the shell read it: the run, which stage, what happened (`what`, its
+/// `exit`, when it exited by its status file), and the run's last step read just before.
+pub struct End<'a> {
+    pub run: &'a Run,
+    pub stage: &'a str,
+    pub what: &'a str,
+    pub exit: Option<Exit>,
+    pub exited_at: Option<Millis>,
+    pub last: Option<ProgressPoint>,
+}
+
+/// The actions for `end` at `now`: its record with its run's move (`end_move`; a run an exit
+/// ends, ended at that exit), the move adopted, and the run driven on. An end recorded
+/// already (`live` false: a repair and a watcher both reported it, or a replay) only drives.
+pub fn on_end(end: &End<'_>, live: bool, now: Millis) -> Vec<Action> {
+    if !live {
+        return vec![Action::Drive];
+    }
+    let then = end_move(end.run, end.stage, end.what, end.exit, end.last);
+    let moved = then.is_some();
+    let ended_at = end.exited_at.filter(|_| moved).map(|at| run_end_time(at, end.run.started_at, now));
+    let mut actions = vec![Action::Record { what: end.what.to_string(), then, ended_at }];
+    if moved {
+        actions.push(Action::Adopt);
+    }
+    actions.push(Action::Drive);
+    actions
+}
+
 /// When a run that a stage's exit decided ends: at that exit, kept within [started, now] so
 /// a skewed or forged time cannot give a negative or future duration.
 pub fn run_end_time(exited_at: Millis, run_started_at: Option<Millis>, now: Millis) -> Millis {
@@ -272,6 +313,55 @@ mod tests {
         ];
         for (i, (verdict, require_total, watched, want)) in table.into_iter().enumerate() {
             assert_eq!(last_reading(&verdict, require_total, watched), want, "row {i}");
+        }
+    }
+
+    #[test]
+    fn a_stage_end_is_recorded_with_its_runs_move_then_adopted_and_driven() {
+        use Action::{Adopt, Drive, Record};
+        let running = run(S::Running, false, false, 1);
+        let stopping = run(S::Stopping, false, false, 1);
+        let end = |run, stage, what, exit, exited_at| End { run, stage, what, exit, exited_at, last: None };
+        let record = |what: &str, then: Option<(RunTrigger, &str)>, ended_at| Record {
+            what: what.into(),
+            then: then.map(|(t, r)| (t, r.to_string())),
+            ended_at,
+        };
+        // (end, live) -> actions at now = 9_000
+        let table = [
+            (
+                end(&running, "trainer", "exited with code 0", OK, Some(5_000)),
+                true,
+                vec![
+                    record(
+                        "exited with code 0",
+                        Some((RunTrigger::Complete, "stage 'trainer' finished")),
+                        Some(5_000),
+                    ),
+                    Adopt,
+                    Drive,
+                ],
+            ),
+            (
+                end(&running, "trainer", "lost: gone", None, None),
+                true,
+                vec![
+                    record("lost: gone", Some((RunTrigger::Fail, "stage 'trainer' lost: gone")), None),
+                    Adopt,
+                    Drive,
+                ],
+            ),
+            // A run stopping is not decided by its stages' ends: recorded, then driven on.
+            (
+                end(&stopping, "api", "exited with code 0", OK, Some(5_000)),
+                true,
+                vec![record("exited with code 0", None, None), Drive],
+            ),
+            // Recorded already: only driven.
+            (end(&running, "trainer", "exited with code 0", OK, Some(5_000)), false, vec![Drive]),
+        ];
+        for (i, (end, live, want)) in table.into_iter().enumerate() {
+            assert_eq!(on_end(&end, live, 9_000), want, "row {i}");
         }
     }
 
