@@ -257,6 +257,11 @@ pub struct RunParams {
     /// then queues it again rather than stopping it for good.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_by: Option<Uuid>,
+    /// When that preemption was decided (its victim told to stop): a stage of it lost without
+    /// an exit status counts its work to then plus its grace, not to when a restarted daemon
+    /// noticed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_at: Option<super::Millis>,
     /// Values resolved at claim time (ports picked, paths), so a restarted daemon expands the same.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved: BTreeMap<String, String>,

@@ -121,3 +121,23 @@ async fn a_retried_run_shows_every_attempt_on_every_surface() {
     }
     home.kill_daemon();
 }
+
+/// A retry's backoff ending wakes the daemon: its next attempt starts then, not at the next
+/// fallback scan (an hour away here).
+#[tokio::test]
+async fn a_retry_starts_when_its_backoff_ends_not_at_the_next_scan() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "flaky",
+        r#"name: flaky
+stages:
+  - name: trainer
+    argv: [sh, -c, 'if test -f "{run_dir}/tried"; then exit 0; fi; touch "{run_dir}/tried"; exit 75']
+retry: {max_attempts: 2, backoff: 300ms, retry_on_exit_codes: [75]}
+"#,
+    );
+    home.start_daemon_with(&["--scan-interval", "1h"]);
+    let id = home.submit(&["--workflow", "flaky"]);
+    let (run, _) = home.wait_settled(id, Duration::from_secs(30)).await;
+    assert_eq!((run.state, run.attempt), (RunState::Completed, 2), "{:?}\n{}", run.reason, home.daemon_log());
+}

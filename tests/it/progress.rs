@@ -348,3 +348,18 @@ progress:
     }
     home.kill_daemon();
 }
+
+#[tokio::test]
+async fn a_failed_runs_last_step_printed_just_before_its_exit_is_recorded_before_its_end() {
+    let mut home = TestHome::new();
+    home.workflow("failing", &stepping("failing", 3, 10, "echo Step 4/10; exit 3", ""));
+    home.start_daemon();
+    let ids: Vec<_> = (0..4).map(|_| home.submit(&["--workflow", "failing"])).collect();
+    for id in ids {
+        let (run, _) = home.wait_settled(id, T).await;
+        assert_eq!(run.state, RunState::Failed, "{:?}", run.reason);
+        let series = home.service().await.run_progress_in(id, 1).await.unwrap();
+        assert_eq!(series.last().map(|p| (p.step, p.total)), Some((4, Some(10))), "{series:?}");
+    }
+    home.kill_daemon();
+}

@@ -27,13 +27,12 @@ impl Reconciler {
         let Some(lease) = self.node.lease.clone() else { return Ok(()) };
         let preempting = self.config.preempt_gap.is_some();
         // With no slot free, only preemption can place a run: it reads the queue for it.
-        if free == 0 && !preempting {
+        let look = core::claim::look(free, preempting, self.queue_drained);
+        if look == core::claim::Look::Nothing {
             return Ok(());
         }
         let floor = if preempting { self.preemption_floor().await? } else { None };
-        // After a claim that found less than it had room for (or with no room, looking only to
-        // preempt), look before taking the write lock.
-        if (self.queue_drained || free == 0) && !self.store.runs_waiting().await? {
+        if look == core::claim::Look::AskFirst && !self.store.runs_waiting().await? {
             return Ok(());
         }
         // A sweep's `max_live`, counted over every node's runs in flight: its members past it
@@ -64,11 +63,11 @@ impl Reconciler {
         let claimed = self.store.claim_runs(&lease, SCHEDULE_PAGE, SCHEDULE_PAGES, &mut pick).await?;
         let blocked = picker.blocked;
         // A run left blocked keeps the queue looked at: preemption may place it later.
-        self.queue_drained = claimed.runs.len() < free && blocked.is_none();
+        self.queue_drained =
+            core::claim::drained_after(claimed.runs.len(), free, blocked.is_some(), claimed.lost);
         if claimed.lost > 0 {
             // Runs it picked were another writer's at that instant (another node taking them,
             // most often): look again shortly, rather than at the next scan, in case it let go.
-            self.queue_drained = false;
             let tx = self.tx.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(LOST_RACE_LOOK).await;

@@ -73,6 +73,8 @@ pub struct Reconciler {
     pub(super) shims: Arc<Shims>,
     /// Rung by the metric workers when a sweep member's readings land (the sweep decider waits).
     pub(super) sweep_readings: Arc<super::SweepReadings>,
+    /// When the backoffs of the runs this loop queued again end: it claims then.
+    pub(super) retry_wakeups: super::core::wakeups::Wakeups,
 }
 
 pub(super) type Result<T = ()> = std::result::Result<T, StoreError>;
@@ -113,6 +115,7 @@ impl Reconciler {
             telemetry,
             shims,
             sweep_readings,
+            retry_wakeups: Default::default(),
         }
     }
 
@@ -132,10 +135,15 @@ impl Reconciler {
             let until_due = next_due.map_or(Duration::from_secs(3600), |due| {
                 (due - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(5)
             });
+            // And until a retry's backoff ends, so its run is claimed then, not at the scan.
+            let until_retry = self.retry_wakeups.next().map_or(Duration::from_secs(3600), |at| {
+                Duration::from_millis((at - crate::model::now_millis()).max(0) as u64 + 5)
+            });
             let first = tokio::select! {
                 msg = rx.recv() => match msg { Some(msg) => msg, None => return Ok(()) },
                 _ = scan.tick() => Msg::Wake,
                 _ = tokio::time::sleep(until_due) => Msg::Wake,
+                _ = tokio::time::sleep(until_retry) => Msg::Queued,
             };
             let batch_started = std::time::Instant::now();
             // Handle everything already queued before rescanning the store once.
@@ -156,6 +164,9 @@ impl Reconciler {
                     }
                 }
                 next = rx.try_recv().ok();
+            }
+            if self.retry_wakeups.take_due(crate::model::now_millis()) {
+                queued = true;
             }
             if rescan && let Err(err) = self.reap_lost_nodes().await {
                 warn!("reconciler: cannot reap lost nodes: {err}");

@@ -174,7 +174,7 @@ impl Reconciler {
         let store = std::sync::Arc::clone(&self.base);
         let tx = self.tx.clone();
         // A few beats per lease, so one slow write doesn't cost the lease.
-        let every = (lease.lease / 4).max(Duration::from_millis(50));
+        let every = leases::beat_every(lease.lease);
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -199,7 +199,10 @@ impl Reconciler {
         let now = now_millis();
         let me = self.node.registration.id.clone();
         for node in self.base.expired_nodes(now).await? {
-            if node.id == me || !self.base.mark_node_lost(&node, now).await? {
+            // The store's expiry is a first cut; the core's rule is the word.
+            if !leases::is_lost(&node.id, &me, node.heartbeat_at, node.lease_ms, now)
+                || !self.base.mark_node_lost(&node, now).await?
+            {
                 continue;
             }
             let silent = Duration::from_millis((now - node.heartbeat_at).max(0) as u64);
@@ -226,6 +229,9 @@ impl Reconciler {
                 }
                 if self.base.reap_run(&run, node.token, &how).await? {
                     settled += 1;
+                    if let Reap::Requeue { not_before, .. } = how {
+                        self.retry_wakeups.add(run.id, not_before);
+                    }
                 }
             }
             let tests = self.base.reap_tests(&node.id, node.token, &why).await?;

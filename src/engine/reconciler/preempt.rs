@@ -31,8 +31,7 @@ use uuid::Uuid;
 use super::core::preemption::{self, Blocked};
 use super::{Reconciler, Result};
 use crate::engine::store::StoreError;
-use crate::model::preemption::choose_victims;
-use crate::model::{Checkpoint, NewEvent, RunState, now_millis, short_id};
+use crate::model::{Checkpoint, NewEvent, now_millis, short_id};
 use crate::workflow::PreemptSignal;
 
 /// A preemption asked of a victim: the run it is for and the pools short; with a timer while
@@ -75,23 +74,34 @@ impl Reconciler {
             }
             holders.push(holder);
         }
-        let Some(choice) = choose_victims(&shortage, &holders) else { return Ok(()) };
-        let short = preemption::short_pools(&shortage);
-        for victim in choice.victims {
-            let ask = Ask { urgent: blocked.id, short: short.clone(), timer: None };
-            match self.runs.get(&victim).and_then(|sup| sup.run.spec.preempt_signal) {
-                Some(signal) => self.ask_to_checkpoint(victim, signal, ask).await?,
-                None => self.preempt(victim, &ask).await?,
+        let runs = &self.runs;
+        let actions =
+            preemption::plan(blocked.id, &shortage, &holders, |id| runs.get(&id).map(|sup| &sup.run));
+        for action in actions {
+            match action {
+                preemption::Action::Ask { victim, urgent, short, signal, wait, note } => {
+                    let ask = Ask { urgent, short, timer: None };
+                    self.ask_to_checkpoint(victim, signal, wait, note, ask).await?
+                }
+                preemption::Action::Stop { victim, urgent, short } => {
+                    self.preempt(victim, &Ask { urgent, short, timer: None }).await?
+                }
             }
         }
         Ok(())
     }
 
     /// Asks a victim whose workflow names a `preempt_signal` to checkpoint now; it is stopped
-    /// at its next checkpoint, or after `preempt_wait`.
-    async fn ask_to_checkpoint(&mut self, id: Uuid, signal: PreemptSignal, mut ask: Ask) -> Result {
+    /// at its next checkpoint, or after `wait`. No live stage to signal: stopped now.
+    async fn ask_to_checkpoint(
+        &mut self,
+        id: Uuid,
+        signal: PreemptSignal,
+        wait: std::time::Duration,
+        message: String,
+        mut ask: Ask,
+    ) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
-        let wait = sup.run.spec.preempt_wait();
         let mut sent = false;
         for stage in sup.rows().filter(|s| s.record.state.is_live()) {
             if let Some(process) = &stage.record.process {
@@ -107,12 +117,6 @@ impl Reconciler {
             let _ = tx.send(super::Msg::PreemptDue { run: id });
         });
         ask.timer = Some(timer.abort_handle());
-        let message = format!(
-            "asked to checkpoint now ({}) before its preemption by run {}: stopped at its next checkpoint, or in {}",
-            signal.name(),
-            short_id(&ask.urgent),
-            crate::model::progress::span(wait)
-        );
         sup.preempt_ask = Some(ask);
         self.note(id, NewEvent::note(message)).await
     }
@@ -124,9 +128,9 @@ impl Reconciler {
         if let Some(timer) = &ask.timer {
             timer.abort();
         }
-        match self.store.run(ask.urgent).await? {
-            Some(run) if run.state == RunState::Pending => self.preempt(id, &ask).await,
-            _ => Ok(()),
+        match preemption::ask_over(self.store.run(ask.urgent).await?.as_ref()) {
+            true => self.preempt(id, &ask).await,
+            false => Ok(()),
         }
     }
 
@@ -168,10 +172,12 @@ impl Reconciler {
         self.catch_up_checkpoints(id).await?;
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
-        let ended: Vec<_> = sup.rows().map(|s| s.record.ended_at).collect();
+        let ended: Vec<_> = sup.rows().map(|s| stage_end_of(&s.record)).collect();
+        let grace = run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        let grace = grace.as_millis().min(i64::MAX as u128) as i64;
         let checkpoints = self.store.checkpoints(id).await?;
         let preemption::Requeue { params, reason, note, lost } =
-            preemption::requeue(&run, &ended, &checkpoints, now_millis());
+            preemption::requeue(&run, &ended, grace, &checkpoints, now_millis());
         // Every stage is gone and recorded so; the victim is still stopping.
         crate::failpoint::Failpoint::PreemptStagesGone.hit();
         match self.store.requeue_preempted(&run, &reason, &params, &note, lost).await {
@@ -190,4 +196,13 @@ impl Reconciler {
             Err(err) => Err(err),
         }
     }
+}
+
+/// A stage's end as the requeue weighs it: exited with a status, or lost (noticed when).
+fn stage_end_of(record: &crate::model::ProcessRecord) -> Option<preemption::StageEnd> {
+    let at = record.ended_at?;
+    Some(match record.state {
+        crate::model::ProcessState::Lost => preemption::StageEnd::Lost(at),
+        _ => preemption::StageEnd::Exited(at),
+    })
 }

@@ -299,16 +299,21 @@ impl Reconciler {
         self.drive(id).await
     }
 
-    /// Takes a last reading of the progress once a deciding stage exited 0 (the follower may
-    /// not have seen the log's last lines yet, or, for a stage that finished during start-up,
-    /// was not started), records it, and answers the run's last step for `require_total`.
-    pub(super) async fn last_step(&mut self, id: Uuid) -> Result<Option<ProgressPoint>> {
+    /// Takes a last reading of the progress as a stage's end is about to decide its run
+    /// (`stage_end::last_reading` says which: the follower may not have seen the log's last
+    /// lines yet, or, for a stage that finished during start-up, was not started), records it
+    /// before the end is, and answers the run's last step for `require_total`.
+    pub(super) async fn last_step(
+        &mut self,
+        id: Uuid,
+        how: super::core::stage_end::LastReading,
+    ) -> Result<Option<ProgressPoint>> {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         if sup.progress.is_none() {
             self.watch_progress(id).await?;
         }
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
-        let require_total = sup.run.spec.completion.require_total;
+        let http = how == super::core::stage_end::LastReading::TailOrHttp;
         let resolved = sup.progress.as_ref().and_then(|w| w.resolved.clone());
         let (log_start, from_step) =
             sup.progress.as_ref().map_or((FileMark::default(), None), |w| (w.log_start, w.from_step));
@@ -326,9 +331,7 @@ impl Reconciler {
                 tokio::task::spawn_blocking(read).await.ok().flatten()
             }
             // A request can take seconds: only when the outcome depends on it.
-            (Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }), _)
-                if require_total =>
-            {
+            (Some(r @ ResolvedProgress { source: ResolvedSource::Http { url, .. }, .. }), _) if http => {
                 read_http(&self.http, url, r).await
             }
             _ => None,

@@ -242,6 +242,7 @@ impl Reconciler {
         match requeued {
             Ok(queued) => {
                 info!(run = %queued.short_id(), attempt = queued.attempt, "queued again for a retry");
+                self.retry_wakeups.add(id, not_before);
                 self.let_go(id);
                 Ok(false)
             }
@@ -491,45 +492,52 @@ impl Reconciler {
         // outcome and trained weights then hold its last checkpoint, and a daemon that dies
         // after this commit has nothing left to read.
         self.catch_up_checkpoints(id).await?;
-        let decision = self.decide_end(id, &name, &what, exit).await?;
-        let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
-        let ended_at = exited_at.map(|at| run_end_time(at, sup.run.started_at, now_millis()));
-        let then = decision.as_ref().map(|(trigger, reason)| RunMove {
-            run: &sup.run,
-            trigger: *trigger,
-            reason: Some(reason),
-            ended_at,
-        });
-        let event = NewEvent::stage(&name, what);
-        let moved = self.store.record_stage(&ended, std::slice::from_ref(&event), then).await?;
-        if let ProcessEnd::Finished(finished) = &end {
-            self.telemetry.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
+        let last = self.last_step_before_end(id, &name, &what, exit).await?;
+        let Some(sup) = self.runs.get(&id) else { return Ok(()) };
+        let read = stage_end::End { run: &sup.run, stage: &name, what: &what, exit, exited_at, last };
+        let mut moved = None;
+        for action in stage_end::on_end(&read, true, now_millis()) {
+            match action {
+                stage_end::Action::Record { what, then, ended_at } => {
+                    let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
+                    let then = then.as_ref().map(|(trigger, reason)| RunMove {
+                        run: &sup.run,
+                        trigger: *trigger,
+                        reason: Some(reason),
+                        ended_at,
+                    });
+                    let event = NewEvent::stage(&name, what);
+                    moved = Some(self.store.record_stage(&ended, std::slice::from_ref(&event), then).await?);
+                    if let ProcessEnd::Finished(finished) = &end {
+                        self.telemetry.exit_detection.observe_ms((now_millis() - finished.ended_at) as f64);
+                    }
+                    self.telemetry.stage_ended(exit);
+                    sup.stages[idx].stage = ended.clone();
+                }
+                stage_end::Action::Adopt => self.adopt(id, Ok(moved.take().flatten())).await?,
+                stage_end::Action::Drive => self.drive(id).await?,
+            }
         }
-        self.telemetry.stage_ended(exit);
-        sup.stages[idx].stage = ended;
-        if decision.is_some() {
-            self.adopt(id, Ok(moved)).await?;
-        }
-        self.drive(id).await
+        Ok(())
     }
 
-    /// What a stage's end does to its run (`stage_end::end_move`); reads the run's last step
-    /// first when a deciding stage finished.
-    async fn decide_end(
+    /// The run's last step, read before a stage's end is recorded when the end may decide the
+    /// run (`stage_end::last_reading`).
+    async fn last_step_before_end(
         &mut self,
         id: Uuid,
         name: &str,
         what: &str,
         exit: Option<Exit>,
-    ) -> Result<Option<(RunTrigger, String)>> {
+    ) -> Result<Option<crate::model::ProgressPoint>> {
         let Some(sup) = self.runs.get(&id) else { return Ok(None) };
         let deciding = sup.run.spec.deciding_stages().contains(&name);
-        let last = match stage_end::verdict(sup.run.state, deciding, name, what, exit) {
-            stage_end::Verdict::Finished => self.last_step(id).await?,
-            stage_end::Verdict::Nothing | stage_end::Verdict::Failure(_) => None,
-        };
-        let Some(sup) = self.runs.get(&id) else { return Ok(None) };
-        Ok(stage_end::end_move(&sup.run, name, what, exit, last))
+        let verdict = stage_end::verdict(sup.run.state, deciding, name, what, exit);
+        let require_total = sup.run.spec.completion.require_total;
+        match stage_end::last_reading(&verdict, require_total, sup.progress.is_some()) {
+            stage_end::LastReading::Skip => Ok(None),
+            how => self.last_step(id, how).await,
+        }
     }
 
     /// One step of stopping stage `idx`: SIGTERM to its process group, SIGKILL after the grace.

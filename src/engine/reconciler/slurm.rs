@@ -8,6 +8,7 @@ use std::time::Duration;
 use tracing::warn;
 use uuid::Uuid;
 
+use super::core::slurm_jobs::{self, Answer, Step};
 use super::{Msg, Owner, ProcessEnd, Reconciler, Result};
 use crate::launch::slurm::{JobState, Slurm, SlurmJobId, SlurmLog};
 use crate::launch::status::Finished;
@@ -15,8 +16,6 @@ use crate::model::{NewEvent, ProcessState, ProcessTrigger, RunState, now_millis}
 
 /// How often a Slurm job is looked at: exit detection is this coarse for Slurm stages.
 const POLL: Duration = Duration::from_millis(250);
-/// Failed queries in a row before a job counts as lost.
-const TOLERATED_FAILURES: u32 = 20;
 
 impl Reconciler {
     /// Submits stage `idx` of run `id`; its job id, its start and its end come back as messages.
@@ -135,35 +134,31 @@ async fn watch(
     run: Uuid,
     idx: usize,
     job: SlurmJobId,
-    mut report_running: bool,
+    report_running: bool,
     mut log: SlurmLog,
     tx: tokio::sync::mpsc::UnboundedSender<Msg>,
 ) {
     let owner = Owner::Stage { run, idx };
-    let mut failures = 0;
+    let mut poll = slurm_jobs::Poll { failures: 0, report_running };
     let end = loop {
-        match slurm.query(job).await {
-            Ok(JobState::Pending) => failures = 0,
-            Ok(JobState::Running) => {
-                failures = 0;
-                if report_running {
-                    report_running = false;
-                    let _ = tx.send(Msg::SlurmRunning { run, idx });
-                }
+        let answer = match slurm.query(job).await {
+            Ok(JobState::Pending) => Answer::Pending,
+            Ok(JobState::Running) => Answer::Running,
+            Ok(JobState::Ended { exit, .. }) => Answer::Ended(exit),
+            Ok(JobState::Vanished(why)) => Answer::Vanished(why),
+            Err(err) => Answer::Unanswered(err.to_string()),
+        };
+        match poll.step(job.0, answer) {
+            Step::Wait => {}
+            Step::ReportRunning => {
+                let _ = tx.send(Msg::SlurmRunning { run, idx });
             }
-            Ok(JobState::Ended { exit, .. }) => {
-                break ProcessEnd::Finished(Finished {
-                    exit: Some(exit),
-                    spawn_error: None,
-                    ended_at: now_millis(),
-                });
+            Step::Retry { error } => warn!(%job, "cannot query Slurm (will retry): {error}"),
+            Step::Exited(exit) => {
+                let ended_at = now_millis();
+                break ProcessEnd::Finished(Finished { exit: Some(exit), spawn_error: None, ended_at });
             }
-            Ok(JobState::Vanished(why)) => break ProcessEnd::Vanished(format!("Slurm job {job}: {why}")),
-            Err(err) if failures < TOLERATED_FAILURES => {
-                failures += 1;
-                warn!(%job, "cannot query Slurm (will retry): {err}");
-            }
-            Err(err) => break ProcessEnd::Vanished(format!("Slurm job {job} can't be queried: {err}")),
+            Step::Lost(why) => break ProcessEnd::Vanished(why),
         }
         log.keep_bounded(false).await;
         tokio::time::sleep(POLL).await;

@@ -85,6 +85,7 @@ impl PreemptionStore for SqlStore {
     async fn keep_stopped(&self, run: &Run) -> Result<Run> {
         let mut params = run.params.clone();
         params.preempted_by = None;
+        params.preempted_at = None;
         let now = crate::model::now_millis();
         let reason = "stop requested";
         let mut tx = self.pool().begin().await?;

@@ -93,6 +93,7 @@ impl Picker<'_> {
         let mut params = run.params.clone();
         // An earlier attempt's preemption (one that ended stopped, its node lost) is not this one's.
         params.preempted_by = None;
+        params.preempted_at = None;
         self.held.extend(crate::model::pool::resources(&units));
         params.units = units;
         for (name, port) in &ports {
@@ -107,6 +108,35 @@ impl Picker<'_> {
         rebase_run_dir(&mut params, &run.run_dir, &run_dir);
         Pick::Take { params: Box::new(params), run_dir }
     }
+}
+
+/// How the loop's claim looks at the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// No slot free and no preemption: nothing to read.
+    Nothing,
+    /// The last claim found less than it had room for (or no room, looking only to preempt):
+    /// ask whether any run waits before taking the write lock.
+    AskFirst,
+    /// Read the queue and claim.
+    Claim,
+}
+
+/// The look for a claim with `free` slots, `preempting` or not, after a claim that left the
+/// queue `drained` (a submission's poke clears that: its run is there to claim).
+pub fn look(free: usize, preempting: bool, drained: bool) -> Look {
+    match (free, preempting, drained) {
+        (0, false, _) => Look::Nothing,
+        (0, true, _) | (_, _, true) => Look::AskFirst,
+        _ => Look::Claim,
+    }
+}
+
+/// Whether the queue counts as drained after a claim that `took` runs with `free` slots:
+/// not while a run is left blocked (preemption may place it), nor when runs it picked were
+/// another writer's at that instant (`lost`: it looks again shortly, in case they were let go).
+pub fn drained_after(took: usize, free: usize, blocked: bool, lost: usize) -> bool {
+    took < free && !blocked && lost == 0
 }
 
 /// Points the run's resolved values at the claiming node's run directory (they were resolved

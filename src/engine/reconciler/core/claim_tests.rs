@@ -174,3 +174,32 @@ fn a_taken_run_gets_its_ports_units_and_this_nodes_run_dir_and_no_old_preemption
     assert_eq!(taken(&picker.pick(&again, true, &mut ports_from(9000))), "gpu=1");
     assert_eq!(picker.pick(&queued(3, "", 0), true, &mut ports_from(9000)), Pick::Stop);
 }
+
+#[test]
+fn a_claim_reads_the_queue_unless_it_has_no_room_and_asks_first_after_draining_it() {
+    use super::{Look, drained_after, look};
+    // (free slots, preempting, drained) -> look
+    let table = [
+        (0, false, false, Look::Nothing),
+        (0, false, true, Look::Nothing),
+        (0, true, false, Look::AskFirst),
+        (2, false, true, Look::AskFirst),
+        (2, true, true, Look::AskFirst),
+        (2, false, false, Look::Claim),
+        (2, true, false, Look::Claim),
+    ];
+    for (i, (free, preempting, drained, want)) in table.into_iter().enumerate() {
+        assert_eq!(look(free, preempting, drained), want, "row {i}");
+    }
+    // (took, free, a run left blocked, picks lost to another writer) -> drained
+    let table = [
+        (1, 2, false, 0, true),
+        (2, 2, false, 0, false),
+        (1, 2, true, 0, false),
+        (1, 2, false, 1, false),
+        (0, 0, false, 0, false),
+    ];
+    for (i, (took, free, blocked, lost, want)) in table.into_iter().enumerate() {
+        assert_eq!(drained_after(took, free, blocked, lost), want, "row {i}");
+    }
+}

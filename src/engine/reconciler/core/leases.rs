@@ -19,6 +19,19 @@ pub enum Reap {
     Release,
 }
 
+/// How often a node renews its lease: a few beats per lease, so one slow write does not cost
+/// it; never more often than every 50 ms.
+pub fn beat_every(lease: Duration) -> Duration {
+    (lease / 4).max(Duration::from_millis(50))
+}
+
+/// Whether node `node`, last heard from at `heartbeat_at` under a lease of `lease_ms`, is
+/// lost at `now` for the node `me` that looks (a node never reaps itself: its own lease is
+/// renewed, or lost and taken again, by its heartbeat).
+pub fn is_lost(node: &str, me: &str, heartbeat_at: Millis, lease_ms: Millis, now: Millis) -> bool {
+    node != me && heartbeat_at.saturating_add(lease_ms) < now
+}
+
 /// Why a lost node's runs are settled: its id, its silence and its lease.
 pub fn node_lost_reason(node: &str, silent: Duration, lease: Duration) -> String {
     format!(
@@ -108,6 +121,24 @@ mod tests {
             assert_eq!(reap(&lost, WHY, 1_000), want, "row {i}");
         }
         assert_eq!(node_lost_reason("b", Duration::from_millis(12_040), Duration::from_secs(10)), WHY);
+    }
+
+    #[test]
+    fn a_node_beats_a_few_times_per_lease_and_is_lost_once_it_lapsed() {
+        // (lease) -> beat
+        for (lease, beat) in [(10_000, 2_500), (1_000, 250), (100, 50), (0, 50)] {
+            assert_eq!(beat_every(Duration::from_millis(lease)), Duration::from_millis(beat), "{lease}");
+        }
+        // (node, heard at, now) -> lost, for node 'a' looking, leases of 10 s
+        let table = [
+            ("b", 0, 10_000, false),
+            ("b", 0, 10_001, true),
+            ("b", 5_000, 10_001, false),
+            ("a", 0, 99_000, false),
+        ];
+        for (i, (node, heard, now, lost)) in table.into_iter().enumerate() {
+            assert_eq!(is_lost(node, "a", heard, 10_000, now), lost, "row {i}");
+        }
     }
 
     #[test]

@@ -16,30 +16,40 @@
 //! - `stalls`: when a running run's step stood still too long and what that decides;
 //! - `preemption`: the floor, the shortage and holders, a victim's move and its requeue;
 //! - `dependencies`: a claimed run's dependency values, or the problem that fails it;
+//! - `held`: writes held while the store refuses them, their replay order, the rounds' wait;
 //! - `leases`: a lost node's runs, and the claims a restarted node remembers;
 //! - `schedules`: what a due schedule records;
-//! - `test_tasks`: an inference test's tasks to start, and when the test is over.
+//! - `slurm_jobs`: what each poll of a Slurm stage's job means for the stage;
+//! - `test_tasks`: an inference test's tasks to start, and when the test is over;
+//! - `wakeups`: when a retry's backoff ends, so the loop claims then, not at the next scan.
 //!
 //! `sim` (tests only) runs these decisions against a model of the store with the daemon
-//! killed between any two writes, and checks what must hold whatever the order.
+//! killed between any two writes, and checks what must hold whatever the order; `sim_nodes`
+//! does the same for several nodes sharing one store (claims under leases, wake-ups lost or
+//! arriving mid-claim, nodes dying and restarting).
 
 pub mod claim;
 pub mod dependencies;
+pub mod held;
 pub mod leases;
 pub mod lifecycle;
 pub mod preemption;
 pub mod restart;
 pub mod retries;
 pub mod schedules;
+pub mod slurm_jobs;
 pub mod stage_end;
 pub mod stages;
 pub mod stalls;
 pub mod test_tasks;
 pub mod time_limits;
+pub mod wakeups;
 
 #[cfg(test)]
 mod purity;
 #[cfg(test)]
 mod sim;
+#[cfg(test)]
+mod sim_nodes;
 #[cfg(test)]
 mod testing;

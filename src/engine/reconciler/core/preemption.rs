@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use crate::model::preemption::{Holder, Shortage};
+use crate::model::preemption::{Holder, Shortage, choose_victims};
 use crate::model::{Checkpoint, Millis, Pools, Run, RunParams, RunState, short_id};
+use crate::workflow::PreemptSignal;
 
 /// The pool name a parallel slot goes by in a shortage, when slots are short.
 pub const SLOT: &str = "parallel slot";
@@ -109,6 +110,62 @@ pub fn short_pools(shortage: &Shortage) -> Vec<String> {
         .collect()
 }
 
+/// What the shell carries out, in order, for a preemption decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Ask the victim to checkpoint now (its workflow names `preempt_signal`): `signal` to its
+    /// live stages, `note` on it, and a timer of `wait`; it is stopped at its next checkpoint
+    /// or when the timer fires (`ask_over`). No stage to signal: stop it now instead.
+    Ask {
+        victim: Uuid,
+        urgent: Uuid,
+        short: Vec<String>,
+        signal: PreemptSignal,
+        wait: std::time::Duration,
+        note: String,
+    },
+    /// Stop the victim now for `urgent` (`victim_move`, committed before any signal).
+    Stop { victim: Uuid, urgent: Uuid, short: Vec<String> },
+}
+
+/// The preemption for `urgent`, short of `shortage`, among `holders` (their checkpoints read
+/// for those that may be chosen): the victims that free it at the least lost work, each asked
+/// to checkpoint first or stopped at once. `runs` gives a victim's run. None chosen: nothing.
+pub fn plan<'a>(
+    urgent: Uuid,
+    shortage: &Shortage,
+    holders: &[Holder<Uuid>],
+    runs: impl Fn(Uuid) -> Option<&'a Run>,
+) -> Vec<Action> {
+    let Some(choice) = choose_victims(shortage, holders) else { return Vec::new() };
+    let short = short_pools(shortage);
+    choice
+        .victims
+        .into_iter()
+        .map(|victim| {
+            let short = short.clone();
+            match runs(victim).and_then(|run| Some((run.spec.preempt_signal?, run.spec.preempt_wait()))) {
+                Some((signal, wait)) => {
+                    let note = format!(
+                        "asked to checkpoint now ({}) before its preemption by run {}: stopped at its next checkpoint, or in {}",
+                        signal.name(),
+                        short_id(&urgent),
+                        crate::model::progress::span(wait)
+                    );
+                    Action::Ask { victim, urgent, short, signal, wait, note }
+                }
+                None => Action::Stop { victim, urgent, short },
+            }
+        })
+        .collect()
+}
+
+/// A victim asked to checkpoint checkpointed, or its wait is over: it is stopped only while
+/// the run it was asked for still waits (`urgent` as the store holds it now).
+pub fn ask_over(urgent: Option<&Run>) -> bool {
+    urgent.is_some_and(|run| run.state == RunState::Pending)
+}
+
 /// A victim's move to `stopping`, with what it is told and what the urgent run is told.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VictimMove {
@@ -154,6 +211,7 @@ pub fn victim_move(
     let note = format!("took {} from run {}", named_units(&given), run.short_id());
     let mut params = run.params.clone();
     params.preempted_by = Some(urgent);
+    params.preempted_at = Some(now);
     Some(VictimMove { params, reason, note })
 }
 
@@ -170,18 +228,49 @@ pub struct Requeue {
     pub lost: Millis,
 }
 
+/// How a victim's stage ended, as recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageEnd {
+    /// Its exit status says when it ended.
+    Exited(Millis),
+    /// Gone without a status, noticed at this time (by a restarted daemon, maybe much later).
+    Lost(Millis),
+}
+
+impl StageEnd {
+    /// When the victim's work in this stage ended, as well as is known: a lost stage's end is
+    /// bounded by its stop (decided at `stopped_at`, killed after `grace` at the latest while a
+    /// daemon watched), never pushed later by a daemon's downtime.
+    fn at(self, stopped_at: Option<Millis>, grace: Millis) -> Millis {
+        match (self, stopped_at) {
+            (StageEnd::Exited(at), _) | (StageEnd::Lost(at), None) => at,
+            (StageEnd::Lost(noticed), Some(stopped)) => noticed.min(stopped.saturating_add(grace)),
+        }
+    }
+}
+
 /// The requeue of `run`, stopping for another with its stages gone: `ended` are its stages'
-/// end times, `checkpoints` its checkpoints (oldest first). The work redone ends where the
-/// victim did, at its last stage's end, not at `now`, which a daemon restarted meanwhile makes
-/// later by its downtime.
-pub fn requeue(run: &Run, ended: &[Option<Millis>], checkpoints: &[Checkpoint], now: Millis) -> Requeue {
+/// ends (none for a stage that never started), `grace` its stages' stop grace, `checkpoints`
+/// its checkpoints (oldest first). The work redone ends where the victim did, at its last
+/// stage's end, not at `now`, which a daemon restarted meanwhile makes later by its downtime;
+/// a stage lost without a status while no daemon watched is bounded by its stop.
+pub fn requeue(
+    run: &Run,
+    ended: &[Option<StageEnd>],
+    grace: Millis,
+    checkpoints: &[Checkpoint],
+    now: Millis,
+) -> Requeue {
     let by = run.preempted_by().map(|by| short_id(&by)).unwrap_or_default();
     let started = run.started_at.unwrap_or(run.updated_at);
     let since = Checkpoint::last_resumable(checkpoints).map_or(started, |c| c.at.max(started));
-    let ended = ended.iter().flatten().max().map_or(now, |at| (*at).min(now));
+    let stopped_at = run.params.preempted_at;
+    let ended = ended.iter().flatten().map(|end| end.at(stopped_at, grace)).max();
+    let ended = ended.map_or(now, |at| at.min(now));
     let lost = (ended - since).max(0);
     let mut cleared = run.clone();
     cleared.params.preempted_by = None;
+    cleared.params.preempted_at = None;
     let (params, note) = super::retries::next_attempt(&cleared, checkpoints, true).unwrap_or_else(|| {
         let note =
             format!("attempt {} starts from step 0: the workflow names no checkpoints", run.attempt + 1);

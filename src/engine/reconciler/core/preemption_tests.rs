@@ -110,6 +110,7 @@ fn a_victims_move_names_the_urgent_run_what_it_gives_and_the_work_lost() {
         let decided = victim_move(&victim, urgent, &short, last.as_ref(), now).unwrap();
         assert_eq!((decided.reason.as_str(), decided.note.as_str()), (reason, note), "row {i}");
         assert_eq!(decided.params.preempted_by, Some(urgent), "row {i}");
+        assert_eq!(decided.params.preempted_at, Some(now), "row {i}: when it was told to stop");
         assert_eq!(decided.params.units, victim.params.units, "row {i}: it holds its units until it is gone");
     }
     // A run that moved meanwhile (a stop request, its end) is not preempted.
@@ -128,29 +129,82 @@ fn a_requeue_counts_the_work_to_the_last_stage_end_so_downtime_is_not_added() {
     victim.params.units = gpus(&["0"]);
     victim.attempt = 1;
     let saved = [checkpoint(10, Some("s/10"), 2 * MIN), checkpoint(12, None, 3 * MIN)];
-    // (stages' ends, now) -> lost: its stages ended at 5m; a daemon down until 60m adds nothing.
+    let (exited, lost_at) = (|at| Some(StageEnd::Exited(at)), |at| Some(StageEnd::Lost(at)));
+    const GRACE: Millis = 30_000;
+    // (told to stop at, stages' ends, now) -> lost: its stages ended at 5m; a daemon down until
+    // 60m adds nothing.
     let table = [
-        (vec![Some(4 * MIN), Some(5 * MIN)], 5 * MIN, 3 * MIN),
-        (vec![Some(4 * MIN), Some(5 * MIN)], 60 * MIN, 3 * MIN),
+        (Some(4 * MIN), vec![exited(4 * MIN), exited(5 * MIN)], 5 * MIN, 3 * MIN),
+        (Some(4 * MIN), vec![exited(4 * MIN), exited(5 * MIN)], 60 * MIN, 3 * MIN),
         // A stage's end in the future (a skewed clock) counts as now.
-        (vec![Some(90 * MIN)], 6 * MIN, 4 * MIN),
-        // No stage recorded an end (lost without a trace): now.
-        (vec![None], 7 * MIN, 5 * MIN),
+        (Some(4 * MIN), vec![exited(90 * MIN)], 6 * MIN, 4 * MIN),
+        // No stage ever ended (none started): now.
+        (Some(4 * MIN), vec![None], 7 * MIN, 5 * MIN),
+        // Lost without a status, noticed while a daemon watched (before its grace was over).
+        (Some(4 * MIN), vec![lost_at(4 * MIN + 10_000)], 5 * MIN, 2 * MIN + 10_000),
+        // Lost while the daemon was down, noticed at its restart at 60m: to its stop and grace.
+        (Some(4 * MIN), vec![lost_at(60 * MIN)], 60 * MIN, 2 * MIN + GRACE),
+        (Some(4 * MIN), vec![exited(4 * MIN + 5_000), lost_at(60 * MIN)], 60 * MIN, 2 * MIN + GRACE),
+        // A decision of an older daemon, its time not recorded: when it was noticed.
+        (None, vec![lost_at(60 * MIN)], 60 * MIN, 58 * MIN),
     ];
-    for (i, (ended, now, lost)) in table.into_iter().enumerate() {
-        let back = requeue(&victim, &ended, &saved, now);
+    for (i, (stopped_at, ended, now, lost)) in table.into_iter().enumerate() {
+        victim.params.preempted_at = stopped_at;
+        let back = requeue(&victim, &ended, GRACE, &saved, now);
         assert_eq!(back.lost, lost, "row {i}");
         assert_eq!(back.reason, "queued again after its preemption by run 1234abcd");
         assert_eq!(back.note, "attempt 2 resumes from step 10 (s/10)");
         assert_eq!(back.params.preempted_by, None, "the requeue clears the decision");
+        assert_eq!(back.params.preempted_at, None, "and when it was taken");
     }
     // The workflow names no checkpoints: from step 0, said so; work since the attempt started.
     let mut plain = run(2, PREEMPTIBLE, S::Stopping, 0, Some(MIN));
     plain.params.preempted_by = Some(urgent);
-    let back = requeue(&plain, &[Some(3 * MIN)], &[], 9 * MIN);
+    let back = requeue(&plain, &[Some(StageEnd::Exited(3 * MIN))], 0, &[], 9 * MIN);
     assert_eq!(
         (back.lost, back.note.as_str()),
         (2 * MIN, "attempt 2 starts from step 0: the workflow names no checkpoints")
     );
     assert_eq!(back.params.preempted_by, None);
+}
+
+#[test]
+fn a_preemption_asks_victims_that_name_a_signal_to_checkpoint_and_stops_the_others() {
+    let pools = Pools::from_specs(&["gpu=0,1".parse().unwrap()], None).unwrap();
+    let mut urgent = run(9, "needs: {gpu: 2}\n", S::Pending, 10, None);
+    urgent.params.needs = urgent.spec.needs.clone();
+    let asked = "preempt_signal: SIGUSR1\npreempt_wait: 30s\n";
+    let mut a = run(1, &format!("{PREEMPTIBLE}{asked}"), S::Running, 0, Some(0));
+    a.params.units = gpus(&["0"]);
+    let mut b = run(2, PREEMPTIBLE, S::Running, 0, Some(0));
+    b.params.units = gpus(&["1"]);
+    let held: BTreeSet<String> =
+        [&a, &b].iter().flat_map(|r| crate::model::pool::resources(r.units()).collect::<Vec<_>>()).collect();
+    let now = 10 * MIN;
+    let short = shortage(&Blocked::of(&urgent), &pools, &held, false, 1, now);
+    let holders: Vec<_> = [&a, &b].iter().filter_map(|r| holder(r, false, now)).collect();
+    let runs = |id: Uuid| [&a, &b].into_iter().find(|r| r.id == id);
+    let gpu = vec!["gpu".to_string()];
+    assert_eq!(
+        plan(urgent.id, &short, &holders, runs),
+        [
+            Action::Ask {
+                victim: a.id,
+                urgent: urgent.id,
+                short: gpu.clone(),
+                signal: crate::workflow::PreemptSignal::Usr1,
+                wait: std::time::Duration::from_secs(30),
+                note: "asked to checkpoint now (SIGUSR1) before its preemption by run 00000000: stopped at its next checkpoint, or in 30s".into(),
+            },
+            Action::Stop { victim: b.id, urgent: urgent.id, short: gpu },
+        ]
+    );
+    // Nothing frees enough (b is protected by its priority): no action.
+    let higher = Run { priority: 20, ..b.clone() };
+    let holders: Vec<_> = [&a, &higher].iter().filter_map(|r| holder(r, false, now)).collect();
+    assert_eq!(plan(urgent.id, &short, &holders, runs), []);
+    // The wait is over: stopped only while the urgent run still waits.
+    assert!(ask_over(Some(&urgent)));
+    assert!(!ask_over(Some(&Run { state: S::Starting, ..urgent.clone() })));
+    assert!(!ask_over(None), "gone (stopped and deleted)");
 }

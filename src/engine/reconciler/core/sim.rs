@@ -20,13 +20,14 @@ use super::claim::{Pick, Picker};
 use super::lifecycle::{StageView, Step, next_step};
 use super::{preemption, stage_end};
 use crate::engine::reconciler::core::testing;
-use crate::model::preemption::choose_victims;
 use crate::model::{Exit, Millis, Pools, ProcessState, Run, RunState, RunTrigger};
 
 /// How long the daemon is down at a crash: longer than any run of the model.
 const DOWNTIME: Millis = 3_600_000;
 const STAGES: usize = 2;
 const MAX_PARALLEL: usize = 3;
+/// A stage's stop grace.
+const GRACE: Millis = 30_000;
 
 /// The daemon was killed here.
 struct Crashed;
@@ -52,6 +53,19 @@ struct Row {
 struct World {
     alive: BTreeMap<(Uuid, usize), BTreeSet<String>>,
     exit_files: BTreeMap<(Uuid, usize), (Millis, Exit)>,
+    /// When each process really ended, status or not: what a victim's lost work is held to.
+    died_at: BTreeMap<(Uuid, usize), Millis>,
+}
+
+impl World {
+    /// The process of stage `idx` of `run` ends now; false if it was not running.
+    fn end(&mut self, run: Uuid, idx: usize, now: Millis) -> bool {
+        let ran = self.alive.remove(&(run, idx)).is_some();
+        if ran {
+            self.died_at.insert((run, idx), now);
+        }
+        ran
+    }
 }
 
 struct Sim {
@@ -64,6 +78,8 @@ struct Sim {
     now: Millis,
     /// Actions left before the daemon is killed.
     crash_in: Option<u32>,
+    /// Runs whose processes die without a status while the daemon is down next.
+    vanish: BTreeSet<Uuid>,
 }
 
 /// One thing that happens, from the script.
@@ -85,6 +101,9 @@ enum Event {
     Stop(usize),
     /// The daemon will be killed after `n` more actions.
     CrashIn(u32),
+    /// While the daemon is down at its next crash, the `n`th run's processes die leaving no
+    /// exit status (a machine's OOM killer took the shims too).
+    Vanish(usize),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -97,6 +116,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0..5usize).prop_map(Event::TimeLimit),
         1 => (0..5usize).prop_map(Event::Stop),
         2 => (0..12u32).prop_map(Event::CrashIn),
+        1 => (0..5usize).prop_map(Event::Vanish),
     ]
 }
 
@@ -138,6 +158,7 @@ impl Sim {
             pools,
             now: 0,
             crash_in: None,
+            vanish: BTreeSet::new(),
         }
     }
 
@@ -255,6 +276,7 @@ impl Sim {
             row.ended_at = vec![None; STAGES];
             // The last attempt's status files would read as this attempt's exits.
             self.world.exit_files.retain(|(run, _), _| *run != id);
+            self.world.died_at.retain(|(run, _), _| *run != id);
             self.supervised.insert(id);
             self.point()?;
             self.drive(id)?;
@@ -270,9 +292,11 @@ impl Sim {
             .iter()
             .filter_map(|id| preemption::holder(self.run(*id), slots_short, self.now))
             .collect();
-        let Some(choice) = choose_victims(&shortage, &holders) else { return Ok(()) };
-        let short = preemption::short_pools(&shortage);
-        for victim in choice.victims {
+        let actions = preemption::plan(blocked.id, &shortage, &holders, |id| Some(self.run(id)));
+        for action in actions {
+            let preemption::Action::Stop { victim, short, .. } = action else {
+                panic!("no workflow here names a preempt_signal: {action:?}")
+            };
             let Some(decided) = preemption::victim_move(self.run(victim), blocked.id, &short, None, self.now)
             else {
                 continue;
@@ -313,20 +337,39 @@ impl Sim {
                 }
                 Step::StopStage(idx) => {
                     // The signal; the shim records the exit; the daemon records it after.
-                    self.world.alive.remove(&(id, idx));
-                    self.world.exit_files.insert((id, idx), (self.now, Exit::Signal(15)));
+                    if self.world.end(id, idx, self.now) {
+                        self.world.exit_files.insert((id, idx), (self.now, Exit::Signal(15)));
+                    }
                     self.point()?;
                     self.record_end(id, idx)?;
                 }
                 Step::RequeuePreempted => {
                     let row = &self.rows[&id];
-                    let back = preemption::requeue(&row.run, &row.ended_at, &[], self.now);
-                    // Its work ends where its stages did: a restart in between adds nothing.
+                    let ends: Vec<_> = (row.stages.iter().zip(&row.ended_at))
+                        .map(|(state, at)| match state {
+                            ProcessState::Lost => at.map(preemption::StageEnd::Lost),
+                            _ => at.map(preemption::StageEnd::Exited),
+                        })
+                        .collect();
+                    let back = preemption::requeue(&row.run, &ends, GRACE, &[], self.now);
+                    // Its work ends where its stages did: a restart in between adds nothing,
+                    // even when they left no status to say when.
                     if let Some(last_end) = row.ended_at.iter().flatten().max() {
                         let started = row.run.started_at.unwrap();
                         assert!(
                             back.lost <= last_end - started,
                             "lost work past the victim's last stage end"
+                        );
+                    }
+                    // Nor past when its processes really ended, plus the grace that bounds a
+                    // stage that left no status.
+                    let died = (0..STAGES).filter_map(|idx| self.world.died_at.get(&(id, idx))).max();
+                    if let Some(died) = died {
+                        let ran = died - row.run.started_at.unwrap();
+                        assert!(
+                            back.lost <= ran + GRACE,
+                            "a daemon's downtime counted as lost work: {}",
+                            back.lost
                         );
                     }
                     self.apply(id, RunTrigger::Preempted);
@@ -390,7 +433,7 @@ impl Sim {
 
     /// The deciding stage exits 75: the shim records it; the daemon, if it watches.
     fn transient(&mut self, id: Uuid) -> Point {
-        if self.world.alive.remove(&(id, 0)).is_none() {
+        if !self.world.end(id, 0, self.now) {
             return Ok(());
         }
         self.world.exit_files.insert((id, 0), (self.now, Exit::Code(75)));
@@ -433,7 +476,7 @@ impl Sim {
 
     /// The deciding stage finishes its work: the shim records it; the daemon, if it watches.
     fn finish(&mut self, id: Uuid) -> Point {
-        if self.world.alive.remove(&(id, 0)).is_none() {
+        if !self.world.end(id, 0, self.now) {
             return Ok(());
         }
         self.world.exit_files.insert((id, 0), (self.now, Exit::Code(0)));
@@ -445,6 +488,12 @@ impl Sim {
 
     /// Restart repair over the store: supervise what is in flight, settle each live stage.
     fn recover(&mut self) -> Point {
+        // Processes that died while no daemon watched, their shims too: no exit file.
+        for id in std::mem::take(&mut self.vanish) {
+            for idx in 0..STAGES {
+                self.world.end(id, idx, self.now);
+            }
+        }
         self.now += DOWNTIME;
         // The runs a daemon supervises: in flight, or ended with a stage still live.
         let supervised = |r: &&Row| {
@@ -512,6 +561,10 @@ impl Sim {
                 self.crash_in = Some(n);
                 Ok(())
             }
+            Event::Vanish(n) => {
+                self.vanish.extend(self.order.get(n));
+                Ok(())
+            }
         };
         while outcome.is_err() {
             outcome = self.recover();
@@ -568,5 +621,15 @@ fn a_run_ended_with_a_live_stage_at_a_crash_is_stopped_after_the_restart() {
     play(
         &[(0, 0, false), (0, 0, false), (0, 0, false)],
         &[Event::Claim, Event::CrashIn(0), Event::Finish(0)],
+    );
+}
+
+/// Found by the property with the bug put back: a victim whose processes died leaving no status
+/// while the daemon was down had the downtime counted as the work it lost.
+#[test]
+fn a_victim_lost_without_a_status_while_the_daemon_was_down_counts_no_downtime() {
+    play(
+        &[(2, 5, false), (0, 0, false), (2, 0, false), (3, 0, true)],
+        &[Event::Submit(3), Event::CrashIn(0), Event::Vanish(3), Event::Submit(0)],
     );
 }

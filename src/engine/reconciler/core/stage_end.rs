@@ -33,6 +33,32 @@ pub fn verdict(state: RunState, deciding: bool, stage: &str, what: &str, exit: O
     })
 }
 
+/// Which last reading of the run's progress a stage's end takes before it is recorded, so the
+/// run's last step lands before its end does (a follower's later reading of it finds the run
+/// over and is dropped, and a failed run would never show where it stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastReading {
+    /// Nothing decided by this end: no reading.
+    Skip,
+    /// The followed log's or file's last lines.
+    Tail,
+    /// Those, or the HTTP source when the outcome hangs on the total (`require_total`).
+    TailOrHttp,
+}
+
+/// The last reading for an end of `verdict`: a finished stage's (its progress watched from
+/// now if it was not, the total maybe deciding), and a failure's of a run whose progress is
+/// `watched` (one failing in start-up has reported no step, and gets no watcher for it).
+pub fn last_reading(verdict: &Verdict, require_total: bool, watched: bool) -> LastReading {
+    match verdict {
+        Verdict::Nothing => LastReading::Skip,
+        Verdict::Finished if require_total => LastReading::TailOrHttp,
+        Verdict::Finished => LastReading::Tail,
+        Verdict::Failure(_) if watched => LastReading::Tail,
+        Verdict::Failure(_) => LastReading::Skip,
+    }
+}
+
 /// With `require_total`, why a deciding stage's exit 0 is not a success: the last recorded step
 /// has not reached the total. None when it is a success.
 pub fn short_of_total(require_total: bool, last: Option<ProgressPoint>, stage: &str) -> Option<String> {
@@ -97,6 +123,47 @@ pub fn end_move(
             failure_move(run.state, run.charged_attempts(), run.spec.retry.as_ref(), &reason, exit)
         }
     }
+}
+
+/// What the shell carries out, in order, for a stage's end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Record the stage's end (its event `what`) and, with `then`, its run's move (the trigger,
+    /// why, and the run's end when an exit decides it): one commit.
+    Record { what: String, then: Option<(RunTrigger, String)>, ended_at: Option<Millis> },
+    /// Its run moved: take the run as stored.
+    Adopt,
+    /// Look at what the run asks next.
+    Drive,
+}
+
+/// A stage's end, as the shell read it: the run, which stage, what happened (`what`, its
+/// `exit`, when it exited by its status file), and the run's last step read just before.
+pub struct End<'a> {
+    pub run: &'a Run,
+    pub stage: &'a str,
+    pub what: &'a str,
+    pub exit: Option<Exit>,
+    pub exited_at: Option<Millis>,
+    pub last: Option<ProgressPoint>,
+}
+
+/// The actions for `end` at `now`: its record with its run's move (`end_move`; a run an exit
+/// ends, ended at that exit), the move adopted, and the run driven on. An end recorded
+/// already (`live` false: a repair and a watcher both reported it, or a replay) only drives.
+pub fn on_end(end: &End<'_>, live: bool, now: Millis) -> Vec<Action> {
+    if !live {
+        return vec![Action::Drive];
+    }
+    let then = end_move(end.run, end.stage, end.what, end.exit, end.last);
+    let moved = then.is_some();
+    let ended_at = end.exited_at.filter(|_| moved).map(|at| run_end_time(at, end.run.started_at, now));
+    let mut actions = vec![Action::Record { what: end.what.to_string(), then, ended_at }];
+    if moved {
+        actions.push(Action::Adopt);
+    }
+    actions.push(Action::Drive);
+    actions
 }
 
 /// When a run that a stage's exit decided ends: at that exit, kept within [started, now] so
@@ -226,6 +293,76 @@ mod tests {
         // A deciding stage's exit 0 is never a retry.
         let got = end_move(&run(S::Running, false, true, 1), "trainer", "exited with code 0", OK, None);
         assert_eq!(got.map(|m| m.0), Some(RunTrigger::Complete));
+    }
+
+    #[test]
+    fn an_end_that_decides_its_run_reads_the_last_step_before_it_is_recorded() {
+        use LastReading::{Skip, Tail, TailOrHttp};
+        let failure = Verdict::Failure("stage 'trainer' exited with code 3".into());
+        // (verdict, require_total, progress watched) -> reading
+        let table = [
+            (Verdict::Nothing, false, true, Skip),
+            (Verdict::Nothing, true, true, Skip),
+            (Verdict::Finished, false, false, Tail),
+            (Verdict::Finished, true, false, TailOrHttp),
+            (Verdict::Finished, true, true, TailOrHttp),
+            // A failed run's last step is its own too: read before its end lands.
+            (failure.clone(), false, true, Tail),
+            (failure.clone(), true, true, Tail),
+            (failure, false, false, Skip),
+        ];
+        for (i, (verdict, require_total, watched, want)) in table.into_iter().enumerate() {
+            assert_eq!(last_reading(&verdict, require_total, watched), want, "row {i}");
+        }
+    }
+
+    #[test]
+    fn a_stage_end_is_recorded_with_its_runs_move_then_adopted_and_driven() {
+        use Action::{Adopt, Drive, Record};
+        let running = run(S::Running, false, false, 1);
+        let stopping = run(S::Stopping, false, false, 1);
+        let end = |run, stage, what, exit, exited_at| End { run, stage, what, exit, exited_at, last: None };
+        let record = |what: &str, then: Option<(RunTrigger, &str)>, ended_at| Record {
+            what: what.into(),
+            then: then.map(|(t, r)| (t, r.to_string())),
+            ended_at,
+        };
+        // (end, live) -> actions at now = 9_000
+        let table = [
+            (
+                end(&running, "trainer", "exited with code 0", OK, Some(5_000)),
+                true,
+                vec![
+                    record(
+                        "exited with code 0",
+                        Some((RunTrigger::Complete, "stage 'trainer' finished")),
+                        Some(5_000),
+                    ),
+                    Adopt,
+                    Drive,
+                ],
+            ),
+            (
+                end(&running, "trainer", "lost: gone", None, None),
+                true,
+                vec![
+                    record("lost: gone", Some((RunTrigger::Fail, "stage 'trainer' lost: gone")), None),
+                    Adopt,
+                    Drive,
+                ],
+            ),
+            // A run stopping is not decided by its stages' ends: recorded, then driven on.
+            (
+                end(&stopping, "api", "exited with code 0", OK, Some(5_000)),
+                true,
+                vec![record("exited with code 0", None, None), Drive],
+            ),
+            // Recorded already: only driven.
+            (end(&running, "trainer", "exited with code 0", OK, Some(5_000)), false, vec![Drive]),
+        ];
+        for (i, (end, live, want)) in table.into_iter().enumerate() {
+            assert_eq!(on_end(&end, live, 9_000), want, "row {i}");
+        }
     }
 
     #[test]

@@ -38,8 +38,8 @@ pub fn decide(run: &Run, clock_from: Millis, last: Option<ProgressPoint>, now: M
     };
     let reason = format!("stalled: no progress for {} ({at})", span(timeout.0));
     let policy = run.spec.retry.as_ref();
-    // The attempt as counted before preemptions were (a stall charges every attempt).
-    match after_stall(policy, run.attempt) {
+    // Like every retry, a stall counts the attempts charged: a preemption's requeue is none.
+    match after_stall(policy, run.charged_attempts()) {
         RetryDecision::RetryIn(wait) => {
             let max = policy.map_or(1, |p| p.max_attempts);
             let reason = format!(
@@ -71,19 +71,20 @@ mod tests {
     #[test]
     fn a_run_whose_step_stands_still_past_its_timeout_fails_or_is_retried() {
         let fail = |s: &str| Verdict::Fail { reason: s.into() };
-        // (workflow tail, state, attempt, clock from, last step, now) -> verdict
+        // (workflow tail, state, attempt, preemptions, clock from, last step, now) -> verdict
         let table = [
-            ("", S::Running, 1, 0, None, 99 * MIN, Verdict::None),
-            (STALL, S::Starting, 1, 0, None, 99 * MIN, Verdict::None),
-            (STALL, S::Stopping, 1, 0, None, 99 * MIN, Verdict::None),
-            (STALL, S::Running, 1, 5 * MIN, at(40, Some(100)), 14 * MIN, Verdict::Until(15 * MIN)),
-            (STALL, S::Running, 1, 5 * MIN, at(40, Some(100)), 15 * MIN, fail("stalled: no progress for 10m (at step 40 of 100)")),
-            (STALL, S::Running, 1, 0, at(7, None), 10 * MIN, fail("stalled: no progress for 10m (at step 7 of an unknown total)")),
-            (STALL, S::Running, 1, 0, None, 10 * MIN, fail("stalled: no progress for 10m (no step reported yet)")),
+            ("", S::Running, 1, 0, 0, None, 99 * MIN, Verdict::None),
+            (STALL, S::Starting, 1, 0, 0, None, 99 * MIN, Verdict::None),
+            (STALL, S::Stopping, 1, 0, 0, None, 99 * MIN, Verdict::None),
+            (STALL, S::Running, 1, 0, 5 * MIN, at(40, Some(100)), 14 * MIN, Verdict::Until(15 * MIN)),
+            (STALL, S::Running, 1, 0, 5 * MIN, at(40, Some(100)), 15 * MIN, fail("stalled: no progress for 10m (at step 40 of 100)")),
+            (STALL, S::Running, 1, 0, 0, at(7, None), 10 * MIN, fail("stalled: no progress for 10m (at step 7 of an unknown total)")),
+            (STALL, S::Running, 1, 0, 0, None, 10 * MIN, fail("stalled: no progress for 10m (no step reported yet)")),
             (
                 RETRIED,
                 S::Running,
                 1,
+                0,
                 0,
                 None,
                 10 * MIN,
@@ -91,11 +92,27 @@ mod tests {
                     reason: "stalled: no progress for 10m (no step reported yet) (transient by the retry policy): attempt 2 of 2 starts in 30s".into(),
                 },
             ),
-            (RETRIED, S::Running, 2, 0, None, 10 * MIN, fail("stalled: no progress for 10m (no step reported yet)")),
+            (RETRIED, S::Running, 2, 0, 0, None, 10 * MIN, fail("stalled: no progress for 10m (no step reported yet)")),
+            // A preemption's requeue charged no attempt: attempt 2 after one is still the first.
+            (
+                RETRIED,
+                S::Running,
+                2,
+                1,
+                0,
+                None,
+                10 * MIN,
+                Verdict::Retry {
+                    reason: "stalled: no progress for 10m (no step reported yet) (transient by the retry policy): attempt 3 of 2 starts in 30s".into(),
+                },
+            ),
+            (RETRIED, S::Running, 3, 1, 0, None, 10 * MIN, fail("stalled: no progress for 10m (no step reported yet)")),
         ];
-        for (i, (tail, state, attempt, clock_from, last, now, want)) in table.into_iter().enumerate() {
+        for (i, (tail, state, attempt, preemptions, clock_from, last, now, want)) in
+            table.into_iter().enumerate()
+        {
             let mut stalled = run(1, tail, state, 0, Some(0));
-            stalled.attempt = attempt;
+            (stalled.attempt, stalled.preemptions) = (attempt, preemptions);
             assert_eq!(decide(&stalled, clock_from, last, now), want, "row {i}");
         }
     }
