@@ -46,6 +46,9 @@ failpoints! {
     SweepSuggested = "sweep.suggested",
     /// A suggested member's rows written, its transaction not yet committed.
     SweepMemberUncommitted = "sweep.member_uncommitted",
+    /// A sweep's resume is committed (live again, its re-runs marked), before any member is
+    /// queued again.
+    SweepResumed = "sweep.resumed",
 }
 
 impl std::fmt::Display for Failpoint {

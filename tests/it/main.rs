@@ -41,6 +41,7 @@ mod supervisor;
 mod support;
 mod sweep_dependencies;
 mod sweep_reference;
+mod sweep_resume;
 mod sweeps;
 mod sweeps_bayes;
 mod systemd;

@@ -165,3 +165,51 @@ async fn a_daemon_killed_between_a_suggestion_and_its_member_makes_it_once() {
     home.wait_state(members[2].1, RunState::Running, T).await;
     assert_eq!(self::members(&service, sweep).await.len(), 3);
 }
+
+/// A bayes sweep stopped after its first member ended resumes: its member the stop ended runs
+/// again, and new members are suggested as slots open up to its run_cap.
+#[tokio::test]
+async fn a_stopped_bayes_sweep_resumes_up_to_its_run_cap() {
+    let mut home = TestHome::new();
+    home.workflow("quad", QUAD);
+    let (sweep, first) = start(&home);
+    home.start_daemon_with(&["--sweep-interval", "200ms"]);
+    let service = home.service().await;
+    home.wait_state(first[0], RunState::Running, T).await;
+    finish(&mut home, &service, first[0]).await;
+    // Member 2 is suggested for the slot member 0 left; then the sweep is stopped.
+    wait_members(&service, sweep, 3).await;
+    home.cli_ok(&["sweep", "stop", &sweep.to_string()]);
+    for (_, id, _) in members(&service, sweep).await {
+        home.wait_settled(id, T).await;
+    }
+    home.cli_ok(&["sweep", "resume", &sweep.to_string()]);
+    let resumed = members(&service, sweep).await;
+    assert_eq!(resumed[0].2, RunState::Completed, "a completed member keeps its result");
+    for (k, id, _) in &resumed[1..] {
+        assert_eq!(home.run(*id).await.attempt, 2, "member {k}, which the stop ended, runs again");
+    }
+    // Every open member ends in turn; the sweep makes its six members, no more, and ends.
+    let mut finished: BTreeSet<Uuid> = [first[0]].into();
+    for count in 3..=6 {
+        let members = wait_members(&service, sweep, count).await;
+        let next = members.iter().find(|m| !m.2.is_terminal() && !finished.contains(&m.1)).unwrap().1;
+        home.wait_state(next, RunState::Running, T).await;
+        finish(&mut home, &service, next).await;
+        finished.insert(next);
+    }
+    for (_, id, _) in members(&service, sweep).await {
+        if !finished.contains(&id) {
+            home.wait_state(id, RunState::Running, T).await;
+            finish(&mut home, &service, id).await;
+        }
+    }
+    wait_for("the sweep to be done", T, || {
+        let service = service.clone();
+        async move {
+            (service.resolve_sweep(&sweep.to_string()).await.unwrap().state == SweepState::Done).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(members(&service, sweep).await.len(), 6);
+}

@@ -144,6 +144,9 @@ pub enum ServiceError {
     InSweep { k: u64, source: Box<ServiceError> },
     #[error("no sweep matches '{0}'")]
     UnknownSweep(String),
+    /// `sweep resume` of a sweep its stop did not end: live, or ended by its target or run_cap.
+    #[error("sweep {id} cannot resume: {why}")]
+    SweepNotResumable { id: String, why: String },
     #[error("no webhook delivery matches '{0}'")]
     UnknownDelivery(String),
     /// A filter asked for runs in a state the command never moves a run out of.
@@ -215,6 +218,7 @@ impl ServiceError {
             E::NotApplicable { .. } => ErrorKind::Invalid,
             E::NothingToEdit | E::BadRotation { .. } => ErrorKind::Invalid,
             E::NotResumable { .. } | E::NoCheckpoint { .. } => ErrorKind::Conflict,
+            E::SweepNotResumable { .. } => ErrorKind::Conflict,
             E::NodeNotLost { .. } => ErrorKind::Conflict,
             E::Needs(_) | E::BadNeeds(_) => ErrorKind::Invalid,
             E::Pools(_) => ErrorKind::Internal,
@@ -262,7 +266,7 @@ impl ServiceError {
             E::AlreadyEnded { .. } | E::TestEnded { .. } => "already_ended",
             E::NotEnded { .. } => "not_ended",
             E::NotPending { .. } => "not_pending",
-            E::NotResumable { .. } => "not_resumable",
+            E::NotResumable { .. } | E::SweepNotResumable { .. } => "not_resumable",
             E::NoCheckpoint { .. } => "no_checkpoint",
             E::DependencyUnmet { .. } => "dependency_unmet",
             E::Introspect(_) => "introspection",

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
+use sqlx::Row;
 
 use super::events::insert_event;
 use super::nodes::Lease;
@@ -68,7 +69,54 @@ const PENDING_PAGE: &str = concat!(
 const LOCK_PICKED: &str =
     "SELECT 1 AS one FROM runs WHERE id = $1 AND version = $2 AND state = 'pending' FOR UPDATE SKIP LOCKED";
 
+/// Whether a claim may take one more member of a sweep.
+enum SweepRoom {
+    Room,
+    /// Not live, or `max_live` members in flight.
+    Full,
+    /// Its row is locked by another node's claim.
+    Held,
+}
+
+/// A sweep's state and `max_live`, its row locked for the claim's transaction (PostgreSQL)
+/// unless another claim holds it.
+const LOCK_SWEEP: &str = "SELECT state, max_live FROM sweeps WHERE id = $1 FOR UPDATE SKIP LOCKED";
+const READ_SWEEP: &str = "SELECT state, max_live FROM sweeps WHERE id = $1";
+/// A sweep's members in flight, this transaction's claims included.
+const SWEEP_IN_FLIGHT: &str = concat!(
+    "SELECT COUNT(*) AS n FROM sweep_members m JOIN runs r ON r.id = m.run_id WHERE m.sweep_id = $1 AND r.state IN (",
+    in_flight_states!(),
+    ")"
+);
+
 impl SqlStore {
+    /// Whether sweep `sweep` may start one more member, counted inside the claim's `tx`: on
+    /// PostgreSQL under a lock on the sweep's row, so two nodes claiming at once take turns and
+    /// never pass its `max_live`; SQLite's one writer serializes claims already. The picker's
+    /// count, read before, spares most of these.
+    async fn sweep_room(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        sweep: uuid::Uuid,
+        locks: bool,
+    ) -> Result<SweepRoom> {
+        let read = if locks { LOCK_SWEEP } else { READ_SWEEP };
+        let Some(row) = sqlx::query(read).bind(sweep.to_string()).fetch_optional(&mut **tx).await? else {
+            let exists = locks
+                && sqlx::query(READ_SWEEP).bind(sweep.to_string()).fetch_optional(&mut **tx).await?.is_some();
+            // Locked by another claim; or no such sweep any more, which holds nothing back.
+            return Ok(if exists { SweepRoom::Held } else { SweepRoom::Room });
+        };
+        let state: String = row.try_get("state")?;
+        if state != crate::model::sweep::SweepState::Live.as_str() {
+            return Ok(SweepRoom::Full);
+        }
+        let Some(max_live) = row.try_get::<Option<i64>, _>("max_live")? else { return Ok(SweepRoom::Room) };
+        let in_flight: i64 =
+            sqlx::query(SWEEP_IN_FLIGHT).bind(sweep.to_string()).fetch_one(&mut **tx).await?.try_get("n")?;
+        Ok(if in_flight < max_live { SweepRoom::Room } else { SweepRoom::Full })
+    }
+
     /// Renews the heartbeat inside `tx` only while the lease is still good; the claim's first
     /// write, so SQLite takes its write lock before reading the queue.
     async fn renew_for_claim(
@@ -124,6 +172,17 @@ impl ClaimStore for SqlStore {
                     Pick::Skip => continue,
                     Pick::Stop => break 'pages,
                 };
+                if let Some(member) = run.params.sweep {
+                    match self.sweep_room(&mut tx, member.sweep, locks).await? {
+                        SweepRoom::Room => {}
+                        SweepRoom::Full => continue,
+                        // Another node's claim holds it: looked at again shortly.
+                        SweepRoom::Held => {
+                            lost += 1;
+                            continue;
+                        }
+                    }
+                }
                 if locks {
                     let locked = sqlx::query(LOCK_PICKED)
                         .bind(run.id.to_string())

@@ -38,6 +38,7 @@ mod scratch;
 mod sql;
 mod sqlite;
 mod sweep_members;
+mod sweep_resumes;
 mod sweeps;
 #[cfg(test)]
 mod tests;
@@ -67,4 +68,5 @@ pub use schedules::ScheduleStore;
 pub use scratch::fresh_postgres;
 pub use sql::SqlStore;
 pub use sweep_members::{MemberRun, SweepMemberStore};
+pub use sweep_resumes::{SweepEvent, SweepResumeStore};
 pub use sweeps::{MemberTally, SweepStore};

@@ -7,7 +7,8 @@ use uuid::Uuid;
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
     InferenceTestStore, MetricStore, NewDependency, NodeStore, OutboxStore, PreemptionStore, ProgressStore,
-    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepMemberStore, SweepStore,
+    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepMemberStore, SweepResumeStore,
+    SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunState, RunTrigger, Stage, StateCounts};
 
@@ -41,6 +42,7 @@ pub trait Store:
     + PreemptionStore
     + SweepStore
     + SweepMemberStore
+    + SweepResumeStore
     + Send
     + Sync
 {

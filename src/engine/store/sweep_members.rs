@@ -7,12 +7,12 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::Result;
 use super::events::insert_events;
 use super::moves::Moved;
 use super::rows::{corrupt, from_json, json, run_from_row};
 use super::sql::{SqlStore, insert_pending_run};
 use super::sweeps::uuid_of;
+use super::{Result, Store};
 use crate::model::run::RunTrigger;
 use crate::model::sweep::SweepRecord;
 use crate::model::{Millis, Run, RunState, Stage};
@@ -137,6 +137,15 @@ impl SweepMemberStore for SqlStore {
         stages: &[Stage],
     ) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
+        if self.backend().locks_rows() {
+            // The sweep's row is locked as a stop's move locks it: a stop committing meanwhile
+            // either waits for this member (and stops it) or is seen here (and nothing is
+            // written). SQLite's one writer serializes the two already.
+            sqlx::query("SELECT id FROM sweeps WHERE id = $1 FOR UPDATE")
+                .bind(sweep.to_string())
+                .fetch_optional(&mut *tx)
+                .await?;
+        }
         // The member's row first: its key is what makes a retried pass write nothing.
         let added = sqlx::query(
             "INSERT INTO sweep_members (sweep_id, k, run_id, suggestion) \

@@ -14,6 +14,7 @@ use super::outbox::insert_notification;
 use super::rows::{corrupt, from_json};
 use super::sql::{IdRange, SqlStore, insert_pending_run};
 use super::sweep_members::insert_sweep_rows;
+use super::sweep_resumes::{insert_sweep_event, mark_stopped_members};
 use super::{Backend, Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
 use crate::model::sweep::{Goal, SeriesSummary, SweepRecord, SweepState, SweepWinner};
@@ -649,6 +650,11 @@ impl SqlStore {
         };
         let Some(moved) = moved else { return Ok(None) };
         let why: Option<String> = moved.try_get("reason")?;
+        if to == SweepState::Stopped {
+            // What its stop ends is what a resume re-runs: marked with the move.
+            mark_stopped_members(&mut tx, id).await?;
+        }
+        insert_sweep_event(&mut tx, id, from, to, why.as_deref().unwrap_or(to.as_str())).await?;
         if matches!(to, SweepState::Stopped | SweepState::Done) {
             let workflow: String = moved.try_get("workflow")?;
             let note = Payload::of_sweep(id, &workflow, to.as_str(), why.as_deref(), winner);

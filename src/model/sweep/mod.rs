@@ -9,6 +9,7 @@ pub mod parameter;
 pub mod program;
 pub mod random;
 pub mod record;
+pub mod resume;
 pub mod spec;
 pub mod summary;
 pub mod winner;
@@ -19,6 +20,7 @@ pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
 pub use program::{Expansion, Program};
 pub use record::{MemberOf, MemberOutcome, SweepRecord, SweepState, early_terminated_by};
+pub use resume::{Rerun, RerunCause, ResumedMember, rerun_reason, reruns};
 pub use spec::{
     BAYES_MAX_LIVE, Goal, GridPoints, MAX_RUN_CAP, Method, Metric, PROGRAM_WORKFLOW, SweepError, SweepSpec,
 };

@@ -22,7 +22,7 @@ use super::handlers::runs::{
 use super::handlers::schedules::{
     add_schedule, pause_schedule, remove_schedule, resume_schedule, schedule, schedules,
 };
-use super::handlers::sweeps::{list_sweeps, start_sweep, stop_sweep, sweep_status};
+use super::handlers::sweeps::{list_sweeps, resume_sweep, start_sweep, stop_sweep, sweep_status};
 use super::handlers::webhooks::{deliveries, resend};
 use super::{AppState, Failure};
 use crate::service::RunRequest;
@@ -179,6 +179,14 @@ pub static ROUTES: &[Route] = &[
         "Stop a sweep: its pending members are cancelled, its started ones stopped",
         None,
         post(stop_sweep)
+    ),
+    route!(
+        "post",
+        "/sweeps/{id}/resume",
+        "Resume a stopped sweep: the members its stop ended, and those that failed with attempts left, \
+         run again; a bayes sweep gets new members up to its run_cap. A sweep that ended by itself is refused",
+        None,
+        post(resume_sweep)
     ),
     route!(
         "get",

@@ -42,6 +42,15 @@ impl Api {
         &self.base
     }
 
+    /// A POST whose answer may never come (the daemon dies serving it): sent, and dropped.
+    pub(crate) async fn post_unanswered(&self, path: &str) {
+        let mut request = self.http.post(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let _ = request.send().await;
+    }
+
     pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, None).await
     }

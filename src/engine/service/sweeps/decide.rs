@@ -75,6 +75,8 @@ impl SweepDecider {
     /// that may have ended.
     pub async fn pass(&mut self, service: &Service, source: &dyn MetricSeries) -> Result<Vec<SweepDecision>> {
         let started = now_millis();
+        // A resume cut short (its process killed after its move) has its re-runs made here.
+        service.rerun_marked(None).await?;
         let in_flight: BTreeMap<Uuid, u32> = service.store.sweeps_in_flight().await?;
         let fresh: Option<BTreeSet<Uuid>> = match self.since {
             // A reading recorded in the same millisecond as the last pass is read again: harmless.

@@ -5,6 +5,7 @@ mod decide;
 mod end;
 mod ending;
 mod report;
+mod resume;
 mod series;
 mod submit;
 mod suggest;

@@ -83,6 +83,9 @@ pub struct SweepStatus {
     /// writes the metric as text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreported: Option<String>,
+    /// Each time it was resumed (`sweep resume`), oldest first, with what it re-ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resumes: Vec<crate::engine::store::SweepEvent>,
 }
 
 /// One member on the leaderboard.
@@ -214,6 +217,13 @@ impl Service {
             leaderboard,
             winner,
             unreported,
+            resumes: self
+                .store
+                .sweep_events(sweep.id)
+                .await?
+                .into_iter()
+                .filter(|event| event.to == SweepState::Live)
+                .collect(),
         })
     }
 

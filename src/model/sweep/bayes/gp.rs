@@ -123,60 +123,80 @@ pub fn log_likelihood(x: &[Vec<f64>], y: &[f64], l: f64) -> f64 {
 
 /// Points of the scan over the log length scale (fine enough to see a narrow local maximum);
 /// then golden-section steps around the chosen one.
-const SCAN: usize = 161;
+const SCAN: usize = 81;
 const GOLDEN_STEPS: usize = 30;
+
+/// White-noise levels tried (normalized units), W&B's nugget first.
+const NOISE_LEVELS: [f64; 4] = [NUGGET, 1e-3, 1e-2, 1e-1];
+
+/// The log length scale at the best interior local maximum of the likelihood (a bound only when
+/// there is none), with `noise` on the diagonal, and its likelihood.
+fn best_length_scale(d: &[f64], y: &[f64], noise: f64) -> (f64, f64) {
+    let (lo, hi) = (LENGTH_SCALE_BOUNDS.0.ln(), LENGTH_SCALE_BOUNDS.1.ln());
+    let at = |t: f64| factor(d, y, t.exp(), noise).map_or(f64::NEG_INFINITY, |(_, _, lml)| lml);
+    let step = (hi - lo) / (SCAN - 1) as f64;
+    let scanned: Vec<(f64, f64)> = (0..SCAN).map(|i| lo + i as f64 * step).map(|t| (t, at(t))).collect();
+    let interior = (1..SCAN - 1)
+        .filter(|&i| scanned[i].1 >= scanned[i - 1].1 && scanned[i].1 >= scanned[i + 1].1)
+        .filter(|&i| scanned[i].1.is_finite())
+        .max_by(|&i, &j| scanned[i].1.total_cmp(&scanned[j].1).then(j.cmp(&i)));
+    let best = interior.unwrap_or_else(|| {
+        (0..SCAN).max_by(|&i, &j| scanned[i].1.total_cmp(&scanned[j].1).then(j.cmp(&i))).unwrap_or(0)
+    });
+    let (mut theta, mut lml) = scanned[best];
+    if lml.is_finite() {
+        let (mut a, mut b) = (scanned[best.saturating_sub(1)].0, scanned[(best + 1).min(SCAN - 1)].0);
+        let ratio = (5f64.sqrt() - 1.0) / 2.0;
+        let (mut c, mut e) = (b - ratio * (b - a), a + ratio * (b - a));
+        let (mut fc, mut fe) = (at(c), at(e));
+        for _ in 0..GOLDEN_STEPS {
+            if fc > fe {
+                (b, e, fe) = (e, c, fc);
+                c = b - ratio * (b - a);
+                fc = at(c);
+            } else {
+                (a, c, fc) = (c, e, fe);
+                e = a + ratio * (b - a);
+                fe = at(e);
+            }
+        }
+        let (refined, at_refined) = if fc > fe { (c, fc) } else { (e, fe) };
+        if at_refined > lml {
+            (theta, lml) = (refined, at_refined);
+        }
+    }
+    (theta, lml)
+}
 
 impl Fitted {
     /// The process through `x`, `y` (y normalized by the caller), its length scale the
     /// likelihood's maximum. None when no length scale gives a positive-definite kernel (even
     /// with the nugget raised tenfold three times).
     pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Fitted> {
-        let (lo, hi) = (LENGTH_SCALE_BOUNDS.0.ln(), LENGTH_SCALE_BOUNDS.1.ln());
         let d = distances(x);
-        let at = |t: f64| factor(&d, y, t.exp(), NUGGET).map_or(f64::NEG_INFINITY, |(_, _, lml)| lml);
-        let step = (hi - lo) / (SCAN - 1) as f64;
-        let scanned: Vec<(f64, f64)> = (0..SCAN).map(|i| lo + i as f64 * step).map(|t| (t, at(t))).collect();
-
-        // The best interior local maximum; a bound only when the likelihood has none inside
-        // (its maximum at a bound means a poor fit: W&B then draws at random, `at_bound`).
-        let interior = (1..SCAN - 1)
-            .filter(|&i| scanned[i].1 >= scanned[i - 1].1 && scanned[i].1 >= scanned[i + 1].1)
-            .filter(|&i| scanned[i].1.is_finite())
-            .max_by(|&i, &j| scanned[i].1.total_cmp(&scanned[j].1).then(j.cmp(&i)));
-        let best = interior.unwrap_or_else(|| {
-            (0..SCAN).max_by(|&i, &j| scanned[i].1.total_cmp(&scanned[j].1).then(j.cmp(&i))).unwrap_or(0)
-        });
-        let mut theta = scanned[best].0;
-        if scanned[best].1.is_finite() {
-            // Golden section on the bracket around the best scanned point.
-            let (mut a, mut b) = (scanned[best.saturating_sub(1)].0, scanned[(best + 1).min(SCAN - 1)].0);
-            let ratio = (5f64.sqrt() - 1.0) / 2.0;
-            let (mut c, mut d) = (b - ratio * (b - a), a + ratio * (b - a));
-            let (mut fc, mut fd) = (at(c), at(d));
-            for _ in 0..GOLDEN_STEPS {
-                if fc > fd {
-                    (b, d, fd) = (d, c, fc);
-                    c = b - ratio * (b - a);
-                    fc = at(c);
-                } else {
-                    (a, c, fc) = (c, d, fd);
-                    d = a + ratio * (b - a);
-                    fd = at(d);
-                }
-            }
-            let refined = if fc > fd { c } else { d };
-            if at(refined) > scanned[best].1 {
-                theta = refined;
+        // A white-noise level fitted by likelihood too (scikit-learn's WhiteKernel, on a few
+        // levels): noisy readings are smoothed rather than interpolated.
+        let mut best: Option<(f64, f64, f64)> = None;
+        for noise in NOISE_LEVELS {
+            let (theta, lml) = best_length_scale(&d, y, noise);
+            if lml.is_finite() && best.is_none_or(|(_, _, b)| lml > b) {
+                best = Some((theta, noise, lml));
             }
         }
-        Fitted::at(x, y, theta.exp())
+        let (theta, noise, _) = best.unwrap_or((0.0, NUGGET, f64::NEG_INFINITY));
+        Fitted::with_noise(x, y, theta.exp(), noise)
     }
 
     /// The process through `x`, `y` at length scale `length_scale`; the nugget raised tenfold
     /// (up to three times) when the kernel is not positive definite with W&B's.
     pub fn at(x: &[Vec<f64>], y: &[f64], length_scale: f64) -> Option<Fitted> {
+        Fitted::with_noise(x, y, length_scale, NUGGET)
+    }
+
+    /// `at`, with `noise` on the diagonal instead of W&B's nugget.
+    fn with_noise(x: &[Vec<f64>], y: &[f64], length_scale: f64, noise: f64) -> Option<Fitted> {
         let d = distances(x);
-        let mut nugget = NUGGET;
+        let mut nugget = noise;
         for _ in 0..4 {
             if let Some((l, alpha, log_likelihood)) = factor(&d, y, length_scale, nugget) {
                 return Some(Fitted { x: x.to_vec(), length_scale, l, alpha, log_likelihood });

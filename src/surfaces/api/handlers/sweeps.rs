@@ -46,3 +46,7 @@ pub async fn sweep_status(State(s): State<AppState>, Path(id): Path<String>) -> 
 pub async fn stop_sweep(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
     ok(s.service.stop_sweep(&id).await?)
 }
+
+pub async fn resume_sweep(State(s): State<AppState>, Path(id): Path<String>) -> Answer {
+    ok(s.service.resume_sweep(&id).await?)
+}

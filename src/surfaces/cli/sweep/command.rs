@@ -3,7 +3,7 @@
 use lachesis::service::Service;
 use lachesis::settings::Settings;
 
-use super::{list, start, status, stop};
+use super::{list, resume, start, status, stop};
 use crate::cli::CliResult;
 
 #[derive(clap::Subcommand)]
@@ -18,6 +18,9 @@ pub enum SweepCommand {
     Status(status::StatusArgs),
     /// Stop a sweep: its pending members are cancelled, its started ones stopped
     Stop(stop::StopArgs),
+    /// Resume a stopped sweep: the members its stop ended (and those that failed with attempts
+    /// left) run again, a bayes sweep gets new members up to its run_cap
+    Resume(resume::ResumeArgs),
 }
 
 pub async fn run(settings: Settings, command: SweepCommand) -> CliResult {
@@ -27,5 +30,6 @@ pub async fn run(settings: Settings, command: SweepCommand) -> CliResult {
         SweepCommand::List(args) => list::run(&service, args).await,
         SweepCommand::Status(args) => status::run(&service, args).await,
         SweepCommand::Stop(args) => stop::run(&service, args).await,
+        SweepCommand::Resume(args) => resume::run(&service, args).await,
     }
 }

@@ -2,6 +2,7 @@
 
 mod command;
 mod list;
+mod resume;
 mod start;
 mod status;
 mod stop;

@@ -69,6 +69,14 @@ fn render(status: &SweepStatus) -> String {
     if let (Some(metric), Some(goal)) = (&status.metric, status.goal) {
         out.push_str(&format!("\nmetric    {metric} ({goal})"));
     }
+    if let Some(resumed) = status.resumes.last() {
+        // The last resume, and how many there were.
+        let times = match status.resumes.len() {
+            1 => String::new(),
+            n => format!(" (resumed {n} times)"),
+        };
+        out.push_str(&format!("\nresumed   {} {}{times}", time(Some(resumed.at)), resumed.message));
+    }
     if let Some(unreported) = &status.unreported {
         out.push_str(&format!("\nwaiting   {unreported}"));
     }
