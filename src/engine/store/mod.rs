@@ -37,6 +37,7 @@ mod schedules;
 mod scratch;
 mod sql;
 mod sqlite;
+mod sweep_exploits;
 mod sweep_members;
 mod sweeps;
 #[cfg(test)]
@@ -66,5 +67,6 @@ pub use schedules::ScheduleStore;
 #[cfg(any(test, feature = "testing"))]
 pub use scratch::fresh_postgres;
 pub use sql::SqlStore;
+pub use sweep_exploits::SweepExploitStore;
 pub use sweep_members::{MemberRun, SweepMemberStore};
 pub use sweeps::{MemberTally, SweepStore};

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
     InferenceTestStore, MetricStore, NewDependency, NodeStore, OutboxStore, PreemptionStore, ProgressStore,
-    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepMemberStore, SweepStore,
+    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepExploitStore, SweepMemberStore, SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunState, RunTrigger, Stage, StateCounts};
 
@@ -41,6 +41,7 @@ pub trait Store:
     + PreemptionStore
     + SweepStore
     + SweepMemberStore
+    + SweepExploitStore
     + Send
     + Sync
 {

@@ -19,6 +19,7 @@
 
 pub mod config;
 pub mod explore;
+pub mod record;
 
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ use serde_json::Value;
 
 pub use config::{Pbt, RawPbt};
 pub use explore::explore;
+pub use record::ExploitRecord;
 
 use super::random::Rng;
 use super::spec::{Goal, Metric, SweepSpec};
