@@ -43,6 +43,7 @@ mod sweep_dependencies;
 mod sweep_reference;
 mod sweeps;
 mod sweeps_bayes;
+mod sweeps_pbt;
 mod systemd;
 mod time_limits;
 mod verifiers_envs;

@@ -586,7 +586,8 @@ impl SqlStore {
         resume: Option<(&RunParams, &str)>,
         preempted: Option<Millis>,
     ) -> Result<Run> {
-        let (tx, queued) = self.requeue_uncommitted(run, trigger, reason, not_before, resume, preempted).await?;
+        let (tx, queued) =
+            self.requeue_uncommitted(run, trigger, reason, not_before, resume, preempted).await?;
         tx.commit().await?;
         Ok(queued)
     }

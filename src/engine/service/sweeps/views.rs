@@ -9,7 +9,8 @@ use super::MetricSeries;
 use super::ending::{STOP_REQUESTED, SweepEnd};
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::{MemberRun, StoreError};
-use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState};
+use crate::model::sweep::pbt::ExploitRecord;
+use crate::model::sweep::{Goal, MemberOutcome, Method, SweepRecord, SweepSpec, SweepState};
 use crate::model::{RunState, StateCounts};
 
 /// The most sweeps a listing shows.
@@ -83,6 +84,9 @@ pub struct SweepStatus {
     /// writes the metric as text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreported: Option<String>,
+    /// A pbt sweep's exploits, in the order they were decided: its lineage.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exploits: Vec<ExploitRecord>,
 }
 
 /// One member on the leaderboard.
@@ -174,14 +178,20 @@ impl Service {
             }
             _ => Default::default(),
         };
+        let exploits = match spec.method {
+            Method::Pbt => self.store.sweep_exploits(sweep.id).await?,
+            _ => Vec::new(),
+        };
         for run in &members {
             counts.add(run.state, 1);
             let summary = summaries.remove(&run.id);
+            // A pbt member's values are its last exploit's.
+            let explored = exploits.iter().rfind(|e| e.k == run.k).map(|e| e.values.clone());
             leaderboard.push(MemberStatus {
                 k: run.k,
                 run: run.id,
                 state: run.state,
-                parameters: member_values(&spec, run.k, run.suggestion.as_ref()),
+                parameters: explored.unwrap_or_else(|| member_values(&spec, run.k, run.suggestion.as_ref())),
                 best: summary.map(|s| s.best.value),
                 best_step: summary.map(|s| s.best.step),
                 last: summary.map(|s| s.last.value),
@@ -214,6 +224,7 @@ impl Service {
             leaderboard,
             winner,
             unreported,
+            exploits,
         })
     }
 
