@@ -246,3 +246,37 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Hostile PBT keys: refused in one line or taken, never a panic; a spec taken explores
+    /// any value without one.
+    #[test]
+    fn hostile_pbt_keys_are_refused_in_one_line_or_explored_safely(
+        interval in proptest::sample::select(vec!["0", "-1", "1", "10", "9223372036854775807", "1.5", "x", "[]", "null"]),
+        fraction in proptest::sample::select(vec!["0", "0.5", "0.50001", "-0.1", ".nan", ".inf", "1e-300", "x"]),
+        resample in proptest::sample::select(vec!["0", "1", "1.1", "-0", ".nan", "x"]),
+        factors in proptest::sample::select(vec!["[]", "[1.2, 0.8]", "[0]", "[1e308]", "[.nan]", "2", "[1e-300]"]),
+        burn_in in proptest::sample::select(vec!["0", "-1", "5", "1e3", "9223372036854775807"]),
+        parameter in proptest::sample::select(vec!["{values: [1, 2]}", "{min: 0, max: 9223372036854775807}", "{min: -1.0e300, max: 1.0e300}", "{values: [a, {b: 1}]}", "{value: 3}", "{distribution: normal, mu: 0, sigma: 1.0e300}"]),
+        current in proptest::sample::select(vec![json!(1), json!(9_223_372_036_854_775_807i64), json!(-1.0e308), json!("a"), json!(null), json!([1])]),
+    ) {
+        let text = format!(
+            "method: pbt\nworkflow: w\nrun_cap: 4\nmetric: {{name: r}}\nperturbation_interval: {interval}\n\
+             quantile_fraction: {fraction}\nresample_probability: {resample}\nperturbation_factors: {factors}\n\
+             burn_in: {burn_in}\nparameters:\n  p: {parameter}\n"
+        );
+        match SweepSpec::parse(&text) {
+            Err(err) => prop_assert!(!err.to_string().contains('\n'), "{}", err),
+            Ok(spec) => {
+                let pbt = spec.pbt.clone().unwrap();
+                prop_assert!(pbt.quantile_fraction > 0.0 && pbt.quantile_fraction <= 0.5);
+                prop_assert!(pbt.perturbation_interval >= 1);
+                let values = BTreeMap::from([("p".to_string(), current)]);
+                for seed in 0..8 {
+                    let explored = explore(&spec.parameters, &pbt, &values, &mut Rng::keyed(seed, 0, 0));
+                    prop_assert!(explored.contains_key("p"));
+                }
+            }
+        }
+    }
+}
