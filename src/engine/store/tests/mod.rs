@@ -43,6 +43,7 @@ mod preemptions;
 mod prefixes;
 mod queue;
 mod report;
+mod sweep_exploits;
 mod sweeps;
 mod typed_units;
 

@@ -25,7 +25,7 @@ on_both_backends!(
     a_suggested_member_is_written_once_and_only_to_a_live_sweep,
 );
 
-fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
+pub(super) fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
     let now = now_millis();
     SweepRecord {
         id: Uuid::new_v4(),
@@ -43,7 +43,7 @@ fn sweep(members: u64, max_live: Option<u32>) -> SweepRecord {
     }
 }
 
-fn members(sweep: &SweepRecord) -> Vec<(Run, Vec<Stage>)> {
+pub(super) fn members(sweep: &SweepRecord) -> Vec<(Run, Vec<Stage>)> {
     let spec = Workflow::parse(
         std::path::Path::new("t.yaml"),
         "name: t\nvars: {lr: '1'}\nstages:\n  - {name: trainer, argv: ['true']}\n",
