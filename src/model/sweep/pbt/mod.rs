@@ -22,6 +22,8 @@ pub mod explore;
 pub mod record;
 
 #[cfg(test)]
+mod bench;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
