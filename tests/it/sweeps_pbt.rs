@@ -138,7 +138,13 @@ async fn a_pbt_loser_continues_from_the_winners_checkpoint_with_explored_values(
     home.workflow("climb", &workflow(&home));
     let (sweep, members) = start(&home);
     assert_eq!(members.len(), 4, "run_cap is the population");
-    home.start_daemon_with(&["--sweep-interval", "200ms"]);
+    let api = crate::http::start_with(
+        &mut home,
+        "127.0.0.1",
+        Some("pbt-dashboard-token-of-this-test"),
+        &["--sweep-interval", "200ms"],
+    )
+    .await;
     let service = home.service().await;
     let exploit = first_applied(&service, sweep).await;
     assert_continued(&mut home, &exploit).await;
@@ -153,6 +159,15 @@ async fn a_pbt_loser_continues_from_the_winners_checkpoint_with_explored_values(
     .await;
     let all = exploits(&service, sweep).await;
     assert!(all.iter().all(|e| e.applied_at.is_some()), "{all:#?}");
+    // HTTP gives them; the dashboard draws the lineage, an arrow per exploit; the report counts them.
+    let (_, status) = api.get(&format!("/sweeps/{sweep}")).await;
+    assert_eq!(status["exploits"].as_array().map(Vec::len), Some(all.len()), "{status:#}");
+    let (_, page) = api.get(&format!("/ui/sweeps/{sweep}")).await;
+    let page = page.as_str().unwrap().to_string();
+    assert!(page.contains("<h2>Lineage</h2>"), "{page}");
+    assert_eq!(page.matches("<g class=\"exploit\"").count(), all.len());
+    let report = home.cli_ok(&["report"]);
+    assert!(report.contains(&format!("pbt: {} exploits", all.len())), "{report}");
     for member in members {
         assert_eq!(home.run(member).await.state, RunState::Completed);
     }
