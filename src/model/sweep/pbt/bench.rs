@@ -12,7 +12,7 @@
 //! cargo test --lib model::sweep::pbt::bench -- --ignored --nocapture
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use super::{Member, decide};
 use crate::model::sweep::SweepSpec;
@@ -54,7 +54,7 @@ fn simulate(spec: &SweepSpec, seed: u64, exploit: bool, steps: i64) -> (f64, usi
             readings: Vec::new(),
             checkpoints: Vec::new(),
             values: spec.member(k).unwrap().values(),
-            exploited: BTreeSet::new(),
+            exploited: BTreeMap::new(),
         })
         .collect();
     // Each member's state (accuracy) at each checkpoint step, and now.
@@ -86,7 +86,7 @@ fn simulate(spec: &SweepSpec, seed: u64, exploit: bool, steps: i64) -> (f64, usi
             states[loser] = state;
             let member = &mut members[loser];
             member.values = e.values;
-            member.exploited.insert(e.interval);
+            member.exploited.insert(e.interval, e.score);
             // The next attempt's readings start from the donor's checkpoint.
             member.readings = vec![state];
             exploits += 1;

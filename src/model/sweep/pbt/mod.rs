@@ -10,8 +10,13 @@
 //!   b = n · interval, unless b < `burn_in` or m was exploited at n already (an exploit rewinds
 //!   m to a step at or before b, so it reaches n again: once per interval);
 //! - the members taking part are the running ones whose current attempt has a reading at or
-//!   past b, each scored by its latest reading (a member pending, waiting for a unit or
-//!   preempted is not counted as behind); with fewer than two nothing is decided;
+//!   past b, each scored by its first such reading (a member pending, waiting for a unit or
+//!   preempted is not counted as behind), and those exploited at n, by the reading they were
+//!   compared by then; with fewer than two nothing is decided. A score is fixed once a member
+//!   crosses b, so a decision made again (another pass, a restarted daemon) is the same, and
+//!   members are compared at about the same step: scored by their latest readings, a member
+//!   would be compared again at every reading until it fell into the bottom, and the ones just
+//!   back from an exploit, behind the others, would always be;
 //! - as Ray: ranked by score, the bottom and top quantiles hold ⌈count · quantile_fraction⌉
 //!   members each (at most half); m in the bottom is exploited: its donor is drawn, with the
 //!   stream of (seed, m, n), from the top members with a resumable checkpoint at or before b,
@@ -26,7 +31,7 @@ mod bench;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -52,8 +57,10 @@ pub struct Member {
     pub checkpoints: Vec<(i64, String)>,
     /// Its configuration now (its last exploit's, else its initial draw), by parameter path.
     pub values: BTreeMap<String, Value>,
-    /// The intervals it was exploited at already.
-    pub exploited: BTreeSet<i64>,
+    /// The intervals it was exploited at already, each with the reading it was compared by
+    /// then: it still counts in that boundary's quantiles (else, once the loser is out, the
+    /// next worst would be exploited at the same boundary, and the next).
+    pub exploited: BTreeMap<i64, f64>,
 }
 
 /// One exploit: member `k` continues from `donor`'s checkpoint with `values`.
@@ -80,30 +87,32 @@ pub fn decide(spec: &SweepSpec, pbt: &Pbt, metric: &Metric, members: &[Member]) 
     let interval = pbt.perturbation_interval;
     let mut exploits = Vec::new();
     for member in members.iter().filter(|m| m.running) {
-        let Some(&(last_step, score)) = member.readings.last() else { continue };
+        let Some(&(last_step, _)) = member.readings.last() else { continue };
         let n = last_step.div_euclid(interval);
         let boundary = n.saturating_mul(interval);
-        if n < 1 || boundary < pbt.burn_in || member.exploited.contains(&n) {
+        if n < 1 || boundary < pbt.burn_in || member.exploited.contains_key(&n) {
             continue;
         }
-        let Some((bottom, top)) = quantiles(members, boundary, pbt.quantile_fraction, metric.goal) else {
+        let Some((bottom, top)) =
+            quantiles(members, boundary, pbt.perturbation_interval, pbt.quantile_fraction, metric.goal)
+        else {
             continue;
         };
-        if !bottom.iter().any(|m| m.k == member.k) {
-            continue;
-        }
-        let donors: Vec<(&Member, &(i64, String))> = top
+        let Some(&(_, score)) = bottom.iter().find(|(m, _)| m.k == member.k) else { continue };
+        let donors: Vec<(&Member, f64, &(i64, String))> = top
             .iter()
-            .filter_map(|donor| {
+            // A donor reached the boundary itself (one exploited there is no donor).
+            .filter(|(donor, _)| donor.running && !donor.exploited.contains_key(&n))
+            .filter_map(|(donor, donor_score)| {
                 let checkpoint = donor.checkpoints.iter().rev().find(|(step, _)| *step <= boundary)?;
-                Some((*donor, checkpoint))
+                Some((*donor, *donor_score, checkpoint))
             })
             .collect();
         if donors.is_empty() {
             continue;
         }
         let mut rng = Rng::keyed(spec.seed ^ STREAM, member.k, n as u64);
-        let (donor, (step, path)) = donors[rng.below(donors.len() as u128) as usize];
+        let (donor, donor_score, (step, path)) = donors[rng.below(donors.len() as u128) as usize];
         let values = explore(&spec.parameters, pbt, &donor.values, &mut rng);
         exploits.push(Exploit {
             k: member.k,
@@ -115,24 +124,33 @@ pub fn decide(spec: &SweepSpec, pbt: &Pbt, metric: &Metric, members: &[Member]) 
             before: member.values.clone(),
             values,
             score,
-            donor_score: donor.readings.last().map_or(f64::NAN, |r| r.1),
+            donor_score,
         });
     }
     exploits
 }
 
-/// The bottom and top quantiles of the running members whose current attempt reached
-/// `boundary`, by their latest reading (worst first), as Ray sizes them; None below two.
+/// A bottom or top quantile: its members with their scores.
+pub type Quantile<'a> = Vec<(&'a Member, f64)>;
+
+/// The bottom and top quantiles at `boundary` (worst first), as Ray sizes them; None below two
+/// members. Taking part: the members exploited at it, by the reading they were compared by
+/// then, and the running members whose current attempt reached it, by their first reading at
+/// or past it.
 pub fn quantiles(
     members: &[Member],
     boundary: i64,
+    interval: i64,
     fraction: f64,
     goal: Goal,
-) -> Option<(Vec<&Member>, Vec<&Member>)> {
+) -> Option<(Quantile<'_>, Quantile<'_>)> {
+    let n = boundary / interval.max(1);
     let mut taking_part: Vec<(&Member, f64)> = members
         .iter()
-        .filter(|m| m.running)
-        .filter_map(|m| m.readings.last().filter(|(step, _)| *step >= boundary).map(|(_, value)| (m, *value)))
+        .filter_map(|m| {
+            let crossed = || m.readings.iter().find(|(step, _)| m.running && *step >= boundary).map(|r| r.1);
+            Some((m, m.exploited.get(&n).copied().or_else(crossed)?))
+        })
         .filter(|(_, value)| value.is_finite())
         .collect();
     if taking_part.len() < 2 {
@@ -146,8 +164,8 @@ pub fn quantiles(
     if size == 0 {
         return None;
     }
-    let bottom = taking_part[..size].iter().map(|(m, _)| *m).collect();
-    let top = taking_part[count - size..].iter().map(|(m, _)| *m).collect();
+    let bottom = taking_part[..size].to_vec();
+    let top = taking_part[count - size..].to_vec();
     Some((bottom, top))
 }
 

@@ -27,7 +27,7 @@ fn member(k: u64, readings: &[(i64, f64)], checkpoints: &[i64]) -> Member {
             ("batch".to_string(), json!(32)),
             ("steps".to_string(), json!(100)),
         ]),
-        exploited: BTreeSet::new(),
+        exploited: BTreeMap::new(),
     }
 }
 
@@ -110,16 +110,31 @@ fn the_bottom_quantile_continues_from_the_top_at_each_interval() {
             "once per interval",
             {
                 let mut done = member(0, &[(15, 0.0)], &[]);
-                done.exploited.insert(1);
+                done.exploited.insert(1, 0.0);
                 vec![done, member(1, &[(10, 1.0)], &[10])]
             },
             vec![],
         ),
         (
+            "a member exploited at the boundary still counts there: the next worst is not exploited in its place",
+            {
+                let mut out = member(0, &[(3, 0.0)], &[]);
+                out.running = false;
+                out.exploited.insert(1, 0.5);
+                vec![out, member(1, &[(10, 1.0)], &[10]), member(2, &[(10, 2.0)], &[10])]
+            },
+            vec![],
+        ),
+        (
+            "members are compared by their first readings past the boundary, not their latest",
+            vec![member(0, &[(10, 5.0), (14, 0.0)], &[10]), member(1, &[(11, 1.0), (14, 9.0)], &[10])],
+            vec![(1, 1, 0, 10)],
+        ),
+        (
             "the next interval counts again",
             {
                 let mut done = member(0, &[(21, 0.0)], &[]);
-                done.exploited.insert(1);
+                done.exploited.insert(1, 0.0);
                 vec![done, member(1, &[(20, 1.0)], &[10, 20, 25])]
             },
             vec![(0, 2, 1, 20)],
@@ -151,10 +166,10 @@ fn quantiles_are_sized_as_ray_sizes_them() {
     for (count, fraction, size) in
         [(2, 0.25, 1), (4, 0.5, 2), (5, 0.5, 2), (10, 0.25, 3), (10, 0.01, 1), (3, 0.5, 1)]
     {
-        let (bottom, top) = quantiles(&members[..count], 10, fraction, Goal::Maximize).unwrap();
+        let (bottom, top) = quantiles(&members[..count], 10, 10, fraction, Goal::Maximize).unwrap();
         assert_eq!((bottom.len(), top.len()), (size, size), "{count} at {fraction}");
-        assert_eq!(bottom[0].k, 0);
-        assert_eq!(top.last().unwrap().k, count as u64 - 1);
+        assert_eq!(bottom[0].0.k, 0);
+        assert_eq!(top.last().unwrap().0.k, count as u64 - 1);
     }
 }
 
@@ -213,7 +228,7 @@ fn population() -> impl Strategy<Value = Vec<Member>> {
                 checkpoints.sort();
                 let mut m = member(k as u64, &readings, &checkpoints);
                 m.running = running;
-                m.exploited = (1..exploited).collect();
+                m.exploited = (1..exploited).map(|n| (n, -1.0)).collect();
                 m
             })
             .collect()
@@ -234,12 +249,15 @@ proptest! {
             let loser = &members[e.k as usize];
             let donor = &members[e.donor as usize];
             prop_assert!(loser.running && donor.running);
-            prop_assert!(!loser.exploited.contains(&e.interval));
+            prop_assert!(!loser.exploited.contains_key(&e.interval));
             prop_assert!(loser.readings.last().unwrap().0 >= e.boundary && e.boundary >= 10);
             prop_assert!(donor.readings.last().unwrap().0 >= e.boundary);
-            prop_assert!(!losers.contains(&e.donor), "a donor is never a loser of the same boundary");
+            prop_assert!(
+                !exploits.iter().any(|other| other.k == e.donor && other.boundary == e.boundary),
+                "a donor is never a loser of the same boundary"
+            );
             prop_assert!(e.step <= e.boundary && donor.checkpoints.contains(&(e.step, e.path.clone())));
-            prop_assert!(donor.readings.last().unwrap().1 >= loser.readings.last().unwrap().1);
+            prop_assert!(e.donor_score >= e.score, "{} below {}", e.donor_score, e.score);
             prop_assert!([json!(16), json!(32), json!(64)].contains(&e.values["batch"]));
             let taking_part = members.iter().filter(|m| m.running && m.readings.last().is_some_and(|r| r.0 >= e.boundary)).count();
             prop_assert!(taking_part >= 2);

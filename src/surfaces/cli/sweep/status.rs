@@ -55,8 +55,9 @@ fn render(status: &SweepStatus) -> String {
     }
     if let (Some("pbt"), Some(metric)) = (s.method.as_deref(), &status.metric) {
         out.push_str(&format!(
-            "\nmethod    pbt: {} exploits (losers continue from the winners' checkpoints by {metric})",
-            status.exploits.len()
+            "\nmethod    pbt: {} exploit{} (losers continue from the winners' checkpoints by {metric})",
+            status.exploits.len(),
+            if status.exploits.len() == 1 { "" } else { "s" }
         ));
     }
     if s.method.as_deref() == Some("bayes") {
