@@ -31,7 +31,7 @@ pub struct SweepSummary {
     pub members: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_live: Option<u32>,
-    /// grid, random or bayes, as its file says.
+    /// grid, random, bayes or pbt, as its file says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     pub created_at: crate::model::Millis,
