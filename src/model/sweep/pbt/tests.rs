@@ -31,7 +31,10 @@ fn member(k: u64, readings: &[(i64, f64)], checkpoints: &[i64]) -> Member {
     }
 }
 
-fn decided(spec: &SweepSpec, members: &[Member]) -> Vec<(u64, i64, u64, i64)> {
+/// Each exploit as (loser, interval, donor, checkpoint step).
+type Decided = Vec<(u64, i64, u64, i64)>;
+
+fn decided(spec: &SweepSpec, members: &[Member]) -> Decided {
     let exploits = decide(spec, spec.pbt.as_ref().unwrap(), spec.metric.as_ref().unwrap(), members);
     exploits.iter().map(|e| (e.k, e.interval, e.donor, e.step)).collect()
 }
@@ -86,7 +89,7 @@ fn the_bottom_quantile_continues_from_the_top_at_each_interval() {
     let members: Vec<Member> = (0..4).map(|k| member(k, &[(5, 0.0), (11, k as f64)], &[5, 10])).collect();
     // 4 members: ⌈4 · 0.25⌉ = 1 in each quantile; the donor's checkpoint at or before step 10.
     assert_eq!(decided(&spec, &members), vec![(0, 1, 3, 10)]);
-    let table: Vec<(&str, Vec<Member>, Vec<(u64, i64, u64, i64)>)> = vec![
+    let table: Vec<(&str, Vec<Member>, Decided)> = vec![
         ("one member alone is not compared", vec![member(0, &[(12, 1.0)], &[10])], vec![]),
         (
             "a member that has not reached the boundary takes no part",
