@@ -281,7 +281,10 @@ fn bad_files_get_one_line_naming_the_key() {
         (random("  lr: {min: 1, max: x}\n"), "parameters.lr: min, max and q must be numbers"),
         (random("  g: {parameters: {}}\n"), "parameters.g.parameters: no parameter is given"),
         (format!("{HEAD}method: grid\nneeds: {{'a b': 1}}\nparameters: {{a: {{value: 1}}}}\n"), "needs: "),
-        ("workflow: w\nparameters: {a: {value: 1}}\n".to_string(), "method: missing: grid, random, bayes or pbt"),
+        (
+            "workflow: w\nparameters: {a: {value: 1}}\n".to_string(),
+            "method: missing: grid, random, bayes or pbt",
+        ),
     ];
     for (text, want) in table {
         let got = error(&text);

@@ -53,7 +53,8 @@ pub struct Member {
     pub running: bool,
     /// Its current attempt's readings of the metric, (step, value), by step.
     pub readings: Vec<(i64, f64)>,
-    /// Its resumable checkpoints, (step, path), oldest first, over every attempt.
+    /// Its resumable checkpoints, (step, path), oldest first, of its current line: the point
+    /// its current attempt resumed from, then that attempt's own.
     pub checkpoints: Vec<(i64, String)>,
     /// Its configuration now (its last exploit's, else its initial draw), by parameter path.
     pub values: BTreeMap<String, Value>,
