@@ -166,6 +166,8 @@ async fn a_pbt_loser_continues_from_the_winners_checkpoint_with_explored_values(
     let page = page.as_str().unwrap().to_string();
     assert!(page.contains("<h2>Lineage</h2>"), "{page}");
     assert_eq!(page.matches("<g class=\"exploit\"").count(), all.len());
+    // Each member's curve marks where it continued from another's checkpoint.
+    assert_eq!(page.matches("<path class=\"exploit-marker\"").count(), all.len(), "{page}");
     let report = home.cli_ok(&["report"]);
     assert!(report.contains(&format!("pbt: {} exploits", all.len())), "{report}");
     for member in members {

@@ -92,6 +92,12 @@ pub fn member_chart(curves: &SweepCurves) -> Option<String> {
                     _ => None,
                 },
                 keyed: rank < KEYED || winner,
+                exploits: status
+                    .exploits
+                    .iter()
+                    .filter(|e| e.k == member.k && e.applied_at.is_some())
+                    .map(|e| (e.step as f64, format!("step {}: {}", e.boundary, e.describe())))
+                    .collect(),
             })
         })
         .collect();
