@@ -49,6 +49,12 @@ failpoints! {
     /// A sweep's resume is committed (live again, its re-runs marked), before any member is
     /// queued again.
     SweepResumed = "sweep.resumed",
+    /// A PBT exploit is committed with its loser's stop, before the loser is signalled.
+    PbtExploitDecided = "pbt.exploit_decided",
+    /// A PBT loser's stages are gone (it is stopped), before its requeue from the donor.
+    PbtLoserStopped = "pbt.loser_stopped",
+    /// A PBT loser's requeue from the donor's checkpoint is committed.
+    PbtLoserRequeued = "pbt.loser_requeued",
 }
 
 impl std::fmt::Display for Failpoint {

@@ -44,6 +44,7 @@ mod sweep_reference;
 mod sweep_resume;
 mod sweeps;
 mod sweeps_bayes;
+mod sweeps_pbt;
 mod systemd;
 mod time_limits;
 mod verifiers_envs;

@@ -29,7 +29,7 @@ const SQLITE: &[Source] = migrations!("sqlite":
     11 "0011_holds", 12 "0012_dependencies", 13 "0013_report_posts", 14 "0014_runs_by_workflow", 15 "0015_runs_held",
     16 "0016_stage_attempts", 17 "0017_runs_by_end_state", 18 "0018_metric_values", 19 "0019_sweeps",
     20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox", 24 "0024_member_outcomes",
-    25 "0025_sweep_suggestions", 26 "0026_typed_units", 27 "0027_sweep_resumes",
+    25 "0025_sweep_suggestions", 26 "0026_typed_units", 27 "0027_sweep_resumes", 28 "0028_pbt_exploits",
 );
 
 const POSTGRES: &[Source] = migrations!("postgres":
@@ -38,7 +38,7 @@ const POSTGRES: &[Source] = migrations!("postgres":
     11 "0011_holds", 12 "0012_dependencies", 13 "0013_report_posts", 14 "0014_runs_by_workflow", 15 "0015_runs_held",
     16 "0016_stage_attempts", 17 "0017_runs_by_end_state", 18 "0018_metric_values", 19 "0019_sweeps",
     20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox", 24 "0024_member_outcomes",
-    25 "0025_sweep_suggestions", 26 "0026_typed_units", 27 "0027_sweep_resumes",
+    25 "0025_sweep_suggestions", 26 "0026_typed_units", 27 "0027_sweep_resumes", 28 "0028_pbt_exploits",
 );
 
 /// Which backend's schema.

@@ -37,6 +37,7 @@ mod schedules;
 mod scratch;
 mod sql;
 mod sqlite;
+mod sweep_exploits;
 mod sweep_members;
 mod sweep_resumes;
 mod sweeps;
@@ -67,6 +68,7 @@ pub use schedules::ScheduleStore;
 #[cfg(any(test, feature = "testing"))]
 pub use scratch::fresh_postgres;
 pub use sql::SqlStore;
+pub use sweep_exploits::SweepExploitStore;
 pub use sweep_members::{MemberRun, SweepMemberStore};
 pub use sweep_resumes::{SweepEvent, SweepResumeStore};
 pub use sweeps::{MemberTally, SweepStore};

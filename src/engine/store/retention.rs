@@ -116,6 +116,7 @@ impl RetentionStore for SqlStore {
             ("metric_values", "run_id"),
             ("run_deps", "run_id"),
             ("sweep_members", "run_id"),
+            ("sweep_exploits", "run_id"),
             ("runs", "id"),
         ];
         self.delete_all(ids, &tables).await

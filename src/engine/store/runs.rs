@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
     InferenceTestStore, MetricStore, NewDependency, NodeStore, OutboxStore, PreemptionStore, ProgressStore,
-    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepMemberStore, SweepResumeStore,
+    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepExploitStore, SweepMemberStore, SweepResumeStore,
     SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunState, RunTrigger, Stage, StateCounts};
@@ -43,6 +43,7 @@ pub trait Store:
     + SweepStore
     + SweepMemberStore
     + SweepResumeStore
+    + SweepExploitStore
     + Send
     + Sync
 {

@@ -586,6 +586,23 @@ impl SqlStore {
         resume: Option<(&RunParams, &str)>,
         preempted: Option<Millis>,
     ) -> Result<Run> {
+        let (tx, queued) =
+            self.requeue_uncommitted(run, trigger, reason, not_before, resume, preempted).await?;
+        tx.commit().await?;
+        Ok(queued)
+    }
+
+    /// `requeue_with`'s writes in a transaction left open, for a caller that writes more with
+    /// them (a PBT exploit marks itself applied).
+    pub(super) async fn requeue_uncommitted(
+        &self,
+        run: &Run,
+        trigger: RunTrigger,
+        reason: &str,
+        not_before: Millis,
+        resume: Option<(&RunParams, &str)>,
+        preempted: Option<Millis>,
+    ) -> Result<(sqlx::Transaction<'static, sqlx::Any>, Run)> {
         let to = transitions::next(run.state, trigger)?;
 
         if to != RunState::Pending {
@@ -633,8 +650,7 @@ impl SqlStore {
         if let Some((_, note)) = resume {
             insert_event(&mut *tx, run.id, EventKind::Note, None, None, note).await?;
         }
-        tx.commit().await?;
-        Ok(Run {
+        let queued = Run {
             state: to,
             version: run.version + 1,
             updated_at: now,
@@ -650,6 +666,7 @@ impl SqlStore {
             preemptions: run.preemptions + count,
             preempted_work: run.preempted_work + lost,
             ..run.clone()
-        })
+        };
+        Ok((tx, queued))
     }
 }

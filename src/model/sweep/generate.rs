@@ -69,7 +69,8 @@ impl SweepSpec {
         let values = match self.method {
             Method::Bayes => return None,
             Method::Grid => grid_point(&self.parameters, index)?,
-            Method::Random => self
+            // A PBT population starts as random members; exploits change them later.
+            Method::Random | Method::Pbt => self
                 .parameters
                 .iter()
                 .enumerate()
@@ -142,7 +143,7 @@ fn grid_value(domain: &Domain, at: u64) -> Value {
 }
 
 /// One draw of `domain`, as W&B's `HyperParameter.sample` would give (with another generator).
-fn draw(domain: &Domain, rng: &mut Rng) -> Value {
+pub(super) fn draw(domain: &Domain, rng: &mut Rng) -> Value {
     match domain {
         Domain::Constant(value) => value.clone(),
         Domain::Categorical { values, probabilities: None } => {

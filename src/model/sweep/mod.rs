@@ -6,6 +6,7 @@ pub mod format;
 pub mod generate;
 pub mod hyperband;
 pub mod parameter;
+pub mod pbt;
 pub mod program;
 pub mod random;
 pub mod record;

@@ -37,6 +37,7 @@ use serde::Deserialize;
 use super::format::python_float;
 use super::hyperband::Hyperband;
 use super::parameter::{self, DISTRIBUTIONS, Domain, Num, Parameter, RawParameter, Target};
+use super::pbt::{Pbt, RawPbt};
 use super::program::Program;
 use crate::model::Needs;
 use crate::model::workflow::MetricSpec;
@@ -58,7 +59,7 @@ const MAX_S: i64 = 100;
 pub enum SweepError {
     #[error("{0}")]
     Yaml(String),
-    #[error("method: unknown method '{0}' (expected grid, random or bayes)")]
+    #[error("method: unknown method '{0}' (expected grid, random, bayes or pbt)")]
     UnknownMethod(String),
     #[error("{path}: unknown distribution '{name}' (expected one of: {DISTRIBUTIONS})")]
     UnknownDistribution { path: String, name: String },
@@ -94,6 +95,9 @@ pub enum Method {
     Random,
     /// W&B's Bayesian search: each member suggested from those before it (`super::bayes`).
     Bayes,
+    /// Population-based training (Ray Tune's): random members whose losers continue from the
+    /// winners' checkpoints (`super::pbt`).
+    Pbt,
 }
 
 impl Method {
@@ -102,6 +106,7 @@ impl Method {
             Method::Grid => "grid",
             Method::Random => "random",
             Method::Bayes => "bayes",
+            Method::Pbt => "pbt",
         }
     }
 }
@@ -200,6 +205,8 @@ pub struct SweepSpec {
     pub metrics: Option<MetricSpec>,
     pub project: Option<String>,
     pub entity: Option<String>,
+    /// A pbt sweep's schedule (Ray Tune's keys); None for another method.
+    pub pbt: Option<Pbt>,
 }
 
 #[derive(Deserialize)]
@@ -228,6 +235,11 @@ struct RawSweep {
     metrics: Option<MetricSpec>,
     project: Option<String>,
     entity: Option<String>,
+    perturbation_interval: Option<i64>,
+    quantile_fraction: Option<f64>,
+    resample_probability: Option<f64>,
+    perturbation_factors: Option<Vec<f64>>,
+    burn_in: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -274,8 +286,26 @@ impl SweepSpec {
             Some("grid") => Method::Grid,
             Some("random") => Method::Random,
             Some("bayes") => Method::Bayes,
+            Some("pbt") => Method::Pbt,
             Some(other) => return Err(SweepError::UnknownMethod(crate::text::one_line(&short(other)))),
-            None => return Err(invalid("method", "missing: grid, random or bayes")),
+            None => return Err(invalid("method", "missing: grid, random, bayes or pbt")),
+        };
+        let raw_pbt = RawPbt {
+            perturbation_interval: raw.perturbation_interval,
+            quantile_fraction: raw.quantile_fraction,
+            resample_probability: raw.resample_probability,
+            perturbation_factors: raw.perturbation_factors,
+            burn_in: raw.burn_in,
+        };
+        let pbt = match method {
+            Method::Pbt => Some(raw_pbt.checked()?),
+            _ if raw_pbt.any() => {
+                return Err(invalid(
+                    "method",
+                    "perturbation_interval and the other PBT keys need method: pbt",
+                ));
+            }
+            _ => None,
         };
         let metric = raw.metric.map(metric).transpose()?;
         let parameters =
@@ -366,6 +396,7 @@ impl SweepSpec {
             metrics: raw.metrics,
             project: raw.project,
             entity: raw.entity,
+            pbt,
         };
         match method {
             Method::Grid => {
@@ -400,7 +431,7 @@ impl SweepSpec {
                     _ => {}
                 }
             }
-            Method::Random | Method::Bayes => {
+            Method::Random | Method::Bayes | Method::Pbt => {
                 if spec.run_cap.is_none() {
                     return Err(SweepError::Invalid {
                         path: "run_cap".into(),
@@ -414,6 +445,9 @@ impl SweepSpec {
         }
         if method == Method::Bayes {
             check_bayes(&spec)?;
+        }
+        if method == Method::Pbt {
+            super::pbt::check(&spec)?;
         }
         Ok(spec)
     }
@@ -442,7 +476,7 @@ impl SweepSpec {
                 let size = super::generate::grid_size(&self.parameters).unwrap_or(u64::MAX);
                 self.run_cap.map_or(size, |cap| cap.min(size))
             }
-            Method::Random | Method::Bayes => self.run_cap.unwrap_or(0),
+            Method::Random | Method::Bayes | Method::Pbt => self.run_cap.unwrap_or(0),
         }
     }
 }

@@ -145,7 +145,7 @@ fn bad_files_get_one_line_naming_the_key() {
         ),
         (
             format!("{HEAD}method: hill\nparameters: {{a: {{value: 1}}}}\n"),
-            "method: unknown method 'hill' (expected grid, random or bayes)",
+            "method: unknown method 'hill' (expected grid, random, bayes or pbt)",
         ),
         (random("  lr: {min: 0.1, max: 0.01}\n"), "parameters.lr: min 0.1 is not below max 0.01"),
         (random("  lr: {min: 3, max: 3}\n"), "parameters.lr: min 3 is not below max 3"),
@@ -281,7 +281,10 @@ fn bad_files_get_one_line_naming_the_key() {
         (random("  lr: {min: 1, max: x}\n"), "parameters.lr: min, max and q must be numbers"),
         (random("  g: {parameters: {}}\n"), "parameters.g.parameters: no parameter is given"),
         (format!("{HEAD}method: grid\nneeds: {{'a b': 1}}\nparameters: {{a: {{value: 1}}}}\n"), "needs: "),
-        ("workflow: w\nparameters: {a: {value: 1}}\n".to_string(), "method: missing: grid, random or bayes"),
+        (
+            "workflow: w\nparameters: {a: {value: 1}}\n".to_string(),
+            "method: missing: grid, random, bayes or pbt",
+        ),
     ];
     for (text, want) in table {
         let got = error(&text);

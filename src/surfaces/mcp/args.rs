@@ -99,7 +99,7 @@ pub struct SweepRequest {
     /// A sweep file: a name in the workflows directory's sweeps/ (e.g. demo-sweep), or a path inside the workflows directory
     #[serde(default)]
     pub file: Option<String>,
-    /// The sweep itself instead of a file: an object in W&B's sweep format with lachesis' keys (method grid|random|bayes, workflow, metric {name, goal, target}, parameters, early_terminate {type: hyperband, min_iter, eta}, run_cap, max_live, seed), or the same as YAML text
+    /// The sweep itself instead of a file: an object in W&B's sweep format with lachesis' keys (method grid|random|bayes|pbt, workflow, metric {name, goal, target}, parameters, early_terminate {type: hyperband, min_iter, eta}, run_cap, max_live, seed; for pbt: perturbation_interval, quantile_fraction, resample_probability, perturbation_factors, burn_in), or the same as YAML text
     #[serde(default)]
     pub sweep: Option<Value>,
     /// Queue every member held: none starts until released (default false)

@@ -209,6 +209,17 @@ mod tests {
                                   "parameters": {"lr": {"values": [{"a": 1}]}}} }),
                 "parameters.lr.values: value 0 is a mapping, which bayes cannot place",
             ),
+            (
+                json!({ "sweep": {"method": "pbt", "workflow": "demo-tune", "metric": {"name": "reward"}, "run_cap": 4,
+                                  "perturbation_interval": 10, "quantile_fraction": 0.6,
+                                  "parameters": {"lr": {"values": [0.1, 0.2]}}} }),
+                "quantile_fraction: 0.6 is not above 0 and at most 0.5",
+            ),
+            (
+                json!({ "sweep": {"method": "pbt", "workflow": "demo-tune", "metric": {"name": "reward"}, "run_cap": 4,
+                                  "perturbation_interval": 10, "parameters": {"lr": {"values": [0.1, 0.2]}}} }),
+                "workflow 'demo-tune' records no checkpoints",
+            ),
             (json!({ "fil": "demo-sweep" }), "unknown field `fil`"),
             (json!({ "hold": "yes" }), "hold: invalid type"),
             (

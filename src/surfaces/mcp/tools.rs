@@ -84,7 +84,7 @@ impl RlTools {
     }
 
     #[tool(
-        description = "Start a sweep: member training runs over a configuration space (W&B's sweep format: grid, random or bayes parameters, a metric to compare members by, hyperband early termination that stops the worst members). A bayes sweep suggests each member from the results so far, max_live (default 4) at a time, up to run_cap. Give a file of the workflows' sweeps/ directory by name (demo-sweep needs nothing installed) or the sweep inline. Answers at once with the sweep id and its members' run ids (a bayes sweep's first ones); follow it with rl_sweep_status(sweep_id)."
+        description = "Start a sweep: member training runs over a configuration space (W&B's sweep format: grid, random or bayes parameters, a metric to compare members by, hyperband early termination that stops the worst members). A bayes sweep suggests each member from the results so far, max_live (default 4) at a time, up to run_cap. A pbt sweep (population-based training) runs run_cap members and, every perturbation_interval steps, has the worst continue from the best ones' checkpoints with their values explored (its workflow must resume from a checkpoint path). Give a file of the workflows' sweeps/ directory by name (demo-sweep needs nothing installed) or the sweep inline. Answers at once with the sweep id and its members' run ids (a bayes sweep's first ones); follow it with rl_sweep_status(sweep_id)."
     )]
     async fn rl_start_sweep(&self, Parameters(args): Parameters<StartSweepArgs>) -> String {
         self.start_sweep(args).await

@@ -74,3 +74,64 @@ async fn sweeps_as_the_list_the_leaderboard_and_the_dashboard_show_them() {
         pin(name, &r.words(&page));
     }
 }
+
+/// A pbt member: its readings and checkpoints come from the test (no daemon runs it).
+const CLIMB: &str = r#"name: climb
+description: A pbt member whose readings and checkpoints the test records
+vars: {lr: "1"}
+stages:
+  - name: trainer
+    argv: [sh, -c, "echo {lr}"]
+    resume_args: [--from, "{resume.path}"]
+metrics:
+  jsonl: {file: "{run_dir}/metrics.jsonl", step: /step}
+checkpoints:
+  jsonl: {file: "{run_dir}/checkpoints.jsonl", step: /step, path: /path}
+"#;
+
+const PBT: &str = "method: pbt\nworkflow: climb\nmetric: {name: reward, goal: maximize}\nrun_cap: 4\nseed: 2\n\
+                   perturbation_interval: 10\nparameters:\n  lr: {distribution: log_uniform_values, min: 0.001, max: 0.1}\n";
+
+/// Four members running, each with readings to step 10 (member k's reward is k + 1 times the
+/// step) and a checkpoint there; one decider pass exploits member 0 from member 3, its stop
+/// lands, the next pass queues it again from member 3's checkpoint: `sweep status` then.
+#[tokio::test]
+async fn a_pbt_sweeps_exploits_as_sweep_status_shows_them() {
+    use lachesis::model::{FoundCheckpoint, MetricReading, RunTrigger, now_millis};
+    use lachesis::service::SweepDecider;
+
+    let mut home = home();
+    home.workflow("climb", CLIMB);
+    let mut redactions = Redactions::new(home.path());
+    let id = start(&home, &mut redactions, PBT, "pbt", false);
+    let service = home.service().await;
+    let mut members = service.sweep_status(&id).await.unwrap().leaderboard;
+    members.sort_by_key(|m| m.k);
+    for member in &members {
+        let run = home.run(member.run).await;
+        let claimed = service.move_run(&run, RunTrigger::Claim, None).await.unwrap();
+        service.move_run(&claimed, RunTrigger::AllStagesUp, None).await.unwrap();
+        let readings: Vec<MetricReading> = [5, 10]
+            .iter()
+            .map(|step| MetricReading::new("reward", *step, ((member.k + 1) * *step as u64) as f64).unwrap())
+            .collect();
+        service.put_metric_values_as_given(member.run, 1, &readings, now_millis()).await.unwrap();
+        let found = FoundCheckpoint {
+            step: 10,
+            path: Some(format!("state-{}-10", member.k)),
+            weights: None,
+            key: format!("line-{}", member.k),
+        };
+        service.record_checkpoint_as_given(member.run, 1, &found, now_millis()).await.unwrap();
+    }
+    let mut decider = SweepDecider::default();
+    decider.pass(&service, &service).await.unwrap();
+    let loser = home.run(members[0].run).await;
+    assert_eq!(loser.state, lachesis::model::RunState::Stopping, "{:?}", loser.reason);
+    pin_text(&home, &redactions, "sweep_status_pbt_stopping", &["sweep", "status", &id]);
+    service.move_run(&loser, RunTrigger::AllStagesGone, None).await.unwrap();
+    decider.pass(&service, &service).await.unwrap();
+    assert_eq!(home.run(members[0].run).await.attempt, 2);
+    pin_text(&home, &redactions, "sweep_status_pbt", &["sweep", "status", &id]);
+    pin_json(&home, &redactions, "sweep_status_pbt_json", &["sweep", "status", &id]);
+}

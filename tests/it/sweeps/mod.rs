@@ -338,7 +338,7 @@ async fn bad_sweeps_get_one_line_and_queue_nothing() {
     let table = [
         (
             format!("method: hill\nworkflow: gated\n{grid}"),
-            "method: unknown method 'hill' (expected grid, random or bayes)",
+            "method: unknown method 'hill' (expected grid, random, bayes or pbt)",
         ),
         (
             "method: random\nworkflow: gated\nrun_cap: 2\nparameters:\n  lr: {distribution: lognormal}\n"

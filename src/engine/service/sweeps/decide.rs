@@ -31,6 +31,10 @@ pub enum SweepDecision {
     Done { sweep: Uuid },
     /// A bayes sweep's member k was suggested and queued as run `run`.
     Suggested { sweep: Uuid, k: u64, run: Uuid },
+    /// A pbt sweep's member k is stopped to continue from member `donor`'s checkpoint.
+    Exploited { sweep: Uuid, k: u64, donor: u64, interval: i64 },
+    /// A pbt sweep's member k (run `run`) is queued again from its donor's checkpoint.
+    Continued { sweep: Uuid, k: u64, run: Uuid },
 }
 
 /// How often (in passes) the sweeps with no member in flight are looked at for their end.
@@ -62,6 +66,7 @@ impl SweepDecider {
             let Some(sweep) = service.store.sweep(*sweep_id).await? else { continue };
             if matches!(sweep.state, SweepState::Live | SweepState::Target) {
                 decisions.extend(service.decide_sweep(&sweep, source).await?);
+                decisions.extend(service.exploit_members(&sweep, source).await?);
             }
         }
         if !decisions.is_empty() {
@@ -101,6 +106,11 @@ impl SweepDecider {
         // Bayes sweeps with a slot open get their next members (one read of the live sweeps;
         // only a bayes sweep, which keeps a member setup, is looked at further).
         for sweep in service.store.sweeps_in_state(SweepState::Live).await? {
+            // A pbt sweep's exploits: decided as readings land, applied as losers stop.
+            match service.exploit_members(&sweep, source).await {
+                Ok(made) => decisions.extend(made),
+                Err(err) => tracing::warn!(sweep = %sweep.short_id(), "cannot exploit its members: {err}"),
+            }
             if sweep.member_setup.is_none() {
                 continue;
             }
@@ -117,6 +127,7 @@ impl SweepDecider {
                 for sweep in service.store.sweeps_in_state(state).await? {
                     if in_flight.contains_key(&sweep.id)
                         || service.store.sweep_has_open_member(sweep.id).await?
+                        || (state == SweepState::Live && service.exploit_owed(&sweep).await?)
                     {
                         continue;
                     }

@@ -4,6 +4,7 @@ mod curves;
 mod decide;
 mod end;
 mod ending;
+mod exploit;
 mod report;
 mod resume;
 mod series;

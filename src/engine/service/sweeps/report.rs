@@ -40,6 +40,9 @@ pub struct ReportSweep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best: Option<BestMember>,
     pub early_termination: EarlyTermination,
+    /// A pbt sweep's exploits so far (its losers continued from its winners' checkpoints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exploits: Option<u64>,
 }
 
 /// A sweep's best member: its best reading and its parameters.
@@ -100,6 +103,12 @@ impl ReportSweep {
     /// `2 stopped after 1m 10s; ≈ 3m 20s of member time saved`, or none when hyperband stopped
     /// no member.
     pub fn early_termination_line(&self) -> Option<String> {
+        if let Some(exploits) = self.exploits {
+            // A pbt sweep stops no member: its losers continue from the winners instead.
+            return Some(format!(
+                "pbt: {exploits} exploits (losers continued from the winners' checkpoints)"
+            ));
+        }
         let early = &self.early_termination;
         if early.members == 0 {
             return None;
@@ -200,6 +209,7 @@ fn report_sweep(sweep: &SweepRecord, members: &[MemberTally]) -> ReportSweep {
         outcomes,
         best,
         early_termination: early_termination(members),
+        exploits: None,
     }
 }
 
@@ -216,7 +226,7 @@ impl Service {
             .map(|s| (s.id, SweepSpec::parse(&s.file).ok().and_then(|spec| spec.metric).map(|m| m.name)))
             .collect();
         let tallies = self.store.member_tallies(&named).await?;
-        let rows: Vec<ReportSweep> = sweeps
+        let mut rows: Vec<ReportSweep> = sweeps
             .iter()
             .map(|sweep| {
                 let from = tallies.partition_point(|t| t.sweep < sweep.id);
@@ -224,6 +234,12 @@ impl Service {
                 report_sweep(sweep, &tallies[from..to])
             })
             .collect();
+        for (row, sweep) in rows.iter_mut().zip(&sweeps) {
+            if SweepSpec::parse(&sweep.file).is_ok_and(|spec| spec.method == crate::model::sweep::Method::Pbt)
+            {
+                row.exploits = Some(self.store.sweep_exploits(sweep.id).await?.len() as u64);
+            }
+        }
         let more = (total - rows.len() as i64).max(0);
         Ok((rows, more))
     }

@@ -124,6 +124,11 @@ impl Service {
         {
             return Err(ServiceError::BadSweepParameter { path: "metric.name".into(), problem });
         }
+        if spec.method == Method::Pbt
+            && let Some(problem) = super::exploit::unresumable(&workflow)
+        {
+            return Err(ServiceError::BadSweepParameter { path: "workflow".into(), problem });
+        }
         let count = spec.members();
         let mut members: Vec<(Run, Vec<crate::model::Stage>)> = Vec::new();
         if spec.method == Method::Bayes {

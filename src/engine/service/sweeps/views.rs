@@ -9,7 +9,8 @@ use super::MetricSeries;
 use super::ending::{STOP_REQUESTED, SweepEnd};
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::{MemberRun, StoreError};
-use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState};
+use crate::model::sweep::pbt::ExploitRecord;
+use crate::model::sweep::{Goal, MemberOutcome, Method, SweepRecord, SweepSpec, SweepState};
 use crate::model::{RunState, StateCounts};
 
 /// The most sweeps a listing shows.
@@ -30,7 +31,7 @@ pub struct SweepSummary {
     pub members: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_live: Option<u32>,
-    /// grid, random or bayes, as its file says.
+    /// grid, random, bayes or pbt, as its file says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     pub created_at: crate::model::Millis,
@@ -86,6 +87,9 @@ pub struct SweepStatus {
     /// Each time it was resumed (`sweep resume`), oldest first, with what it re-ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resumes: Vec<crate::engine::store::SweepEvent>,
+    /// A pbt sweep's exploits, in the order they were decided: its lineage.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exploits: Vec<ExploitRecord>,
 }
 
 /// One member on the leaderboard.
@@ -177,14 +181,20 @@ impl Service {
             }
             _ => Default::default(),
         };
+        let exploits = match spec.method {
+            Method::Pbt => self.store.sweep_exploits(sweep.id).await?,
+            _ => Vec::new(),
+        };
         for run in &members {
             counts.add(run.state, 1);
             let summary = summaries.remove(&run.id);
+            // A pbt member's values are its last exploit's.
+            let explored = exploits.iter().rfind(|e| e.k == run.k).map(|e| e.values.clone());
             leaderboard.push(MemberStatus {
                 k: run.k,
                 run: run.id,
                 state: run.state,
-                parameters: member_values(&spec, run.k, run.suggestion.as_ref()),
+                parameters: explored.unwrap_or_else(|| member_values(&spec, run.k, run.suggestion.as_ref())),
                 best: summary.map(|s| s.best.value),
                 best_step: summary.map(|s| s.best.step),
                 last: summary.map(|s| s.last.value),
@@ -224,6 +234,7 @@ impl Service {
                 .into_iter()
                 .filter(|event| event.to == SweepState::Live)
                 .collect(),
+            exploits,
         })
     }
 

@@ -43,6 +43,7 @@ mod preemptions;
 mod prefixes;
 mod queue;
 mod report;
+mod sweep_exploits;
 mod sweep_resumes;
 mod sweeps;
 mod typed_units;

@@ -92,6 +92,12 @@ pub fn member_chart(curves: &SweepCurves) -> Option<String> {
                     _ => None,
                 },
                 keyed: rank < KEYED || winner,
+                exploits: status
+                    .exploits
+                    .iter()
+                    .filter(|e| e.k == member.k && e.applied_at.is_some())
+                    .map(|e| (e.step as f64, format!("step {}: {}", e.boundary, e.describe())))
+                    .collect(),
             })
         })
         .collect();
@@ -105,6 +111,13 @@ pub fn member_chart(curves: &SweepCurves) -> Option<String> {
         lines,
     }
     .render()
+}
+
+/// A pbt sweep's lineage, its members in order of k; None without an exploit.
+fn lineage(exploits: &[crate::model::sweep::pbt::ExploitRecord], status: &SweepStatus) -> Option<String> {
+    let mut members: Vec<u64> = status.leaderboard.iter().map(|m| m.k).collect();
+    members.sort_unstable();
+    super::svg::lineage(&members, exploits)
 }
 
 fn number(value: Option<f64>) -> String {
@@ -219,6 +232,22 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
             body.push_str("<p class=\"muted\">The sweep names no metric: there is nothing to draw.</p>")
         }
         None => body.push_str("<p class=\"muted\">No member has reported the metric yet.</p>"),
+    }
+    if let Some(svg) = lineage(&status.exploits, status) {
+        let _ = write!(body, "<h2>Lineage</h2><figure class=\"sweep-lineage\">{svg}</figure>");
+        body.push_str("<ul class=\"exploits\">");
+        for e in &status.exploits {
+            let pending =
+                if e.applied_at.is_none() { " <span class=\"muted\">(stopping)</span>" } else { "" };
+            let _ = write!(
+                body,
+                "<li data-k=\"{}\">{} · {}{pending}</li>",
+                e.k,
+                time(Some(e.decided_at)),
+                esc(&e.describe())
+            );
+        }
+        body.push_str("</ul>");
     }
     body.push_str("<h2>Leaderboard</h2>");
     body.push_str(&leaderboard(status));

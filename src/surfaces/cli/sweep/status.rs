@@ -53,6 +53,13 @@ fn render(status: &SweepStatus) -> String {
     if let Some(reason) = &s.reason {
         out.push_str(&format!(" ({reason})"));
     }
+    if let (Some("pbt"), Some(metric)) = (s.method.as_deref(), &status.metric) {
+        out.push_str(&format!(
+            "\nmethod    pbt: {} exploit{} (losers continue from the winners' checkpoints by {metric})",
+            status.exploits.len(),
+            if status.exploits.len() == 1 { "" } else { "s" }
+        ));
+    }
     if s.method.as_deref() == Some("bayes") {
         // Its members are made as slots open: say how far it is (grid and random say nothing).
         out.push_str(&format!(
@@ -104,5 +111,13 @@ fn render(status: &SweepStatus) -> String {
         t.add_row(row);
     }
     out.push_str(&format!("{t}\n"));
+    if !status.exploits.is_empty() {
+        // A pbt sweep's lineage: which member copied which, when, with what.
+        out.push_str("exploits\n");
+        for e in &status.exploits {
+            let applied = if e.applied_at.is_some() { "" } else { " (stopping)" };
+            out.push_str(&format!("  {}  {}{applied}\n", time(Some(e.decided_at)), e.describe()));
+        }
+    }
     out
 }

@@ -19,6 +19,9 @@ pub struct MemberLine {
     pub winner: Option<(f64, f64)>,
     /// In colour and in the legend; the others are drawn thin and grey, counted in one entry.
     pub keyed: bool,
+    /// A pbt member's exploits: (the donor's checkpoint step it continued from, what happened),
+    /// each a diamond on its line where its curve jumps to the donor's.
+    pub exploits: Vec<(f64, String)>,
 }
 
 /// A sweep's chart: every member's curve of the metric by step, the winner highlighted, the
@@ -131,6 +134,24 @@ impl MemberChart {
                     e = py + 4.5,
                 );
             }
+            for (step, what) in &line.exploits {
+                // Where the new attempt's curve starts: its first point at or past the step.
+                let Some((x, y)) = line.points.iter().find(|(x, _)| x >= step).or(line.points.last()) else {
+                    continue;
+                };
+                let (px, py) = (scale.x(*x), scale.y(*y));
+                let _ = write!(
+                    svg,
+                    "<path class=\"exploit-marker\" data-k=\"{k}\" data-step=\"{step}\" d=\"M{px:.1},{t:.1} L{r:.1},{py:.1} L{px:.1},{b:.1} L{l:.1},{py:.1} Z\" fill=\"{colour}\">\
+                     <title>{}</title></path>",
+                    esc(what),
+                    k = line.k,
+                    t = py - 5.0,
+                    b = py + 5.0,
+                    l = px - 5.0,
+                    r = px + 5.0,
+                );
+            }
             if let Some((x, y)) = line.winner {
                 let (px, py) = (scale.x(x), scale.y(y));
                 let _ = write!(
@@ -172,6 +193,12 @@ impl MemberChart {
             svg.push_str("<g class=\"key style\" data-style=\"stopped\">");
             sample(&mut svg, row, "member stopped", MUTED);
             text(&mut svg, row, "early-terminated (× where)");
+            svg.push_str("</g>");
+            row += LEGEND_ROW;
+        }
+        if self.lines.iter().any(|l| !l.exploits.is_empty()) {
+            svg.push_str("<g class=\"key style\" data-style=\"exploit\">");
+            text(&mut svg, row, "◆ continued from another member's checkpoint");
             svg.push_str("</g>");
             row += LEGEND_ROW;
         }
@@ -223,6 +250,7 @@ mod tests {
             stopped: stopped.then(|| format!("early-terminated by sweep 00000000: member {k}")),
             winner: winner.then_some((2.0, 0.9)),
             keyed,
+            exploits: Vec::new(),
         };
         let chart = MemberChart {
             title: "reward by step".into(),

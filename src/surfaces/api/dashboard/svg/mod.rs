@@ -1,14 +1,16 @@
 //! Charts drawn as SVG on the server: line charts (`line_chart.rs`), a sweep's members
-//! (`member_chart.rs`), bar charts (`bars.rs`) and the stage timeline (`timeline.rs`), with the
+//! (`member_chart.rs`), a pbt sweep's lineage (`lineage.rs`), bar charts (`bars.rs`) and the stage timeline (`timeline.rs`), with the
 //! box and scale they share.
 
 mod bars;
 mod line_chart;
+mod lineage;
 mod member_chart;
 mod timeline;
 
 pub use bars::bar_chart;
 pub use line_chart::{LineChart, Series};
+pub use lineage::lineage;
 pub use member_chart::{MEMBER_COLOURS, MemberChart, MemberLine};
 pub use timeline::{StageSpan, timeline};
 

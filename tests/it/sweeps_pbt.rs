@@ -1,0 +1,223 @@
+//! A pbt sweep run by the daemon: four members of a stand-in trainer whose state is carried in
+//! its checkpoint path; at each boundary the loser is stopped and continues, as its next
+//! attempt, from the winner's checkpoint with the winner's values explored; and a daemon
+//! killed between the decision and the requeue decides the exploit once and applies it once.
+
+use std::time::Duration;
+
+use lachesis::failpoint::Failpoint;
+use lachesis::model::RunState;
+use lachesis::model::sweep::pbt::ExploitRecord;
+use lachesis::model::sweep::{SweepState, var_text};
+use lachesis::service::Service;
+use uuid::Uuid;
+
+use crate::support::{TestHome, wait_for};
+
+const T: Duration = Duration::from_secs(60);
+
+/// Adds `lr` to its reward each step for 60 steps, checkpointing every 5 with its reward in the
+/// path (`state-REWARD-STEP`); resumed (`--from PATH STEP`), it starts from that state.
+const TRAINER: &str = r#"dir="$1"; lr="$2"; step=0; reward=0
+if [ "$3" = "--from" ]; then
+  reward=$(echo "$4" | cut -d- -f2); step="$5"; echo "resumed from $4 at step $5"
+fi
+while [ "$step" -lt 60 ]; do
+  step=$((step + 1)); reward=$((reward + lr))
+  printf '{"step": %d, "reward": %d}\n' "$step" "$reward" >> "$dir/metrics.jsonl"
+  if [ $((step % 5)) -eq 0 ]; then
+    printf '{"step": %d, "path": "state-%d-%d"}\n' "$step" "$reward" "$step" >> "$dir/checkpoints.jsonl"
+  fi
+  sleep 0.1
+done
+"#;
+
+fn workflow(home: &TestHome) -> String {
+    let script = home.path().join("trainer.sh");
+    std::fs::write(&script, TRAINER).unwrap();
+    format!(
+        r#"name: climb
+vars: {{lr: "1"}}
+stages:
+  - name: trainer
+    argv: [sh, "{}", "{{run_dir}}", "{{lr}}"]
+    resume_args: [--from, "{{resume.path}}", "{{resume.step}}"]
+metrics:
+  jsonl: {{file: "{{run_dir}}/metrics.jsonl", step: /step}}
+checkpoints:
+  jsonl: {{file: "{{run_dir}}/checkpoints.jsonl", step: /step, path: /path}}
+stop_grace: 2s
+"#,
+        script.display()
+    )
+}
+
+const SWEEP: &str = "method: pbt\nworkflow: climb\nmetric: {name: reward, goal: maximize}\nrun_cap: 4\nseed: 5\n\
+                     perturbation_interval: 10\nparameters:\n  lr: {values: [1, 2, 3, 4]}\n";
+
+fn start(home: &TestHome) -> (Uuid, Vec<Uuid>) {
+    let path = home.path().join("pbt.yaml");
+    std::fs::write(&path, SWEEP).unwrap();
+    let out: serde_json::Value =
+        serde_json::from_str(&home.cli_ok(&["sweep", "start", path.to_str().unwrap(), "--json"])).unwrap();
+    let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
+    let members =
+        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+    (id, members)
+}
+
+async fn exploits(service: &Service, sweep: Uuid) -> Vec<ExploitRecord> {
+    service.sweep_status(&sweep.to_string()).await.unwrap().exploits
+}
+
+async fn first_applied(service: &Service, sweep: Uuid) -> ExploitRecord {
+    wait_for("an exploit applied", T, || {
+        let service = service.clone();
+        async move { exploits(&service, sweep).await.into_iter().find(|e| e.applied_at.is_some()) }
+    })
+    .await
+}
+
+/// The loser continues from the donor's checkpoint, as its next attempt, with the explored
+/// values; both members say so.
+async fn assert_continued(home: &mut TestHome, exploit: &ExploitRecord) {
+    let loser = home.run(exploit.run).await;
+    assert_eq!(loser.attempt, exploit.attempt + 1, "one requeue: {exploit:?}");
+    assert_eq!(loser.params.resolved.get("resume.path"), Some(&exploit.path));
+    assert_eq!(loser.params.vars["lr"], var_text(&exploit.values["lr"]));
+    assert!(exploit.step <= exploit.boundary && exploit.boundary == 10 * exploit.interval);
+    let donor_checkpoints: Vec<(i64, Option<String>)> = home
+        .service()
+        .await
+        .run_checkpoints_of(exploit.donor_run)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.step, c.path))
+        .collect();
+    assert!(donor_checkpoints.contains(&(exploit.step, Some(exploit.path.clone()))), "{donor_checkpoints:?}");
+    let said = format!("resumed from {} at step {}", exploit.path, exploit.step);
+    let log = loser.run_dir.join("trainer.log");
+    wait_for("the loser's trainer to start from the donor's checkpoint", T, || {
+        let found = std::fs::read_to_string(&log).unwrap_or_default().contains(&said);
+        async move { found.then_some(()) }
+    })
+    .await;
+    let described = exploit.describe();
+    assert!(described.starts_with(&format!(
+        "member {} continues from member {}'s checkpoint at step {}",
+        exploit.k, exploit.donor, exploit.step
+    )));
+    let loser_says = home.messages(exploit.run).await;
+    assert_eq!(loser_says.iter().filter(|m| **m == described).count(), 1, "{loser_says:#?}");
+    assert_eq!(
+        loser_says
+            .iter()
+            .filter(|m| m.starts_with(&format!(
+                "attempt {} resumes from member {}",
+                exploit.attempt + 1,
+                exploit.donor
+            )))
+            .count(),
+        1,
+        "{loser_says:#?}"
+    );
+    let donor_says = home.messages(exploit.donor_run).await;
+    assert!(
+        donor_says.iter().any(|m| m.contains(&format!(
+            "member {} continues from this member's checkpoint at step {}",
+            exploit.k, exploit.step
+        ))),
+        "{donor_says:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pbt_loser_continues_from_the_winners_checkpoint_with_explored_values() {
+    let mut home = TestHome::new();
+    home.workflow("climb", &workflow(&home));
+    let (sweep, members) = start(&home);
+    assert_eq!(members.len(), 4, "run_cap is the population");
+    let api = crate::http::start_with(
+        &mut home,
+        "127.0.0.1",
+        Some("pbt-dashboard-token-of-this-test"),
+        &["--sweep-interval", "200ms"],
+    )
+    .await;
+    let service = home.service().await;
+    let exploit = first_applied(&service, sweep).await;
+    assert_continued(&mut home, &exploit).await;
+    let status = home.cli_ok(&["sweep", "status", &sweep.to_string()[..8]]);
+    assert!(status.contains("method    pbt:") && status.contains(&exploit.describe()), "{status}");
+    wait_for("the sweep to be done", T, || {
+        let service = service.clone();
+        async move {
+            (service.resolve_sweep(&sweep.to_string()).await.unwrap().state == SweepState::Done).then_some(())
+        }
+    })
+    .await;
+    let all = exploits(&service, sweep).await;
+    assert!(all.iter().all(|e| e.applied_at.is_some()), "{all:#?}");
+    // HTTP gives them; the dashboard draws the lineage, an arrow per exploit; the report counts them.
+    let (_, status) = api.get(&format!("/sweeps/{sweep}")).await;
+    assert_eq!(status["exploits"].as_array().map(Vec::len), Some(all.len()), "{status:#}");
+    let (_, page) = api.get(&format!("/ui/sweeps/{sweep}")).await;
+    let page = page.as_str().unwrap().to_string();
+    assert!(page.contains("<h2>Lineage</h2>"), "{page}");
+    assert_eq!(page.matches("<g class=\"exploit\"").count(), all.len());
+    // Each member's curve marks where it continued from another's checkpoint.
+    assert_eq!(page.matches("<path class=\"exploit-marker\"").count(), all.len(), "{page}");
+    let report = home.cli_ok(&["report"]);
+    assert!(report.contains(&format!("pbt: {} exploits", all.len())), "{report}");
+    for member in members {
+        assert_eq!(home.run(member).await.state, RunState::Completed);
+    }
+}
+
+#[tokio::test]
+async fn a_daemon_killed_between_an_exploit_and_its_requeue_applies_it_once() {
+    let mut home = TestHome::new();
+    home.workflow("climb", &workflow(&home));
+    let (sweep, _) = start(&home);
+    let service = home.service().await;
+    // Dies once the first exploit is committed with its loser's stop, before any signal.
+    home.environ.push((lachesis::failpoint::VARIABLE.into(), Failpoint::PbtExploitDecided.as_str().into()));
+    home.start_daemon_with(&["--sweep-interval", "200ms"]);
+    home.wait_daemon_killed(T).await;
+    let decided = exploits(&service, sweep).await;
+    assert_eq!(decided.len(), 1, "{decided:#?}");
+    assert!(decided[0].applied_at.is_none());
+    assert_eq!(home.run(decided[0].run).await.state, RunState::Stopping);
+    // The next one finishes the loser's stop and dies before its requeue.
+    home.environ.retain(|(k, _)| k != lachesis::failpoint::VARIABLE);
+    home.environ.push((lachesis::failpoint::VARIABLE.into(), Failpoint::PbtLoserStopped.as_str().into()));
+    home.start_daemon_with(&["--sweep-interval", "200ms"]);
+    home.wait_daemon_killed(T).await;
+    home.environ.retain(|(k, _)| k != lachesis::failpoint::VARIABLE);
+    let first = exploits(&service, sweep)
+        .await
+        .into_iter()
+        .find(|e| e.k == decided[0].k && e.interval == decided[0].interval)
+        .unwrap();
+    assert!(first.applied_at.is_none());
+    assert_eq!(home.run(first.run).await.state, RunState::Stopped);
+    home.start_daemon_with(&["--sweep-interval", "200ms"]);
+    let applied = wait_for("the first exploit applied", T, || {
+        let service = service.clone();
+        let first = first.clone();
+        async move {
+            exploits(&service, sweep)
+                .await
+                .into_iter()
+                .find(|e| e.k == first.k && e.interval == first.interval && e.applied_at.is_some())
+        }
+    })
+    .await;
+    assert_eq!(
+        (applied.donor, applied.step, &applied.path),
+        (first.donor, first.step, &first.path),
+        "decided once"
+    );
+    assert_continued(&mut home, &applied).await;
+}
