@@ -7,8 +7,8 @@ use uuid::Uuid;
 use super::{
     AttemptStore, Backend, CheckpointStore, ClaimStore, DaemonLock, DependencyStore, HoldStore,
     InferenceTestStore, MetricStore, NewDependency, NodeStore, OutboxStore, PreemptionStore, ProgressStore,
-    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepExploitStore, SweepMemberStore, SweepResumeStore,
-    SweepStore,
+    QueueStore, ReportStore, Result, RetentionStore, ScheduleStore, SweepExploitStore, SweepMemberStore,
+    SweepResumeStore, SweepStore,
 };
 use crate::model::{Event, NewEvent, Run, RunQuery, RunState, RunTrigger, Stage, StateCounts};
 

@@ -17,21 +17,71 @@ use crate::model::run::RunTrigger;
 use crate::model::sweep::SweepRecord;
 use crate::model::{Millis, Run, RunState, Stage};
 
-/// A member as its sweep's leaderboard shows it: its run's state and why it ended, without the
-/// run's spec and params.
+/// A sweep's member as the store reads it, the one member type of this layer: its run's state,
+/// why it ended and its current attempt's times, hyperband's mark, the values a bayes sweep
+/// suggested for it, and (read by `SweepStore::member_tallies` only) its readings of its sweep's
+/// metric at a glance.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MemberRun {
+pub struct SweepMember {
+    pub sweep: Uuid,
     pub k: u64,
-    pub id: Uuid,
+    pub run: Uuid,
     pub state: RunState,
     pub attempt: i64,
-    pub started_at: Option<Millis>,
     pub reason: Option<String>,
-    /// Its sweep's hyperband stopped it.
+    /// Its sweep's hyperband stopped it (`SweepMemberStore::early_terminate`).
     pub early_terminated: bool,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
     /// Its values by parameter path, for a member a bayes sweep suggested (a grid's or random
     /// sweep's are its file's member k).
     pub suggestion: Option<serde_json::Value>,
+    /// Its readings of its sweep's metric, when the read asked for them.
+    pub tally: Option<Tally>,
+}
+
+/// A member's readings of its sweep's metric as its series holds them: how many, the lowest and
+/// the highest.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Tally {
+    pub readings: u64,
+    pub low: Option<f64>,
+    pub high: Option<f64>,
+}
+
+/// The member columns every read of members selects (`m` the member row, `r` its run).
+pub(super) const MEMBER_COLUMNS: &str = "m.sweep_id, m.k, r.id AS run_id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at";
+
+/// A member from a row of `MEMBER_COLUMNS` (with `readings`, `low` and `high` when `tallied`).
+pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<SweepMember> {
+    let k: i64 = row.try_get("k")?;
+    let state: String = row.try_get("state")?;
+    let tally = if tallied {
+        let readings: i64 = row.try_get("readings")?;
+        Some(Tally {
+            readings: u64::try_from(readings).unwrap_or(0),
+            low: row.try_get("low")?,
+            high: row.try_get("high")?,
+        })
+    } else {
+        None
+    };
+    Ok(SweepMember {
+        sweep: uuid_of(row, "sweep_id")?,
+        k: u64::try_from(k).map_err(|_| corrupt(format!("sweep member {k}")))?,
+        run: uuid_of(row, "run_id")?,
+        state: state.parse().map_err(corrupt)?,
+        attempt: row.try_get("attempt")?,
+        reason: row.try_get("reason")?,
+        early_terminated: row.try_get::<i64, _>("early_terminated")? != 0,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        suggestion: row
+            .try_get::<Option<String>, _>("suggestion")?
+            .map(|text| from_json(&text, "member suggestion"))
+            .transpose()?,
+        tally,
+    })
 }
 
 #[async_trait]
@@ -42,7 +92,7 @@ pub trait SweepMemberStore: Send + Sync {
     /// A sweep's members in order of k, each with its run as it is now.
     async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>>;
     /// A sweep's members in order of k, as its leaderboard shows them.
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<MemberRun>>;
+    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<SweepMember>>;
     /// Writes member `k` of the live sweep `sweep` (a bayes sweep's next), with the values
     /// suggested for it: its `sweep_members` row, its run (pending) and stages, in one
     /// transaction. False, with nothing written, when member k exists already (a pass made it
@@ -98,34 +148,13 @@ impl SweepMemberStore for SqlStore {
             .collect()
     }
 
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<MemberRun>> {
-        let rows = sqlx::query(
-            "SELECT m.k, r.id, r.state, r.attempt, r.started_at, r.reason, m.early_terminated, m.suggestion \
-             FROM sweep_members m \
-             JOIN runs r ON r.id = m.run_id WHERE m.sweep_id = $1 ORDER BY m.k",
-        )
-        .bind(id.to_string())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let k: i64 = row.try_get("k")?;
-                let state: String = row.try_get("state")?;
-                Ok(MemberRun {
-                    k: u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))?,
-                    id: uuid_of(row, "id")?,
-                    state: state.parse().map_err(corrupt)?,
-                    attempt: row.try_get("attempt")?,
-                    started_at: row.try_get("started_at")?,
-                    reason: row.try_get("reason")?,
-                    early_terminated: row.try_get::<i64, _>("early_terminated")? != 0,
-                    suggestion: row
-                        .try_get::<Option<String>, _>("suggestion")?
-                        .map(|text| from_json(&text, "member suggestion"))
-                        .transpose()?,
-                })
-            })
-            .collect()
+    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<SweepMember>> {
+        let sql = format!(
+            "SELECT {MEMBER_COLUMNS} FROM sweep_members m JOIN runs r ON r.id = m.run_id \
+             WHERE m.sweep_id = $1 ORDER BY m.k"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.to_string()).fetch_all(self.pool()).await?;
+        rows.iter().map(|row| member_from_row(row, false)).collect()
     }
 
     async fn add_member(

@@ -13,12 +13,12 @@ use super::dependencies::{NewDependency, insert_dependencies, settle_sweep_depen
 use super::outbox::insert_notification;
 use super::rows::{corrupt, from_json};
 use super::sql::{IdRange, SqlStore, insert_pending_run};
-use super::sweep_members::insert_sweep_rows;
+use super::sweep_members::{MEMBER_COLUMNS, SweepMember, insert_sweep_rows, member_from_row};
 use super::sweep_resumes::{insert_sweep_event, mark_stopped_members};
 use super::{Backend, Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
 use crate::model::sweep::{Goal, SeriesSummary, SweepRecord, SweepState, SweepWinner};
-use crate::model::{MetricPoint, Millis, Run, RunState, Stage, now_millis};
+use crate::model::{MetricPoint, Millis, Run, Stage, now_millis};
 use crate::webhooks::Payload;
 
 /// `SELECT <every sweep column> FROM sweeps <rest>`, as a `'static` string.
@@ -44,27 +44,6 @@ impl SweepSlots {
     pub fn has_room(&self) -> bool {
         self.in_flight < self.max_live
     }
-}
-
-/// One member of a sweep as its tally counts it (the morning report's): its run's state, reason
-/// and current attempt's times, and its readings of its sweep's metric as its series holds them.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MemberTally {
-    pub sweep: Uuid,
-    pub k: u64,
-    pub run: Uuid,
-    pub state: RunState,
-    pub reason: Option<String>,
-    /// Its sweep's hyperband stopped it (`SweepStore::early_terminate`).
-    pub early_terminated: bool,
-    pub started_at: Option<Millis>,
-    pub ended_at: Option<Millis>,
-    /// How many readings its series has, and the lowest and highest of them.
-    pub readings: u64,
-    pub low: Option<f64>,
-    pub high: Option<f64>,
-    /// Its values, when its sweep (bayes) suggested them.
-    pub suggestion: Option<serde_json::Value>,
 }
 
 #[async_trait]
@@ -121,7 +100,7 @@ pub trait SweepStore: Send + Sync {
     /// run's state and times and its readings of that metric as its series holds them (a
     /// resumed attempt's over the steps it rewound, as `metric_point::series` keeps them):
     /// counted, lowest and highest, in SQL. One query for up to [`TALLY_CHUNK`] sweeps.
-    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<MemberTally>>;
+    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<SweepMember>>;
     /// How many members of each of `sweeps` are in each run state: one grouped query for up to
     /// [`TALLY_CHUNK`] sweeps.
     async fn member_states_of(&self, sweeps: &[Uuid]) -> Result<HashMap<Uuid, BTreeMap<String, u64>>>;
@@ -205,40 +184,16 @@ pub(super) fn tallies_sql(sweeps: usize) -> String {
         (0..sweeps).map(|i| format!("WHEN ${} THEN CAST(${} AS TEXT)", 2 * i + 1, 2 * i + 2)).collect();
     let ids: Vec<String> = (0..sweeps).map(|i| format!("${}", 2 * i + 1)).collect();
     format!(
-        "SELECT m.sweep_id, m.k, r.id AS run_id, r.state, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at, \
-         COUNT(v.value) AS readings, MIN(v.value) AS low, MAX(v.value) AS high \
+        "SELECT {MEMBER_COLUMNS}, COUNT(v.value) AS readings, MIN(v.value) AS low, MAX(v.value) AS high \
          FROM sweep_members m JOIN runs r ON r.id = m.run_id \
          LEFT JOIN metric_values v ON v.run_id = m.run_id AND v.name = (CASE m.sweep_id {} END) \
          AND NOT EXISTS (SELECT 1 FROM metric_values w WHERE w.run_id = v.run_id AND w.name = v.name \
          AND w.attempt > v.attempt AND w.step <= v.step) \
          WHERE m.sweep_id IN ({}) \
-         GROUP BY m.sweep_id, m.k, r.id, r.state, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at",
+         GROUP BY m.sweep_id, m.k, r.id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at",
         names.join(" "),
         ids.join(", ")
     )
-}
-
-fn tally_from_row(row: &sqlx::any::AnyRow) -> Result<MemberTally> {
-    let k: i64 = row.try_get("k")?;
-    let state: String = row.try_get("state")?;
-    let readings: i64 = row.try_get("readings")?;
-    Ok(MemberTally {
-        sweep: uuid_of(row, "sweep_id")?,
-        k: u64::try_from(k).map_err(|_| corrupt(format!("sweep member {k}")))?,
-        run: uuid_of(row, "run_id")?,
-        state: state.parse().map_err(corrupt)?,
-        reason: row.try_get("reason")?,
-        early_terminated: row.try_get::<i64, _>("early_terminated")? != 0,
-        started_at: row.try_get("started_at")?,
-        ended_at: row.try_get("ended_at")?,
-        readings: u64::try_from(readings).unwrap_or(0),
-        low: row.try_get("low")?,
-        high: row.try_get("high")?,
-        suggestion: row
-            .try_get::<Option<String>, _>("suggestion")?
-            .map(|text| from_json(&text, "member suggestion"))
-            .transpose()?,
-    })
 }
 
 /// Each member's readings of a metric at a glance: `{order}` is ASC (minimize) or DESC.
@@ -535,7 +490,7 @@ impl SweepStore for SqlStore {
         Ok((sweeps, total))
     }
 
-    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<MemberTally>> {
+    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<SweepMember>> {
         let mut tallies = Vec::new();
         for chunk in sweeps.chunks(TALLY_CHUNK) {
             // Only the placeholders vary: the ids and names are bound, never spliced.
@@ -544,7 +499,7 @@ impl SweepStore for SqlStore {
                 query = query.bind(id.to_string()).bind(metric.clone());
             }
             for row in query.fetch_all(self.pool()).await? {
-                tallies.push(tally_from_row(&row)?);
+                tallies.push(member_from_row(&row, true)?);
             }
         }
         tallies.sort_by_key(|t| (t.sweep, t.k));

@@ -47,13 +47,15 @@ impl Service {
         let members = self.store.sweep_member_runs(sweep.id).await?;
         let started: Vec<Uuid> = members
             .iter()
-            .filter(|run| run.started_at.is_some() || run.attempt > 1)
-            .map(|run| run.id)
+            .filter(|member| member.started_at.is_some() || member.attempt > 1)
+            .map(|member| member.run)
             .collect();
         let mut bests = source.members_summaries(sweep.id, &started, &metric.name, metric.goal).await?;
         let values: Vec<(u64, Uuid, Vec<f64>)> = members
             .iter()
-            .map(|run| (run.k, run.id, bests.remove(&run.id).map(|s| s.best.value).into_iter().collect()))
+            .map(|member| {
+                (member.k, member.run, bests.remove(&member.run).map(|s| s.best.value).into_iter().collect())
+            })
             .collect();
         Ok(match winner(&metric, &values) {
             Some(winner) => (Some(winner), None),

@@ -11,7 +11,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::engine::service::{Result, Service};
-use crate::engine::store::MemberTally;
+use crate::engine::store::{SweepMember, Tally};
 use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState, python_float, var_text};
 use crate::model::{Millis, RunState};
 
@@ -129,29 +129,30 @@ impl ReportSweep {
 }
 
 /// What early termination saved, from the members of one sweep: see [`EarlyTermination`].
-pub fn early_termination(members: &[MemberTally]) -> EarlyTermination {
-    let outcome = |m: &MemberTally| MemberOutcome::of(m.state, m.early_terminated);
+pub fn early_termination(members: &[SweepMember]) -> EarlyTermination {
+    let outcome = |m: &SweepMember| MemberOutcome::of(m.state, m.early_terminated);
+    let readings = |m: &SweepMember| m.tally.map_or(0, |t| t.readings);
     let mut full: Vec<u64> = members
         .iter()
-        .filter(|m| outcome(m) == MemberOutcome::Completed && m.readings > 0)
-        .map(|m| m.readings)
+        .filter(|m| outcome(m) == MemberOutcome::Completed && readings(m) > 0)
+        .map(readings)
         .collect();
     full.sort_unstable();
     // The lower median: an estimate that errs towards saving less.
     let full_readings = (!full.is_empty()).then(|| full[(full.len() - 1) / 2]);
-    let stopped: Vec<&MemberTally> =
+    let stopped: Vec<&SweepMember> =
         members.iter().filter(|m| outcome(m) == MemberOutcome::EarlyTerminated).collect();
-    let ran = |m: &MemberTally| match (m.started_at, m.ended_at) {
+    let ran = |m: &SweepMember| match (m.started_at, m.ended_at) {
         (Some(start), Some(end)) => (end - start).max(0),
         _ => 0,
     };
     let saved_ms = full_readings.map(|full| {
         stopped
             .iter()
-            .filter(|m| m.readings > 0)
+            .filter(|m| readings(m) > 0)
             .map(|m| {
-                let left = full.saturating_sub(m.readings);
-                (ran(m) as f64 / m.readings as f64 * left as f64).round() as i64
+                let left = full.saturating_sub(readings(m));
+                (ran(m) as f64 / readings(m) as f64 * left as f64).round() as i64
             })
             .sum()
     });
@@ -164,7 +165,7 @@ pub fn early_termination(members: &[MemberTally]) -> EarlyTermination {
 }
 
 /// One sweep's row from its record and its members' tallies.
-fn report_sweep(sweep: &SweepRecord, members: &[MemberTally]) -> ReportSweep {
+fn report_sweep(sweep: &SweepRecord, members: &[SweepMember]) -> ReportSweep {
     let spec = SweepSpec::parse(&sweep.file).ok();
     let metric = spec.as_ref().and_then(|s| s.metric.as_ref());
     let mut outcomes: BTreeMap<&'static str, u64> =
@@ -173,15 +174,18 @@ fn report_sweep(sweep: &SweepRecord, members: &[MemberTally]) -> ReportSweep {
         *outcomes.entry(MemberOutcome::of(member.state, member.early_terminated).as_str()).or_default() += 1;
     }
     let best = metric.and_then(|metric| {
-        let value_of = |m: &MemberTally| match metric.goal {
-            Goal::Minimize => m.low,
-            Goal::Maximize => m.high,
+        let value_of = |m: &SweepMember| {
+            let Tally { low, high, .. } = m.tally?;
+            match metric.goal {
+                Goal::Minimize => low,
+                Goal::Maximize => high,
+            }
         };
         let better = |a: f64, b: f64| match metric.goal {
             Goal::Minimize => a < b,
             Goal::Maximize => a > b,
         };
-        let mut best: Option<(&MemberTally, f64)> = None;
+        let mut best: Option<(&SweepMember, f64)> = None;
         // Members come by k: the first of equals stays, as on the leaderboard.
         for member in members {
             let Some(value) = value_of(member).filter(|v| v.is_finite()) else { continue };
@@ -249,20 +253,23 @@ impl Service {
 mod tests {
     use super::*;
 
-    fn member(k: u64, state: RunState, reason: Option<&str>, ran_s: i64, readings: u64) -> MemberTally {
-        MemberTally {
+    fn member(k: u64, state: RunState, reason: Option<&str>, ran_s: i64, readings: u64) -> SweepMember {
+        SweepMember {
             sweep: Uuid::nil(),
             k,
             run: Uuid::from_u128(k as u128 + 1),
             state,
             early_terminated: reason.is_some_and(|r| r.starts_with("early-terminated")),
             reason: reason.map(str::to_string),
+            attempt: 1,
             started_at: Some(1_000),
             ended_at: Some(1_000 + ran_s * 1000),
-            readings,
-            low: (readings > 0).then_some(1.0 / (k as f64 + 1.0)),
-            high: (readings > 0).then_some(k as f64),
             suggestion: None,
+            tally: Some(Tally {
+                readings,
+                low: (readings > 0).then_some(1.0 / (k as f64 + 1.0)),
+                high: (readings > 0).then_some(k as f64),
+            }),
         }
     }
 

@@ -44,13 +44,13 @@ impl Service {
             return Ok(Vec::new());
         }
         let started: Vec<Uuid> =
-            members.iter().filter(|m| m.started_at.is_some() || m.attempt > 1).map(|m| m.id).collect();
+            members.iter().filter(|m| m.started_at.is_some() || m.attempt > 1).map(|m| m.run).collect();
         let mut series = source.members_series(sweep.id, &started, &metric.name).await?;
         let mut observed: Vec<Observed> = members
             .iter()
             .map(|member| {
                 let readings: Vec<f64> = series
-                    .remove(&member.id)
+                    .remove(&member.run)
                     .unwrap_or_default()
                     .iter()
                     .map(|point| point.value)

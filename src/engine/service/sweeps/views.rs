@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::MetricSeries;
 use super::ending::{STOP_REQUESTED, SweepEnd};
 use crate::engine::service::{Result, Service, ServiceError};
-use crate::engine::store::{MemberRun, StoreError};
+use crate::engine::store::{StoreError, SweepMember};
 use crate::model::sweep::pbt::ExploitRecord;
 use crate::model::sweep::{Goal, MemberOutcome, Method, SweepRecord, SweepSpec, SweepState};
 use crate::model::{RunState, StateCounts};
@@ -172,8 +172,8 @@ impl Service {
         // A member that never started has no readings: its series is not read.
         let started: Vec<uuid::Uuid> = members
             .iter()
-            .filter(|run| run.started_at.is_some() || run.attempt > 1)
-            .map(|run| run.id)
+            .filter(|member| member.started_at.is_some() || member.attempt > 1)
+            .map(|member| member.run)
             .collect();
         let mut summaries = match &spec.metric {
             Some(metric) if !started.is_empty() => {
@@ -185,23 +185,24 @@ impl Service {
             Method::Pbt => self.store.sweep_exploits(sweep.id).await?,
             _ => Vec::new(),
         };
-        for run in &members {
-            counts.add(run.state, 1);
-            let summary = summaries.remove(&run.id);
+        for member in &members {
+            counts.add(member.state, 1);
+            let summary = summaries.remove(&member.run);
             // A pbt member's values are its last exploit's.
-            let explored = exploits.iter().rfind(|e| e.k == run.k).map(|e| e.values.clone());
+            let explored = exploits.iter().rfind(|e| e.k == member.k).map(|e| e.values.clone());
             leaderboard.push(MemberStatus {
-                k: run.k,
-                run: run.id,
-                state: run.state,
-                parameters: explored.unwrap_or_else(|| member_values(&spec, run.k, run.suggestion.as_ref())),
+                k: member.k,
+                run: member.run,
+                state: member.state,
+                parameters: explored
+                    .unwrap_or_else(|| member_values(&spec, member.k, member.suggestion.as_ref())),
                 best: summary.map(|s| s.best.value),
                 best_step: summary.map(|s| s.best.step),
                 last: summary.map(|s| s.last.value),
                 iterations: summary.map_or(0, |s| s.count),
-                early_terminated: MemberOutcome::of(run.state, run.early_terminated)
+                early_terminated: MemberOutcome::of(member.state, member.early_terminated)
                     == MemberOutcome::EarlyTerminated,
-                reason: run.state.is_terminal().then(|| run.reason.clone()).flatten(),
+                reason: member.state.is_terminal().then(|| member.reason.clone()).flatten(),
             });
         }
         let unreported = match &spec.metric {
@@ -241,19 +242,19 @@ impl Service {
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
     /// a member has started; "no member has reported loss as a number yet (member 0: loss at
     /// step 4 is not a number ("0.5"))" when its trainer writes it as text.
-    async fn unreported(&self, metric: &str, members: &[MemberRun]) -> Result<Option<String>> {
-        let Some(run) = members.iter().find(|run| run.started_at.is_some()) else {
+    async fn unreported(&self, metric: &str, members: &[SweepMember]) -> Result<Option<String>> {
+        let Some(member) = members.iter().find(|member| member.started_at.is_some()) else {
             return Ok(None);
         };
-        let k = run.k;
+        let k = member.k;
         // A member whose trainer writes the metric as text has an event that says so.
-        let events = self.store.events(run.id, 0).await?;
+        let events = self.store.events(member.run, 0).await?;
         if let Some(said) =
             events.iter().rev().find_map(|e| crate::engine::reconciler::not_a_number_of(&e.message, metric))
         {
             return Ok(Some(format!("no member has reported {metric} as a number yet (member {k}: {said})")));
         }
-        let names = self.run_metric_names(run.id).await?;
+        let names = self.run_metric_names(member.run).await?;
         let reports = match names.len() {
             0 => "no metric yet".to_string(),
             n if n > 8 => format!("{}, … ({n} metrics)", names[..8].join(", ")),

@@ -455,23 +455,27 @@ async fn a_report_tallies_every_member_of_its_sweeps_in_one_read(store: &dyn Sto
     let live_tallies = of(live.id);
     assert_eq!(live_tallies.iter().map(|t| t.k).collect::<Vec<_>>(), vec![0, 1, 2], "every member, by k");
     let series = store.member_series(live.id, "loss").await.unwrap();
-    for tally in &live_tallies {
+    for member in &live_tallies {
         let values: Vec<f64> =
-            series.get(&tally.run).map(|s| s.iter().map(|p| p.value).collect()).unwrap_or_default();
-        assert_eq!(tally.readings, values.len() as u64, "member {}: as its series", tally.k);
-        assert_eq!(tally.low, values.iter().copied().reduce(f64::min), "member {}", tally.k);
-        assert_eq!(tally.high, values.iter().copied().reduce(f64::max), "member {}", tally.k);
+            series.get(&member.run).map(|s| s.iter().map(|p| p.value).collect()).unwrap_or_default();
+        let tally = member.tally.expect("a tally read has its readings");
+        assert_eq!(tally.readings, values.len() as u64, "member {}: as its series", member.k);
+        assert_eq!(tally.low, values.iter().copied().reduce(f64::min), "member {}", member.k);
+        assert_eq!(tally.high, values.iter().copied().reduce(f64::max), "member {}", member.k);
     }
     assert_eq!(
-        (live_tallies[0].readings, live_tallies[0].low, live_tallies[0].high),
-        (2, Some(2.5), Some(3.0))
+        live_tallies[0].tally,
+        Some(crate::engine::store::Tally { readings: 2, low: Some(2.5), high: Some(3.0) })
     );
     assert_eq!((live_tallies[1].state, live_tallies[1].reason.as_deref()), (RunState::Failed, Some("boom")));
     assert!(live_tallies[1].started_at.is_some() && live_tallies[1].ended_at.is_some());
     assert_eq!(live_tallies[2].state, RunState::Pending);
     let plain_tallies = of(plain.id);
     assert_eq!(plain_tallies.len(), 2);
-    assert!(plain_tallies.iter().all(|t| t.readings == 0 && t.low.is_none()), "no metric, no readings");
+    assert!(
+        plain_tallies.iter().all(|t| t.tally == Some(crate::engine::store::Tally::default())),
+        "no metric, no readings"
+    );
     assert!(store.member_tallies(&[]).await.unwrap().is_empty());
 
     let states = store.member_states_of(&[live.id, plain.id, Uuid::new_v4()]).await.unwrap();
@@ -531,10 +535,14 @@ async fn a_sweeps_summaries_are_its_series_at_a_glance(store: &dyn Store) {
     // The members as the leaderboard shows them: in order of k, with their state.
     let listed = store.sweep_member_runs(record.id).await.unwrap();
     assert_eq!(
-        listed.iter().map(|m| (m.k, m.id)).collect::<Vec<_>>(),
+        listed.iter().map(|m| (m.k, m.run)).collect::<Vec<_>>(),
         ids.iter().copied().enumerate().map(|(k, id)| (k as u64, id)).collect::<Vec<_>>()
     );
     assert!(listed.iter().all(|m| m.state == crate::model::RunState::Pending && m.started_at.is_none()));
+    assert!(
+        listed.iter().all(|m| m.sweep == record.id && m.tally.is_none()),
+        "a leaderboard read reads no tally"
+    );
 }
 
 /// A bayes sweep's member k: written with its suggestion, its run and its stages together;
@@ -551,7 +559,7 @@ async fn a_suggested_member_is_written_once_and_only_to_a_live_sweep(store: &dyn
     assert!(!store.add_member(bayes.id, 0, &suggestion, other, other_stages).await.unwrap());
     assert!(store.run(other.id).await.unwrap().is_none());
     let read = store.sweep_member_runs(bayes.id).await.unwrap();
-    assert_eq!(read.iter().map(|m| (m.k, m.id)).collect::<Vec<_>>(), vec![(0, run.id)]);
+    assert_eq!(read.iter().map(|m| (m.k, m.run)).collect::<Vec<_>>(), vec![(0, run.id)]);
     assert_eq!(read[0].suggestion.as_ref(), Some(&suggestion));
     assert_eq!(store.run(run.id).await.unwrap().map(|r| r.state), Some(RunState::Pending));
     assert_eq!(store.stages(run.id).await.unwrap().len(), stages.len());
