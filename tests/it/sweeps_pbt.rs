@@ -168,6 +168,11 @@ async fn a_pbt_loser_continues_from_the_winners_checkpoint_with_explored_values(
     assert_eq!(page.matches("<g class=\"exploit\"").count(), all.len());
     // Each member's curve marks where it continued from another's checkpoint.
     assert_eq!(page.matches("<path class=\"exploit-marker\"").count(), all.len(), "{page}");
+    let (_, answers) = crate::mcp::mcp_session(
+        &home,
+        &[("rl_sweep_status", serde_json::json!({ "sweep_id": sweep.to_string() }))],
+    );
+    assert_eq!(answers[0]["exploits"].as_array().map(Vec::len), Some(all.len()), "{:#}", answers[0]);
     let report = home.cli_ok(&["report"]);
     assert!(report.contains(&format!("pbt: {} exploits", all.len())), "{report}");
     for member in members {
