@@ -20,7 +20,7 @@ const T: Duration = Duration::from_secs(60);
 /// path (`state-REWARD-STEP`); resumed (`--from PATH STEP`), it starts from that state.
 const TRAINER: &str = r#"dir="$1"; lr="$2"; step=0; reward=0
 if [ "$3" = "--from" ]; then
-  reward=$(echo "$4" | cut -d- -f2); step="$5"; echo "resumed from $4 at step $5"
+  reward=$(echo "$4" | cut -d- -f2); step="$5"; echo "resumed from $4 at step $5 with lr $lr"
 fi
 while [ "$step" -lt 60 ]; do
   step=$((step + 1)); reward=$((reward + lr))
@@ -82,9 +82,14 @@ async fn first_applied(service: &Service, sweep: Uuid) -> ExploitRecord {
 /// values; both members say so.
 async fn assert_continued(home: &mut TestHome, exploit: &ExploitRecord) {
     let loser = home.run(exploit.run).await;
-    assert_eq!(loser.attempt, exploit.attempt + 1, "one requeue: {exploit:?}");
-    assert_eq!(loser.params.resolved.get("resume.path"), Some(&exploit.path));
-    assert_eq!(loser.params.vars["lr"], var_text(&exploit.values["lr"]));
+    // A later exploit of the same member may have moved it on since: what this one did is in
+    // its trainer's log and its events.
+    assert!(loser.attempt > exploit.attempt, "{exploit:?}");
+    if loser.attempt == exploit.attempt + 1 {
+        assert_eq!(loser.params.resolved.get("resume.path"), Some(&exploit.path));
+        assert_eq!(loser.params.vars["lr"], var_text(&exploit.values["lr"]));
+        assert_eq!(loser.params.resolved["lr"], var_text(&exploit.values["lr"]));
+    }
     assert!(exploit.step <= exploit.boundary && exploit.boundary == 10 * exploit.interval);
     let donor_checkpoints: Vec<(i64, Option<String>)> = home
         .service()
@@ -96,13 +101,19 @@ async fn assert_continued(home: &mut TestHome, exploit: &ExploitRecord) {
         .map(|c| (c.step, c.path))
         .collect();
     assert!(donor_checkpoints.contains(&(exploit.step, Some(exploit.path.clone()))), "{donor_checkpoints:?}");
-    let said = format!("resumed from {} at step {}", exploit.path, exploit.step);
+    let said = format!(
+        "resumed from {} at step {} with lr {}",
+        exploit.path,
+        exploit.step,
+        var_text(&exploit.values["lr"])
+    );
     let log = loser.run_dir.join("trainer.log");
-    wait_for("the loser's trainer to start from the donor's checkpoint", T, || {
-        let found = std::fs::read_to_string(&log).unwrap_or_default().contains(&said);
-        async move { found.then_some(()) }
-    })
-    .await;
+    let deadline = std::time::Instant::now() + T;
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains(&said) {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(std::time::Instant::now() < deadline, "the loser's trainer never said `{said}`: {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let described = exploit.describe();
     assert!(described.starts_with(&format!(
         "member {} continues from member {}'s checkpoint at step {}",
@@ -168,6 +179,11 @@ async fn a_pbt_loser_continues_from_the_winners_checkpoint_with_explored_values(
     assert_eq!(page.matches("<g class=\"exploit\"").count(), all.len());
     // Each member's curve marks where it continued from another's checkpoint.
     assert_eq!(page.matches("<path class=\"exploit-marker\"").count(), all.len(), "{page}");
+    let (_, answers) = crate::mcp::mcp_session(
+        &home,
+        &[("rl_sweep_status", serde_json::json!({ "sweep_id": sweep.to_string() }))],
+    );
+    assert_eq!(answers[0]["exploits"].as_array().map(Vec::len), Some(all.len()), "{:#}", answers[0]);
     let report = home.cli_ok(&["report"]);
     assert!(report.contains(&format!("pbt: {} exploits", all.len())), "{report}");
     for member in members {

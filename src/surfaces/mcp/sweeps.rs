@@ -123,6 +123,26 @@ impl RlTools {
         if let Some(unreported) = &status.unreported {
             out["waiting"] = json!(unreported);
         }
+        if !status.exploits.is_empty() {
+            // A pbt sweep's lineage, newest last: which member continued from which, and how.
+            let skip = status.exploits.len().saturating_sub(MAX_TOP);
+            let exploits: Vec<Value> = status.exploits[skip..]
+                .iter()
+                .map(|e| {
+                    json!({
+                        "k": e.k,
+                        "donor": e.donor,
+                        "boundary": e.boundary,
+                        "checkpoint_step": e.step,
+                        "checkpoint": e.path,
+                        "values": e.values,
+                        "applied": e.applied_at.is_some(),
+                        "message": e.describe(),
+                    })
+                })
+                .collect();
+            out["exploits"] = json!(exploits);
+        }
         answer(out)
     }
 }
