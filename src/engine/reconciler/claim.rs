@@ -112,26 +112,10 @@ impl Reconciler {
             },
             false => (run, None),
         };
-        let problem = if let Some(problem) = ledger {
-            Some(problem)
-        } else if !missing.is_empty() {
-            Some(format!("the daemon's environment lacks {}", missing.join(", ")))
-        } else if let Some(problem) = after {
-            Some(problem)
-        } else {
-            if run.attempt > 1 {
-                // The last attempt's status files would read as this attempt's exits.
-                let _ = std::fs::remove_dir_all(run.run_dir.join(".status"));
-            }
-            prepare_run_dir(&run).err()
-        };
+        let actions = core::claim::start(ledger, &missing, after, run.attempt);
         match Supervised::new(run.clone(), stages) {
             Ok(sup) => {
                 self.runs.insert(id, sup);
-                if let Some(problem) = problem {
-                    let failed = self.fail(id, &problem).await;
-                    return self.or_hold(id, failed, super::Msg::Fail { run: id, reason: problem.clone() });
-                }
             }
             Err(err) => {
                 // The run can't be planned, so it never starts: fail it without supervising it.
@@ -141,7 +125,24 @@ impl Reconciler {
                 return Ok(());
             }
         }
-        self.drive(id).await
+        for action in actions {
+            let problem = match action {
+                core::claim::Start::Fail(problem) => problem,
+                core::claim::Start::PrepareRunDir { clear_status } => {
+                    if clear_status {
+                        let _ = std::fs::remove_dir_all(run.run_dir.join(".status"));
+                    }
+                    match prepare_run_dir(&run) {
+                        Ok(()) => continue,
+                        Err(problem) => problem,
+                    }
+                }
+                core::claim::Start::Drive => return self.drive(id).await,
+            };
+            let failed = self.fail(id, &problem).await;
+            return self.or_hold(id, failed, super::Msg::Fail { run: id, reason: problem.clone() });
+        }
+        Ok(())
     }
 }
 

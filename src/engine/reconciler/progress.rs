@@ -10,10 +10,10 @@ use tokio::task::AbortHandle;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::core::stalls;
+use super::core::{progress, stalls};
 use super::{Msg, Reconciler, Result};
 use crate::logs::follow::{FileMark, Follower, last_in_tail};
-use crate::model::{Millis, NewEvent, ProgressPoint, RunState, RunTrigger, now_millis};
+use crate::model::{Millis, NewEvent, ProgressPoint, RunTrigger, now_millis};
 use crate::workflow::progress::{Reading, ResolvedProgress, ResolvedSource};
 
 /// How often a followed log is looked at for new lines.
@@ -232,24 +232,19 @@ impl Reconciler {
     /// Records a new step of a running run.
     pub(super) async fn on_progress(&mut self, id: Uuid, reading: Reading) -> Result {
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(()) };
-        if !matches!(sup.run.state, RunState::Starting | RunState::Running) {
-            return Ok(());
-        }
-        let attempt = sup.run.attempt;
+        let (state, attempt) = (sup.run.state, sup.run.attempt);
         let Some(watch) = sup.progress.as_mut() else { return Ok(()) };
-        let step = reading.step.min(i64::MAX as u64) as i64;
-        let total = reading.total.map(|t| t.min(i64::MAX as u64) as i64).or(watch.last.and_then(|p| p.total));
-        if watch.last.is_some_and(|p| p.step == step && p.total == total) {
+        let progress::Counts::Record { point, moves_clock } =
+            progress::reading(state, attempt, watch.last, reading, now_millis())
+        else {
             return Ok(());
-        }
-        let point = ProgressPoint { attempt, step, total, at: now_millis() };
+        };
         self.store.record_progress(id, &point).await?;
-        // A first reading of step 0 is not progress: the clock still runs from `running`.
-        if watch.last.is_some() || step > 0 {
+        if moves_clock {
             watch.clock_from = point.at;
         }
         watch.last = Some(point);
-        self.telemetry.set_run_step(&id.to_string(), Some((step, total)));
+        self.telemetry.set_run_step(&id.to_string(), Some((point.step, point.total)));
         Ok(())
     }
 

@@ -139,6 +139,33 @@ pub fn drained_after(took: usize, free: usize, blocked: bool, lost: usize) -> bo
     took < free && !blocked && lost == 0
 }
 
+/// What the shell carries out, in order, to get a claimed run under way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// It cannot start: fail it, saying why (its stages never start).
+    Fail(String),
+    /// Make its run directory (and config file); a later attempt's old status files go first,
+    /// since they would read as this attempt's exits. Failing, the run fails saying so.
+    PrepareRunDir { clear_status: bool },
+    /// Start its first stage.
+    Drive,
+}
+
+/// The start of a claimed run of `attempt`, after what the shell found: the ledger line that
+/// could not be written, the credentials the daemon's environment lacks, the problem with its
+/// dependencies' values. The first problem fails it; otherwise its directory, then its stages.
+pub fn start(ledger: Option<String>, missing: &[String], after: Option<String>, attempt: i64) -> Vec<Start> {
+    let problem = ledger
+        .or_else(|| {
+            (!missing.is_empty()).then(|| format!("the daemon's environment lacks {}", missing.join(", ")))
+        })
+        .or(after);
+    match problem {
+        Some(problem) => vec![Start::Fail(problem)],
+        None => vec![Start::PrepareRunDir { clear_status: attempt > 1 }, Start::Drive],
+    }
+}
+
 /// Points the run's resolved values at the claiming node's run directory (they were resolved
 /// where the run was submitted, which may be another machine).
 pub fn rebase_run_dir(params: &mut RunParams, old: &Path, new: &Path) {

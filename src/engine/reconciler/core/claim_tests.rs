@@ -203,3 +203,28 @@ fn a_claim_reads_the_queue_unless_it_has_no_room_and_asks_first_after_draining_i
         assert_eq!(drained_after(took, free, blocked, lost), want, "row {i}");
     }
 }
+
+#[test]
+fn a_claimed_run_starts_unless_a_problem_fails_it_the_first_one_said() {
+    use super::{Start, start};
+    let lacks = ["WANDB_API_KEY".to_string()];
+    let ledger = || Some("cannot record the claim: disk full".to_string());
+    let after = || Some("run abc failed".to_string());
+    // (ledger problem, missing credentials, dependencies' problem, attempt) -> actions
+    let table = [
+        (None, &[][..], None, 1, vec![Start::PrepareRunDir { clear_status: false }, Start::Drive]),
+        (None, &[][..], None, 2, vec![Start::PrepareRunDir { clear_status: true }, Start::Drive]),
+        (ledger(), &lacks[..], after(), 1, vec![Start::Fail("cannot record the claim: disk full".into())]),
+        (
+            None,
+            &lacks[..],
+            after(),
+            1,
+            vec![Start::Fail("the daemon's environment lacks WANDB_API_KEY".into())],
+        ),
+        (None, &[][..], after(), 2, vec![Start::Fail("run abc failed".into())]),
+    ];
+    for (i, (ledger, missing, after, attempt, want)) in table.into_iter().enumerate() {
+        assert_eq!(start(ledger, missing, after, attempt), want, "row {i}");
+    }
+}

@@ -11,6 +11,7 @@
 //! - `stages`: a started stage up at once (with its run's `running`) or awaiting readiness;
 //! - `stage_end`: what a stage's end does to its run (completion rule, `require_total`, retries);
 //! - `retries`: a retry's requeue and what its next attempt resumes from;
+//! - `progress`: when a reading of a run's step counts, and whether it moves the stall clock;
 //! - `restart`: which evidence wins for a stage recorded live at a restart;
 //! - `time_limits`: when an attempt's limit is reached and what it decides;
 //! - `stalls`: when a running run's step stood still too long and what that decides;
@@ -34,6 +35,7 @@ pub mod held;
 pub mod leases;
 pub mod lifecycle;
 pub mod preemption;
+pub mod progress;
 pub mod restart;
 pub mod retries;
 pub mod schedules;
