@@ -18,9 +18,9 @@
 //! beyond that, without repeats where W&B draws with them). When the fitted length scale is at
 //! its bound, W&B draws the point at random among the candidates: so does this.
 //!
-//! One departure, to do at least as well as W&B (`bench.rs`): the process' length scale is the
+//! Departures, to do at least as well as W&B (`bench.rs`): the process' length scale is the
 //! best local maximum of its likelihood inside its range, not wherever scikit-learn's optimizer
-//! stops (see [`gp`]).
+//! stops, and a white-noise level is fitted with it (see [`gp`]).
 //!
 //! Every draw comes from the stream keyed by (seed, member k): member k's suggestion is a pure
 //! function of the sweep, what the members before it showed, and k.
