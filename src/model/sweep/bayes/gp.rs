@@ -177,11 +177,19 @@ impl Fitted {
     /// likelihood's maximum. None when no length scale gives a positive-definite kernel (even
     /// with the nugget raised tenfold three times).
     pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Fitted> {
+        Fitted::fit_among(x, y, &[NUGGET])
+    }
+
+    /// `fit`, with a white-noise level fitted by likelihood too (scikit-learn's WhiteKernel, on
+    /// a few levels): noisy readings are smoothed rather than interpolated.
+    pub fn fit_noisy(x: &[Vec<f64>], y: &[f64]) -> Option<Fitted> {
+        Fitted::fit_among(x, y, &NOISE_LEVELS)
+    }
+
+    fn fit_among(x: &[Vec<f64>], y: &[f64], levels: &[f64]) -> Option<Fitted> {
         let d = distances(x);
-        // A white-noise level fitted by likelihood too (scikit-learn's WhiteKernel, on a few
-        // levels): noisy readings are smoothed rather than interpolated.
         let mut best: Option<(f64, f64, f64)> = None;
-        for noise in NOISE_LEVELS {
+        for &noise in levels {
             let (theta, lml) = best_length_scale(&d, y, noise);
             if lml.is_finite() && best.is_none_or(|(_, _, b)| lml > b) {
                 best = Some((theta, noise, lml));
