@@ -1,7 +1,8 @@
 //! A bayes sweep run by the daemon: its first `max_live` members queued at submission, each
 //! later one suggested when a member ends, never more than `max_live` open nor more than
 //! `run_cap` in all, every member's values shown; and a daemon killed between a suggestion and
-//! its member (before the write, inside its transaction) loses neither and makes neither twice.
+//! its member (before the write, inside its transaction) loses neither and makes neither twice;
+//! a stopped bayes sweep resumed re-runs what its stop ended and goes on up to its run_cap.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -61,6 +61,12 @@ async fn hyperband_stops_the_loser_once_and_the_target_ends_new_members() {
     );
     // Decided once: a second pass finds the member stopping or stopped.
     assert!(decider.pass(&service, &fed).await.unwrap().is_empty());
+    // At its target, it ends by itself: no resume.
+    let refused = service.resume_sweep(short).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("cannot resume: it ended by itself (target reached: loss (target 0.25))"),
+        "{refused}"
+    );
     let (stopped, _) = home.wait_settled(members[2], T).await;
     assert_eq!((stopped.state, stopped.reason.as_deref()), (RunState::Stopped, Some(reason.as_str())));
     assert!(home.messages(members[2]).await.iter().any(|m| m.contains(&reason)), "an event says why");

@@ -46,6 +46,19 @@ impl Service {
                     });
                 }
             };
+            // Stopped after it reached its target: its end was its target's, whatever came after.
+            if let Some(reached) = self
+                .store
+                .sweep_events(sweep.id)
+                .await?
+                .into_iter()
+                .find(|event| event.to == SweepState::Target)
+            {
+                return Err(ServiceError::SweepNotResumable {
+                    id: sweep.short_id(),
+                    why: format!("it reached its target before its stop ({})", reached.message),
+                });
+            }
             let members = self.store.sweep_members(sweep.id).await?;
             let hyperband: BTreeSet<u64> = self
                 .store

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::gp::{Fitted, log_likelihood};
 use super::special::*;
-use super::{Model, Observed, Seen, best_candidate, imputed_model, space, suggest};
+use super::{Kernel, Model, Observed, Seen, best_candidate, imputed_model, space, suggest};
 use crate::model::sweep::SweepSpec;
 
 fn fixtures() -> Value {
@@ -67,6 +67,15 @@ fn the_process_matches_scikit_learn() {
     let fitted = Fitted::fit(&x, &y).unwrap();
     assert!(fitted.log_likelihood >= f(&fx["fitted_log_likelihood"]) - 1e-7, "{}", fitted.log_likelihood);
     close(fitted.length_scale, f(&fx["fitted_length_scale"]), 1e-3, "fitted length scale");
+    // With a white-noise level fitted too, the likelihood is at least W&B's kernel's (its
+    // nugget is one of the levels tried).
+    let noisy = Fitted::fit_noisy(&x, &y).unwrap();
+    assert!(
+        noisy.log_likelihood >= fitted.log_likelihood - 1e-9,
+        "{} vs {}",
+        noisy.log_likelihood,
+        fitted.log_likelihood
+    );
     // Predictions at a fixed length scale: refit there through the same code path.
     for case in fx["fixed"].as_array().unwrap() {
         let l = f(&case["length_scale"]);
@@ -88,7 +97,7 @@ fn the_choice_matches_w_and_b_s_next_sample() {
         let (x, current, test) = (rows(&case["x"]), rows(&case["current"]), rows(&case["test"]));
         let y: Vec<f64> = case["y"].as_array().unwrap().iter().map(f).collect();
         let best = y.iter().copied().fold(f64::INFINITY, f64::min);
-        let model: Model = imputed_model(x, y, current).unwrap();
+        let model: Model = imputed_model(x, y, current, Kernel::WandB).unwrap();
         let chosen = best_candidate(&model, best, &test).unwrap();
         let want = case["index"].as_u64().unwrap() as usize;
         assert!(!case["poor_fit"].as_bool().unwrap());
