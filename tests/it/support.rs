@@ -110,6 +110,17 @@ impl TestHome {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Starts the sweep `file` (a path or a catalog name) through the CLI: its id and its
+    /// members' runs, in order of k.
+    pub fn start_sweep(&self, file: &str) -> (Uuid, Vec<Uuid>) {
+        let out: serde_json::Value =
+            serde_json::from_str(&self.cli_ok(&["sweep", "start", file, "--json"])).unwrap();
+        let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
+        let members =
+            out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
+        (id, members)
+    }
+
     /// Queues a run through the CLI and returns its id.
     pub fn submit(&self, args: &[&str]) -> Uuid {
         let mut all = vec!["run", "start"];

@@ -34,12 +34,7 @@ fn start(home: &TestHome, n: usize, max_live: u32) -> (Uuid, Vec<Uuid>) {
         values.join(", ")
     );
     std::fs::write(&file, text).unwrap();
-    let out: serde_json::Value =
-        serde_json::from_str(&home.cli_ok(&["sweep", "start", file.to_str().unwrap(), "--json"])).unwrap();
-    let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
-    let members =
-        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
-    (id, members)
+    home.start_sweep(file.to_str().unwrap())
 }
 
 async fn wait_running(service: &Service, members: &[Uuid], n: usize) {

@@ -35,12 +35,7 @@ const SWEEP: &str = "method: bayes\nworkflow: quad\nmetric: {name: loss}\nrun_ca
 fn start(home: &TestHome) -> (Uuid, Vec<Uuid>) {
     let path = home.path().join("bayes.yaml");
     std::fs::write(&path, SWEEP).unwrap();
-    let out: serde_json::Value =
-        serde_json::from_str(&home.cli_ok(&["sweep", "start", path.to_str().unwrap(), "--json"])).unwrap();
-    let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
-    let members =
-        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
-    (id, members)
+    home.start_sweep(path.to_str().unwrap())
 }
 
 /// The sweep's members (k, run, state), in order of k.

@@ -58,12 +58,7 @@ const SWEEP: &str = "method: pbt\nworkflow: climb\nmetric: {name: reward, goal: 
 fn start(home: &TestHome) -> (Uuid, Vec<Uuid>) {
     let path = home.path().join("pbt.yaml");
     std::fs::write(&path, SWEEP).unwrap();
-    let out: serde_json::Value =
-        serde_json::from_str(&home.cli_ok(&["sweep", "start", path.to_str().unwrap(), "--json"])).unwrap();
-    let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
-    let members =
-        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
-    (id, members)
+    home.start_sweep(path.to_str().unwrap())
 }
 
 async fn exploits(service: &Service, sweep: Uuid) -> Vec<ExploitRecord> {

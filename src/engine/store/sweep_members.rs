@@ -11,7 +11,7 @@ use super::events::insert_events;
 use super::moves::Moved;
 use super::rows::{corrupt, from_json, json, run_from_row};
 use super::sql::{SqlStore, insert_pending_run};
-use super::sweeps::uuid_of;
+use super::sweeps::{member_number, uuid_of};
 use super::{Result, Store};
 use crate::model::run::RunTrigger;
 use crate::model::sweep::SweepRecord;
@@ -54,7 +54,6 @@ pub(super) const MEMBER_COLUMNS: &str = "m.sweep_id, m.k, r.id AS run_id, r.stat
 
 /// A member from a row of `MEMBER_COLUMNS` (with `readings`, `low` and `high` when `tallied`).
 pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<SweepMember> {
-    let k: i64 = row.try_get("k")?;
     let state: String = row.try_get("state")?;
     let tally = if tallied {
         let readings: i64 = row.try_get("readings")?;
@@ -68,7 +67,7 @@ pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<
     };
     Ok(SweepMember {
         sweep: uuid_of(row, "sweep_id")?,
-        k: u64::try_from(k).map_err(|_| corrupt(format!("sweep member {k}")))?,
+        k: member_number(row, "k")?,
         run: uuid_of(row, "run_id")?,
         state: state.parse().map_err(corrupt)?,
         attempt: row.try_get("attempt")?,
@@ -137,15 +136,7 @@ impl SweepMemberStore for SqlStore {
         .bind(id.to_string())
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let k: i64 = row.try_get("k")?;
-                Ok((
-                    u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))?,
-                    run_from_row(row)?,
-                ))
-            })
-            .collect()
+        rows.iter().map(|row| Ok((member_number(row, "k")?, run_from_row(row)?))).collect()
     }
 
     async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<SweepMember>> {

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::Result;
 use super::rows::corrupt;
 use super::sql::SqlStore;
-use super::sweeps::uuid_of;
+use super::sweeps::{member_number, uuid_of};
 use crate::model::sweep::{Rerun, SweepState};
 use crate::model::{Millis, now_millis};
 
@@ -101,10 +101,9 @@ pub(super) async fn mark_stopped_members(
 }
 
 fn marked_from_row(row: &sqlx::any::AnyRow) -> Result<MarkedRerun> {
-    let k: i64 = row.try_get("k")?;
     Ok(MarkedRerun {
         sweep: uuid_of(row, "sweep_id")?,
-        k: u64::try_from(k).map_err(|_| corrupt(format!("sweep member {k}")))?,
+        k: member_number(row, "k")?,
         run: uuid_of(row, "run_id")?,
         version: row.try_get("rerun_version")?,
     })
@@ -199,12 +198,7 @@ impl SweepResumeStore for SqlStore {
         .bind(id.to_string())
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let k: i64 = row.try_get("k")?;
-                u64::try_from(k).map_err(|_| corrupt(format!("sweep {id}: member {k}")))
-            })
-            .collect()
+        rows.iter().map(|row| member_number(row, "k")).collect()
     }
 
     async fn sweep_events(&self, id: Uuid) -> Result<Vec<SweepEvent>> {

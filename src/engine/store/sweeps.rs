@@ -172,6 +172,12 @@ pub(super) fn uuid_of(row: &sqlx::any::AnyRow, column: &str) -> Result<Uuid> {
     Uuid::parse_str(&text).map_err(|e| corrupt(format!("{column} {text}: {e}")))
 }
 
+/// A member number (`k`, a donor's) from `column`: stored as an integer, never negative.
+pub(super) fn member_number(row: &sqlx::any::AnyRow, column: &str) -> Result<u64> {
+    let value: i64 = row.try_get(column)?;
+    u64::try_from(value).map_err(|_| corrupt(format!("sweep member {column} {value}")))
+}
+
 /// The most sweeps one tally query names; more are read in chunks of it.
 pub const TALLY_CHUNK: usize = 100;
 

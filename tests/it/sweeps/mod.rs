@@ -50,12 +50,7 @@ fn write(home: &TestHome, name: &str, text: &str) -> String {
 
 /// Starts a sweep through the CLI: its id and members, in order of k.
 fn start(home: &TestHome, file: &str) -> (Uuid, Vec<Uuid>) {
-    let out: serde_json::Value =
-        serde_json::from_str(&home.cli_ok(&["sweep", "start", file, "--json"])).unwrap();
-    let id = Uuid::parse_str(out["id"].as_str().unwrap()).unwrap();
-    let members =
-        out["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().parse().unwrap()).collect();
-    (id, members)
+    home.start_sweep(file)
 }
 
 #[tokio::test]
