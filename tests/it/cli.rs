@@ -37,7 +37,7 @@ async fn unknown_workflow_lists_the_available_ones() {
     assert!(!out.status.success());
     assert!(
         stderr(&out).starts_with(
-            "lachesis: unknown workflow 'nope' (available: demo, demo-cleanup, demo-eval, demo-tune, tinker-atropos, tinker-cookbook, tinker-verifiers)"
+            "lachesis: unknown workflow 'nope' (available: demo, demo-cleanup, demo-eval, demo-pbt, demo-tune, tinker-atropos, tinker-cookbook, tinker-verifiers)"
         ),
         "{}",
         stderr(&out)
@@ -152,7 +152,7 @@ async fn read_commands_speak_json() {
     assert_eq!(events[0]["message"], "submitted (workflow demo, priority 2)");
     let workflows: serde_json::Value =
         serde_json::from_str(&home.cli_ok(&["workflow", "list", "--json"])).unwrap();
-    assert_eq!(workflows.as_array().unwrap().len(), 7);
+    assert_eq!(workflows.as_array().unwrap().len(), 8);
 }
 
 #[tokio::test]

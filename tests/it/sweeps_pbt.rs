@@ -232,3 +232,33 @@ async fn a_daemon_killed_between_an_exploit_and_its_requeue_applies_it_once() {
     );
     assert_continued(&mut home, &applied).await;
 }
+
+/// `lachesis sweep start demo-pbt`, as the docs tell a new user: the bundled trainer's members
+/// are exploited as they train, each loser continues from a donor's checkpoint file, and the
+/// sweep ends done with every member completed and a winner.
+#[tokio::test]
+async fn the_bundled_pbt_demo_exploits_its_losers_and_ends_with_a_winner() {
+    let mut home = TestHome::new();
+    home.start_daemon();
+    let (sweep, members) = home.start_sweep("demo-pbt");
+    assert_eq!(members.len(), 4, "the population is its run_cap");
+    let service = home.service().await;
+    let exploit = first_applied(&service, sweep).await;
+    // The donor's checkpoint is a file in its run directory, which the loser's trainer read.
+    let loser = home.run(exploit.run).await;
+    assert!(loser.attempt >= 2, "the loser goes on as its next attempt");
+    for id in &members {
+        let (run, _) = home.wait_settled(*id, T).await;
+        assert_eq!(run.state, RunState::Completed, "member {id}: {:?}", run.reason);
+    }
+    wait_for("the sweep to be done", T, || {
+        let service = service.clone();
+        async move {
+            let status = service.sweep_status(&sweep.to_string()).await.unwrap();
+            (status.sweep.state == SweepState::Done).then_some(status)
+        }
+    })
+    .await;
+    let log = std::fs::read_to_string(loser.run_dir.join("trainer.log")).unwrap_or_default();
+    assert!(log.contains("continuing from "), "the loser's trainer started from a checkpoint: {log}");
+}

@@ -36,6 +36,9 @@ pub struct SweepMember {
     /// Its values by parameter path, for a member a bayes sweep suggested (a grid's or random
     /// sweep's are its file's member k).
     pub suggestion: Option<serde_json::Value>,
+    /// A `sweep resume` marked it to run again and it is not queued yet: it counts as in
+    /// flight, though its run still reads ended.
+    pub rerun_marked: bool,
     /// Its readings of its sweep's metric, when the read asked for them.
     pub tally: Option<Tally>,
 }
@@ -50,7 +53,7 @@ pub struct Tally {
 }
 
 /// The member columns every read of members selects (`m` the member row, `r` its run).
-pub(super) const MEMBER_COLUMNS: &str = "m.sweep_id, m.k, r.id AS run_id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at";
+pub(super) const MEMBER_COLUMNS: &str = "m.sweep_id, m.k, r.id AS run_id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at, m.rerun_version";
 
 /// A member from a row of `MEMBER_COLUMNS` (with `readings`, `low` and `high` when `tallied`).
 pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<SweepMember> {
@@ -79,6 +82,7 @@ pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<
             .try_get::<Option<String>, _>("suggestion")?
             .map(|text| from_json(&text, "member suggestion"))
             .transpose()?,
+        rerun_marked: row.try_get::<Option<i64>, _>("rerun_version")?.is_some(),
         tally,
     })
 }

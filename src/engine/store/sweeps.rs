@@ -196,7 +196,7 @@ pub(super) fn tallies_sql(sweeps: usize) -> String {
          AND NOT EXISTS (SELECT 1 FROM metric_values w WHERE w.run_id = v.run_id AND w.name = v.name \
          AND w.attempt > v.attempt AND w.step <= v.step) \
          WHERE m.sweep_id IN ({}) \
-         GROUP BY m.sweep_id, m.k, r.id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at",
+         GROUP BY m.sweep_id, m.k, r.id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at, m.rerun_version",
         names.join(" "),
         ids.join(", ")
     )

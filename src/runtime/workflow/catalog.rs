@@ -42,6 +42,12 @@ const BUNDLED: &[(&str, &str)] = &[
         "pipelines/demo-sweep-pipeline.yaml",
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/pipelines/demo-sweep-pipeline.yaml")),
     ),
+    ("demo-pbt.yaml", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo-pbt.yaml"))),
+    ("demo/pbt.sh", include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/demo/pbt.sh"))),
+    (
+        "sweeps/demo-pbt.yaml",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/workflows/sweeps/demo-pbt.yaml")),
+    ),
 ];
 
 /// The catalog's directory of sweep files.
@@ -310,6 +316,7 @@ mod tests {
                 "demo",
                 "demo-cleanup",
                 "demo-eval",
+                "demo-pbt",
                 "demo-tune",
                 "tinker-atropos",
                 "tinker-cookbook",
@@ -400,14 +407,14 @@ mod tests {
         assert_eq!(catalog.sweep_text("./demo-sweep.yaml").unwrap(), demo);
         let absolute = dir.path().join("sweeps/demo-sweep.yaml");
         assert_eq!(catalog.sweep_text(absolute.to_str().unwrap()).unwrap(), demo);
-        assert_eq!(catalog.sweep_names(), vec!["demo-sweep".to_string()]);
+        assert_eq!(catalog.sweep_names(), vec!["demo-pbt".to_string(), "demo-sweep".to_string()]);
         std::fs::write(outside.path().join("secret.yaml"), "token: hunter2\n").unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret.yaml"), dir.path().join("sweeps/linked.yaml"))
             .unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("sweeps/out")).unwrap();
         let secret = outside.path().join("secret.yaml");
         let cases: [(&str, &str); 10] = [
-            ("nope", "unknown sweep 'nope' (available: demo-sweep, linked)"),
+            ("nope", "unknown sweep 'nope' (available: demo-pbt, demo-sweep, linked)"),
             ("../../../../etc/passwd", "is outside the workflows directory"),
             (secret.to_str().unwrap(), "is outside the workflows directory"),
             ("out/secret.yaml", "is outside the workflows directory"),

@@ -219,8 +219,11 @@ mod tests {
     async fn a_bad_sweep_is_one_line_and_queues_nothing() {
         let (_home, tools) = tools().await;
         let cases = [
-            (json!({}), "give the sweep: file (a name in the workflows directory's sweeps/: demo-sweep)"),
-            (json!({ "file": "nope" }), "unknown sweep 'nope' (available: demo-sweep)"),
+            (
+                json!({}),
+                "give the sweep: file (a name in the workflows directory's sweeps/: demo-pbt, demo-sweep)",
+            ),
+            (json!({ "file": "nope" }), "unknown sweep 'nope' (available: demo-pbt, demo-sweep)"),
             (json!({ "file": "../../../etc/passwd" }), "is outside the workflows directory"),
             (json!({ "file": "demo-sweep", "sweep": {} }), "not both"),
             (json!({ "sweep": 3 }), "sweep: expected the sweep as an object"),

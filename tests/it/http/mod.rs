@@ -112,8 +112,8 @@ async fn every_route_answers_and_errors_are_json_with_stable_codes() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
         b.as_array().unwrap().len(),
-        7,
-        "the bundled demo, demo-cleanup, demo-eval, demo-tune, tinker-atropos, tinker-cookbook and tinker-verifiers"
+        8,
+        "the bundled demo, demo-cleanup, demo-eval, demo-pbt, demo-tune, tinker-atropos, tinker-cookbook and tinker-verifiers"
     );
     let (s, b) = api.get("/environments").await;
     assert_eq!((s, b["environments"][0]["name"].as_str()), (StatusCode::OK, Some("arith")));

@@ -265,6 +265,7 @@ mod tests {
             started_at: Some(1_000),
             ended_at: Some(1_000 + ran_s * 1000),
             suggestion: None,
+            rerun_marked: false,
             tally: Some(Tally {
                 readings,
                 low: (readings > 0).then_some(1.0 / (k as f64 + 1.0)),

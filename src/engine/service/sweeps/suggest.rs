@@ -37,7 +37,9 @@ impl Service {
         let members = self.store.sweep_member_runs(sweep.id).await?;
         // The next k follows the last one (a member retention forgot leaves a gap, not a k).
         let made = members.iter().map(|m| m.k + 1).max().unwrap_or(0);
-        let open = members.iter().filter(|m| !m.state.is_terminal()).count() as u64;
+        // A member a resume marked to run again is in flight already, though its run still
+        // reads ended until its requeue lands (a pass between the two must not fill its slot).
+        let open = members.iter().filter(|m| !m.state.is_terminal() || m.rerun_marked).count() as u64;
         let max_live = u64::from(sweep.max_live.unwrap_or(BAYES_MAX_LIVE));
         let owed = max_live.saturating_sub(open).min(spec.members().saturating_sub(made));
         if owed == 0 {
