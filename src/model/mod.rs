@@ -42,7 +42,7 @@ pub use process::{
     Exit, IllegalProcessMove, ProcessIdentity, ProcessRecord, ProcessState, ProcessTrigger, signal_name,
 };
 pub use progress::{Progress, ProgressPoint};
-pub use run::{IllegalTransition, Run, RunPage, RunParams, RunQuery, RunState, RunTrigger};
+pub use run::{AfterStop, IllegalTransition, Run, RunPage, RunParams, RunQuery, RunState, RunTrigger};
 pub use schedule::Schedule;
 pub use stage::Stage;
 pub use state_counts::{CountedState, StateCounts};

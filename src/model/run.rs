@@ -225,6 +225,23 @@ impl Run {
         self.params.preempted_by.filter(|_| self.state == RunState::Stopping)
     }
 
+    /// The interval of the pbt exploit it stops for, while it stops for one (a `stopping`
+    /// run only).
+    pub fn exploit_interval(&self) -> Option<i64> {
+        self.params.exploit_interval.filter(|_| self.state == RunState::Stopping)
+    }
+
+    /// Where it goes once its stages are gone, while it stops.
+    pub fn after_stop(&self) -> AfterStop {
+        if self.preempted_by().is_some() {
+            AfterStop::Preempted
+        } else if self.exploit_interval().is_some() {
+            AfterStop::Exploited
+        } else {
+            AfterStop::Stopped
+        }
+    }
+
     /// The units of its node's pools its claim assigned it, by pool.
     pub fn units(&self) -> &super::pool::Assignment {
         &self.params.units
@@ -237,6 +254,17 @@ impl Run {
         super::pool::record(&mut values, &self.params.units);
         values
     }
+}
+
+/// Where a stopping run goes once its stages are gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterStop {
+    /// `stopped`: a user's stop, a sweep's, a time limit.
+    Stopped,
+    /// Queued again: it stopped for a run of higher priority.
+    Preempted,
+    /// Queued again: a pbt exploit continues it from another member's checkpoint.
+    Exploited,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -262,6 +290,11 @@ pub struct RunParams {
     /// noticed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_at: Option<super::Millis>,
+    /// The interval of its pbt sweep's exploit that stops it, written with the exploit's
+    /// decision: once its stages are gone it is queued again to continue from the donor's
+    /// checkpoint (`RunTrigger::Exploited`) rather than ending stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exploit_interval: Option<i64>,
     /// Values resolved at claim time (ports picked, paths), so a restarted daemon expands the same.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved: BTreeMap<String, String>,
@@ -302,10 +335,13 @@ pub enum RunTrigger {
     Unmet,
     /// Every stage of a run stopped for a run of higher priority is gone: it queues again.
     Preempted,
+    /// Every stage of a pbt sweep's member stopped by an exploit is gone: it queues again, to
+    /// continue from another member's checkpoint.
+    Exploited,
 }
 
 impl RunTrigger {
-    pub const ALL: [RunTrigger; 13] = [
+    pub const ALL: [RunTrigger; 14] = [
         RunTrigger::Claim,
         RunTrigger::Cancel,
         RunTrigger::AllStagesUp,
@@ -319,6 +355,7 @@ impl RunTrigger {
         RunTrigger::Resume,
         RunTrigger::Unmet,
         RunTrigger::Preempted,
+        RunTrigger::Exploited,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -336,6 +373,7 @@ impl RunTrigger {
             RunTrigger::Resume => "resume",
             RunTrigger::Unmet => "dependency unmet",
             RunTrigger::Preempted => "preempted",
+            RunTrigger::Exploited => "exploited",
         }
     }
 }
@@ -374,7 +412,7 @@ pub fn next(from: RunState, trigger: RunTrigger) -> Result<RunState, IllegalTran
         (S::Stopping, E::NodeLost) => S::Stopped,
         (S::Starting | S::Running | S::Retrying, E::Requeue) => S::Pending,
         (S::Failed | S::Stopped, E::Resume) => S::Pending,
-        (S::Stopping, E::Preempted) => S::Pending,
+        (S::Stopping, E::Preempted | E::Exploited) => S::Pending,
         _ => return Err(IllegalTransition { from, trigger }),
     };
     Ok(to)
@@ -394,7 +432,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The whole table, written out: every (state, trigger) pair not listed here must be refused.
-    const LEGAL: [(RunState, RunTrigger, RunState); 25] = [
+    const LEGAL: [(RunState, RunTrigger, RunState); 26] = [
         (S::Pending, E::Claim, S::Starting),
         (S::Pending, E::Cancel, S::Stopped),
         (S::Pending, E::Unmet, S::Failed),
@@ -420,6 +458,7 @@ mod tests {
         (S::Failed, E::Resume, S::Pending),
         (S::Stopped, E::Resume, S::Pending),
         (S::Stopping, E::Preempted, S::Pending),
+        (S::Stopping, E::Exploited, S::Pending),
     ];
 
     #[test]
@@ -481,7 +520,7 @@ mod tests {
 
     proptest! {
         /// Random trigger sequences: within an attempt a run only moves forward; it goes back to
-        /// `pending` only as a new attempt (retry, requeue, resume or preemption); a terminal state is left
+        /// `pending` only as a new attempt (retry, requeue, resume, preemption or pbt exploit); a terminal state is left
         /// only by a resume; refused triggers leave the state unchanged.
         #[test]
         fn random_sequences_respect_the_lifecycle(triggers in prop::collection::vec(any_trigger(), 0..40)) {
@@ -503,6 +542,7 @@ mod tests {
                             let again = trigger == E::Requeue
                                 || trigger == E::Resume
                                 || trigger == E::Preempted
+                                || trigger == E::Exploited
                                 || (state == S::Retrying && trigger == E::AllStagesGone);
                             prop_assert!(again, "{} --{}--> pending is not a new attempt", state, trigger);
                         } else {

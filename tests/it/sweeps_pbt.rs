@@ -128,6 +128,16 @@ async fn assert_continued(home: &mut TestHome, exploit: &ExploitRecord) {
         1,
         "{loser_says:#?}"
     );
+    // Stopped for the exploit, it went back to the queue from `stopping`: it never ended
+    // `stopped` on the way (no `run_stopped` webhook, no dependent settled by it).
+    let moves: Vec<_> = home
+        .events(exploit.run)
+        .await
+        .into_iter()
+        .filter_map(|e| Some((e.from_state?, e.to_state?)))
+        .collect();
+    assert!(moves.contains(&(RunState::Stopping, RunState::Pending)), "{moves:?}");
+    assert!(!moves.iter().any(|(_, to)| *to == RunState::Stopped), "{moves:?}");
     let donor_says = home.messages(exploit.donor_run).await;
     assert!(
         donor_says.iter().any(|m| m.contains(&format!(
@@ -200,7 +210,8 @@ async fn a_daemon_killed_between_an_exploit_and_its_requeue_applies_it_once() {
     assert_eq!(decided.len(), 1, "{decided:#?}");
     assert!(decided[0].applied_at.is_none());
     assert_eq!(home.run(decided[0].run).await.state, RunState::Stopping);
-    // The next one finishes the loser's stop and dies before its requeue.
+    // The next one re-attaches the stopping loser, sees its stages gone and dies before its
+    // requeue; the one after queues it again.
     home.environ.retain(|(k, _)| k != lachesis::failpoint::VARIABLE);
     home.environ.push((lachesis::failpoint::VARIABLE.into(), Failpoint::PbtLoserStopped.as_str().into()));
     home.start_daemon_with(&["--sweep-interval", "200ms"]);
@@ -212,7 +223,9 @@ async fn a_daemon_killed_between_an_exploit_and_its_requeue_applies_it_once() {
         .find(|e| e.k == decided[0].k && e.interval == decided[0].interval)
         .unwrap();
     assert!(first.applied_at.is_none());
-    assert_eq!(home.run(first.run).await.state, RunState::Stopped);
+    // Its stages are gone, and it still stops for the exploit: it never ends `stopped`.
+    let loser = home.run(first.run).await;
+    assert_eq!((loser.state, loser.exploit_interval()), (RunState::Stopping, Some(first.interval)));
     home.start_daemon_with(&["--sweep-interval", "200ms"]);
     let applied = wait_for("the first exploit applied", T, || {
         let service = service.clone();
@@ -261,4 +274,125 @@ async fn the_bundled_pbt_demo_exploits_its_losers_and_ends_with_a_winner() {
     .await;
     let log = std::fs::read_to_string(loser.run_dir.join("trainer.log")).unwrap_or_default();
     assert!(log.contains("continuing from "), "the loser's trainer started from a checkpoint: {log}");
+}
+
+/// A trainer that resumes by itself from its own `checkpoints.jsonl` (tinker-cookbook's real
+/// checkpoint code, as the bundled `tinker-cookbook` workflow runs it) is a pbt member through
+/// `checkpoints.jsonl.resume_line`: the loser's next attempt finds the donor's checkpoint as the
+/// last line of its own file, and resumes from it, at the donor's batch, with the explored lr.
+#[tokio::test]
+async fn a_cookbook_member_continues_from_the_donors_checkpoint_through_its_own_file() {
+    let Some((python, cookbook)) = crate::checkpoints::real_cookbook() else { return };
+    let mut home = TestHome::new();
+    let tests = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    home.workflow(
+        "cookbook-pbt",
+        &format!(
+            r#"name: cookbook-pbt
+vars: {{lr: "1"}}
+stages:
+  - name: trainer
+    argv: ["{python}", "{}", "{{run_dir}}/cookbook", "{{lr}}", "{{run_id}}"]
+    env: {{PYTHONPATH: "{cookbook}:{}", PYTHONUNBUFFERED: "1"}}
+metrics:
+  jsonl: {{file: "{{run_dir}}/cookbook/metrics.jsonl", step: /step}}
+checkpoints:
+  jsonl:
+    file: "{{run_dir}}/cookbook/checkpoints.jsonl"
+    step: /batch
+    path: /state_path
+    weights: /sampler_path
+    resume_line: {{name: pbt}}
+stop_grace: 5s
+"#,
+            tests.join("cookbook_pbt_trainer.py").display(),
+            tests.display()
+        ),
+    );
+    let path = home.path().join("pbt.yaml");
+    std::fs::write(
+        &path,
+        SWEEP
+            .replace("workflow: climb", "workflow: cookbook-pbt")
+            .replace("name: reward", "name: env/all/reward/total"),
+    )
+    .unwrap();
+    let (sweep, members) = home.start_sweep(path.to_str().unwrap());
+    home.start_daemon_with(&["--sweep-interval", "200ms"]);
+    let service = home.service().await;
+    let exploit = first_applied(&service, sweep).await;
+    let loser = home.run(exploit.run).await;
+    // The donor's checkpoint, its reward in its name: the loser's trainer took it up, at the
+    // donor's batch, with the explored lr.
+    assert!(
+        exploit.path.starts_with(&format!("tinker://cookbook/weights/{}-", exploit.donor_run)),
+        "{exploit:?}"
+    );
+    let said = format!(
+        "cookbook resumes at batch {} ({}) with lr {}",
+        exploit.step,
+        exploit.path,
+        var_text(&exploit.values["lr"])
+    );
+    let log = loser.run_dir.join("trainer.log");
+    wait_for(&format!("the loser's trainer to say `{said}`"), T, || {
+        let log = log.clone();
+        let said = said.clone();
+        async move { std::fs::read_to_string(&log).unwrap_or_default().contains(&said).then_some(()) }
+    })
+    .await;
+    let moves: Vec<_> = home
+        .events(exploit.run)
+        .await
+        .into_iter()
+        .filter_map(|e| Some((e.from_state?, e.to_state?)))
+        .collect();
+    assert!(moves.contains(&(RunState::Stopping, RunState::Pending)), "{moves:?}");
+    for id in &members {
+        let (run, _) = home.wait_settled(*id, T).await;
+        assert_eq!(run.state, RunState::Completed, "member {id}: {:?}\n{}", run.reason, home.daemon_log());
+    }
+}
+
+/// A pbt sweep a user could get wrong is refused in one line through the CLI and queues
+/// nothing: a workflow that cannot continue from another run's checkpoint (no checkpoints; or
+/// checkpoints but neither `{resume.path}` in a stage's `resume_args` nor a
+/// `checkpoints.jsonl.resume_line`), and PBT's keys out of range. The bundled `tinker-cookbook`
+/// workflow, which resumes from its own file's last line, is taken.
+#[tokio::test]
+async fn a_pbt_sweep_that_cannot_continue_members_is_refused_in_one_line() {
+    let mut home = TestHome::new();
+    home.workflow("climb", &workflow(&home));
+    home.workflow("plain", "name: plain\nvars: {lr: '1'}\nstages:\n  - {name: main, argv: ['true']}\nmetrics:\n  jsonl: {file: '{run_dir}/m.jsonl', step: /step}\n");
+    home.workflow(
+        "own",
+        "name: own\nvars: {lr: '1'}\nstages:\n  - {name: main, argv: ['true']}\nmetrics:\n  jsonl: {file: '{run_dir}/m.jsonl', step: /step}\n\
+         checkpoints:\n  jsonl: {file: '{run_dir}/c.jsonl', step: /step, path: /path}\n",
+    );
+    let table = [
+        (SWEEP.replace("workflow: climb", "workflow: plain"), "workflow 'plain' records no checkpoints"),
+        (
+            SWEEP.replace("workflow: climb", "workflow: own"),
+            "workflow 'own' has no stage whose `resume_args` start it from a checkpoint path (`{resume.path}`) and no `checkpoints.jsonl.resume_line`",
+        ),
+        (format!("{SWEEP}quantile_fraction: 0.6\n"), "quantile_fraction"),
+        (SWEEP.replace("perturbation_interval: 10", "perturbation_interval: 0"), "perturbation_interval"),
+    ];
+    for (i, (text, want)) in table.iter().enumerate() {
+        let path = home.path().join(format!("bad{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let out = home.cli(&["sweep", "start", path.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(err.contains(want) && err.trim().lines().count() == 1 && !err.contains("panicked"), "{err}");
+    }
+    assert!(home.cli_ok(&["run", "list"]).contains("no runs"));
+    // The bundled cookbook workflow is a pbt member (held: nothing runs here).
+    home.environ.push(("TINKER_API_KEY".into(), "tml-test-key-of-this-test".into()));
+    let path = home.path().join("cookbook.yaml");
+    let cookbook = "method: pbt\nworkflow: tinker-cookbook\nmetric: {name: env/all/reward/total, goal: maximize}\n\
+                    run_cap: 4\nperturbation_interval: 20\nparameters:\n  save_every: {values: ['10', '20']}\n";
+    std::fs::write(&path, cookbook).unwrap();
+    let out = home.cli(&["sweep", "start", "--hold", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -8,6 +8,7 @@ mod checkpoints;
 mod claim;
 mod core;
 mod dispatcher;
+mod exploits;
 mod health;
 mod held;
 mod inference_tests;

@@ -96,7 +96,7 @@ impl Reconciler {
                     watch.stop();
                 }
             }
-            match next_step(sup.run.state, sup.run.preempted_by().is_some(), &stages) {
+            match next_step(sup.run.state, sup.run.after_stop(), &stages) {
                 Step::Wait => {}
                 Step::Watch => {
                     if sup.progress.is_none() {
@@ -111,6 +111,11 @@ impl Reconciler {
                 Step::StopStage(idx) => self.stop_stage(id, idx).await?,
                 Step::RequeuePreempted => {
                     if self.requeue_preempted(id).await? {
+                        continue;
+                    }
+                }
+                Step::ContinueExploited => {
+                    if self.continue_exploited(id).await? {
                         continue;
                     }
                 }

@@ -40,8 +40,9 @@ pub trait PreemptionStore: Send + Sync {
         lost: Millis,
     ) -> Result<Run>;
 
-    /// A stop request for a run stopping for preemption: it ends stopped rather than queued
-    /// again (its params no longer name the urgent run), with a note saying so.
+    /// A stop request for a run stopping to be queued again (for a preemption, or a pbt
+    /// exploit): it ends stopped instead (its params no longer say why it would queue again),
+    /// with a note saying so.
     async fn keep_stopped(&self, run: &Run) -> Result<Run>;
 }
 
@@ -83,9 +84,11 @@ impl PreemptionStore for SqlStore {
     }
 
     async fn keep_stopped(&self, run: &Run) -> Result<Run> {
+        let after = if run.preempted_by().is_some() { "its preemption" } else { "its pbt exploit" };
         let mut params = run.params.clone();
         params.preempted_by = None;
         params.preempted_at = None;
+        params.exploit_interval = None;
         let now = crate::model::now_millis();
         let reason = "stop requested";
         let mut tx = self.pool().begin().await?;
@@ -105,7 +108,7 @@ impl PreemptionStore for SqlStore {
             drop(tx);
             return Err(self.conflict_or_fenced(run).await);
         }
-        let message = "stop requested: it ends stopped rather than queued again after its preemption";
+        let message = format!("stop requested: it ends stopped rather than queued again after {after}");
         let note = EventRow { kind: EventKind::Note, states: None, stage: None, message: message.into() };
         insert_events(&mut tx, run.id, &[note]).await?;
         tx.commit().await?;

@@ -38,4 +38,11 @@ pub struct CheckpointJsonl {
     /// The JSON pointer of the weights for inference (e.g. `/sampler_path`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<String>,
+    /// How a run starts from a checkpoint it did not write (a pbt exploit's donor's) when its
+    /// trainer resumes by itself from the file's last line, as tinker-cookbook does: that
+    /// checkpoint is appended to the run's own file as a line of these fields, with its step and
+    /// path at the `step` and `path` pointers (e.g. `{name: pbt}`, since the cookbook's records
+    /// need a name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_line: Option<std::collections::BTreeMap<String, String>>,
 }

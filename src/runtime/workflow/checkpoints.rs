@@ -9,14 +9,24 @@ use sha2::Digest;
 use super::progress::{as_count, check_file, compile, resolve_run_file};
 use super::template;
 pub use crate::model::workflow::CheckpointSpec;
-use crate::model::{FoundCheckpoint, ResumePoint, RunParams, Start};
+use crate::model::{FoundCheckpoint, ResumePoint, Run, RunParams, Start};
 use crate::text::one_line;
 
 /// Where a run's checkpoints are read, with every placeholder filled in.
 #[derive(Clone, Debug)]
 pub enum ResolvedCheckpoints {
-    Log { path: PathBuf, pattern: regex::Regex },
-    Jsonl { path: PathBuf, step: String, resumable: Option<String>, weights: Option<String> },
+    Log {
+        path: PathBuf,
+        pattern: regex::Regex,
+    },
+    Jsonl {
+        path: PathBuf,
+        step: String,
+        resumable: Option<String>,
+        weights: Option<String>,
+        /// The fields of the line that makes the trainer resume from another run's checkpoint.
+        resume_line: Option<BTreeMap<String, String>>,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +93,12 @@ impl CheckpointSpec {
                 if jsonl.path.is_none() && jsonl.weights.is_none() {
                     return bad("jsonl.path", "give the JSON pointer of a `path` or of `weights`".into());
                 }
+                if jsonl.resume_line.is_some() && jsonl.path.is_none() {
+                    return bad(
+                        "jsonl.resume_line",
+                        "needs `path`, the pointer a resumable checkpoint's path is written at".into(),
+                    );
+                }
                 Ok(())
             }
         }
@@ -105,6 +121,7 @@ impl CheckpointSpec {
                 step: jsonl.step.clone(),
                 resumable: jsonl.path.clone(),
                 weights: jsonl.weights.clone(),
+                resume_line: jsonl.resume_line.clone(),
             }),
             (None, None) => Err(CheckpointsError::NoSource),
         }
@@ -166,6 +183,90 @@ impl ResolvedCheckpoints {
     }
 }
 
+impl ResolvedCheckpoints {
+    /// The line that makes the trainer resume from `point`, a checkpoint this run did not
+    /// write: None unless the source says how (`jsonl.resume_line`).
+    pub fn resume_line(&self, point: &ResumePoint) -> Option<String> {
+        let ResolvedCheckpoints::Jsonl {
+            step, resumable: Some(resumable), resume_line: Some(fields), ..
+        } = self
+        else {
+            return None;
+        };
+        let mut record = serde_json::Value::Object(
+            fields.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect(),
+        );
+        set_at(&mut record, step, serde_json::Value::from(point.step));
+        set_at(&mut record, resumable, serde_json::Value::String(point.path.clone()));
+        Some(record.to_string())
+    }
+
+    /// Appends [`Self::resume_line`] for `point` to the run's file, unless it is its last line
+    /// already (a repeat after a crash adds nothing): true when the source says how and the
+    /// line is there. The file is never followed through a symlink.
+    pub fn append_resume_line(&self, point: &ResumePoint) -> std::io::Result<bool> {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        use std::os::unix::fs::OpenOptionsExt;
+        let Some(line) = self.resume_line(point) else { return Ok(false) };
+        let path = self.file();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(path)?;
+        // Only the tail is read: the last line is all that counts.
+        let len = file.metadata()?.len();
+        let from = len.saturating_sub(line.len() as u64 + 2);
+        file.seek(SeekFrom::Start(from))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let tail = String::from_utf8_lossy(&bytes);
+        let last = tail.trim_end_matches('\n').rsplit('\n').next().unwrap_or("");
+        if last == line {
+            return Ok(true);
+        }
+        let lead = if tail.is_empty() || tail.ends_with('\n') { "" } else { "\n" };
+        file.write_all(format!("{lead}{line}\n").as_bytes())?;
+        file.sync_data()?;
+        Ok(true)
+    }
+}
+
+/// Appends the line that makes `run`'s trainer resume from `point`, where its workflow's
+/// checkpoints say how (`checkpoints.jsonl.resume_line`); nothing otherwise.
+pub async fn resume_line_for(run: &Run, point: &ResumePoint) -> Result<(), String> {
+    let Some(spec) = &run.spec.checkpoints else { return Ok(()) };
+    let source = spec.resolve(&run.params.resolved, |_| None).map_err(|err| err.to_string())?;
+    let point = point.clone();
+    let file = source.file().display().to_string();
+    let appended = tokio::task::spawn_blocking(move || source.append_resume_line(&point)).await;
+    match appended {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(format!("cannot write {file}: {err}")),
+        Err(err) => Err(format!("cannot write {file}: {err}")),
+    }
+}
+
+/// Sets `value` at the JSON pointer `pointer` in `record`, making the objects on the way.
+fn set_at(record: &mut serde_json::Value, pointer: &str, value: serde_json::Value) {
+    let tokens: Vec<String> =
+        pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+    let Some((last, path)) = tokens.split_last() else { return };
+    let mut at = record;
+    for token in path {
+        if !at.get(token).is_some_and(serde_json::Value::is_object) {
+            at[token.as_str()] = serde_json::Value::Object(serde_json::Map::new());
+        }
+        at = &mut at[token.as_str()];
+    }
+    at[last.as_str()] = value;
+}
+
 /// A line's key: the digest of its text, so the same line read again (after a restart, or by
 /// another attempt) is recognised, whatever offset it is found at.
 fn line_key(line: &str) -> String {
@@ -220,6 +321,65 @@ pub fn params_for(params: &RunParams, start: &Start) -> RunParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cookbook_in(dir: &std::path::Path) -> ResolvedCheckpoints {
+        let spec: CheckpointSpec = crate::yaml::from_str(
+            "jsonl: {file: '{run_dir}/log/checkpoints.jsonl', step: /batch, path: /state_path, resume_line: {name: pbt}}",
+        )
+        .unwrap();
+        let vars = BTreeMap::from([("run_dir".to_string(), dir.display().to_string())]);
+        spec.resolve(&vars, |_| None).unwrap()
+    }
+
+    #[test]
+    fn a_resume_line_is_a_record_the_source_reads_back_at_the_donors_checkpoint() {
+        let source = cookbook_in(std::path::Path::new("/runs/r1"));
+        let point = ResumePoint { step: 40, path: "tinker://donor/weights/000040".into() };
+        let line = source.resume_line(&point).unwrap();
+        let record: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            record,
+            serde_json::json!({"name": "pbt", "batch": 40, "state_path": "tinker://donor/weights/000040"})
+        );
+        let read = source.read_line(&line).unwrap().unwrap();
+        assert_eq!((read.step, read.path), (40, Some(point.path.clone())));
+        // Nested pointers make their objects; a source that does not say how has no line.
+        let mut nested = serde_json::json!({"name": "x"});
+        set_at(&mut nested, "/loop/batch", serde_json::json!(3));
+        set_at(&mut nested, "/name/a~1b", serde_json::json!(1));
+        assert_eq!(nested, serde_json::json!({"name": {"a/b": 1}, "loop": {"batch": 3}}));
+        assert_eq!(jsonl().resume_line(&point), None);
+    }
+
+    #[test]
+    fn the_resume_line_is_appended_once_after_the_trainers_own_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = cookbook_in(dir.path());
+        let point = ResumePoint { step: 6, path: "tinker://donor/weights/000006".into() };
+        let file = dir.path().join("log/checkpoints.jsonl");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        // The trainer's own last line has no newline yet.
+        std::fs::write(
+            &file,
+            r#"{"name": "000004", "batch": 4, "state_path": "tinker://me/weights/000004"}"#,
+        )
+        .unwrap();
+        assert!(source.append_resume_line(&point).unwrap());
+        assert!(source.append_resume_line(&point).unwrap(), "a repeat after a crash adds nothing");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(source.read_line(lines[1]).unwrap().unwrap().path, Some(point.path.clone()));
+        // Never through a symlink.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "").unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+        assert!(source.append_resume_line(&point).is_err());
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "");
+        // A source that does not say how writes nothing.
+        assert!(!jsonl().append_resume_line(&point).unwrap());
+    }
 
     fn jsonl() -> ResolvedCheckpoints {
         let spec: CheckpointSpec = crate::yaml::from_str(

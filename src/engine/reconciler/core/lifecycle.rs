@@ -3,7 +3,7 @@
 //! queue it again (a retry, a preemption) or let it go. Asked again after every change, and
 //! after a restart over what the store holds, so a step cut short by a crash is decided again.
 
-use crate::model::{ProcessState, RunState};
+use crate::model::{AfterStop, ProcessState, RunState};
 
 /// What the loop knows of one stage here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +27,9 @@ pub enum Step {
     StopStage(usize),
     /// A preemption's victim whose stages are gone: `stopping ──preempted──▶ pending`.
     RequeuePreempted,
+    /// A pbt exploit's loser whose stages are gone: `stopping ──exploited──▶ pending`, to
+    /// continue from the donor's checkpoint.
+    ContinueExploited,
     /// A stopping run whose stages are gone: `stopping → stopped`.
     AllStagesGone,
     /// A retrying run whose stages are gone: its next attempt is queued.
@@ -35,9 +38,9 @@ pub enum Step {
     LetGo,
 }
 
-/// The step `state` asks for, with its stages as they stand. `preempted`: it stops for another
-/// run (`Run::preempted_by`).
-pub fn next_step(state: RunState, preempted: bool, stages: &[StageView]) -> Step {
+/// The step `state` asks for, with its stages as they stand. `after_stop`: where a stopping run
+/// goes once its stages are gone (`Run::after_stop`).
+pub fn next_step(state: RunState, after_stop: AfterStop, stages: &[StageView]) -> Step {
     match state {
         RunState::Pending => Step::Wait,
         RunState::Running => Step::Watch,
@@ -58,10 +61,12 @@ pub fn next_step(state: RunState, preempted: bool, stages: &[StageView]) -> Step
                 Step::Wait
             } else if let Some(idx) = next_to_stop(stages) {
                 Step::StopStage(idx)
-            } else if state == RunState::Stopping && preempted {
-                Step::RequeuePreempted
             } else if state == RunState::Stopping {
-                Step::AllStagesGone
+                match after_stop {
+                    AfterStop::Preempted => Step::RequeuePreempted,
+                    AfterStop::Exploited => Step::ContinueExploited,
+                    AfterStop::Stopped => Step::AllStagesGone,
+                }
             } else if state == RunState::Retrying {
                 Step::RequeueRetry
             } else {
@@ -79,6 +84,7 @@ pub fn next_to_stop(stages: &[StageView]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use AfterStop as A;
     use ProcessState as P;
     use RunState as R;
 
@@ -88,31 +94,34 @@ mod tests {
 
     #[test]
     fn each_state_asks_its_next_step() {
-        // (run state, preempted, its stages) -> step
+        // (run state, where a stop goes, its stages) -> step
         let table = [
-            (R::Pending, false, vec![P::Pending, P::Pending], Step::Wait),
-            (R::Starting, false, vec![P::Pending, P::Pending], Step::Spawn(0)),
-            (R::Starting, false, vec![P::Up, P::Pending], Step::Spawn(1)),
-            (R::Starting, false, vec![P::Up, P::Spawning], Step::Wait),
-            (R::Starting, false, vec![P::Starting, P::Pending], Step::Wait),
-            (R::Starting, false, vec![P::Up, P::Up], Step::AllStagesUp),
-            (R::Running, false, vec![P::Up, P::Up], Step::Watch),
+            (R::Pending, A::Stopped, vec![P::Pending, P::Pending], Step::Wait),
+            (R::Starting, A::Stopped, vec![P::Pending, P::Pending], Step::Spawn(0)),
+            (R::Starting, A::Stopped, vec![P::Up, P::Pending], Step::Spawn(1)),
+            (R::Starting, A::Stopped, vec![P::Up, P::Spawning], Step::Wait),
+            (R::Starting, A::Stopped, vec![P::Starting, P::Pending], Step::Wait),
+            (R::Starting, A::Stopped, vec![P::Up, P::Up], Step::AllStagesUp),
+            (R::Running, A::Stopped, vec![P::Up, P::Up], Step::Watch),
             // Stages stop last-started first.
-            (R::Stopping, false, vec![P::Up, P::Up], Step::StopStage(1)),
-            (R::Stopping, false, vec![P::Up, P::Exited], Step::StopStage(0)),
-            (R::Failed, false, vec![P::Starting, P::Pending], Step::StopStage(0)),
-            (R::Stopping, false, vec![P::Up, P::Spawning], Step::Wait),
-            (R::Stopping, false, vec![P::Exited, P::Lost], Step::AllStagesGone),
-            (R::Stopping, true, vec![P::Exited, P::Exited], Step::RequeuePreempted),
-            (R::Stopping, true, vec![P::Exited, P::Up], Step::StopStage(1)),
-            (R::Retrying, false, vec![P::Exited, P::Pending], Step::RequeueRetry),
-            (R::Retrying, true, vec![P::Exited], Step::RequeueRetry),
-            (R::Completed, false, vec![P::Exited, P::Exited], Step::LetGo),
-            (R::Stopped, true, vec![P::Exited], Step::LetGo),
-            (R::Failed, false, vec![], Step::LetGo),
+            (R::Stopping, A::Stopped, vec![P::Up, P::Up], Step::StopStage(1)),
+            (R::Stopping, A::Stopped, vec![P::Up, P::Exited], Step::StopStage(0)),
+            (R::Failed, A::Stopped, vec![P::Starting, P::Pending], Step::StopStage(0)),
+            (R::Stopping, A::Stopped, vec![P::Up, P::Spawning], Step::Wait),
+            (R::Stopping, A::Stopped, vec![P::Exited, P::Lost], Step::AllStagesGone),
+            (R::Stopping, A::Preempted, vec![P::Exited, P::Exited], Step::RequeuePreempted),
+            (R::Stopping, A::Preempted, vec![P::Exited, P::Up], Step::StopStage(1)),
+            (R::Stopping, A::Exploited, vec![P::Exited, P::Exited], Step::ContinueExploited),
+            (R::Stopping, A::Exploited, vec![P::Up, P::Exited], Step::StopStage(0)),
+            (R::Stopping, A::Exploited, vec![P::Spawning], Step::Wait),
+            (R::Retrying, A::Stopped, vec![P::Exited, P::Pending], Step::RequeueRetry),
+            (R::Retrying, A::Preempted, vec![P::Exited], Step::RequeueRetry),
+            (R::Completed, A::Stopped, vec![P::Exited, P::Exited], Step::LetGo),
+            (R::Stopped, A::Preempted, vec![P::Exited], Step::LetGo),
+            (R::Failed, A::Stopped, vec![], Step::LetGo),
         ];
-        for (i, (state, preempted, now, want)) in table.into_iter().enumerate() {
-            assert_eq!(next_step(state, preempted, &stages(&now)), want, "row {i}");
+        for (i, (state, after_stop, now, want)) in table.into_iter().enumerate() {
+            assert_eq!(next_step(state, after_stop, &stages(&now)), want, "row {i}");
         }
     }
 
@@ -120,6 +129,6 @@ mod tests {
     fn a_stage_waiting_out_its_backoff_is_not_started_again_yet() {
         let mut waiting = stages(&[P::Up, P::Pending]);
         waiting[1].spawn_due = false;
-        assert_eq!(next_step(R::Starting, false, &waiting), Step::Wait);
+        assert_eq!(next_step(R::Starting, A::Stopped, &waiting), Step::Wait);
     }
 }

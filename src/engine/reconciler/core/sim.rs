@@ -319,7 +319,7 @@ impl Sim {
             let row = &self.rows[&id];
             let stages: Vec<StageView> =
                 row.stages.iter().map(|&state| StageView { state, spawn_due: true }).collect();
-            match next_step(row.run.state, row.run.preempted_by().is_some(), &stages) {
+            match next_step(row.run.state, row.run.after_stop(), &stages) {
                 Step::Wait | Step::Watch => return Ok(()),
                 Step::Spawn(idx) => {
                     // Committed before the shim exists; it starts with the run's units.
@@ -383,6 +383,7 @@ impl Sim {
                     self.supervised.remove(&id);
                     self.point()?;
                 }
+                Step::ContinueExploited => unreachable!("the simulation makes no pbt exploits"),
                 Step::AllStagesGone => {
                     self.apply(id, RunTrigger::AllStagesGone);
                     self.point()?;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::StoreError;
-use crate::model::{Run, RunState, RunTrigger};
+use crate::model::{AfterStop, Run, RunState, RunTrigger};
 
 use super::RunRequest;
 
@@ -43,20 +43,19 @@ impl Service {
             // The state table says what a stop does; this only knows that stopping twice is fine.
             let trigger = match crate::model::run::stop_trigger(run.state) {
                 Some(trigger) => trigger,
-                // A victim of a preemption would queue again: it stays stopped instead.
-                None if run.state == RunState::Stopping && run.preempted_by().is_some() => {
-                    match self.store.keep_stopped(&run).await {
-                        Ok(moved) => {
-                            self.wake().await;
-                            return Ok(moved);
-                        }
-                        Err(StoreError::Conflict { .. }) => {
-                            run = self.reread(&run, prefix).await?;
-                            continue;
-                        }
-                        Err(err) => return Err(err.into()),
+                // A victim of a preemption, or a pbt exploit's loser, would queue again: it
+                // stays stopped instead.
+                None if run.after_stop() != AfterStop::Stopped => match self.store.keep_stopped(&run).await {
+                    Ok(moved) => {
+                        self.wake().await;
+                        return Ok(moved);
                     }
-                }
+                    Err(StoreError::Conflict { .. }) => {
+                        run = self.reread(&run, prefix).await?;
+                        continue;
+                    }
+                    Err(err) => return Err(err.into()),
+                },
                 None if run.state == RunState::Stopping => return Ok(run),
                 None => return Err(ServiceError::AlreadyEnded { id: run.id.to_string(), state: run.state }),
             };

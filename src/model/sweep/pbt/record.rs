@@ -8,7 +8,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::Exploit;
-use crate::model::Millis;
+use crate::model::sweep::{Parameter, Target, var_text};
+use crate::model::{Millis, ResumePoint, RunParams};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ExploitRecord {
@@ -67,6 +68,45 @@ impl ExploitRecord {
             self.k,
             self.donor,
             self.step,
+            super::changes(&self.before, &self.values)
+        )
+    }
+
+    /// The donor's checkpoint the loser's next attempt starts at.
+    pub fn resume_point(&self) -> ResumePoint {
+        ResumePoint { step: self.step, path: self.path.clone() }
+    }
+
+    /// The loser's params for its next attempt: `resumed` (its params with
+    /// [`Self::resume_point`] as the point it starts at) with the explored values where its
+    /// sweep's `parameters` put them, and no longer stopping for this exploit.
+    pub fn continuation(&self, mut resumed: RunParams, parameters: &[Parameter]) -> RunParams {
+        for param in parameters {
+            let Some(value) = self.values.get(&param.path) else { continue };
+            match &param.target {
+                Target::Var(name) => {
+                    // The stages expand the values resolved at submission: both change.
+                    resumed.vars.insert(name.clone(), var_text(value));
+                    resumed.resolved.insert(name.clone(), var_text(value));
+                }
+                Target::Set(key) => {
+                    resumed.config.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        resumed.exploit_interval = None;
+        resumed
+    }
+
+    /// What the loser's next attempt starts from, for its event: "attempt 4 resumes from member
+    /// 1's checkpoint at step 40 (PATH) with lr 1e-05 → 1.2e-05".
+    pub fn continuation_note(&self) -> String {
+        format!(
+            "attempt {} resumes from member {}'s checkpoint at step {} ({}) with {}",
+            self.attempt + 1,
+            self.donor,
+            self.step,
+            self.path,
             super::changes(&self.before, &self.values)
         )
     }
