@@ -190,3 +190,61 @@ async fn max_live_holds_across_two_daemons() {
     assert_eq!(seen.len(), 8);
     assert!(seen.iter().all(|n| *n <= 2), "at most two members at once: {seen:?}");
 }
+
+/// The dashboard's sweep page stops a live sweep and resumes a stopped one through forms, each
+/// a POST with the dashboard's cookie from the same origin (another site's is refused), each
+/// redirecting back to the page, which then offers the other.
+#[tokio::test]
+async fn the_sweep_page_stops_and_resumes_its_sweep() {
+    const TOKEN: &str = "sweep-forms-token-of-this-test";
+    let mut home = TestHome::new();
+    home.workflow("gated", &gated(&home));
+    let (sweep, _) = start(&home, 3, 1);
+    let api = crate::http::start_with(&mut home, "127.0.0.1", Some(TOKEN), &[]).await;
+    let http = lachesis::http_client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = || async {
+        let answer = http
+            .get(format!("{}/ui/sweeps/{sweep}", api.base()))
+            .header("cookie", format!("lachesis_token={TOKEN}"))
+            .send()
+            .await
+            .unwrap();
+        answer.text().await.unwrap()
+    };
+    let post = |verb: &str, origin: String| {
+        http.post(format!("{}/ui/sweeps/{sweep}/{verb}", api.base()))
+            .header("cookie", format!("lachesis_token={TOKEN}"))
+            .header("origin", origin)
+            .send()
+    };
+    assert!(page().await.contains(&format!("action=\"/ui/sweeps/{sweep}/stop\"")));
+    let cross = post("stop", "http://elsewhere.example".into()).await.unwrap();
+    assert_eq!(cross.status(), reqwest::StatusCode::FORBIDDEN);
+    let stopped = post("stop", api.base().to_string()).await.unwrap();
+    assert_eq!(stopped.status(), reqwest::StatusCode::SEE_OTHER);
+    assert_eq!(stopped.headers()["location"], format!("/ui/sweeps/{sweep}").as_str());
+    let service = home.service().await;
+    assert_eq!(service.resolve_sweep(&sweep.to_string()).await.unwrap().state, SweepState::Stopped);
+    let shown = page().await;
+    assert!(
+        shown.contains(&format!("action=\"/ui/sweeps/{sweep}/resume\"")) && !shown.contains("/stop\""),
+        "{shown}"
+    );
+    let resumed = post("resume", api.base().to_string()).await.unwrap();
+    assert_eq!(resumed.status(), reqwest::StatusCode::SEE_OTHER);
+    assert_eq!(service.resolve_sweep(&sweep.to_string()).await.unwrap().state, SweepState::Live);
+    // Once it ends by itself, a resume is refused, in the page frame, saying why.
+    std::fs::write(home.path().join("gate"), "").unwrap();
+    wait_for("the sweep to end", T, || {
+        let service = service.clone();
+        async move {
+            let state = service.resolve_sweep(&sweep.to_string()).await.unwrap().state;
+            (state == SweepState::Done).then_some(())
+        }
+    })
+    .await;
+    let refused = post("resume", api.base().to_string()).await.unwrap();
+    assert!(refused.status().is_client_error(), "{}", refused.status());
+    let text = refused.text().await.unwrap();
+    assert!(text.starts_with("<!doctype html>") && text.contains("cannot resume"), "{text}");
+}

@@ -119,6 +119,12 @@ impl SweepRequest {
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
+pub struct SweepIdArgs {
+    /// The sweep id (or a unique prefix of it), from rl_start_sweep
+    pub sweep_id: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
 pub struct SweepStatusArgs {
     /// The sweep id (or a unique prefix of it), from rl_start_sweep
     pub sweep_id: String,

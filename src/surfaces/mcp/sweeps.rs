@@ -1,18 +1,30 @@
 //! Sweep tools, an extension beyond the reference's tools (it has no sweeps): start a sweep
 //! (`rl_start_sweep`: a file of the workflows' `sweeps/`, or the sweep inline) and read its
-//! leaderboard (`rl_sweep_status`). Answers are JSON text like the other tools'; errors are
+//! leaderboard (`rl_sweep_status`), stop it and resume it (`rl_stop_sweep`, `rl_resume_sweep`). Answers are JSON text like the other tools'; errors are
 //! `{"error": ONE LINE}`.
 
 use serde_json::{Value, json};
 
 use super::RlTools;
 use super::answers::{self, answer};
-use super::args::{StartSweepArgs, SweepRequest, SweepStatusArgs};
+use super::args::{StartSweepArgs, SweepIdArgs, SweepRequest, SweepStatusArgs};
 use crate::service::RunRequest;
 
 /// Members an answer lists when the agent names no `top`; the most it may name.
 const DEFAULT_TOP: usize = 20;
 const MAX_TOP: usize = 200;
+
+/// What a stop or a resume did to a sweep.
+fn moved(sweep: &crate::service::SweepSummary, message: &str) -> String {
+    answer(json!({
+        "sweep_id": sweep.id,
+        "workflow": sweep.workflow,
+        "state": sweep.state,
+        "reason": sweep.reason,
+        "members": sweep.members,
+        "message": message,
+    }))
+}
 
 fn refused(message: impl Into<String>) -> String {
     answer(json!({ "error": crate::text::one_line(&message.into()) }))
@@ -76,6 +88,26 @@ impl RlTools {
                 }
                 answer(out)
             }
+            Err(err) => answers::error(&self.service, &err),
+        }
+    }
+
+    pub(super) async fn stop_sweep(&self, args: SweepIdArgs) -> String {
+        match self.service.stop_sweep(&args.sweep_id).await {
+            Ok(sweep) => moved(
+                &sweep,
+                "Sweep stopped: its pending members cancelled, its running ones stopping. rl_resume_sweep(sweep_id) continues it.",
+            ),
+            Err(err) => answers::error(&self.service, &err),
+        }
+    }
+
+    pub(super) async fn resume_sweep(&self, args: SweepIdArgs) -> String {
+        match self.service.resume_sweep(&args.sweep_id).await {
+            Ok(sweep) => moved(
+                &sweep,
+                "Sweep resumed: the members its stop ended are queued again. Follow it with rl_sweep_status(sweep_id).",
+            ),
             Err(err) => answers::error(&self.service, &err),
         }
     }
@@ -329,5 +361,27 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// A sweep stopped through the tool resumes through the other; a second resume, and an
+    /// unknown sweep, are refused in one line.
+    #[tokio::test]
+    async fn a_sweep_stops_and_resumes_through_the_tools() {
+        let (_home, tools) = tools().await;
+        let started = start(&tools, json!({ "file": "demo-sweep", "hold": true })).await;
+        let sweep_id = started["sweep_id"].as_str().unwrap().to_string();
+        let id = |prefix: &str| SweepIdArgs { sweep_id: prefix.to_string() };
+        let stopped: Value = serde_json::from_str(&tools.stop_sweep(id(&sweep_id[..8])).await).unwrap();
+        assert_eq!(
+            (stopped["sweep_id"].as_str(), stopped["state"].as_str()),
+            (Some(&*sweep_id), Some("stopped"))
+        );
+        let resumed: Value = serde_json::from_str(&tools.resume_sweep(id(&sweep_id)).await).unwrap();
+        assert_eq!(resumed["state"], "live", "{resumed:#}");
+        let again: Value = serde_json::from_str(&tools.resume_sweep(id(&sweep_id)).await).unwrap();
+        let error = again["error"].as_str().unwrap();
+        assert!(error.contains("cannot resume") && !error.contains('\n'), "{error}");
+        let unknown: Value = serde_json::from_str(&tools.stop_sweep(id("ffffffff")).await).unwrap();
+        assert!(unknown["error"].as_str().unwrap().contains("ffffffff"), "{unknown:#}");
     }
 }

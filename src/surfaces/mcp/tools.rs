@@ -5,7 +5,9 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 
 use super::RlTools;
-use super::args::{EditArgs, NameArgs, RunArgs, StartArgs, StartSweepArgs, SweepStatusArgs, TestArgs};
+use super::args::{
+    EditArgs, NameArgs, RunArgs, StartArgs, StartSweepArgs, SweepIdArgs, SweepStatusArgs, TestArgs,
+};
 
 #[tool_router(server_handler)]
 impl RlTools {
@@ -95,6 +97,20 @@ impl RlTools {
     )]
     async fn rl_sweep_status(&self, Parameters(args): Parameters<SweepStatusArgs>) -> String {
         self.sweep_status(args).await
+    }
+
+    #[tool(
+        description = "Stop a sweep: its pending members are cancelled and its running ones stopped (each ends stopped, its checkpoints kept). rl_resume_sweep continues it later."
+    )]
+    async fn rl_stop_sweep(&self, Parameters(args): Parameters<SweepIdArgs>) -> String {
+        self.stop_sweep(args).await
+    }
+
+    #[tool(
+        description = "Resume a sweep a stop ended: the members the stop cancelled or stopped, and those that failed with attempts left, run again (from their last checkpoints); a grid sweep goes on where it stopped, a random or bayes one adds members up to run_cap. A member that completed, or that hyperband or its user stopped, keeps its result. Refused for a sweep that ended by itself."
+    )]
+    async fn rl_resume_sweep(&self, Parameters(args): Parameters<SweepIdArgs>) -> String {
+        self.resume_sweep(args).await
     }
 
     #[tool(

@@ -1,4 +1,4 @@
-//! The dashboard's forms: stop or re-queue a run, pause or resume a schedule, resend a webhook delivery. Each refuses a
+//! The dashboard's forms: stop or re-queue a run, stop or resume a sweep, pause or resume a schedule, resend a webhook delivery. Each refuses a
 //! form from another site, then redirects to the page it was posted from.
 
 use axum::extract::{Path, State};
@@ -30,6 +30,34 @@ pub(super) async fn requeue(
     match s.service.requeue_run(&id).await {
         Ok(run) => Redirect::to(&format!("/ui/runs/{}", run.id)).into_response(),
         Err(err) => failure_page("Re-queue", "runs", err),
+    }
+}
+
+pub(super) async fn stop_sweep(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if !same_origin(&headers) {
+        return cross_site();
+    }
+    match s.service.stop_sweep(&id).await {
+        Ok(sweep) => Redirect::to(&format!("/ui/sweeps/{}", sweep.id)).into_response(),
+        Err(err) => failure_page("Stop", "sweeps", err),
+    }
+}
+
+pub(super) async fn resume_sweep(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if !same_origin(&headers) {
+        return cross_site();
+    }
+    match s.service.resume_sweep(&id).await {
+        Ok(sweep) => Redirect::to(&format!("/ui/sweeps/{}", sweep.id)).into_response(),
+        Err(err) => failure_page("Resume", "sweeps", err),
     }
 }
 

@@ -6,7 +6,7 @@ use axum::response::Redirect;
 use axum::routing::{get, post};
 
 use super::access::{login, login_form, logout};
-use super::actions::{pause, requeue, resend, resume, stop};
+use super::actions::{pause, requeue, resend, resume, resume_sweep, stop, stop_sweep};
 use super::live::{changes, log_tail};
 use super::pages::{
     environments_page, nodes_page, report_page, run_page, runs_page, schedules_page, sweep_page, sweeps_page,
@@ -33,6 +33,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/runs/{id}/log", get(log_tail))
         .route("/ui/sweeps", get(sweeps_page))
         .route("/ui/sweeps/{id}", get(sweep_page))
+        .route("/ui/sweeps/{id}/stop", post(stop_sweep))
+        .route("/ui/sweeps/{id}/resume", post(resume_sweep))
         .route("/ui/environments", get(environments_page))
         .route("/ui/tests", get(tests_page))
         .route("/ui/schedules", get(schedules_page))

@@ -345,8 +345,14 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
                         d.settled.as_str()
                     )
                 }
-                // The dashboard has no sweep page: `sweep status` shows its leaderboard.
-                _ => format!("{}: {}", esc(&d.describe()), d.settled.as_str()),
+                crate::model::Awaited::Sweep { .. } => {
+                    format!(
+                        "<a href=\"/ui/sweeps/{}\">{}</a>: {}",
+                        d.awaited.id(),
+                        esc(&d.describe()),
+                        d.settled.as_str()
+                    )
+                }
             })
             .collect();
         body.push_str(&deps.join(" · "));

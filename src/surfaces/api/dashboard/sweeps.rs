@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use super::html::{badge, esc, time};
 use super::svg::{MEMBER_COLOURS, MemberChart, MemberLine};
-use crate::model::sweep::{python_float, var_text};
+use crate::model::sweep::{SweepState, python_float, var_text};
 use crate::model::{RunState, StateCounts};
 use crate::service::{MemberStatus, Result, Service, SweepCurves, SweepStatus};
 
@@ -200,6 +200,27 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
     }
     if let Some(reason) = &s.reason {
         let _ = write!(body, "<p class=\"reason\">{}</p>", esc(reason));
+    }
+    // A live sweep can be stopped; one a stop ended can be resumed (the service says why not
+    // when it cannot).
+    let target = super::html::url_segment(&s.id.to_string());
+    let action = match s.state {
+        SweepState::Live => Some((
+            "stop",
+            "Stop",
+            format!("Stop sweep {short}: cancel its pending members and stop its running ones?"),
+        )),
+        SweepState::Stopped => {
+            Some(("resume", "Resume", format!("Resume sweep {short}: run again the members its stop ended?")))
+        }
+        SweepState::Target | SweepState::Done => None,
+    };
+    if let Some((verb, label, confirm)) = action {
+        let _ = write!(
+            body,
+            "<p class=\"actions\">{}</p>",
+            super::html::action_button(&format!("/ui/sweeps/{target}/{verb}"), label, &confirm)
+        );
     }
     if let Some(winner) = status.winner.and_then(|k| status.leaderboard.iter().find(|m| m.k == k)) {
         let _ = write!(
