@@ -62,7 +62,7 @@ pub use runs::{
 };
 pub use schedules::ScheduleDetail;
 pub use sweeps::{
-    BestMember, EarlyTermination, MemberCurve, MemberStatus, MetricSeries, REPORT_SWEEPS, ReportSweep,
+    Curve, EarlyTermination, MemberStatus, MetricSeries, REPORT_SWEEPS, ReportSweep,
     SWEEP_LIST_LIMIT, StartedSweep, SweepCurves, SweepDecider, SweepDecision, SweepEnd, SweepListing,
     SweepReadings, SweepStatus, SweepSummary, not_a_number_note,
 };
