@@ -34,11 +34,12 @@ pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<
         None
     };
     // Hyperband's mark stands over the sweep's stop, which may have met the member stopping.
-    let stopped_by = match (row.try_get::<i64, _>("early_terminated")?, row.try_get::<i64, _>("stopped_by_sweep")?) {
-        (0, 0) => None,
-        (0, _) => Some(StoppedBy::SweepStop),
-        _ => Some(StoppedBy::Hyperband),
-    };
+    let stopped_by =
+        match (row.try_get::<i64, _>("early_terminated")?, row.try_get::<i64, _>("stopped_by_sweep")?) {
+            (0, 0) => None,
+            (0, _) => Some(StoppedBy::SweepStop),
+            _ => Some(StoppedBy::Hyperband),
+        };
     Ok(Member {
         sweep: uuid_of(row, "sweep_id")?,
         k: member_number(row, "k")?,

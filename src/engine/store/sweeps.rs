@@ -100,7 +100,10 @@ pub trait SweepStore: Send + Sync {
     /// run's state and times and its readings of that metric as its series holds them (a
     /// resumed attempt's over the steps it rewound, as `metric_point::series` keeps them):
     /// counted, lowest and highest, in SQL. One query for up to [`TALLY_CHUNK`] sweeps.
-    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<crate::model::sweep::Member>>;
+    async fn member_tallies(
+        &self,
+        sweeps: &[(Uuid, Option<String>)],
+    ) -> Result<Vec<crate::model::sweep::Member>>;
     /// How many members of each of `sweeps` are in each run state: one grouped query for up to
     /// [`TALLY_CHUNK`] sweeps.
     async fn member_states_of(&self, sweeps: &[Uuid]) -> Result<HashMap<Uuid, BTreeMap<String, u64>>>;
@@ -496,7 +499,10 @@ impl SweepStore for SqlStore {
         Ok((sweeps, total))
     }
 
-    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<crate::model::sweep::Member>> {
+    async fn member_tallies(
+        &self,
+        sweeps: &[(Uuid, Option<String>)],
+    ) -> Result<Vec<crate::model::sweep::Member>> {
         let mut tallies = Vec::new();
         for chunk in sweeps.chunks(TALLY_CHUNK) {
             // Only the placeholders vary: the ids and names are bound, never spliced.

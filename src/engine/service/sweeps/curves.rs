@@ -60,8 +60,12 @@ impl Service {
         };
         for member in &mut status.leaderboard {
             // Not finite: left out, as W&B (and the leaderboard) leave such readings out.
-            let finite: Vec<MetricPoint> =
-                series.remove(&member.run).unwrap_or_default().into_iter().filter(|p| p.value.is_finite()).collect();
+            let finite: Vec<MetricPoint> = series
+                .remove(&member.run)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| p.value.is_finite())
+                .collect();
             member.curve = (!finite.is_empty())
                 .then(|| Curve { readings: finite.len(), points: downsample(&finite, per_member) });
         }

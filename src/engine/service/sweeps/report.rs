@@ -49,7 +49,10 @@ pub struct ReportSweep {
 }
 
 /// The report's best member as its JSON has it: the member's best reading is its `value`.
-fn best_member<S: serde::Serializer>(best: &Option<MemberStatus>, out: S) -> std::result::Result<S::Ok, S::Error> {
+fn best_member<S: serde::Serializer>(
+    best: &Option<MemberStatus>,
+    out: S,
+) -> std::result::Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct Best<'a> {
         k: u64,

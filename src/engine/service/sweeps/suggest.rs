@@ -45,8 +45,7 @@ impl Service {
         if owed == 0 {
             return Ok(Vec::new());
         }
-        let started: Vec<Uuid> =
-            members.iter().filter(|m| m.started()).map(|m| m.run).collect();
+        let started: Vec<Uuid> = members.iter().filter(|m| m.started()).map(|m| m.run).collect();
         let mut series = source.members_series(sweep.id, &started, &metric.name).await?;
         let mut observed: Vec<Observed> = members
             .iter()

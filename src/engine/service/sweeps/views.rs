@@ -6,9 +6,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::MetricSeries;
+use super::curves::Curve;
 use super::ending::{STOP_REQUESTED, SweepEnd};
 use crate::engine::service::{Result, Service, ServiceError};
-use super::curves::Curve;
 use crate::engine::store::StoreError;
 use crate::model::sweep::pbt::ExploitRecord;
 use crate::model::sweep::{Goal, Member, MemberOutcome, Method, SweepRecord, SweepSpec, SweepState};
