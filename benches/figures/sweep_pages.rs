@@ -117,7 +117,7 @@ pub async fn run(
         let at = Instant::now();
         let curves = service.sweep_curves(&id).await?;
         timed.push(at.elapsed().as_secs_f64() * 1000.0);
-        report.chart_points = curves.curves.iter().map(|c| c.points.len()).sum();
+        report.chart_points = curves.curves().map(|(_, c)| c.points.len()).sum();
     }
     report.figures.push(figure(
         "Service::sweep_curves (the leaderboard and every curve)".into(),

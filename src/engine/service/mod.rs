@@ -62,8 +62,8 @@ pub use runs::{
 };
 pub use schedules::ScheduleDetail;
 pub use sweeps::{
-    BestMember, EarlyTermination, MemberCurve, MemberStatus, MetricSeries, REPORT_SWEEPS, ReportSweep,
-    SWEEP_LIST_LIMIT, StartedSweep, SweepCurves, SweepDecider, SweepDecision, SweepEnd, SweepListing,
-    SweepReadings, SweepStatus, SweepSummary, not_a_number_note,
+    Curve, EarlyTermination, MemberStatus, MetricSeries, REPORT_SWEEPS, ReportSweep, SWEEP_LIST_LIMIT,
+    StartedSweep, SweepCurves, SweepDecider, SweepDecision, SweepEnd, SweepListing, SweepReadings,
+    SweepStatus, SweepSummary, not_a_number_note,
 };
 pub use webhooks::{DELIVERIES_SHOWN, DeliveryPage, MAX_DELIVERIES_SHOWN};

@@ -69,6 +69,6 @@ pub use schedules::ScheduleStore;
 pub use scratch::fresh_postgres;
 pub use sql::SqlStore;
 pub use sweep_exploits::SweepExploitStore;
-pub use sweep_members::{SweepMember, SweepMemberStore, Tally};
+pub use sweep_members::SweepMemberStore;
 pub use sweep_resumes::{SweepEvent, SweepResumeStore};
 pub use sweeps::SweepStore;

@@ -1,7 +1,7 @@
 //! A sweep's members in the store: member k is run `run_id`, written with its sweep (grid and
 //! random: every member at submission) or one at a time as a slot opens (bayes: with the values
 //! suggested for it, in the same transaction as its run); hyperband's mark on the ones it
-//! stopped; and the members read back, with their runs or as a leaderboard shows them.
+//! stopped; and the members read back, with their runs or as the model's `sweep::Member`.
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -14,49 +14,14 @@ use super::sql::{SqlStore, insert_pending_run};
 use super::sweeps::{member_number, uuid_of};
 use super::{Result, Store};
 use crate::model::run::RunTrigger;
-use crate::model::sweep::SweepRecord;
-use crate::model::{Millis, Run, RunState, Stage};
-
-/// A sweep's member as the store reads it, the one member type of this layer: its run's state,
-/// why it ended and its current attempt's times, hyperband's mark, the values a bayes sweep
-/// suggested for it, and (read by `SweepStore::member_tallies` only) its readings of its sweep's
-/// metric at a glance.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SweepMember {
-    pub sweep: Uuid,
-    pub k: u64,
-    pub run: Uuid,
-    pub state: RunState,
-    pub attempt: i64,
-    pub reason: Option<String>,
-    /// Its sweep's hyperband stopped it (`SweepMemberStore::early_terminate`).
-    pub early_terminated: bool,
-    pub started_at: Option<Millis>,
-    pub ended_at: Option<Millis>,
-    /// Its values by parameter path, for a member a bayes sweep suggested (a grid's or random
-    /// sweep's are its file's member k).
-    pub suggestion: Option<serde_json::Value>,
-    /// A `sweep resume` marked it to run again and it is not queued yet: it counts as in
-    /// flight, though its run still reads ended.
-    pub rerun_marked: bool,
-    /// Its readings of its sweep's metric, when the read asked for them.
-    pub tally: Option<Tally>,
-}
-
-/// A member's readings of its sweep's metric as its series holds them: how many, the lowest and
-/// the highest.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Tally {
-    pub readings: u64,
-    pub low: Option<f64>,
-    pub high: Option<f64>,
-}
+use crate::model::sweep::{Member, StoppedBy, SweepRecord, Tally};
+use crate::model::{Run, Stage};
 
 /// The member columns every read of members selects (`m` the member row, `r` its run).
-pub(super) const MEMBER_COLUMNS: &str = "m.sweep_id, m.k, r.id AS run_id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at, m.rerun_version";
+pub(super) const MEMBER_COLUMNS: &str = "m.sweep_id, m.k, r.id AS run_id, r.version, r.state, r.attempt, r.reason, m.early_terminated, m.stopped_by_sweep, m.suggestion, r.started_at, r.ended_at, m.rerun_version";
 
 /// A member from a row of `MEMBER_COLUMNS` (with `readings`, `low` and `high` when `tallied`).
-pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<SweepMember> {
+pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<Member> {
     let state: String = row.try_get("state")?;
     let tally = if tallied {
         let readings: i64 = row.try_get("readings")?;
@@ -68,14 +33,22 @@ pub(super) fn member_from_row(row: &sqlx::any::AnyRow, tallied: bool) -> Result<
     } else {
         None
     };
-    Ok(SweepMember {
+    // Hyperband's mark stands over the sweep's stop, which may have met the member stopping.
+    let stopped_by =
+        match (row.try_get::<i64, _>("early_terminated")?, row.try_get::<i64, _>("stopped_by_sweep")?) {
+            (0, 0) => None,
+            (0, _) => Some(StoppedBy::SweepStop),
+            _ => Some(StoppedBy::Hyperband),
+        };
+    Ok(Member {
         sweep: uuid_of(row, "sweep_id")?,
         k: member_number(row, "k")?,
         run: uuid_of(row, "run_id")?,
+        version: row.try_get("version")?,
         state: state.parse().map_err(corrupt)?,
         attempt: row.try_get("attempt")?,
         reason: row.try_get("reason")?,
-        early_terminated: row.try_get::<i64, _>("early_terminated")? != 0,
+        stopped_by,
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
         suggestion: row
@@ -94,8 +67,8 @@ pub trait SweepMemberStore: Send + Sync {
     async fn early_terminate(&self, run: &Run, reason: &str) -> Result<Run>;
     /// A sweep's members in order of k, each with its run as it is now.
     async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>>;
-    /// A sweep's members in order of k, as its leaderboard shows them.
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<SweepMember>>;
+    /// A sweep's members in order of k, without their runs' specs (a leaderboard's, a decision's).
+    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<Member>>;
     /// Writes member `k` of the live sweep `sweep` (a bayes sweep's next), with the values
     /// suggested for it: its `sweep_members` row, its run (pending) and stages, in one
     /// transaction. False, with nothing written, when member k exists already (a pass made it
@@ -143,7 +116,7 @@ impl SweepMemberStore for SqlStore {
         rows.iter().map(|row| Ok((member_number(row, "k")?, run_from_row(row)?))).collect()
     }
 
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<SweepMember>> {
+    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<Member>> {
         let sql = format!(
             "SELECT {MEMBER_COLUMNS} FROM sweep_members m JOIN runs r ON r.id = m.run_id \
              WHERE m.sweep_id = $1 ORDER BY m.k"

@@ -13,7 +13,7 @@ use super::dependencies::{NewDependency, insert_dependencies, settle_sweep_depen
 use super::outbox::insert_notification;
 use super::rows::{corrupt, from_json};
 use super::sql::{IdRange, SqlStore, insert_pending_run};
-use super::sweep_members::{MEMBER_COLUMNS, SweepMember, insert_sweep_rows, member_from_row};
+use super::sweep_members::{MEMBER_COLUMNS, insert_sweep_rows, member_from_row};
 use super::sweep_resumes::{insert_sweep_event, mark_stopped_members};
 use super::{Backend, Result, Store};
 use crate::model::metric_point::{MAX_SERIES_POINTS, series};
@@ -100,7 +100,10 @@ pub trait SweepStore: Send + Sync {
     /// run's state and times and its readings of that metric as its series holds them (a
     /// resumed attempt's over the steps it rewound, as `metric_point::series` keeps them):
     /// counted, lowest and highest, in SQL. One query for up to [`TALLY_CHUNK`] sweeps.
-    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<SweepMember>>;
+    async fn member_tallies(
+        &self,
+        sweeps: &[(Uuid, Option<String>)],
+    ) -> Result<Vec<crate::model::sweep::Member>>;
     /// How many members of each of `sweeps` are in each run state: one grouped query for up to
     /// [`TALLY_CHUNK`] sweeps.
     async fn member_states_of(&self, sweeps: &[Uuid]) -> Result<HashMap<Uuid, BTreeMap<String, u64>>>;
@@ -196,7 +199,7 @@ pub(super) fn tallies_sql(sweeps: usize) -> String {
          AND NOT EXISTS (SELECT 1 FROM metric_values w WHERE w.run_id = v.run_id AND w.name = v.name \
          AND w.attempt > v.attempt AND w.step <= v.step) \
          WHERE m.sweep_id IN ({}) \
-         GROUP BY m.sweep_id, m.k, r.id, r.state, r.attempt, r.reason, m.early_terminated, m.suggestion, r.started_at, r.ended_at, m.rerun_version",
+         GROUP BY m.sweep_id, m.k, r.id, r.version, r.state, r.attempt, r.reason, m.early_terminated, m.stopped_by_sweep, m.suggestion, r.started_at, r.ended_at, m.rerun_version",
         names.join(" "),
         ids.join(", ")
     )
@@ -496,7 +499,10 @@ impl SweepStore for SqlStore {
         Ok((sweeps, total))
     }
 
-    async fn member_tallies(&self, sweeps: &[(Uuid, Option<String>)]) -> Result<Vec<SweepMember>> {
+    async fn member_tallies(
+        &self,
+        sweeps: &[(Uuid, Option<String>)],
+    ) -> Result<Vec<crate::model::sweep::Member>> {
         let mut tallies = Vec::new();
         for chunk in sweeps.chunks(TALLY_CHUNK) {
             // Only the placeholders vary: the ids and names are bound, never spliced.

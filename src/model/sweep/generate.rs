@@ -25,15 +25,18 @@ pub struct Assignment {
     pub value: Value,
 }
 
+/// The configuration drawn for member `index`: its value of each parameter (grid's point k,
+/// random's draws, bayes's suggestion). What a member is made with, not the member
+/// ([`super::Member`] is the member: its run, its state).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Member {
-    /// 0-based, in the order members are made.
+pub struct Configuration {
+    /// The member's k: 0-based, in the order members are made.
     pub index: u64,
     /// In the sweep's parameter order.
     pub assignments: Vec<Assignment>,
 }
 
-impl Member {
+impl Configuration {
     /// The workflow vars this member sets (`--var NAME=TEXT`), floats as [`super::format`]
     /// writes them.
     pub fn vars(&self) -> BTreeMap<String, String> {
@@ -60,9 +63,9 @@ impl Member {
 }
 
 impl SweepSpec {
-    /// Member `index`, or None past the last member ([`SweepSpec::members`]) and for a bayes
-    /// sweep (whose members depend on what came before: `super::bayes::suggest`).
-    pub fn member(&self, index: u64) -> Option<Member> {
+    /// Member `index`'s configuration, or None past the last member ([`SweepSpec::members`])
+    /// and for a bayes sweep (whose members depend on what came before: `super::bayes::suggest`).
+    pub fn member(&self, index: u64) -> Option<Configuration> {
         if index >= self.members() {
             return None;
         }
@@ -87,7 +90,7 @@ impl SweepSpec {
                 value,
             })
             .collect();
-        Some(Member { index, assignments })
+        Some(Configuration { index, assignments })
     }
 }
 

@@ -5,6 +5,7 @@ pub mod bayes;
 pub mod format;
 pub mod generate;
 pub mod hyperband;
+pub mod member;
 pub mod parameter;
 pub mod pbt;
 pub mod program;
@@ -16,12 +17,13 @@ pub mod summary;
 pub mod winner;
 
 pub use format::{python_float, var_text};
-pub use generate::{Assignment, Member, grid_size};
+pub use generate::{Assignment, Configuration, grid_size};
 pub use hyperband::{Bands, Hyperband, Series, Stop, stop_runs};
+pub use member::{Member, MemberOutcome, StoppedBy, Tally};
 pub use parameter::{Domain, Num, Parameter, Quantum, Target};
 pub use program::{Expansion, Program};
-pub use record::{MemberOf, MemberOutcome, SweepRecord, SweepState, early_terminated_by};
-pub use resume::{Rerun, RerunCause, ResumedMember, rerun_reason, reruns};
+pub use record::{MemberOf, SweepRecord, SweepState, early_terminated_by};
+pub use resume::{Rerun, RerunCause, rerun_reason, reruns, retries_left};
 pub use spec::{
     BAYES_MAX_LIVE, Goal, GridPoints, MAX_RUN_CAP, Method, Metric, PROGRAM_WORKFLOW, SweepError, SweepSpec,
 };

@@ -3,10 +3,12 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::model::{Millis, RunState};
+use crate::model::Millis;
 
-/// What a member run carries in its params: its sweep and its place in it (member `k`, from
-/// 0, whose parameters are [`super::SweepSpec::member`]`(k)`).
+/// A run's link to its sweep, carried in the run's params: its sweep and its place in it
+/// (member `k`, from 0, whose parameters are [`super::SweepSpec::member`]`(k)`). Not a member
+/// ([`super::Member`] is): it is what the run knows, written with it at submission, so a run
+/// read alone (`run status`, a claim) says whose member it is without a read of its sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberOf {
     pub sweep: Uuid,
@@ -17,66 +19,6 @@ impl MemberOf {
     /// "member 3 of sweep 1a2b3c4d".
     pub fn describe(&self) -> String {
         format!("member {} of sweep {}", self.k, crate::model::short_id(&self.sweep))
-    }
-}
-
-/// How a member ended, or where it is: what a sweep's tallies count (the morning report's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MemberOutcome {
-    Completed,
-    /// Stopped by its sweep's hyperband (the member's `early_terminated`, written with the stop).
-    EarlyTerminated,
-    Failed,
-    /// Stopped otherwise: by a user, by a stop of the sweep, or cancelled before it started
-    /// (the sweep reached its target).
-    Stopped,
-    /// In flight: starting, running, stopping or retrying.
-    Running,
-    Pending,
-}
-
-impl MemberOutcome {
-    pub const ALL: [MemberOutcome; 6] = [
-        MemberOutcome::Completed,
-        MemberOutcome::EarlyTerminated,
-        MemberOutcome::Failed,
-        MemberOutcome::Stopped,
-        MemberOutcome::Running,
-        MemberOutcome::Pending,
-    ];
-
-    /// The outcome of a member in `state`, which its sweep's hyperband stopped or not.
-    pub fn of(state: RunState, early_terminated: bool) -> MemberOutcome {
-        match state {
-            RunState::Completed => MemberOutcome::Completed,
-            RunState::Failed => MemberOutcome::Failed,
-            RunState::Stopped if early_terminated => MemberOutcome::EarlyTerminated,
-            RunState::Stopped => MemberOutcome::Stopped,
-            RunState::Pending => MemberOutcome::Pending,
-            RunState::Starting | RunState::Running | RunState::Stopping | RunState::Retrying => {
-                MemberOutcome::Running
-            }
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemberOutcome::Completed => "completed",
-            MemberOutcome::EarlyTerminated => "early_terminated",
-            MemberOutcome::Failed => "failed",
-            MemberOutcome::Stopped => "stopped",
-            MemberOutcome::Running => "running",
-            MemberOutcome::Pending => "pending",
-        }
-    }
-
-    /// As people read it: `early-terminated`.
-    pub fn label(self) -> &'static str {
-        match self {
-            MemberOutcome::EarlyTerminated => "early-terminated",
-            other => other.as_str(),
-        }
     }
 }
 
@@ -208,35 +150,5 @@ mod tests {
         let member = super::MemberOf { sweep: uuid::Uuid::nil(), k: 3 };
         assert_eq!(super::early_terminated_by(&member.sweep), "early-terminated by sweep 00000000");
         assert_eq!(member.describe(), "member 3 of sweep 00000000");
-    }
-
-    /// Every run state of a member, and whether hyperband stopped it: a stop is hyperband's only
-    /// when it is the member's state and its mark, whatever the reason's words.
-    #[test]
-    fn a_member_s_outcome_is_its_state_with_hyperband_s_stops_apart() {
-        use super::MemberOutcome::{self, *};
-        use crate::model::RunState;
-        let cases = [
-            (RunState::Completed, false, Completed),
-            (RunState::Completed, true, Completed),
-            (RunState::Failed, false, Failed),
-            (RunState::Stopped, true, EarlyTerminated),
-            (RunState::Stopped, false, Stopped),
-            (RunState::Pending, false, Pending),
-            (RunState::Starting, false, Running),
-            (RunState::Running, false, Running),
-            (RunState::Stopping, true, Running),
-            (RunState::Retrying, false, Running),
-        ];
-        for (state, marked, want) in cases {
-            assert_eq!(MemberOutcome::of(state, marked), want, "{state} {marked}");
-        }
-        for state in RunState::ALL {
-            for marked in [false, true] {
-                assert!(MemberOutcome::ALL.contains(&MemberOutcome::of(state, marked)));
-            }
-        }
-        assert_eq!(EarlyTerminated.label(), "early-terminated");
-        assert_eq!(EarlyTerminated.as_str(), "early_terminated");
     }
 }

@@ -1,12 +1,15 @@
-//! Which members `sweep resume` re-runs: pure, from each member's run as the resume read it.
+//! Which members `sweep resume` re-runs: pure, from each member as the resume read it.
 //!
 //! A member is re-run, as its next attempt (from its last resumable checkpoint), when its sweep's
 //! stop ended it (it was pending, cancelled then, or in flight, stopped then), or when it failed
 //! with attempts left under its retry policy. A member that completed, one hyperband stopped,
 //! one a user stopped on its own, and one that failed with no attempt left keep their result.
 
+use std::collections::BTreeSet;
+
 use uuid::Uuid;
 
+use super::member::{Member, StoppedBy};
 use crate::model::{Run, RunState};
 
 /// Why a resume re-runs a member.
@@ -18,19 +21,9 @@ pub enum RerunCause {
     RetriesLeft,
 }
 
-/// A member as a resume sees it.
-#[derive(Clone, Copy, Debug)]
-pub struct ResumedMember<'a> {
-    pub k: u64,
-    pub run: &'a Run,
-    /// Its sweep's stop ended it (marked with the stop's move).
-    pub stopped_by_sweep: bool,
-    /// Its sweep's hyperband stopped it.
-    pub early_terminated: bool,
-}
-
-/// A member the resume re-runs: run `run`, at the version it was read at (the re-run lands only
-/// while it still is).
+/// The resume's decision about one member: it re-runs member `k`'s run `run`, at the version
+/// it was read at (the re-run lands only while it still is), for `cause`. The store marks it so
+/// (`sweep_members.rerun_version`) before anything is queued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rerun {
     pub k: u64,
@@ -39,20 +32,19 @@ pub struct Rerun {
     pub cause: RerunCause,
 }
 
-/// The members a resume re-runs, in order of k.
-pub fn reruns(members: &[ResumedMember<'_>]) -> Vec<Rerun> {
+/// The members a resume re-runs, in order of k: of `members` (read as the resume read them),
+/// those its sweep's stop ended, and those that failed whose k is in `retries_left` (their
+/// run's retry policy allows another attempt: [`retries_left`]).
+pub fn reruns(members: &[Member], retries_left: &BTreeSet<u64>) -> Vec<Rerun> {
     members
         .iter()
         .filter_map(|member| {
-            let run = member.run;
-            let cause = match run.state {
-                RunState::Stopped if member.stopped_by_sweep && !member.early_terminated => {
-                    RerunCause::SweepStop
-                }
-                RunState::Failed if retries_left(run) => RerunCause::RetriesLeft,
+            let cause = match (member.state, member.stopped_by) {
+                (RunState::Stopped, Some(StoppedBy::SweepStop)) => RerunCause::SweepStop,
+                (RunState::Failed, _) if retries_left.contains(&member.k) => RerunCause::RetriesLeft,
                 _ => return None,
             };
-            Some(Rerun { k: member.k, run: run.id, version: run.version, cause })
+            Some(Rerun { k: member.k, run: member.run, version: member.version, cause })
         })
         .collect()
 }
@@ -67,7 +59,7 @@ pub fn rerun_reason(cause: RerunCause, sweep: &Uuid) -> String {
 }
 
 /// Whether the run's retry policy allows another attempt (without one, a run has one attempt).
-fn retries_left(run: &Run) -> bool {
+pub fn retries_left(run: &Run) -> bool {
     run.spec.retry.as_ref().is_some_and(|policy| run.charged_attempts() < i64::from(policy.max_attempts))
 }
 
@@ -108,13 +100,29 @@ mod tests {
             (run(RunState::Pending, 1, three), true, false, None),
         ];
         for (run, stopped_by_sweep, early_terminated, expected) in &cases {
-            let member = ResumedMember {
-                k: 4,
-                run,
-                stopped_by_sweep: *stopped_by_sweep,
-                early_terminated: *early_terminated,
+            // Hyperband's mark stands over the sweep's stop (the store reads it so).
+            let stopped_by = match (early_terminated, stopped_by_sweep) {
+                (true, _) => Some(StoppedBy::Hyperband),
+                (false, true) => Some(StoppedBy::SweepStop),
+                (false, false) => None,
             };
-            let chosen = reruns(&[member]);
+            let member = Member {
+                sweep: Uuid::nil(),
+                k: 4,
+                run: run.id,
+                version: run.version,
+                state: run.state,
+                attempt: run.attempt,
+                reason: None,
+                stopped_by,
+                started_at: None,
+                ended_at: None,
+                suggestion: None,
+                rerun_marked: false,
+                tally: None,
+            };
+            let retrying: BTreeSet<u64> = retries_left(run).then_some(4).into_iter().collect();
+            let chosen = reruns(&[member], &retrying);
             assert_eq!(
                 chosen.first().map(|r| r.cause),
                 *expected,

@@ -4,14 +4,11 @@
 //! draws at most [`CHART_POINTS`] points, however long its members trained.
 
 use serde::Serialize;
-use uuid::Uuid;
 
-use super::MetricSeries;
+use super::{MemberStatus, MetricSeries, SweepStatus};
 use crate::engine::service::{Result, Service};
 use crate::model::MetricPoint;
 use crate::model::metric_point::downsample;
-
-use super::SweepStatus;
 
 /// The most points a sweep's chart draws, over all its members.
 pub const CHART_POINTS: usize = 16_000;
@@ -20,26 +17,30 @@ pub const MEMBER_POINTS: usize = 400;
 /// The fewest points a long curve is thinned to, however many members the sweep has.
 const MIN_MEMBER_POINTS: usize = 16;
 
-/// A sweep's leaderboard and its members' curves.
+/// A sweep's leaderboard with its members' curves: each member with readings has its
+/// [`Curve`] (`MemberStatus::curve`).
 #[derive(Clone, Debug, Serialize)]
 pub struct SweepCurves {
     pub status: SweepStatus,
-    /// One per member with readings, in the leaderboard's order (best first).
-    pub curves: Vec<MemberCurve>,
     /// The most points a curve was given.
     pub points_per_member: usize,
 }
 
-/// One member's series of the sweep's metric, by step.
-#[derive(Clone, Debug, Serialize)]
-pub struct MemberCurve {
-    pub k: u64,
-    pub run: Uuid,
+/// A member's series of its sweep's metric, by step, as a chart draws it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Curve {
     /// Its points, ordered by step: all of them, or its first, its last (where an
     /// early-terminated member was stopped) and the lowest and highest of each stretch between.
     pub points: Vec<MetricPoint>,
     /// How many readings its series has (more than `points` when it was thinned).
     pub readings: usize,
+}
+
+impl SweepCurves {
+    /// The members with a curve, in the leaderboard's order (best first).
+    pub fn curves(&self) -> impl Iterator<Item = (&MemberStatus, &Curve)> {
+        self.status.leaderboard.iter().filter_map(|member| Some((member, member.curve.as_ref()?)))
+    }
 }
 
 /// The most points each of `members` curves gets.
@@ -52,27 +53,23 @@ impl Service {
     pub async fn sweep_curves(&self, prefix: &str) -> Result<SweepCurves> {
         let sweep = self.resolve_sweep(prefix).await?;
         let per_member = points_per_member(sweep.members as usize);
-        let status = self.sweep_status_with(&sweep, self).await?;
+        let mut status = self.sweep_status_with(&sweep, self).await?;
         let mut series = match &status.metric {
             Some(metric) => self.members_series(sweep.id, &[], metric).await?,
             None => Default::default(),
         };
-        let curves = status
-            .leaderboard
-            .iter()
-            .filter_map(|member| {
-                // Not finite: left out, as W&B (and the leaderboard) leave such readings out.
-                let finite: Vec<MetricPoint> =
-                    series.remove(&member.run)?.into_iter().filter(|p| p.value.is_finite()).collect();
-                (!finite.is_empty()).then(|| MemberCurve {
-                    k: member.k,
-                    run: member.run,
-                    readings: finite.len(),
-                    points: downsample(&finite, per_member),
-                })
-            })
-            .collect();
-        Ok(SweepCurves { status, curves, points_per_member: per_member })
+        for member in &mut status.leaderboard {
+            // Not finite: left out, as W&B (and the leaderboard) leave such readings out.
+            let finite: Vec<MetricPoint> = series
+                .remove(&member.run)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| p.value.is_finite())
+                .collect();
+            member.curve = (!finite.is_empty())
+                .then(|| Curve { readings: finite.len(), points: downsample(&finite, per_member) });
+        }
+        Ok(SweepCurves { status, points_per_member: per_member })
     }
 }
 

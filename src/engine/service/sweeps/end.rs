@@ -45,11 +45,8 @@ impl Service {
         let Some(metric) = metric else { return Ok((None, Some("it has no metric".into()))) };
         // Each member's best, summed up where its readings are kept (as the leaderboard's).
         let members = self.store.sweep_member_runs(sweep.id).await?;
-        let started: Vec<Uuid> = members
-            .iter()
-            .filter(|member| member.started_at.is_some() || member.attempt > 1)
-            .map(|member| member.run)
-            .collect();
+        let started: Vec<Uuid> =
+            members.iter().filter(|member| member.started()).map(|member| member.run).collect();
         let mut bests = source.members_summaries(sweep.id, &started, &metric.name, metric.goal).await?;
         let values: Vec<(u64, Uuid, Vec<f64>)> = members
             .iter()

@@ -13,10 +13,10 @@ mod suggest;
 mod views;
 
 pub use crate::engine::reconciler::{SweepReadings, not_a_number_note};
-pub use curves::{MemberCurve, SweepCurves};
+pub use curves::{Curve, SweepCurves};
 pub use decide::{SweepDecider, SweepDecision};
 pub use ending::SweepEnd;
-pub use report::{BestMember, EarlyTermination, REPORT_SWEEPS, ReportSweep};
+pub use report::{EarlyTermination, REPORT_SWEEPS, ReportSweep};
 pub use series::MetricSeries;
 pub use submit::StartedSweep;
 pub use views::{MemberStatus, SWEEP_LIST_LIMIT, SweepListing, SweepStatus, SweepSummary};

@@ -10,9 +10,11 @@ use std::time::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::MemberStatus;
 use crate::engine::service::{Result, Service};
-use crate::engine::store::{SweepMember, Tally};
-use crate::model::sweep::{Goal, MemberOutcome, SweepRecord, SweepSpec, SweepState, python_float, var_text};
+use crate::model::sweep::{
+    Goal, Member, MemberOutcome, SweepRecord, SweepSpec, SweepState, Tally, python_float, var_text,
+};
 use crate::model::{Millis, RunState};
 
 /// The most sweeps one report lists; more are counted and said.
@@ -36,23 +38,37 @@ pub struct ReportSweep {
     /// Its members by outcome: `completed`, `early_terminated`, `failed`, `stopped`, `running`,
     /// `pending` (every key, zeros included).
     pub outcomes: BTreeMap<&'static str, u64>,
-    /// Its best member so far by the goal (members without a reading are not ranked).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub best: Option<BestMember>,
+    /// Its best member so far by the goal (members without a reading are not ranked), its best
+    /// reading `best`; as JSON its k, run, state, best reading (`value`) and parameters.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "best_member")]
+    pub best: Option<MemberStatus>,
     pub early_termination: EarlyTermination,
     /// A pbt sweep's exploits so far (its losers continued from its winners' checkpoints).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exploits: Option<u64>,
 }
 
-/// A sweep's best member: its best reading and its parameters.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct BestMember {
-    pub k: u64,
-    pub run: Uuid,
-    pub state: RunState,
-    pub value: f64,
-    pub parameters: BTreeMap<String, serde_json::Value>,
+/// The report's best member as its JSON has it: the member's best reading is its `value`.
+fn best_member<S: serde::Serializer>(
+    best: &Option<MemberStatus>,
+    out: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Best<'a> {
+        k: u64,
+        run: Uuid,
+        state: RunState,
+        value: Option<f64>,
+        parameters: &'a BTreeMap<String, serde_json::Value>,
+    }
+    let best = best.as_ref().map(|m| Best {
+        k: m.k,
+        run: m.run,
+        state: m.state,
+        value: m.best,
+        parameters: &m.parameters,
+    });
+    best.serialize(out)
 }
 
 /// What early termination cost and saved: the members hyperband stopped, the time they ran,
@@ -95,7 +111,7 @@ impl ReportSweep {
             "member {}: {} {} ({})",
             best.k,
             self.metric.as_deref().unwrap_or("value"),
-            python_float(best.value),
+            python_float(best.best?),
             parameters.join(", ")
         ))
     }
@@ -129,9 +145,9 @@ impl ReportSweep {
 }
 
 /// What early termination saved, from the members of one sweep: see [`EarlyTermination`].
-pub fn early_termination(members: &[SweepMember]) -> EarlyTermination {
-    let outcome = |m: &SweepMember| MemberOutcome::of(m.state, m.early_terminated);
-    let readings = |m: &SweepMember| m.tally.map_or(0, |t| t.readings);
+pub fn early_termination(members: &[Member]) -> EarlyTermination {
+    let outcome = |m: &Member| m.outcome();
+    let readings = |m: &Member| m.tally.map_or(0, |t| t.readings);
     let mut full: Vec<u64> = members
         .iter()
         .filter(|m| outcome(m) == MemberOutcome::Completed && readings(m) > 0)
@@ -140,9 +156,9 @@ pub fn early_termination(members: &[SweepMember]) -> EarlyTermination {
     full.sort_unstable();
     // The lower median: an estimate that errs towards saving less.
     let full_readings = (!full.is_empty()).then(|| full[(full.len() - 1) / 2]);
-    let stopped: Vec<&SweepMember> =
+    let stopped: Vec<&Member> =
         members.iter().filter(|m| outcome(m) == MemberOutcome::EarlyTerminated).collect();
-    let ran = |m: &SweepMember| match (m.started_at, m.ended_at) {
+    let ran = |m: &Member| match (m.started_at, m.ended_at) {
         (Some(start), Some(end)) => (end - start).max(0),
         _ => 0,
     };
@@ -165,16 +181,16 @@ pub fn early_termination(members: &[SweepMember]) -> EarlyTermination {
 }
 
 /// One sweep's row from its record and its members' tallies.
-fn report_sweep(sweep: &SweepRecord, members: &[SweepMember]) -> ReportSweep {
+fn report_sweep(sweep: &SweepRecord, members: &[Member]) -> ReportSweep {
     let spec = SweepSpec::parse(&sweep.file).ok();
     let metric = spec.as_ref().and_then(|s| s.metric.as_ref());
     let mut outcomes: BTreeMap<&'static str, u64> =
         MemberOutcome::ALL.iter().map(|o| (o.as_str(), 0)).collect();
     for member in members {
-        *outcomes.entry(MemberOutcome::of(member.state, member.early_terminated).as_str()).or_default() += 1;
+        *outcomes.entry(member.outcome().as_str()).or_default() += 1;
     }
     let best = metric.and_then(|metric| {
-        let value_of = |m: &SweepMember| {
+        let value_of = |m: &Member| {
             let Tally { low, high, .. } = m.tally?;
             match metric.goal {
                 Goal::Minimize => low,
@@ -185,7 +201,7 @@ fn report_sweep(sweep: &SweepRecord, members: &[SweepMember]) -> ReportSweep {
             Goal::Minimize => a < b,
             Goal::Maximize => a > b,
         };
-        let mut best: Option<(&SweepMember, f64)> = None;
+        let mut best: Option<(&Member, f64)> = None;
         // Members come by k: the first of equals stays, as on the leaderboard.
         for member in members {
             let Some(value) = value_of(member).filter(|v| v.is_finite()) else { continue };
@@ -194,12 +210,10 @@ fn report_sweep(sweep: &SweepRecord, members: &[SweepMember]) -> ReportSweep {
             }
         }
         let (member, value) = best?;
-        Some(BestMember {
-            k: member.k,
-            run: member.run,
-            state: member.state,
-            value,
-            parameters: super::views::member_values(spec.as_ref()?, member.k, member.suggestion.as_ref()),
+        Some(MemberStatus {
+            best: Some(value),
+            iterations: member.tally.map_or(0, |t| t.readings) as usize,
+            ..MemberStatus::of(member, member.values(spec.as_ref()?))
         })
     });
     ReportSweep {
@@ -253,13 +267,15 @@ impl Service {
 mod tests {
     use super::*;
 
-    fn member(k: u64, state: RunState, reason: Option<&str>, ran_s: i64, readings: u64) -> SweepMember {
-        SweepMember {
+    fn member(k: u64, state: RunState, reason: Option<&str>, ran_s: i64, readings: u64) -> Member {
+        let early_terminated = reason.is_some_and(|r| r.starts_with("early-terminated"));
+        Member {
             sweep: Uuid::nil(),
             k,
             run: Uuid::from_u128(k as u128 + 1),
+            version: 1,
             state,
-            early_terminated: reason.is_some_and(|r| r.starts_with("early-terminated")),
+            stopped_by: early_terminated.then_some(crate::model::sweep::StoppedBy::Hyperband),
             reason: reason.map(str::to_string),
             attempt: 1,
             started_at: Some(1_000),
@@ -333,7 +349,7 @@ mod tests {
             member(2, RunState::Pending, None, 0, 0),
         ];
         let row = report_sweep(&sweep, &members);
-        assert_eq!(row.best.as_ref().map(|b| (b.k, b.value)), Some((1, 0.5)), "the lowest loss");
+        assert_eq!(row.best.as_ref().map(|b| (b.k, b.best)), Some((1, Some(0.5))), "the lowest loss");
         assert_eq!(row.best_line().unwrap(), "member 1: loss 0.5 (lr=0.01, steps=20)");
         assert_eq!(row.members_line(), "1 completed, 1 early-terminated, 1 pending");
         assert_eq!(row.outcomes.len(), 6, "every outcome is a key");
@@ -343,7 +359,7 @@ mod tests {
         );
         sweep.file = file.replace("minimize", "maximize");
         let row = report_sweep(&sweep, &members);
-        assert_eq!(row.best.as_ref().map(|b| (b.k, b.value)), Some((1, 1.0)), "the highest");
+        assert_eq!(row.best.as_ref().map(|b| (b.k, b.best)), Some((1, Some(1.0))), "the highest");
         // A sweep without a metric ranks nobody; one whose file no longer parses still counts.
         sweep.file = "method: grid\nworkflow: w\nparameters: {lr: {values: [1]}}\n".into();
         assert!(report_sweep(&sweep, &members).best.is_none());

@@ -15,7 +15,7 @@ use super::ending::{STOP_REQUESTED, SweepEnd};
 use super::views::SweepSummary;
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::StoreError;
-use crate::model::sweep::{RerunCause, ResumedMember, SweepState, rerun_reason, reruns};
+use crate::model::sweep::{RerunCause, SweepState, rerun_reason, reruns, retries_left};
 use crate::model::{NextAttempt, RunState, RunTrigger, Start, next_start, now_millis};
 use crate::workflow::checkpoints::params_for;
 
@@ -59,26 +59,17 @@ impl Service {
                     why: format!("it reached its target before its stop ({})", reached.message),
                 });
             }
-            let members = self.store.sweep_members(sweep.id).await?;
-            let hyperband: BTreeSet<u64> = self
+            let members = self.store.sweep_member_runs(sweep.id).await?;
+            // Which failed members' runs allow another attempt: their retry policies, in their specs.
+            let retrying: BTreeSet<u64> = self
                 .store
-                .sweep_member_runs(sweep.id)
+                .sweep_members(sweep.id)
                 .await?
                 .iter()
-                .filter(|m| m.early_terminated)
-                .map(|m| m.k)
+                .filter(|(_, run)| retries_left(run))
+                .map(|(k, _)| *k)
                 .collect();
-            let stopped: BTreeSet<u64> = self.store.stopped_by_sweep(sweep.id).await?.into_iter().collect();
-            let seen: Vec<ResumedMember<'_>> = members
-                .iter()
-                .map(|(k, run)| ResumedMember {
-                    k: *k,
-                    run,
-                    stopped_by_sweep: stopped.contains(k),
-                    early_terminated: hyperband.contains(k),
-                })
-                .collect();
-            let chosen = reruns(&seen);
+            let chosen = reruns(&members, &retrying);
             let ks: Vec<String> = chosen.iter().map(|r| r.k.to_string()).collect();
             let message = match ks.is_empty() {
                 true => "resumed: no member to re-run".to_string(),

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::engine::service::runs::SweepRows;
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::model::sweep::{
-    Member, MemberOf, Method, SweepRecord, SweepSpec, SweepState, Target, bayes, var_text,
+    Configuration, MemberOf, Method, SweepRecord, SweepSpec, SweepState, Target, bayes, var_text,
 };
 use crate::model::{Run, now_millis};
 use crate::workflow::Workflow;
@@ -207,7 +207,7 @@ impl<'a> MemberPlanner<'a> {
 
     /// A program's member runs its own one-stage workflow (`workflow::program`), under the
     /// W&B display name the daemon looks its metrics up by.
-    fn program_workflow(&self, member: &Member, run: Uuid) -> Result<Option<Workflow>> {
+    fn program_workflow(&self, member: &Configuration, run: Uuid) -> Result<Option<Workflow>> {
         let Some(directory) = &self.setup.program_dir else { return Ok(None) };
         let values: Vec<(String, serde_json::Value)> =
             member.assignments.iter().map(|a| (a.path.clone(), a.value.clone())).collect();
@@ -222,8 +222,9 @@ impl<'a> MemberPlanner<'a> {
         Ok(Some(workflow))
     }
 
-    /// Member `member`'s run (pending, marked as the sweep's member k) and its stages.
-    pub(super) async fn plan(&mut self, member: Member) -> Result<(Run, Vec<crate::model::Stage>)> {
+    /// The run of the member `member` is drawn for (pending, marked as the sweep's member k),
+    /// and its stages.
+    pub(super) async fn plan(&mut self, member: Configuration) -> Result<(Run, Vec<crate::model::Stage>)> {
         let (spec, k) = (self.spec, member.index);
         let mut vars = member.vars();
         let run_id = Uuid::new_v4();

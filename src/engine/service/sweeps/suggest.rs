@@ -45,8 +45,7 @@ impl Service {
         if owed == 0 {
             return Ok(Vec::new());
         }
-        let started: Vec<Uuid> =
-            members.iter().filter(|m| m.started_at.is_some() || m.attempt > 1).map(|m| m.run).collect();
+        let started: Vec<Uuid> = members.iter().filter(|m| m.started()).map(|m| m.run).collect();
         let mut series = source.members_series(sweep.id, &started, &metric.name).await?;
         let mut observed: Vec<Observed> = members
             .iter()
@@ -64,7 +63,7 @@ impl Service {
                         crate::model::sweep::Goal::Maximize => readings.iter().copied().reduce(f64::min),
                     };
                     Seen::Ended {
-                        counts: member.state == RunState::Completed || member.early_terminated,
+                        counts: member.state == RunState::Completed || member.early_terminated(),
                         best: metric.best(&readings),
                         worst,
                     }

@@ -6,11 +6,12 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::MetricSeries;
+use super::curves::Curve;
 use super::ending::{STOP_REQUESTED, SweepEnd};
 use crate::engine::service::{Result, Service, ServiceError};
-use crate::engine::store::{StoreError, SweepMember};
+use crate::engine::store::StoreError;
 use crate::model::sweep::pbt::ExploitRecord;
-use crate::model::sweep::{Goal, MemberOutcome, Method, SweepRecord, SweepSpec, SweepState};
+use crate::model::sweep::{Goal, Member, MemberOutcome, Method, SweepRecord, SweepSpec, SweepState};
 use crate::model::{RunState, StateCounts};
 
 /// The most sweeps a listing shows.
@@ -92,8 +93,11 @@ pub struct SweepStatus {
     pub exploits: Vec<ExploitRecord>,
 }
 
-/// One member on the leaderboard.
-#[derive(Clone, Debug, Serialize)]
+/// A sweep's member as the service shows it, the one member view: a leaderboard's row
+/// (`sweep status`), the report's best member (`ReportSweep::best`, its best reading the
+/// summed-up series' lowest or highest) and a member of the dashboard's chart (with its
+/// `curve`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MemberStatus {
     pub k: u64,
     pub run: Uuid,
@@ -113,6 +117,28 @@ pub struct MemberStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub early_terminated: bool,
+    /// Its series of the metric, for a chart (`Service::sweep_curves` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub curve: Option<Curve>,
+}
+
+impl MemberStatus {
+    /// `member` with its values `parameters`, nothing of its readings yet.
+    pub fn of(member: &Member, parameters: BTreeMap<String, serde_json::Value>) -> MemberStatus {
+        MemberStatus {
+            k: member.k,
+            run: member.run,
+            state: member.state,
+            parameters,
+            best: None,
+            best_step: None,
+            last: None,
+            iterations: 0,
+            reason: member.state.is_terminal().then(|| member.reason.clone()).flatten(),
+            early_terminated: member.outcome() == MemberOutcome::EarlyTerminated,
+            curve: None,
+        }
+    }
 }
 
 impl Service {
@@ -170,11 +196,8 @@ impl Service {
         let mut counts = StateCounts::default();
         let mut leaderboard = Vec::with_capacity(members.len());
         // A member that never started has no readings: its series is not read.
-        let started: Vec<uuid::Uuid> = members
-            .iter()
-            .filter(|member| member.started_at.is_some() || member.attempt > 1)
-            .map(|member| member.run)
-            .collect();
+        let started: Vec<uuid::Uuid> =
+            members.iter().filter(|member| member.started()).map(|member| member.run).collect();
         let mut summaries = match &spec.metric {
             Some(metric) if !started.is_empty() => {
                 source.members_summaries(sweep.id, &started, &metric.name, metric.goal).await?
@@ -191,18 +214,11 @@ impl Service {
             // A pbt member's values are its last exploit's.
             let explored = exploits.iter().rfind(|e| e.k == member.k).map(|e| e.values.clone());
             leaderboard.push(MemberStatus {
-                k: member.k,
-                run: member.run,
-                state: member.state,
-                parameters: explored
-                    .unwrap_or_else(|| member_values(&spec, member.k, member.suggestion.as_ref())),
                 best: summary.map(|s| s.best.value),
                 best_step: summary.map(|s| s.best.step),
                 last: summary.map(|s| s.last.value),
                 iterations: summary.map_or(0, |s| s.count),
-                early_terminated: MemberOutcome::of(member.state, member.early_terminated)
-                    == MemberOutcome::EarlyTerminated,
-                reason: member.state.is_terminal().then(|| member.reason.clone()).flatten(),
+                ..MemberStatus::of(member, explored.unwrap_or_else(|| member.values(&spec)))
             });
         }
         let unreported = match &spec.metric {
@@ -242,7 +258,7 @@ impl Service {
     /// "no member has reported loss yet (member 0 reports train/loss, train/reward_mean)", once
     /// a member has started; "no member has reported loss as a number yet (member 0: loss at
     /// step 4 is not a number ("0.5"))" when its trainer writes it as text.
-    async fn unreported(&self, metric: &str, members: &[SweepMember]) -> Result<Option<String>> {
+    async fn unreported(&self, metric: &str, members: &[Member]) -> Result<Option<String>> {
         let Some(member) = members.iter().find(|member| member.started_at.is_some()) else {
             return Ok(None);
         };
@@ -305,17 +321,4 @@ fn ranked(a: &MemberStatus, b: &MemberStatus, goal: Option<Goal>) -> std::cmp::O
         (None, None) => Ordering::Equal,
     };
     by_value.then(a.k.cmp(&b.k))
-}
-
-/// Member k's values by parameter path: a bayes member's as suggested (kept with it), else
-/// the file's member k.
-pub(super) fn member_values(
-    spec: &SweepSpec,
-    k: u64,
-    suggestion: Option<&serde_json::Value>,
-) -> BTreeMap<String, serde_json::Value> {
-    match suggestion {
-        Some(serde_json::Value::Object(values)) => values.clone().into_iter().collect(),
-        _ => spec.member(k).map(|m| m.values()).unwrap_or_default(),
-    }
 }

@@ -465,7 +465,7 @@ async fn a_report_tallies_every_member_of_its_sweeps_in_one_read(store: &dyn Sto
     }
     assert_eq!(
         live_tallies[0].tally,
-        Some(crate::engine::store::Tally { readings: 2, low: Some(2.5), high: Some(3.0) })
+        Some(crate::model::sweep::Tally { readings: 2, low: Some(2.5), high: Some(3.0) })
     );
     assert_eq!((live_tallies[1].state, live_tallies[1].reason.as_deref()), (RunState::Failed, Some("boom")));
     assert!(live_tallies[1].started_at.is_some() && live_tallies[1].ended_at.is_some());
@@ -473,7 +473,7 @@ async fn a_report_tallies_every_member_of_its_sweeps_in_one_read(store: &dyn Sto
     let plain_tallies = of(plain.id);
     assert_eq!(plain_tallies.len(), 2);
     assert!(
-        plain_tallies.iter().all(|t| t.tally == Some(crate::engine::store::Tally::default())),
+        plain_tallies.iter().all(|t| t.tally == Some(crate::model::sweep::Tally::default())),
         "no metric, no readings"
     );
     assert!(store.member_tallies(&[]).await.unwrap().is_empty());

@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::generate::{Assignment, Member};
+use super::generate::{Assignment, Configuration};
 use super::random::Rng;
 use super::spec::{Goal, SweepSpec};
 use gp::Fitted;
@@ -71,8 +71,8 @@ pub struct Observed {
     pub seen: Seen,
 }
 
-/// Member `k` of the bayes sweep `spec`, given the members before it.
-pub fn suggest(spec: &SweepSpec, members: &[Observed], k: u64) -> Member {
+/// Member `k`'s configuration in the bayes sweep `spec`, given the members before it.
+pub fn suggest(spec: &SweepSpec, members: &[Observed], k: u64) -> Configuration {
     let mut rng = Rng::keyed(spec.seed, k, STREAM);
     let axes: Vec<&super::Parameter> =
         spec.parameters.iter().filter(|param| space::searched(&param.domain)).collect();
@@ -88,7 +88,7 @@ pub fn suggest(spec: &SweepSpec, members: &[Observed], k: u64) -> Member {
             value: space::decode(&param.domain, on_axis.remove(param.path.as_str()).unwrap_or(0.5)),
         })
         .collect();
-    Member { index: k, assignments }
+    Configuration { index: k, assignments }
 }
 
 fn random_point(dims: usize, rng: &mut Rng) -> Vec<f64> {

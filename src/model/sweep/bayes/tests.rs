@@ -140,7 +140,7 @@ fn spec(text: &str) -> SweepSpec {
 
 const SPEC: &str = "method: bayes\nmetric: {name: loss}\nrun_cap: 20\nmax_live: 4\nworkflow: w\nparameters:\n  lr: {distribution: log_uniform_values, min: 1.0e-5, max: 1.0e-1}\n  x: {min: 0.0, max: 1.0}\n  opt: {values: [adam, sgd]}\n  fixed: {value: 3}\n";
 
-fn observed(member: &crate::model::sweep::Member, seen: Seen) -> Observed {
+fn observed(member: &crate::model::sweep::Configuration, seen: Seen) -> Observed {
     Observed { values: member.values(), seen }
 }
 
@@ -168,7 +168,7 @@ fn parallel_suggestions_differ_and_repeat() {
         assert_eq!(member, suggest(&spec, &members, k), "member {k} again");
         assert_eq!(member.values()["fixed"], json!(3));
         assert!(
-            !batch.iter().any(|m: &crate::model::sweep::Member| m.values() == member.values()),
+            !batch.iter().any(|m: &crate::model::sweep::Configuration| m.values() == member.values()),
             "member {k} repeats one in flight"
         );
         members.push(observed(&member, Seen::InFlight));

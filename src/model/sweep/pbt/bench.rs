@@ -14,9 +14,12 @@
 
 use std::collections::BTreeMap;
 
-use super::{Member, decide};
-use crate::model::sweep::SweepSpec;
+use uuid::Uuid;
+
+use super::{ExploitRecord, Line, decide};
+use crate::model::RunState;
 use crate::model::sweep::random::Rng;
+use crate::model::sweep::{Member, SweepSpec};
 
 const POPULATION: u64 = 8;
 const STEPS: i64 = 300;
@@ -49,46 +52,62 @@ fn simulate(spec: &SweepSpec, seed: u64, exploit: bool, steps: i64) -> (f64, usi
     let metric = spec.metric.clone().unwrap();
     let mut members: Vec<Member> = (0..POPULATION)
         .map(|k| Member {
+            sweep: Uuid::nil(),
             k,
-            running: true,
-            readings: Vec::new(),
-            checkpoints: Vec::new(),
-            values: spec.member(k).unwrap().values(),
-            exploited: BTreeMap::new(),
+            run: Uuid::from_u128(u128::from(k) + 1),
+            version: 1,
+            state: RunState::Running,
+            attempt: 1,
+            reason: None,
+            stopped_by: None,
+            started_at: Some(0),
+            ended_at: None,
+            suggestion: None,
+            rerun_marked: false,
+            tally: None,
         })
         .collect();
+    let mut lines: BTreeMap<u64, Line> = (0..POPULATION).map(|k| (k, Line::default())).collect();
+    let mut lineage: Vec<ExploitRecord> = Vec::new();
     // Each member's state (accuracy) at each checkpoint step, and now.
     let mut states: Vec<(i64, f64)> = vec![(0, 0.0); POPULATION as usize];
     let mut saved: Vec<Vec<(i64, f64)>> = vec![Vec::new(); POPULATION as usize];
     let mut noise = Rng::keyed(seed, u64::MAX, 0);
     let mut exploits = 0;
     let mut trained = 0;
-    while members.iter().any(|m| m.running) {
-        for (at, member) in members.iter_mut().enumerate().filter(|(_, m)| m.running) {
-            let lr = member.values["lr"].as_f64().unwrap();
+    while members.iter().any(|m| m.state == RunState::Running) {
+        for (at, member) in members.iter_mut().enumerate().filter(|(_, m)| m.state == RunState::Running) {
+            // Its values now: its last exploit's, else its draw.
+            let lr = match lineage.iter().rfind(|e| e.k == member.k) {
+                Some(last) => last.values["lr"].as_f64().unwrap(),
+                None => spec.member(member.k).unwrap().values()["lr"].as_f64().unwrap(),
+            };
             let (step_now, accuracy) = states[at];
             let next = (step_now + 1, step(accuracy, lr, &mut noise));
             states[at] = next;
             trained += 1;
-            member.readings.push(next);
+            let line = lines.get_mut(&member.k).unwrap();
+            line.readings.push(next);
             if next.0 % CHECKPOINT_EVERY == 0 {
                 saved[at].push(next);
-                member.checkpoints.push((next.0, format!("{at}/{}", next.0)));
+                line.checkpoints.push((next.0, format!("{at}/{}", next.0)));
             }
-            member.running = next.0 < steps;
+            if next.0 >= steps {
+                member.state = RunState::Completed;
+            }
         }
         if !exploit {
             continue;
         }
-        for e in decide(spec, &pbt, &metric, &members) {
+        for e in decide(spec, &pbt, &metric, &members, &lines, &lineage) {
             let (loser, donor) = (e.k as usize, e.donor as usize);
             let state = saved[donor].iter().find(|(s, _)| *s == e.step).copied().unwrap();
             states[loser] = state;
-            let member = &mut members[loser];
-            member.values = e.values;
-            member.exploited.insert(e.interval, e.score);
-            // The next attempt's readings start from the donor's checkpoint.
-            member.readings = vec![state];
+            // Applied at once: the next attempt's readings start from the donor's checkpoint.
+            let mut record = ExploitRecord::of(Uuid::nil(), &e, Uuid::nil(), Uuid::nil(), 1, 0);
+            record.applied_at = Some(0);
+            lineage.push(record);
+            lines.get_mut(&e.k).unwrap().readings = vec![state];
             exploits += 1;
         }
     }

@@ -3,7 +3,8 @@
 //! reached the boundary, each one in the bottom quantile continues, as its next attempt, from
 //! a checkpoint of a member drawn from the top quantile, with that member's configuration
 //! explored ([`explore`]). Pure: the shell (`service::sweeps::exploit`) reads the members,
-//! calls [`decide`], writes each exploit with the loser's stop, then requeues it.
+//! their lines of training ([`Line`]: readings, checkpoints) and the exploits so far, calls
+//! [`decide`], writes each exploit with the loser's stop, then requeues it.
 //!
 //! The rule, for each member m running with readings in its current attempt:
 //! - m is due at interval n = ⌊last step / perturbation_interval⌋ (n ≥ 1), boundary
@@ -39,29 +40,57 @@ pub use config::{Pbt, RawPbt};
 pub use explore::explore;
 pub use record::ExploitRecord;
 
+use super::member::Member;
 use super::random::Rng;
 use super::spec::{Goal, Metric, SweepSpec};
+use crate::model::RunState;
 
 /// Keeps PBT's streams apart from a random sweep's draws of the same (seed, member).
 const STREAM: u64 = 0x5042_5400;
 
-/// A member as the decision sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Member {
-    pub k: u64,
-    /// Running now: only running members take part (pending or preempted ones are not behind).
-    pub running: bool,
+/// What PBT weighs of a member beyond the member itself: its current line of training, as the
+/// shell read it (only a running member's checkpoints are read).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Line {
     /// Its current attempt's readings of the metric, (step, value), by step.
     pub readings: Vec<(i64, f64)>,
     /// Its resumable checkpoints, (step, path), oldest first, of its current line: the point
     /// its current attempt resumed from, then that attempt's own.
     pub checkpoints: Vec<(i64, String)>,
-    /// Its configuration now (its last exploit's, else its initial draw), by parameter path.
-    pub values: BTreeMap<String, Value>,
+}
+
+/// A member where the decision stands it: what it has of [`Member`], its [`Line`] and its
+/// exploits so far.
+#[derive(Debug)]
+struct Standing<'a> {
+    k: u64,
+    /// Running now, owed no exploit: only these are compared or copied (a pending or preempted
+    /// member is not behind; a loser not yet requeued is another lineage's end).
+    running: bool,
+    line: &'a Line,
+    /// Its configuration now: its last exploit's, else its initial draw, by parameter path.
+    values: BTreeMap<String, Value>,
     /// The intervals it was exploited at already, each with the reading it was compared by
     /// then: it still counts in that boundary's quantiles (else, once the loser is out, the
     /// next worst would be exploited at the same boundary, and the next).
-    pub exploited: BTreeMap<i64, f64>,
+    exploited: BTreeMap<i64, f64>,
+}
+
+impl<'a> Standing<'a> {
+    fn of(spec: &SweepSpec, member: &Member, line: &'a Line, exploits: &[ExploitRecord]) -> Standing<'a> {
+        let mine = exploits.iter().filter(|e| e.k == member.k);
+        let owed = mine.clone().any(|e| e.applied_at.is_none());
+        Standing {
+            k: member.k,
+            running: member.state == RunState::Running && !owed,
+            line,
+            values: match mine.clone().max_by_key(|e| e.interval) {
+                Some(last) => last.values.clone(),
+                None => member.values(spec),
+            },
+            exploited: mine.map(|e| (e.interval, e.score.unwrap_or(f64::NAN))).collect(),
+        }
+    }
 }
 
 /// One exploit: member `k` continues from `donor`'s checkpoint with `values`.
@@ -83,29 +112,44 @@ pub struct Exploit {
     pub donor_score: f64,
 }
 
-/// The exploits due now among `members` (see the module's rule), in order of k.
-pub fn decide(spec: &SweepSpec, pbt: &Pbt, metric: &Metric, members: &[Member]) -> Vec<Exploit> {
+/// The exploits due now among `members` (see the module's rule), in order of k: each member
+/// with its line of training in `lines` (by k; none read: no readings, no checkpoints) and the
+/// sweep's exploits so far, `exploits` (its lineage: each member's values now, the intervals it
+/// was exploited at, and those owed their requeue).
+pub fn decide(
+    spec: &SweepSpec,
+    pbt: &Pbt,
+    metric: &Metric,
+    members: &[Member],
+    lines: &BTreeMap<u64, Line>,
+    exploits: &[ExploitRecord],
+) -> Vec<Exploit> {
+    let unread = Line::default();
+    let standings: Vec<Standing<'_>> = members
+        .iter()
+        .map(|member| Standing::of(spec, member, lines.get(&member.k).unwrap_or(&unread), exploits))
+        .collect();
     let interval = pbt.perturbation_interval;
-    let mut exploits = Vec::new();
-    for member in members.iter().filter(|m| m.running) {
-        let Some(&(last_step, _)) = member.readings.last() else { continue };
+    let mut due = Vec::new();
+    for member in standings.iter().filter(|m| m.running) {
+        let Some(&(last_step, _)) = member.line.readings.last() else { continue };
         let n = last_step.div_euclid(interval);
         let boundary = n.saturating_mul(interval);
         if n < 1 || boundary < pbt.burn_in || member.exploited.contains_key(&n) {
             continue;
         }
         let Some((bottom, top)) =
-            quantiles(members, boundary, pbt.perturbation_interval, pbt.quantile_fraction, metric.goal)
+            quantiles(&standings, boundary, pbt.perturbation_interval, pbt.quantile_fraction, metric.goal)
         else {
             continue;
         };
         let Some(&(_, score)) = bottom.iter().find(|(m, _)| m.k == member.k) else { continue };
-        let donors: Vec<(&Member, f64, &(i64, String))> = top
+        let donors: Vec<(&Standing<'_>, f64, &(i64, String))> = top
             .iter()
             // A donor reached the boundary itself (one exploited there is no donor).
             .filter(|(donor, _)| donor.running && !donor.exploited.contains_key(&n))
             .filter_map(|(donor, donor_score)| {
-                let checkpoint = donor.checkpoints.iter().rev().find(|(step, _)| *step <= boundary)?;
+                let checkpoint = donor.line.checkpoints.iter().rev().find(|(step, _)| *step <= boundary)?;
                 Some((*donor, *donor_score, checkpoint))
             })
             .collect();
@@ -115,7 +159,7 @@ pub fn decide(spec: &SweepSpec, pbt: &Pbt, metric: &Metric, members: &[Member]) 
         let mut rng = Rng::keyed(spec.seed ^ STREAM, member.k, n as u64);
         let (donor, donor_score, (step, path)) = donors[rng.below(donors.len() as u128) as usize];
         let values = explore(&spec.parameters, pbt, &donor.values, &mut rng);
-        exploits.push(Exploit {
+        due.push(Exploit {
             k: member.k,
             interval: n,
             boundary,
@@ -128,28 +172,29 @@ pub fn decide(spec: &SweepSpec, pbt: &Pbt, metric: &Metric, members: &[Member]) 
             donor_score,
         });
     }
-    exploits
+    due
 }
 
 /// A bottom or top quantile: its members with their scores.
-pub type Quantile<'a> = Vec<(&'a Member, f64)>;
+type Quantile<'s, 'a> = Vec<(&'s Standing<'a>, f64)>;
 
 /// The bottom and top quantiles at `boundary` (worst first), as Ray sizes them; None below two
 /// members. Taking part: the members exploited at it, by the reading they were compared by
 /// then, and the running members whose current attempt reached it, by their first reading at
 /// or past it.
-pub fn quantiles(
-    members: &[Member],
+fn quantiles<'s, 'a>(
+    members: &'s [Standing<'a>],
     boundary: i64,
     interval: i64,
     fraction: f64,
     goal: Goal,
-) -> Option<(Quantile<'_>, Quantile<'_>)> {
+) -> Option<(Quantile<'s, 'a>, Quantile<'s, 'a>)> {
     let n = boundary / interval.max(1);
-    let mut taking_part: Vec<(&Member, f64)> = members
+    let mut taking_part: Vec<(&Standing<'a>, f64)> = members
         .iter()
         .filter_map(|m| {
-            let crossed = || m.readings.iter().find(|(step, _)| m.running && *step >= boundary).map(|r| r.1);
+            let crossed =
+                || m.line.readings.iter().find(|(step, _)| m.running && *step >= boundary).map(|r| r.1);
             Some((m, m.exploited.get(&n).copied().or_else(crossed)?))
         })
         .filter(|(_, value)| value.is_finite())

@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use serde_json::json;
 
+use uuid::Uuid;
+
 use super::*;
 use crate::model::sweep::random::Rng;
 
@@ -16,8 +18,21 @@ fn spec(text: &str) -> SweepSpec {
     SweepSpec::parse(text).unwrap_or_else(|err| panic!("{err}"))
 }
 
-fn member(k: u64, readings: &[(i64, f64)], checkpoints: &[i64]) -> Member {
-    Member {
+/// A member as these tables write it: what [`decide`] reads of it, its [`Line`] and its
+/// exploits, in one place ([`inputs`] splits it).
+#[derive(Clone, Debug)]
+struct Seen {
+    k: u64,
+    running: bool,
+    readings: Vec<(i64, f64)>,
+    checkpoints: Vec<(i64, String)>,
+    values: BTreeMap<String, serde_json::Value>,
+    /// The intervals it was exploited at (applied), with the reading it was compared by then.
+    exploited: BTreeMap<i64, f64>,
+}
+
+fn member(k: u64, readings: &[(i64, f64)], checkpoints: &[i64]) -> Seen {
+    Seen {
         k,
         running: true,
         readings: readings.to_vec(),
@@ -31,11 +46,67 @@ fn member(k: u64, readings: &[(i64, f64)], checkpoints: &[i64]) -> Member {
     }
 }
 
+/// The decision's inputs from the members seen: each member (running or pending, its values
+/// kept with it as a suggestion), its line, and its exploits, applied.
+fn inputs(seen: &[Seen]) -> (Vec<Member>, BTreeMap<u64, Line>, Vec<ExploitRecord>) {
+    let members = seen
+        .iter()
+        .map(|s| Member {
+            sweep: Uuid::nil(),
+            k: s.k,
+            run: Uuid::from_u128(u128::from(s.k) + 1),
+            version: 1,
+            state: if s.running { RunState::Running } else { RunState::Pending },
+            attempt: 1,
+            reason: None,
+            stopped_by: None,
+            started_at: Some(0),
+            ended_at: None,
+            suggestion: Some(json!(s.values)),
+            rerun_marked: false,
+            tally: None,
+        })
+        .collect();
+    let lines = seen
+        .iter()
+        .map(|s| (s.k, Line { readings: s.readings.clone(), checkpoints: s.checkpoints.clone() }))
+        .collect();
+    let exploits = seen
+        .iter()
+        .flat_map(|s| {
+            s.exploited.iter().map(|(interval, score)| ExploitRecord {
+                sweep: Uuid::nil(),
+                k: s.k,
+                run: Uuid::from_u128(u128::from(s.k) + 1),
+                interval: *interval,
+                boundary: interval * 10,
+                donor: s.k,
+                donor_run: Uuid::nil(),
+                step: 0,
+                path: String::new(),
+                before: s.values.clone(),
+                values: s.values.clone(),
+                score: Some(*score),
+                donor_score: None,
+                attempt: 1,
+                decided_at: 0,
+                applied_at: Some(0),
+            })
+        })
+        .collect();
+    (members, lines, exploits)
+}
+
+fn decide_seen(spec: &SweepSpec, pbt: &Pbt, metric: &Metric, seen: &[Seen]) -> Vec<Exploit> {
+    let (members, lines, exploits) = inputs(seen);
+    decide(spec, pbt, metric, &members, &lines, &exploits)
+}
+
 /// Each exploit as (loser, interval, donor, checkpoint step).
 type Decided = Vec<(u64, i64, u64, i64)>;
 
-fn decided(spec: &SweepSpec, members: &[Member]) -> Decided {
-    let exploits = decide(spec, spec.pbt.as_ref().unwrap(), spec.metric.as_ref().unwrap(), members);
+fn decided(spec: &SweepSpec, members: &[Seen]) -> Decided {
+    let exploits = decide_seen(spec, spec.pbt.as_ref().unwrap(), spec.metric.as_ref().unwrap(), members);
     exploits.iter().map(|e| (e.k, e.interval, e.donor, e.step)).collect()
 }
 
@@ -86,10 +157,10 @@ fn the_keys_default_as_ray_tune_and_bad_ones_are_refused_in_one_line() {
 fn the_bottom_quantile_continues_from_the_top_at_each_interval() {
     let spec = spec(SPEC);
     // Maximize: member 0 is worst, member 3 best; all past step 10; each top one checkpointed.
-    let members: Vec<Member> = (0..4).map(|k| member(k, &[(5, 0.0), (11, k as f64)], &[5, 10])).collect();
+    let members: Vec<Seen> = (0..4).map(|k| member(k, &[(5, 0.0), (11, k as f64)], &[5, 10])).collect();
     // 4 members: ⌈4 · 0.25⌉ = 1 in each quantile; the donor's checkpoint at or before step 10.
     assert_eq!(decided(&spec, &members), vec![(0, 1, 3, 10)]);
-    let table: Vec<(&str, Vec<Member>, Decided)> = vec![
+    let table: Vec<(&str, Vec<Seen>, Decided)> = vec![
         ("one member alone is not compared", vec![member(0, &[(12, 1.0)], &[10])], vec![]),
         (
             "a member that has not reached the boundary takes no part",
@@ -165,11 +236,15 @@ fn the_bottom_quantile_continues_from_the_top_at_each_interval() {
 
 #[test]
 fn quantiles_are_sized_as_ray_sizes_them() {
-    let members: Vec<Member> = (0..10).map(|k| member(k, &[(10, k as f64)], &[])).collect();
+    let seen: Vec<Seen> = (0..10).map(|k| member(k, &[(10, k as f64)], &[])).collect();
+    let spec = spec(SPEC);
+    let (members, lines, exploits) = inputs(&seen);
+    let standings: Vec<Standing<'_>> =
+        members.iter().map(|m| Standing::of(&spec, m, &lines[&m.k], &exploits)).collect();
     for (count, fraction, size) in
         [(2, 0.25, 1), (4, 0.5, 2), (5, 0.5, 2), (10, 0.25, 3), (10, 0.01, 1), (3, 0.5, 1)]
     {
-        let (bottom, top) = quantiles(&members[..count], 10, 10, fraction, Goal::Maximize).unwrap();
+        let (bottom, top) = quantiles(&standings[..count], 10, 10, fraction, Goal::Maximize).unwrap();
         assert_eq!((bottom.len(), top.len()), (size, size), "{count} at {fraction}");
         assert_eq!(bottom[0].0.k, 0);
         assert_eq!(top.last().unwrap().0.k, count as u64 - 1);
@@ -216,7 +291,7 @@ fn explore_perturbs_numbers_moves_choices_and_resamples() {
     );
 }
 
-fn population() -> impl Strategy<Value = Vec<Member>> {
+fn population() -> impl Strategy<Value = Vec<Seen>> {
     let one = (
         any::<bool>(),
         proptest::collection::vec((0i64..60, -5.0f64..5.0), 0..6),
@@ -244,8 +319,8 @@ proptest! {
         let spec = spec(&format!("{SPEC}quantile_fraction: {fraction}\nseed: {seed}\n"));
         let pbt = spec.pbt.clone().unwrap();
         let metric = spec.metric.clone().unwrap();
-        let exploits = decide(&spec, &pbt, &metric, &members);
-        prop_assert_eq!(&exploits, &decide(&spec, &pbt, &metric, &members), "reproducible");
+        let exploits = decide_seen(&spec, &pbt, &metric, &members);
+        prop_assert_eq!(&exploits, &decide_seen(&spec, &pbt, &metric, &members), "reproducible");
         let losers: BTreeSet<u64> = exploits.iter().map(|e| e.k).collect();
         prop_assert_eq!(losers.len(), exploits.len(), "a member is exploited once a pass");
         for e in &exploits {

@@ -5,7 +5,6 @@
 //! `Service::sweeps_with_member_counts` and `Service::sweep_curves` return (one read of every member's
 //! series, each curve thinned to a bounded number of points).
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::html::{badge, esc, time};
@@ -74,15 +73,12 @@ fn member_label(member: &MemberStatus) -> String {
 /// The chart of every member's curve: the leaderboard's best [`KEYED`] in colour.
 pub fn member_chart(curves: &SweepCurves) -> Option<String> {
     let status = &curves.status;
-    let by_k: BTreeMap<u64, &MemberStatus> = status.leaderboard.iter().map(|m| (m.k, m)).collect();
     let lines = curves
-        .curves
-        .iter()
+        .curves()
         .enumerate()
-        .filter_map(|(rank, curve)| {
-            let member = by_k.get(&curve.k)?;
+        .map(|(rank, (member, curve))| {
             let winner = status.winner == Some(member.k);
-            Some(MemberLine {
+            MemberLine {
                 k: member.k,
                 label: member_label(member),
                 points: curve.points.iter().map(|p| (p.step as f64, p.value)).collect(),
@@ -98,7 +94,7 @@ pub fn member_chart(curves: &SweepCurves) -> Option<String> {
                     .filter(|e| e.k == member.k && e.applied_at.is_some())
                     .map(|e| (e.step as f64, format!("step {}: {}", e.boundary, e.describe())))
                     .collect(),
-            })
+            }
         })
         .collect();
     let metric = status.metric.as_deref().unwrap_or("metric");
@@ -240,7 +236,7 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
     match member_chart(&curves) {
         Some(chart) => {
             let _ = write!(body, "<figure class=\"sweep-chart\">{chart}</figure>");
-            if curves.curves.iter().any(|c| c.readings > c.points.len()) {
+            if curves.curves().any(|(_, c)| c.readings > c.points.len()) {
                 let _ = write!(
                     body,
                     "<p class=\"muted\">Long curves are drawn with at most {} points each: their first, their last \
