@@ -141,3 +141,36 @@ retry: {max_attempts: 2, backoff: 300ms, retry_on_exit_codes: [75]}
     let (run, _) = home.wait_settled(id, Duration::from_secs(30)).await;
     assert_eq!((run.state, run.attempt), (RunState::Completed, 2), "{:?}\n{}", run.reason, home.daemon_log());
 }
+
+/// A retry queued again before the daemon restarted (its backoff written to the store by the
+/// daemon that died) starts when its backoff ends: the restarted daemon reads the store's next
+/// backoff end, though it never queued the run itself, rather than waiting for its next
+/// fallback scan (an hour away here).
+#[tokio::test]
+async fn a_retry_queued_before_a_restart_starts_when_its_backoff_ends_not_at_the_next_scan() {
+    let mut home = TestHome::new();
+    home.workflow(
+        "flaky",
+        r#"name: flaky
+stages:
+  - name: trainer
+    argv: [sh, -c, 'if test -f "{run_dir}/tried"; then exit 0; fi; touch "{run_dir}/tried"; exit 75']
+retry: {max_attempts: 2, backoff: 6s, retry_on_exit_codes: [75]}
+"#,
+    );
+    home.start_daemon_with(&["--scan-interval", "1h"]);
+    let id = home.submit(&["--workflow", "flaky"]);
+    let service = home.service().await;
+    let queued = crate::support::wait_for("the run to be queued again", Duration::from_secs(30), || async {
+        let run = service.run(id).await.unwrap().unwrap();
+        (run.state == RunState::Pending && run.attempt == 2).then_some(run)
+    })
+    .await;
+    // Down before its backoff ends (6 s): the next daemon knows of it only through the store.
+    home.kill_daemon();
+    home.start_daemon_with(&["--scan-interval", "1h"]);
+    let (run, _) = home.wait_settled(id, Duration::from_secs(30)).await;
+    assert_eq!((run.state, run.attempt), (RunState::Completed, 2), "{:?}\n{}", run.reason, home.daemon_log());
+    let (not_before, started) = (queued.not_before.unwrap(), run.started_at.unwrap());
+    assert!(started >= not_before, "started at {started}, before its backoff ended at {not_before}");
+}

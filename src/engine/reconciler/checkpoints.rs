@@ -135,8 +135,10 @@ impl Reconciler {
                 // One slice at a time, and the next once the loop recorded this one: what is
                 // read but not recorded stays small.
                 let pass = tokio::task::spawn_blocking(move || {
-                    let drained = read.lock().is_ok_and(|r| r.found.is_empty() && r.problem.is_none());
-                    if drained { read_slice(&source, &read) } else { (false, false) }
+                    let recorded = read.lock().is_ok_and(|r| {
+                        super::core::readings::checkpoints_read_on(r.found.len(), r.problem.is_some())
+                    });
+                    if recorded { read_slice(&source, &read) } else { (false, false) }
                 });
                 let Ok((more, news)) = pass.await else { return };
                 if news && tx.send(Msg::Checkpoints { run: id }).is_err() {
@@ -176,7 +178,8 @@ impl Reconciler {
             read.found.drain(..found.len());
         }
         // A victim asked to checkpoint before its preemption has: it stops next.
-        if !found.is_empty() && self.runs.get(&id).is_some_and(|sup| sup.preempt_ask.is_some()) {
+        let asked = self.runs.get(&id).is_some_and(|sup| sup.preempt_ask.is_some());
+        if super::core::readings::preemption_due(found.len(), asked) {
             let _ = self.tx.send(Msg::PreemptDue { run: id });
         }
         Ok(())

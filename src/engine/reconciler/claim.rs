@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tracing::info;
+use tracing::{debug, info};
 
 use super::core::{self, claim::Picker, claim::SweepRoom};
 use super::{Reconciler, Result, Supervised};
@@ -21,19 +21,34 @@ const LOST_RACE_LOOK: std::time::Duration = std::time::Duration::from_millis(50)
 impl Reconciler {
     /// Claims pending runs in queue order while slots and their resources are free, looking
     /// past runs blocked on resources or pinned to other nodes so other work can go ahead
-    /// (`core::claim::Picker` decides each).
+    /// (`core::claim::Picker` decides each). After a look at the queue, reads when the next
+    /// backoff ends of a run it did not find claimable, and wakes then (`core::wakeups`).
     pub(super) async fn claim_runs(&mut self) -> Result {
+        // Before the claim's own clock read: a backoff ending between the two is read below.
+        let looked_at = crate::model::now_millis();
+        if self.claim_pass().await? {
+            // Not read, the previous answer stands: the claim itself went through.
+            match self.store.next_backoff_end(looked_at).await {
+                Ok(next) => self.retry_wakeups.stored(next),
+                Err(err) => debug!("reconciler: cannot read the next backoff end: {err}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// One claim; false if it did not look at the queue (no lease, or no slot to fill).
+    async fn claim_pass(&mut self) -> Result<bool> {
         let free = self.config.max_parallel.saturating_sub(self.runs.len());
-        let Some(lease) = self.node.lease.clone() else { return Ok(()) };
+        let Some(lease) = self.node.lease.clone() else { return Ok(false) };
         let preempting = self.config.preempt_gap.is_some();
         // With no slot free, only preemption can place a run: it reads the queue for it.
         let look = core::claim::look(free, preempting, self.queue_drained);
         if look == core::claim::Look::Nothing {
-            return Ok(());
+            return Ok(false);
         }
         let floor = if preempting { self.preemption_floor().await? } else { None };
         if look == core::claim::Look::AskFirst && !self.store.runs_waiting().await? {
-            return Ok(());
+            return Ok(true);
         }
         // A sweep's `max_live`, counted over every node's runs in flight: its members past it
         // wait in the queue, skipped like a run whose resources are taken.
@@ -81,10 +96,10 @@ impl Reconciler {
             let started = self.start_claimed(run, lease.token).await;
             self.or_hold(id, started, super::Msg::Drive { run: id })?;
         }
-        match blocked {
-            Some(blocked) => self.preempt_for(blocked).await,
-            None => Ok(()),
+        if let Some(blocked) = blocked {
+            self.preempt_for(blocked).await?;
         }
+        Ok(true)
     }
 
     /// Begins a run this node just claimed: ledger first, then its first stage.

@@ -73,7 +73,8 @@ pub struct Reconciler {
     pub(super) shims: Arc<Shims>,
     /// Rung by the metric workers when a sweep member's readings land (the sweep decider waits).
     pub(super) sweep_readings: Arc<super::SweepReadings>,
-    /// When the backoffs of the runs this loop queued again end: it claims then.
+    /// When the backoffs of the runs this loop queued again, and the store's next, end: it
+    /// claims then.
     pub(super) retry_wakeups: super::core::wakeups::Wakeups,
 }
 
@@ -136,9 +137,8 @@ impl Reconciler {
                 (due - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(5)
             });
             // And until a retry's backoff ends, so its run is claimed then, not at the scan.
-            let until_retry = self.retry_wakeups.next().map_or(Duration::from_secs(3600), |at| {
-                Duration::from_millis((at - crate::model::now_millis()).max(0) as u64 + 5)
-            });
+            let until_retry =
+                super::core::wakeups::sleep_for(self.retry_wakeups.next(), crate::model::now_millis());
             let first = tokio::select! {
                 msg = rx.recv() => match msg { Some(msg) => msg, None => return Ok(()) },
                 _ = scan.tick() => Msg::Wake,

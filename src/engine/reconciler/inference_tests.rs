@@ -345,8 +345,13 @@ impl Reconciler {
                     &mut task.record.shim,
                     &mut task.record.process,
                     &mut task.record.started_at,
-                ) {
+                    0,
+                )
+                .0
+                {
                     Found::Ended(end) => self.on_task_ended(id, idx, end).await?,
+                    // Given no more looks, a task without a trace has ended.
+                    Found::LookAgain(_) => {}
                     Found::Alive(watch, _) => {
                         task.record.apply(ProcessTrigger::Reattach)?;
                         if task.record.state == ProcessState::Starting {

@@ -12,7 +12,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::Notify;
 use tracing::warn;
@@ -25,14 +24,12 @@ use crate::logs::follow::{FileMark, Follower};
 use crate::model::{MetricReading, NewEvent, now_millis};
 use crate::workflow::metrics::{NotNumber, ResolvedMetrics};
 
-/// How often the followed file is looked at for new lines.
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+use super::core::readings::{self, AfterBatch, AfterFailure, METRICS_FOLLOW as FOLLOW_INTERVAL, ReadFrom};
+
 /// The most bytes of the file read into one batch: a batch's readings stay a few MB at most,
 /// whatever the stage writes (lines are bounded by the follower, readings per line by
 /// `MAX_READINGS_PER_LINE`).
 const BATCH_BYTES: u64 = 256 * 1024;
-/// Failed writes of a batch after which a finishing worker gives up (a running one keeps it).
-const FINAL_TRIES: u32 = 5;
 
 /// A supervised run's metric worker.
 pub struct MetricWatch {
@@ -91,6 +88,7 @@ fn read_batch(
         .follower
         .read_some(BATCH_BYTES, |line| match source.read_line_watching(line, watch) {
             Ok((found, not_number)) => {
+                // Below the step it resumed at, an earlier attempt's (`core::readings`).
                 readings.extend(found.into_iter().filter(|r| r.step >= from_step));
                 if odd.is_none() {
                     odd = not_number.filter(|n| n.step >= from_step);
@@ -165,7 +163,10 @@ fn spawn_worker(
                     Ok(()) => {
                         failures = 0;
                         if let Some(member) = &member
-                            && metric.as_ref().is_none_or(|name| batch.iter().any(|r| &r.name == name))
+                            && readings::news_for_sweep(
+                                metric.as_deref(),
+                                batch.iter().map(|r| r.name.as_str()),
+                            )
                         {
                             member.readings.landed(member.sweep);
                         }
@@ -176,28 +177,29 @@ fn spawn_worker(
                         if failures == 1 {
                             warn!(%run, "metrics: cannot record readings, trying again: {err}");
                         }
-                        if finishing && failures >= FINAL_TRIES {
-                            warn!(%run, "metrics: gave up recording the last readings: {err}");
-                            return;
+                        match readings::after_failure(failures, finishing) {
+                            AfterFailure::GiveUp => {
+                                warn!(%run, "metrics: gave up recording the last readings: {err}");
+                                return;
+                            }
+                            AfterFailure::Retry(wait) => tokio::time::sleep(wait).await,
                         }
-                        tokio::time::sleep(FOLLOW_INTERVAL * failures.min(20)).await;
                     }
                 }
             }
-            if let (Some(odd), Some(member), false) = (odd, &member, said_odd) {
-                // Once per attempt: a trainer that writes the metric as text writes it each step.
+            if let (Some(odd), Some(member)) = (odd, &member)
+                && readings::say_not_a_number(true, odd.step, from_step, said_odd)
+            {
                 let note = NewEvent::note(super::not_a_number_note(&odd, member.sweep));
                 said_odd = store.add_event(run, &note).await.is_ok();
             }
-            if more {
-                continue;
-            }
-            if finishing {
-                return;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(FOLLOW_INTERVAL) => {}
-                _ = finish.wake.notified() => {}
+            match readings::after_batch(more, finishing) {
+                AfterBatch::ReadOn => continue,
+                AfterBatch::End => return,
+                AfterBatch::Wait => tokio::select! {
+                    _ = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+                    _ = finish.wake.notified() => {}
+                },
             }
         }
     });
@@ -233,18 +235,19 @@ impl Reconciler {
             .log_stage()
             .and_then(|name| stages.iter().find(|s| s.plan.name == name))
             .and_then(|s| s.log_start);
-        let mark = match (log_start, sup.metrics_mark) {
-            (Some(start), _) => FileMark::at(start),
-            (None, Some(mark)) => mark,
-            (None, None) if sup.run.attempt == 1 => FileMark::default(),
-            (None, None) => FileMark::of(source.file()),
+        let mark = match (
+            readings::read_from(log_start, sup.metrics_mark.is_some(), sup.run.attempt),
+            sup.metrics_mark,
+        ) {
+            (ReadFrom::LogStart(start), _) => FileMark::at(start),
+            (ReadFrom::Kept, Some(mark)) => mark,
+            (ReadFrom::Start, _) => FileMark::default(),
+            (ReadFrom::Kept | ReadFrom::Now, _) => FileMark::of(source.file()),
         };
         let attempt = u32::try_from(sup.run.attempt).unwrap_or(u32::MAX);
         let finish = Arc::new(Finish::default());
-        let from_step = crate::workflow::checkpoints::resume_of(&sup.run.params.resolved)
-            .ok()
-            .flatten()
-            .map_or(i64::MIN, |point| point.step);
+        let resumed_at = crate::workflow::checkpoints::resume_of(&sup.run.params.resolved).ok().flatten();
+        let from_step = readings::from_step(resumed_at.map(|point| point.step));
         let followed = Followed { source, mark, from_step };
         let member = sup
             .run

@@ -14,7 +14,7 @@ use rustix::process::Signal;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::core::restart::{ExitFile, Verdict, weigh};
+use super::core::restart::{self, ExitFile, Repair};
 use super::{Msg, ProcessEnd, Reconciler, Result, Supervised, read_end};
 use crate::launch::process::{ExitWatch, Liveness, liveness, signal_group};
 use crate::launch::status::StageFiles;
@@ -33,6 +33,8 @@ pub(super) enum Found {
     Ended(ProcessEnd),
     /// Its shim runs; with a note when an exit file was there and was ignored for it.
     Alive(ExitWatch, Option<String>),
+    /// No trace yet: looked at again, with this many looks left after it.
+    LookAgain(u32),
 }
 
 impl Reconciler {
@@ -120,38 +122,22 @@ impl Reconciler {
             return Ok(false);
         }
         let stage = &mut tracked.stage;
-        let known = stage.record.shim.is_some();
-        let found = examine(
+        let (found, started) = examine(
             &tracked.files,
             &mut stage.record.shim,
             &mut stage.record.process,
             &mut stage.record.started_at,
+            looks_left,
         );
-        if looks_left > 0
-            && stage.record.shim.is_none()
-            && matches!(found, Found::Ended(ProcessEnd::Vanished(_)))
-        {
+        if let Found::LookAgain(looks_left) = found {
             let tx = self.tx.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(TRACE_LOOK_EVERY).await;
-                let _ = tx.send(Msg::Examine { run: id, idx, looks_left: looks_left - 1 });
+                let _ = tx.send(Msg::Examine { run: id, idx, looks_left });
             });
             return Ok(false);
         }
-        // Its start was never recorded (the daemon stopped, or the disk was full): what the
-        // shim left tells it now, so the record of events is complete.
-        let found_start = match (&stage.record.process, &stage.record.shim) {
-            _ if known => None,
-            (Some(process), _) => Some(format!("started (pid {}), as found at restart", process.pid)),
-            (None, Some(shim)) => Some(format!("started (shim pid {}), as found at restart", shim.pid)),
-            (None, None) => match &found {
-                Found::Ended(ProcessEnd::Finished(finished)) if finished.exit.is_some() => {
-                    Some("started (its exit file, found at restart, shows it ran)".to_string())
-                }
-                _ => None,
-            },
-        };
-        if let Some(message) = found_start {
+        if let Some(message) = started {
             let name = stage.name.clone();
             self.note(id, NewEvent::stage(&name, message)).await?;
         }
@@ -166,6 +152,7 @@ impl Reconciler {
                 return Ok(false);
             }
             Found::Alive(watch, ignored) => (watch, ignored),
+            Found::LookAgain(_) => return Ok(false),
         };
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
         if let Some(note) = ignored {
@@ -174,21 +161,22 @@ impl Reconciler {
             self.note(id, NewEvent::stage(&name, note)).await?;
         }
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(false) };
+        let run_starting = sup.run.state == RunState::Starting;
         let stage = &mut sup.stages[idx].stage;
-        let pid = stage.record.process.as_ref().map_or(0, |p| p.pid);
+        let pid = stage.record.process.as_ref().map(|p| p.pid);
         stage.record.apply(ProcessTrigger::Reattach)?;
-        let starting = stage.record.state == ProcessState::Starting;
+        let (message, check_readiness) =
+            restart::reattached(pid, stage.record.state == ProcessState::Starting, run_starting);
         let since = stage.record.started_at.unwrap_or_else(now_millis);
-        let event = NewEvent::stage(&stage.name, format!("re-attached after a daemon restart (pid {pid})"));
+        let event = NewEvent::stage(&stage.name, message);
         // What the shim's files and liveness told is a fact: watched either way, and its
         // record held until it lands.
         let written = self.store.update_stage(stage, Some(&event)).await;
         self.or_hold(id, written, Msg::Record { run: id, idx, event })?;
         let Some(sup) = self.runs.get_mut(&id) else { return Ok(true) };
         let files = sup.stages[idx].files.clone();
-        let run_starting = sup.run.state == RunState::Starting;
         self.watch_reattached(super::Owner::Stage { run: id, idx }, watch, files);
-        if starting && run_starting {
+        if check_readiness {
             let elapsed = Duration::from_millis(now_millis().saturating_sub(since).max(0) as u64);
             self.start_readiness(id, idx, elapsed);
         }
@@ -196,14 +184,18 @@ impl Reconciler {
     }
 }
 
-/// What became of a process recorded as live, from its status files and its identity. Fills in
-/// identities the daemon never got to record (it died right after starting the shim).
+/// What became of a process recorded as live, from its status files and its identity
+/// (`core::restart::repair` decides; this reads, and kills an orphan it says is ours), with the
+/// event of its start when the store never recorded it. Fills in identities the daemon never
+/// got to record (it died right after starting the shim).
 pub(super) fn examine(
     files: &StageFiles,
     shim: &mut Option<ProcessIdentity>,
     process: &mut Option<ProcessIdentity>,
     started_at: &mut Option<Millis>,
-) -> Found {
+    looks_left: u32,
+) -> (Found, Option<String>) {
+    let recorded = shim.is_some();
     let file = files.read_finished();
     if shim.is_none()
         && let Ok(Some(started)) = files.read_started()
@@ -212,73 +204,75 @@ pub(super) fn examine(
         *process = started.process;
         *started_at = Some(started.started_at);
     }
-    let Some(shim) = shim.clone() else {
-        if let Ok(Some(finished)) = file {
-            return Found::Ended(ProcessEnd::Finished(finished));
-        }
-        return Found::Ended(ProcessEnd::Vanished(
-            "the daemon stopped while starting it, and it never ran".into(),
-        ));
-    };
-    let watch = match liveness(&shim) {
-        Liveness::Alive => ExitWatch::open(&shim).unwrap_or_else(|err| {
+    let watch = shim.as_ref().and_then(|shim| match liveness(shim) {
+        Liveness::Alive => ExitWatch::open(shim).unwrap_or_else(|err| {
             warn!("cannot watch shim {}: {err}", shim.pid);
             None
         }),
         Liveness::Zombie | Liveness::Gone | Liveness::Reused => None,
-    };
+    });
     let evidence = match &file {
         Ok(Some(_)) => ExitFile::Valid,
         Ok(None) => ExitFile::Absent,
         Err(_) => ExitFile::Unreadable,
     };
-    match (weigh(watch.is_some(), evidence), watch) {
-        (Verdict::Reattach, Some(watch)) => {
+    let decision = restart::repair(&restart::Found {
+        recorded,
+        shim: shim.as_ref().map(|s| s.pid),
+        process: process.as_ref().map(|p| p.pid),
+        shim_alive: watch.is_some(),
+        file: evidence,
+        file_ran: matches!(&file, Ok(Some(finished)) if finished.exit.is_some()),
+        looks_left,
+    });
+    let found = match (decision.repair, watch, file) {
+        (Repair::LookAgain { looks_left }, ..) => Found::LookAgain(looks_left),
+        (Repair::NeverRan, ..) => Found::Ended(ProcessEnd::Vanished(restart::NEVER_RAN.into())),
+        (Repair::Reattach { ignored }, Some(watch), _) => {
             let exit = files.exit.file_name().unwrap_or_default().to_string_lossy();
-            let ignored = match evidence {
-                ExitFile::Absent => None,
-                ExitFile::Valid | ExitFile::Unreadable => Some(format!(
-                    "ignored {exit} found at restart: its shim (pid {}) still runs, so the stage has not \
-                     ended; re-attached to it",
-                    shim.pid
-                )),
-            };
-            return Found::Alive(watch, ignored);
+            let pid = shim.as_ref().map_or(0, |s| s.pid);
+            Found::Alive(watch, ignored.then(|| restart::ignored_note(&exit, pid)))
         }
-        (Verdict::TrustFile, _) => {
-            if let Ok(Some(finished)) = file {
+        (Repair::RecordExit { clear_leftovers }, _, Ok(Some(finished))) => {
+            if clear_leftovers {
                 files.remove_leftovers();
-                return Found::Ended(ProcessEnd::Finished(finished));
             }
+            Found::Ended(ProcessEnd::Finished(finished))
         }
-        _ => {}
-    }
+        // `ReadAgain`, the one left with its evidence.
+        _ => read_again(files, shim.as_ref(), process.as_ref()),
+    };
+    (found, decision.started)
+}
+
+/// A stage whose shim is gone without a status that could be read: its leftovers cleared, its
+/// status file read again (it may have landed meanwhile), else `core::restart::vanished` says
+/// why, and whether its orphaned process group, ours by its identity, is killed.
+fn read_again(
+    files: &StageFiles,
+    shim: Option<&ProcessIdentity>,
+    process: Option<&ProcessIdentity>,
+) -> Found {
     files.remove_leftovers();
-    // The shim is gone (or is a stranger now). Its status file may have landed meanwhile.
-    match read_end(files, "") {
-        ProcessEnd::Finished(finished) => Found::Ended(ProcessEnd::Finished(finished)),
-        ProcessEnd::Vanished(_) => {
-            // The stage process may outlive its shim; it is ours only if its identity matches.
-            let orphan = process.as_ref().filter(|p| liveness(p) == Liveness::Alive);
-            let why = match orphan {
-                Some(process) => {
-                    signal_group(process, Signal::KILL);
-                    format!("its shim vanished; killed the orphaned process group {}", process.pid)
-                }
-                None if liveness(&shim) == Liveness::Reused => {
-                    format!(
-                        "process vanished while the daemon was down (pid {} now belongs to another process)",
-                        shim.pid
-                    )
-                }
-                None if status_disk_is_low(files) => {
-                    "could not record the exit: disk full (its shim ended before space returned)".to_string()
-                }
-                None => "process vanished while the daemon was down, leaving no exit status".to_string(),
-            };
-            Found::Ended(ProcessEnd::Vanished(why))
-        }
+    let Some(shim) = shim else {
+        return Found::Ended(ProcessEnd::Vanished(restart::NEVER_RAN.into()));
+    };
+    if let ProcessEnd::Finished(finished) = read_end(files, "") {
+        return Found::Ended(ProcessEnd::Finished(finished));
     }
+    // The stage process may outlive its shim; it is ours only if its identity matches.
+    let orphan = process.filter(|p| liveness(p) == Liveness::Alive);
+    let gone = restart::Gone {
+        shim: shim.pid,
+        orphan: orphan.map(|p| p.pid),
+        shim_reused: orphan.is_none() && liveness(shim) == Liveness::Reused,
+        disk_low: orphan.is_none() && status_disk_is_low(files),
+    };
+    let (kill, why) = restart::vanished(&gone);
+    if let (Some(_), Some(process)) = (kill, orphan) {
+        signal_group(process, Signal::KILL);
+    }
+    Found::Ended(ProcessEnd::Vanished(why))
 }
 
 /// Whether the filesystem of a stage's status files is below the reserve: then a missing exit
@@ -310,10 +304,11 @@ mod tests {
         // This test process plays the live shim.
         let mut shim = Some(identity(std::process::id() as i32));
         let (mut process, mut started_at) = (None, Some(1));
-        match examine(&files, &mut shim, &mut process, &mut started_at) {
+        match examine(&files, &mut shim, &mut process, &mut started_at, 0).0 {
             Found::Alive(_, Some(note)) => assert!(note.contains("ignored trainer.exit.json"), "{note}"),
             Found::Alive(_, None) => panic!("the ignored file is not noted"),
             Found::Ended(end) => panic!("the forged file was trusted: {end:?}"),
+            Found::LookAgain(_) => panic!("a live shim is a trace"),
         }
     }
 
@@ -334,10 +329,10 @@ mod tests {
         let gone = identity(child.id() as i32);
         child.wait().unwrap();
         let (mut shim, mut process, mut started_at) = (Some(gone), None, Some(1));
-        match examine(&files, &mut shim, &mut process, &mut started_at) {
+        match examine(&files, &mut shim, &mut process, &mut started_at, 0).0 {
             Found::Ended(ProcessEnd::Finished(finished)) => assert_eq!(finished, done),
             Found::Ended(end) => panic!("not the file's status: {end:?}"),
-            Found::Alive(..) => panic!("a gone shim is not alive"),
+            Found::Alive(..) | Found::LookAgain(_) => panic!("a gone shim is not alive"),
         }
         assert!(!leftover.exists(), "the empty temporary file is cleaned");
     }

@@ -46,6 +46,10 @@ pub trait ClaimStore: Send + Sync {
     /// Whether any pending run could be claimed now: a read, so an idle daemon can look at an
     /// empty queue without a write transaction.
     async fn runs_waiting(&self) -> Result<bool>;
+    /// The earliest backoff end after `after` among the pending runs a claim could take once it
+    /// is over (not held, no dependency open), so a daemon wakes then, whoever queued the run
+    /// again; None when none backs off. One read of the partial index `runs_backing_off`.
+    async fn next_backoff_end(&self, after: Millis) -> Result<Option<Millis>>;
     /// Claims up to `limit` queued tests, oldest first, each into `tests_dir/<id>`.
     async fn claim_tests(
         &self,
@@ -63,6 +67,11 @@ const PENDING_PAGE: &str = concat!(
     "WHERE state = 'pending' AND held_at IS NULL AND deps_open = 0 AND (not_before IS NULL OR not_before <= $1) ",
     "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3"
 );
+/// The earliest backoff end after `$1` of a run the claim reads once it is over: its terms are
+/// those of the partial index `runs_backing_off` (migration 0029), so both stores read one
+/// index entry.
+const NEXT_BACKOFF_END: &str = "SELECT not_before FROM runs WHERE state = 'pending' AND held_at IS NULL \
+     AND deps_open = 0 AND not_before IS NOT NULL AND not_before > $1 ORDER BY not_before LIMIT 1";
 /// The lock on one picked run, as read (PostgreSQL). Locking the whole page instead would lock
 /// the runs this node passes over (pinned to another node's labels, say) while another node that
 /// could take them skips them as locked, and then waits for its scan: a lost wake-up.
@@ -213,6 +222,11 @@ impl ClaimStore for SqlStore {
         .fetch_optional(self.pool())
         .await?;
         Ok(waiting.is_some())
+    }
+
+    async fn next_backoff_end(&self, after: Millis) -> Result<Option<Millis>> {
+        let row = sqlx::query(NEXT_BACKOFF_END).bind(after).fetch_optional(self.pool()).await?;
+        Ok(row.map(|row| row.try_get("not_before")).transpose()?)
     }
 
     async fn claim_tests(

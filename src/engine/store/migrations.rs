@@ -30,6 +30,7 @@ const SQLITE: &[Source] = migrations!("sqlite":
     16 "0016_stage_attempts", 17 "0017_runs_by_end_state", 18 "0018_metric_values", 19 "0019_sweeps",
     20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox", 24 "0024_member_outcomes",
     25 "0025_sweep_suggestions", 26 "0026_typed_units", 27 "0027_sweep_resumes", 28 "0028_pbt_exploits",
+    29 "0029_runs_backing_off",
 );
 
 const POSTGRES: &[Source] = migrations!("postgres":
@@ -39,6 +40,7 @@ const POSTGRES: &[Source] = migrations!("postgres":
     16 "0016_stage_attempts", 17 "0017_runs_by_end_state", 18 "0018_metric_values", 19 "0019_sweeps",
     20 "0020_preemptions", 21 "0021_sweep_dependencies", 22 "0022_environment_kinds", 23 "0023_webhook_outbox", 24 "0024_member_outcomes",
     25 "0025_sweep_suggestions", 26 "0026_typed_units", 27 "0027_sweep_resumes", 28 "0028_pbt_exploits",
+    29 "0029_runs_backing_off",
 );
 
 /// Which backend's schema.

@@ -12,7 +12,10 @@
 //! - `stage_end`: what a stage's end does to its run (completion rule, `require_total`, retries);
 //! - `retries`: a retry's requeue and what its next attempt resumes from;
 //! - `progress`: when a reading of a run's step counts, and whether it moves the stall clock;
-//! - `restart`: which evidence wins for a stage recorded live at a restart;
+//! - `readings`: where an attempt's metric worker reads from, which readings are its own, when
+//!   they are news to a sweep, how a worker carries on; when checkpoint lines are read on;
+//! - `restart`: what restart repair does with a stage recorded live (re-attach, its exit
+//!   file's end, look again, vanished and why), and which evidence wins;
 //! - `time_limits`: when an attempt's limit is reached and what it decides;
 //! - `stalls`: when a running run's step stood still too long and what that decides;
 //! - `preemption`: the floor, the shortage and holders, a victim's move and its requeue;
@@ -36,6 +39,7 @@ pub mod leases;
 pub mod lifecycle;
 pub mod preemption;
 pub mod progress;
+pub mod readings;
 pub mod restart;
 pub mod retries;
 pub mod schedules;

@@ -66,7 +66,38 @@ on_both_backends!(
     a_due_schedule_fires_once_however_many_daemons_tick,
     a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected,
     a_held_run_is_never_claimed_until_released,
+    the_next_backoff_end_is_that_of_a_run_a_claim_could_take,
 );
+
+/// The earliest backoff end after a given time, of the pending runs a claim takes once it is
+/// over, whoever queued them again: a held run's is not one; an end at the time asked is over.
+async fn the_next_backoff_end_is_that_of_a_run_a_claim_could_take(store: &dyn Store) {
+    use crate::engine::store::PendingEdit;
+    let now = now_millis();
+    assert_eq!(store.next_backoff_end(now).await.unwrap(), None, "none backs off");
+    let mut queued = Vec::new();
+    for wait in [60_000, 30_000, 90_000, 10_000] {
+        let run = store.transition(&insert(store, "").await, RunTrigger::Claim, None, None).await.unwrap();
+        let run = store.transition(&run, RunTrigger::Retry, Some("transient"), None).await.unwrap();
+        queued.push(store.requeue(&run, RunTrigger::AllStagesGone, "retry", now + wait).await.unwrap());
+    }
+    let held = &queued[3];
+    let edit = PendingEdit { held_at: Some(now), priority: held.priority, params: held.params.clone() };
+    store.edit_pending(held, &edit, "held").await.unwrap();
+    // (after) -> the next backoff end
+    let table = [
+        (now, Some(now + 30_000)),
+        (now + 30_000, Some(now + 60_000)),
+        (now + 60_001, Some(now + 90_000)),
+        (now + 90_000, None),
+    ];
+    for (after, want) in table {
+        assert_eq!(store.next_backoff_end(after).await.unwrap(), want, "after now + {}", after - now);
+    }
+    // Claimed once over, it is no longer one.
+    store.transition(&queued[1], RunTrigger::Claim, None, None).await.unwrap();
+    assert_eq!(store.next_backoff_end(now).await.unwrap(), Some(now + 60_000));
+}
 
 /// A hold is the claim query's own condition: a held run ahead of others (first in the queue,
 /// at a higher priority) is skipped by every node, and claimed once released.
