@@ -7,12 +7,12 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::Result;
 use super::rows::corrupt;
 use super::sql::SqlStore;
 use super::sweeps::{member_number, uuid_of};
+use super::{Result, StoreError};
 use crate::model::sweep::{Rerun, SweepState};
-use crate::model::{Millis, now_millis};
+use crate::model::{Millis, Run, RunParams, RunTrigger, now_millis};
 
 /// A member marked for a re-run: run `run`, re-run only while it is at `version`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +51,12 @@ pub trait SweepResumeStore: Send + Sync {
     async fn marked_reruns(&self, sweep: Option<Uuid>) -> Result<Vec<MarkedRerun>>;
     /// Clears member run `run`'s mark, if it still holds `version`.
     async fn clear_rerun(&self, run: Uuid, version: i64) -> Result<()>;
+    /// Queues the marked member `run` again (as `RunStore::requeue_resuming` does, with
+    /// `params` and `note`) and spends its mark, in one transaction, only while the mark still
+    /// holds its version and its sweep is live: a conflict, with nothing written, otherwise (a
+    /// stop since took the mark, or the run moved). A stop and a re-run thus never both land:
+    /// the stop clears the marks in its own transaction.
+    async fn requeue_rerun(&self, run: &Run, reason: &str, params: &RunParams, note: &str) -> Result<Run>;
     /// The members its stop ended (`SweepStore::move_sweep` to stopped marks them).
     async fn stopped_by_sweep(&self, id: Uuid) -> Result<Vec<u64>>;
     /// The sweep's moves, oldest first.
@@ -189,6 +195,27 @@ impl SweepResumeStore for SqlStore {
             .execute(self.pool())
             .await?;
         Ok(())
+    }
+
+    async fn requeue_rerun(&self, run: &Run, reason: &str, params: &RunParams, note: &str) -> Result<Run> {
+        let (mut tx, queued) = self
+            .requeue_uncommitted(run, RunTrigger::Resume, reason, now_millis(), Some((params, note)), None)
+            .await?;
+        let spent = sqlx::query(
+            "UPDATE sweep_members SET rerun_version = NULL WHERE run_id = $1 AND rerun_version = $2 \
+             AND EXISTS (SELECT 1 FROM sweeps WHERE sweeps.id = sweep_members.sweep_id AND sweeps.state = 'live')",
+        )
+        .bind(run.id.to_string())
+        .bind(run.version)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if spent == 0 {
+            drop(tx);
+            return Err(StoreError::Conflict { id: run.id, expected: run.state, version: run.version });
+        }
+        tx.commit().await?;
+        Ok(queued)
     }
 
     async fn stopped_by_sweep(&self, id: Uuid) -> Result<Vec<u64>> {

@@ -2,7 +2,8 @@
 //! (the pure `model::sweep::reruns` of what it read) marked and its event are one transaction,
 //! committed before anything is queued; then each marked member is queued again as its next
 //! attempt (from its last resumable checkpoint), only while its run is at the version the
-//! decision read, so a process killed between the two is repaired by the daemon's next sweep
+//! decision read and its mark stands (a stop since clears the marks in its own transaction, so a
+//! stop and a re-run never both land), so a process killed between the two is repaired by the daemon's next sweep
 //! pass (`rerun_marked`) and no member is queued twice. A grid's or random sweep's members not
 //! run yet are among the re-runs (its stop cancelled them); a bayes sweep, live again, gets new
 //! members up to its `run_cap` from the decider, as slots open.
@@ -16,7 +17,7 @@ use super::views::SweepSummary;
 use crate::engine::service::{Result, Service, ServiceError};
 use crate::engine::store::StoreError;
 use crate::model::sweep::{RerunCause, SweepState, rerun_reason, reruns, retries_left};
-use crate::model::{NextAttempt, RunState, RunTrigger, Start, next_start, now_millis};
+use crate::model::{NextAttempt, RunState, Start, next_start};
 use crate::workflow::checkpoints::params_for;
 
 impl Service {
@@ -121,13 +122,13 @@ impl Service {
                 let params = params_for(&run.params, &start);
                 let note = start.describe(run.attempt + 1);
                 let reason = rerun_reason(cause, &mark.sweep);
-                match self
-                    .store
-                    .requeue_resuming(&run, RunTrigger::Resume, &reason, now_millis(), &params, &note)
-                    .await
-                {
-                    Ok(_) => queued += 1,
-                    // It moved since it was read: its re-run was made, or is no longer owed.
+                match self.store.requeue_rerun(&run, &reason, &params, &note).await {
+                    Ok(_) => {
+                        queued += 1;
+                        continue;
+                    }
+                    // It moved since it was read, or a stop took its mark meanwhile: its re-run
+                    // was made, or is no longer owed.
                     Err(StoreError::Conflict { .. }) => {}
                     Err(err) => return Err(err.into()),
                 }

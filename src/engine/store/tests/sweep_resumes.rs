@@ -16,6 +16,7 @@ use crate::model::{Run, RunState, RunTrigger};
 on_both_backends!(
     a_stop_marks_what_it_ends_and_a_resume_moves_back_once,
     only_a_sweep_its_stop_ended_resumes,
+    a_rerun_lands_only_while_its_mark_stands,
     two_claimers_at_once_never_pass_max_live,
 );
 
@@ -70,6 +71,32 @@ async fn a_stop_marks_what_it_ends_and_a_resume_moves_back_once(store: &dyn Stor
             (SweepState::Live, SweepState::Stopped, STOP.to_string()),
         ]
     );
+}
+
+async fn a_rerun_lands_only_while_its_mark_stands(store: &dyn Store) {
+    let grid = sweep(2, None);
+    let runs = members(&grid);
+    store.insert_sweep(&grid, &runs).await.unwrap();
+    assert!(store.move_sweep(grid.id, SweepState::Live, SweepState::Stopped, Some(STOP)).await.unwrap());
+    let zero = store.transition(&runs[0].0, RunTrigger::Cancel, None, None).await.unwrap();
+    let one = store.transition(&runs[1].0, RunTrigger::Cancel, None, None).await.unwrap();
+    let reruns = [rerun(0, &zero), rerun(1, &one)];
+    assert!(store.resume_sweep(grid.id, SweepState::Stopped, STOP, &reruns, "resumed: 2").await.unwrap());
+    // Member 0's re-run lands and spends its mark.
+    let queued =
+        store.requeue_rerun(&zero, "re-run", &zero.params, "attempt 2 starts from step 0").await.unwrap();
+    assert_eq!((queued.state, queued.attempt), (RunState::Pending, 2));
+    assert_eq!(
+        store.marked_reruns(Some(grid.id)).await.unwrap().iter().map(|m| m.k).collect::<Vec<_>>(),
+        [1]
+    );
+    // Stopped again before member 1's re-run: the stop took its mark, and the re-run read before
+    // it writes nothing.
+    assert!(store.move_sweep(grid.id, SweepState::Live, SweepState::Stopped, Some(STOP)).await.unwrap());
+    let late = store.requeue_rerun(&one, "re-run", &one.params, "attempt 2 starts from step 0").await;
+    assert!(matches!(late, Err(crate::engine::store::StoreError::Conflict { .. })), "{late:?}");
+    let still = store.run(one.id).await.unwrap().unwrap();
+    assert_eq!((still.state, still.attempt), (RunState::Stopped, 1));
 }
 
 async fn only_a_sweep_its_stop_ended_resumes(store: &dyn Store) {
