@@ -222,7 +222,7 @@ impl Reconciler {
         exited_at: Option<Millis>,
     ) -> Result {
         let Some(sup) = self.runs.get(&id) else { return Ok(()) };
-        match failure_move(&sup.run, reason, exit) {
+        match stage_end::failure_move(&sup.run, reason, exit) {
             Some((trigger, reason)) => self.transition_at(id, trigger, Some(&reason), exited_at).await,
             None => Ok(()),
         }
@@ -330,7 +330,7 @@ impl Reconciler {
                 let what = failed.record.exited(None, Some(&err.to_string()), now_millis())?;
                 let reason = format!("stage '{name}' failed to start: {err}");
                 // The stage's failure and its run's move: one commit.
-                let then = failure_move(&sup.run, &reason, None);
+                let then = stage_end::failure_move(&sup.run, &reason, None);
                 let moved = self
                     .store
                     .record_stage(&failed, &[NewEvent::stage(&name, what)], as_move(&sup.run, &then))
@@ -463,7 +463,7 @@ impl Reconciler {
         let name = stage.name.clone();
         let reason = format!("stage '{name}' {error}");
         // Its event and the run's failure: one commit.
-        let then = failure_move(&sup.run, &reason, None);
+        let then = stage_end::failure_move(&sup.run, &reason, None);
         let moved = self
             .store
             .record_stage(stage, &[NewEvent::stage(&name, error)], as_move(&sup.run, &then))
@@ -595,11 +595,6 @@ impl Reconciler {
         }
         Ok(())
     }
-}
-
-/// `stage_end::failure_move` for `run` as it stands.
-fn failure_move(run: &Run, reason: &str, exit: Option<Exit>) -> Option<(RunTrigger, String)> {
-    stage_end::failure_move(run.state, run.attempt, run.spec.retry.as_ref(), reason, exit)
 }
 
 /// A stage's failure's move of its run (from `failure_move`), as the store takes it.

@@ -37,6 +37,20 @@ pub fn resumes(run: &Run) -> bool {
     run.spec.retry.as_ref().is_none_or(|p| p.resume)
 }
 
+/// The retry's part of a reason: "attempt 3 of 3 starts in 1m", counted as the retry policy
+/// counts (a preemption's requeue charges none); after preemptions, the run's own attempt
+/// number beside it: "attempt 4 (3 of 3 by the retry policy, preemptions not counted) starts
+/// in 1m".
+pub fn next_attempt_words(run: &Run, wait: Duration) -> String {
+    let max = run.spec.retry.as_ref().map_or(1, |p| p.max_attempts);
+    let (next, charged) = (run.attempt + 1, run.charged_attempts() + 1);
+    let which = match next == charged {
+        true => format!("attempt {next} of {max}"),
+        false => format!("attempt {next} ({charged} of {max} by the retry policy, preemptions not counted)"),
+    };
+    format!("{which} starts in {}", crate::workflow::Dur(wait))
+}
+
 /// The wait before starting a stage again after `failures` transient failures in a row:
 /// 100 ms, doubling, at most 5 s.
 pub fn spawn_backoff(failures: u32) -> Duration {
@@ -75,6 +89,42 @@ mod tests {
             assert_eq!(got.reason, "stage 'a' exited 75", "the reason its retry was decided with");
         }
         assert_eq!(requeue(&run("", 1, 0), 7).not_before, 7, "no policy: no wait");
+    }
+
+    #[test]
+    fn a_retry_says_its_attempt_as_the_policy_counts_it_and_a_stage_end_counts_the_same() {
+        let policy = "retry: {max_attempts: 2, backoff: 1s, retry_on_exit_codes: [75]}\n";
+        // (attempt, preemptions) -> the words; after a preemption the policy's count is said
+        // beside the run's own (never "attempt 3 of 2").
+        let table = [
+            (1, 0, "attempt 2 of 2 starts in 1s"),
+            (2, 1, "attempt 3 (2 of 2 by the retry policy, preemptions not counted) starts in 1s"),
+        ];
+        for (attempt, preemptions, want) in table {
+            let mut failed = run(policy, attempt, preemptions);
+            assert_eq!(next_attempt_words(&failed, Duration::from_secs(1)), want);
+            // A stage's transient exit retries while the charged attempts allow it.
+            failed.state = crate::model::RunState::Running;
+            let exit = Some(crate::model::Exit::Code(75));
+            let (trigger, reason) =
+                crate::engine::reconciler::core::stage_end::failure_move(&failed, "exited 75", exit).unwrap();
+            assert_eq!(
+                trigger,
+                crate::model::RunTrigger::Retry,
+                "attempt {attempt}, {preemptions} preemptions"
+            );
+            assert_eq!(reason, format!("exited 75 (transient by the retry policy): {want}"));
+        }
+        let mut spent = run(policy, 2, 0);
+        spent.state = crate::model::RunState::Running;
+        let exit = Some(crate::model::Exit::Code(75));
+        let moved =
+            crate::engine::reconciler::core::stage_end::failure_move(&spent, "exited 75", exit).unwrap();
+        assert_eq!(
+            moved,
+            (crate::model::RunTrigger::Fail, "exited 75".to_string()),
+            "its attempts are spent"
+        );
     }
 
     #[test]

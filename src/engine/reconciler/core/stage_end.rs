@@ -2,7 +2,7 @@
 //! policy, by the run's state; and when a run a stage's exit decided ends.
 
 use crate::model::{Exit, Millis, ProgressPoint, Run, RunState, RunTrigger};
-use crate::workflow::retry::{RetryDecision, RetryPolicy};
+use crate::workflow::retry::RetryDecision;
 
 /// What the completion rule says of one stage's end, before the retry policy is asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,29 +78,25 @@ pub fn of_total(total: Option<i64>) -> String {
 }
 
 /// A failure of a started run: `retry` when the stage's `exit` is transient by the workflow's
-/// retry policy and attempts are left, else `fail`. None for a run not starting or running.
-pub fn failure_move(
-    state: RunState,
-    attempt: i64,
-    policy: Option<&RetryPolicy>,
-    reason: &str,
-    exit: Option<Exit>,
-) -> Option<(RunTrigger, String)> {
-    if !matches!(state, RunState::Starting | RunState::Running) {
+/// retry policy and attempts are left (counted as the policy counts them: a preemption's
+/// requeue charges none), else `fail`. None for a run not starting or running.
+pub fn failure_move(run: &Run, reason: &str, exit: Option<Exit>) -> Option<(RunTrigger, String)> {
+    if !matches!(run.state, RunState::Starting | RunState::Running) {
         return None;
     }
-    Some(match crate::workflow::retry::after_exit(policy, attempt, exit.and_then(Exit::code)) {
-        RetryDecision::RetryIn(wait) => {
-            let max = policy.map_or(1, |p| p.max_attempts);
-            let reason = format!(
-                "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
-                attempt + 1,
-                crate::workflow::Dur(wait)
-            );
-            (RunTrigger::Retry, reason)
-        }
-        RetryDecision::Fail => (RunTrigger::Fail, reason.to_string()),
-    })
+    let policy = run.spec.retry.as_ref();
+    Some(
+        match crate::workflow::retry::after_exit(policy, run.charged_attempts(), exit.and_then(Exit::code)) {
+            RetryDecision::RetryIn(wait) => {
+                let reason = format!(
+                    "{reason} (transient by the retry policy): {}",
+                    super::retries::next_attempt_words(run, wait)
+                );
+                (RunTrigger::Retry, reason)
+            }
+            RetryDecision::Fail => (RunTrigger::Fail, reason.to_string()),
+        },
+    )
 }
 
 /// The whole rule for a stage's end: the move its run makes (and why), or None. `last` is the
@@ -119,9 +115,7 @@ pub fn end_move(
             Some(reason) => (RunTrigger::Fail, reason),
             None => (RunTrigger::Complete, format!("stage '{stage}' finished")),
         }),
-        Verdict::Failure(reason) => {
-            failure_move(run.state, run.charged_attempts(), run.spec.retry.as_ref(), &reason, exit)
-        }
+        Verdict::Failure(reason) => failure_move(run, &reason, exit),
     }
 }
 

@@ -41,11 +41,9 @@ pub fn decide(run: &Run, clock_from: Millis, last: Option<ProgressPoint>, now: M
     // Like every retry, a stall counts the attempts charged: a preemption's requeue is none.
     match after_stall(policy, run.charged_attempts()) {
         RetryDecision::RetryIn(wait) => {
-            let max = policy.map_or(1, |p| p.max_attempts);
             let reason = format!(
-                "{reason} (transient by the retry policy): attempt {} of {max} starts in {}",
-                run.attempt + 1,
-                crate::workflow::Dur(wait)
+                "{reason} (transient by the retry policy): {}",
+                super::retries::next_attempt_words(run, wait)
             );
             Verdict::Retry { reason }
         }
@@ -103,7 +101,7 @@ mod tests {
                 None,
                 10 * MIN,
                 Verdict::Retry {
-                    reason: "stalled: no progress for 10m (no step reported yet) (transient by the retry policy): attempt 3 of 2 starts in 30s".into(),
+                    reason: "stalled: no progress for 10m (no step reported yet) (transient by the retry policy): attempt 3 (2 of 2 by the retry policy, preemptions not counted) starts in 30s".into(),
                 },
             ),
             (RETRIED, S::Running, 3, 1, 0, None, 10 * MIN, fail("stalled: no progress for 10m (no step reported yet)")),

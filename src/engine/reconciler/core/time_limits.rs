@@ -41,11 +41,9 @@ pub fn decide(run: &Run, now: Millis) -> Verdict {
     match after_time_limit(policy, run.charged_attempts()) {
         RetryDecision::Fail => Verdict::Fail { reason },
         RetryDecision::RetryIn(wait) => {
-            let max = policy.map_or(1, |p| p.max_attempts);
             let reason = format!(
-                "{reason} (retried by the retry policy): attempt {} of {max} starts in {}",
-                run.attempt + 1,
-                crate::workflow::Dur(wait)
+                "{reason} (retried by the retry policy): {}",
+                super::retries::next_attempt_words(run, wait)
             );
             Verdict::Retry { reason, wait }
         }
