@@ -79,7 +79,8 @@ impl Fitted {
         hi.push(NOISE_BOUNDS.1.ln());
         let mut start = vec![theta; dims];
         start.push(noise.ln());
-        let Some((best, at_best)) = maximize(|p| log_likelihood_and_gradient(x, y, p), &start, &lo, &hi) else {
+        let Some((best, at_best)) = maximize(|p| log_likelihood_and_gradient(x, y, p), &start, &lo, &hi)
+        else {
             return Some(isotropic);
         };
         if at_best <= lml {
@@ -111,7 +112,10 @@ mod tests {
                     log_likelihood_and_gradient(&x, &y, &p).unwrap().0
                 };
                 let numeric = (at(h) - at(-h)) / (2.0 * h);
-                assert!((g - numeric).abs() <= 1e-5 * numeric.abs().max(1.0), "{params:?} [{i}]: {g} vs {numeric}");
+                assert!(
+                    (g - numeric).abs() <= 1e-5 * numeric.abs().max(1.0),
+                    "{params:?} [{i}]: {g} vs {numeric}"
+                );
             }
         }
     }
@@ -122,7 +126,9 @@ mod tests {
         let mut rng = Rng::keyed(6, 0, 0);
         let x: Vec<Vec<f64>> = (0..10).map(|_| (0..2).map(|_| rng.unit()).collect()).collect();
         let y: Vec<f64> = x.iter().map(|p| p[0] - p[1] * p[1]).collect();
-        let (lml, _) = log_likelihood_and_gradient(&x, &y, &[0.3f64.ln(), 0.3f64.ln(), super::super::gp::NUGGET.ln()]).unwrap();
+        let (lml, _) =
+            log_likelihood_and_gradient(&x, &y, &[0.3f64.ln(), 0.3f64.ln(), super::super::gp::NUGGET.ln()])
+                .unwrap();
         let want = super::super::gp::log_likelihood(&x, &y, 0.3);
         assert!((lml - want).abs() < 1e-9 * want.abs().max(1.0), "{lml} vs {want}");
     }

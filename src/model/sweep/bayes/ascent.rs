@@ -16,7 +16,8 @@ pub fn maximize(
     hi: &[f64],
 ) -> Option<(Vec<f64>, f64)> {
     let n = start.len();
-    let clamp = |x: Vec<f64>| -> Vec<f64> { x.iter().enumerate().map(|(i, v)| v.clamp(lo[i], hi[i])).collect() };
+    let clamp =
+        |x: Vec<f64>| -> Vec<f64> { x.iter().enumerate().map(|(i, v)| v.clamp(lo[i], hi[i])).collect() };
     let mut x = clamp(start.to_vec());
     let (mut value, mut grad) = f(&x)?;
     // The inverse Hessian of −f, approximated.
@@ -25,8 +26,11 @@ pub fn maximize(
         // Coordinates at a bound the gradient pushes past stay there.
         let free: Vec<bool> =
             (0..n).map(|i| !((x[i] <= lo[i] && grad[i] < 0.0) || (x[i] >= hi[i] && grad[i] > 0.0))).collect();
-        let mut direction: Vec<f64> =
-            (0..n).map(|i| if free[i] { (0..n).filter(|&j| free[j]).map(|j| h[i * n + j] * grad[j]).sum() } else { 0.0 }).collect();
+        let mut direction: Vec<f64> = (0..n)
+            .map(|i| {
+                if free[i] { (0..n).filter(|&j| free[j]).map(|j| h[i * n + j] * grad[j]).sum() } else { 0.0 }
+            })
+            .collect();
         if direction.iter().zip(&grad).map(|(d, g)| d * g).sum::<f64>() <= 0.0 {
             // Not an ascent direction (the approximation went astray): the gradient's.
             h = identity(n);
