@@ -8,7 +8,8 @@
 //! LACHESIS_TEST_SWEEPS_PYTHON=$(bash tests/python/sweeps.sh) \
 //!   cargo test --lib model::sweep::bayes::bench -- --ignored --nocapture
 //! ```
-//! (`LACHESIS_BAYES_WANDB_JSON=FILE` reads W&B's figures from a file the script wrote instead.)
+//! (`LACHESIS_BAYES_WANDB_JSON=FILE` reads W&B's figures from a file the script wrote instead;
+//! `LACHESIS_BAYES_FUNCTIONS=branin-2d,…` runs only the functions named, to iterate on them.)
 //!
 //! A sweep with max_live L starts L members at once (each later one imputing those before it in
 //! flight); then the oldest member in flight ends with its noisy value and one more is
@@ -162,8 +163,10 @@ fn wandb_figures(seeds: u64) -> Option<Value> {
 #[ignore = "minutes of one core: run by hand (see the module's doc)"]
 fn bayes_benchmark() {
     let seeds: u64 = std::env::var("LACHESIS_BAYES_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let only = std::env::var("LACHESIS_BAYES_FUNCTIONS").ok();
+    let chosen = |name: &str| only.as_ref().is_none_or(|only| only.split(',').any(|f| f.trim() == name));
     let mut ours = Vec::new();
-    for function in &FUNCTIONS {
+    for function in FUNCTIONS.iter().filter(|function| chosen(function.name)) {
         for max_live in MAX_LIVE {
             let bayes: Vec<Vec<f64>> =
                 (0..seeds).map(|seed| run_sweep(function, "bayes", max_live, seed)).collect();

@@ -76,9 +76,14 @@ pub fn solve_upper_t(l: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
 /// A process fitted to points `x` (each in the unit cube) and their normalized targets.
 #[derive(Clone, Debug)]
 pub struct Fitted {
-    x: Vec<Vec<f64>>,
-    /// The length scale chosen.
+    /// The points, each axis divided by its length scale (so the kernel's is 1).
+    scaled: Vec<Vec<f64>>,
+    /// The one length scale the scan chose (what W&B's poor-fit rule looks at).
     pub length_scale: f64,
+    /// The length scale of each axis (all `length_scale` unless refined per axis, [`ard`]).
+    pub scales: Vec<f64>,
+    /// The white-noise level on the diagonal.
+    pub noise: f64,
     l: Vec<f64>,
     /// K⁻¹ y.
     alpha: Vec<f64>,
@@ -87,7 +92,7 @@ pub struct Fitted {
 }
 
 /// The points' pairwise distances (row-major): computed once for all the length scales tried.
-fn distances(x: &[Vec<f64>]) -> Vec<f64> {
+pub(super) fn distances(x: &[Vec<f64>]) -> Vec<f64> {
     let n = x.len();
     let mut d = vec![0.0; n * n];
     for i in 0..n {
@@ -101,7 +106,7 @@ fn distances(x: &[Vec<f64>]) -> Vec<f64> {
 }
 
 /// The factor of K + nugget·I at length scale `l`, and the log marginal likelihood of `y`.
-fn factor(d: &[f64], y: &[f64], l: f64, nugget: f64) -> Option<(Vec<f64>, Vec<f64>, f64)> {
+pub(super) fn factor(d: &[f64], y: &[f64], l: f64, nugget: f64) -> Option<(Vec<f64>, Vec<f64>, f64)> {
     let n = y.len();
     let mut k = vec![0.0; n * n];
     for i in 0..n {
@@ -131,7 +136,7 @@ const SCAN: usize = 81;
 const GOLDEN_STEPS: usize = 30;
 
 /// White-noise levels tried (normalized units), W&B's nugget first.
-const NOISE_LEVELS: [f64; 4] = [NUGGET, 1e-3, 1e-2, 1e-1];
+pub const NOISE_LEVELS: [f64; 4] = [NUGGET, 1e-3, 1e-2, 1e-1];
 
 /// The log length scale at the best interior local maximum of the likelihood (a bound only when
 /// there is none), with `noise` on the diagonal, and its likelihood.
@@ -187,6 +192,12 @@ impl Fitted {
     }
 
     fn fit_among(x: &[Vec<f64>], y: &[f64], levels: &[f64]) -> Option<Fitted> {
+        let (theta, noise, _) = Fitted::isotropic(x, y, levels);
+        Fitted::with_noise(x, y, theta.exp(), noise)
+    }
+
+    /// The scan's log length scale, noise level and likelihood, the best among `levels`.
+    pub(super) fn isotropic(x: &[Vec<f64>], y: &[f64], levels: &[f64]) -> (f64, f64, f64) {
         let d = distances(x);
         let mut best: Option<(f64, f64, f64)> = None;
         for &noise in levels {
@@ -195,8 +206,7 @@ impl Fitted {
                 best = Some((theta, noise, lml));
             }
         }
-        let (theta, noise, _) = best.unwrap_or((0.0, NUGGET, f64::NEG_INFINITY));
-        Fitted::with_noise(x, y, theta.exp(), noise)
+        best.unwrap_or((0.0, NUGGET, f64::NEG_INFINITY))
     }
 
     /// The process through `x`, `y` at length scale `length_scale`; the nugget raised tenfold
@@ -206,12 +216,34 @@ impl Fitted {
     }
 
     /// `at`, with `noise` on the diagonal instead of W&B's nugget.
-    fn with_noise(x: &[Vec<f64>], y: &[f64], length_scale: f64, noise: f64) -> Option<Fitted> {
-        let d = distances(x);
+    pub(super) fn with_noise(x: &[Vec<f64>], y: &[f64], length_scale: f64, noise: f64) -> Option<Fitted> {
+        let dims = x.first().map_or(0, Vec::len);
+        Fitted::with_scales(x, y, length_scale, &vec![length_scale; dims], noise)
+    }
+
+    /// The process with a length scale per axis (`scales`); `length_scale` is the scan's.
+    pub(super) fn with_scales(
+        x: &[Vec<f64>],
+        y: &[f64],
+        length_scale: f64,
+        scales: &[f64],
+        noise: f64,
+    ) -> Option<Fitted> {
+        let scaled: Vec<Vec<f64>> =
+            x.iter().map(|p| p.iter().zip(scales).map(|(v, s)| v / s).collect()).collect();
+        let d = distances(&scaled);
         let mut nugget = noise;
         for _ in 0..4 {
-            if let Some((l, alpha, log_likelihood)) = factor(&d, y, length_scale, nugget) {
-                return Some(Fitted { x: x.to_vec(), length_scale, l, alpha, log_likelihood });
+            if let Some((l, alpha, log_likelihood)) = factor(&d, y, 1.0, nugget) {
+                return Some(Fitted {
+                    scaled,
+                    length_scale,
+                    scales: scales.to_vec(),
+                    noise: nugget,
+                    l,
+                    alpha,
+                    log_likelihood,
+                });
             }
             nugget *= 10.0;
         }
@@ -229,8 +261,9 @@ impl Fitted {
 
     /// The posterior mean and standard deviation at `point` (normalized units).
     pub fn predict(&self, point: &[f64]) -> (f64, f64) {
-        let n = self.x.len();
-        let k: Vec<f64> = self.x.iter().map(|x| matern32(distance(x, point), self.length_scale)).collect();
+        let n = self.scaled.len();
+        let point: Vec<f64> = point.iter().zip(&self.scales).map(|(v, s)| v / s).collect();
+        let k: Vec<f64> = self.scaled.iter().map(|x| matern32(distance(x, &point), 1.0)).collect();
         let mean: f64 = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
         let v = solve_lower(&self.l, n, &k);
         // scikit-learn clips a negative variance (rounding) to 0.

@@ -25,6 +25,8 @@
 //! Every draw comes from the stream keyed by (seed, member k): member k's suggestion is a pure
 //! function of the sweep, what the members before it showed, and k.
 
+pub mod ard;
+mod ascent;
 #[cfg(test)]
 mod bench;
 pub mod gp;
@@ -168,6 +170,12 @@ enum Kernel {
     #[cfg_attr(not(test), allow(dead_code))]
     WandB,
     WithNoise,
+    PerAxis,
+}
+
+/// TEMPORARY: the variant measured (LACHESIS_BAYES_VARIANT).
+fn variant() -> String {
+    std::env::var("LACHESIS_BAYES_VARIANT").unwrap_or_default()
 }
 
 fn fit(points: &[Vec<f64>], values: &[f64], kernel: Kernel) -> Option<Model> {
@@ -175,6 +183,7 @@ fn fit(points: &[Vec<f64>], values: &[f64], kernel: Kernel) -> Option<Model> {
     let fitted = match kernel {
         Kernel::WandB => Fitted::fit(points, &y)?,
         Kernel::WithNoise => Fitted::fit_noisy(points, &y)?,
+        Kernel::PerAxis => Fitted::fit_per_axis(points, &y, &gp::NOISE_LEVELS)?,
     };
     Some(Model { fitted, mean, std })
 }
@@ -198,7 +207,9 @@ fn next_point(spec: &SweepSpec, axes: &[&super::Parameter], members: &[Observed]
     current.truncate(MAX_SAMPLES - 5);
     let best = samples.iter().map(|(_, y)| *y).fold(f64::INFINITY, f64::min);
     let (points, values): (Vec<Vec<f64>>, Vec<f64>) = samples.into_iter().unzip();
-    let Some(model) = imputed_model(points, values, current, Kernel::WithNoise) else {
+    let v = variant();
+    let kernel = if v.contains("ard") { Kernel::PerAxis } else { Kernel::WithNoise };
+    let Some(model) = imputed_model(points, values, current, kernel) else {
         return random_point(dims, rng);
     };
     let candidates: Vec<Vec<f64>> = (0..CANDIDATES).map(|_| random_point(dims, rng)).collect();
@@ -228,6 +239,12 @@ fn imputed_model(
             points.push(point);
             values.push(fantasy);
         }
+    }
+    if variant().contains("kb") {
+        let (y, mean, std) = normalized(&values);
+        let f = &model.fitted;
+        let fitted = Fitted::with_scales(&points, &y, f.length_scale, &f.scales, f.noise)?;
+        return Some(Model { fitted, mean, std });
     }
     fit(&points, &values, kernel)
 }
