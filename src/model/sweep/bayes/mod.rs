@@ -163,19 +163,16 @@ struct Model {
     std: f64,
 }
 
-/// How the process is fitted: as W&B fits it, or with a white-noise level fitted too (what
-/// `suggest` does; W&B's own is kept for the tests that hold it to W&B's numbers).
+/// How the process is fitted: as W&B fits it (one length scale; kept for the tests that hold
+/// it to W&B's numbers), with a white-noise level fitted too, or with a length scale per axis
+/// and the noise level fitted together (what `suggest` does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernel {
     #[cfg_attr(not(test), allow(dead_code))]
     WandB,
+    #[cfg_attr(not(test), allow(dead_code))]
     WithNoise,
     PerAxis,
-}
-
-/// TEMPORARY: the variant measured (LACHESIS_BAYES_VARIANT).
-fn variant() -> String {
-    std::env::var("LACHESIS_BAYES_VARIANT").unwrap_or_default()
 }
 
 fn fit(points: &[Vec<f64>], values: &[f64], kernel: Kernel) -> Option<Model> {
@@ -207,9 +204,7 @@ fn next_point(spec: &SweepSpec, axes: &[&super::Parameter], members: &[Observed]
     current.truncate(MAX_SAMPLES - 5);
     let best = samples.iter().map(|(_, y)| *y).fold(f64::INFINITY, f64::min);
     let (points, values): (Vec<Vec<f64>>, Vec<f64>) = samples.into_iter().unzip();
-    let v = variant();
-    let kernel = if v.contains("ard") { Kernel::PerAxis } else { Kernel::WithNoise };
-    let Some(model) = imputed_model(points, values, current, kernel) else {
+    let Some(model) = imputed_model(points, values, current, Kernel::PerAxis) else {
         return random_point(dims, rng);
     };
     let candidates: Vec<Vec<f64>> = (0..CANDIDATES).map(|_| random_point(dims, rng)).collect();
@@ -222,7 +217,8 @@ fn next_point(spec: &SweepSpec, axes: &[&super::Parameter], members: &[Observed]
 }
 
 /// W&B's `train_gaussian_process`: the process fitted to the members that count, then, when
-/// some are in flight, fitted again with the first fit's predictions at their points.
+/// some are in flight, fitted again with the first fit's predictions at their points (at the
+/// first fit's hyperparameters; W&B refits them).
 fn imputed_model(
     mut points: Vec<Vec<f64>>,
     mut values: Vec<f64>,
@@ -240,13 +236,16 @@ fn imputed_model(
             values.push(fantasy);
         }
     }
-    if variant().contains("kb") {
-        let (y, mean, std) = normalized(&values);
-        let f = &model.fitted;
-        let fitted = Fitted::with_scales(&points, &y, f.length_scale, &f.scales, f.noise)?;
-        return Some(Model { fitted, mean, std });
+    if kernel == Kernel::WandB {
+        return fit(&points, &values, kernel);
     }
-    fit(&points, &values, kernel)
+    // Fitted again at the first fit's hyperparameters (a kriging believer): refitting them on
+    // the predictions, as W&B does, shrinks the length scales around the members in flight and
+    // crowds the parallel suggestions together (measured: docs/benchmarks.md).
+    let (y, mean, std) = normalized(&values);
+    let f = &model.fitted;
+    let fitted = Fitted::with_scales(&points, &y, f.length_scale, &f.scales, f.noise)?;
+    Some(Model { fitted, mean, std })
 }
 
 /// The candidate with the largest expected improvement below `best` (the best value seen,
