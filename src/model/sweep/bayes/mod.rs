@@ -164,14 +164,12 @@ struct Model {
 }
 
 /// How the process is fitted: as W&B fits it (one length scale; kept for the tests that hold
-/// it to W&B's numbers), with a white-noise level fitted too, or with a length scale per axis
-/// and the noise level fitted together (what `suggest` does).
+/// it to W&B's numbers), or with a length scale per axis and a white-noise level fitted
+/// together (what `suggest` does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernel {
     #[cfg_attr(not(test), allow(dead_code))]
     WandB,
-    #[cfg_attr(not(test), allow(dead_code))]
-    WithNoise,
     PerAxis,
 }
 
@@ -179,7 +177,6 @@ fn fit(points: &[Vec<f64>], values: &[f64], kernel: Kernel) -> Option<Model> {
     let (y, mean, std) = normalized(values);
     let fitted = match kernel {
         Kernel::WandB => Fitted::fit(points, &y)?,
-        Kernel::WithNoise => Fitted::fit_noisy(points, &y)?,
         Kernel::PerAxis => Fitted::fit_per_axis(points, &y, &gp::NOISE_LEVELS)?,
     };
     Some(Model { fitted, mean, std })
