@@ -73,6 +73,15 @@ async fn first_applied(service: &Service, sweep: Uuid) -> ExploitRecord {
     .await
 }
 
+/// Stopped for an exploit, the loser went back to the queue from `stopping`: it never ended
+/// `stopped` on the way (no `run_stopped` webhook, no dependent settled by it).
+async fn assert_never_stopped(home: &mut TestHome, loser: Uuid) {
+    let moves: Vec<_> =
+        home.events(loser).await.into_iter().filter_map(|e| Some((e.from_state?, e.to_state?))).collect();
+    assert!(moves.contains(&(RunState::Stopping, RunState::Pending)), "{moves:?}");
+    assert!(!moves.iter().any(|(_, to)| *to == RunState::Stopped), "{moves:?}");
+}
+
 /// The loser continues from the donor's checkpoint, as its next attempt, with the explored
 /// values; both members say so.
 async fn assert_continued(home: &mut TestHome, exploit: &ExploitRecord) {
@@ -128,16 +137,7 @@ async fn assert_continued(home: &mut TestHome, exploit: &ExploitRecord) {
         1,
         "{loser_says:#?}"
     );
-    // Stopped for the exploit, it went back to the queue from `stopping`: it never ended
-    // `stopped` on the way (no `run_stopped` webhook, no dependent settled by it).
-    let moves: Vec<_> = home
-        .events(exploit.run)
-        .await
-        .into_iter()
-        .filter_map(|e| Some((e.from_state?, e.to_state?)))
-        .collect();
-    assert!(moves.contains(&(RunState::Stopping, RunState::Pending)), "{moves:?}");
-    assert!(!moves.iter().any(|(_, to)| *to == RunState::Stopped), "{moves:?}");
+    assert_never_stopped(home, exploit.run).await;
     let donor_says = home.messages(exploit.donor_run).await;
     assert!(
         donor_says.iter().any(|m| m.contains(&format!(
@@ -341,13 +341,7 @@ stop_grace: 5s
         async move { std::fs::read_to_string(&log).unwrap_or_default().contains(&said).then_some(()) }
     })
     .await;
-    let moves: Vec<_> = home
-        .events(exploit.run)
-        .await
-        .into_iter()
-        .filter_map(|e| Some((e.from_state?, e.to_state?)))
-        .collect();
-    assert!(moves.contains(&(RunState::Stopping, RunState::Pending)), "{moves:?}");
+    assert_never_stopped(&mut home, exploit.run).await;
     for id in &members {
         let (run, _) = home.wait_settled(*id, T).await;
         assert_eq!(run.state, RunState::Completed, "member {id}: {:?}\n{}", run.reason, home.daemon_log());

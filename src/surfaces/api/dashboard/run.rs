@@ -336,23 +336,17 @@ pub async fn render(service: &Service, id: &str) -> Result<(String, String)> {
         let deps: Vec<String> = status
             .after
             .iter()
-            .map(|d| match d.awaited {
-                crate::model::Awaited::Run { .. } => {
-                    format!(
-                        "<a href=\"/ui/runs/{}\">{}</a>: {}",
-                        d.awaited.id(),
-                        esc(&d.describe()),
-                        d.settled.as_str()
-                    )
-                }
-                crate::model::Awaited::Sweep { .. } => {
-                    format!(
-                        "<a href=\"/ui/sweeps/{}\">{}</a>: {}",
-                        d.awaited.id(),
-                        esc(&d.describe()),
-                        d.settled.as_str()
-                    )
-                }
+            .map(|d| {
+                let pages = match d.awaited {
+                    crate::model::Awaited::Run { .. } => "runs",
+                    crate::model::Awaited::Sweep { .. } => "sweeps",
+                };
+                format!(
+                    "<a href=\"/ui/{pages}/{}\">{}</a>: {}",
+                    d.awaited.id(),
+                    esc(&d.describe()),
+                    d.settled.as_str()
+                )
             })
             .collect();
         body.push_str(&deps.join(" · "));
