@@ -81,7 +81,7 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
         "--api-key-env",
         "STUB_KEY",
         "--timeout",
-        "25s",
+        "45s",
         "--workflow",
         "arith-tests",
         "--wait",
@@ -104,7 +104,7 @@ async fn a_test_runs_each_model_and_a_silent_endpoint_is_killed_at_its_timeout()
     assert!(good["error"].is_null(), "{good:#}");
     let silent = models.iter().find(|m| m["model"] == "silent-model").unwrap();
     assert!(
-        silent["error"].as_str().unwrap().starts_with("timed out after 25s and was killed"),
+        silent["error"].as_str().unwrap().starts_with("timed out after 45s and was killed"),
         "{silent:#}"
     );
     let tasks = shown["tasks"].as_array().unwrap();

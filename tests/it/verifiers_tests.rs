@@ -116,7 +116,7 @@ async fn vf_eval_scores_each_model_its_mean_reward_and_a_silent_one_is_killed() 
     select_arith(&mut home, 2).await;
     home.start_daemon();
     let ps = crate::support::ArgvWatch::start(KEY, " -m verifiers.scripts.eval ");
-    let shown = run_test(&home, &url, "good-model,other-model,silent-model", "30s", &[]);
+    let shown = run_test(&home, &url, "good-model,other-model,silent-model", "50s", &[]);
     let (seen, leaks) = ps.stop();
     assert!(leaks.is_empty(), "the key showed in a command line: {leaks:#?}");
     assert!(seen > 0, "the scan saw vf-eval running");
@@ -142,7 +142,7 @@ async fn vf_eval_scores_each_model_its_mean_reward_and_a_silent_one_is_killed() 
     }
     let silent = model(&shown, "silent-model");
     let error = silent["error"].as_str().unwrap();
-    assert!(error.starts_with("timed out after 30s and was killed"), "{silent:#}");
+    assert!(error.starts_with("timed out after 50s and was killed"), "{silent:#}");
     let summary = &test["results"]["summary"];
     assert_eq!((summary["models_tested"].as_u64(), summary["models_succeeded"].as_u64()), (Some(3), Some(2)));
     assert_eq!(summary["avg_reward"], 0.5);
