@@ -139,7 +139,8 @@ say "bringing up a local Slurm cluster"
 finish system || true
 slurm_conf=$(cat "$jobs_dir/slurm_conf" 2>/dev/null || true)
 if [ -n "$slurm_conf" ] && [ "${slurm_conf#SLURM_CONF=}" != "$slurm_conf" ]; then
-  export LACHESIS_REQUIRE_SLURM=1
+  # The tests use the cluster as brought up here (tests/it/slurm.rs), without probing it again.
+  export LACHESIS_REQUIRE_SLURM=1 LACHESIS_SLURM_CONF="${slurm_conf#SLURM_CONF=}"
 else
   say "no Slurm cluster (${slurm_conf:-cluster.sh failed}): the Slurm tests will say they skip"
 fi
@@ -167,10 +168,10 @@ if cargo nextest --version >/dev/null 2>&1; then
   # (a cargo build of its own, which would wait for cargo's lock) runs beside the tests.
   cargo nextest list --locked --list-type binaries-only --message-format json >"$jobs_dir/binaries.json"
   cargo metadata --locked --format-version 1 --no-deps >"$jobs_dir/metadata.json"
-  # The wheel's build compiles lachesis without `testing` and would put its `lachesis` where the
-  # tests exec theirs (target/debug/lachesis), so it builds in a copy of the test build's
-  # compiled dependencies (their fingerprints hold no absolute target path: only lachesis
-  # compiles again there).
+  # The wheel's build links stripped executables and would put its `lachesis` where the tests
+  # exec theirs (target/debug/lachesis), so it builds in a copy of the test build's compiled
+  # crates (their fingerprints hold no absolute target path): with the test build's features,
+  # only the two executables compile again there (tests/wheel/wheel.sh).
   say "the wheel tier (beside the tests; its output follows theirs)"
   mkdir -p "$jobs_dir/wheel-target/debug"
   cp -a target/debug/.fingerprint target/debug/build target/debug/deps "$jobs_dir/wheel-target/debug/"

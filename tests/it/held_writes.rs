@@ -63,7 +63,11 @@ impl Lab {
     /// health 503 with `kind`, `daemon_unhealthy` posted.
     async fn exits_held(&mut self, kind: &str) -> Value {
         std::fs::write(&self.go, b"").unwrap();
-        let failing = wait_unhealthy(&self.home, kind).await;
+        // A write lock held elsewhere is found by waiting out the store's busy timeout (15 s),
+        // once per write that meets it first (a heartbeat, a claim, then the exits): on the
+        // suite's two loaded cores that took over a minute.
+        let deadline = if kind == "away" { 3 * T } else { T };
+        let failing = wait_unhealthy(&self.home, kind, deadline).await;
         assert!(failing["held_runs"].as_u64().unwrap() >= 1, "{failing}");
         assert!(failing["held_messages"].as_u64().unwrap() >= 1, "{failing}");
         let error = failing["error"].as_str().unwrap();
@@ -131,8 +135,8 @@ async fn health(home: &TestHome) -> (u16, Value) {
 
 /// Waits until GET /health answers 503 with writes failing for `kind` and messages held;
 /// returns what it says.
-async fn wait_unhealthy(home: &TestHome, kind: &str) -> Value {
-    wait_for(&format!("GET /health to say writes fail ({kind})"), T, || async move {
+async fn wait_unhealthy(home: &TestHome, kind: &str, deadline: Duration) -> Value {
+    wait_for(&format!("GET /health to say writes fail ({kind})"), deadline, || async move {
         let (status, body) = health(home).await;
         // Until the exits are held (a claim may fail first: the queue waits).
         let failing = &body["writes_failing"];

@@ -26,9 +26,11 @@ impl Reconciler {
     pub(super) async fn claim_runs(&mut self) -> Result {
         // Before the claim's own clock read: a backoff ending between the two is read below.
         let looked_at = crate::model::now_millis();
-        if self.claim_pass().await? {
+        if self.claim_pass().await?
+            && let Some(lease) = &self.node.lease
+        {
             // Not read, the previous answer stands: the claim itself went through.
-            match self.store.next_backoff_end(looked_at).await {
+            match self.store.next_backoff_end(looked_at, lease).await {
                 Ok(next) => self.retry_wakeups.stored(next),
                 Err(err) => debug!("reconciler: cannot read the next backoff end: {err}"),
             }

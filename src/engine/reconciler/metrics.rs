@@ -107,8 +107,8 @@ fn read_batch(
     Batch { readings, more, odd }
 }
 
-/// A sweep member's worker's view of its sweep.
-struct Member {
+/// Where a sweep member's worker tells its sweep's decider that readings landed.
+struct SweepFeed {
     sweep: Uuid,
     readings: Arc<SweepReadings>,
 }
@@ -134,14 +134,14 @@ fn spawn_worker(
     attempt: u32,
     followed: Followed,
     finish: Arc<Finish>,
-    member: Option<Member>,
+    feed: Option<SweepFeed>,
 ) {
     let Followed { source, mark, from_step } = followed;
     let reader =
         Arc::new(Mutex::new(Reader { follower: Follower::from_mark(source.file(), mark), warned: false }));
     tokio::spawn(async move {
-        let metric = match &member {
-            Some(member) => sweep_metric(&*store, member.sweep).await,
+        let metric = match &feed {
+            Some(feed) => sweep_metric(&*store, feed.sweep).await,
             None => None,
         };
         let mut failures = 0u32;
@@ -162,13 +162,13 @@ fn spawn_worker(
                 match store.put_metric_values(run, attempt, &batch, now_millis()).await {
                     Ok(()) => {
                         failures = 0;
-                        if let Some(member) = &member
+                        if let Some(feed) = &feed
                             && readings::news_for_sweep(
                                 metric.as_deref(),
                                 batch.iter().map(|r| r.name.as_str()),
                             )
                         {
-                            member.readings.landed(member.sweep);
+                            feed.readings.landed(feed.sweep);
                         }
                         break;
                     }
@@ -187,10 +187,10 @@ fn spawn_worker(
                     }
                 }
             }
-            if let (Some(odd), Some(member)) = (odd, &member)
+            if let (Some(odd), Some(feed)) = (odd, &feed)
                 && readings::say_not_a_number(true, odd.step, from_step, said_odd)
             {
-                let note = NewEvent::note(super::not_a_number_note(&odd, member.sweep));
+                let note = NewEvent::note(super::not_a_number_note(&odd, feed.sweep));
                 said_odd = store.add_event(run, &note).await.is_ok();
             }
             match readings::after_batch(more, finishing) {
@@ -249,12 +249,12 @@ impl Reconciler {
         let resumed_at = crate::workflow::checkpoints::resume_of(&sup.run.params.resolved).ok().flatten();
         let from_step = readings::from_step(resumed_at.map(|point| point.step));
         let followed = Followed { source, mark, from_step };
-        let member = sup
+        let feed = sup
             .run
             .params
             .sweep
-            .map(|of| Member { sweep: of.sweep, readings: Arc::clone(&self.sweep_readings) });
-        spawn_worker(Arc::clone(&self.store), id, attempt, followed, Arc::clone(&finish), member);
+            .map(|of| SweepFeed { sweep: of.sweep, readings: Arc::clone(&self.sweep_readings) });
+        spawn_worker(Arc::clone(&self.store), id, attempt, followed, Arc::clone(&finish), feed);
         sup.metrics = Some(MetricWatch { finish });
         Ok(())
     }

@@ -8,7 +8,7 @@ use sqlx::Row;
 
 use super::events::insert_event;
 use super::nodes::Lease;
-use super::rows::{json, run_from_row};
+use super::rows::{from_json, json, run_from_row};
 use super::sql::SqlStore;
 use super::{Result, Store, StoreError};
 use crate::model::{EventKind, InferenceTest, Millis, Run, RunParams, RunState, TestState, now_millis};
@@ -46,10 +46,12 @@ pub trait ClaimStore: Send + Sync {
     /// Whether any pending run could be claimed now: a read, so an idle daemon can look at an
     /// empty queue without a write transaction.
     async fn runs_waiting(&self) -> Result<bool>;
-    /// The earliest backoff end after `after` among the pending runs a claim could take once it
-    /// is over (not held, no dependency open), so a daemon wakes then, whoever queued the run
-    /// again; None when none backs off. One read of the partial index `runs_backing_off`.
-    async fn next_backoff_end(&self, after: Millis) -> Result<Option<Millis>>;
+    /// The earliest backoff end after `after` among the pending runs a claim under `lease`
+    /// could take once it is over (not held, no dependency open, its node labels this node's),
+    /// so a daemon wakes then, whoever queued the run again; None when none backs off. A read of
+    /// the partial index `runs_backing_off`, a page at most: past a page of runs pinned
+    /// elsewhere it answers the page's last end, to read on from there then.
+    async fn next_backoff_end(&self, after: Millis, lease: &Lease) -> Result<Option<Millis>>;
     /// Claims up to `limit` queued tests, oldest first, each into `tests_dir/<id>`.
     async fn claim_tests(
         &self,
@@ -70,8 +72,17 @@ const PENDING_PAGE: &str = concat!(
 /// The earliest backoff end after `$1` of a run the claim reads once it is over: its terms are
 /// those of the partial index `runs_backing_off` (migration 0029), so both stores read one
 /// index entry.
-const NEXT_BACKOFF_END: &str = "SELECT not_before FROM runs WHERE state = 'pending' AND held_at IS NULL \
-     AND deps_open = 0 AND not_before IS NOT NULL AND not_before > $1 ORDER BY not_before LIMIT 1";
+const NEXT_BACKOFF_END: &str = "SELECT not_before, spec FROM runs WHERE state = 'pending' AND held_at IS NULL \
+     AND deps_open = 0 AND not_before IS NOT NULL AND not_before > $1 ORDER BY not_before LIMIT $2";
+/// How many backing-off runs `next_backoff_end` reads at most for one that fits the node.
+const BACKOFF_PAGE: i64 = 32;
+
+/// A run's spec as far as `next_backoff_end` needs it: which nodes may take it.
+#[derive(serde::Deserialize)]
+struct Pinned {
+    #[serde(default)]
+    node_labels: std::collections::BTreeMap<String, String>,
+}
 /// The lock on one picked run, as read (PostgreSQL). Locking the whole page instead would lock
 /// the runs this node passes over (pinned to another node's labels, say) while another node that
 /// could take them skips them as locked, and then waits for its scan: a lost wake-up.
@@ -224,9 +235,20 @@ impl ClaimStore for SqlStore {
         Ok(waiting.is_some())
     }
 
-    async fn next_backoff_end(&self, after: Millis) -> Result<Option<Millis>> {
-        let row = sqlx::query(NEXT_BACKOFF_END).bind(after).fetch_optional(self.pool()).await?;
-        Ok(row.map(|row| row.try_get("not_before")).transpose()?)
+    async fn next_backoff_end(&self, after: Millis, lease: &Lease) -> Result<Option<Millis>> {
+        let rows =
+            sqlx::query(NEXT_BACKOFF_END).bind(after).bind(BACKOFF_PAGE).fetch_all(self.pool()).await?;
+        for row in &rows {
+            let pinned: Pinned = from_json(&row.try_get::<String, _>("spec")?, "run spec")?;
+            if lease.fits(&pinned.node_labels) {
+                return Ok(Some(row.try_get("not_before")?));
+            }
+        }
+        // A whole page pinned elsewhere: wake at its last end and read on from there.
+        match rows.len() as i64 == BACKOFF_PAGE {
+            true => Ok(rows.last().map(|row| row.try_get("not_before")).transpose()?),
+            false => Ok(None),
+        }
     }
 
     async fn claim_tests(

@@ -65,10 +65,10 @@ pub trait SweepMemberStore: Send + Sync {
     /// Stops member run `run` for its sweep's hyperband, saying `reason`, and marks the member
     /// early-terminated, in one transaction (a conflict when the run moved since it was read).
     async fn early_terminate(&self, run: &Run, reason: &str) -> Result<Run>;
-    /// A sweep's members in order of k, each with its run as it is now.
-    async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>>;
+    /// A sweep's members in order of k, each with its whole run as it is now (spec included).
+    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<(u64, Run)>>;
     /// A sweep's members in order of k, without their runs' specs (a leaderboard's, a decision's).
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<Member>>;
+    async fn sweep_members(&self, id: Uuid) -> Result<Vec<Member>>;
     /// Writes member `k` of the live sweep `sweep` (a bayes sweep's next), with the values
     /// suggested for it: its `sweep_members` row, its run (pending) and stages, in one
     /// transaction. False, with nothing written, when member k exists already (a pass made it
@@ -102,7 +102,7 @@ impl SweepMemberStore for SqlStore {
         Ok(moved.run)
     }
 
-    async fn sweep_members(&self, id: Uuid) -> Result<Vec<(u64, Run)>> {
+    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<(u64, Run)>> {
         let rows = sqlx::query(concat!(
             "SELECT m.k, r.id, r.workflow, r.env_name, r.state, r.version, r.priority, r.attempt, r.created_at, ",
             "r.updated_at, r.started_at, r.ended_at, r.reason, r.run_dir, r.spec, r.params, r.node, r.fence, ",
@@ -116,7 +116,7 @@ impl SweepMemberStore for SqlStore {
         rows.iter().map(|row| Ok((member_number(row, "k")?, run_from_row(row)?))).collect()
     }
 
-    async fn sweep_member_runs(&self, id: Uuid) -> Result<Vec<Member>> {
+    async fn sweep_members(&self, id: Uuid) -> Result<Vec<Member>> {
         let sql = format!(
             "SELECT {MEMBER_COLUMNS} FROM sweep_members m JOIN runs r ON r.id = m.run_id \
              WHERE m.sweep_id = $1 ORDER BY m.k"

@@ -1,7 +1,7 @@
 //! When a retry's backoff ends, so the loop claims then rather than at the next scan. Two
 //! sources: the `not_before` of the runs this loop queued again itself (a retry, a lost node's
 //! runs), kept as it writes them; and the store's earliest backoff end among the pending runs
-//! after its last look at the queue (`ClaimStore::next_backoff_end`), read at start and after
+//! this node could take (its labels), after its last look at the queue (`ClaimStore::next_backoff_end`), read at start and after
 //! each claim pass (a wake-up or NOTIFY is followed by one), which finds the runs another node
 //! queued again, or this daemon did before it restarted. The loop wakes at the earliest of the
 //! two. Bounded: past `MAX` own waits the latest are dropped; the store's answer and the scan,

@@ -160,7 +160,7 @@ impl Service {
         let mut ids = Vec::new();
         if let Some(sweep) = &selection.sweep {
             let sweep = self.resolve_sweep(sweep).await?;
-            let members = self.store.sweep_members(sweep.id).await?;
+            let members = self.store.sweep_member_runs(sweep.id).await?;
             ids.extend(members.iter().map(|(_, run)| run).filter(|run| wanted(run)).map(|run| run.id));
             return Ok(ids);
         }

@@ -137,7 +137,7 @@ impl SweepDecider {
                         && sweep.member_setup.is_some()
                         && service
                             .store
-                            .sweep_member_runs(sweep.id)
+                            .sweep_members(sweep.id)
                             .await?
                             .iter()
                             .map(|m| m.k + 1)
@@ -184,7 +184,7 @@ impl Service {
             }
         };
         let Some(metric) = &spec.metric else { return Ok(Vec::new()) };
-        let members = self.store.sweep_members(sweep.id).await?;
+        let members = self.store.sweep_member_runs(sweep.id).await?;
         // A member that never started has no readings: its series is not read.
         let started: Vec<Uuid> = members
             .iter()

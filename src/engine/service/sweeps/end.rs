@@ -44,7 +44,7 @@ impl Service {
         };
         let Some(metric) = metric else { return Ok((None, Some("it has no metric".into()))) };
         // Each member's best, summed up where its readings are kept (as the leaderboard's).
-        let members = self.store.sweep_member_runs(sweep.id).await?;
+        let members = self.store.sweep_members(sweep.id).await?;
         let started: Vec<Uuid> =
             members.iter().filter(|member| member.started()).map(|member| member.run).collect();
         let mut bests = source.members_summaries(sweep.id, &started, &metric.name, metric.goal).await?;

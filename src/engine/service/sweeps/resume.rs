@@ -60,11 +60,11 @@ impl Service {
                     why: format!("it reached its target before its stop ({})", reached.message),
                 });
             }
-            let members = self.store.sweep_member_runs(sweep.id).await?;
+            let members = self.store.sweep_members(sweep.id).await?;
             // Which failed members' runs allow another attempt: their retry policies, in their specs.
             let retrying: BTreeSet<u64> = self
                 .store
-                .sweep_members(sweep.id)
+                .sweep_member_runs(sweep.id)
                 .await?
                 .iter()
                 .filter(|(_, run)| retries_left(run))

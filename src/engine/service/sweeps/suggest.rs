@@ -34,7 +34,7 @@ impl Service {
         }
         let Ok(spec) = SweepSpec::parse(&sweep.file) else { return Ok(Vec::new()) };
         let (Method::Bayes, Some(metric)) = (spec.method, &spec.metric) else { return Ok(Vec::new()) };
-        let members = self.store.sweep_member_runs(sweep.id).await?;
+        let members = self.store.sweep_members(sweep.id).await?;
         // The next k follows the last one (a member retention forgot leaves a gap, not a k).
         let made = members.iter().map(|m| m.k + 1).max().unwrap_or(0);
         // A member a resume marked to run again is in flight already, though its run still

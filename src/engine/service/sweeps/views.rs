@@ -192,7 +192,7 @@ impl Service {
         source: &dyn MetricSeries,
     ) -> Result<SweepStatus> {
         let spec = SweepSpec::parse(&sweep.file)?;
-        let members = self.store.sweep_member_runs(sweep.id).await?;
+        let members = self.store.sweep_members(sweep.id).await?;
         let mut counts = StateCounts::default();
         let mut leaderboard = Vec::with_capacity(members.len());
         // A member that never started has no readings: its series is not read.
@@ -294,7 +294,7 @@ impl Service {
             // The runs its stop failed have notices to post, even when no member was left to stop.
             self.wake().await;
         }
-        for (_, run) in self.store.sweep_members(sweep.id).await? {
+        for (_, run) in self.store.sweep_member_runs(sweep.id).await? {
             if run.state.is_terminal() {
                 continue;
             }

@@ -69,15 +69,27 @@ on_both_backends!(
     the_next_backoff_end_is_that_of_a_run_a_claim_could_take,
 );
 
-/// The earliest backoff end after a given time, of the pending runs a claim takes once it is
-/// over, whoever queued them again: a held run's is not one; an end at the time asked is over.
+/// The earliest backoff end after a given time, of the pending runs a claim by this node takes
+/// once it is over, whoever queued them again: a held run's is not one, nor one pinned to other
+/// nodes' labels; an end at the time asked is over.
 async fn the_next_backoff_end_is_that_of_a_run_a_claim_could_take(store: &dyn Store) {
     use crate::engine::store::PendingEdit;
     let now = now_millis();
-    assert_eq!(store.next_backoff_end(now).await.unwrap(), None, "none backs off");
+    let lease = register(store, "plain", Duration::from_secs(30)).await;
+    let registration = NodeRegistration {
+        id: "h100".into(),
+        hostname: "test".into(),
+        labels: [("gpu".to_string(), "h100".to_string())].into(),
+        lease: Duration::from_secs(30),
+    };
+    let h100 = store.register_node(&registration).await.unwrap();
+    assert_eq!(store.next_backoff_end(now, &lease).await.unwrap(), None, "none backs off");
     let mut queued = Vec::new();
-    for wait in [60_000, 30_000, 90_000, 10_000] {
-        let run = store.transition(&insert(store, "").await, RunTrigger::Claim, None, None).await.unwrap();
+    // The last is pinned to the h100 nodes; its backoff ends first of the runs not held.
+    for (wait, extra) in
+        [(60_000, ""), (30_000, ""), (90_000, ""), (10_000, ""), (20_000, "node_labels: {gpu: h100}\n")]
+    {
+        let run = store.transition(&insert(store, extra).await, RunTrigger::Claim, None, None).await.unwrap();
         let run = store.transition(&run, RunTrigger::Retry, Some("transient"), None).await.unwrap();
         queued.push(store.requeue(&run, RunTrigger::AllStagesGone, "retry", now + wait).await.unwrap());
     }
@@ -92,11 +104,12 @@ async fn the_next_backoff_end_is_that_of_a_run_a_claim_could_take(store: &dyn St
         (now + 90_000, None),
     ];
     for (after, want) in table {
-        assert_eq!(store.next_backoff_end(after).await.unwrap(), want, "after now + {}", after - now);
+        assert_eq!(store.next_backoff_end(after, &lease).await.unwrap(), want, "after now + {}", after - now);
     }
+    assert_eq!(store.next_backoff_end(now, &h100).await.unwrap(), Some(now + 20_000), "the pinned run's");
     // Claimed once over, it is no longer one.
     store.transition(&queued[1], RunTrigger::Claim, None, None).await.unwrap();
-    assert_eq!(store.next_backoff_end(now).await.unwrap(), Some(now + 60_000));
+    assert_eq!(store.next_backoff_end(now, &lease).await.unwrap(), Some(now + 60_000));
 }
 
 /// A hold is the claim query's own condition: a held run ahead of others (first in the queue,

@@ -165,7 +165,7 @@ async fn two_claimers_at_once_never_pass_max_live(store: Arc<dyn Store>) {
     }
     assert_eq!(claimed, 2, "max_live 2 across both claimers");
     let in_flight = store
-        .sweep_members(limited.id)
+        .sweep_member_runs(limited.id)
         .await
         .unwrap()
         .iter()

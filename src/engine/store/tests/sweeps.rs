@@ -72,7 +72,7 @@ async fn a_sweep_and_its_members_land_together_or_not_at_all(store: &dyn Store) 
     let runs = members(&first);
     store.insert_sweep(&first, &runs).await.unwrap();
     assert_eq!(store.sweep(first.id).await.unwrap().as_ref(), Some(&first));
-    let read = store.sweep_members(first.id).await.unwrap();
+    let read = store.sweep_member_runs(first.id).await.unwrap();
     let ks: Vec<u64> = read.iter().map(|(k, _)| *k).collect();
     assert_eq!(ks, vec![0, 1, 2]);
     for ((k, run), (written, _)) in read.iter().zip(&runs) {
@@ -91,7 +91,7 @@ async fn a_sweep_and_its_members_land_together_or_not_at_all(store: &dyn Store) 
     assert!(store.insert_sweep(&second, &clash).await.is_err());
     assert_eq!(store.sweep(second.id).await.unwrap(), None);
     assert!(store.run(clash[0].0.id).await.unwrap().is_none(), "its first member is gone with it");
-    assert!(store.sweep_members(second.id).await.unwrap().is_empty());
+    assert!(store.sweep_member_runs(second.id).await.unwrap().is_empty());
 
     let third = sweep(1, None);
     store.insert_sweep(&third, &members(&third)).await.unwrap();
@@ -100,7 +100,7 @@ async fn a_sweep_and_its_members_land_together_or_not_at_all(store: &dyn Store) 
 
     // A forgotten run leaves its sweep with it (retention, `lachesis gc`).
     store.forget_runs(&[runs[0].0.id]).await.unwrap();
-    let left: Vec<u64> = store.sweep_members(first.id).await.unwrap().iter().map(|(k, _)| *k).collect();
+    let left: Vec<u64> = store.sweep_member_runs(first.id).await.unwrap().iter().map(|(k, _)| *k).collect();
     assert_eq!(left, vec![1, 2]);
     assert!(store.sweeps_of_runs(&[runs[0].0.id]).await.unwrap().is_empty());
 }
@@ -357,7 +357,7 @@ async fn a_sweep_and_the_runs_waiting_for_it_land_together_or_not_at_all(store: 
         .await
         .unwrap();
     assert_eq!(written[0].deps_open, 1);
-    assert_eq!(store.sweep_members(tune.id).await.unwrap().len(), 2);
+    assert_eq!(store.sweep_member_runs(tune.id).await.unwrap().len(), 2);
 
     // A run that cannot be written (its id is taken) takes the sweep and its members with it.
     let other = sweep(1, None);
@@ -533,7 +533,7 @@ async fn a_sweeps_summaries_are_its_series_at_a_glance(store: &dyn Store) {
     assert_eq!(glance(&ids[1]), (3, 2, 3, 2.0, 3, 2.0));
     assert!(store.member_summaries(record.id, "kl", Goal::Minimize).await.unwrap().is_empty());
     // The members as the leaderboard shows them: in order of k, with their state.
-    let listed = store.sweep_member_runs(record.id).await.unwrap();
+    let listed = store.sweep_members(record.id).await.unwrap();
     assert_eq!(
         listed.iter().map(|m| (m.k, m.run)).collect::<Vec<_>>(),
         ids.iter().copied().enumerate().map(|(k, id)| (k as u64, id)).collect::<Vec<_>>()
@@ -558,7 +558,7 @@ async fn a_suggested_member_is_written_once_and_only_to_a_live_sweep(store: &dyn
     let (other, other_stages) = &runs[1];
     assert!(!store.add_member(bayes.id, 0, &suggestion, other, other_stages).await.unwrap());
     assert!(store.run(other.id).await.unwrap().is_none());
-    let read = store.sweep_member_runs(bayes.id).await.unwrap();
+    let read = store.sweep_members(bayes.id).await.unwrap();
     assert_eq!(read.iter().map(|m| (m.k, m.run)).collect::<Vec<_>>(), vec![(0, run.id)]);
     assert_eq!(read[0].suggestion.as_ref(), Some(&suggestion));
     assert_eq!(store.run(run.id).await.unwrap().map(|r| r.state), Some(RunState::Pending));
@@ -572,5 +572,5 @@ async fn a_suggested_member_is_written_once_and_only_to_a_live_sweep(store: &dyn
     // A grid's members have no suggestion.
     let grid = sweep(1, None);
     store.insert_sweep(&grid, &members(&grid)).await.unwrap();
-    assert_eq!(store.sweep_member_runs(grid.id).await.unwrap()[0].suggestion, None);
+    assert_eq!(store.sweep_members(grid.id).await.unwrap()[0].suggestion, None);
 }
