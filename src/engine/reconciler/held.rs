@@ -63,6 +63,15 @@ impl Held {
         held
     }
 
+    /// Drops what is held of `run`, which this node no longer holds; says how many messages.
+    pub fn forget(&mut self, run: Uuid) -> usize {
+        let dropped = self.writes.forget(run);
+        if dropped > 0 {
+            self.publish();
+        }
+        dropped
+    }
+
     /// Whether a claim waits for the next round.
     pub fn claim_waits(&self) -> bool {
         self.writes.claim

@@ -241,7 +241,8 @@ impl Reconciler {
     }
 
     /// Stops supervising a run this node no longer holds and kills its local processes; the
-    /// store is not written (the new owner's writes are the ones that count).
+    /// store is not written (the new owner's writes are the ones that count), and what was
+    /// held for it is dropped.
     pub(super) fn abandon_run(&mut self, id: Uuid, why: &str) {
         if let Some(mut sup) = self.runs.remove(&id) {
             sup.cancel_all_readiness();
@@ -256,6 +257,12 @@ impl Reconciler {
             }
             let killed = self.kill_leftovers(processes);
             warn!(run = %sup.run.short_id(), killed = ?killed, "fenced: {why}; stopped supervising it");
+        }
+        // What was held of it is the lost claim's: replayed, an end of that attempt would be
+        // recorded on the next one, should this node claim the run again.
+        let dropped = self.held.forget(id);
+        if dropped > 0 {
+            info!(run = %crate::model::short_id(&id), dropped, "dropped the held writes of a run let go");
         }
         self.node.ledger.forget(&id);
     }

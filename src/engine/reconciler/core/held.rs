@@ -142,6 +142,16 @@ impl<M, F: Clone> HeldWrites<M, F> {
         self.queue(run).and_then(VecDeque::pop_front)
     }
 
+    /// Drops every message held of `run`, a run this node no longer holds (its lease was lost,
+    /// or a write was fenced): they are its lost claim's, and replayed they would land under
+    /// the node's next token on whatever it holds of the run then, a later attempt it claimed
+    /// again included. Says how many were dropped.
+    pub fn forget(&mut self, run: Uuid) -> usize {
+        let dropped = self.queue(run).map_or(0, |queue| queue.len());
+        self.queues.retain(|(id, _)| *id != run);
+        dropped
+    }
+
     /// Drops the queue of `run` once empty; says whether it did.
     pub fn landed(&mut self, run: Uuid) -> bool {
         let before = self.queues.len();
@@ -242,6 +252,23 @@ mod tests {
         assert_eq!(held.hold(a, "a", Fault::Away, "x".into(), 9).1, Turn::Unhealthy, "a new episode");
         assert_eq!(held.next_round(9), Some(FIRST_WAIT), "which starts at the first wait again");
         assert_eq!(held.due, Some(9 + 1_000));
+    }
+
+    #[test]
+    fn a_run_let_go_has_its_held_messages_dropped_and_the_others_kept() {
+        let mut held: HeldWrites<&str, Fault> = HeldWrites::default();
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        held.hold(a, "a1", Fault::Away, "away".into(), 0);
+        assert_eq!(held.behind(a, "a2"), None);
+        held.hold(b, "b1", Fault::Away, "away".into(), 0);
+        assert_eq!(held.forget(a), 2);
+        assert_eq!(held.forget(a), 0, "nothing left of it");
+        assert_eq!(held.pop(a), None, "nothing of it replays");
+        assert_eq!(held.behind(a, "a3"), Some("a3"), "its next message is handled at once");
+        assert_eq!((held.runs(), held.counts()), (vec![b], (1, 1)));
+        while held.pop(b).is_some() {}
+        held.landed(b);
+        assert_eq!(held.round_done(false), Turn::Healthy, "the episode ends with the last held");
     }
 
     #[test]

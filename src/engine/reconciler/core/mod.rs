@@ -28,9 +28,11 @@
 //! - `wakeups`: when a retry's backoff ends, so the loop claims then, not at the next scan.
 //!
 //! `sim` (tests only) runs these decisions against a model of the store with the daemon
-//! killed between any two writes, and checks what must hold whatever the order; `sim_nodes`
-//! does the same for several nodes sharing one store (claims under leases, wake-ups lost or
-//! arriving mid-claim, nodes dying and restarting).
+//! killed between any two writes (preemptions included), and checks what must hold whatever
+//! the order; `sim_nodes` does the same for several nodes sharing one store: claims under
+//! leases, wake-ups lost or arriving mid-claim, nodes dying and restarting, a node's writes
+//! refused for a while (held, its lease lapsing, reaped, fenced once they land), and urgent
+//! runs preempting a node's own runs while other nodes claim them or die.
 
 pub mod claim;
 pub mod dependencies;

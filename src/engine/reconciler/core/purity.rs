@@ -36,9 +36,15 @@ const FORBIDDEN: &[&str] = &[
 fn the_core_names_no_store_runtime_clock_or_process() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine/reconciler/core");
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    // A module split into a folder (`sim_nodes/`) is read file by file.
+    let mut paths: Vec<std::path::PathBuf> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    while let Some(path) = paths.pop() {
+        if path.is_dir() {
+            paths.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let name = path.strip_prefix(&dir).unwrap().to_string_lossy().into_owned();
         // This file lists the names; the tables and the simulation may use a test's tools.
         if name == "purity.rs" || name == "sim.rs" || name.ends_with("_tests.rs") {
             continue;
