@@ -220,6 +220,7 @@ impl Reconciler {
                         not_before,
                         resume: self.next_params(&run).await?.map(Box::new),
                     },
+                    leases::Reap::Preempted => self.reaped_victim(&run, now).await?,
                 };
                 // Slurm jobs outlive their node's daemon: cancel them, the run is settled here.
                 for stage in self.base.stages(run.id).await? {
@@ -238,6 +239,23 @@ impl Reconciler {
             info!(node = %node.id, runs = settled, tests, "reaped a lost node");
         }
         Ok(())
+    }
+
+    /// How a lost node's preemption victim is queued again: as its own node would have, from
+    /// its last checkpoint. Its stages' ends went with the node; its work stopped by the end of
+    /// its grace after the preemption, at the latest.
+    async fn reaped_victim(&self, run: &crate::model::Run, now: crate::model::Millis) -> Result<Reap> {
+        let grace = run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        let grace = grace.as_millis().min(i64::MAX as u128) as i64;
+        let ended = run.params.preempted_at.map_or(now, |at| at.saturating_add(grace).min(now));
+        let checkpoints = self.base.checkpoints(run.id).await?;
+        let back = super::core::preemption::requeue(run, &[], grace, &checkpoints, ended);
+        Ok(Reap::Preempted {
+            reason: back.reason,
+            params: Box::new(back.params),
+            note: back.note,
+            lost: back.lost,
+        })
     }
 
     /// Stops supervising a run this node no longer holds and kills its local processes; the

@@ -86,6 +86,15 @@ pub enum Reap {
         /// point, or without one) and the event saying what it starts from.
         resume: Option<Box<(crate::model::RunParams, String)>>,
     },
+    /// A preemption's victim, stopping: queued again as its preemption promised (not charged),
+    /// `lost` ms of work added to what its preemptions lost; `params` say what it resumes from,
+    /// as `note` does.
+    Preempted {
+        reason: String,
+        params: Box<crate::model::RunParams>,
+        note: String,
+        lost: Millis,
+    },
     /// An ended run whose stages were still being stopped: they are lost with the node.
     Release,
 }
@@ -277,6 +286,10 @@ impl NodeStore for SqlStore {
                     None => fenced.requeue(run, trigger, reason, *not_before).await,
                 }
                 .map(|_| ())
+            }
+            Reap::Preempted { reason, params, note, lost } => {
+                use super::PreemptionStore;
+                fenced.requeue_preempted(run, reason, params, note, *lost).await.map(|_| ())
             }
             Reap::Release => return fenced.release_run(run).await,
         };

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::model::{Millis, Run, RunState};
+use crate::model::{AfterStop, Millis, Run, RunState};
 use crate::workflow::retry::{RetryDecision, after_node_lost};
 
 /// What the reaper does with one run of a lost node.
@@ -15,6 +15,10 @@ pub enum Reap {
     /// Queues its next attempt, not claimed before `not_before` (resuming where it can: the
     /// shell reads its checkpoints).
     Requeue { reason: String, not_before: Millis },
+    /// A preemption's victim still stopping: queued again as its preemption promised (not
+    /// charged to its retry policy; the shell weighs it with `preemption::requeue`), however
+    /// the node that stopped it was lost.
+    Preempted,
     /// An ended run whose stages were still being stopped: they are lost with the node.
     Release,
 }
@@ -47,7 +51,12 @@ pub fn reap(run: &Run, why: &str, now: Millis) -> Reap {
         return Reap::Release;
     }
     if run.state == RunState::Stopping {
-        return Reap::Fail { reason: why.to_string() };
+        // A pbt loser (stopping to continue from its donor) ends stopped with its mark, and
+        // the sweep's pass queues it again from there; a victim is queued again here.
+        return match run.after_stop() {
+            AfterStop::Preempted => Reap::Preempted,
+            AfterStop::Stopped | AfterStop::Exploited => Reap::Fail { reason: why.to_string() },
+        };
     }
     match after_node_lost(run.spec.retry.as_ref(), run.charged_attempts()) {
         RetryDecision::RetryIn(wait) => Reap::Requeue {
@@ -120,6 +129,14 @@ mod tests {
             (lost.attempt, lost.preemptions) = (attempt, preemptions);
             assert_eq!(reap(&lost, WHY, 1_000), want, "row {i}");
         }
+        // A preemption's victim, stopping, is queued again as its preemption promised; a pbt
+        // loser, stopping, ends stopped with its mark (the sweep's pass continues it).
+        let mut victim = run(1, RETRY, S::Stopping, 0, Some(0));
+        victim.params.preempted_by = Some(uuid::Uuid::from_u128(9));
+        assert_eq!(reap(&victim, WHY, 1_000), Reap::Preempted);
+        let mut loser = run(1, RETRY, S::Stopping, 0, Some(0));
+        loser.params.exploit_interval = Some(2);
+        assert_eq!(reap(&loser, WHY, 1_000), fail);
         assert_eq!(node_lost_reason("b", Duration::from_millis(12_040), Duration::from_secs(10)), WHY);
     }
 

@@ -67,7 +67,37 @@ on_both_backends!(
     a_lost_nodes_inference_tests_fail_and_its_task_writes_are_rejected,
     a_held_run_is_never_claimed_until_released,
     the_next_backoff_end_is_that_of_a_run_a_claim_could_take,
+    a_lost_nodes_preemption_victim_is_queued_again_as_preempted,
 );
+
+/// A victim its node was stopping when the node was lost is queued again as its preemption
+/// promised: its next attempt, its preemption counted, not charged to its retry policy, once.
+async fn a_lost_nodes_preemption_victim_is_queued_again_as_preempted(store: &dyn Store) {
+    let a = register(store, "a", Duration::from_secs(60)).await;
+    insert(store, RETRY_ON_NODE_LOSS).await;
+    let claimed = claim(store, &a, 1).await.unwrap().remove(0);
+    let urgent = Uuid::new_v4();
+    let mut params = claimed.params.clone();
+    (params.preempted_by, params.preempted_at) = (Some(urgent), Some(now_millis()));
+    let stopping =
+        store.fenced(a.token).preempt(&claimed, &params, "preempted", urgent, "told").await.unwrap();
+    assert_eq!(stopping.state, RunState::Stopping);
+    let how = Reap::Preempted {
+        reason: "queued again after its preemption".into(),
+        params: Box::new(RunParams { preempted_by: None, preempted_at: None, ..params }),
+        note: "attempt 2 starts from step 0".into(),
+        lost: 1_000,
+    };
+    assert!(store.reap_run(&stopping, a.token, &how).await.unwrap());
+    assert!(!store.reap_run(&stopping, a.token, &how).await.unwrap(), "settled once");
+    let queued = store.run(stopping.id).await.unwrap().unwrap();
+    assert_eq!(
+        (queued.state, queued.attempt, queued.preemptions, queued.charged_attempts(), queued.fence),
+        (RunState::Pending, 2, 1, 1, None)
+    );
+    assert_eq!(queued.preempted_by(), None);
+    assert_eq!(queued.reason.as_deref(), Some("queued again after its preemption"));
+}
 
 /// The earliest backoff end after a given time, of the pending runs a claim by this node takes
 /// once it is over, whoever queued them again: a held run's is not one, nor one pinned to other

@@ -14,7 +14,7 @@ use crate::engine::reconciler::core::{preemption, stage_end};
 use crate::model::{Exit, ProcessState, RunTrigger};
 
 /// A stage's stop grace.
-const GRACE: crate::model::Millis = 30_000;
+pub(super) const GRACE: crate::model::Millis = 30_000;
 
 impl Sim {
     /// Every process of the `n`th run exits 0 (a stale attempt's too, on a node that lost it);

@@ -1,7 +1,8 @@
 //! A node's life and lease: what a daemon keeps in memory (lost when it dies) and on its disk
 //! (its claim ledger, which survives it); its heartbeat, renewed while its writes land; another
 //! node's scan reaping it once its lease lapsed (`leases::is_lost`, `leases::reap`: each run
-//! queued again by its retry policy, or ended); its restart (`leases::claim_fate` over its
+//! queued again by its retry policy or, a preemption's victim, as its preemption promised, or
+//! ended); its restart (`leases::claim_fate` over its
 //! ledger: supervised again, its exit file recorded, or its leftovers killed); and, alive all
 //! along, its heartbeat finding its lease lost, as `on_lease_lost` does: a new lease, every run
 //! it supervised let go without a write, their processes killed.
@@ -10,11 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
+use super::ends::GRACE;
 use super::held::{Fault, Msg};
 use super::{LEASE, NODES, Sim};
 use crate::engine::reconciler::core::held::HeldWrites;
 use crate::engine::reconciler::core::leases::{self, ClaimFate};
-use crate::engine::reconciler::core::preemption::Blocked;
+use crate::engine::reconciler::core::preemption::{self, Blocked};
 use crate::engine::reconciler::core::wakeups::Wakeups;
 use crate::model::{Exit, Millis, Pools, RunState, RunTrigger};
 
@@ -137,12 +139,22 @@ impl Sim {
                         row.claimable_since = not_before;
                         self.nodes[k].wakeups.add(id, not_before);
                     }
-                    leases::Reap::Fail { .. } => {
-                        if row.run.state == RunState::Stopping && row.run.preempted_by().is_some() {
-                            self.rows.get_mut(&id).unwrap().reaped_stopping += 1;
-                        }
-                        self.apply(id, RunTrigger::NodeLost);
+                    leases::Reap::Preempted => {
+                        // As the shell does: weighed by `preemption::requeue`, its stages' ends
+                        // lost with the node.
+                        let back = preemption::requeue(&row.run, &[], GRACE, &[], self.now);
+                        self.apply(id, RunTrigger::Preempted);
+                        let row = self.rows.get_mut(&id).unwrap();
+                        row.run.params = back.params;
+                        row.run.params.units = Default::default();
+                        row.run.attempt += 1;
+                        row.run.preemptions += 1;
+                        row.run.not_before = None;
+                        row.owner = None;
+                        row.requeued += 1;
+                        row.claimable_since = self.now;
                     }
+                    leases::Reap::Fail { .. } => self.apply(id, RunTrigger::NodeLost),
                     leases::Reap::Release => {}
                 }
             }

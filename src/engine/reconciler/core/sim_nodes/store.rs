@@ -28,8 +28,6 @@ pub(super) struct Row {
     /// Preemptions decided (the victim's move to `stopping`), and its requeues after them.
     pub decided: u32,
     pub requeued: u32,
-    /// Preemptions ended by a reaper instead: its node was lost while it stopped.
-    pub reaped_stopping: u32,
 }
 
 impl Sim {
@@ -54,7 +52,6 @@ impl Sim {
                 ends: 0,
                 decided: 0,
                 requeued: 0,
-                reaped_stopping: 0,
             };
             rows.insert(order[n], row);
         }
