@@ -14,7 +14,7 @@ use crate::engine::reconciler::core::{preemption, stage_end};
 use crate::model::{Exit, ProcessState, RunTrigger};
 
 /// A stage's stop grace.
-pub(super) const GRACE: crate::model::Millis = 30_000;
+const GRACE: crate::model::Millis = 30_000;
 
 impl Sim {
     /// Every process of the `n`th run exits 0 (a stale attempt's too, on a node that lost it);
@@ -58,18 +58,7 @@ impl Sim {
             Step::LetGo => {}
             Step::AllStagesGone => self.apply(id, RunTrigger::AllStagesGone),
             Step::RequeuePreempted => {
-                let ended = [Some(preemption::StageEnd::Exited(self.now))];
-                let back = preemption::requeue(run, &ended, GRACE, &[], self.now);
-                self.apply(id, RunTrigger::Preempted);
-                let row = self.rows.get_mut(&id).unwrap();
-                row.run.params = back.params;
-                row.run.params.units = Default::default();
-                row.run.attempt += 1;
-                row.run.preemptions += 1;
-                row.run.not_before = None;
-                row.owner = None;
-                row.requeued += 1;
-                row.claimable_since = self.now;
+                self.requeue_victim(id, &[Some(preemption::StageEnd::Exited(self.now))])
             }
             step => panic!("run {id} asks {step:?} once its stage is gone"),
         }
@@ -78,5 +67,21 @@ impl Sim {
         node.ledger.remove(&id);
         node.inbox.push(Msg::Wake);
         Ok(())
+    }
+
+    /// A victim whose stages are gone (`ended`: their ends, as far as known) queued again as
+    /// its preemption promised (`preemption::requeue`): its next attempt, claimable at once.
+    pub(super) fn requeue_victim(&mut self, id: Uuid, ended: &[Option<preemption::StageEnd>]) {
+        let back = preemption::requeue(self.run(id), ended, GRACE, &[], self.now);
+        self.apply(id, RunTrigger::Preempted);
+        let row = self.rows.get_mut(&id).unwrap();
+        row.run.params = back.params;
+        row.run.params.units = Default::default();
+        row.run.attempt += 1;
+        row.run.preemptions += 1;
+        row.run.not_before = None;
+        row.owner = None;
+        row.requeued += 1;
+        row.claimable_since = self.now;
     }
 }

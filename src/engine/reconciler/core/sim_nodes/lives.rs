@@ -11,12 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use super::ends::GRACE;
 use super::held::{Fault, Msg};
 use super::{LEASE, NODES, Sim};
 use crate::engine::reconciler::core::held::HeldWrites;
 use crate::engine::reconciler::core::leases::{self, ClaimFate};
-use crate::engine::reconciler::core::preemption::{self, Blocked};
+use crate::engine::reconciler::core::preemption::Blocked;
 use crate::engine::reconciler::core::wakeups::Wakeups;
 use crate::model::{Exit, Millis, Pools, RunState, RunTrigger};
 
@@ -139,21 +138,8 @@ impl Sim {
                         row.claimable_since = not_before;
                         self.nodes[k].wakeups.add(id, not_before);
                     }
-                    leases::Reap::Preempted => {
-                        // As the shell does: weighed by `preemption::requeue`, its stages' ends
-                        // lost with the node.
-                        let back = preemption::requeue(&row.run, &[], GRACE, &[], self.now);
-                        self.apply(id, RunTrigger::Preempted);
-                        let row = self.rows.get_mut(&id).unwrap();
-                        row.run.params = back.params;
-                        row.run.params.units = Default::default();
-                        row.run.attempt += 1;
-                        row.run.preemptions += 1;
-                        row.run.not_before = None;
-                        row.owner = None;
-                        row.requeued += 1;
-                        row.claimable_since = self.now;
-                    }
+                    // As the shell does: its stages' ends lost with the node.
+                    leases::Reap::Preempted => self.requeue_victim(id, &[]),
                     leases::Reap::Fail { .. } => self.apply(id, RunTrigger::NodeLost),
                     leases::Reap::Release => {}
                 }
