@@ -245,8 +245,7 @@ impl Reconciler {
     /// its last checkpoint. Its stages' ends went with the node; its work stopped by the end of
     /// its grace after the preemption, at the latest.
     async fn reaped_victim(&self, run: &crate::model::Run, now: crate::model::Millis) -> Result<Reap> {
-        let grace = run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
-        let grace = grace.as_millis().min(i64::MAX as u128) as i64;
+        let grace = self.grace_ms(run);
         let ended = run.params.preempted_at.map_or(now, |at| at.saturating_add(grace).min(now));
         let checkpoints = self.base.checkpoints(run.id).await?;
         let back = super::core::preemption::requeue(run, &[], grace, &checkpoints, ended);

@@ -166,6 +166,13 @@ impl Reconciler {
         })
     }
 
+    /// A run's SIGTERM-to-SIGKILL grace in ms (its workflow's, else the daemon's), as a
+    /// preemption's requeue weighs the work it lost.
+    pub(super) fn grace_ms(&self, run: &crate::model::Run) -> i64 {
+        let grace = run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
+        grace.as_millis().min(i64::MAX as u128) as i64
+    }
+
     /// Queues a preempted run whose stages are all gone again, resuming from its last
     /// checkpoint. True if the run changed under us and should be looked at again.
     pub(super) async fn requeue_preempted(&mut self, id: Uuid) -> Result<bool> {
@@ -173,8 +180,7 @@ impl Reconciler {
         let Some(sup) = self.runs.get(&id) else { return Ok(false) };
         let run = sup.run.clone();
         let ended: Vec<_> = sup.rows().map(|s| stage_end_of(&s.record)).collect();
-        let grace = run.spec.stop_grace.map_or(self.config.stop_grace, |d| d.0);
-        let grace = grace.as_millis().min(i64::MAX as u128) as i64;
+        let grace = self.grace_ms(&run);
         let checkpoints = self.store.checkpoints(id).await?;
         let preemption::Requeue { params, reason, note, lost } =
             preemption::requeue(&run, &ended, grace, &checkpoints, now_millis());

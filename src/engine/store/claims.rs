@@ -70,8 +70,8 @@ const PENDING_PAGE: &str = concat!(
     "ORDER BY priority DESC, seq LIMIT $2 OFFSET $3"
 );
 /// The earliest backoff end after `$1` of a run the claim reads once it is over: its terms are
-/// those of the partial index `runs_backing_off` (migration 0029), so both stores read one
-/// index entry.
+/// those of the partial index `runs_backing_off` (migration 0029), so both stores read that
+/// index in order, a page at most.
 const NEXT_BACKOFF_END: &str = "SELECT not_before, spec FROM runs WHERE state = 'pending' AND held_at IS NULL \
      AND deps_open = 0 AND not_before IS NOT NULL AND not_before > $1 ORDER BY not_before LIMIT $2";
 /// How many backing-off runs `next_backoff_end` reads at most for one that fits the node.
@@ -83,6 +83,7 @@ struct Pinned {
     #[serde(default)]
     node_labels: std::collections::BTreeMap<String, String>,
 }
+
 /// The lock on one picked run, as read (PostgreSQL). Locking the whole page instead would lock
 /// the runs this node passes over (pinned to another node's labels, say) while another node that
 /// could take them skips them as locked, and then waits for its scan: a lost wake-up.
