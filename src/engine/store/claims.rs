@@ -237,19 +237,20 @@ impl ClaimStore for SqlStore {
     }
 
     async fn next_backoff_end(&self, after: Millis, lease: &Lease) -> Result<Option<Millis>> {
-        let rows =
-            sqlx::query(NEXT_BACKOFF_END).bind(after).bind(BACKOFF_PAGE).fetch_all(self.pool()).await?;
-        for row in &rows {
+        use futures_util::TryStreamExt;
+        // Row by row: the first run this node may take ends the read (the usual case, at once).
+        let mut rows = sqlx::query(NEXT_BACKOFF_END).bind(after).bind(BACKOFF_PAGE).fetch(self.pool());
+        let (mut read, mut last) = (0, None);
+        while let Some(row) = rows.try_next().await? {
+            let end: Millis = row.try_get("not_before")?;
             let pinned: Pinned = from_json(&row.try_get::<String, _>("spec")?, "run spec")?;
             if lease.fits(&pinned.node_labels) {
-                return Ok(Some(row.try_get("not_before")?));
+                return Ok(Some(end));
             }
+            (read, last) = (read + 1, Some(end));
         }
         // A whole page pinned elsewhere: wake at its last end and read on from there.
-        match rows.len() as i64 == BACKOFF_PAGE {
-            true => Ok(rows.last().map(|row| row.try_get("not_before")).transpose()?),
-            false => Ok(None),
-        }
+        Ok(last.filter(|_| read == BACKOFF_PAGE))
     }
 
     async fn claim_tests(
